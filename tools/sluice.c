@@ -20,6 +20,8 @@ static const struct {
     {"inspect", cmd_inspect, "show records, shards, labels and image sizes of a dataset"},
     {"verify", cmd_verify, "check every CRC, Example and JPEG header; exit 1 on a problem"},
     {"profile", cmd_profile, "run the input pipeline alone: images/s, per-stage figures, bottleneck"},
+    {"train", cmd_train, "train a ResNet from shards: progress, TensorBoard logs, checkpoints"},
+    {"eval", cmd_eval, "top-1 and top-5 of a checkpoint on a split"},
 };
 
 static void usage(FILE *f)

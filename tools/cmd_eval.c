@@ -1,0 +1,182 @@
+/*
+ * tools/cmd_eval.c - `sluice eval`: top-1 and top-5 of a checkpoint on a
+ * split, every record once, in order, with the eval transform.
+ *
+ * The model is rebuilt from the checkpoint's metadata (arch, width,
+ * classes, image size), so a .safetensors file is all it needs; a file
+ * written by PyTorch (torchvision names) works when --model and --classes
+ * say what it is.
+ *
+ * Exit status: 0 done, 2 usage or runtime error.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "pipeline_flags.h"
+#include "train/train.h"
+
+#define CMD "eval"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice eval --data DIR --checkpoint FILE.safetensors [--split test] [options]\n"
+            "\n"
+            "Evaluate a checkpoint on every record of a split (in order, eval transform: resize the\n"
+            "shorter side, center crop) and print top-1, top-5 and the mean loss.\n"
+            "\n"
+            "  --checkpoint F        a checkpoint written by sluice train (F.safetensors), or a\n"
+            "                        torchvision state dict saved as safetensors (with --model)\n"
+            "  --model NAME          resnet20, resnet18 or resnet50 (default: from the checkpoint)\n"
+            "  --width W             base width (default: from the checkpoint)\n"
+            "  --classes K           (default: from the checkpoint, else 1000)\n"
+            "  --crop-fraction F     center crop fraction (default 1 for <= 32 px, else 0.875)\n"
+            "  --threads N           compute threads (default: all cores)\n"
+            "  --json                print one JSON object\n"
+            "  -h, --help            this text\n"
+            "\n");
+    pf_usage(f);
+    fprintf(f,
+            "\n"
+            "(--split defaults to test here; --image-size defaults to the checkpoint's.)\n"
+            "example:\n"
+            "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors\n");
+}
+
+enum { OPT_CKPT = 0x2000, OPT_MODEL, OPT_WIDTH, OPT_CLASSES, OPT_CROP, OPT_THREADS, OPT_JSON };
+
+static const struct option own_opts[] = {
+    {"checkpoint", required_argument, NULL, OPT_CKPT},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"width", required_argument, NULL, OPT_WIDTH},
+    {"classes", required_argument, NULL, OPT_CLASSES},
+    {"crop-fraction", required_argument, NULL, OPT_CROP},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+int cmd_eval(int argc, char **argv)
+{
+    pf_flags pf;
+    pf_init(&pf, CMD);
+    pf.cfg.split = "test";
+    pf.cfg.height = pf.cfg.width = 0;
+    const char *ckpt = NULL, *model = NULL;
+    int width = 0, classes = 0, threads = 0, json = 0, size_given;
+    double crop = 0;
+    struct option opts[PF_NOPTS + sizeof own_opts / sizeof own_opts[0]];
+    memcpy(opts, pf_long_opts, sizeof pf_long_opts);
+    memcpy(opts + PF_NOPTS, own_opts, sizeof own_opts);
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":h", opts, NULL);
+        if (c == -1)
+            break;
+        if (c >= PF_OPT_FIRST && c <= PF_OPT_LAST) {
+            if (pf_parse(&pf, c, optarg))
+                return 2;
+            continue;
+        }
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case OPT_CKPT: ckpt = optarg; break;
+        case OPT_MODEL: model = optarg; break;
+        case OPT_WIDTH:
+            if (cli_parse_int(CMD, "--width", optarg, 1, 4096, &width))
+                return 2;
+            break;
+        case OPT_CLASSES:
+            if (cli_parse_int(CMD, "--classes", optarg, 1, 1 << 20, &classes))
+                return 2;
+            break;
+        case OPT_CROP: {
+            char *end;
+            crop = strtod(optarg, &end);
+            if (end == optarg || *end || !(crop >= 0.05 && crop <= 1)) {
+                cli_error(CMD, "--crop-fraction: bad value '%s' (want 0.05..1)", optarg);
+                return 2;
+            }
+            break;
+        }
+        case OPT_THREADS:
+            if (cli_parse_int(CMD, "--threads", optarg, 1, 1024, &threads))
+                return 2;
+            break;
+        case OPT_JSON: json = 1; break;
+        case ':':
+            cli_error(CMD, "%s: needs a value (see sluice eval --help)", argv[optind - 1]);
+            return 2;
+        default:
+            cli_error(CMD, "unknown option '%s' (see sluice eval --help)", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        cli_error(CMD, "unexpected argument '%s' (see sluice eval --help)", argv[optind]);
+        return 2;
+    }
+    if (!ckpt) {
+        cli_error(CMD, "--checkpoint is required (see sluice eval --help)");
+        return 2;
+    }
+    size_given = pf.cfg.height > 0;
+    if (!size_given)
+        pf.cfg.height = pf.cfg.width = 224;
+    if (pf_finish(&pf))
+        return 2;
+
+    sl_model_config mc = SL_MODEL_CONFIG_INIT;
+    int image_size = 0, rc = sl_checkpoint_model_config(ckpt, &mc, &image_size);
+    if (rc && rc != SL_ENOENT)
+        return cli_fail(CMD, rc);
+    if (model && sl_arch_parse(model, &mc.arch)) {
+        cli_error(CMD, "--model: bad value '%s' (want resnet20, resnet18 or resnet50)", model);
+        return 2;
+    }
+    if (width)
+        mc.width = width;
+    if (classes)
+        mc.classes = classes;
+    if (!size_given && image_size > 0)
+        pf.cfg.height = pf.cfg.width = image_size;
+    sl_pipeline_config *d = &pf.cfg;
+    int small = d->height <= 32 && d->width <= 32;
+    d->transform = SL_TRANSFORM_EVAL;
+    d->shuffle = SL_SHUFFLE_NONE;
+    d->shuffle_files = 0;
+    d->epochs = 1;
+    d->drop_remainder = 0;
+    d->layout = SL_LAYOUT_NHWC_F32;
+    d->crop_fraction = (float)(crop > 0 ? crop : small ? 1.0 : 0.875);
+
+    sl_model *m = NULL;
+    sl_exec e;
+    int exec_ok = 0;
+    sl_eval_result er;
+    if ((rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
+        (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) ||
+        (rc = sl_exec_init(&e, SL_BACKEND_CPU, threads)))
+        goto out;
+    exec_ok = 1;
+    if ((rc = sl_eval_run(m, &e, d, &er)))
+        goto out;
+    if (json)
+        printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"images\":%lld,"
+               "\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.6f,\"seconds\":%.3f}\n", ckpt, d->split,
+               sl_arch_name(mc.arch), (long long)er.images, er.top1, er.top5, er.loss,
+               er.seconds);
+    else
+        printf("%s on %s/%s: %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)\n", ckpt,
+               d->data, d->split, (long long)er.images, er.top1, er.top5, er.loss, er.seconds);
+out:
+    if (exec_ok)
+        sl_exec_fini(&e);
+    sl_model_destroy(m);
+    return rc ? cli_fail(CMD, rc) : 0;
+}

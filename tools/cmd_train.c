@@ -1,0 +1,324 @@
+/*
+ * tools/cmd_train.c - `sluice train`: train a ResNet from record shards.
+ *
+ * A thin client of train/train.h: options into an sl_train_config (the
+ * pipeline options are the ones `sluice profile` takes, tools/pipeline_flags.c),
+ * defaults that suit the model and the data, then sl_train_run. Progress
+ * lines go to stderr; the last lines name the checkpoint and the logs.
+ *
+ * Defaults by input size: images of 32 px or less (Fashion-MNIST, CIFAR)
+ * get resnet20, a mild random-resized-crop (area 0.35..1: the 0.08 lower
+ * bound that suits ImageNet leaves a few pixels of a 28 px image) and an
+ * eval transform that keeps the whole image (crop fraction 1); larger
+ * images get resnet50 and torchvision's ImageNet recipe.
+ *
+ * Exit status: 0 done, 2 usage or runtime error.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "pipeline_flags.h"
+#include "train/train.h"
+
+#define CMD "train"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice train --data DIR [--model resnet20|resnet18|resnet50] [options]\n"
+            "\n"
+            "Train a ResNet on the shards in DIR (split --split, default train) with SGD, evaluate\n"
+            "it on --eval-split after every epoch, write TensorBoard events and metrics.jsonl to\n"
+            "--logdir and safetensors checkpoints (PyTorch loads them) to --ckpt-dir.\n"
+            "\n"
+            "model and recipe:\n"
+            "  --model NAME          resnet20 (CIFAR-style, small images), resnet18, resnet50\n"
+            "                        (default: resnet20 for images <= 32 px, else resnet50)\n"
+            "  --width W             base width (resnet20: 16, others: 64)\n"
+            "  --classes K           classes (default: from dataset.json)\n"
+            "  --epochs E            epochs (default 5 for resnet20, 90 otherwise)\n"
+            "  --max-steps N         stop after N steps instead\n"
+            "  --lr L                base LR per 256 images; peak = L * batch / 256  (default 0.1)\n"
+            "  --momentum M          SGD momentum                                  (default 0.9)\n"
+            "  --nesterov            Nesterov momentum\n"
+            "  --wd W                weight decay (not on BN or biases)            (default 5e-5)\n"
+            "  --warmup-epochs E     linear warmup                                 (default 0)\n"
+            "  --schedule S          cosine, step or poly                          (default cosine)\n"
+            "  --label-smoothing S   (default 0.1)\n"
+            "  --no-zero-init        do not start each block's last BN gamma at 0\n"
+            "  --min-scale A         random-resized-crop smallest area fraction\n"
+            "                        (default 0.08; 0.35 for images <= 32 px)\n"
+            "  --crop-fraction F     eval: center crop of the resized image   (default 0.875; 1 for <= 32 px)\n"
+            "  --no-flip             no random horizontal flip\n"
+            "  --eval-split NAME     evaluated after each epoch (default test; 'none' for none)\n"
+            "  --threads N           compute threads (default: all cores)\n"
+            "  --backend B           cpu or ref (ref: the plain-loop oracle, slow)  (default cpu)\n"
+            "\n"
+            "outputs:\n"
+            "  --logdir D            TensorBoard events and metrics.jsonl\n"
+            "  --ckpt-dir D          checkpoints D/ckpt-<step>.{safetensors,json}\n"
+            "  --ckpt-every N        steps between checkpoints (default: every epoch and at the end)\n"
+            "  --resume              continue from the newest checkpoint in --ckpt-dir\n"
+            "  --log-every N         steps between progress lines (default: 10 per epoch)\n"
+            "  -h, --help            this text\n"
+            "\n");
+    pf_usage(f);
+    fprintf(f,
+            "\n"
+            "examples:\n"
+            "  sluice train --data data/fmnist --image-size 28 --epochs 5 --logdir runs/a --ckpt-dir ck/a\n"
+            "  sluice train --data data/imagenet --model resnet50 --batch 32 --max-steps 100\n");
+}
+
+enum {
+    OPT_MODEL = 0x2000, OPT_WIDTH, OPT_CLASSES, OPT_MAX_STEPS, OPT_LR, OPT_MOMENTUM,
+    OPT_NESTEROV, OPT_WD, OPT_WARMUP, OPT_SCHEDULE, OPT_SMOOTH, OPT_NO_ZERO_INIT,
+    OPT_MIN_SCALE, OPT_CROP_FRACTION, OPT_NO_FLIP, OPT_EVAL_SPLIT, OPT_THREADS, OPT_BACKEND,
+    OPT_LOGDIR, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_RESUME, OPT_LOG_EVERY,
+};
+
+static const struct option own_opts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"width", required_argument, NULL, OPT_WIDTH},
+    {"classes", required_argument, NULL, OPT_CLASSES},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"wd", required_argument, NULL, OPT_WD},
+    {"warmup-epochs", required_argument, NULL, OPT_WARMUP},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"label-smoothing", required_argument, NULL, OPT_SMOOTH},
+    {"no-zero-init", no_argument, NULL, OPT_NO_ZERO_INIT},
+    {"min-scale", required_argument, NULL, OPT_MIN_SCALE},
+    {"crop-fraction", required_argument, NULL, OPT_CROP_FRACTION},
+    {"no-flip", no_argument, NULL, OPT_NO_FLIP},
+    {"eval-split", required_argument, NULL, OPT_EVAL_SPLIT},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"logdir", required_argument, NULL, OPT_LOGDIR},
+    {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"resume", no_argument, NULL, OPT_RESUME},
+    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* A finite number in [lo, hi]; -1 after printing the error. */
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        cli_error(CMD, "%s: bad value '%s' (want a number in %g..%g)", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+typedef struct train_opts {
+    pf_flags pf;
+    sl_train_config t;
+    int arch_given, min_scale_given, crop_given;
+    double min_scale, crop_fraction;
+} train_opts;
+
+static int own_option(train_opts *o, int c, const char *arg)
+{
+    sl_train_config *t = &o->t;
+    double v;
+    uint64_t u;
+    int i;
+    switch (c) {
+    case OPT_MODEL:
+        if (sl_arch_parse(arg, &t->model.arch)) {
+            cli_error(CMD, "--model: bad value '%s' (want resnet20, resnet18 or resnet50)", arg);
+            return -1;
+        }
+        o->arch_given = 1;
+        return 0;
+    case OPT_WIDTH:
+        if (cli_parse_int(CMD, "--width", arg, 1, 4096, &t->model.width))
+            return -1;
+        return 0;
+    case OPT_CLASSES:
+        return cli_parse_int(CMD, "--classes", arg, 1, 1 << 20, &t->model.classes);
+    case OPT_MAX_STEPS:
+        if (cli_parse_u64(CMD, "--max-steps", arg, &u))
+            return -1;
+        t->max_steps = (int64_t)u;
+        return 0;
+    case OPT_LR:
+        if (parse_num("--lr", arg, 0, 1e3, &v))
+            return -1;
+        t->base_lr = v;
+        return 0;
+    case OPT_MOMENTUM:
+        if (parse_num("--momentum", arg, 0, 1, &v))
+            return -1;
+        t->sgd.momentum = (float)v;
+        return 0;
+    case OPT_NESTEROV: t->sgd.nesterov = 1; return 0;
+    case OPT_WD:
+        if (parse_num("--wd", arg, 0, 1, &v))
+            return -1;
+        t->sgd.weight_decay = (float)v;
+        return 0;
+    case OPT_WARMUP:
+        if (parse_num("--warmup-epochs", arg, 0, 1e6, &v))
+            return -1;
+        t->warmup_epochs = v;
+        return 0;
+    case OPT_SCHEDULE:
+        if (sl_sched_parse(arg, &t->schedule)) {
+            cli_error(CMD, "--schedule: bad value '%s' (want cosine, step or poly)", arg);
+            return -1;
+        }
+        return 0;
+    case OPT_SMOOTH:
+        if (parse_num("--label-smoothing", arg, 0, 0.999, &v))
+            return -1;
+        t->label_smoothing = (float)v;
+        return 0;
+    case OPT_NO_ZERO_INIT: t->model.zero_init_residual = 0; return 0;
+    case OPT_MIN_SCALE:
+        if (parse_num("--min-scale", arg, 0.001, 1, &o->min_scale))
+            return -1;
+        o->min_scale_given = 1;
+        return 0;
+    case OPT_CROP_FRACTION:
+        if (parse_num("--crop-fraction", arg, 0.05, 1, &o->crop_fraction))
+            return -1;
+        o->crop_given = 1;
+        return 0;
+    case OPT_NO_FLIP: o->pf.cfg.flip = 0; return 0;
+    case OPT_EVAL_SPLIT: t->eval_split = strcmp(arg, "none") ? arg : NULL; return 0;
+    case OPT_THREADS:
+        if (cli_parse_int(CMD, "--threads", arg, 1, 1024, &i))
+            return -1;
+        t->threads = i;
+        return 0;
+    case OPT_BACKEND:
+        if (!strcmp(arg, "cpu"))
+            t->backend = SL_BACKEND_CPU;
+        else if (!strcmp(arg, "ref"))
+            t->backend = SL_BACKEND_REF;
+        else if (!strcmp(arg, "cuda"))
+            t->backend = SL_BACKEND_CUDA;
+        else {
+            cli_error(CMD, "--backend: bad value '%s' (want cpu or ref)", arg);
+            return -1;
+        }
+        return 0;
+    case OPT_LOGDIR: t->logdir = arg; return 0;
+    case OPT_CKPT_DIR: t->ckpt_dir = arg; return 0;
+    case OPT_CKPT_EVERY:
+        if (cli_parse_u64(CMD, "--ckpt-every", arg, &u))
+            return -1;
+        t->ckpt_every = (int64_t)u;
+        return 0;
+    case OPT_RESUME: t->resume = 1; return 0;
+    case OPT_LOG_EVERY:
+        if (cli_parse_u64(CMD, "--log-every", arg, &u))
+            return -1;
+        t->log_every = (int64_t)u;
+        return 0;
+    }
+    cli_error(CMD, "internal: option %d", c);
+    return -1;
+}
+
+/* 0 ok, 2 usage error (printed), -1 --help printed. */
+static int parse(int argc, char **argv, train_opts *o)
+{
+    struct option opts[PF_NOPTS + sizeof own_opts / sizeof own_opts[0]];
+    memcpy(opts, pf_long_opts, sizeof pf_long_opts);
+    memcpy(opts + PF_NOPTS, own_opts, sizeof own_opts);
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":h", opts, NULL);
+        if (c == -1)
+            break;
+        if (c >= PF_OPT_FIRST && c <= PF_OPT_LAST) {
+            if (pf_parse(&o->pf, c, optarg))
+                return 2;
+            continue;
+        }
+        switch (c) {
+        case 'h': usage(stdout); return -1;
+        case ':':
+            cli_error(CMD, "%s: needs a value (see sluice train --help)", argv[optind - 1]);
+            return 2;
+        case '?':
+            cli_error(CMD, "unknown option '%s' (see sluice train --help)", argv[optind - 1]);
+            return 2;
+        default:
+            if (own_option(o, c, optarg))
+                return 2;
+        }
+    }
+    if (optind < argc) {
+        cli_error(CMD, "unexpected argument '%s' (see sluice train --help)", argv[optind]);
+        return 2;
+    }
+    if (pf_finish(&o->pf))
+        return 2;
+    if (o->t.resume && !o->t.ckpt_dir) {
+        cli_error(CMD, "--resume needs --ckpt-dir");
+        return 2;
+    }
+    return 0;
+}
+
+/* Model and recipe defaults that depend on the input size. */
+static void apply_defaults(train_opts *o)
+{
+    sl_train_config *t = &o->t;
+    sl_pipeline_config *c = &o->pf.cfg;
+    int small = c->height <= 32 && c->width <= 32;
+    if (!o->arch_given)
+        t->model.arch = small ? SL_ARCH_RESNET20 : SL_ARCH_RESNET50;
+    if (t->epochs <= 0)
+        t->epochs = t->model.arch == SL_ARCH_RESNET20 ? 5 : 90;
+    c->scale_min = (float)(o->min_scale_given ? o->min_scale : small ? 0.35 : 0.08);
+    c->crop_fraction = (float)(o->crop_given ? o->crop_fraction : small ? 1.0 : 0.875);
+    t->data = *c;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_opts o;
+    memset(&o, 0, sizeof o);
+    pf_init(&o.pf, CMD);
+    sl_train_config_init(&o.t);
+    o.t.label_smoothing = 0.1f;
+    o.pf.cfg.epochs = 0; /* --epochs given: the trainer's epochs */
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    o.t.epochs = o.pf.cfg.epochs;
+    apply_defaults(&o);
+    sl_train_result res;
+    rc = sl_train_run(&o.t, &res);
+    if (rc)
+        return cli_fail(CMD, rc);
+    fprintf(stderr, "train: %lld steps in %.1f s, %.0f images/s", (long long)res.steps,
+            res.seconds, res.images_per_sec);
+    if (res.eval_top1 >= 0)
+        fprintf(stderr, ", %s top1 %.4f top5 %.4f", o.t.eval_split, res.eval_top1,
+                res.eval_top5);
+    fprintf(stderr, "\n");
+    if (res.checkpoint[0])
+        fprintf(stderr, "train: checkpoint %s.safetensors (+ .json)\n", res.checkpoint);
+    if (o.t.logdir)
+        fprintf(stderr, "train: logs in %s (tensorboard --logdir %s; metrics.jsonl)\n",
+                o.t.logdir, o.t.logdir);
+    return 0;
+}

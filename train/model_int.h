@@ -1,0 +1,93 @@
+/*
+ * train/model_int.h - private to the model files: the layout of a built
+ * ResNet, shared by train/resnet.c (building: architecture, memory,
+ * initialization, state dict) and train/model.c (running: forward,
+ * backward, accessors).
+ *
+ * A ResNet here is a list of conv+BN units (sl_cbn) in state-dict order and
+ * a list of residual blocks that index into it. Memory (sizes at max_batch):
+ *
+ *   params   one arena, state-dict order: conv weights (OHWI), BN gamma and
+ *            beta, fc weight (classes, feat) and bias; grads: a second
+ *            arena at the same offsets (so an optimizer or an all-reduce can
+ *            walk one contiguous span);
+ *   buffers  BN running_mean / running_var (f32) and num_batches_tracked (i64);
+ *   acts     what backward needs: each conv's output y (= its BN's input),
+ *            each BN's output z (ReLU applied in place; the last BN of a
+ *            block also takes the residual add and the block's ReLU, so z is
+ *            the block output), the stem's max-pool output and argmax, the
+ *            pooled features and the logits;
+ *   gbuf[3]  activation gradients: three buffers of the largest activation,
+ *            reused layer after layer (model.c's backward says how), instead
+ *            of one gradient per activation.
+ */
+#ifndef SL_MODEL_INT_H
+#define SL_MODEL_INT_H
+
+#include <stdint.h>
+
+#include "train/train.h"
+
+/* One convolution (no bias) followed by batch norm and, when relu, a ReLU. */
+typedef struct sl_cbn {
+    char conv_name[32];  /* "layer1.0.conv1", "layer2.0.downsample.0" */
+    char bn_name[32];    /* "layer1.0.bn1", "layer2.0.downsample.1" */
+    int cin, cout, r, stride, pad;
+    int ih, iw;          /* input spatial size */
+    int p, q;            /* output spatial size */
+    int relu;            /* ReLU right after the BN (not the block's last BN) */
+    int input;           /* where x comes from: -2 model input, -1 max-pool output,
+                            >= 0 the z of that cbn */
+    float *w, *gw;       /* (cout, r, r, cin) OHWI */
+    float *gamma, *beta, *ggamma, *gbeta; /* (cout) */
+    float *rmean, *rvar; /* (cout) running statistics */
+    int64_t *nbt;        /* num_batches_tracked */
+    float *smean, *sinvstd; /* (cout) batch statistics of the last train forward */
+    float *y;            /* (max_batch, p, q, cout) conv output = BN input */
+    float *z;            /* (max_batch, p, q, cout) BN (+ReLU) output */
+} sl_cbn;
+
+/* A residual block: main path cbn[first .. first+nconv-1], optional
+ * downsample cbn[ds]; output = relu(z_last + (ds ? z_ds : input)) written
+ * over cbn[first+nconv-1].z. */
+typedef struct sl_block {
+    int first, nconv;    /* 2 (BasicBlock) or 3 (Bottleneck) */
+    int ds;              /* downsample cbn index, -1 for the identity */
+} sl_block;
+
+struct sl_model {
+    sl_model_config cfg; /* width resolved (never 0) */
+    int max_batch, h, w;
+
+    int ncbn, nblock;
+    sl_cbn *cbn;         /* state-dict order; cbn[0] is the stem */
+    sl_block *blk;
+
+    int stem_pool;       /* resnet18/50: 3x3/2 max pool after the stem */
+    int pool_h, pool_w;  /* max-pool output size */
+    float *pool_y;       /* (max_batch, pool_h, pool_w, stem cout) */
+    int32_t *pool_arg;   /* same count: argmax into the stem's z */
+
+    int feat, feat_hw;   /* channels and h*w of the last block output */
+    float *fc_w, *fc_b, *fc_gw, *fc_gb; /* (classes, feat), (classes) */
+    float *pooled;       /* (max_batch, feat) */
+    float *dpooled;      /* (max_batch, feat) */
+    float *logits;       /* (max_batch, classes) */
+
+    float *gbuf[3];      /* activation gradients, gbuf_numel floats each */
+    int64_t gbuf_numel;
+
+    float *params, *grads, *bufs, *acts; /* the arenas (see the top comment) */
+    int64_t *nbts;
+    int64_t n_params;    /* trainable scalars (no alignment padding) */
+    size_t bytes;        /* everything allocated for tensors */
+
+    sl_tensor_info *tensors; /* the state dict */
+    int ntensors;
+    char (*names)[64];   /* storage of the tensors' names */
+
+    const float *x;      /* input of the last forward (the caller's buffer) */
+    int train_n;         /* batch of the last forward when it was a train one, else 0 */
+};
+
+#endif /* SL_MODEL_INT_H */

@@ -1,0 +1,175 @@
+/*
+ * train/ops.c - the backend tables, execution contexts and op geometry.
+ *
+ * The only file in train/ that knows which backends a build has. The cuda
+ * table's slots return SL_ENOTSUP until the GPU backend fills them
+ * (issue 6); sl_exec_init refuses SL_BACKEND_CUDA in a build without CUDA.
+ *
+ * Threading (cpu backend), chosen by measurement on the 2-core dev machine
+ * (perf/RESULTS.md, train-cpu): the FLOPs are in SGEMM (im2col convs and
+ * 1x1 convs as plain GEMMs), and OpenBLAS's own pthreads split those well
+ * once M = n*p*q is large; the remaining loops (batch norm, ReLU, pooling,
+ * im2col packing) are memory-bound passes that a second thread barely
+ * speeds up on two cores, so they run on the caller's thread. That also
+ * keeps replica threads (issue 5) free of nested thread pools: each
+ * replica's sl_exec sets OpenBLAS to its share of the cores.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "train/train_int.h"
+
+#define OPS_TABLE(sfx)                                                                       \
+    {                                                                                        \
+        .name = #sfx, .conv_fwd = sl_conv_fwd_##sfx, .conv_bwd_data = sl_conv_bwd_data_##sfx, \
+        .conv_bwd_filter = sl_conv_bwd_filter_##sfx, .bn_fwd_train = sl_bn_fwd_train_##sfx,  \
+        .bn_fwd_eval = sl_bn_fwd_eval_##sfx, .bn_bwd = sl_bn_bwd_##sfx,                      \
+        .relu_fwd = sl_relu_fwd_##sfx, .relu_bwd = sl_relu_bwd_##sfx, .add = sl_add_##sfx,   \
+        .maxpool_fwd = sl_maxpool_fwd_##sfx, .maxpool_bwd = sl_maxpool_bwd_##sfx,            \
+        .gap_fwd = sl_gap_fwd_##sfx, .gap_bwd = sl_gap_bwd_##sfx, .fc_fwd = sl_fc_fwd_##sfx, \
+        .fc_bwd = sl_fc_bwd_##sfx, .xent_fwd_bwd = sl_xent_fwd_bwd_##sfx,                    \
+    }
+
+const sl_ops sl_ops_ref = OPS_TABLE(ref);
+const sl_ops sl_ops_cpu = OPS_TABLE(cpu);
+
+/* The cuda slots: present, named, and honest about being empty. */
+#define NOTSUP(fn) return sl_fail(SL_ENOTSUP, fn ": the cuda backend has no kernels yet")
+static int cu_conv(sl_exec *e, const sl_conv_shape *s, const float *a, const float *b, float *c)
+{ (void)e; (void)s; (void)a; (void)b; (void)c; NOTSUP("conv"); }
+static int cu_bn_train(sl_exec *e, int64_t r, int c, const float *x, const float *g,
+                       const float *b, float m, float eps, float *rm, float *rv, float *y,
+                       float *sm, float *si)
+{ (void)e; (void)r; (void)c; (void)x; (void)g; (void)b; (void)m; (void)eps; (void)rm;
+  (void)rv; (void)y; (void)sm; (void)si; NOTSUP("bn_fwd_train"); }
+static int cu_bn_eval(sl_exec *e, int64_t r, int c, const float *x, const float *g,
+                      const float *b, const float *rm, const float *rv, float eps, float *y)
+{ (void)e; (void)r; (void)c; (void)x; (void)g; (void)b; (void)rm; (void)rv; (void)eps;
+  (void)y; NOTSUP("bn_fwd_eval"); }
+static int cu_bn_bwd(sl_exec *e, int64_t r, int c, const float *x, const float *dy,
+                     const float *g, const float *sm, const float *si, float *dx, float *dg,
+                     float *db)
+{ (void)e; (void)r; (void)c; (void)x; (void)dy; (void)g; (void)sm; (void)si; (void)dx;
+  (void)dg; (void)db; NOTSUP("bn_bwd"); }
+static int cu_unary(sl_exec *e, int64_t n, const float *x, float *y)
+{ (void)e; (void)n; (void)x; (void)y; NOTSUP("relu_fwd"); }
+static int cu_binary(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
+{ (void)e; (void)n; (void)a; (void)b; (void)y; NOTSUP("relu_bwd/add"); }
+static int cu_pool_fwd(sl_exec *e, const sl_pool_shape *s, const float *x, float *y, int32_t *a)
+{ (void)e; (void)s; (void)x; (void)y; (void)a; NOTSUP("maxpool_fwd"); }
+static int cu_pool_bwd(sl_exec *e, const sl_pool_shape *s, const float *dy, const int32_t *a,
+                       float *dx)
+{ (void)e; (void)s; (void)dy; (void)a; (void)dx; NOTSUP("maxpool_bwd"); }
+static int cu_gap(sl_exec *e, int n, int hw, int c, const float *x, float *y)
+{ (void)e; (void)n; (void)hw; (void)c; (void)x; (void)y; NOTSUP("gap"); }
+static int cu_fc_fwd(sl_exec *e, int n, int i, int o, const float *x, const float *w,
+                     const float *b, float *y)
+{ (void)e; (void)n; (void)i; (void)o; (void)x; (void)w; (void)b; (void)y; NOTSUP("fc_fwd"); }
+static int cu_fc_bwd(sl_exec *e, int n, int i, int o, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw, float *db)
+{ (void)e; (void)n; (void)i; (void)o; (void)x; (void)w; (void)dy; (void)dx; (void)dw;
+  (void)db; NOTSUP("fc_bwd"); }
+static int cu_xent(sl_exec *e, int n, int k, const float *l, const int32_t *y, float s,
+                   float *loss, float *dl, int *c)
+{ (void)e; (void)n; (void)k; (void)l; (void)y; (void)s; (void)loss; (void)dl; (void)c;
+  NOTSUP("xent_fwd_bwd"); }
+
+const sl_ops sl_ops_cuda = {
+    .name = "cuda", .conv_fwd = cu_conv, .conv_bwd_data = cu_conv, .conv_bwd_filter = cu_conv,
+    .bn_fwd_train = cu_bn_train, .bn_fwd_eval = cu_bn_eval, .bn_bwd = cu_bn_bwd,
+    .relu_fwd = cu_unary, .relu_bwd = cu_binary, .add = cu_binary,
+    .maxpool_fwd = cu_pool_fwd, .maxpool_bwd = cu_pool_bwd, .gap_fwd = cu_gap,
+    .gap_bwd = cu_gap, .fc_fwd = cu_fc_fwd, .fc_bwd = cu_fc_bwd, .xent_fwd_bwd = cu_xent,
+};
+
+const char *sl_backend_name(sl_backend b)
+{
+    switch (b) {
+    case SL_BACKEND_REF: return "ref";
+    case SL_BACKEND_CPU: return "cpu";
+    case SL_BACKEND_CUDA: return "cuda";
+    }
+    return "?";
+}
+
+int sl_exec_init(sl_exec *e, sl_backend b, int threads)
+{
+    memset(e, 0, sizeof *e);
+    e->backend = b;
+    switch (b) {
+    case SL_BACKEND_REF: e->ops = &sl_ops_ref; break;
+    case SL_BACKEND_CPU: e->ops = &sl_ops_cpu; break;
+    case SL_BACKEND_CUDA:
+#if SLUICE_WITH_CUDA
+        e->ops = &sl_ops_cuda;
+        break;
+#else
+        return sl_fail(SL_ENOTSUP, "sl_exec_init: this build has no CUDA backend");
+#endif
+    default:
+        return sl_fail(SL_EINVAL, "sl_exec_init: unknown backend %d", (int)b);
+    }
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    e->threads = threads;
+    if (b == SL_BACKEND_CPU)
+        openblas_set_num_threads(threads);
+    return SL_OK;
+}
+
+void sl_exec_fini(sl_exec *e)
+{
+    if (!e)
+        return;
+    free(e->scratch);
+    e->scratch = NULL;
+    e->scratch_cap = 0;
+}
+
+void *sl_exec_scratch(sl_exec *e, size_t bytes)
+{
+    if (bytes <= e->scratch_cap)
+        return e->scratch;
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, cap ? cap : 64)) {
+        sl_fail(SL_ENOMEM, "sl_exec_scratch: %zu bytes", bytes);
+        return NULL;
+    }
+    free(e->scratch);
+    e->scratch = p;
+    e->scratch_cap = cap;
+    return p;
+}
+
+int sl_conv_shape_init(sl_conv_shape *sh, int n, int h, int w, int c, int k, int r, int s,
+                       int stride, int pad)
+{
+    if (n < 1 || h < 1 || w < 1 || c < 1 || k < 1 || r < 1 || s < 1 || stride < 1 || pad < 0)
+        return sl_fail(SL_EINVAL, "sl_conv_shape_init: bad geometry n%d h%d w%d c%d k%d %dx%d "
+                       "stride %d pad %d", n, h, w, c, k, r, s, stride, pad);
+    int p = (h + 2 * pad - r) / stride + 1, q = (w + 2 * pad - s) / stride + 1;
+    if (h + 2 * pad < r || w + 2 * pad < s || p < 1 || q < 1)
+        return sl_fail(SL_EINVAL, "sl_conv_shape_init: %dx%d kernel larger than the padded "
+                       "%dx%d input", r, s, h, w);
+    *sh = (sl_conv_shape){n, h, w, c, k, r, s, stride, pad, p, q};
+    return SL_OK;
+}
+
+int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int stride, int pad)
+{
+    if (n < 1 || h < 1 || w < 1 || c < 1 || r < 1 || stride < 1 || pad < 0 || 2 * pad > r)
+        return sl_fail(SL_EINVAL, "sl_pool_shape_init: bad geometry n%d h%d w%d c%d %dx%d "
+                       "stride %d pad %d", n, h, w, c, r, r, stride, pad);
+    int p = (h + 2 * pad - r) / stride + 1, q = (w + 2 * pad - r) / stride + 1;
+    if (h + 2 * pad < r || w + 2 * pad < r || p < 1 || q < 1)
+        return sl_fail(SL_EINVAL, "sl_pool_shape_init: %dx%d window larger than the padded "
+                       "%dx%d input", r, r, h, w);
+    *sh = (sl_pool_shape){n, h, w, c, r, stride, pad, p, q};
+    return SL_OK;
+}

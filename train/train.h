@@ -1,0 +1,282 @@
+/*
+ * train/train.h - the training side (DESIGN.md section 5): ResNet models
+ * with torchvision's parameter names, SGD with momentum and LR schedules,
+ * safetensors checkpoints PyTorch loads, TensorBoard event files and
+ * metrics.jsonl, and the training / evaluation loops fed by the pipeline.
+ *
+ * Threading: a model, optimizer, summary writer or trainer is used by one
+ * thread at a time. The cpu backend's SGEMMs run on OpenBLAS's threads
+ * (sl_exec.threads); the trainer's input comes from the pipeline's threads.
+ *
+ * Errors: sl_status codes (common/status.h) with sl_errmsg() naming the
+ * function, the file and what is wrong. Nothing here exits.
+ *
+ * Layouts: activations NHWC f32; conv weights are held OHWI (train_int.h
+ * says why) and are OIHW, as torchvision's, in every file we write.
+ */
+#ifndef SL_TRAIN_H
+#define SL_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+#include "pipeline/pipeline.h"
+#include "train/train_int.h" /* sl_exec, sl_backend */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ models */
+
+typedef enum sl_arch {
+    SL_ARCH_RESNET20 = 0, /* CIFAR-style: 3x3 stem, 3 stages x 3 BasicBlocks, widths w, 2w, 4w */
+    SL_ARCH_RESNET18,     /* torchvision resnet18 */
+    SL_ARCH_RESNET50,     /* torchvision resnet50 (v1.5: stride on the 3x3 conv) */
+} sl_arch;
+
+const char *sl_arch_name(sl_arch a);        /* "resnet20" ... */
+int sl_arch_parse(const char *name, sl_arch *out); /* SL_EINVAL for unknown names */
+
+typedef struct sl_model_config {
+    sl_arch arch;
+    int classes;            /* fc outputs */
+    int width;              /* base width: 0 = 16 (resnet20) or 64 (resnet18/50) */
+    int zero_init_residual; /* each block's last BN gamma starts at 0 (default 1) */
+    float bn_momentum;      /* PyTorch's convention: new = (1-m)*old + m*batch; 0.1 */
+    float bn_eps;           /* 1e-5 */
+    uint64_t seed;          /* initialization (kaiming-normal fan_out convs, torch's fc init) */
+} sl_model_config;
+
+#define SL_MODEL_CONFIG_INIT {SL_ARCH_RESNET50, 1000, 0, 1, 0.1f, 1e-5f, 0}
+
+typedef enum sl_dtype_tag { SL_T_F32 = 0, SL_T_I64 } sl_dtype_tag;
+
+#define SL_TENSOR_PARAM 1u  /* trained (has grad) */
+#define SL_TENSOR_DECAY 2u  /* weight decay applies: conv and fc weights, not BN, not biases */
+#define SL_TENSOR_BUFFER 4u /* running_mean / running_var / num_batches_tracked */
+#define SL_TENSOR_OHWI 8u   /* held (k, r, s, c); shape[] is torchvision's (k, c, r, s) */
+
+/* One entry of a model's state dict, in torchvision's order. data and grad
+ * (grad NULL for buffers) are owned by the model, valid until it is
+ * destroyed. */
+typedef struct sl_tensor_info {
+    const char *name;  /* "layer1.0.bn2.running_var" */
+    sl_dtype_tag dtype;
+    void *data;        /* float* or int64_t* */
+    float *grad;
+    int64_t numel;
+    int ndim;
+    int64_t shape[4];  /* torchvision's shape (OIHW for convs) */
+    unsigned flags;
+} sl_tensor_info;
+
+typedef struct sl_model sl_model;
+
+/* Build and initialize a model for inputs (n <= max_batch, h, w, 3) NHWC
+ * f32. Activations for max_batch are allocated here (sl_model_bytes). */
+int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_model **out);
+void sl_model_destroy(sl_model *m);
+const sl_model_config *sl_model_config_of(const sl_model *m);
+/* The state dict: params and buffers in torchvision order. The array is
+ * the model's, valid until sl_model_destroy. */
+sl_tensor_info *sl_model_tensors(sl_model *m, int *count);
+/* Look up one entry by name; NULL when absent. */
+sl_tensor_info *sl_model_tensor(sl_model *m, const char *name);
+int64_t sl_model_param_count(const sl_model *m); /* trainable scalars */
+size_t sl_model_bytes(const sl_model *m);        /* weights + activations + grads */
+int sl_model_input_size(const sl_model *m, int *h, int *w);
+
+/* Forward x (n, h, w, 3) NHWC f32 through the model. train = 1: batch
+ * statistics (running stats updated), activations kept for backward;
+ * train = 0: running statistics. *logits (n, classes) points into the
+ * model, valid until its next forward. */
+int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
+                     const float **logits);
+/* Backward from dlogits (n, classes) of the last train forward: every
+ * param's grad is overwritten. dx (n, h, w, 3) may be NULL (it is then not
+ * computed; gradient checks pass a buffer). */
+int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx);
+
+/* --------------------------------------------------------------- optimizer */
+
+typedef struct sl_sgd_config {
+    float momentum;      /* 0.9 */
+    int nesterov;        /* 0 */
+    float weight_decay;  /* 5e-5; applied only to SL_TENSOR_DECAY tensors */
+} sl_sgd_config;
+
+#define SL_SGD_CONFIG_INIT {0.9f, 0, 5e-5f}
+
+typedef struct sl_sgd sl_sgd;
+
+/* An optimizer over every SL_TENSOR_PARAM entry of tensors (count of them;
+ * the array must outlive the optimizer). Momentum buffers start at zero.
+ * PyTorch's SGD exactly: g += wd*p (decay tensors), buf = m*buf + g (the
+ * first step buf = g), step = nesterov ? g + m*buf : buf, p -= lr*step. */
+int sl_sgd_create(const sl_sgd_config *cfg, sl_tensor_info *tensors, int count, sl_sgd **out);
+void sl_sgd_destroy(sl_sgd *o);
+int sl_sgd_step(sl_sgd *o, float lr);
+/* The optimizer state as state-dict entries named "optimizer.<param>.momentum_buffer"
+ * (f32, the param's shape, OHWI flag as the param) plus "optimizer.step" (i64
+ * scalar). Owned by o. */
+sl_tensor_info *sl_sgd_tensors(sl_sgd *o, int *count);
+
+/* ---------------------------------------------------------------- schedule */
+
+typedef enum sl_sched_kind {
+    SL_SCHED_COSINE = 0, /* 0.5*(1+cos(pi*t)) after warmup */
+    SL_SCHED_STEP,       /* x0.1 at 1/3, 2/3 and 8/9 of the steps after warmup (30/60/80 of 90) */
+    SL_SCHED_POLY,       /* (1-t)^2 */
+} sl_sched_kind;
+
+typedef struct sl_schedule {
+    sl_sched_kind kind;
+    double peak_lr;       /* base_lr * global_batch / 256 */
+    int64_t warmup_steps; /* linear from peak_lr/warmup_steps to peak_lr (Goyal et al.) */
+    int64_t total_steps;
+} sl_schedule;
+
+const char *sl_sched_name(sl_sched_kind k);
+int sl_sched_parse(const char *name, sl_sched_kind *out);
+/* LR for 0-based step; t = (step - warmup)/(total - warmup) in [0, 1]. */
+double sl_schedule_lr(const sl_schedule *s, int64_t step);
+
+/* ---------------------------------------------------------- safetensors */
+/* https://huggingface.co/docs/safetensors: u64 LE header length, a JSON
+ * header {"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
+ * "__metadata__": {str: str}}, then the data (little-endian, C order). */
+
+typedef struct sl_st_tensor {
+    const char *name;
+    sl_dtype_tag dtype; /* F32 or I64 */
+    int ndim;           /* 0 for a scalar */
+    int64_t shape[4];
+    const void *data;   /* numel * element size bytes, in shape order */
+} sl_st_tensor;
+
+/* Write count tensors and string metadata (meta_kv: 2*meta_count strings,
+ * key then value; may be NULL) to path atomically (path.tmp, fsync,
+ * rename). Names must be unique. */
+int sl_safetensors_write(const char *path, const sl_st_tensor *t, int count,
+                         const char *const *meta_kv, int meta_count);
+
+typedef struct sl_safetensors sl_safetensors;
+/* Open and validate path (header JSON, offsets inside the file, no
+ * overlaps, dtypes F32/I64/F16/BF16 known): SL_ECORRUPT naming the file and the tensor. */
+int sl_safetensors_open(const char *path, sl_safetensors **out);
+void sl_safetensors_close(sl_safetensors *f);
+int sl_safetensors_count(const sl_safetensors *f);
+/* The i-th tensor (file order) or the named one (SL_ENOENT); data points
+ * into f, valid until close. */
+int sl_safetensors_at(const sl_safetensors *f, int i, sl_st_tensor *out);
+int sl_safetensors_find(const sl_safetensors *f, const char *name, sl_st_tensor *out);
+/* Metadata value for key, or NULL. Valid until close. */
+const char *sl_safetensors_meta(const sl_safetensors *f, const char *key);
+
+/* --------------------------------------------------------------- checkpoint */
+/* A checkpoint is PREFIX.safetensors (the model's state dict in torchvision
+ * names and shapes, then the optimizer's entries, metadata
+ * sluice.arch / sluice.width / sluice.classes / sluice.image_size) and
+ * PREFIX.json (step, epoch, schedule, pipeline state, RNG; written last, so
+ * a checkpoint exists only when its JSON does). */
+
+/* Save m (and o when not NULL) with state_json (a JSON object text, copied
+ * verbatim into PREFIX.json as "state"), both files atomically. image_size is
+ * recorded in the metadata for sluice eval. */
+int sl_checkpoint_save(const char *prefix, sl_model *m, sl_sgd *o, int image_size,
+                       const char *state_json);
+/* Load weights and buffers by name into m (shapes must match; OIHW -> OHWI),
+ * and the optimizer state into o when not NULL and present. strict = 1:
+ * every model tensor must be in the file. */
+int sl_checkpoint_load(const char *safetensors_path, sl_model *m, sl_sgd *o, int strict);
+/* The model config and image size recorded in a checkpoint's metadata
+ * (classes, arch, width), for building the model before loading. */
+int sl_checkpoint_model_config(const char *safetensors_path, sl_model_config *cfg,
+                               int *image_size);
+/* Newest complete checkpoint in dir: *prefix gets a malloc'ed
+ * "DIR/ckpt-000001234" (caller frees); SL_ENOENT when none. */
+int sl_checkpoint_latest(const char *dir, char **prefix);
+/* PREFIX.json's "state" object as malloc'ed JSON text (caller frees). */
+int sl_checkpoint_read_state(const char *prefix, char **state_json);
+
+/* ---------------------------------------------------------------- summaries */
+/* TensorBoard event files: LOGDIR/events.out.tfevents.<secs>.<host>.<pid>.sluice,
+ * TFRecord framing (records/) of Event protos: first {wall_time,
+ * file_version: "brain.Event:2"}, then {wall_time, step, summary {value {tag,
+ * simple_value}}}; plus LOGDIR/metrics.jsonl with one JSON object per
+ * sl_summary_scalars call. Appended and flushed per call so TensorBoard
+ * follows a running job; a crash loses at most the record being written. */
+
+typedef struct sl_summary sl_summary;
+int sl_summary_open(const char *logdir, sl_summary **out); /* creates logdir */
+/* Write n scalars for step: one Event holding n values, one metrics.jsonl line
+ * {"step": step, "wall_time": t, tag: value, ...} (extra_json, when not NULL,
+ * is a JSON object text whose members are appended to the line). */
+int sl_summary_scalars(sl_summary *s, int64_t step, const char *const *tags,
+                       const double *values, int n, const char *extra_json);
+const char *sl_summary_path(const sl_summary *s); /* the event file */
+int sl_summary_close(sl_summary *s);              /* NULL is a no-op */
+
+/* Read an event file back: fn is called for every scalar value in order;
+ * a non-zero return from fn stops the walk and is returned. SL_ECORRUPT on a
+ * bad record or proto, naming file and record. */
+typedef int (*sl_event_fn)(void *ctx, int64_t step, double wall_time, const char *tag,
+                           float value);
+int sl_events_read(const char *path, sl_event_fn fn, void *ctx);
+
+/* ---------------------------------------------------------------- trainer */
+
+typedef struct sl_train_config {
+    sl_pipeline_config data;     /* the train input (split, batch, image size, ...) */
+    const char *eval_split;      /* evaluated after each epoch; NULL or "" for none */
+    sl_model_config model;
+    sl_sgd_config sgd;
+    sl_backend backend;
+    int threads;                 /* 0 = all cores */
+    int64_t epochs;              /* used when max_steps == 0 */
+    int64_t max_steps;           /* > 0: stop after this many steps */
+    double base_lr;              /* per 256 images: peak = base_lr * batch / 256 */
+    double warmup_epochs;
+    sl_sched_kind schedule;
+    float label_smoothing;
+    const char *logdir;          /* NULL: no events / metrics */
+    const char *ckpt_dir;        /* NULL: no checkpoints */
+    int64_t ckpt_every;          /* steps; 0 = at the end of each epoch and at the end */
+    int resume;                  /* continue from the newest checkpoint in ckpt_dir */
+    int64_t log_every;           /* steps between progress lines; 0 = about 10 per epoch */
+    FILE *progress;              /* progress lines; NULL = stderr */
+} sl_train_config;
+
+typedef struct sl_train_result {
+    int64_t steps;               /* global step reached */
+    int64_t epochs_done;
+    double final_loss;           /* mean train loss over the last epoch (or since start) */
+    double eval_top1, eval_top5; /* last evaluation; -1 when none ran */
+    double images_per_sec;       /* training throughput, this run */
+    double seconds;
+    char checkpoint[4096];       /* last checkpoint prefix written, "" if none */
+} sl_train_result;
+
+/* Config defaults for the data's dataset (image size from dataset.json) and
+ * the arch; the caller then overrides what the user gave. */
+void sl_train_config_init(sl_train_config *cfg);
+int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
+
+typedef struct sl_eval_result {
+    int64_t images;
+    double top1, top5, loss;
+    double seconds;
+} sl_eval_result;
+
+/* Evaluate m on a pipeline configured for eval (in order, eval transform,
+ * no drop-remainder): every record once. */
+int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data, sl_eval_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SL_TRAIN_H */

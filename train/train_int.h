@@ -1,0 +1,200 @@
+/*
+ * train/train_int.h - private to train/: the op table: forward and backward of every layer ResNet
+ * needs, with one backend per file set (DESIGN.md section 5):
+ *
+ *   *_ref.c   naive loops, the oracle; always built
+ *   *_cpu.c   im2col + OpenBLAS SGEMM, vectorized loops
+ *   *_cuda.*  cuDNN / cuBLAS / own kernels (slots return SL_ENOTSUP until
+ *             the GPU issue fills them)
+ *
+ * Layout: activations are NHWC f32, (n, h, w, c) with c fastest. Conv
+ * weights are OHWI, (k, r, s, c): the im2col rows are then runs of c
+ * contiguous floats, and cuDNN's NHWC filter format (KRSC) is the same, so
+ * the CUDA backend shares it. Checkpoints transpose to torchvision's OIHW at
+ * save/load (train/checkpoint.c). Linear weights are torch's (out, in).
+ *
+ * Semantics shared by every op:
+ *   - outputs are overwritten, never accumulated into (the model adds
+ *     gradients of a tensor used twice with sl_ops.add);
+ *   - all pointers are on the backend's device (host for ref/cpu);
+ *   - ops return SL_OK, SL_ENOMEM (scratch), SL_ENOTSUP (missing slot) or
+ *     SL_ECUDA and friends; shapes are checked by the caller (the model).
+ *
+ * Threading: an sl_exec belongs to one thread at a time (its scratch buffer
+ * is not shared); replicas (issue 5) each have their own. The cpu backend
+ * uses OpenBLAS's threads inside SGEMM (sl_exec.threads of them) and runs
+ * its own loops on the calling thread; train/ops.c says why.
+ */
+#ifndef SL_TRAIN_INT_H
+#define SL_TRAIN_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sl_backend {
+    SL_BACKEND_REF = 0,
+    SL_BACKEND_CPU,
+    SL_BACKEND_CUDA,
+} sl_backend;
+
+struct sl_ops;
+
+/* Execution context: backend table + scratch memory + threads. */
+typedef struct sl_exec {
+    const struct sl_ops *ops;
+    sl_backend backend;
+    int threads;        /* BLAS threads (cpu); 0 = all cores */
+    void *scratch;      /* grown by sl_exec_scratch; freed by sl_exec_fini */
+    size_t scratch_cap;
+    void *cuda;         /* backend state (streams, handles) for cuda; NULL otherwise */
+} sl_exec;
+
+/* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. */
+int sl_exec_init(sl_exec *e, sl_backend b, int threads);
+void sl_exec_fini(sl_exec *e);
+/* Scratch of at least bytes, valid until the next call on e (64-byte aligned).
+ * NULL (with sl_fail(SL_ENOMEM, ...)) when allocation fails. */
+void *sl_exec_scratch(sl_exec *e, size_t bytes);
+const char *sl_backend_name(sl_backend b);
+
+/* Convolution geometry. Input x (n, h, w, c); weight (k, r, s, c);
+ * output y (n, p, q, k), p = (h + 2*pad - r)/stride + 1, q likewise. */
+typedef struct sl_conv_shape {
+    int n, h, w, c;
+    int k, r, s;
+    int stride, pad;
+    int p, q;
+} sl_conv_shape;
+
+/* Fill sh and compute p, q; SL_EINVAL when the output would be empty. */
+int sl_conv_shape_init(sl_conv_shape *sh, int n, int h, int w, int c, int k, int r, int s,
+                       int stride, int pad);
+
+/* Max-pool geometry (torchvision stem: 3x3, stride 2, pad 1; padding never wins). */
+typedef struct sl_pool_shape {
+    int n, h, w, c;
+    int r, stride, pad;
+    int p, q;
+} sl_pool_shape;
+int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int stride, int pad);
+
+typedef struct sl_ops {
+    const char *name;
+
+    /* y = conv(x, w); no bias (ResNet convs have none). */
+    int (*conv_fwd)(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
+                    float *y);
+    /* dx = conv_transpose(dy, w): (n, h, w, c). */
+    int (*conv_bwd_data)(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                         float *dx);
+    /* dw = sum over n, p, q of dy x patch: (k, r, s, c). */
+    int (*conv_bwd_filter)(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *dy,
+                           float *dw);
+
+    /* Batch norm over rows = n*h*w rows of c channels (NHWC flattened).
+     * Training: mean/var over the rows (biased var for normalizing, unbiased
+     * for the running update, as PyTorch), y = gamma*(x-mean)*invstd + beta,
+     * running = (1-momentum)*running + momentum*batch_stat; saves mean and
+     * invstd (c each) for backward. */
+    int (*bn_fwd_train)(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, float momentum, float eps, float *running_mean,
+                        float *running_var, float *y, float *save_mean, float *save_invstd);
+    /* Inference: normalize with the running statistics. */
+    int (*bn_fwd_eval)(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                       const float *beta, const float *running_mean, const float *running_var,
+                       float eps, float *y);
+    /* dx, dgamma, dbeta from dy and the saved statistics of bn_fwd_train. */
+    int (*bn_bwd)(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd,
+                  float *dx, float *dgamma, float *dbeta);
+
+    /* y = max(x, 0) over n elements (y may alias x). */
+    int (*relu_fwd)(sl_exec *e, int64_t n, const float *x, float *y);
+    /* dx = dy where y > 0 else 0 (dx may alias dy). */
+    int (*relu_bwd)(sl_exec *e, int64_t n, const float *y, const float *dy, float *dx);
+    /* y = a + b over n elements (y may alias a or b). */
+    int (*add)(sl_exec *e, int64_t n, const float *a, const float *b, float *y);
+
+    /* Max pool: y (n, p, q, c); argmax (n*p*q*c) int32 index into x of the
+     * winner (first maximum in scan order r then s), for backward. */
+    int (*maxpool_fwd)(sl_exec *e, const sl_pool_shape *sh, const float *x, float *y,
+                       int32_t *argmax);
+    /* dx (n, h, w, c) = scatter of dy through argmax (dx zeroed first). */
+    int (*maxpool_bwd)(sl_exec *e, const sl_pool_shape *sh, const float *dy,
+                       const int32_t *argmax, float *dx);
+
+    /* Global average pool: x (n, hw, c) -> y (n, c); backward spreads dy/hw. */
+    int (*gap_fwd)(sl_exec *e, int n, int hw, int c, const float *x, float *y);
+    int (*gap_bwd)(sl_exec *e, int n, int hw, int c, const float *dy, float *dx);
+
+    /* Fully connected: x (n, in), w (out, in) as torch, b (out): y = x w^T + b. */
+    int (*fc_fwd)(sl_exec *e, int n, int in, int out, const float *x, const float *w,
+                  const float *b, float *y);
+    /* dx = dy w (n, in); dw = dy^T x (out, in); db = sum_n dy (out). dx may be NULL. */
+    int (*fc_bwd)(sl_exec *e, int n, int in, int out, const float *x, const float *w,
+                  const float *dy, float *dx, float *dw, float *db);
+
+    /* Softmax cross-entropy with label smoothing s (PyTorch's definition:
+     * target = (1-s)*onehot + s/classes). logits (n, classes), labels in
+     * [0, classes). *loss = mean over n; dlogits = (softmax - target)/n;
+     * correct (may be NULL) = number of rows whose argmax is the label. */
+    int (*xent_fwd_bwd)(sl_exec *e, int n, int classes, const float *logits,
+                        const int32_t *labels, float smoothing, float *loss, float *dlogits,
+                        int *correct);
+} sl_ops;
+
+
+/* The functions behind the tables, one set per backend file:
+ *   conv_ref.c / conv_cpu.c      conv_fwd, conv_bwd_data, conv_bwd_filter
+ *   linear_ref.c / linear_cpu.c  fc_fwd, fc_bwd
+ *   norm_ref.c / norm_cpu.c      bn_fwd_train, bn_fwd_eval, bn_bwd
+ *   act_ref.c / act_cpu.c        relu, add, maxpool, gap, xent
+ * ops.c assembles sl_ops_ref / sl_ops_cpu / sl_ops_cuda from them. */
+#define SL_DECLARE_OPS(sfx)                                                                   \
+    int sl_conv_fwd_##sfx(sl_exec *, const sl_conv_shape *, const float *, const float *,     \
+                          float *);                                                           \
+    int sl_conv_bwd_data_##sfx(sl_exec *, const sl_conv_shape *, const float *, const float *,\
+                               float *);                                                      \
+    int sl_conv_bwd_filter_##sfx(sl_exec *, const sl_conv_shape *, const float *,             \
+                                 const float *, float *);                                     \
+    int sl_bn_fwd_train_##sfx(sl_exec *, int64_t, int, const float *, const float *,          \
+                              const float *, float, float, float *, float *, float *, float *,\
+                              float *);                                                       \
+    int sl_bn_fwd_eval_##sfx(sl_exec *, int64_t, int, const float *, const float *,           \
+                             const float *, const float *, const float *, float, float *);    \
+    int sl_bn_bwd_##sfx(sl_exec *, int64_t, int, const float *, const float *, const float *, \
+                        const float *, const float *, float *, float *, float *);             \
+    int sl_relu_fwd_##sfx(sl_exec *, int64_t, const float *, float *);                        \
+    int sl_relu_bwd_##sfx(sl_exec *, int64_t, const float *, const float *, float *);         \
+    int sl_add_##sfx(sl_exec *, int64_t, const float *, const float *, float *);              \
+    int sl_maxpool_fwd_##sfx(sl_exec *, const sl_pool_shape *, const float *, float *,        \
+                             int32_t *);                                                      \
+    int sl_maxpool_bwd_##sfx(sl_exec *, const sl_pool_shape *, const float *, const int32_t *,\
+                             float *);                                                        \
+    int sl_gap_fwd_##sfx(sl_exec *, int, int, int, const float *, float *);                   \
+    int sl_gap_bwd_##sfx(sl_exec *, int, int, int, const float *, float *);                   \
+    int sl_fc_fwd_##sfx(sl_exec *, int, int, int, const float *, const float *, const float *,\
+                        float *);                                                             \
+    int sl_fc_bwd_##sfx(sl_exec *, int, int, int, const float *, const float *, const float *,\
+                        float *, float *, float *);                                           \
+    int sl_xent_fwd_bwd_##sfx(sl_exec *, int, int, const float *, const int32_t *, float,     \
+                              float *, float *, int *);
+
+SL_DECLARE_OPS(ref)
+SL_DECLARE_OPS(cpu)
+
+extern const sl_ops sl_ops_ref;
+extern const sl_ops sl_ops_cpu;
+extern const sl_ops sl_ops_cuda; /* every slot SL_ENOTSUP until the GPU issue */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SL_TRAIN_INT_H */
