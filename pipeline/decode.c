@@ -25,12 +25,15 @@
  *   - jpeg_skip_scanlines above the crop (entropy decode only, no IDCT,
  *     upsampling or color conversion), and jpeg_abort_decompress after the
  *     crop's last row: the rows below are never touched.
- * Then sl_resize_rgb_u8 maps the crop, in scaled coordinates (bounds
- * x*M/8 rounded to the nearest pixel), to ow x oh: area averaging when that
- * shrinks by 2 or more, bilinear otherwise. The rounding moves the crop's
- * edges by at most half a scaled pixel, which is at most half an output
- * pixel (the scaled crop has at least ow x oh pixels): invisible to a
- * random crop, and under a pixel for the eval center crop.
+ * Then sl_resize_rgb_u8 (sl_decode_crop) or sl_resample_sample
+ * (sl_decode_crop_sample: the same filter, fused with flip, normalization
+ * and layout, straight into a batch slot) maps the crop, in scaled
+ * coordinates (bounds x*M/8 rounded to the nearest pixel), to ow x oh:
+ * area averaging when that shrinks by 2 or more, bilinear otherwise. The
+ * rounding moves the crop's edges by at most half a scaled pixel, which is
+ * at most half an output pixel (the scaled crop has at least ow x oh
+ * pixels): invisible to a random crop, and under a pixel for the eval
+ * center crop.
  *
  * SLUICE_DECODE=full (read once, at sl_decoder_create) takes the plain path
  * instead: decode the whole image at scale 1 to the end (EOI), crop, resize.
@@ -96,7 +99,12 @@ typedef struct sl_decode_job {
     size_t len;
     const sl_crop *crop;
     int ow, oh, pitch;
-    uint8_t *dst;
+    uint8_t *dst;             /* sl_decode_crop: RGB u8 rows of pitch bytes */
+    int flip;                 /* sl_decode_crop_sample: the sample's transform */
+    sl_layout layout;
+    const float *mean, *std;
+    void *out;
+    const char *fn;           /* the public function, for messages */
     int *w, *h;               /* sl_decoder_header's outputs */
 } sl_decode_job;
 
@@ -242,17 +250,19 @@ static int header_body(sl_decoder *d, const sl_decode_job *j)
     return rc;
 }
 
-/* Decode the crop (ROI or full path) and resize it into j->dst. */
-static int crop_body(sl_decoder *d, const sl_decode_job *j)
+/* Decode the crop (ROI or full path) into d->buf: *src points at its
+ * first pixel, (*sh, *sw, 3) u8 with row pitch *sp bytes. */
+static int decode_strip(sl_decoder *d, const sl_decode_job *j, const uint8_t **src, int *sw,
+                        int *sh, int *sp)
 {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     const sl_crop *c = j->crop;
-    int rc = read_header(d, j, "sl_decode_crop");
+    int rc = read_header(d, j, j->fn);
     if (rc)
         return rc;
     int W = (int)ci->image_width, H = (int)ci->image_height;
     if (c->x < 0 || c->y < 0 || c->w < 1 || c->h < 1 || c->x > W - c->w || c->y > H - c->h)
-        return sl_fail(SL_EINVAL, "sl_decode_crop: crop %dx%d at (%d,%d) outside the %dx%d image",
+        return sl_fail(SL_EINVAL, "%s: crop %dx%d at (%d,%d) outside the %dx%d image", j->fn,
                        c->w, c->h, c->x, c->y, W, H);
 
     int m = d->full ? 8 : pick_scale(c->w, c->h, j->ow, j->oh, min_scale(ci));
@@ -261,7 +271,7 @@ static int crop_body(sl_decoder *d, const sl_decode_job *j)
     ci->out_color_space = JCS_RGB; /* gray is expanded by the color converter */
     jpeg_start_decompress(ci);
     if (ci->output_components != 3)
-        return sl_fail(SL_EIMAGE, "sl_decode_crop: decoder gives %d components, not RGB",
+        return sl_fail(SL_EIMAGE, "%s: decoder gives %d components, not RGB", j->fn,
                        ci->output_components);
 
     /* The crop at scale m/8: [sx0, sx1) x [sy0, sy1) in output pixels,
@@ -293,7 +303,7 @@ static int crop_body(sl_decoder *d, const sl_decode_job *j)
     if (first > 0) {
         JDIMENSION skipped = jpeg_skip_scanlines(ci, first);
         if (skipped != first)
-            return sl_fail(SL_EIMAGE, "sl_decode_crop: skipped %u of %u rows", skipped, first);
+            return sl_fail(SL_EIMAGE, "%s: skipped %u of %u rows", j->fn, skipped, first);
     }
     for (JDIMENSION y = first; y < last;) {
         JSAMPROW rows[SL_DECODE_ROWS];
@@ -302,15 +312,40 @@ static int crop_body(sl_decoder *d, const sl_decode_job *j)
             rows[k] = d->buf + (size_t)(y - first + k) * rowb;
         JDIMENSION got = jpeg_read_scanlines(ci, rows, n);
         if (got == 0) /* only a suspending source returns 0; jpeg_mem_src does not */
-            return sl_fail(SL_EIMAGE, "sl_decode_crop: no data for row %u", y);
+            return sl_fail(SL_EIMAGE, "%s: no data for row %u", j->fn, y);
         y += got;
     }
     if (d->full)
         jpeg_finish_decompress(ci); /* read to EOI: damage after the crop counts too */
 
-    const uint8_t *src = d->buf + (size_t)(sy0 - (int)first) * rowb + (size_t)(sx0 - (int)xoff) * 3;
-    sl_resize_rgb_u8(src, sx1 - sx0, sy1 - sy0, (int)rowb, j->dst, j->ow, j->oh, j->pitch);
+    *src = d->buf + (size_t)(sy0 - (int)first) * rowb + (size_t)(sx0 - (int)xoff) * 3;
+    *sw = sx1 - sx0;
+    *sh = sy1 - sy0;
+    *sp = (int)rowb;
     return SL_OK;
+}
+
+/* sl_decode_crop: the strip resized into j->dst. */
+static int crop_body(sl_decoder *d, const sl_decode_job *j)
+{
+    const uint8_t *src;
+    int sw, sh, sp;
+    int rc = decode_strip(d, j, &src, &sw, &sh, &sp);
+    if (rc == SL_OK)
+        sl_resize_rgb_u8(src, sw, sh, sp, j->dst, j->ow, j->oh, j->pitch);
+    return rc;
+}
+
+/* sl_decode_crop_sample: the strip resampled into the sample at j->out. */
+static int sample_body(sl_decoder *d, const sl_decode_job *j)
+{
+    const uint8_t *src;
+    int sw, sh, sp;
+    int rc = decode_strip(d, j, &src, &sw, &sh, &sp);
+    if (rc == SL_OK)
+        sl_resample_sample(src, sw, sh, sp, j->ow, j->oh, j->flip, j->layout, j->mean, j->std,
+                           j->out);
+    return rc;
 }
 
 /* Run body with libjpeg errors caught: a longjmp lands here with the
@@ -349,6 +384,25 @@ int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop
     if (rc)
         return sl_fail(rc, "sl_decode_crop: %s", sl_errmsg());
     sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh,
-                       .pitch = pitch, .dst = dst};
+                       .pitch = pitch, .dst = dst, .fn = "sl_decode_crop"};
     return guarded(d, crop_body, &j, "sl_decode_crop");
+}
+
+int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
+                          int ow, int oh, int flip, sl_layout layout, const float mean[3],
+                          const float std[3], void *dst)
+{
+    if (!d || !crop || !dst || (!jpeg && len) ||
+        (layout != SL_LAYOUT_NHWC_U8 && (!mean || !std)))
+        return sl_fail(SL_EINVAL, "sl_decode_crop_sample: NULL argument");
+    if (ow < 1 || oh < 1 || ow > INT32_MAX / 3 || (unsigned)layout > SL_LAYOUT_NCHW_F32)
+        return sl_fail(SL_EINVAL, "sl_decode_crop_sample: output %dx%d in layout %d", ow, oh,
+                       (int)layout);
+    int rc = sl_jpeg_scan(jpeg, len);
+    if (rc)
+        return sl_fail(rc, "sl_decode_crop_sample: %s", sl_errmsg());
+    sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh, .flip = flip,
+                       .layout = layout, .mean = mean, .std = std, .out = dst,
+                       .fn = "sl_decode_crop_sample"};
+    return guarded(d, sample_body, &j, "sl_decode_crop_sample");
 }

@@ -26,8 +26,10 @@ enum { SL_STAGE_READ = 0, SL_STAGE_SHUFFLE, SL_STAGE_MAP, SL_STAGE_LOAD, SL_STAG
  * only that reader touches them) and after (read-only for everyone). */
 typedef struct sl_unit {
     sl_read_unit u;
-    uint8_t *data;      /* (u.bytes) the records' framed bytes, from u.offset */
-    size_t cap;         /* allocated bytes of data */
+    const uint8_t *data;/* (u.bytes) the records' framed bytes, from u.offset: in the
+                         * shard's mapping, or in buf */
+    uint8_t *buf;       /* own: pread target when the shard is not mapped */
+    size_t cap;         /* allocated bytes of buf */
     uint8_t *bad;       /* (u.nrec) sl_frame_status per record (records.h) */
     uint32_t bad_cap;
     uint32_t id;        /* index in the live table (the high half of a record handle) */
@@ -36,6 +38,12 @@ typedef struct sl_unit {
     int ready;          /* read and checked */
     struct sl_unit *next_free; /* pool link */
 } sl_unit;
+
+/* A shard file's read-only mapping (reader.c). */
+typedef struct sl_shard_map {
+    const uint8_t *base;
+    size_t len;
+} sl_shard_map;
 
 /* A shuffle item: (live table id, record index in the unit). */
 static inline uint64_t sl_handle(uint32_t id, uint32_t idx)
@@ -61,7 +69,6 @@ typedef struct sl_worker {
     unsigned index;     /* 0..W-1 */
     uint32_t tid;       /* trace thread id */
     sl_decoder *dec;    /* own */
-    uint8_t *rgb;       /* own: (height, width, 3) u8 decode target */
     uint8_t *rec;       /* own: one framed record (max_record bytes), for refills */
 } sl_worker;
 
@@ -139,8 +146,14 @@ struct sl_pipeline {
     uint64_t bad_count;         /* skipped records */
     char (*bad)[256];           /* (SL_PIPELINE_MAX_BAD_REPORT) first messages */
 
-    /* shard files: fds[i] opened lazily, -1 until then (atomic loads/stores) */
+    /* shard files: fds[i] opened lazily, -1 until then (atomic loads/stores);
+     * maps[i] set before fds[i] is published: the whole file mapped
+     * read-only, or {NULL, 0} (not a regular file, mmap failed, or
+     * SLUICE_READ=pread): units of that shard are read with pread */
     int *fds;
+    sl_shard_map *maps;
+    int use_pread;              /* SLUICE_READ=pread, read at create */
+    int no_populate;            /* atomic: MADV_POPULATE_READ unsupported (kernel < 5.14) */
     pthread_mutex_t fd_mu;
 
     /* threads */
@@ -192,12 +205,15 @@ void *sl_reader_main(void *arg);
 sl_unit *sl_unit_claim_locked(sl_pipeline *p, const sl_read_unit *u);
 /* Return a unit whose refs reached 0 to the pool or free it (mu held). */
 void sl_unit_release_locked(sl_pipeline *p, sl_unit *un);
-/* Read a claimed unit's bytes with one pread and check every record's
- * framing and CRCs into un->bad (no lock; only the caller touches un). */
+/* Make a claimed unit's bytes readable (a view into the shard's mapping,
+ * its pages populated with one madvise; or one pread into un->buf) and
+ * check every record's framing and CRCs into un->bad (no lock; only the
+ * caller touches un). */
 int sl_unit_read(sl_pipeline *p, sl_unit *un);
 /* Free every unit (live and pooled) and the tables; threads are joined. */
 void sl_units_free_all(sl_pipeline *p);
-/* Shard i's read-only fd, opened on first use and shared by all threads. */
+/* Shard i's read-only fd, opened (and the file mapped, see maps) on first
+ * use and shared by all threads. */
 int sl_shard_fd(sl_pipeline *p, uint32_t shard, int *fd);
 void sl_shard_fds_close(sl_pipeline *p);
 /* pread exactly n bytes at off; SL_EIO (errno) or SL_ECORRUPT (file too short). */

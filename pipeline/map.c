@@ -118,11 +118,12 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
     } else {
         sl_eval_geometry(W, H, c->height, c->width, c->crop_fraction, &crop);
     }
-    rc = sl_decode_crop(w->dec, ex.image, ex.image_len, &crop, c->width, c->height, w->rgb,
-                        c->width * 3);
+    /* Decode, resize, flip, normalize and lay out in one pass into the slot
+     * (decode.c, resample.c). */
+    rc = sl_decode_crop_sample(w->dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
+                               c->layout, c->mean, c->std, dst);
     if (rc)
         return rc;
-    sl_store_sample(w->rgb, c->height, c->width, flip, c->layout, c->mean, c->std, dst);
     *label = (int32_t)l;
     return SL_OK;
 }

@@ -267,8 +267,6 @@ static int alloc_ring(sl_pipeline *p)
 
 static int alloc_threads(sl_pipeline *p)
 {
-    const sl_pipeline_config *c = &p->cfg;
-    size_t rgb = (size_t)c->height * (size_t)c->width * 3;
     p->threads = calloc(p->readers + p->workers, sizeof *p->threads);
     p->rctx = calloc(p->readers, sizeof *p->rctx);
     p->wk = calloc(p->workers, sizeof *p->wk);
@@ -282,9 +280,8 @@ static int alloc_threads(sl_pipeline *p)
         int rc = sl_decoder_create(&w->dec);
         if (rc)
             return sl_fail(rc, "sl_pipeline_create: %s", sl_errmsg());
-        w->rgb = malloc(rgb);
         w->rec = malloc(p->src.max_record ? (size_t)p->src.max_record : 1);
-        if (!w->rgb || !w->rec)
+        if (!w->rec)
             return sl_fail(SL_ENOMEM, "sl_pipeline_create: worker buffers: out of memory");
     }
     return SL_OK;
@@ -357,13 +354,16 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         goto fail;
     }
     p->fds = malloc((p->src.n ? p->src.n : 1) * sizeof *p->fds);
+    p->maps = calloc(p->src.n ? p->src.n : 1, sizeof *p->maps);
     p->bad = calloc(SL_PIPELINE_MAX_BAD_REPORT, sizeof *p->bad);
-    if (!p->fds || !p->bad || alloc_ring(p)) {
+    if (!p->fds || !p->maps || !p->bad || alloc_ring(p)) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
     }
     for (size_t i = 0; i < p->src.n; i++)
         p->fds[i] = -1;
+    const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
+    p->use_pread = rd && strcmp(rd, "pread") == 0;
     if ((rc = alloc_threads(p)))
         goto fail;
     p->skip_seq = UINT64_MAX;
@@ -418,7 +418,6 @@ void sl_pipeline_destroy(sl_pipeline *p)
     if (p->wk)
         for (unsigned i = 0; i < p->workers; i++) {
             sl_decoder_destroy(p->wk[i].dec);
-            free(p->wk[i].rgb);
             free(p->wk[i].rec);
         }
     free(p->wk);

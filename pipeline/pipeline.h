@@ -23,6 +23,11 @@
  *
  * Memory: bounded by configuration: the shuffle buffer (records and bytes),
  * the reader window (bytes) and the batch ring (prefetch x batch bytes).
+ * Shard files are memory-mapped read-only where they can be (regular
+ * files), so records are read in place from the page cache; environment
+ * SLUICE_READ=pread (read at create) reads them with pread instead. As with
+ * any mmap reader, a shard must not be truncated or rewritten while a
+ * pipeline reads it: touching a truncated mapping raises SIGBUS.
  */
 #ifndef SL_PIPELINE_H
 #define SL_PIPELINE_H

@@ -8,6 +8,8 @@
  *   geometry.c  random-resized-crop and eval center-crop geometry
  *   decode.c    ROI JPEG decode (libjpeg API) of a crop, resized
  *   sample.c    flip + normalize + layout into a batch slot
+ *   resample.c  resize + flip + normalize + layout in one pass (the map
+ *               workers' path: decode.c's sl_decode_crop_sample)
  *   reader.c, pipeline.c, state.c, stats.c, trace.c, load_*.c: the graph
  *
  * Threading: everything here is reentrant on distinct objects; objects are
@@ -170,6 +172,14 @@ int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, in
  * message; warnings (corrupt entropy data) are errors too. */
 int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop, int ow,
                    int oh, uint8_t *dst, int pitch);
+/* sl_decode_crop's decode, finished by sl_resample_sample instead of the
+ * u8 resize: the crop resized to ow x oh, mirrored when flip, normalized
+ * and laid out as one sample at dst (what sl_store_sample would write from
+ * sl_decode_crop's output; f32 values come from the unrounded resize, see
+ * resample.c). */
+int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
+                          int ow, int oh, int flip, sl_layout layout, const float mean[3],
+                          const float std[3], void *dst);
 
 /* ------------------------------------------------------------------ sample */
 /* Write one sample from RGB u8 (h x w, packed rows) into dst in layout,
@@ -177,6 +187,14 @@ int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop
  * (v - mean[c]) / std[c]. */
 void sl_store_sample(const uint8_t *rgb, int h, int w, int flip, sl_layout layout,
                      const float mean[3], const float std[3], void *dst);
+/* Resize src (sh x sw RGB u8, row pitch sp bytes) to dw x dh with
+ * records/resize.c's filter and store it as sl_store_sample would, in one
+ * pass (pipeline/resample.c): u8 bit-identical to sl_resize_rgb_u8 then
+ * sl_store_sample; f32 normalizes the unrounded resized value, so it
+ * differs from that path by at most 0.5/std[c]. mean/std may be NULL for
+ * u8. Invalid arguments leave dst untouched. */
+void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int dh, int flip,
+                        sl_layout layout, const float mean[3], const float std[3], void *dst);
 /* Bytes of one sample in a layout. */
 size_t sl_sample_bytes(int h, int w, sl_layout layout);
 

@@ -28,12 +28,36 @@
  *   Shard fds: one O_RDONLY descriptor per shard, opened on first use
  *   (double-checked under fd_mu, published with an atomic store) and shared
  *   by every thread, since pread has no file position. Closed at destroy.
+ *
+ *   Shard mappings: a regular shard file is also mapped whole, read-only
+ *   (MAP_SHARED: the page cache's pages, no copy), when its fd is opened.
+ *   A unit is then a view into the mapping: one madvise(MADV_POPULATE_READ)
+ *   maps its pages (Linux 5.14+; older kernels fault them in on first
+ *   touch), and the CRC check and the decoder read the page cache in place.
+ *   The pread path it replaces copied every byte into a unit buffer, and
+ *   those buffers are fresh pages for as long as the shuffle buffer grows
+ *   (a 10,000-record buffer over 5,000 records holds ~2,000 units of
+ *   16): the kernel zeroed and faulted in every page first. Measured with
+ *   `sluice profile --workers 1` on the 5000-image corpus shards (2-core
+ *   EPYC VM, perf stat, the difference of a 2 s and a 5 s run): pread 9.7
+ *   page faults and 570-600 us of process CPU per sample (17 % of it in
+ *   the kernel); mapped 0.0 faults and 503-505 us (3 % kernel).
+ *   Memory: units no longer hold anonymous memory, so the shuffle buffer
+ *   costs its record handles plus page cache that the kernel can reclaim
+ *   (and re-read: clean file pages).
+ *   Caveat, as for every mmap reader (LMDB documents the same): a shard
+ *   truncated while a pipeline reads it can fault with SIGBUS. The populate
+ *   call turns a file that is already short into an error, and a file
+ *   shorter than its index at open is read with pread (same errors as
+ *   before). SLUICE_READ=pread (read at create) turns mapping off.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pipeline/graph_int.h"
@@ -68,6 +92,51 @@ int sl_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path)
     return SL_OK;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 uapi; older glibc headers lack it */
+#endif
+
+/* Map a freshly opened shard file (fd_mu held, before fds[shard] is
+ * published). Failure is not an error: the shard is read with pread. */
+static void shard_map(sl_pipeline *p, uint32_t shard, int fd)
+{
+    struct stat st;
+    if (p->use_pread || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > SIZE_MAX || (uint64_t)st.st_size < p->src.shards[shard].bytes)
+        return;
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return;
+    p->maps[shard] = (sl_shard_map){.base = m, .len = (size_t)st.st_size};
+}
+
+/* Map the pages of [off, off + n) of a mapped shard in one call, so that the
+ * CRC check does not fault page by page, and so that a file truncated since
+ * open fails here rather than with SIGBUS later. */
+static int shard_populate(sl_pipeline *p, const sl_shard_map *m, uint64_t off, size_t n,
+                          const char *path)
+{
+    if (n == 0 || __atomic_load_n(&p->no_populate, __ATOMIC_RELAXED))
+        return SL_OK;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)(m->base + off) & ~(pg - 1), b = (uintptr_t)(m->base + off + n);
+    while (madvise((void *)a, b - a, MADV_POPULATE_READ) != 0) {
+        if (errno == EINTR || errno == EAGAIN)
+            continue;
+        if (errno == EINVAL) { /* kernel without it: pages fault in on first touch */
+            __atomic_store_n(&p->no_populate, 1, __ATOMIC_RELAXED);
+            return SL_OK;
+        }
+        if (errno == EFAULT) /* SIGBUS territory: beyond the end of the file */
+            return sl_fail(SL_ECORRUPT, "sl_pipeline: %s: file ends before byte %llu that its "
+                           "index names (truncated while mapped)", path,
+                           (unsigned long long)(off + n));
+        return sl_fail(SL_EIO, "sl_pipeline: %s: read %zu bytes @ %llu (mapped): %s", path, n,
+                       (unsigned long long)off, strerror(errno));
+    }
+    return SL_OK;
+}
+
 int sl_shard_fd(sl_pipeline *p, uint32_t shard, int *fd)
 {
     int f = __atomic_load_n(&p->fds[shard], __ATOMIC_ACQUIRE);
@@ -84,8 +153,10 @@ int sl_shard_fd(sl_pipeline *p, uint32_t shard, int *fd)
         if (f < 0)
             rc = sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "sl_pipeline: %s: open: %s", path,
                          strerror(errno));
-        else
-            __atomic_store_n(&p->fds[shard], f, __ATOMIC_RELEASE);
+        else {
+            shard_map(p, shard, f);
+            __atomic_store_n(&p->fds[shard], f, __ATOMIC_RELEASE); /* publishes maps[shard] */
+        }
     }
     pthread_mutex_unlock(&p->fd_mu);
     *fd = f;
@@ -96,11 +167,16 @@ void sl_shard_fds_close(sl_pipeline *p)
 {
     if (!p->fds)
         return;
-    for (size_t i = 0; i < p->src.n; i++)
+    for (size_t i = 0; i < p->src.n; i++) {
         if (p->fds[i] >= 0)
             close(p->fds[i]);
+        if (p->maps && p->maps[i].base)
+            munmap((void *)p->maps[i].base, p->maps[i].len);
+    }
     free(p->fds);
+    free(p->maps);
     p->fds = NULL;
+    p->maps = NULL;
 }
 
 /* A free id in the live table, growing it (mu held). */
@@ -173,7 +249,7 @@ sl_unit *sl_unit_claim_locked(sl_pipeline *p, const sl_read_unit *u)
 
 static void unit_free(sl_unit *un)
 {
-    free(un->data);
+    free(un->buf);
     free(un->bad);
     free(un);
 }
@@ -223,21 +299,6 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
         return sl_fail(SL_ECORRUPT, "sl_pipeline: %s: record %llu @ %llu: unit of %llu bytes",
                        sh->path, (unsigned long long)u->rec, (unsigned long long)u->offset,
                        (unsigned long long)u->bytes);
-    if (un->cap < u->bytes || !un->data) {
-        /* Round up to 1/8 of the size's octave (at most 12.5 % slack), so
-         * that pooled buffers fit the next units of similar size. */
-        size_t want = u->bytes ? (size_t)u->bytes : 1, step = 4096;
-        while (step * 16 <= want)
-            step *= 2;
-        want = (want + step - 1) / step * step;
-        uint8_t *nd = malloc(want);
-        if (!nd)
-            return sl_fail(SL_ENOMEM, "sl_pipeline: %s: unit of %zu bytes: out of memory",
-                           sh->path, want);
-        free(un->data);
-        un->data = nd;
-        un->cap = want;
-    }
     if (un->bad_cap < u->nrec || !un->bad) {
         uint8_t *nb = malloc(u->nrec ? u->nrec : 1);
         if (!nb)
@@ -248,8 +309,32 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
     }
     if ((rc = sl_shard_fd(p, u->shard, &fd)))
         return rc;
-    if ((rc = sl_pread_full(fd, un->data, (size_t)u->bytes, u->offset, sh->path)))
+    const sl_shard_map *m = &p->maps[u->shard];
+    if (m->base && u->offset <= m->len && u->bytes <= m->len - u->offset) {
+        if ((rc = shard_populate(p, m, u->offset, (size_t)u->bytes, sh->path)))
+            return rc;
+        un->data = m->base + u->offset;
+        goto check;
+    }
+    if (un->cap < u->bytes || !un->buf) {
+        /* Round up to 1/8 of the size's octave (at most 12.5 % slack), so
+         * that pooled buffers fit the next units of similar size. */
+        size_t want = u->bytes ? (size_t)u->bytes : 1, step = 4096;
+        while (step * 16 <= want)
+            step *= 2;
+        want = (want + step - 1) / step * step;
+        uint8_t *nd = malloc(want);
+        if (!nd)
+            return sl_fail(SL_ENOMEM, "sl_pipeline: %s: unit of %zu bytes: out of memory",
+                           sh->path, want);
+        free(un->buf);
+        un->buf = nd;
+        un->cap = want;
+    }
+    if ((rc = sl_pread_full(fd, un->buf, (size_t)u->bytes, u->offset, sh->path)))
         return rc;
+    un->data = un->buf;
+check:
     for (uint32_t i = 0; i < u->nrec; i++) {
         const sl_index_entry *e = &sh->idx[u->rec + i];
         uint64_t o = e->offset - u->offset;

@@ -114,7 +114,7 @@ static int plan(sl_model *m, const arch_desc *a)
     for (int s = 0; s < a->stages; s++) {
         int planes = wd << s;
         for (int b = 0; b < a->blocks[s]; b++) {
-            char pfx[24];
+            char pfx[48];
             snprintf(pfx, sizeof pfx, "layer%d.%d.", s + 1, b);
             int stride = (s > 0 && b == 0) ? 2 : 1;
             sl_block *blk = &m->blk[m->nblock++];

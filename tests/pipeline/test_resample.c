@@ -1,0 +1,244 @@
+/* tests/pipeline/test_resample.c - the fused resample (resize + flip +
+ * normalize + layout) against the two-pass path it replaces:
+ * sl_resize_rgb_u8 into an RGB scratch, then sl_store_sample.
+ *
+ *   u8:  bit-identical (same filter, same float operations, flip = mirrored
+ *        taps).
+ *   f32: the fused path normalizes the unrounded resized value, the old one
+ *        the rounded u8, so they may differ by up to 0.5/std[c] (plus float
+ *        rounding); and the f32 value, de-normalized and rounded, must give
+ *        back the u8 output (the rounding is the only difference).
+ * Sizes: odd ones and scale factors on both sides of 2 (bilinear and area),
+ * mixed per direction, identity, 1x1 sources, row pitch larger than the row.
+ * sl_decode_crop_sample is checked against sl_decode_crop + sl_store_sample
+ * on a real JPEG, and on corrupt data.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "pipeline/pipeline_int.h"
+#include "testutil.h"
+
+static const float mean[3] = {123.675f, 116.28f, 103.53f};
+static const float stdv[3] = {58.395f, 57.12f, 57.375f};
+
+#define GUARD 64
+
+/* Random source with smooth and sharp parts (pitch sp >= sw*3, padding
+ * bytes random too: reading them would show). */
+static uint8_t *make_src(int sw, int sh, int sp, uint64_t seed)
+{
+    uint8_t *s = malloc((size_t)sp * sh);
+    cr_assert_not_null(s);
+    for (int y = 0; y < sh; y++)
+        for (int i = 0; i < sp; i++) {
+            int x = i / 3;
+            uint8_t r = (uint8_t)tu_rand(&seed);
+            /* channel 0 smooth, 1 noise, 2 hard steps with extremes */
+            uint8_t v = i >= sw * 3 ? r
+                      : i % 3 == 0 ? (uint8_t)((x * 7 + y * 5) & 0xFF)
+                      : i % 3 == 1 ? r
+                      : ((x / 3 + y / 2) & 1) ? 255 : 0;
+            s[(size_t)y * sp + i] = v;
+        }
+    return s;
+}
+
+/* One size pair, every layout and flip: fused vs. two-pass. */
+static void check(int sw, int sh, int pad, int dw, int dh, uint64_t seed)
+{
+    int sp = sw * 3 + pad;
+    uint8_t *src = make_src(sw, sh, sp, seed);
+    size_t px = (size_t)dw * dh;
+    uint8_t *rgb = malloc(px * 3);
+    uint8_t *old = malloc(px * 12), *neu = malloc(px * 12 + GUARD);
+    uint8_t *u8 = malloc(px * 3);
+    cr_assert(rgb && old && neu && u8);
+    sl_resize_rgb_u8(src, sw, sh, sp, rgb, dw, dh, dw * 3);
+    for (int flip = 0; flip < 2; flip++) {
+        /* u8 output first: the f32 checks below compare against it */
+        sl_store_sample(rgb, dh, dw, flip, SL_LAYOUT_NHWC_U8, mean, stdv, u8);
+        for (int layout = SL_LAYOUT_NHWC_U8; layout <= SL_LAYOUT_NCHW_F32; layout++) {
+            size_t bytes = sl_sample_bytes(dh, dw, (sl_layout)layout);
+            sl_store_sample(rgb, dh, dw, flip, (sl_layout)layout, mean, stdv, old);
+            memset(neu, 0xA5, bytes + GUARD);
+            sl_resample_sample(src, sw, sh, sp, dw, dh, flip, (sl_layout)layout, mean, stdv, neu);
+            for (int i = 0; i < GUARD; i++)
+                cr_assert_eq(neu[bytes + i], 0xA5, "%dx%d->%dx%d layout %d: wrote past the sample",
+                             sw, sh, dw, dh, layout);
+            if (layout == SL_LAYOUT_NHWC_U8) {
+                for (size_t i = 0; i < bytes; i++)
+                    cr_assert_eq(neu[i], old[i], "%dx%d->%dx%d flip %d: u8 %zu: %d, want %d", sw,
+                                 sh, dw, dh, flip, i, neu[i], old[i]);
+                continue;
+            }
+            const float *a = (const float *)old, *b = (const float *)neu;
+            for (size_t i = 0; i < px * 3; i++) {
+                int c = layout == SL_LAYOUT_NHWC_F32 ? (int)(i % 3) : (int)(i / px);
+                size_t p = layout == SL_LAYOUT_NHWC_F32 ? i / 3 : i % px; /* pixel */
+                float tol = 0.5f / stdv[c] + 1e-4f;
+                cr_assert(isfinite(b[i]) && fabsf(b[i] - a[i]) <= tol,
+                          "%dx%d->%dx%d flip %d layout %d value %zu: %.7g, old %.7g", sw, sh, dw,
+                          dh, flip, layout, i, b[i], a[i]);
+                /* de-normalized and rounded it is the u8 value (within one
+                 * level where v sits at .5 and float rounding decides) */
+                double v = (double)b[i] * stdv[c] + mean[c];
+                long r = lround(v < 0 ? 0 : v > 255 ? 255 : v);
+                int want = u8[p * 3 + c];
+                cr_assert(labs(r - want) <= (fabs(v - floor(v) - 0.5) < 1e-3 ? 1 : 0),
+                          "%dx%d->%dx%d flip %d layout %d value %zu: rounds to %ld, u8 %d", sw,
+                          sh, dw, dh, flip, layout, i, r, want);
+            }
+        }
+    }
+    free(src);
+    free(rgb);
+    free(old);
+    free(neu);
+    free(u8);
+}
+
+Test(pipeline_resample, matches_two_pass_path)
+{
+    static const int sz[][5] = {
+        /* sw, sh, pad, dw, dh */
+        {300, 331, 0, 224, 224}, /* bilinear both ways (the pipeline's usual case) */
+        {17, 9, 5, 5, 7},        /* area across, bilinear down */
+        {500, 500, 3, 224, 224}, /* area both ways */
+        {1, 1, 0, 3, 3},         /* single pixel, enlarged */
+        {100, 60, 0, 224, 224},  /* upscale */
+        {224, 224, 1, 224, 224}, /* identity */
+        {449, 223, 0, 224, 224}, /* just over 2 across, just under 1 down */
+        {7, 13, 2, 1, 1},        /* to one pixel */
+        {9, 31, 0, 13, 5},       /* bilinear across, area down */
+        {1000, 10, 0, 3, 10},    /* long area taps, identity down */
+    };
+    for (size_t k = 0; k < sizeof sz / sizeof *sz; k++)
+        check(sz[k][0], sz[k][1], sz[k][2], sz[k][3], sz[k][4], 77 + k);
+}
+
+/* A flip changes something (an upscale of an asymmetric image) and is its
+ * own inverse: flipped f32 == unflipped f32 mirrored, exactly. */
+Test(pipeline_resample, flip_mirrors_exactly)
+{
+    int sw = 37, sh = 21, dw = 53, dh = 19;
+    uint8_t *src = make_src(sw, sh, sw * 3, 5);
+    size_t px = (size_t)dw * dh;
+    float *a = malloc(px * 12), *b = malloc(px * 12);
+    cr_assert(a && b);
+    for (int layout = SL_LAYOUT_NHWC_F32; layout <= SL_LAYOUT_NCHW_F32; layout++) {
+        sl_resample_sample(src, sw, sh, sw * 3, dw, dh, 0, (sl_layout)layout, mean, stdv, a);
+        sl_resample_sample(src, sw, sh, sw * 3, dw, dh, 1, (sl_layout)layout, mean, stdv, b);
+        int differs = 0;
+        for (int y = 0; y < dh; y++)
+            for (int x = 0; x < dw; x++)
+                for (int c = 0; c < 3; c++) {
+                    size_t i, j;
+                    if (layout == SL_LAYOUT_NHWC_F32) {
+                        i = (((size_t)y * dw + x) * 3 + c);
+                        j = (((size_t)y * dw + (dw - 1 - x)) * 3 + c);
+                    } else {
+                        i = (size_t)c * px + (size_t)y * dw + x;
+                        j = (size_t)c * px + (size_t)y * dw + (dw - 1 - x);
+                    }
+                    cr_assert_eq(memcmp(&b[i], &a[j], sizeof(float)), 0,
+                                 "layout %d (%d,%d,%d)", layout, y, x, c);
+                    differs |= a[i] != b[i];
+                }
+        cr_assert(differs, "flip changed nothing");
+    }
+    free(src);
+    free(a);
+    free(b);
+}
+
+Test(pipeline_resample, invalid_arguments_leave_dst)
+{
+    uint8_t src[12] = {0}, dst[64];
+    memset(dst, 0x33, sizeof dst);
+    sl_resample_sample(NULL, 2, 2, 6, 2, 2, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst);
+    sl_resample_sample(src, 0, 2, 6, 2, 2, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst);
+    sl_resample_sample(src, 2, 2, 5, 2, 2, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst); /* pitch */
+    sl_resample_sample(src, 2, 2, 6, 2, 0, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst);
+    sl_resample_sample(src, 2, 2, 6, 2, 2, 0, SL_LAYOUT_NCHW_F32, NULL, NULL, dst); /* no mean */
+    sl_resample_sample(src, 2, 2, 6, 2, 2, 0, (sl_layout)7, mean, stdv, dst);
+    for (size_t i = 0; i < sizeof dst; i++)
+        cr_assert_eq(dst[i], 0x33);
+}
+
+/* sl_decode_crop_sample = sl_decode_crop then the fused store: same u8
+ * bytes, f32 within the bound; corrupt data is SL_EIMAGE. */
+Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
+{
+    int W = 317, H = 243;
+    uint8_t *img = make_src(W, H, W * 3, 9);
+    tjhandle tj = tjInitCompress();
+    cr_assert_not_null(tj);
+    unsigned char *jpeg = NULL;
+    unsigned long len = 0;
+    cr_assert_eq(tjCompress2(tj, img, W, W * 3, H, TJPF_RGB, &jpeg, &len, TJSAMP_420, 90, 0), 0);
+    tjDestroy(tj);
+    sl_decoder *d;
+    cr_assert_eq(sl_decoder_create(&d), SL_OK);
+    const sl_crop crops[] = {
+        {0, 0, W, H}, {31, 17, 150, 101}, {200, 100, 117, 143}, {5, 6, 40, 30}};
+    const int outs[][2] = {{224, 224}, {64, 48}, {13, 7}};
+    for (size_t k = 0; k < sizeof crops / sizeof *crops; k++)
+        for (size_t o = 0; o < sizeof outs / sizeof *outs; o++) {
+            int ow = outs[o][0], oh = outs[o][1];
+            size_t px = (size_t)ow * oh;
+            uint8_t *rgb = malloc(px * 3), *old = malloc(px * 12), *neu = malloc(px * 12);
+            cr_assert(rgb && old && neu);
+            cr_assert_eq(sl_decode_crop(d, jpeg, len, &crops[k], ow, oh, rgb, ow * 3), SL_OK,
+                         "%s", sl_errmsg());
+            for (int flip = 0; flip < 2; flip++)
+                for (int layout = SL_LAYOUT_NHWC_U8; layout <= SL_LAYOUT_NCHW_F32; layout++) {
+                    sl_store_sample(rgb, oh, ow, flip, (sl_layout)layout, mean, stdv, old);
+                    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[k], ow, oh, flip,
+                                                       (sl_layout)layout, mean, stdv, neu),
+                                 SL_OK, "%s", sl_errmsg());
+                    if (layout == SL_LAYOUT_NHWC_U8) {
+                        cr_assert_eq(memcmp(neu, old, px * 3), 0, "crop %zu out %zu flip %d", k,
+                                     o, flip);
+                        continue;
+                    }
+                    const float *a = (const float *)old, *b = (const float *)neu;
+                    for (size_t i = 0; i < px * 3; i++) {
+                        int c = layout == SL_LAYOUT_NHWC_F32 ? (int)(i % 3) : (int)(i / px);
+                        cr_assert(fabsf(a[i] - b[i]) <= 0.5f / stdv[c] + 1e-4f,
+                                  "crop %zu out %zu flip %d layout %d value %zu", k, o, flip,
+                                  layout, i);
+                    }
+                }
+            free(rgb);
+            free(old);
+            free(neu);
+        }
+    /* Truncated stream and bad arguments. */
+    uint8_t *out = malloc(224 * 224 * 12);
+    cr_assert_not_null(out);
+    int rc = sl_decode_crop_sample(d, jpeg, len / 2, &crops[0], 224, 224, 0, SL_LAYOUT_NCHW_F32,
+                                   mean, stdv, out);
+    cr_assert_eq(rc, SL_EIMAGE, "truncated: %d %s", rc, sl_errmsg());
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[0], 224, 224, 0, SL_LAYOUT_NCHW_F32,
+                                       NULL, stdv, out),
+                 SL_EINVAL);
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[0], 0, 224, 0, SL_LAYOUT_NHWC_U8,
+                                       NULL, NULL, out),
+                 SL_EINVAL);
+    const sl_crop outside = {W - 10, 0, 11, 5};
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &outside, 8, 8, 0, SL_LAYOUT_NHWC_U8, NULL,
+                                       NULL, out),
+                 SL_EINVAL);
+    /* the decoder is still usable after the errors */
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[1], 224, 224, 1, SL_LAYOUT_NHWC_U8,
+                                       NULL, NULL, out),
+                 SL_OK, "%s", sl_errmsg());
+    free(out);
+    sl_decoder_destroy(d);
+    tjFree(jpeg);
+    free(img);
+}
