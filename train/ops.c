@@ -5,14 +5,20 @@
  * table's slots return SL_ENOTSUP until the GPU backend fills them
  * (issue 6); sl_exec_init refuses SL_BACKEND_CUDA in a build without CUDA.
  *
- * Threading (cpu backend), chosen by measurement on the 2-core dev machine
- * (perf/RESULTS.md, train-cpu): the FLOPs are in SGEMM (im2col convs and
- * 1x1 convs as plain GEMMs), and OpenBLAS's own pthreads split those well
- * once M = n*p*q is large; the remaining loops (batch norm, ReLU, pooling,
- * im2col packing) are memory-bound passes that a second thread barely
- * speeds up on two cores, so they run on the caller's thread. That also
- * keeps replica threads (issue 5) free of nested thread pools: each
- * replica's sl_exec sets OpenBLAS to its share of the cores.
+ * Threading (cpu backend). The FLOPs are in SGEMM (im2col convs and 1x1
+ * convs as plain GEMMs), so the cpu backend threads through OpenBLAS
+ * (sl_exec.threads) and runs its own loops (batch norm, ReLU, pooling,
+ * im2col packing: memory-bound passes) on the caller's thread. That keeps
+ * replica threads (issue 5) free of nested pools: each replica's sl_exec
+ * takes its share of the cores. Measured on the 2-core dev machine
+ * (2026-11-21, quiet): OpenBLAS's 2048^3 SGEMM runs at 104 GFLOP/s on one
+ * thread and 204 on two, and ResNet-50 at 224 px (perf/train-cpu) uses both
+ * cores well; but resnet20 width 8 at 28 px, batch 64, trains at 731
+ * images/s on one thread and 236-432 on two: its GEMMs are small (N = 8..32
+ * output channels, a few thousand rows per chunk) and OpenBLAS's per-call
+ * hand-off to its second thread costs more than the split saves. So the
+ * default is one thread per core, and small-image runs (the demo) pass
+ * --threads 1.
  */
 #include <stdlib.h>
 #include <string.h>
