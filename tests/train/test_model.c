@@ -383,7 +383,7 @@ static int fd_match(sl_model *m, sl_exec *e, float *v, int64_t i, double g, cons
     return 0;
 }
 
-Test(train_model, gradcheck_tiny_resnet20, .timeout = 60)
+Test(train_model, gradcheck_tiny_resnet20)
 {
     enum { N = 3, H = 8, W = 8, K = 5 };
     sl_exec e;
@@ -498,7 +498,7 @@ static void ref_vs_cpu(sl_arch arch, int width, int classes, int n, int h, int w
     sl_exec_fini(&ec);
 }
 
-Test(train_model, ref_vs_cpu_resnet20, .timeout = 60)
+Test(train_model, ref_vs_cpu_resnet20)
 {
     ref_vs_cpu(SL_ARCH_RESNET20, 5, 7, 3, 13, 11); /* 13x11 -> 7x6 -> 4x3 */
 }
@@ -507,7 +507,7 @@ Test(train_model, ref_vs_cpu_resnet20, .timeout = 60)
  * values per channel, whose normalized gradient is exactly zero (so every
  * earlier main-path gradient would be rounding noise). 36 -> 18 -> 9 -> 9, 5,
  * 3, 2 keeps every stage above that and the sizes odd. */
-Test(train_model, ref_vs_cpu_resnet18, .timeout = 120)
+Test(train_model, ref_vs_cpu_resnet18)
 {
     ref_vs_cpu(SL_ARCH_RESNET18, 0, 10, 2, 36, 36);
 }
@@ -567,7 +567,7 @@ Test(train_model, eval_uses_running_stats)
 
 /* --------------------------------------------------------- it learns */
 
-Test(train_model, sgd_lowers_the_loss_cpu, .timeout = 60)
+Test(train_model, sgd_lowers_the_loss_cpu)
 {
     enum { N = 64, H = 10, W = 10, K = 4, STEPS = 30, B = 32 };
     sl_exec e;

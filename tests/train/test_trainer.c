@@ -73,7 +73,7 @@ static void read_curve(const char *logdir, curve *c)
     free(out);
 }
 
-Test(train_trainer, resume_is_exact, .timeout = 240)
+Test(train_trainer, resume_is_exact)
 {
     pl_dataset d;
     pl_make_dataset(&d, 96, 3, 0, NULL);
@@ -124,7 +124,7 @@ Test(train_trainer, resume_is_exact, .timeout = 240)
     pl_dataset_free(&d);
 }
 
-Test(train_trainer, resume_with_changed_data_is_refused, .timeout = 120)
+Test(train_trainer, resume_with_changed_data_is_refused)
 {
     pl_dataset d;
     pl_make_dataset(&d, 48, 2, 0, NULL);
@@ -152,7 +152,7 @@ Test(train_trainer, resume_with_changed_data_is_refused, .timeout = 120)
     pl_dataset_free(&d);
 }
 
-Test(train_trainer, cli_train_then_eval, .timeout = 240)
+Test(train_trainer, cli_train_then_eval)
 {
     pl_dataset d;
     pl_make_dataset(&d, 64, 2, 0, NULL);
