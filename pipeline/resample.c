@@ -13,7 +13,7 @@
  * deinterleave it (sl_store_sample): a second pass over every output value.
  * Here the horizontal pass of the resize writes the final value.
  *
- * The filter is records/resize.c's, tap for tap (make_taps is a copy): per
+ * The filter is records/resize.c's, tap for tap (sl_resize_taps, records.h, is shared): per
  * direction, area averaging when shrinking by 2 or more, bilinear with
  * half-pixel centres otherwise; vertical first into a float row, then the
  * horizontal taps. Flip costs nothing: the horizontal taps are reversed
@@ -82,12 +82,7 @@
 typedef float sl_v8f __attribute__((vector_size(32)));
 typedef int32_t sl_v8i __attribute__((vector_size(32)));
 
-/* One output coordinate: source pixels i0 .. i0+n-1 with weights
- * w0, wmid, ..., wmid, wn (n == 1: w0 only). */
-typedef struct sl_rtap {
-    int32_t i0, n;
-    float w0, wmid, wn;
-} sl_rtap;
+typedef sl_resize_tap sl_rtap; /* records.h: the same filter as sl_resize_rgb_u8 */
 
 /* Eight consecutive bilinear outputs of one plane row: out[k] = wa[k] *
  * p[base + ka[k]] + wb[k] * p[base + kb[k]] + bias, ka, kb in 0..15. win 0:
@@ -99,45 +94,6 @@ typedef struct sl_hblk {
     int32_t base, win;
 } sl_hblk;
 
-/* Taps for resizing a line of s pixels to d pixels (records/resize.c's
- * make_taps, unchanged: u8 bit-identity depends on it). */
-static void make_taps(sl_rtap *t, int s, int d)
-{
-    double scale = (double)s / d;
-    if (scale >= 2.0) {
-        /* Area: interval [x*s/d, (x+1)*s/d) in units of 1/d pixel. */
-        for (int x = 0; x < d; x++) {
-            int64_t a = (int64_t)x * s, b = (int64_t)(x + 1) * s;
-            int64_t first = a / d, last = (b - 1) / d;
-            t[x].i0 = (int32_t)first;
-            t[x].n = (int32_t)(last - first + 1);
-            t[x].w0 = (float)((double)((first + 1) * d - a) / s);
-            t[x].wmid = (float)((double)d / s);
-            t[x].wn = (float)((double)(b - last * d) / s);
-        }
-        return;
-    }
-    for (int x = 0; x < d; x++) {
-        double sx = (x + 0.5) * scale - 0.5;
-        if (sx < 0)
-            sx = 0;
-        if (sx > s - 1)
-            sx = s - 1;
-        int x0 = (int)sx;
-        double f = sx - x0;
-        t[x].i0 = x0;
-        t[x].wmid = 0;
-        if (f == 0 || x0 + 1 >= s) {
-            t[x].n = 1;
-            t[x].w0 = 1;
-            t[x].wn = 0;
-        } else {
-            t[x].n = 2;
-            t[x].w0 = (float)(1 - f);
-            t[x].wn = (float)f;
-        }
-    }
-}
 
 /* Vertical pass on one u8 RGB source row of n pixels into the three plane
  * rows r, g, b: set (acc = w * v) or add (acc += w * v), per element the
@@ -322,7 +278,7 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
             bi[c] = -mean[c] * sc[c];
         }
 
-    int linear = (double)sw / dw < 2.0; /* make_taps: bilinear, every n <= 2 */
+    int linear = (double)sw / dw < 2.0; /* sl_resize_taps: bilinear, every n <= 2 */
     int planar = layout == SL_LAYOUT_NCHW_F32;
     size_t pstride = (size_t)sw + SL_RESAMPLE_PAD, nblk = (size_t)dw / 8;
     size_t o_taps = al32(3 * pstride * sizeof(float));
@@ -345,8 +301,8 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
         memset(accp[c] + sw, 0, SL_RESAMPLE_PAD * sizeof(float));
     sl_rtap *ht = (sl_rtap *)(mem + o_taps);
     sl_rtap *vt = ht + dw;
-    make_taps(ht, sw, dw);
-    make_taps(vt, sh, dh);
+    sl_resize_taps(ht, sw, dw);
+    sl_resize_taps(vt, sh, dh);
     if (flip) /* output x takes tap dw-1-x */
         for (int a = 0, b = dw - 1; a < b; a++, b--) {
             sl_rtap t = ht[a];

@@ -373,6 +373,18 @@ int sl_transcode_jpeg(sl_transcoder *t, const uint8_t *data, size_t len, int qua
 int sl_encode_jpeg_rgb(sl_transcoder *t, const uint8_t *pixels, int w, int h, int pitch,
                        int channels, int quality, const uint8_t **jpeg, size_t *jpeg_len);
 
+/* The filter's taps for one direction: output coordinate x of d takes
+ * source pixels i0 .. i0+n-1 of s with weights w0, wmid, ..., wmid, wn
+ * (n == 1: w0 only). Area averaging when s >= 2d (exact integer interval
+ * edges), bilinear with half-pixel centres otherwise. Shared by
+ * sl_resize_rgb_u8 and the pipeline's fused resample, whose u8 output must
+ * match it bit for bit. t has d entries. */
+typedef struct sl_resize_tap {
+    int32_t i0, n;
+    float w0, wmid, wn;
+} sl_resize_tap;
+void sl_resize_taps(sl_resize_tap *t, int s, int d);
+
 /* Resize RGB u8 (3 channels) src (sw x sh, pitch sp) to dst (dw x dh, pitch dp):
  * area averaging when shrinking by 2 or more in a direction, bilinear
  * (half-pixel centers, as OpenCV INTER_LINEAR) otherwise. */

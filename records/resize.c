@@ -31,15 +31,10 @@
 
 #define SL_RESIZE_STACK (64 * 1024)
 
-/* One output coordinate: source pixels i0 .. i0+n-1 with weights
- * w0, wmid, ..., wmid, wn (n == 1: w0 only). */
-typedef struct sl_tap {
-    int32_t i0, n;
-    float w0, wmid, wn;
-} sl_tap;
+typedef sl_resize_tap sl_tap;
 
-/* Taps for resizing a line of s pixels to d pixels. */
-static void make_taps(sl_tap *t, int s, int d)
+/* Taps for resizing a line of s pixels to d pixels (records.h). */
+void sl_resize_taps(sl_tap *t, int s, int d)
 {
     double scale = (double)s / d;
     if (scale >= 2.0) {
@@ -218,9 +213,9 @@ void sl_resize_rgb_u8(const uint8_t *src, int sw, int sh, int sp, uint8_t *dst, 
     float *acc = (float *)mem;
     sl_tap *ht = (sl_tap *)(acc + rowf);
     sl_tap *vt = ht + dw;
-    make_taps(ht, sw, dw);
-    make_taps(vt, sh, dh);
-    int linear = (double)sw / dw < 2.0; /* make_taps: bilinear, every n <= 2 */
+    sl_resize_taps(ht, sw, dw);
+    sl_resize_taps(vt, sh, dh);
+    int linear = (double)sw / dw < 2.0; /* sl_resize_taps: bilinear, every n <= 2 */
     int32_t *ia = (int32_t *)(vt + dh), *ib = ia + roww;
     float *wa = (float *)(ib + roww), *wb = wa + roww;
     if (linear)
