@@ -16,37 +16,6 @@
 
 #ifndef BENCH_NAME
 #error "define BENCH_NAME before including perf/bench_util.h"
-/* Call fn(ex, shard path, record number, arg) for every record of a split's
- * shards, in order; dies naming the file and record on any error. */
-__attribute__((unused)) static void bench_for_each_image(
-    const char *dir, const char *split,
-    void (*fn)(const sl_image_example *ex, const char *shard, uint64_t rec, void *arg), void *arg)
-{
-    char **shards = NULL;
-    size_t ns = 0;
-    if (sl_dataset_shards(dir, split, &shards, &ns) != SL_OK)
-        die("%s: split %s: %s", dir, split, sl_errmsg());
-    for (size_t s = 0; s < ns; s++) {
-        sl_tfrecord_reader *r = NULL;
-        if (sl_tfrecord_reader_open(shards[s], &r) != SL_OK)
-            die("%s", sl_errmsg());
-        const uint8_t *rec;
-        size_t len;
-        int rc;
-        while ((rc = sl_tfrecord_reader_next(r, &rec, &len)) == SL_OK) {
-            sl_image_example ex;
-            uint64_t recno = sl_tfrecord_reader_record(r);
-            if (sl_image_example_decode(rec, len, &ex) != SL_OK)
-                die("%s: record %llu: %s", shards[s], (unsigned long long)recno, sl_errmsg());
-            fn(&ex, shards[s], recno, arg);
-        }
-        if (rc != SL_EOF)
-            die("%s", sl_errmsg());
-        sl_tfrecord_reader_close(r);
-    }
-    sl_paths_free(shards, ns);
-}
-
 #endif
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn, unused));

@@ -140,30 +140,6 @@ static void permute(uint32_t *order, size_t n, uint64_t seed, int shuffle)
 }
 
 /* ------------------------------------------------------------ files */
-static int mkdir_p(const char *dir)
-{
-    char path[4096];
-    size_t len = strlen(dir);
-    if (len == 0 || len >= sizeof path)
-        return sl_fail(SL_EINVAL, "sl_convert_run: output directory '%s': bad path", dir);
-    memcpy(path, dir, len + 1);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return sl_fail(SL_EIO, "sl_convert_run: mkdir %s: %s", path, strerror(errno));
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return sl_fail(SL_EIO, "sl_convert_run: %s: not a directory", dir);
-    return SL_OK;
-}
-
 /* Whole small file into a NUL-terminated malloc'd buffer. SL_ENOENT if absent. */
 static int read_small(const char *path, char **out)
 {
@@ -515,7 +491,7 @@ int sl_convert_prepare(const sl_convert_config *cfg, sl_convert_state *st)
     int rc = check_config(cfg);
     if (rc)
         return rc;
-    rc = mkdir_p(cfg->out_dir);
+    rc = sl_mkdir_p(cfg->out_dir, "sl_convert_run");
     if (rc)
         return rc;
     rc = sl_inputs_load(cfg, &st->in);

@@ -13,6 +13,7 @@
 #include "records_int.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,37 @@ int sl_fsync_parent(const char *path, const char *fn)
     free(dir);
     return rc;
 }
+/* mkdir -p path (records_int.h). */
+int sl_mkdir_p(const char *path, const char *fn)
+{
+    char *p = strdup(path);
+    int rc = SL_OK;
+    if (!p)
+        return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
+    if (!*p) {
+        free(p);
+        return sl_fail(SL_EINVAL, "%s: empty directory name", fn);
+    }
+    for (char *c = p + 1;; c++) {
+        if (*c != '/' && *c != '\0')
+            continue;
+        char saved = *c;
+        *c = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            rc = sl_fail(SL_EIO, "%s: %s: mkdir: %s", fn, p, strerror(errno));
+            break;
+        }
+        *c = saved;
+        if (!saved)
+            break;
+    }
+    struct stat st;
+    if (!rc && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
+        rc = sl_fail(SL_EIO, "%s: %s: not a directory", fn, path);
+    free(p);
+    return rc;
+}
+
 
 int sl_write_file_atomic(const char *path, const void *data, size_t len, int do_sync,
                          const char *fn)

@@ -147,6 +147,9 @@ int sl_write_all(int fd, const void *p, size_t n, const char *fn, const char *pa
 int sl_fsync_dir(const char *dir, const char *fn);
 /* sl_fsync_dir on the directory holding path ("." when path has no slash). */
 int sl_fsync_parent(const char *path, const char *fn);
+/* mkdir -p: create path and its missing parents (0755). SL_EIO "fn: dir:
+ * mkdir: ..." or "fn: path: not a directory"; SL_EINVAL for "". */
+int sl_mkdir_p(const char *path, const char *fn);
 /* Replace path with data[0..len) atomically: write "path.tmp" (truncating a
  * stale one), fsync it if do_sync, close, rename over path, and fsync the
  * parent directory if do_sync. Readers see the old file or the new one,

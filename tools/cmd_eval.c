@@ -69,21 +69,9 @@ int cmd_eval(int argc, char **argv)
     const char *ckpt = NULL, *model = NULL;
     int width = 0, classes = 0, threads = 0, json = 0, size_given;
     double crop = 0;
-    struct option opts[PF_NOPTS + sizeof own_opts / sizeof own_opts[0]];
-    memcpy(opts, pf_long_opts, sizeof pf_long_opts);
-    memcpy(opts + PF_NOPTS, own_opts, sizeof own_opts);
-    opterr = 0;
-    optind = 1;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", opts, NULL);
-        if (c == -1)
-            break;
-        if (c >= PF_OPT_FIRST && c <= PF_OPT_LAST) {
-            if (pf_parse(&pf, c, optarg))
-                return 2;
-            continue;
-        }
+    for (int c; (c = pf_getopt(&pf, argc, argv, own_opts)) != -1;) {
         switch (c) {
+        case PF_GETOPT_ERROR: return 2;
         case 'h': usage(stdout); return 0;
         case OPT_CKPT: ckpt = optarg; break;
         case OPT_MODEL: model = optarg; break;
@@ -109,12 +97,6 @@ int cmd_eval(int argc, char **argv)
                 return 2;
             break;
         case OPT_JSON: json = 1; break;
-        case ':':
-            cli_error(CMD, "%s: needs a value (see sluice eval --help)", argv[optind - 1]);
-            return 2;
-        default:
-            cli_error(CMD, "unknown option '%s' (see sluice eval --help)", argv[optind - 1]);
-            return 2;
         }
     }
     if (optind < argc) {

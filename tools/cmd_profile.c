@@ -190,22 +190,10 @@ static const struct option own_opts[] = {
 /* 0 ok, 2 usage error (printed), -1 --help printed. */
 static int parse(int argc, char **argv, profile_opts *o)
 {
-    struct option opts[PF_NOPTS + sizeof own_opts / sizeof own_opts[0]];
-    memcpy(opts, pf_long_opts, sizeof pf_long_opts);
-    memcpy(opts + PF_NOPTS, own_opts, sizeof own_opts);
     int seconds_given = 0;
-    opterr = 0;
-    optind = 1;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", opts, NULL);
-        if (c == -1)
-            break;
-        if (c >= PF_OPT_FIRST && c <= PF_OPT_LAST) {
-            if (pf_parse(&o->pf, c, optarg))
-                return 2;
-            continue;
-        }
+    for (int c; (c = pf_getopt(&o->pf, argc, argv, own_opts)) != -1;) {
         switch (c) {
+        case PF_GETOPT_ERROR: return 2;
         case 'h': usage(stdout); return -1;
         case OPT_SECONDS: {
             char *end;
@@ -234,12 +222,6 @@ static int parse(int argc, char **argv, profile_opts *o)
         case OPT_DIGEST: o->digest = 1; break;
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_QUIET: o->quiet = 1; break;
-        case ':':
-            cli_error(CMD, "%s: needs a value (see sluice profile --help)", argv[optind - 1]);
-            return 2;
-        default:
-            cli_error(CMD, "unknown option '%s' (see sluice profile --help)", argv[optind - 1]);
-            return 2;
         }
     }
     if (optind < argc) {

@@ -40,6 +40,43 @@ void pf_init(pf_flags *f, const char *cmd)
     f->cmd = cmd;
 }
 
+int pf_getopt(pf_flags *f, int argc, char **argv, const struct option *own)
+{
+    static struct option opts[PF_NOPTS + PF_MAX_OWN_OPTS];
+    size_t n = 0;
+    while (own[n].name)
+        n++;
+    if (n + 1 > PF_MAX_OWN_OPTS) {
+        cli_error(f->cmd, "internal: %zu options, room for %d", n, PF_MAX_OWN_OPTS - 1);
+        return PF_GETOPT_ERROR;
+    }
+    memcpy(opts, pf_long_opts, sizeof pf_long_opts);
+    memcpy(opts + PF_NOPTS, own, (n + 1) * sizeof *own);
+    if (!f->getopt_started) {
+        opterr = 0;
+        optind = 1;
+        f->getopt_started = 1;
+    }
+    for (;;) {
+        int c = getopt_long(argc, argv, ":h", opts, NULL);
+        if (c >= PF_OPT_FIRST && c <= PF_OPT_LAST) {
+            if (pf_parse(f, c, optarg))
+                return PF_GETOPT_ERROR;
+            continue;
+        }
+        if (c == ':') {
+            cli_error(f->cmd, "%s: needs a value (see sluice %s --help)", argv[optind - 1], f->cmd);
+            return PF_GETOPT_ERROR;
+        }
+        if (c == '?') {
+            cli_error(f->cmd, "unknown option '%s' (see sluice %s --help)", argv[optind - 1],
+                      f->cmd);
+            return PF_GETOPT_ERROR;
+        }
+        return c;
+    }
+}
+
 static const struct {
     const char *name;
     sl_layout layout;

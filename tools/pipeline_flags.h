@@ -4,15 +4,16 @@
  * option table, one parser into an sl_pipeline_config, one usage block, so
  * every command spells and documents them the same way.
  *
- * Use with getopt_long: copy pf_long_opts (PF_NOPTS entries) in front of
- * the command's own options; option codes PF_OPT_FIRST..PF_OPT_LAST belong
- * to pf_parse. After the loop, pf_finish checks what needs all the options
- * (--data given, --eval defaults).
+ * pf_getopt walks argv over these options and the command's own: it
+ * applies the pipeline options itself (pf_parse) and hands back the rest.
+ * After the loop, pf_finish checks what needs all the options (--data
+ * given, --eval defaults).
  *
  *     pf_flags pf;
  *     pf_init(&pf, CMD);
  *     pf.cfg.epochs = 0;                      // a command's own default
- *     ... case c in PF_OPT_FIRST..PF_OPT_LAST: if (pf_parse(&pf, c, optarg)) return 2;
+ *     for (int c; (c = pf_getopt(&pf, argc, argv, own_opts)) != -1;)
+ *         switch (c) { case PF_GETOPT_ERROR: return 2; case 'h': ...; case OPT_X: ... }
  *     if (pf_finish(&pf)) return 2;
  *     sl_pipeline_create(&pf.cfg, &p);
  *
@@ -61,6 +62,7 @@ typedef struct pf_flags {
     sl_pipeline_config cfg;
     const char *cmd;          /* for messages: "sluice <cmd>: --batch: ..." */
     int shuffle_given;        /* --shuffle was on the command line */
+    int getopt_started;       /* pf_getopt has reset getopt's state */
 } pf_flags;
 
 /* cfg = SL_PIPELINE_CONFIG_INIT; cmd names the command in messages. */
@@ -68,6 +70,15 @@ void pf_init(pf_flags *f, const char *cmd);
 /* Apply option code (PF_OPT_*) with its value (NULL for flags). 0 on
  * success; -1 after printing "sluice <cmd>: --opt: bad value 'x' (...)". */
 int pf_parse(pf_flags *f, int code, const char *arg);
+/* The next option of argv that is not a pipeline option: its code from
+ * own (a getopt_long table with its {NULL} terminator, at most
+ * PF_MAX_OWN_OPTS entries) or 'h' for -h; -1 at the end (optind is then the
+ * first operand). Pipeline options are applied with pf_parse. A bad
+ * pipeline value, a missing value or an unknown option prints
+ * "sluice <cmd>: ..." and gives PF_GETOPT_ERROR. optarg is the value. */
+#define PF_GETOPT_ERROR (-2)
+#define PF_MAX_OWN_OPTS 64
+int pf_getopt(pf_flags *f, int argc, char **argv, const struct option *own);
 /* After all options: --data is required; --eval without --shuffle reads in
  * order (shuffle none, fixed file order). 0 or -1 (message printed). */
 int pf_finish(pf_flags *f);

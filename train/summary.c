@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "records/records.h"
-#include "records/records_int.h" /* sl_write_all, sl_path_join */
+#include "records/records_int.h" /* sl_write_all, sl_path_join, sl_mkdir_p */
 
 /* Protobuf wire types (protobuf.dev/programming-guides/encoding). */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
@@ -168,33 +168,6 @@ static void begin_event(sl_summary *s, double wall_time)
 
 /* ------------------------------------------------------------------ open */
 
-/* mkdir -p path. */
-static int mkdir_p(const char *path, const char *fn)
-{
-    char *p = strdup(path);
-    int rc = SL_OK;
-    if (!p)
-        return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
-    for (char *c = p + 1;; c++) {
-        if (*c != '/' && *c != '\0')
-            continue;
-        char saved = *c;
-        *c = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = sl_fail(SL_EIO, "%s: %s: mkdir: %s", fn, p, strerror(errno));
-            break;
-        }
-        *c = saved;
-        if (!saved)
-            break;
-    }
-    struct stat st;
-    if (!rc && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
-        rc = sl_fail(SL_EIO, "%s: %s: not a directory", fn, path);
-    free(p);
-    return rc;
-}
-
 int sl_summary_open(const char *logdir, sl_summary **out)
 {
     static const char fn[] = "sl_summary_open";
@@ -204,7 +177,7 @@ int sl_summary_open(const char *logdir, sl_summary **out)
     *out = NULL;
     if (!logdir || !*logdir)
         return sl_fail(SL_EINVAL, "%s: empty logdir", fn);
-    rc = mkdir_p(logdir, fn);
+    rc = sl_mkdir_p(logdir, fn);
     if (rc)
         return rc;
     sl_summary *s = calloc(1, sizeof *s);

@@ -20,18 +20,17 @@
  * the pipeline's readers and workers prepare the next batches meanwhile, so
  * input overlaps compute up to the prefetch depth.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
 
 #include "records/records.h"
+#include "records/records_int.h" /* sl_mkdir_p */
 #include "train/train.h"
 
 static double now_s(void)
@@ -84,25 +83,6 @@ static void run_fini(run *r)
         sl_exec_fini(&r->e);
     free(r->dlogits);
     free(r->labels);
-}
-
-static int mkdir_p(const char *dir)
-{
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf)
-        return sl_fail(SL_EINVAL, "sl_train_run: bad directory '%s'", dir);
-    memcpy(buf, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST)
-                return sl_fail(SL_EIO, "sl_train_run: mkdir %s: %s", buf, strerror(errno));
-            buf[i] = c;
-        }
-    }
-    return SL_OK;
 }
 
 /* Classes from dataset.json when the config leaves them at 0. */
@@ -240,7 +220,7 @@ static int evaluate(run *r, sl_train_result *res)
 }
 
 /* Set up everything before the first step. */
-static int setup(run *r, sl_train_result *res)
+static int setup(run *r)
 {
     const sl_train_config *c = r->cfg;
     int rc;
@@ -287,7 +267,7 @@ static int setup(run *r, sl_train_result *res)
     r->sched.warmup_steps = (int64_t)llround(c->warmup_epochs * (double)r->steps_per_epoch);
     r->sched.total_steps = r->total_steps;
 
-    if (c->ckpt_dir && (rc = mkdir_p(c->ckpt_dir)))
+    if (c->ckpt_dir && (rc = sl_mkdir_p(c->ckpt_dir, "sl_train_run")))
         return rc;
     if (c->resume && c->ckpt_dir && (rc = resume(r)))
         return rc;
@@ -301,7 +281,6 @@ static int setup(run *r, sl_train_result *res)
             r->steps_per_epoch, r->total_steps, r->sched.peak_lr, sl_sched_name(c->schedule),
             r->sched.warmup_steps);
     fflush(r->out);
-    (void)res;
     return SL_OK;
 }
 
@@ -335,7 +314,7 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
     res->eval_top1 = res->eval_top5 = -1;
     run r = {.cfg = cfg, .out = cfg->progress ? cfg->progress : stderr};
     double t0 = now_s();
-    int rc = setup(&r, res);
+    int rc = setup(&r);
     if (rc)
         goto out;
     int64_t log_every = cfg->log_every > 0 ? cfg->log_every
@@ -396,7 +375,6 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
                 goto out;
         win_t += now_s() - pause0; /* eval and checkpoint time stay out of images/s */
     }
-    res->steps = r.step;
     res->images_per_sec = train_s > 0 ? (double)images / train_s : 0;
 out:
     res->steps = r.step;
