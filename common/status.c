@@ -22,6 +22,7 @@ static const char *const names[SL_STATUS_COUNT] = {
     [SL_EMPI] = "MPI error",
     [SL_ENOTSUP] = "not supported",
     [SL_ECANCELED] = "canceled",
+    [SL_ETIMEDOUT] = "timed out",
 };
 
 const char *sl_strerror(int code)

@@ -32,7 +32,8 @@ typedef enum sl_status {
     SL_ENCCL,      /* NCCL error */
     SL_EMPI,       /* MPI error */
     SL_ENOTSUP,    /* not supported by this build or backend */
-    SL_ECANCELED,  /* stopped on request */
+    SL_ECANCELED,  /* stopped on request (or a peer aborted a collective) */
+    SL_ETIMEDOUT,  /* a peer did not arrive within the timeout */
     SL_STATUS_COUNT
 } sl_status;
 

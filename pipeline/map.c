@@ -76,7 +76,7 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
             *idx = (uint32_t)h;
             *s = p->next_sample++;
             a->items++;
-            a->bytes += p->src.shards[(*un)->u.shard].idx[(*un)->u.rec + *idx].size;
+            a->bytes += p->src.shards[(*un)->u.shard].idx[sl_unit_rec(&(*un)->u, *idx)].size;
             rc = SL_OK;
             break;
         }
@@ -164,7 +164,7 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
     uint8_t *dst = (uint8_t *)sl_loader_host(p->loader, r) + (size_t)k * p->sample_bytes;
     int32_t epoch = un->u.epoch;
     uint32_t shard = un->u.shard;
-    uint64_t recno = un->u.rec + idx;
+    uint64_t recno = sl_unit_rec(&un->u, idx);
     const sl_index_entry *e = &p->src.shards[shard].idx[recno];
     uint64_t id = p->src.shards[shard].first_id + recno;
     const uint8_t *rec = un->data + (e->offset - un->u.offset);
@@ -260,8 +260,10 @@ void *sl_worker_main(void *arg)
         a->wait_in_ns += t1 - t;
         if (rc)
             break;
-        uint64_t b = s / p->cfg.batch;
-        unsigned k = (unsigned)(s % p->cfg.batch);
+        /* Batches start at base_samples (a multiple of B unless created
+         * with sl_pipeline_create_at): const since before the threads. */
+        uint64_t b = p->base_index + (s - p->base_samples) / p->cfg.batch;
+        unsigned k = (unsigned)((s - p->base_samples) % p->cfg.batch);
         r = (unsigned)(b % p->prefetch);
         while (p->slots[r].batch != b && !p->stop && !p->err)
             sl_pipeline_wait(p, &p->cv_slot);

@@ -47,6 +47,22 @@
  *   middle of epoch e needs no history. first_pos and seq count records and
  *   units from the start of the run, across epochs.
  *
+ * Record split (SL_SPLIT_RECORDS, split_world W > 1, split_rank r): the
+ * order above is run unchanged over every shard (world 1's order), and
+ * only the records at whole-stream positions g (counted across epochs, all
+ * records) with g % W == r are handed out. A world-1 unit at positions
+ * [g, g + n) becomes the unit of its kept records: the first at g + ((r -
+ * g) mod W), then every W-th (stride W), or nothing when none falls in the
+ * range; GLOBAL jumps over the permutation entries of other ranks without
+ * locating them. seq and first_pos then count this rank's units and
+ * records only, so everything downstream (the window, the shuffle, the
+ * resume fast-forward) sees an ordinary stream.
+ *   Example, one shard of 10 records, block 4, W 3, r 1: world 1's units
+ *   (shard, first record, records) (0,0,4) (0,4,4) (0,8,2) hold positions
+ *   0-3, 4-7, 8-9; rank 1 keeps 1, 4, 7 and gets the units (0,1,1) and
+ *   (0,4,2) with stride 3 (records 4 and 7, bytes from 4's start to 7's
+ *   end); the third unit has no kept position (8 % 3 = 2, 9 % 3 = 0).
+ *
  * Shuffle buffer: sl_shuffle_* as pipeline_int.h documents; its stream is
  * sl_rng_for(seed, UINT64_MAX - 2, 0) (a single stream for the whole run:
  * the buffer is fused with repeat, so it never restarts at an epoch).
@@ -82,6 +98,8 @@ struct sl_order {
     int32_t epoch;           /* current epoch */
     int started, done;       /* an epoch is set up / SL_EOF reached */
     uint64_t seq, pos;       /* units and records handed out so far */
+    uint32_t rank, world;    /* record split (world 1: none) */
+    uint64_t all;            /* whole-stream (world 1) positions gone by, kept or not */
     /* NONE / BUFFER */
     uint32_t *files;         /* (n) this epoch's shard order */
     size_t next_file;        /* next entry of files to open */
@@ -134,11 +152,16 @@ int sl_order_create(const sl_order_config *cfg, sl_order **out)
     if (cfg->mode != SL_SHUFFLE_GLOBAL && (cfg->cycle == 0 || cfg->block == 0))
         return sl_fail(SL_EINVAL, "%s: cycle %u, block %u: both must be >= 1", fn, cfg->cycle,
                        cfg->block);
+    if (cfg->split_world > 1 && cfg->split_rank >= cfg->split_world)
+        return sl_fail(SL_EINVAL, "%s: record split: rank %u of %u: rank must be below world",
+                       fn, cfg->split_rank, cfg->split_world);
     o = calloc(1, sizeof *o);
     if (!o)
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
     o->cfg = *cfg;
     o->src = src;
+    o->world = cfg->split_world > 1 ? cfg->split_world : 1;
+    o->rank = o->world > 1 ? cfg->split_rank : 0;
     if (cfg->mode == SL_SHUFFLE_GLOBAL) {
         uint64_t n = src->total ? src->total : 1;
         if (n - 1 <= UINT32_MAX) {
@@ -212,20 +235,36 @@ static void begin_epoch(sl_order *o)
     o->started = 1;
 }
 
-/* Fill u with records [rec, rec + nrec) of shard. */
-static void make_unit(sl_order *o, uint32_t shard, uint64_t rec, uint32_t nrec, sl_read_unit *u)
+/* World 1's unit of records [rec, rec + n) of shard, at whole-stream
+ * positions o->all .. o->all + n - 1: fill u with the records of it this
+ * rank keeps (all of them without a split). 1 with *u filled, 0 when it
+ * keeps none (see the top of the file). */
+static int make_unit(sl_order *o, uint32_t shard, uint64_t rec, uint32_t n, sl_read_unit *u)
 {
     const sl_shard_info *sh = &o->src->shards[shard];
-    const sl_index_entry *last = &sh->idx[rec + nrec - 1];
+    uint32_t stride = 1;
+    uint64_t g = o->all;
+    o->all += n;
+    if (o->world > 1) {
+        uint64_t skip = (o->rank + o->world - g % o->world) % o->world; /* to the first kept */
+        if (skip >= n)
+            return 0;
+        rec += skip;
+        n = (uint32_t)((n - 1 - skip) / o->world + 1);
+        stride = n > 1 ? o->world : 1;
+    }
+    const sl_index_entry *last = &sh->idx[rec + (uint64_t)(n - 1) * stride];
     u->seq = o->seq++;
     u->first_pos = o->pos;
-    o->pos += nrec;
+    o->pos += n;
     u->shard = shard;
-    u->nrec = nrec;
+    u->nrec = n;
     u->epoch = o->epoch;
+    u->stride = stride;
     u->rec = rec;
     u->offset = sh->idx[rec].offset;
     u->bytes = last->offset + last->size - u->offset;
+    return 1;
 }
 
 /* One interleave visit at a time until one yields records (see the top of
@@ -254,20 +293,30 @@ static int next_interleaved(sl_order *o, sl_read_unit *u)
             continue;
         }
         uint32_t take = left < o->cfg.block ? (uint32_t)left : o->cfg.block;
-        make_unit(o, s->shard, s->pos, take, u);
+        uint64_t first = s->pos;
         s->pos += take;
         if (take < o->cfg.block) /* asking for record take+1 finds the end */
             s->open = 0;
         o->prev = o->cur;
         o->cur = s->next;
-        return 1;
+        if (make_unit(o, s->shard, first, take, u))
+            return 1;
+        /* a block with no record of this rank: the next visit */
     }
     return 0;
 }
 
 static int next_global(sl_order *o, sl_read_unit *u)
 {
-    if (o->gpos == o->src->total)
+    uint64_t total = o->src->total;
+    if (o->world > 1) { /* jump to this rank's next entry, or to the epoch's end */
+        uint64_t skip = (o->rank + o->world - o->all % o->world) % o->world;
+        if (skip > total - o->gpos)
+            skip = total - o->gpos;
+        o->gpos += skip;
+        o->all += skip;
+    }
+    if (o->gpos == total)
         return 0;
     uint64_t id = o->perm32 ? o->perm32[o->gpos] : o->perm64[o->gpos];
     uint32_t shard = 0;
@@ -275,8 +324,7 @@ static int next_global(sl_order *o, sl_read_unit *u)
     o->gpos++;
     /* id < total by construction, so locate cannot fail */
     (void)sl_source_set_locate(o->src, id, &shard, &rec);
-    make_unit(o, shard, rec, 1, u);
-    return 1;
+    return make_unit(o, shard, rec, 1, u); /* kept: the jump landed on it */
 }
 
 int sl_order_next_unit(sl_order *o, sl_read_unit *u)

@@ -47,8 +47,10 @@
  *     pop one) and numbers the popped samples s = 0, 1, 2, ... under p->mu,
  *     so the sample stream depends only on (seed, order);
  *   - sample s goes to batch b = s / B, position k = s % B, ring slot
- *     b % P: its bytes, label, id and epoch are a function of (record,
- *     epoch, seed) only (RNG sl_rng_for(seed, epoch, record id));
+ *     b % P (after a start at batch k0, sample s0 (sl_pipeline_create_at):
+ *     b = k0 + (s - s0) / B, k = (s - s0) % B): its bytes, label, id and
+ *     epoch are a function of (record, epoch, seed) only (RNG
+ *     sl_rng_for(seed, epoch, record id));
  *   - batches are submitted and handed out strictly in index order.
  *   Epochs are fused: after the last unit of epoch e the window just
  *   continues with epoch e+1's units, so the buffer never drains or refills
@@ -95,6 +97,8 @@ static int check_config(const sl_pipeline_config *c)
         return BAD_CFG("split: empty");
     if (c->world == 0 || c->rank >= c->world)
         return BAD_CFG("rank %u, world %u: need rank < world", c->rank, c->world);
+    if ((unsigned)c->rank_split > SL_SPLIT_RECORDS)
+        return BAD_CFG("rank_split: unknown mode %d", (int)c->rank_split);
     if (c->batch == 0)
         return BAD_CFG("batch: 0 (need >= 1)");
     if (c->height < 1 || c->width < 1 || c->height > SL_MAX_SIDE || c->width > SL_MAX_SIDE)
@@ -188,9 +192,53 @@ static uint64_t effective_cap(const sl_pipeline_config *c, const sl_source_set *
 unsigned sl_pipeline_batch_size(const sl_pipeline *p, uint64_t b)
 {
     uint64_t B = p->cfg.batch;
-    if (p->sample_limit == UINT64_MAX || b * B + B <= p->sample_limit)
+    if (p->sample_limit == UINT64_MAX)
         return (unsigned)B;
-    return b * B < p->sample_limit ? (unsigned)(p->sample_limit - b * B) : 0;
+    /* batch b's first sample (b >= base_index: batches before it are never asked for) */
+    uint64_t first = p->base_samples + (b - p->base_index) * B;
+    if (first >= p->sample_limit)
+        return 0;
+    return p->sample_limit - first >= B ? (unsigned)B : (unsigned)(p->sample_limit - first);
+}
+
+uint64_t sl_split_samples(uint64_t global, unsigned rank, unsigned world)
+{
+    if (world == 0 || global <= rank)
+        return 0;
+    return (global - rank - 1) / world + 1; /* ceil((global - rank) / world) */
+}
+
+/* Input records, samples and batches of the run (p->src and p->cfg set).
+ * SL_SPLIT_FILES: the rank's own dataset, T = epochs x records. With
+ * SL_SPLIT_RECORDS these are rank r's part of world 1's run with batch
+ * N = B x W: world 1 reads T positions and hands out L = T (with
+ * drop_remainder floor(T / N) x N) samples; the rank reads and hands out
+ * the positions p < T and p < L with p % W == r. Since W divides N, with
+ * drop_remainder every rank gets L / W = floor(T / N) x B samples. */
+static int run_length(sl_pipeline *p)
+{
+    const sl_pipeline_config *c = &p->cfg;
+    uint64_t R = p->src.total, B = c->batch;
+    int split = c->rank_split == SL_SPLIT_RECORDS && c->world > 1;
+    uint64_t W = split ? c->world : 1;
+    if (R == 0) { /* nothing to read, even forever: SL_EOF at once */
+        p->input_total = p->sample_limit = p->nbatches = 0;
+        return SL_OK;
+    }
+    if (split && R < W)
+        return sl_fail(SL_EINVAL, "sl_pipeline_create: %s: rank %u of %u: SL_SPLIT_RECORDS over "
+                       "%llu records: some rank would get no record in an epoch (need records "
+                       ">= world)", c->data, c->rank, c->world, (unsigned long long)R);
+    if (c->epochs <= 0 || (uint64_t)c->epochs > (UINT64_MAX - 1) / R) {
+        p->input_total = p->sample_limit = p->nbatches = UINT64_MAX;
+        return SL_OK;
+    }
+    uint64_t T = R * (uint64_t)c->epochs, N = B * W; /* both < 2^32: no overflow */
+    uint64_t L = c->drop_remainder ? T / N * N : T;
+    p->input_total = sl_split_samples(T, split ? c->rank : 0, (unsigned)W);
+    p->sample_limit = sl_split_samples(L, split ? c->rank : 0, (unsigned)W);
+    p->nbatches = c->drop_remainder ? p->sample_limit / B : (p->sample_limit + B - 1) / B;
+    return SL_OK;
 }
 
 void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s)
@@ -321,19 +369,15 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     apply_defaults(p);
     const sl_pipeline_config *c = &p->cfg;
 
-    if ((rc = sl_source_set_open(c->data, c->split, c->rank, c->world, &p->src)))
+    /* SL_SPLIT_RECORDS: every shard; the order keeps this rank's positions */
+    int split = c->rank_split == SL_SPLIT_RECORDS;
+    if ((rc = sl_source_set_open(c->data, c->split, split ? 0 : c->rank, split ? 1 : c->world,
+                                 &p->src)))
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
-    if (p->src.total == 0) { /* nothing to read, even forever: SL_EOF at once */
-        p->input_total = p->sample_limit = p->nbatches = 0;
-    } else if (c->epochs <= 0 || (uint64_t)c->epochs > (UINT64_MAX - 1) / p->src.total) {
-        p->input_total = p->sample_limit = p->nbatches = UINT64_MAX;
-    } else {
-        uint64_t T = p->input_total = p->src.total * (uint64_t)c->epochs;
-        p->nbatches = c->drop_remainder ? T / c->batch : (T + c->batch - 1) / c->batch;
-        p->sample_limit = c->drop_remainder ? p->nbatches * c->batch : T;
-    }
+    if ((rc = run_length(p)))
+        goto fail;
     p->sample_bytes = sl_sample_bytes(c->height, c->width, c->layout);
     if (p->sample_bytes > SIZE_MAX / c->batch) {
         rc = sl_fail(SL_EINVAL, "%s: batch %u x %zu bytes: too large", fn, c->batch,
@@ -343,7 +387,8 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
 
     sl_order_config oc = {.src = &p->src, .mode = c->shuffle, .cycle = c->cycle,
                           .block = c->block, .shuffle_files = c->shuffle_files,
-                          .seed = c->seed, .epochs = c->epochs};
+                          .seed = c->seed, .epochs = c->epochs,
+                          .split_rank = split ? c->rank : 0, .split_world = split ? c->world : 1};
     if ((rc = sl_order_create(&oc, &p->order)))
         goto fail;
     if ((rc = sl_shuffle_init(&p->shuf, p->shuffle_cap, c->seed)))

@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 #ifdef __cplusplus
@@ -58,6 +59,42 @@ typedef enum sl_layout {
     SL_LAYOUT_NCHW_F32,     /* (N,3,H,W) f32, normalized */
 } sl_layout;
 
+/* How rank `rank` of `world` takes its part of the data (DESIGN.md 6).
+ *
+ * SL_SPLIT_FILES: rank r opens only the shards i with i % world == r (record
+ *   ids are then dense over its own shards); every other setting applies to
+ *   that smaller dataset. W ranks see different samples than one rank would.
+ *
+ * SL_SPLIT_RECORDS: every rank opens ALL shards (record ids are global, the
+ *   ids of world 1), runs world 1's read order (same seed, file order,
+ *   interleave, permutation) and keeps the input positions p (0, 1, 2, ...
+ *   over the whole run, across epochs) with p % world == rank:
+ *     SL_SHUFFLE_GLOBAL  only the kept records are read (one pread or one
+ *                        mapped range each), so the ranks' reads are disjoint;
+ *     SL_SHUFFLE_NONE    units (blocks) are read from the first to the last
+ *                        kept record, and the other ranks' records in them are
+ *                        dropped before decode (tf.data's DATA auto-shard);
+ *     SL_SHUFFLE_BUFFER  as NONE, then each rank shuffles its own share in its
+ *                        own buffer.
+ *   Union property, NONE and GLOBAL only: with per-rank batch b, the union of
+ *   the W ranks' k-th batches is exactly the k-th batch of the world-1
+ *   pipeline with batch b * world (same record ids, epochs, labels and bytes,
+ *   since a sample's augmentation depends only on (seed, epoch, record id));
+ *   rank r's j-th sample is world 1's sample j * world + r. Epoch boundaries
+ *   may fall inside a batch. With BUFFER it does NOT hold: the buffer is per
+ *   rank (the ranks still read disjoint records that cover each epoch).
+ *   End of a finite run: the run ends where world 1's does (with
+ *   drop_remainder, after world 1's last full batch of b * world, so every
+ *   rank has the same number of batches); without drop_remainder the last
+ *   world-1 batch is split too, and a rank with no position in it has one
+ *   batch fewer than rank 0. 0 < records < world is refused (some rank would
+ *   get nothing in an epoch). Cost: each rank loads every shard's index
+ *   (GLOBAL: a permutation of all records). */
+typedef enum sl_rank_split {
+    SL_SPLIT_FILES = 0,    /* shard i to rank i % world (default) */
+    SL_SPLIT_RECORDS,      /* input position p to rank p % world (see above) */
+} sl_rank_split;
+
 typedef enum sl_error_policy {
     SL_ON_ERROR_SKIP = 0,   /* refill the slot, count and name the record (default) */
     SL_ON_ERROR_FAIL,       /* the first bad record fails the pipeline */
@@ -69,7 +106,9 @@ typedef struct sl_pipeline_config {
                                 * of shard files ("d/train-*.tfrecord"; sorted), or a
                                 * single .tfrecord file */
     const char *split;         /* "train" */
-    unsigned rank, world;      /* this rank reads shards i with i % world == rank */
+    unsigned rank, world;      /* this rank of world: see rank_split */
+    sl_rank_split rank_split;  /* SL_SPLIT_FILES (default) or SL_SPLIT_RECORDS. (Not named
+                                * `split`: that is the split's name above.) */
     /* reading */
     unsigned readers;          /* reader threads; 0 = 2 */
     unsigned cycle;            /* files read at once (interleave cycle length); 0 = 4 */
@@ -107,7 +146,8 @@ typedef struct sl_pipeline_config {
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
     {                                                                                              \
-        .split = "train", .rank = 0, .world = 1, .shuffle = SL_SHUFFLE_BUFFER,                     \
+        .split = "train", .rank = 0, .world = 1, .rank_split = SL_SPLIT_FILES,                     \
+        .shuffle = SL_SHUFFLE_BUFFER,                                                              \
         .shuffle_buffer = 10000, .shuffle_files = 1, .epochs = 1,                                  \
         .transform = SL_TRANSFORM_TRAIN, .height = 224, .width = 224, .scale_min = 0.08f,          \
         .scale_max = 1.0f, .ratio_min = 0.75f, .ratio_max = 4.0f / 3.0f, .flip = 1,                \
@@ -168,7 +208,16 @@ typedef struct sl_pipeline_stats {
     uint64_t bad_records;      /* skipped (refilled) records */
     char bad[SL_PIPELINE_MAX_BAD_REPORT][256]; /* first few: "file: record N @ off: what" */
     uint64_t shuffle_buffer;   /* effective buffer (records) */
-    uint64_t records_per_epoch;
+    uint64_t records_per_epoch;/* this rank's share: SL_SPLIT_FILES the records of its
+                                * shards; SL_SPLIT_RECORDS the positions of epoch 0 it
+                                * keeps, ceil((R - rank) / world) of R (later epochs may
+                                * give it one fewer or one more when world does not
+                                * divide R) */
+    uint64_t records_per_epoch_world; /* records per epoch over all ranks (R, world 1's
+                                * records_per_epoch) with SL_SPLIT_RECORDS or world 1;
+                                * 0 with SL_SPLIT_FILES and world > 1 (a rank opens only
+                                * its own shards). Steps per epoch that agree on every
+                                * rank: ceil(R / (batch * world)) */
 } sl_pipeline_stats;
 
 int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out);
@@ -190,12 +239,35 @@ int sl_pipeline_state_save(sl_pipeline *p, char *buf, size_t cap, size_t *len);
 int sl_pipeline_create_from_state(const sl_pipeline_config *cfg, const char *state, size_t len,
                                   sl_pipeline **out);
 
+/* A pipeline positioned as if `batches` batches holding `samples` samples
+ * had been handed out by a pipeline created from cfg: its first batch has
+ * index `batches` and holds samples samples .. samples + batch - 1 of the
+ * run, byte-identical to what that pipeline would give from there, in every
+ * shuffle mode (the fast-forward of create_from_state, without a saved
+ * state: O(samples) cheap steps plus reading at most one shuffle buffer of
+ * records). samples need not be a multiple of cfg->batch: batches then
+ * start there (sample samples + i * batch begins batch batches + i), and
+ * the run still ends where cfg's run ends (with drop_remainder, at the end
+ * of its last full batch counted from sample 0), so the last batch may be
+ * partial. Errors: as sl_pipeline_create, and SL_EINVAL when samples is
+ * past the end of a finite run or batches + the remaining batches would
+ * overflow.
+ * Use: resuming a run saved with W ranks on W' ranks (SL_SPLIT_RECORDS,
+ * NONE or GLOBAL): after world-1 position G (k steps of global batch N: G =
+ * k * N), rank r of W' starts at samples = sl_split_samples(G, r, W'),
+ * which is G / W' when W' divides G; the union of the new ranks' batches
+ * is then world 1's stream from G on (batch b' * W'). */
+int sl_pipeline_create_at(const sl_pipeline_config *cfg, uint64_t batches, uint64_t samples,
+                          sl_pipeline **out);
+
+/* Samples that rank `rank` of `world` has taken under SL_SPLIT_RECORDS when
+ * world 1's stream is at position `global`: the positions p < global with
+ * p % world == rank, i.e. ceil((global - rank) / world), 0 when global <=
+ * rank. world 0 gives 0. Pure arithmetic, any thread. */
+uint64_t sl_split_samples(uint64_t global, unsigned rank, unsigned world);
+
 /* ------------------------------------------------------- GPU normalization */
-typedef enum sl_dtype {
-    SL_DTYPE_F32 = 0,
-    SL_DTYPE_BF16,
-    SL_DTYPE_F16,
-} sl_dtype;
+/* sl_dtype: common/dtype.h */
 
 /* On the GPU: d_in (n, h, w, 3) u8 NHWC (a batch's d_data with layout
  * SL_LAYOUT_NHWC_U8) into d_out, normalized ((v - mean[c]) / std[c]) in

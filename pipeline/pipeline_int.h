@@ -78,7 +78,9 @@ typedef struct sl_source_set {
 } sl_source_set;
 
 /* Open the shards of `split` under data (sl_dataset_shards; or data is a
- * glob pattern of shard files, or one .tfrecord file), keep those with shard index % world == rank, load each
+ * glob pattern of shard files, or one .tfrecord file), keep those with
+ * shard index % world == rank (SL_SPLIT_FILES; SL_SPLIT_RECORDS opens
+ * rank 0 of 1, every shard, and lets the order split), load each
  * index file (or build it by scanning when the .idx is missing). SL_EINVAL
  * when this rank gets no shard ("rank 3 of 8: only 2 shards"). */
 int sl_source_set_open(const char *data, const char *split, unsigned rank, unsigned world,
@@ -88,17 +90,27 @@ void sl_source_set_close(sl_source_set *s);
 int sl_source_set_locate(const sl_source_set *s, uint64_t id, uint32_t *shard, uint64_t *rec);
 
 /* ------------------------------------------------------------------ order */
-/* A read unit: nrec consecutive records of one shard, read with one pread
- * of [offset, offset + bytes). */
+/* A read unit: nrec records of one shard, rec, rec + stride, ..., read with
+ * one pread of [offset, offset + bytes) (from the first record's start to
+ * the last one's end: with stride > 1 the records between belong to other
+ * ranks and are read but neither checked nor decoded). */
 typedef struct sl_read_unit {
     uint64_t seq;             /* unit number in read order: 0, 1, 2, ... */
-    uint64_t first_pos;       /* input-stream position of its first record */
+    uint64_t first_pos;       /* input-stream position of its first record (this rank's
+                               * stream: positions count only the records it keeps) */
     uint32_t shard;
     uint32_t nrec;
     int32_t epoch;
+    uint32_t stride;          /* record step; 0 or 1: consecutive records */
     uint64_t rec;             /* first record number within the shard */
     uint64_t offset, bytes;
 } sl_read_unit;
+
+/* Record number within the shard of the unit's record i (i < nrec). */
+static inline uint64_t sl_unit_rec(const sl_read_unit *u, uint32_t i)
+{
+    return u->rec + (uint64_t)i * (u->stride > 1 ? u->stride : 1);
+}
 
 typedef struct sl_order_config {
     const sl_source_set *src;
@@ -110,12 +122,20 @@ typedef struct sl_order_config {
     int shuffle_files;        /* shard order permuted per epoch with sl_rng_for(seed, ~0, epoch) */
     uint64_t seed;
     int64_t epochs;           /* <= 0: forever */
+    uint32_t split_rank, split_world; /* SL_SPLIT_RECORDS: keep only the records at
+                               * positions p of the whole (world 1) stream with
+                               * p % split_world == split_rank; units hold only kept
+                               * records (stride split_world within a block) and
+                               * first_pos counts kept records. split_world 0 or 1:
+                               * keep everything */
 } sl_order_config;
 
 typedef struct sl_order sl_order;
 int sl_order_create(const sl_order_config *cfg, sl_order **out);
 /* The next unit in read order; SL_EOF after the last epoch. Cheap (no I/O);
- * the input stream is the concatenation of the units' records. */
+ * the input stream is the concatenation of the units' records (with a
+ * split: of the kept records, world 1's blocks with no kept record yield
+ * no unit). */
 int sl_order_next_unit(sl_order *o, sl_read_unit *u);
 void sl_order_destroy(sl_order *o);
 

@@ -336,7 +336,7 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
     un->data = un->buf;
 check:
     for (uint32_t i = 0; i < u->nrec; i++) {
-        const sl_index_entry *e = &sh->idx[u->rec + i];
+        const sl_index_entry *e = &sh->idx[sl_unit_rec(u, i)]; /* kept records only */
         uint64_t o = e->offset - u->offset;
         if (e->offset < u->offset || e->size > u->bytes || o > u->bytes - e->size)
             un->bad[i] = SL_FRAME_SIZE;

@@ -6,7 +6,8 @@
  *
  *   data (DIR | FILE.tfrecord)
  *     └─ sl_dataset_shards(DIR, split)         all shards, sorted by name
- *         └─ keep shard i when i % world == rank   (rank/world split)
+ *         └─ keep shard i when i % world == rank   (SL_SPLIT_FILES; the
+ *             pipeline opens rank 0 of 1, every shard, for SL_SPLIT_RECORDS)
  *             └─ "<shard>.idx" (sl_index_load), or a scan (sl_index_build)
  *                 when the shard has no index file
  *

@@ -12,9 +12,11 @@
  *
  * The config hash covers everything that decides the sample stream and its
  * bytes, in four parts so that a mismatch can say what changed:
- *   source     split, rank, world, effective label offset, and per shard its
- *              file name (not its directory: a dataset may move between
- *              save and resume), record count and bytes;
+ *   source     split, rank, world, rank_split (only when not the default
+ *              SL_SPLIT_FILES, so states saved before it existed still
+ *              match), effective label offset, and per shard its file name
+ *              (not its directory: a dataset may move between save and
+ *              resume), record count and bytes;
  *   order      shuffle mode, effective shuffle buffer, cycle, block,
  *              shuffle_files, epochs, seed;
  *   transform  mode and its parameters, output size, layout, mean/std for
@@ -40,7 +42,14 @@
  *      same slots, same RNG state, handles instead of positions.
  * Batch and sample numbering continue at K and N. The cost is O(N) cheap
  * steps plus reading at most one buffer of records; NONE and GLOBAL have a
- * buffer of 1, so they only skip N positions.
+ * buffer of 1, so they only skip N positions. With SL_SPLIT_RECORDS the
+ * positions are this rank's (the order's kept records), and a buffered
+ * record's number is u.rec + stride x its index in the unit; step 3 groups
+ * records whose numbers go up by 1, or by the split's world (records of
+ * one world-1 block), into one strided unit.
+ *
+ * sl_pipeline_create_at runs the same fast-forward from a position given
+ * by the caller (any K and N <= the run's samples; N need not be K x B).
  *
  * Threading: save is called by the consumer thread; create_from_state
  * builds the pipeline before any of its threads run.
@@ -57,7 +66,7 @@
 enum { PART_SOURCE, PART_ORDER, PART_TRANSFORM, PART_BATCH, NPARTS };
 static const char *const part_name[NPARTS] = {"source", "order", "transform", "batch"};
 static const char *const part_what[NPARTS] = {
-    "shards, split, rank/world or label offset",
+    "shards, split, rank/world, rank_split or label offset",
     "shuffle, shuffle buffer, cycle, block, shuffle_files, epochs or seed",
     "transform, size, layout or normalization",
     "batch or drop_remainder",
@@ -95,6 +104,8 @@ static void config_parts(const sl_pipeline *p, uint64_t parts[NPARTS])
     uint64_t h = h_str(1, c->split);
     h = h_u64(h, c->rank);
     h = h_u64(h, c->world);
+    if (c->rank_split != SL_SPLIT_FILES)
+        h = h_u64(h, 0x5e11u + (uint64_t)c->rank_split);
     h = h_u64(h, (uint64_t)p->label_offset);
     h = h_u64(h, p->src.n);
     for (size_t i = 0; i < p->src.n; i++) {
@@ -255,7 +266,7 @@ static int by_place(const void *a, const void *b)
 }
 
 /* Steps 2 and 3 of the top comment: map positions, place the readers. */
-static int walk_units(sl_pipeline *p, buffered *b, size_t n, uint64_t fed)
+static int walk_units(sl_pipeline *p, const char *fn, buffered *b, size_t n, uint64_t fed)
 {
     size_t j = 0;
     if (fed == 0)
@@ -267,8 +278,7 @@ static int walk_units(sl_pipeline *p, buffered *b, size_t n, uint64_t fed)
         int rc = sl_order_next_unit(p->order, &u);
         if (rc == SL_EOF) {
             if (j < n || fed < p->input_total)
-                return sl_fail(SL_EINVAL, "sl_pipeline_create_from_state: state is past the end "
-                               "of the data");
+                return sl_fail(SL_EINVAL, "%s: position past the end of the data", fn);
             p->order_done = 1;
             return SL_OK;
         }
@@ -278,7 +288,7 @@ static int walk_units(sl_pipeline *p, buffered *b, size_t n, uint64_t fed)
         for (; j < n && b[j].pos < end; j++) {
             b[j].epoch = u.epoch;
             b[j].shard = u.shard;
-            b[j].rec = u.rec + (b[j].pos - u.first_pos);
+            b[j].rec = sl_unit_rec(&u, (uint32_t)(b[j].pos - u.first_pos));
         }
         if (fed < end) {
             p->pending = u;
@@ -291,24 +301,31 @@ static int walk_units(sl_pipeline *p, buffered *b, size_t n, uint64_t fed)
 }
 
 /* Read the buffered records into units and point the shuffle at them. */
-static int load_buffered(sl_pipeline *p, buffered *b, size_t n)
+static int load_buffered(sl_pipeline *p, const char *fn, buffered *b, size_t n)
 {
+    /* Steps that make a unit: consecutive records, or one world-1 block's
+     * records of this rank (SL_SPLIT_RECORDS: every world-th). */
+    uint64_t wide = p->cfg.rank_split == SL_SPLIT_RECORDS ? p->cfg.world : 1;
     if (n > 1)
         qsort(b, n, sizeof *b, by_place);
     for (size_t i = 0; i < n;) {
         size_t k = i + 1;
+        uint64_t step = 1;
+        if (k < n && b[k].epoch == b[i].epoch && b[k].shard == b[i].shard &&
+            b[k].rec - b[i].rec == wide)
+            step = wide;
         while (k < n && b[k].epoch == b[i].epoch && b[k].shard == b[i].shard &&
-               b[k].rec == b[k - 1].rec + 1 && k - i < UINT32_MAX)
+               b[k].rec == b[k - 1].rec + step && k - i < UINT32_MAX)
             k++;
         const sl_shard_info *sh = &p->src.shards[b[i].shard];
         const sl_index_entry *first = &sh->idx[b[i].rec], *last = &sh->idx[b[k - 1].rec];
         sl_read_unit u = {.seq = UINT64_MAX, .first_pos = b[i].pos, .shard = b[i].shard,
-                          .nrec = (uint32_t)(k - i), .epoch = b[i].epoch, .rec = b[i].rec,
-                          .offset = first->offset,
+                          .nrec = (uint32_t)(k - i), .epoch = b[i].epoch,
+                          .stride = (uint32_t)step, .rec = b[i].rec, .offset = first->offset,
                           .bytes = last->offset + last->size - first->offset};
         sl_unit *un = sl_unit_claim_locked(p, &u);
         if (!un)
-            return sl_fail(SL_ENOMEM, "sl_pipeline_create_from_state: out of memory");
+            return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         un->pushed = u.nrec;
         int rc = sl_unit_read(p, un);
         if (rc)
@@ -321,7 +338,7 @@ static int load_buffered(sl_pipeline *p, buffered *b, size_t n)
     return SL_OK;
 }
 
-static int fast_forward(sl_pipeline *p, uint64_t samples)
+static int fast_forward(sl_pipeline *p, const char *fn, uint64_t samples)
 {
     sl_shuffle sim;
     buffered *b = NULL;
@@ -333,20 +350,19 @@ static int fast_forward(sl_pipeline *p, uint64_t samples)
         while (!sl_shuffle_full(&sim) && fed < p->input_total)
             sl_shuffle_push(&sim, fed++);
         if (sim.n == 0) {
-            rc = sl_fail(SL_EINVAL, "sl_pipeline_create_from_state: state is past the end of "
-                         "the data");
+            rc = sl_fail(SL_EINVAL, "%s: position past the end of the data", fn);
             goto out;
         }
         (void)sl_shuffle_pop(&sim);
     }
     size_t n = (size_t)sim.n;
     if (n && !(b = calloc(n, sizeof *b))) {
-        rc = sl_fail(SL_ENOMEM, "sl_pipeline_create_from_state: out of memory");
+        rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto out;
     }
     for (size_t i = 0; i < n; i++)
         b[i] = (buffered){.pos = sim.items[i], .slot = i};
-    if ((rc = walk_units(p, b, n, fed)) || (rc = load_buffered(p, b, n)))
+    if ((rc = walk_units(p, fn, b, n, fed)) || (rc = load_buffered(p, fn, b, n)))
         goto out;
     p->shuf.n = sim.n;
     p->shuf.rng = sim.rng;
@@ -357,6 +373,26 @@ out:
 }
 
 /* -------------------------------------------------------------- create */
+
+/* Place a built pipeline (threads not started) at batch k, sample n: the
+ * run's batches are then k, k + 1, ... starting at samples n, n + B, ...,
+ * up to the run's end (p->sample_limit, unchanged). */
+static int position_at(sl_pipeline *p, const char *fn, uint64_t k, uint64_t n)
+{
+    if (p->sample_limit != UINT64_MAX) {
+        uint64_t B = p->cfg.batch, left = p->sample_limit - n;
+        uint64_t more = left / B + (left % B != 0);
+        if (more > UINT64_MAX - 1 - k)
+            return sl_fail(SL_EINVAL, "%s: batch %llu: batch numbers would overflow", fn,
+                           (unsigned long long)k);
+        p->nbatches = k + more;
+    }
+    int rc = fast_forward(p, fn, n);
+    if (rc)
+        return rc;
+    sl_pipeline_set_position(p, k, n);
+    return SL_OK;
+}
 
 int sl_pipeline_create_from_state(const sl_pipeline_config *cfg, const char *state, size_t len,
                                   sl_pipeline **out)
@@ -383,19 +419,44 @@ int sl_pipeline_create_from_state(const sl_pipeline_config *cfg, const char *sta
                          "with: %s (%s)", fn, part_name[i], part_what[i]);
             goto fail;
         }
-    uint64_t B = p->cfg.batch;
-    uint64_t want = s.batches > UINT64_MAX / B ? UINT64_MAX : s.batches * B;
-    if (want > p->sample_limit)
-        want = p->sample_limit;
-    if (s.batches > p->nbatches || s.samples != want) {
-        rc = sl_fail(SL_EINVAL, "%s: state inconsistent: %llu batches, %llu samples", fn,
-                     (unsigned long long)s.batches, (unsigned long long)s.samples);
+    /* A state saved by a pipeline from sl_pipeline_create_at may have any
+     * batch number and a sample count that is not batches x B. */
+    if (s.samples > p->sample_limit) {
+        rc = sl_fail(SL_EINVAL, "%s: state inconsistent: %llu batches, %llu samples: the run "
+                     "has %llu samples", fn, (unsigned long long)s.batches,
+                     (unsigned long long)s.samples, (unsigned long long)p->sample_limit);
         goto fail;
     }
-    if ((rc = fast_forward(p, s.samples)))
+    if ((rc = position_at(p, fn, s.batches, s.samples)) || (rc = sl_pipeline_start(p)))
         goto fail;
-    sl_pipeline_set_position(p, s.batches, s.samples);
-    if ((rc = sl_pipeline_start(p)))
+    *out = p;
+    return SL_OK;
+fail:
+    sl_pipeline_destroy(p);
+    return rc;
+}
+
+int sl_pipeline_create_at(const sl_pipeline_config *cfg, uint64_t batches, uint64_t samples,
+                          sl_pipeline **out)
+{
+    static const char fn[] = "sl_pipeline_create_at";
+    sl_pipeline *p = NULL;
+    int rc;
+
+    if (!out)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    *out = NULL;
+    if (!cfg)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if ((rc = sl_pipeline_build(cfg, &p)))
+        return rc;
+    if (samples > p->sample_limit) {
+        rc = sl_fail(SL_EINVAL, "%s: %s: rank %u of %u: sample %llu is past the end of the run "
+                     "(%llu samples)", fn, p->cfg.data, p->cfg.rank, p->cfg.world,
+                     (unsigned long long)samples, (unsigned long long)p->sample_limit);
+        goto fail;
+    }
+    if ((rc = position_at(p, fn, batches, samples)) || (rc = sl_pipeline_start(p)))
         goto fail;
     *out = p;
     return SL_OK;

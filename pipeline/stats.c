@@ -84,7 +84,13 @@ int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out)
     for (uint64_t i = 0; i < nbad; i++)
         memcpy(out->bad[i], p->bad[i], sizeof out->bad[i]);
     out->shuffle_buffer = p->shuffle_cap;
-    out->records_per_epoch = p->src.total;
+    if (p->cfg.rank_split == SL_SPLIT_RECORDS) {
+        out->records_per_epoch = sl_split_samples(p->src.total, p->cfg.rank, p->cfg.world);
+        out->records_per_epoch_world = p->src.total;
+    } else {
+        out->records_per_epoch = p->src.total;
+        out->records_per_epoch_world = p->cfg.world == 1 ? p->src.total : 0;
+    }
     pthread_mutex_unlock(&p->mu);
     return SL_OK;
 }

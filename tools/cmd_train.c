@@ -64,6 +64,25 @@ static void usage(FILE *f)
             "  --ckpt-every N        steps between checkpoints (default: every epoch and at the end)\n"
             "  --resume              continue from the newest checkpoint in --ckpt-dir\n"
             "  --log-every N         steps between progress lines (default: 10 per epoch)\n"
+            "\n"
+            "distribution (the result does not depend on how many replicas share --batch):\n"
+            "  --strategy S          single, mirrored (synchronous data parallel) or ps\n"
+            "                        (asynchronous parameter server)       (default single)\n"
+            "  --replicas N          mirrored: replica threads; ps: worker threads\n"
+            "                        (default: one per core; under mpirun one per process)\n"
+            "  --sync-bn             mirrored: batch-norm statistics over the global batch\n"
+            "  --bucket-mb M         mirrored: gradient all-reduce bucket size  (default 25)\n"
+            "  --no-overlap          mirrored: all-reduce after backward instead of during it\n"
+            "  --check-every N       mirrored: verify every N steps that all replicas hold\n"
+            "                        identical weights (debug)\n"
+            "  --ps-servers N        ps: parameter server threads               (default 1)\n"
+            "  --max-staleness K     ps: a worker waits rather than run more than K steps\n"
+            "                        ahead of the slowest one               (default: no bound)\n"
+            "  --comm-timeout S      seconds a collective waits for its peers (default 300)\n"
+            "  Multi-worker: mpirun -np K sluice train ... --strategy mirrored (each rank one\n"
+            "  replica, reading its own records/shards). --shuffle global (or none) splits the\n"
+            "  records so any number of replicas sees the same global batches; --shuffle buffer\n"
+            "  splits the shards.\n"
             "  -h, --help            this text\n"
             "\n");
     pf_usage(f);
@@ -78,7 +97,9 @@ enum {
     OPT_MODEL = 0x2000, OPT_WIDTH, OPT_CLASSES, OPT_MAX_STEPS, OPT_LR, OPT_MOMENTUM,
     OPT_NESTEROV, OPT_WD, OPT_WARMUP, OPT_SCHEDULE, OPT_SMOOTH, OPT_NO_ZERO_INIT,
     OPT_MIN_SCALE, OPT_CROP_FRACTION, OPT_NO_FLIP, OPT_EVAL_SPLIT, OPT_THREADS, OPT_BACKEND,
-    OPT_LOGDIR, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_RESUME, OPT_LOG_EVERY,
+    OPT_LOGDIR, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_RESUME, OPT_LOG_EVERY, OPT_STRATEGY,
+    OPT_REPLICAS, OPT_SYNC_BN, OPT_BUCKET_MB, OPT_NO_OVERLAP, OPT_CHECK_EVERY, OPT_PS_SERVERS,
+    OPT_MAX_STALENESS, OPT_COMM_TIMEOUT,
 };
 
 static const struct option own_opts[] = {
@@ -105,6 +126,15 @@ static const struct option own_opts[] = {
     {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"strategy", required_argument, NULL, OPT_STRATEGY},
+    {"replicas", required_argument, NULL, OPT_REPLICAS},
+    {"sync-bn", no_argument, NULL, OPT_SYNC_BN},
+    {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
+    {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
+    {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
+    {"ps-servers", required_argument, NULL, OPT_PS_SERVERS},
+    {"max-staleness", required_argument, NULL, OPT_MAX_STALENESS},
+    {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -229,6 +259,30 @@ static int own_option(train_opts *o, int c, const char *arg)
             return -1;
         t->log_every = (int64_t)u;
         return 0;
+    case OPT_STRATEGY:
+        if (sl_strategy_parse(arg, &t->strategy)) {
+            cli_error(CMD, "--strategy: bad value '%s' (want single, mirrored or ps)", arg);
+            return -1;
+        }
+        return 0;
+    case OPT_REPLICAS: return cli_parse_int(CMD, "--replicas", arg, 1, 1024, &t->replicas);
+    case OPT_SYNC_BN: t->sync_bn = 1; return 0;
+    case OPT_BUCKET_MB:
+        if (parse_num("--bucket-mb", arg, 0.001, 1e5, &v))
+            return -1;
+        t->bucket_mb = v;
+        return 0;
+    case OPT_NO_OVERLAP: t->no_overlap = 1; return 0;
+    case OPT_CHECK_EVERY:
+        if (cli_parse_u64(CMD, "--check-every", arg, &u))
+            return -1;
+        t->check_every = (int64_t)u;
+        return 0;
+    case OPT_PS_SERVERS: return cli_parse_int(CMD, "--ps-servers", arg, 1, 1024, &t->ps_servers);
+    case OPT_MAX_STALENESS:
+        return cli_parse_int(CMD, "--max-staleness", arg, 0, 1 << 30, &t->max_staleness);
+    case OPT_COMM_TIMEOUT:
+        return cli_parse_int(CMD, "--comm-timeout", arg, 1, 1 << 20, &t->comm_timeout_s);
     }
     cli_error(CMD, "internal: option %d", c);
     return -1;
@@ -252,6 +306,19 @@ static int parse(int argc, char **argv, train_opts *o)
     }
     if (pf_finish(&o->pf))
         return 2;
+    if (o->t.strategy != SL_STRATEGY_MIRRORED &&
+        (o->t.sync_bn || o->t.no_overlap || o->t.check_every)) {
+        cli_error(CMD, "--sync-bn, --no-overlap and --check-every need --strategy mirrored");
+        return 2;
+    }
+    if (o->t.strategy == SL_STRATEGY_SINGLE && o->t.replicas > 1) {
+        cli_error(CMD, "--replicas needs --strategy mirrored or ps");
+        return 2;
+    }
+    if (o->t.strategy != SL_STRATEGY_PS && (o->t.ps_servers || o->t.max_staleness >= 0)) {
+        cli_error(CMD, "--ps-servers and --max-staleness need --strategy ps");
+        return 2;
+    }
     if (o->t.resume && !o->t.ckpt_dir) {
         cli_error(CMD, "--resume needs --ckpt-dir");
         return 2;
@@ -297,6 +364,12 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, ", %s top1 %.4f top5 %.4f", o.t.eval_split, res.eval_top1,
                 res.eval_top5);
     fprintf(stderr, "\n");
+    if (res.world > 1 && o.t.strategy == SL_STRATEGY_MIRRORED)
+        fprintf(stderr, "train: %d replicas, %.1f%% of step time waiting for all-reduce\n",
+                res.world, 100.0 * res.comm_wait_frac);
+    if (o.t.strategy == SL_STRATEGY_PS)
+        fprintf(stderr, "train: %d workers, staleness mean %.2f max %lld\n", res.world,
+                res.staleness_mean, (long long)res.staleness_max);
     if (res.checkpoint[0])
         fprintf(stderr, "train: checkpoint %s.safetensors (+ .json)\n", res.checkpoint);
     if (o.t.logdir)

@@ -23,6 +23,34 @@
  *
  * The input x of a train forward is not copied: it must stay unchanged
  * until the matching backward (the stem's weight gradient reads it).
+ *
+ * Synchronized BN (sl_model_set_bn_sync; the mirrored strategy's --sync-bn,
+ * PyTorch's SyncBatchNorm): W replicas, each with n of the W*n images, and
+ * total = W * rows per BN. Per BN, in train mode:
+ *   forward:  bn_sum -> all-reduce -> mean = sum/total; bn_sqdev_sum(mean)
+ *             -> all-reduce -> var = sq/total; bn_fwd_apply (running stats
+ *             with the global mean and var, so every replica keeps the same)
+ *   backward: bn_bwd_reduce -> the LOCAL sum_dy, sum_dy_xhat are this
+ *             replica's dbeta, dgamma; a copy of both (2c floats, one call)
+ *             is all-reduced; bn_bwd_apply(global sums) -> dx.
+ * Why the local sums for the param grads: replica r's loss is the mean over
+ * its n images, L_r = (1/n) sum_{i in r} l_i, while one model on the whole
+ * batch has L = (1/(W n)) sum_i l_i, so dL_r/dlogits_i = W dL/dlogits_i for
+ * i in r. Backward is linear in dlogits, and with the all-reduced sums it
+ * is the single model's backward row for row, so every activation gradient
+ * on replica r is W times the single model's on those rows. Then
+ *   dgamma_r = sum_{rows of r} dy_r*xhat = W sum_{rows of r} dy*xhat
+ * and the strategy's average over replicas, (1/W) sum_r dgamma_r, is the
+ * single model's dgamma (likewise dbeta, and every conv weight's gradient).
+ * Using the global sums as dgamma would make that average W times too big.
+ *
+ * The grad-ready hook (sl_model_set_grad_hook) is called for each trainable
+ * tensor right after the op that writes its grad, in backward order: fc
+ * weight and bias after fc_bwd; per cbn (blocks last to first, each main
+ * path last to first, then the downsample, the stem last) BN weight and
+ * bias after the BN backward (and its all-reduce when synchronized), conv
+ * weight after conv_bwd_filter. No grad is written twice, so each call
+ * comes once and the grad it names is final.
  */
 #include <string.h>
 
@@ -53,6 +81,64 @@ static int conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh)
                               c->pad);
 }
 
+/* ------------------------------------------------------------- bn sync */
+
+/* buf (cnt floats) = its sum over the replicas, through the caller's
+ * all-reduce; its failure comes back with its code and the BN named. */
+static int sync_sum(sl_model *m, const char *fn, const sl_cbn *c, float *buf, int cnt)
+{
+    sl_clear_error();
+    int rc = m->sync.allreduce_sum(m->sync.ctx, buf, cnt);
+    if (rc)
+        return sl_fail(rc, "%s: %s: sync-BN all-reduce of %d floats failed (%s): %s", fn,
+                       c->bn_name, cnt, sl_strerror(rc), sl_errmsg());
+    return SL_OK;
+}
+
+/* Synchronized train-mode BN forward of c over rows of this replica: z
+ * from y with the statistics of all replicas' rows. */
+static int bn_sync_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows)
+{
+    const char *fn = "sl_model_forward";
+    int C = c->cout, rc;
+    double total = (double)rows * m->sync.world;
+    float *mean = m->sync_buf, *var = m->sync_buf + C;
+    OP(fn, c->bn_name, e->ops->bn_sum(e, rows, C, c->y, mean));
+    if ((rc = sync_sum(m, fn, c, mean, C)))
+        return rc;
+    for (int ch = 0; ch < C; ch++)
+        mean[ch] = (float)((double)mean[ch] / total);
+    OP(fn, c->bn_name, e->ops->bn_sqdev_sum(e, rows, C, c->y, mean, var));
+    if ((rc = sync_sum(m, fn, c, var, C)))
+        return rc;
+    for (int ch = 0; ch < C; ch++)
+        var[ch] = (float)((double)var[ch] / total);
+    OP(fn, c->bn_name, e->ops->bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
+                                            total, m->cfg.bn_momentum, m->cfg.bn_eps,
+                                            c->rmean, c->rvar, c->z, c->smean, c->sinvstd));
+    return SL_OK;
+}
+
+/* Synchronized BN backward: dy -> dx (tmp), the local dgamma / dbeta into
+ * c's grads (the top comment says why local). */
+static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const float *dy,
+                       float *dx)
+{
+    const char *fn = "sl_model_backward";
+    int C = c->cout, rc;
+    double total = (double)rows * m->sync.world;
+    float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
+    OP(fn, c->bn_name, e->ops->bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
+                                             c->gbeta, c->ggamma));
+    memcpy(sdy, c->gbeta, (size_t)C * sizeof(float));
+    memcpy(sdyx, c->ggamma, (size_t)C * sizeof(float));
+    if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
+        return rc;
+    OP(fn, c->bn_name, e->ops->bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
+                                            c->sinvstd, sdy, sdyx, total, dx));
+    return SL_OK;
+}
+
 /* ---------------------------------------------------------------- forward */
 
 /* y = conv(x); z = bn(y) (batch or running statistics); z = relu(z). */
@@ -63,7 +149,12 @@ static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train)
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
     OP(fn, c->conv_name, e->ops->conv_fwd(e, &sh, input_of(m, c), c->w, c->y));
     int64_t rows = (int64_t)n * c->p * c->q;
-    if (train) {
+    if (train && m->sync_on) {
+        int rc = bn_sync_fwd(m, e, c, rows);
+        if (rc)
+            return rc;
+        (*c->nbt)++;
+    } else if (train) {
         OP(fn, c->bn_name, e->ops->bn_fwd_train(e, rows, c->cout, c->y, c->gamma, c->beta,
                                                 m->cfg.bn_momentum, m->cfg.bn_eps, c->rmean,
                                                 c->rvar, c->z, c->smean, c->sinvstd));
@@ -109,11 +200,14 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         return sl_fail(SL_EINVAL, "%s: batch %d outside [1, %d]", fn, n, m->max_batch);
     if (train) {
         /* PyTorch refuses batch statistics over a single value per channel
-         * (the unbiased running variance would divide by zero). */
+         * (the unbiased running variance would divide by zero); with sync,
+         * the statistics are over every replica's rows. */
+        int world = m->sync_on ? m->sync.world : 1;
         for (int i = 0; i < m->ncbn; i++)
-            if ((int64_t)n * m->cbn[i].p * m->cbn[i].q < 2)
-                return sl_fail(SL_EINVAL, "%s: %s: batch %d gives one value per channel in "
-                               "training", fn, m->cbn[i].bn_name, n);
+            if ((int64_t)n * m->cbn[i].p * m->cbn[i].q * world < 2)
+                return sl_fail(SL_EINVAL, "%s: %s: batch %d%s gives one value per channel in "
+                               "training", fn, m->cbn[i].bn_name, n,
+                               m->sync_on ? " x 1 replica (sync-BN)" : "");
     }
     m->train_n = 0; /* the kept activations are about to change */
     m->x = x;
@@ -144,6 +238,20 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
 
 /* --------------------------------------------------------------- backward */
 
+/* Tell the grad-ready hook (if any) that tensor t's grad is final. A
+ * non-zero return stops backward with that code. */
+static int grad_ready(sl_model *m, int t)
+{
+    if (!m->hook)
+        return SL_OK;
+    sl_clear_error();
+    int rc = m->hook(m->hook_ctx, t);
+    if (rc)
+        return sl_fail(rc, "sl_model_backward: %s: grad-ready hook returned %d (%s): %s",
+                       m->tensors[t].name, rc, sl_strerror(rc), sl_errmsg());
+    return SL_OK;
+}
+
 /* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when the
  * cbn has its own ReLU; tmp = d(y) by bn_bwd (dgamma, dbeta into the
  * grads); dw; dx = d(input) when dx is not NULL. dx may be dz: bn_bwd has
@@ -153,13 +261,23 @@ static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dz, float *
 {
     const char *fn = "sl_model_backward";
     int64_t rows = (int64_t)n * c->p * c->q;
+    int rc;
     if (c->relu)
         OP(fn, c->bn_name, e->ops->relu_bwd(e, rows * c->cout, c->z, dz, dz));
-    OP(fn, c->bn_name, e->ops->bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
-                                      c->sinvstd, tmp, c->ggamma, c->gbeta));
+    if (m->sync_on) {
+        if ((rc = bn_sync_bwd(m, e, c, rows, dz, tmp)))
+            return rc;
+    } else {
+        OP(fn, c->bn_name, e->ops->bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
+                                          c->sinvstd, tmp, c->ggamma, c->gbeta));
+    }
+    if ((rc = grad_ready(m, c->tensor + 1)) || (rc = grad_ready(m, c->tensor + 2)))
+        return rc;
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
     OP(fn, c->conv_name, e->ops->conv_bwd_filter(e, &sh, input_of(m, c), tmp, c->gw));
+    if ((rc = grad_ready(m, c->tensor)))
+        return rc;
     if (dx)
         OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, tmp, c->w, dx));
     return SL_OK;
@@ -198,9 +316,12 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     /* head: logits = fc(gap(out)) */
     OP(fn, "fc", e->ops->fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
                                 m->dpooled, m->fc_gw, m->fc_gb));
+    int rc;
+    if ((rc = grad_ready(m, m->fc_tensor)) || (rc = grad_ready(m, m->fc_tensor + 1)))
+        return rc;
     OP(fn, "avgpool", e->ops->gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
     for (int b = m->nblock - 1; b >= 0; b--) {
-        int rc = block_bwd(m, e, &m->blk[b], n, A, B, C);
+        rc = block_bwd(m, e, &m->blk[b], n, A, B, C);
         if (rc)
             return rc;
     }
@@ -247,4 +368,43 @@ int sl_model_input_size(const sl_model *m, int *h, int *w)
     if (w)
         *w = m->w;
     return SL_OK;
+}
+
+/* ------------------------------------------------------- sync and hooks */
+
+int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s)
+{
+    if (!m)
+        return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: NULL model");
+    if (s && !s->allreduce_sum)
+        return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: allreduce_sum is NULL");
+    if (s && s->world < 1)
+        return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: world %d < 1", s->world);
+    /* A backward must use the statistics its forward used: a change in
+     * between makes that backward refuse to run. */
+    m->train_n = 0;
+    m->sync_on = s != NULL;
+    if (s)
+        m->sync = *s;
+    else
+        memset(&m->sync, 0, sizeof m->sync);
+    return SL_OK;
+}
+
+void sl_model_set_grad_hook(sl_model *m, sl_grad_ready_fn fn, void *ctx)
+{
+    if (!m)
+        return;
+    m->hook = fn;
+    m->hook_ctx = fn ? ctx : NULL;
+}
+
+void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n)
+{
+    if (params)
+        *params = m ? m->params : NULL;
+    if (grads)
+        *grads = m ? m->grads : NULL;
+    if (n)
+        *n = m ? (size_t)m->arena_floats : 0;
 }

@@ -45,6 +45,7 @@ typedef struct sl_cbn {
     float *smean, *sinvstd; /* (cout) batch statistics of the last train forward */
     float *y;            /* (max_batch, p, q, cout) conv output = BN input */
     float *z;            /* (max_batch, p, q, cout) BN (+ReLU) output */
+    int tensor;          /* state-dict index of the conv weight; BN weight +1, bias +2 */
 } sl_cbn;
 
 /* A residual block: main path cbn[first .. first+nconv-1], optional
@@ -80,11 +81,23 @@ struct sl_model {
     float *params, *grads, *bufs, *acts; /* the arenas (see the top comment) */
     int64_t *nbts;
     int64_t n_params;    /* trainable scalars (no alignment padding) */
+    int64_t arena_floats; /* floats in params (and grads), padding included */
     size_t bytes;        /* everything allocated for tensors */
 
     sl_tensor_info *tensors; /* the state dict */
     int ntensors;
     char (*names)[64];   /* storage of the tensors' names */
+    int fc_tensor;       /* state-dict index of fc.weight; fc.bias +1 */
+
+    /* Synchronized BN (sl_model_set_bn_sync): the sums of one BN cross the
+     * all-reduce in sync_buf, 2 x the widest BN's channels floats (forward:
+     * mean then var; backward: sum_dy then sum_dy_xhat, one call). */
+    int sync_on;
+    sl_bn_sync sync;
+    float *sync_buf;
+
+    sl_grad_ready_fn hook; /* sl_model_set_grad_hook; NULL: none */
+    void *hook_ctx;
 
     const float *x;      /* input of the last forward (the caller's buffer) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */

@@ -332,6 +332,7 @@ static void build_state_dict(sl_model *m)
     for (int i = 0; i < m->ncbn; i++) {
         sl_cbn *c = &m->cbn[i];
         int64_t ws[4] = {c->cout, c->cin, c->r, c->r}, cs[1] = {c->cout};
+        c->tensor = m->ntensors; /* model.c's grad-ready hook names tensors by index */
         entry(m, c->conv_name, "weight", SL_T_F32, c->w, c->gw, 4, ws, W | SL_TENSOR_OHWI);
         entry(m, c->bn_name, "weight", SL_T_F32, c->gamma, c->ggamma, 1, cs, P);
         entry(m, c->bn_name, "bias", SL_T_F32, c->beta, c->gbeta, 1, cs, P);
@@ -340,6 +341,7 @@ static void build_state_dict(sl_model *m)
         entry(m, c->bn_name, "num_batches_tracked", SL_T_I64, c->nbt, NULL, 0, NULL, B);
     }
     int64_t fs[2] = {m->cfg.classes, m->feat};
+    m->fc_tensor = m->ntensors;
     entry(m, "fc", "weight", SL_T_F32, m->fc_w, m->fc_gw, 2, fs, W);
     entry(m, "fc", "bias", SL_T_F32, m->fc_b, m->fc_gb, 1, fs, P);
     m->n_params = 0;
@@ -400,14 +402,16 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
                                         m->cbn[0].cout, sizeof *m->pool_arg) : NULL;
     m->tensors = calloc((size_t)m->ncbn * 6 + 2, sizeof *m->tensors);
     m->names = calloc((size_t)m->ncbn * 6 + 2, sizeof *m->names);
-    int64_t wmax = (int64_t)m->cfg.classes * m->feat;
+    int64_t wmax = (int64_t)m->cfg.classes * m->feat, cmax = 1;
     for (int i = 0; i < m->ncbn; i++) {
         int64_t wn = (int64_t)m->cbn[i].cout * m->cbn[i].cin * m->cbn[i].r * m->cbn[i].r;
         wmax = wn > wmax ? wn : wmax;
+        cmax = m->cbn[i].cout > cmax ? m->cbn[i].cout : cmax;
     }
     tmp = falloc(wmax + 1);
+    m->sync_buf = falloc(2 * cmax);
     if (!m->params || !m->grads || !m->bufs || !m->acts || !m->nbts || !tmp ||
-        (m->stem_pool && !m->pool_arg) || !m->tensors || !m->names)
+        (m->stem_pool && !m->pool_arg) || !m->tensors || !m->names || !m->sync_buf)
         goto fail_nomem;
     /* Padding between tensors stays zero in both arenas (a flat all-reduce
      * or optimizer pass over them then sees zeros there). The activation
@@ -417,6 +421,7 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     memset(m->grads, 0, (size_t)u.params * sizeof(float));
     memset(m->bufs, 0, (size_t)u.bufs * sizeof(float));
     layout(m, &u); /* assign */
+    m->arena_floats = u.params;
     init_weights(m, tmp);
     build_state_dict(m);
     m->bytes = (size_t)(2 * u.params + u.bufs + u.acts) * sizeof(float) +
@@ -450,5 +455,6 @@ void sl_model_destroy(sl_model *m)
     free(m->pool_arg);
     free(m->tensors);
     free(m->names);
+    free(m->sync_buf);
     free(m);
 }

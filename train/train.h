@@ -100,6 +100,36 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
  * computed; gradient checks pass a buffer). */
 int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx);
 
+/* Synchronized batch norm across replicas (the mirrored strategy's
+ * --sync-bn). When set, every train forward computes each BN's mean and
+ * variance over the rows of all replicas, and backward uses the global sums,
+ * so world replicas on equal slices of a batch compute what one model on the
+ * whole batch would (running statistics included). allreduce_sum(ctx, buf,
+ * n) must replace buf (n floats, host memory for ref/cpu) by its sum over
+ * the replicas, blocking; a non-zero return fails the forward/backward with
+ * that status. Every replica must run the same forwards and backwards with
+ * the same n. s = NULL turns it off. The struct is copied. */
+typedef struct sl_bn_sync {
+    int (*allreduce_sum)(void *ctx, float *buf, int n);
+    void *ctx;
+    int world;          /* replicas (each with the same batch) */
+} sl_bn_sync;
+int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s);
+
+/* Gradient-ready hook, for all-reducing gradient buckets while backward
+ * continues: during sl_model_backward, fn(ctx, i) is called exactly once
+ * per trainable tensor i (index into sl_model_tensors) as soon as its grad
+ * is final; a non-zero return stops backward with that status. fn NULL
+ * removes it. Called on the thread running backward. */
+typedef int (*sl_grad_ready_fn)(void *ctx, int tensor);
+void sl_model_set_grad_hook(sl_model *m, sl_grad_ready_fn fn, void *ctx);
+
+/* The model's parameter and gradient arenas (model_int.h): *n floats from
+ * *params (and *grads) hold every trainable tensor (state-dict order, with
+ * alignment padding that is zero in grads); tensor i's data - params is its
+ * offset in both. Valid until sl_model_destroy. */
+void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n);
+
 /* --------------------------------------------------------------- optimizer */
 
 typedef struct sl_sgd_config {
@@ -229,8 +259,28 @@ int sl_events_read(const char *path, sl_event_fn fn, void *ctx);
 
 /* ---------------------------------------------------------------- trainer */
 
+/* How the work is spread (DESIGN.md section 6):
+ *   single    one replica (the default)
+ *   mirrored  synchronous data parallel: `replicas` replica threads of this
+ *             process, or one replica per MPI rank when started by mpirun;
+ *             each computes its slice of the global batch, gradients are
+ *             averaged by all-reduce in buckets while backward runs, every
+ *             replica applies the same update
+ *   ps        asynchronous parameter server: `replicas` worker threads push
+ *             gradients to `ps_servers` server threads and pull weights,
+ *             with no barrier between steps */
+typedef enum sl_strategy {
+    SL_STRATEGY_SINGLE = 0,
+    SL_STRATEGY_MIRRORED,
+    SL_STRATEGY_PS,
+} sl_strategy;
+
+const char *sl_strategy_name(sl_strategy s);
+int sl_strategy_parse(const char *name, sl_strategy *out);
+
 typedef struct sl_train_config {
-    sl_pipeline_config data;     /* the train input (split, batch, image size, ...) */
+    sl_pipeline_config data;     /* the train input (split, batch, image size, ...); batch is
+                                  * the GLOBAL batch, split evenly over mirrored replicas */
     const char *eval_split;      /* evaluated after each epoch; NULL or "" for none */
     sl_model_config model;
     sl_sgd_config sgd;
@@ -248,6 +298,19 @@ typedef struct sl_train_config {
     int resume;                  /* continue from the newest checkpoint in ckpt_dir */
     int64_t log_every;           /* steps between progress lines; 0 = about 10 per epoch */
     FILE *progress;              /* progress lines; NULL = stderr */
+
+    /* distribution */
+    sl_strategy strategy;
+    int replicas;                /* mirrored / ps: replica (worker) threads in this process;
+                                  * 0 = 1 under mpirun, else the number of cores */
+    int sync_bn;                 /* mirrored: BN statistics over the global batch */
+    double bucket_mb;            /* mirrored: gradient bucket size; 0 = 25 MB */
+    int no_overlap;              /* mirrored: all-reduce after backward, not during */
+    int64_t check_every;         /* mirrored: check every N steps that all replicas hold
+                                  * identical weights (debug); 0 = never */
+    int ps_servers;              /* ps: server threads; 0 = 1 */
+    int max_staleness;           /* ps: bound on staleness (SSP); < 0 = none */
+    int comm_timeout_s;          /* a collective waits this long for its peers; 0 = 300 */
 } sl_train_config;
 
 typedef struct sl_train_result {
@@ -258,6 +321,11 @@ typedef struct sl_train_result {
     double images_per_sec;       /* training throughput, this run */
     double seconds;
     char checkpoint[4096];       /* last checkpoint prefix written, "" if none */
+    int world;                   /* replicas (workers) that trained */
+    double comm_wait_frac;       /* mirrored: fraction of step time spent waiting for
+                                  * all-reduce (mean over replicas) */
+    double staleness_mean;       /* ps: mean and max staleness of the applied updates */
+    int64_t staleness_max;
 } sl_train_result;
 
 /* Config defaults for the data's dataset (image size from dataset.json) and

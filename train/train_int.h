@@ -147,6 +147,38 @@ typedef struct sl_ops {
     int (*xent_fwd_bwd)(sl_exec *e, int n, int classes, const float *logits,
                         const int32_t *labels, float smoothing, float *loss, float *dlogits,
                         int *correct);
+
+    /* Synchronized batch norm (the mirrored strategy's --sync-bn), in
+     * pieces so that the model can sum over replicas between them. rows are
+     * this replica's, total is the rows of all replicas together (a double:
+     * it may pass 2^24). The sums are this replica's only; the model
+     * all-reduces them. Semantics equal bn_fwd_train / bn_bwd on the
+     * concatenation of every replica's rows:
+     *   bn_sum:        sum[c] = sum_rows x                     (accumulated in double)
+     *   bn_sqdev_sum:  sq[c]  = sum_rows (x - mean[c])^2       (mean: the global mean)
+     *   bn_fwd_apply:  invstd = 1/sqrt(var + eps), var the global biased
+     *                  variance; save_mean = mean, save_invstd = invstd;
+     *                  running_mean = (1-m)*running_mean + m*mean,
+     *                  running_var  = (1-m)*running_var + m*var*total/(total-1);
+     *                  y = gamma*(x - mean)*invstd + beta
+     *   bn_bwd_reduce: sum_dy[c] = sum_rows dy, sum_dy_xhat[c] = sum_rows dy*xhat,
+     *                  xhat = (x - save_mean)*save_invstd
+     *   bn_bwd_apply:  dx = gamma*invstd/total * (total*dy - sum_dy - xhat*sum_dy_xhat)
+     *                  with the all-reduced sums. */
+    int (*bn_sum)(sl_exec *e, int64_t rows, int c, const float *x, float *sum);
+    int (*bn_sqdev_sum)(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
+                        float *sq);
+    int (*bn_fwd_apply)(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, const float *mean, const float *var, double total,
+                        float momentum, float eps, float *running_mean, float *running_var,
+                        float *y, float *save_mean, float *save_invstd);
+    int (*bn_bwd_reduce)(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                         const float *save_mean, const float *save_invstd, float *sum_dy,
+                         float *sum_dy_xhat);
+    int (*bn_bwd_apply)(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd,
+                        const float *sum_dy, const float *sum_dy_xhat, double total,
+                        float *dx);
 } sl_ops;
 
 
@@ -155,6 +187,8 @@ typedef struct sl_ops {
  *   linear_ref.c / linear_cpu.c  fc_fwd, fc_bwd
  *   norm_ref.c / norm_cpu.c      bn_fwd_train, bn_fwd_eval, bn_bwd
  *   act_ref.c / act_cpu.c        relu, add, maxpool, gap, xent
+ *   norm_sync_ref.c / norm_sync_cpu.c  bn_sum, bn_sqdev_sum, bn_fwd_apply, bn_bwd_reduce,
+ *                                      bn_bwd_apply
  * ops.c assembles sl_ops_ref / sl_ops_cpu / sl_ops_cuda from them. */
 #define SL_DECLARE_OPS(sfx)                                                                   \
     int sl_conv_fwd_##sfx(sl_exec *, const sl_conv_shape *, const float *, const float *,     \
@@ -184,7 +218,17 @@ typedef struct sl_ops {
     int sl_fc_bwd_##sfx(sl_exec *, int, int, int, const float *, const float *, const float *,\
                         float *, float *, float *);                                           \
     int sl_xent_fwd_bwd_##sfx(sl_exec *, int, int, const float *, const int32_t *, float,     \
-                              float *, float *, int *);
+                              float *, float *, int *);                                        \
+    int sl_bn_sum_##sfx(sl_exec *, int64_t, int, const float *, float *);                     \
+    int sl_bn_sqdev_sum_##sfx(sl_exec *, int64_t, int, const float *, const float *, float *);\
+    int sl_bn_fwd_apply_##sfx(sl_exec *, int64_t, int, const float *, const float *,          \
+                              const float *, const float *, const float *, double, float,     \
+                              float, float *, float *, float *, float *, float *);            \
+    int sl_bn_bwd_reduce_##sfx(sl_exec *, int64_t, int, const float *, const float *,         \
+                               const float *, const float *, float *, float *);               \
+    int sl_bn_bwd_apply_##sfx(sl_exec *, int64_t, int, const float *, const float *,          \
+                              const float *, const float *, const float *, const float *,     \
+                              const float *, double, float *);
 
 SL_DECLARE_OPS(ref)
 SL_DECLARE_OPS(cpu)

@@ -1,43 +1,68 @@
 /*
  * train/trainer.c - the training loop: pipeline batches in, SGD steps out,
  * with progress lines, TensorBoard scalars, per-epoch evaluation and
- * checkpoints that resume exactly.
+ * checkpoints that resume exactly, on one replica or many (trainer_int.h).
  *
- * Steps and epochs. The pipeline runs forever (its fused shuffle-repeat
+ * Steps and epochs. The pipelines run forever (their fused shuffle-repeat
  * keeps the buffer full across epoch boundaries), and the trainer counts:
- * an epoch is ceil(records / batch) steps, the run is epochs x that many
- * steps or --max-steps. Evaluation and (by default) a checkpoint follow
- * every epoch's last step.
+ * an epoch is ceil(records / global batch) steps, the run is epochs x that
+ * many steps or --max-steps. Evaluation and (by default) a checkpoint
+ * follow every epoch's last step.
+ *
+ * Replicas (the mirrored strategy). Each replica has its own pipeline
+ * (rank r of world W, batch = global batch / W), model and optimizer. With
+ * --shuffle global or none the ranks split the records (pipeline.h's
+ * SL_SPLIT_RECORDS): the union of the W replicas' k-th batches is then the
+ * k-th batch that one replica with the whole global batch would get, so a
+ * run's data does not depend on W (and with --sync-bn neither does its
+ * arithmetic, up to float summation order). With --shuffle buffer they split
+ * the shards, each shuffling its own.
  *
  * Exact resume. A checkpoint holds the weights, the BN buffers and the
- * momentum buffers bit for bit, and the pipeline's resume state taken after
- * the last batch the saved step consumed; the schedule is a pure function of
- * the step. With the same config and the same thread count (OpenBLAS splits
- * the same way) the resumed run computes the same floats as the one that
- * was not interrupted (tests/train/test_trainer.c checks the loss curve).
+ * momentum buffers bit for bit, the step and the global batch; the
+ * schedule is a pure function of the step. World 1 resumes its pipeline
+ * from the saved state; otherwise each replica's pipeline is rebuilt at
+ * sample step * local batch (sl_pipeline_create_at), which is the same
+ * data as the saved run's when the records are split (any W) or when W is
+ * unchanged. The one copy of the weights in a checkpoint is replica 0's
+ * (all replicas hold the same ones), so a run saved with N replicas
+ * resumes with M.
  *
- * Threading: one thread runs the loop (and OpenBLAS's threads inside it);
- * the pipeline's readers and workers prepare the next batches meanwhile, so
- * input overlaps compute up to the prefetch depth.
+ * Threading: replica 0 runs on the calling thread, replicas 1.. on their
+ * own; each replica's pipeline threads prepare its next batches meanwhile.
  */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "records/records.h"
 #include "records/records_int.h" /* sl_mkdir_p */
-#include "train/train.h"
+#include "train/trainer_int.h"
 
-static double now_s(void)
+const char *sl_strategy_name(sl_strategy s)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    switch (s) {
+    case SL_STRATEGY_SINGLE: return "single";
+    case SL_STRATEGY_MIRRORED: return "mirrored";
+    case SL_STRATEGY_PS: return "ps";
+    }
+    return "?";
+}
+
+int sl_strategy_parse(const char *name, sl_strategy *out)
+{
+    for (int s = SL_STRATEGY_SINGLE; s <= SL_STRATEGY_PS; s++)
+        if (name && strcmp(name, sl_strategy_name((sl_strategy)s)) == 0) {
+            *out = (sl_strategy)s;
+            return SL_OK;
+        }
+    return sl_fail(SL_EINVAL, "sl_strategy_parse: '%s': expected single, mirrored or ps",
+                   name ? name : "(null)");
 }
 
 void sl_train_config_init(sl_train_config *c)
@@ -54,35 +79,9 @@ void sl_train_config_init(sl_train_config *c)
     c->epochs = 1;
     c->base_lr = 0.1;
     c->schedule = SL_SCHED_COSINE;
-}
-
-/* Everything a run holds; freed by run_fini. */
-typedef struct run {
-    const sl_train_config *cfg;
-    sl_pipeline_config data;
-    sl_exec e;
-    int exec_ok;
-    sl_pipeline *p;
-    sl_model *m;
-    sl_sgd *o;
-    sl_summary *sum;
-    sl_schedule sched;
-    int64_t step, steps_per_epoch, total_steps, records;
-    float *dlogits;
-    int32_t *labels;
-    FILE *out;
-} run;
-
-static void run_fini(run *r)
-{
-    sl_summary_close(r->sum);
-    sl_sgd_destroy(r->o);
-    sl_model_destroy(r->m);
-    sl_pipeline_destroy(r->p);
-    if (r->exec_ok)
-        sl_exec_fini(&r->e);
-    free(r->dlogits);
-    free(r->labels);
+    c->strategy = SL_STRATEGY_SINGLE;
+    c->bucket_mb = 25.0;
+    c->max_staleness = -1;
 }
 
 /* Classes from dataset.json when the config leaves them at 0. */
@@ -101,25 +100,32 @@ static int dataset_classes(const char *dir, int *classes)
     return SL_OK;
 }
 
-/* The state JSON stored in a checkpoint. */
-static char *state_json(run *r)
+/* ------------------------------------------------------------ checkpoints */
+
+/* The state JSON stored in a checkpoint (replica 0's pipeline state too:
+ * world 1 resumes from it exactly, with its config checked). */
+static char *state_json(sl_run *r, sl_replica *rep, int64_t step)
 {
     char ps[SL_PIPELINE_STATE_MAX];
     size_t plen = 0;
-    if (sl_pipeline_state_save(r->p, ps, sizeof ps, &plen))
+    if (sl_pipeline_state_save(rep->p, ps, sizeof ps, &plen))
         return NULL;
     cJSON *j = cJSON_CreateObject();
     char *s = NULL;
     if (!j)
         return NULL;
-    if (cJSON_AddNumberToObject(j, "step", (double)r->step) &&
-        cJSON_AddNumberToObject(j, "epoch", (double)(r->step / r->steps_per_epoch)) &&
+    if (cJSON_AddNumberToObject(j, "step", (double)step) &&
+        cJSON_AddNumberToObject(j, "epoch", (double)(step / r->steps_per_epoch)) &&
         cJSON_AddNumberToObject(j, "steps_per_epoch", (double)r->steps_per_epoch) &&
         cJSON_AddNumberToObject(j, "total_steps", (double)r->total_steps) &&
         cJSON_AddStringToObject(j, "schedule", sl_sched_name(r->sched.kind)) &&
         cJSON_AddNumberToObject(j, "peak_lr", r->sched.peak_lr) &&
         cJSON_AddNumberToObject(j, "warmup_steps", (double)r->sched.warmup_steps) &&
         cJSON_AddNumberToObject(j, "batch", (double)r->data.batch) &&
+        cJSON_AddNumberToObject(j, "world", (double)r->world) &&
+        cJSON_AddStringToObject(j, "strategy", sl_strategy_name(r->cfg->strategy)) &&
+        cJSON_AddStringToObject(j, "rank_split",
+                                rep->data.rank_split == SL_SPLIT_RECORDS ? "records" : "files") &&
         cJSON_AddStringToObject(j, "model", sl_arch_name(r->cfg->model.arch)) &&
         cJSON_AddStringToObject(j, "pipeline", ps))
         s = cJSON_PrintUnformatted(j);
@@ -127,100 +133,296 @@ static char *state_json(run *r)
     return s;
 }
 
-static int save_checkpoint(run *r, sl_train_result *res)
+int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
 {
     if (!r->cfg->ckpt_dir)
         return SL_OK;
-    char prefix[sizeof res->checkpoint];
-    if (snprintf(prefix, sizeof prefix, "%s/ckpt-%09" PRId64, r->cfg->ckpt_dir, r->step) >=
+    char prefix[sizeof r->res->checkpoint];
+    if (snprintf(prefix, sizeof prefix, "%s/ckpt-%09" PRId64, r->cfg->ckpt_dir, step) >=
         (int)sizeof prefix)
         return sl_fail(SL_EINVAL, "sl_train_run: checkpoint path too long");
-    char *st = state_json(r);
+    char *st = state_json(r, rep, step);
     if (!st)
         return sl_fail(SL_ENOMEM, "sl_train_run: checkpoint state: %s", sl_errmsg());
-    int rc = sl_checkpoint_save(prefix, r->m, r->o, r->data.height, st);
+    int rc = sl_checkpoint_save(prefix, rep->m, rep->o, rep->data.height, st);
     free(st);
     if (rc)
         return rc;
-    memcpy(res->checkpoint, prefix, sizeof prefix);
+    memcpy(r->res->checkpoint, prefix, sizeof prefix);
     return SL_OK;
 }
 
-/* Continue from the newest checkpoint in ckpt_dir: weights, momentum,
- * step, and a pipeline rebuilt from its saved position. */
-static int resume(run *r)
+/* Read the newest checkpoint's state: step, and how the pipelines restart.
+ * *state gets world 1's saved pipeline state when it can be used as is. */
+static int resume_plan(sl_run *r, char **state)
 {
-    char *prefix = NULL, *st = NULL;
+    char *st = NULL;
     cJSON *j = NULL;
-    int rc = sl_checkpoint_latest(r->cfg->ckpt_dir, &prefix);
+    *state = NULL;
+    int rc = sl_checkpoint_latest(r->cfg->ckpt_dir, &r->resume_prefix);
     if (rc == SL_ENOENT) {
-        fprintf(r->out, "resume: no checkpoint in %s, starting from scratch\n", r->cfg->ckpt_dir);
+        if (r->is_root)
+            fprintf(r->out, "resume: no checkpoint in %s, starting from scratch\n",
+                    r->cfg->ckpt_dir);
+        sl_clear_error();
         return SL_OK;
     }
-    if (rc)
+    if (rc || (rc = sl_checkpoint_read_state(r->resume_prefix, &st)))
         return rc;
-    char path[4200];
-    snprintf(path, sizeof path, "%s.safetensors", prefix);
-    if ((rc = sl_checkpoint_load(path, r->m, r->o, 1)) ||
-        (rc = sl_checkpoint_read_state(prefix, &st)))
-        goto out;
     j = cJSON_Parse(st);
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(j, "pipeline");
+    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(j, "batch");
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(j, "world");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(j, "rank_split");
     if (!cJSON_IsNumber(step) || !cJSON_IsString(ps)) {
-        rc = sl_fail(SL_ECORRUPT, "sl_train_run: %s.json: state lacks step or pipeline", prefix);
+        rc = sl_fail(SL_ECORRUPT, "sl_train_run: %s.json: state lacks step or pipeline",
+                     r->resume_prefix);
         goto out;
     }
-    r->step = (int64_t)step->valuedouble;
-    sl_pipeline_destroy(r->p);
-    r->p = NULL;
-    rc = sl_pipeline_create_from_state(&r->data, ps->valuestring, strlen(ps->valuestring), &r->p);
-    if (rc) {
-        rc = sl_fail(rc, "sl_train_run: resume from %s: %s", prefix, sl_errmsg());
+    int saved_world = cJSON_IsNumber(world) ? world->valueint : 1;
+    if (cJSON_IsNumber(batch) && (unsigned)batch->valuedouble != r->data.batch) {
+        rc = sl_fail(SL_EINVAL, "sl_train_run: resume from %s: it was trained with global batch "
+                     "%u, this run has %u (give the same --batch)", r->resume_prefix,
+                     (unsigned)batch->valuedouble, r->data.batch);
         goto out;
     }
-    fprintf(r->out, "resume: %s (step %" PRId64 ")\n", prefix, r->step);
+    r->step0 = (int64_t)step->valuedouble;
+    const cJSON *spe = cJSON_GetObjectItemCaseSensitive(j, "steps_per_epoch");
+    r->saved_steps_per_epoch = cJSON_IsNumber(spe) ? (int64_t)spe->valuedouble : 0;
+    int split_records = r->rep[0].data.rank_split == SL_SPLIT_RECORDS ||
+                        (r->world == 1 && cJSON_IsString(split) &&
+                         strcmp(split->valuestring, "records") == 0);
+    if (saved_world == 1 && r->world == 1) {
+        *state = strdup(ps->valuestring);
+        if (!*state)
+            rc = sl_fail(SL_ENOMEM, "sl_train_run: resume state");
+        r->resume_exact = 1;
+    } else {
+        r->resume_exact = saved_world == r->world || split_records;
+    }
+    if (r->is_root) {
+        fprintf(r->out, "resume: %s (step %" PRId64 ", saved with %d replica%s, resuming with "
+                "%d)\n", r->resume_prefix, r->step0, saved_world, saved_world == 1 ? "" : "s",
+                r->world);
+        if (!r->resume_exact)
+            fprintf(r->out, "resume: warning: the replicas split the shards (--shuffle buffer) "
+                    "and their number changed: the data continues from the same position in "
+                    "each replica's own stream, not with the same samples (--shuffle global "
+                    "resumes exactly with any number of replicas)\n");
+    }
 out:
     cJSON_Delete(j);
     free(st);
-    free(prefix);
     return rc;
 }
 
-static int evaluate(run *r, sl_train_result *res)
+/* --------------------------------------------------------------- the loop */
+
+typedef struct window {
+    double loss, correct, images, steps, wait, busy;
+} window;
+
+static int log_progress(sl_run *r, sl_replica *rep, window *w, double *win_t, int64_t step,
+                        float lr)
+{
+    float v[6] = {(float)w->loss, (float)w->correct, (float)w->images, (float)w->steps,
+                  (float)rep->comm_wait_s, (float)rep->step_s};
+    int rc = sl_replica_sum(rep, v, 6);
+    if (rc)
+        return rc;
+    rep->comm_wait_s = rep->step_s = 0;
+    w->wait += v[4];
+    w->busy += v[5];
+    *w = (window){.wait = w->wait, .busy = w->busy};
+    if (!(rep->idx == 0 && r->is_root))
+        return SL_OK;
+    double t = sl_now_s(), ips = v[2] / (t - *win_t);
+    double mloss = v[0] / v[3], acc = v[1] / v[2];
+    fprintf(r->out, "epoch %" PRId64 " step %" PRId64 "/%" PRId64 " loss %.4f acc %.4f "
+            "%.0f img/s lr %.5f", (step - 1) / r->steps_per_epoch + 1, step, r->total_steps,
+            mloss, acc, ips, lr);
+    if (r->world > 1)
+        fprintf(r->out, " allreduce-wait %.1f%%", v[5] > 0 ? 100.0 * v[4] / v[5] : 0.0);
+    fputc('\n', r->out);
+    fflush(r->out);
+    if (r->sum) {
+        const char *tags[] = {"train/loss", "train/accuracy", "train/lr", "train/images_per_sec",
+                              "train/allreduce_wait"};
+        double vals[] = {mloss, acc, lr, ips, v[5] > 0 ? v[4] / v[5] : 0.0};
+        if ((rc = sl_summary_scalars(r->sum, step, tags, vals, r->world > 1 ? 5 : 4, NULL)))
+            return rc;
+    }
+    *win_t = t;
+    return SL_OK;
+}
+
+int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
 {
     const sl_train_config *c = r->cfg;
     if (!c->eval_split || !*c->eval_split)
         return SL_OK;
-    sl_pipeline_config ev = r->data;
-    ev.split = c->eval_split;
-    ev.transform = SL_TRANSFORM_EVAL;
-    ev.shuffle = SL_SHUFFLE_NONE;
-    ev.shuffle_files = 0;
-    ev.epochs = 1;
-    ev.drop_remainder = 0;
-    ev.rank = 0;
-    ev.world = 1;
     sl_eval_result er;
-    int rc = sl_eval_run(r->m, &r->e, &ev, &er);
-    if (rc)
-        return sl_fail(rc, "sl_train_run: evaluating split '%s': %s", ev.split, sl_errmsg());
-    res->eval_top1 = er.top1;
-    res->eval_top5 = er.top5;
+    int rc = sl_replica_eval(rep, &er);
+    if (rc || !(rep->idx == 0 && r->is_root))
+        return rc;
+    r->res->eval_top1 = er.top1;
+    r->res->eval_top5 = er.top5;
     fprintf(r->out, "eval  epoch %" PRId64 " step %" PRId64 ": top1 %.4f top5 %.4f loss %.4f "
-            "(%" PRId64 " images, %.1f s)\n", r->step / r->steps_per_epoch, r->step, er.top1,
-            er.top5, er.loss, er.images, er.seconds);
+            "(%" PRId64 " images, %.1f s)\n", step / r->steps_per_epoch, step, er.top1, er.top5,
+            er.loss, er.images, er.seconds);
     fflush(r->out);
     if (r->sum) {
         const char *tags[] = {"eval/top1", "eval/top5", "eval/loss"};
         double v[] = {er.top1, er.top5, er.loss};
-        rc = sl_summary_scalars(r->sum, r->step, tags, v, 3, NULL);
+        rc = sl_summary_scalars(r->sum, step, tags, v, 3, NULL);
     }
     return rc;
 }
 
-/* Set up everything before the first step. */
-static int setup(run *r)
+/* The step loop of one replica; every replica runs it in lockstep. */
+static int replica_loop(sl_replica *rep)
+{
+    sl_run *r = rep->run;
+    const sl_train_config *cfg = r->cfg;
+    int root = rep->idx == 0 && r->is_root, rc = SL_OK;
+    window w = {0};
+    double win_t = sl_now_s(), ep_loss = 0, train_s = 0;
+    int64_t ep_steps = 0, images = 0;
+    for (int64_t step = r->step0; step < r->total_steps;) {
+        sl_batch *b;
+        double ts = sl_now_s();
+        if ((rc = sl_pipeline_next(rep->p, &b)))
+            return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+        float lr = (float)sl_schedule_lr(&r->sched, step), loss = 0;
+        int correct = 0, n = (int)b->n;
+        rc = sl_replica_step(rep, b, lr, &loss, &correct);
+        sl_pipeline_release(rep->p, b);
+        if (rc)
+            return rc;
+        train_s += sl_now_s() - ts;
+        step++;
+        images += n;
+        w.loss += loss;
+        w.correct += correct;
+        w.images += n;
+        w.steps++;
+        ep_loss += loss;
+        ep_steps++;
+        int epoch_end = step % r->steps_per_epoch == 0 || step == r->total_steps;
+        if (step % r->log_every == 0 || epoch_end)
+            if ((rc = log_progress(r, rep, &w, &win_t, step, lr)))
+                return rc;
+        double pause0 = sl_now_s();
+        int ckpt = cfg->ckpt_dir && ((cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) ||
+                                     (cfg->ckpt_every <= 0 && epoch_end) ||
+                                     step == r->total_steps);
+        if (epoch_end || ckpt)
+            if ((rc = sl_replica_sync_buffers(rep)))
+                return rc;
+        if (epoch_end) {
+            float el[2] = {(float)ep_loss, (float)ep_steps};
+            if ((rc = sl_replica_sum(rep, el, 2)))
+                return rc;
+            if (root) {
+                r->res->final_loss = el[0] / el[1];
+                r->res->epochs_done = step / r->steps_per_epoch;
+            }
+            ep_loss = 0;
+            ep_steps = 0;
+            if ((rc = sl_run_evaluate(r, rep, step)))
+                return rc;
+        }
+        if (ckpt && root && (rc = sl_run_save_checkpoint(r, rep, step)))
+            return rc;
+        if (cfg->check_every > 0 && step % cfg->check_every == 0 &&
+            (rc = sl_replica_check_identical(rep, step)))
+            return rc;
+        win_t += sl_now_s() - pause0; /* eval and checkpoint time stay out of images/s */
+    }
+    if (root) {
+        r->res->steps = r->total_steps;
+        r->res->images_per_sec = train_s > 0 ? (double)images * r->world / train_s : 0;
+        r->res->comm_wait_frac = w.busy > 0 ? w.wait / w.busy : 0;
+    }
+    return SL_OK;
+}
+
+static void *replica_thread(void *arg)
+{
+    sl_replica *rep = arg;
+    rep->rc = replica_loop(rep);
+    if (rep->rc) {
+        snprintf(rep->msg, sizeof rep->msg, "%s", sl_errmsg());
+        sl_comm_abort(rep->comm, rep->msg);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static int setup_world(sl_run *r)
+{
+    const sl_train_config *c = r->cfg;
+    sl_comm_config cc = SL_COMM_CONFIG_INIT;
+    cc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
+    r->world = r->nlocal = 1;
+    r->rank0 = 0;
+    if (c->strategy == SL_STRATEGY_MIRRORED) {
+        if (sl_comm_mpi_launched()) {
+            if (c->replicas > 1)
+                return sl_fail(SL_EINVAL, "sl_train_run: under mpirun each process is one "
+                               "replica (--replicas %d): start more processes instead",
+                               c->replicas);
+            int rc = sl_comm_mpi_create(&cc, &r->mpi);
+            if (rc)
+                return sl_fail(rc, "sl_train_run: mirrored under mpirun: %s", sl_errmsg());
+            r->world = sl_comm_world(r->mpi);
+            r->rank0 = sl_comm_rank(r->mpi);
+        } else {
+            int n = c->replicas > 0 ? c->replicas : (int)sysconf(_SC_NPROCESSORS_ONLN);
+            r->world = r->nlocal = n > 0 ? n : 1;
+            if (r->world > 1) {
+                int rc = sl_comm_local_group_create(r->world, &cc, &r->group);
+                if (rc)
+                    return rc;
+            }
+        }
+    }
+    if (c->strategy == SL_STRATEGY_PS) {
+        /* Workers are threads of this process; each step is one worker's
+         * whole batch, so the batch is not split. */
+        int n = c->replicas > 0 ? c->replicas : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        r->world = r->nlocal = n > 0 ? n : 1;
+    }
+    r->is_root = r->rank0 == 0;
+    if (c->strategy == SL_STRATEGY_PS) {
+        r->local_batch = r->data.batch;
+    } else if (r->data.batch % (unsigned)r->world)
+        return sl_fail(SL_EINVAL, "sl_train_run: global batch %u does not split evenly over %d "
+                       "replicas", r->data.batch, r->world);
+    else
+        r->local_batch = r->data.batch / (unsigned)r->world;
+    r->rep = calloc((size_t)r->nlocal, sizeof *r->rep);
+    if (!r->rep)
+        return sl_fail(SL_ENOMEM, "sl_train_run: replicas");
+    for (int i = 0; i < r->nlocal; i++) {
+        sl_replica *rep = &r->rep[i];
+        rep->run = r;
+        rep->idx = i;
+        rep->rank = r->rank0 + i;
+        if (r->mpi) {
+            rep->comm = r->mpi;
+        } else if (r->group) {
+            int rc = sl_comm_local_open(r->group, i, &rep->comm);
+            if (rc)
+                return rc;
+        }
+    }
+    return SL_OK;
+}
+
+static int setup(sl_run *r)
 {
     const sl_train_config *c = r->cfg;
     int rc;
@@ -230,15 +432,55 @@ static int setup(run *r)
     r->data.device = -1;
     if (r->data.batch < 1)
         return sl_fail(SL_EINVAL, "sl_train_run: batch must be at least 1");
-    if ((rc = sl_exec_init(&r->e, c->backend, c->threads)))
+    if ((rc = setup_world(r)))
         return rc;
-    r->exec_ok = 1;
-    if ((rc = sl_pipeline_create(&r->data, &r->p)))
+    r->data.rank_split = r->world > 1 && r->data.shuffle != SL_SHUFFLE_BUFFER ? SL_SPLIT_RECORDS
+                                                                            : SL_SPLIT_FILES;
+    r->classes = c->model.classes;
+    if (r->classes <= 0 && (rc = dataset_classes(r->data.data, &r->classes)))
         return rc;
-    sl_pipeline_stats ps;
-    if ((rc = sl_pipeline_stats_get(r->p, &ps)))
+    for (int i = 0; i < r->nlocal; i++)
+        r->rep[i].data = r->data; /* resume_plan reads rank_split from it */
+    char *state = NULL;
+    if (c->resume && c->ckpt_dir && (rc = resume_plan(r, &state)))
         return rc;
-    r->records = (int64_t)ps.records_per_epoch;
+    for (int i = 0; i < r->nlocal && !rc; i++) {
+        /* batches replica i has taken before step0 */
+        uint64_t nb = (uint64_t)r->step0;
+        if (c->strategy == SL_STRATEGY_PS && r->step0 > 0) {
+            if (r->saved_steps_per_epoch < 1 || r->step0 % r->saved_steps_per_epoch)
+                return sl_fail(SL_EINVAL, "sl_train_run: resume from %s: the ps strategy "
+                               "resumes from epoch ends only (step %" PRId64 ")",
+                               r->resume_prefix, r->step0);
+            nb = 0;
+            for (int64_t e = 0; e < r->step0 / r->saved_steps_per_epoch; e++)
+                nb += (uint64_t)sl_ps_worker_share(r->saved_steps_per_epoch, r->world, i, e);
+        }
+        rc = sl_replica_setup(&r->rep[i], nb, nb * r->local_batch, state);
+    }
+    free(state);
+    if (rc)
+        return rc;
+    if (r->resume_prefix) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s.safetensors", r->resume_prefix);
+        for (int i = 0; i < r->nlocal && !rc; i++)
+            rc = sl_checkpoint_load(path, r->rep[i].m, r->rep[i].o, 1);
+        if (rc)
+            return rc;
+    }
+
+    /* records per epoch over all replicas */
+    float recs = 0;
+    for (int i = 0; i < r->nlocal; i++) {
+        sl_pipeline_stats ps;
+        if ((rc = sl_pipeline_stats_get(r->rep[i].p, &ps)))
+            return rc;
+        recs += (float)ps.records_per_epoch;
+    }
+    if (r->mpi && (rc = sl_comm_allreduce(r->mpi, &recs, 1, SL_DTYPE_F32, SL_RED_SUM)))
+        return rc;
+    r->records = (int64_t)recs;
     if (r->records < 1)
         return sl_fail(SL_EINVAL, "sl_train_run: %s: split '%s' has no records", r->data.data,
                        r->data.split);
@@ -247,138 +489,104 @@ static int setup(run *r)
     if (r->total_steps < 1)
         return sl_fail(SL_EINVAL, "sl_train_run: nothing to do (epochs %" PRId64 ", max steps "
                        "%" PRId64 ")", c->epochs, c->max_steps);
-
-    sl_model_config mc = c->model;
-    if (mc.classes <= 0 && (rc = dataset_classes(r->data.data, &mc.classes)))
-        return rc;
-    if ((rc = sl_model_create(&mc, (int)r->data.batch, r->data.height, r->data.width, &r->m)))
-        return rc;
-    int nt;
-    sl_tensor_info *t = sl_model_tensors(r->m, &nt);
-    if ((rc = sl_sgd_create(&c->sgd, t, nt, &r->o)))
-        return rc;
-    r->dlogits = malloc(sizeof(float) * r->data.batch * (size_t)mc.classes);
-    r->labels = malloc(sizeof(int32_t) * r->data.batch);
-    if (!r->dlogits || !r->labels)
-        return sl_fail(SL_ENOMEM, "sl_train_run: logits for batch %u", r->data.batch);
-
+    r->log_every = c->log_every > 0 ? c->log_every
+                                    : (r->steps_per_epoch >= 10 ? r->steps_per_epoch / 10 : 1);
     r->sched.kind = c->schedule;
-    r->sched.peak_lr = c->base_lr * (double)r->data.batch * (double)r->data.world / 256.0;
+    r->sched.peak_lr = c->base_lr * (double)r->data.batch / 256.0;
     r->sched.warmup_steps = (int64_t)llround(c->warmup_epochs * (double)r->steps_per_epoch);
     r->sched.total_steps = r->total_steps;
 
-    if (c->ckpt_dir && (rc = sl_mkdir_p(c->ckpt_dir, "sl_train_run")))
+    if (r->is_root && c->ckpt_dir && (rc = sl_mkdir_p(c->ckpt_dir, "sl_train_run")))
         return rc;
-    if (c->resume && c->ckpt_dir && (rc = resume(r)))
+    if (r->is_root && c->logdir && (rc = sl_summary_open(c->logdir, &r->sum)))
         return rc;
-    if (c->logdir && (rc = sl_summary_open(c->logdir, &r->sum)))
-        return rc;
-    fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s x%d, %" PRId64
-            " records, batch %u, %" PRId64 " steps/epoch, %" PRId64 " steps, peak lr %.4g, "
-            "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(mc.arch),
-            sl_model_param_count(r->m), (double)sl_model_bytes(r->m) / 1048576.0,
-            sl_backend_name(c->backend), r->e.threads, r->records, r->data.batch,
-            r->steps_per_epoch, r->total_steps, r->sched.peak_lr, sl_sched_name(c->schedule),
-            r->sched.warmup_steps);
-    fflush(r->out);
+    if (r->is_root) {
+        sl_replica *rep = &r->rep[0];
+        fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s x%d, %" PRId64
+                " records, batch %u, %" PRId64 " steps/epoch, %" PRId64 " steps, peak lr %.4g, "
+                "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(c->model.arch),
+                sl_model_param_count(rep->m), (double)sl_model_bytes(rep->m) / 1048576.0,
+                sl_backend_name(c->backend), rep->e.threads, r->records, r->data.batch,
+                r->steps_per_epoch, r->total_steps, r->sched.peak_lr,
+                sl_sched_name(c->schedule), r->sched.warmup_steps);
+        if (c->strategy == SL_STRATEGY_PS)
+            fprintf(r->out, "train: parameter server: %d worker%s x batch %u, %d server "
+                    "thread%s, staleness bound %s\n", r->world, r->world == 1 ? "" : "s",
+                    r->local_batch, c->ps_servers > 0 ? c->ps_servers : 1,
+                    c->ps_servers > 1 ? "s" : "", c->max_staleness >= 0 ? "set" : "none");
+        else if (r->world > 1)
+            fprintf(r->out, "train: mirrored over %d replicas (%s), %u images each, %d gradient "
+                    "bucket%s, %s%s, records split by %s\n", r->world,
+                    r->mpi ? "mpi" : "local threads", r->local_batch, rep->nbk,
+                    rep->nbk == 1 ? "" : "s", c->no_overlap ? "no overlap" : "overlapped",
+                    c->sync_bn ? ", sync-BN" : "",
+                    r->data.rank_split == SL_SPLIT_RECORDS ? "record" : "shard");
+        fflush(r->out);
+    }
     return SL_OK;
 }
 
-/* One SGD step on batch b: *loss and *correct of the forward pass. */
-static int train_step(run *r, const sl_batch *b, float lr, float *loss, int *correct)
+static void run_fini(sl_run *r)
 {
-    int classes = sl_model_config_of(r->m)->classes, n = (int)b->n, rc;
-    for (int i = 0; i < n; i++) {
-        r->labels[i] = b->labels[i];
-        if (r->labels[i] < 0 || r->labels[i] >= classes)
-            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
-                           "%d classes", (unsigned long long)b->record_ids[i], r->labels[i],
-                           classes);
+    sl_summary_close(r->sum);
+    for (int i = 0; r->rep && i < r->nlocal; i++) {
+        if (!r->mpi)
+            sl_comm_destroy(r->rep[i].comm);
+        sl_replica_fini(&r->rep[i]);
     }
-    const float *logits;
-    if ((rc = sl_model_forward(r->m, &r->e, (const float *)b->data, n, 1, &logits)) ||
-        (rc = r->e.ops->xent_fwd_bwd(&r->e, n, classes, logits, r->labels,
-                                     r->cfg->label_smoothing, loss, r->dlogits, correct)) ||
-        (rc = sl_model_backward(r->m, &r->e, r->dlogits, NULL)) ||
-        (rc = sl_sgd_step(r->o, lr)))
-        return rc;
-    if (!isfinite(*loss))
-        return sl_fail(SL_EINVAL, "sl_train_run: step %" PRId64 ": loss is %f (diverged: "
-                       "lower --lr or add --warmup-epochs)", r->step, (double)*loss);
-    return SL_OK;
+    free(r->rep);
+    sl_comm_destroy(r->mpi);
+    sl_comm_local_group_destroy(r->group);
+    free(r->resume_prefix);
 }
 
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
 {
     memset(res, 0, sizeof *res);
     res->eval_top1 = res->eval_top5 = -1;
-    run r = {.cfg = cfg, .out = cfg->progress ? cfg->progress : stderr};
-    double t0 = now_s();
+    sl_run r = {.cfg = cfg, .out = cfg->progress ? cfg->progress : stderr, .res = res};
+    r.t0 = sl_now_s();
     int rc = setup(&r);
     if (rc)
         goto out;
-    int64_t log_every = cfg->log_every > 0 ? cfg->log_every
-                                           : (r.steps_per_epoch >= 10 ? r.steps_per_epoch / 10 : 1);
-    double win_t = now_s(), win_loss = 0, ep_loss = 0, train_s = 0;
-    int64_t win_img = 0, win_correct = 0, win_steps = 0, ep_steps = 0, images = 0;
-    while (r.step < r.total_steps) {
-        sl_batch *b;
-        double ts = now_s();
-        if ((rc = sl_pipeline_next(r.p, &b)))
-            goto out;
-        float lr = (float)sl_schedule_lr(&r.sched, r.step), loss = 0;
-        int correct = 0, n = (int)b->n;
-        rc = train_step(&r, b, lr, &loss, &correct);
-        sl_pipeline_release(r.p, b);
-        if (rc)
-            goto out;
-        train_s += now_s() - ts;
-        r.step++;
-        images += n;
-        win_loss += loss;
-        ep_loss += loss;
-        win_img += n;
-        win_correct += correct;
-        win_steps++;
-        ep_steps++;
-        int epoch_end = r.step % r.steps_per_epoch == 0 || r.step == r.total_steps;
-        if (r.step % log_every == 0 || epoch_end) {
-            double t = now_s(), ips = win_img / (t - win_t);
-            double mloss = win_loss / win_steps, acc = (double)win_correct / win_img;
-            fprintf(r.out, "epoch %" PRId64 " step %" PRId64 "/%" PRId64 " loss %.4f acc %.4f "
-                    "%.0f img/s lr %.5f\n", (r.step - 1) / r.steps_per_epoch + 1, r.step,
-                    r.total_steps, mloss, acc, ips, lr);
-            fflush(r.out);
-            if (r.sum) {
-                const char *tags[] = {"train/loss", "train/accuracy", "train/lr",
-                                      "train/images_per_sec"};
-                double v[] = {mloss, acc, lr, ips};
-                if ((rc = sl_summary_scalars(r.sum, r.step, tags, v, 4, NULL)))
-                    goto out;
-            }
-            win_t = t;
-            win_loss = 0;
-            win_img = win_correct = win_steps = 0;
-        }
-        double pause0 = now_s();
-        if (epoch_end) {
-            res->final_loss = ep_loss / (double)ep_steps;
-            ep_loss = 0;
-            ep_steps = 0;
-            res->epochs_done = r.step / r.steps_per_epoch;
-            if ((rc = evaluate(&r, res)))
-                goto out;
-        }
-        if ((cfg->ckpt_every > 0 && r.step % cfg->ckpt_every == 0) ||
-            (cfg->ckpt_every <= 0 && epoch_end) || r.step == r.total_steps)
-            if ((rc = save_checkpoint(&r, res)))
-                goto out;
-        win_t += now_s() - pause0; /* eval and checkpoint time stay out of images/s */
+    res->world = r.world;
+    res->steps = r.step0;
+    if (cfg->strategy == SL_STRATEGY_PS) {
+        rc = sl_ps_train(&r);
+        goto out;
     }
-    res->images_per_sec = train_s > 0 ? (double)images / train_s : 0;
+    for (int i = 1; i < r.nlocal && !rc; i++) {
+        if (pthread_create(&r.rep[i].thread, NULL, replica_thread, &r.rep[i]))
+            rc = sl_fail(SL_ENOMEM, "sl_train_run: cannot start replica thread %d", i);
+        else
+            r.rep[i].thread_started = 1;
+    }
+    if (!rc) {
+        rc = replica_loop(&r.rep[0]);
+        if (rc) {
+            snprintf(r.rep[0].msg, sizeof r.rep[0].msg, "%s", sl_errmsg());
+            sl_comm_abort(r.rep[0].comm, r.rep[0].msg);
+        }
+    } else {
+        for (int i = 0; i < r.nlocal; i++)
+            sl_comm_abort(r.rep[i].comm, "a replica thread could not start");
+    }
+    r.rep[0].rc = rc;
+    for (int i = 1; i < r.nlocal; i++)
+        if (r.rep[i].thread_started)
+            pthread_join(r.rep[i].thread, NULL);
+    /* The root cause: the first replica that failed for its own reason, not
+     * because a peer aborted. */
+    int first = -1;
+    for (int i = 0; i < r.nlocal; i++)
+        if (r.rep[i].rc && (first < 0 || (r.rep[first].rc == SL_ECANCELED &&
+                                          r.rep[i].rc != SL_ECANCELED)))
+            first = i;
+    if (first >= 0) {
+        rc = sl_fail(r.rep[first].rc, "%s", r.rep[first].msg);
+    }
 out:
-    res->steps = r.step;
-    res->seconds = now_s() - t0;
+    res->seconds = sl_now_s() - r.t0;
     if (rc == SL_OK && r.sum)
         rc = sl_summary_close(r.sum);
     else

@@ -1,0 +1,245 @@
+/*
+ * train/norm_sync_cpu.c - synchronized batch norm in pieces, cpu backend:
+ * single-threaded passes over x in memory order (row by row, c contiguous
+ * channels per row) whose channel loops gcc -O3 vectorizes, as norm_cpu.c.
+ * Same semantics as norm_sync_ref.c (the formulas are in its comment and in
+ * train_int.h).
+ *
+ * Layout: x, y, dy, dx (rows, c), rows = this replica's n*h*w; per-channel
+ * arrays (c); total = rows of all replicas.
+ *
+ * Accuracy, as norm_cpu.c: every sum runs in float per channel over blocks
+ * of at most SUM_ROWS rows and folds into double per block, so float
+ * rounding never grows past a block (~1e-6 relative at any row count). The
+ * squared deviations are taken around the GLOBAL mean that the model passes
+ * in, so they need no Chan-style merge: sum (x - mean)^2 is a sum of
+ * non-negative terms with no cancellation. What these pieces cannot do that
+ * bn_fwd_train_cpu does is keep the mean as a float pair hi + lo: the sums
+ * cross the all-reduce as floats and the mean reaches bn_fwd_apply as one,
+ * so it is good to a few ulp(mean) and, on data far from zero
+ * (|mean| >> std), y carries an offset of that times gamma*invstd (PyTorch's
+ * SyncBatchNorm, which all-gathers float means, is in the same position).
+ * test_norm_sync.c's large_offset_accuracy measures it.
+ *
+ * Per-channel scratch (a few c-sized arrays) comes from sl_exec_scratch.
+ */
+#include <math.h>
+
+#include "train/train_int.h"
+
+/* Rows per float partial sum (accuracy; norm_cpu.c's BN_ROWS_MAX). */
+#define SUM_ROWS 256
+
+static int check_rows(const char *fn, int64_t rows, int c)
+{
+    if (c < 1 || rows < 0)
+        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
+    return SL_OK;
+}
+
+/* See norm_sync_ref.c: forward needs total >= 2, backward >= 1. */
+static int check_total(const char *fn, int64_t rows, int c, double total, double min)
+{
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    if (!(total >= min) || total < (double)rows)
+        return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
+                       "norm needs at least %g values per channel and total >= rows", fn,
+                       total, (long long)rows, min);
+    return SL_OK;
+}
+
+/* Scratch of nd doubles followed by nf floats per channel. */
+static void *scratch(sl_exec *e, const char *fn, int c, int nd, int nf)
+{
+    void *s = sl_exec_scratch(e, (size_t)c * ((size_t)nd * sizeof(double) +
+                                              (size_t)nf * sizeof(float)));
+    if (!s)
+        sl_fail(SL_ENOMEM, "%s: scratch for %d channels: %s", fn, c, sl_errmsg());
+    return s;
+}
+
+int sl_bn_sum_cpu(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+{
+    const char *fn = "sl_bn_sum_cpu";
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    double *restrict acc = scratch(e, fn, c, 1, 1);
+    if (!acc)
+        return SL_ENOMEM;
+    float *restrict part = (float *)(acc + c);
+    for (int ch = 0; ch < c; ch++)
+        acc[ch] = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += SUM_ROWS) {
+        int64_t nb = rows - r0 < SUM_ROWS ? rows - r0 : SUM_ROWS;
+        const float *restrict xb = x + r0 * c;
+        for (int ch = 0; ch < c; ch++)
+            part[ch] = 0;
+        for (int64_t r = 0; r < nb; r++)
+            for (int ch = 0; ch < c; ch++)
+                part[ch] += xb[r * c + ch];
+        for (int ch = 0; ch < c; ch++)
+            acc[ch] += part[ch];
+    }
+    for (int ch = 0; ch < c; ch++)
+        sum[ch] = (float)acc[ch];
+    return SL_OK;
+}
+
+int sl_bn_sqdev_sum_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
+                        float *sq)
+{
+    const char *fn = "sl_bn_sqdev_sum_cpu";
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    double *restrict acc = scratch(e, fn, c, 1, 2);
+    if (!acc)
+        return SL_ENOMEM;
+    float *restrict part = (float *)(acc + c), *restrict mu = part + c;
+    for (int ch = 0; ch < c; ch++) {
+        acc[ch] = 0;
+        mu[ch] = mean[ch]; /* a restrict copy: the row loop vectorizes without alias checks */
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += SUM_ROWS) {
+        int64_t nb = rows - r0 < SUM_ROWS ? rows - r0 : SUM_ROWS;
+        const float *restrict xb = x + r0 * c;
+        for (int ch = 0; ch < c; ch++)
+            part[ch] = 0;
+        for (int64_t r = 0; r < nb; r++)
+            for (int ch = 0; ch < c; ch++) {
+                float d = xb[r * c + ch] - mu[ch];
+                part[ch] += d * d;
+            }
+        for (int ch = 0; ch < c; ch++)
+            acc[ch] += part[ch];
+    }
+    for (int ch = 0; ch < c; ch++)
+        sq[ch] = (float)acc[ch];
+    return SL_OK;
+}
+
+/* y = (x - mean)*scale + beta per channel; x, y (rows, c). */
+static void apply_affine(int64_t rows, int c, const float *x, const float *restrict mean,
+                         const float *restrict scale, const float *restrict beta, float *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        for (int ch = 0; ch < c; ch++)
+            yr[ch] = (xr[ch] - mean[ch]) * scale[ch] + beta[ch];
+    }
+}
+
+int sl_bn_fwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, const float *mean, const float *var, double total,
+                        float momentum, float eps, float *running_mean, float *running_var,
+                        float *y, float *save_mean, float *save_invstd)
+{
+    const char *fn = "sl_bn_fwd_apply_cpu";
+    int rc = check_total(fn, rows, c, total, 2.0);
+    if (rc)
+        return rc;
+    float *s = scratch(e, fn, c, 0, 3);
+    if (!s)
+        return SL_ENOMEM;
+    float *mu = s, *scale = s + c, *b = s + 2 * c;
+    double m = momentum;
+    /* Per channel in double; mean / var are read before save_mean /
+     * save_invstd are written, so they may be the same arrays. */
+    for (int ch = 0; ch < c; ch++) {
+        double mc = mean[ch], v = var[ch];
+        double invstd = 1.0 / sqrt(v + (double)eps);
+        running_mean[ch] = (float)((1.0 - m) * running_mean[ch] + m * mc);
+        running_var[ch] = (float)((1.0 - m) * running_var[ch] + m * v * total / (total - 1.0));
+        mu[ch] = mean[ch];
+        scale[ch] = (float)((double)gamma[ch] * invstd);
+        b[ch] = beta[ch];
+        save_mean[ch] = mu[ch];
+        save_invstd[ch] = (float)invstd;
+    }
+    apply_affine(rows, c, x, mu, scale, b, y);
+    return SL_OK;
+}
+
+int sl_bn_bwd_reduce_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                         const float *save_mean, const float *save_invstd, float *sum_dy,
+                         float *sum_dy_xhat)
+{
+    const char *fn = "sl_bn_bwd_reduce_cpu";
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    double *restrict sdy = scratch(e, fn, c, 2, 3);
+    if (!sdy)
+        return SL_ENOMEM;
+    double *restrict sdxc = sdy + c;
+    float *restrict fdy = (float *)(sdxc + c), *restrict fdxc = fdy + c, *restrict mu = fdxc + c;
+    for (int ch = 0; ch < c; ch++) {
+        sdy[ch] = sdxc[ch] = 0;
+        mu[ch] = save_mean[ch];
+    }
+    /* sum dy and sum dy*(x - mean); sum dy*xhat = invstd * the latter */
+    for (int64_t r0 = 0; r0 < rows; r0 += SUM_ROWS) {
+        int64_t nb = rows - r0 < SUM_ROWS ? rows - r0 : SUM_ROWS;
+        const float *restrict xb = x + r0 * c, *restrict gb = dy + r0 * c;
+        for (int ch = 0; ch < c; ch++)
+            fdy[ch] = fdxc[ch] = 0;
+        for (int64_t r = 0; r < nb; r++)
+            for (int ch = 0; ch < c; ch++) {
+                float g = gb[r * c + ch];
+                fdy[ch] += g;
+                fdxc[ch] += g * (xb[r * c + ch] - mu[ch]);
+            }
+        for (int ch = 0; ch < c; ch++) {
+            sdy[ch] += fdy[ch];
+            sdxc[ch] += fdxc[ch];
+        }
+    }
+    for (int ch = 0; ch < c; ch++) {
+        sum_dy[ch] = (float)sdy[ch];
+        sum_dy_xhat[ch] = (float)(sdxc[ch] * (double)save_invstd[ch]);
+    }
+    return SL_OK;
+}
+
+/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
+ * read before it is written). */
+static void apply_bwd(int64_t rows, int c, const float *x, const float *dy,
+                      const float *restrict mean, const float *restrict a,
+                      const float *restrict k, const float *restrict b, float *dx)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c, *gr = dy + r * c;
+        float *dr = dx + r * c;
+        for (int ch = 0; ch < c; ch++)
+            dr[ch] = a[ch] * gr[ch] - k[ch] * (xr[ch] - mean[ch]) - b[ch];
+    }
+}
+
+int sl_bn_bwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd,
+                        const float *sum_dy, const float *sum_dy_xhat, double total, float *dx)
+{
+    const char *fn = "sl_bn_bwd_apply_cpu";
+    int rc = check_total(fn, rows, c, total, 1.0);
+    if (rc)
+        return rc;
+    float *s = scratch(e, fn, c, 0, 4);
+    if (!s)
+        return SL_ENOMEM;
+    float *mu = s, *a = s + c, *k = s + 2 * c, *b = s + 3 * c;
+    /* dx = gamma*invstd/total * (total*dy - sum_dy - xhat*sum_dy_xhat) with
+     * xhat = (x - mean)*invstd, expanded to a*dy - k*(x - mean) - b. */
+    for (int ch = 0; ch < c; ch++) {
+        double is = save_invstd[ch], gi = (double)gamma[ch] * is;
+        mu[ch] = save_mean[ch];
+        a[ch] = (float)gi;
+        k[ch] = (float)(gi * is * (double)sum_dy_xhat[ch] / total);
+        b[ch] = (float)(gi * (double)sum_dy[ch] / total);
+    }
+    apply_bwd(rows, c, x, dy, mu, a, k, b, dx);
+    return SL_OK;
+}

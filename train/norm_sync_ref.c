@@ -1,0 +1,151 @@
+/*
+ * train/norm_sync_ref.c - synchronized batch norm in pieces, reference
+ * backend: plain loops, one channel at a time, double accumulators. The
+ * oracle for norm_sync_cpu.c.
+ *
+ * Layout: x, y, dy, dx are (rows, c), rows = n*h*w of THIS replica (NHWC
+ * flattened); every per-channel array is (c). total is the rows of all
+ * replicas together.
+ *
+ * The pieces (train_int.h gives the contract) split norm_ref.c's
+ * bn_fwd_train / bn_bwd where they need a sum over the whole batch, so the
+ * model can all-reduce those sums between them (PyTorch's SyncBatchNorm,
+ * torch/nn/modules/_functions.py, does the same with batch_norm_stats /
+ * batch_norm_gather_stats / batch_norm_backward_reduce / _elemt):
+ *   forward:   sum    = sum x                      -> all-reduce -> mean = sum/total
+ *              sq     = sum (x - mean)^2           -> all-reduce -> var  = sq/total
+ *              y      = gamma*(x - mean)*invstd + beta, invstd = 1/sqrt(var + eps)
+ *              (two passes, as norm_ref.c: no sum-of-squares cancellation)
+ *   backward:  sum_dy = sum dy, sum_dy_xhat = sum dy*xhat
+ *                                                  -> all-reduce (2c floats)
+ *              dx = gamma*invstd/total * (total*dy - sum_dy - xhat*sum_dy_xhat)
+ * With one replica (rows == total) the pieces compute exactly what
+ * bn_fwd_train / bn_bwd do (tests/train/test_norm_sync.c checks that and the
+ * W-replica composition).
+ */
+#include <math.h>
+
+#include "train/train_int.h"
+
+/* Shared argument checks of the pieces; rows may be 0 (a replica with no
+ * rows adds nothing to the sums). */
+static int check_rows(const char *fn, int64_t rows, int c)
+{
+    if (c < 1 || rows < 0)
+        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
+    return SL_OK;
+}
+
+/* total: the global row count, of which this replica's rows are a part.
+ * The forward needs 2 (the unbiased running variance divides by total - 1,
+ * and PyTorch refuses 1 in training too), the backward 1. */
+static int check_total(const char *fn, int64_t rows, int c, double total, double min)
+{
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    if (!(total >= min) || total < (double)rows)
+        return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
+                       "norm needs at least %g values per channel and total >= rows", fn,
+                       total, (long long)rows, min);
+    return SL_OK;
+}
+
+int sl_bn_sum_ref(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+{
+    (void)e;
+    int rc = check_rows("sl_bn_sum_ref", rows, c);
+    if (rc)
+        return rc;
+    for (int ch = 0; ch < c; ch++) {
+        double s = 0;
+        for (int64_t r = 0; r < rows; r++)
+            s += x[r * c + ch];
+        sum[ch] = (float)s;
+    }
+    return SL_OK;
+}
+
+int sl_bn_sqdev_sum_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
+                        float *sq)
+{
+    (void)e;
+    int rc = check_rows("sl_bn_sqdev_sum_ref", rows, c);
+    if (rc)
+        return rc;
+    for (int ch = 0; ch < c; ch++) {
+        double m = mean[ch], s = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double d = x[r * c + ch] - m;
+            s += d * d;
+        }
+        sq[ch] = (float)s;
+    }
+    return SL_OK;
+}
+
+int sl_bn_fwd_apply_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, const float *mean, const float *var, double total,
+                        float momentum, float eps, float *running_mean, float *running_var,
+                        float *y, float *save_mean, float *save_invstd)
+{
+    (void)e;
+    int rc = check_total("sl_bn_fwd_apply_ref", rows, c, total, 2.0);
+    if (rc)
+        return rc;
+    double m = momentum;
+    for (int ch = 0; ch < c; ch++) {
+        /* read before writing: mean / var may be save_mean / save_invstd */
+        double mu = mean[ch], v = var[ch];
+        double invstd = 1.0 / sqrt(v + (double)eps);
+        double g = gamma[ch], b = beta[ch];
+        for (int64_t r = 0; r < rows; r++)
+            y[r * c + ch] = (float)(g * (x[r * c + ch] - mu) * invstd + b);
+        running_mean[ch] = (float)((1.0 - m) * running_mean[ch] + m * mu);
+        running_var[ch] = (float)((1.0 - m) * running_var[ch] + m * v * total / (total - 1.0));
+        save_mean[ch] = (float)mu;
+        save_invstd[ch] = (float)invstd;
+    }
+    return SL_OK;
+}
+
+int sl_bn_bwd_reduce_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                         const float *save_mean, const float *save_invstd, float *sum_dy,
+                         float *sum_dy_xhat)
+{
+    (void)e;
+    int rc = check_rows("sl_bn_bwd_reduce_ref", rows, c);
+    if (rc)
+        return rc;
+    for (int ch = 0; ch < c; ch++) {
+        double mean = save_mean[ch], invstd = save_invstd[ch], sdy = 0, sdyx = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double g = dy[r * c + ch];
+            sdy += g;
+            sdyx += g * (x[r * c + ch] - mean) * invstd;
+        }
+        sum_dy[ch] = (float)sdy;
+        sum_dy_xhat[ch] = (float)sdyx;
+    }
+    return SL_OK;
+}
+
+int sl_bn_bwd_apply_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd,
+                        const float *sum_dy, const float *sum_dy_xhat, double total, float *dx)
+{
+    (void)e;
+    int rc = check_total("sl_bn_bwd_apply_ref", rows, c, total, 1.0);
+    if (rc)
+        return rc;
+    for (int ch = 0; ch < c; ch++) {
+        double mean = save_mean[ch], invstd = save_invstd[ch];
+        double sdy = sum_dy[ch], sdyx = sum_dy_xhat[ch];
+        double k = (double)gamma[ch] * invstd / total;
+        for (int64_t r = 0; r < rows; r++) {
+            double xhat = (x[r * c + ch] - mean) * invstd;
+            dx[r * c + ch] = (float)(k * (total * dy[r * c + ch] - sdy - xhat * sdyx));
+        }
+    }
+    return SL_OK;
+}

@@ -1,0 +1,238 @@
+/*
+ * train/ps_train.c - the parameter-server strategy's training loop
+ * (--strategy ps): worker threads pull weights, compute gradients on their
+ * own batches and push them to the server threads of train/ps.c, with no
+ * barrier between steps (ps_int.h has the engine's semantics).
+ *
+ * Epochs. An epoch is ceil(records / batch) updates, dealt round-robin
+ * over the W workers (sl_ps_worker_share); each worker reads its own
+ * records (rank w of W: shards, or records with --shuffle global/none).
+ * The workers run freely within an epoch and meet at its end: the main
+ * thread then takes a consistent snapshot of the servers (every push
+ * applied) into worker 0's model and optimizer, evaluates it and saves a
+ * checkpoint, so checkpoints (and resume) are at epoch ends. The learning
+ * rate of a step follows the schedule at the servers' version the worker
+ * pulled (updates applied so far).
+ *
+ * Progress. Worker 0 prints a line every log_every of the epoch's updates
+ * (its own window: loss, accuracy; images/s of all workers from the
+ * version count) and the staleness so far; the epoch line sums every
+ * worker.
+ *
+ * Threading: W worker threads per epoch (joined at its end), the servers'
+ * threads inside sl_ps, and the pipelines' threads.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/ps_int.h"
+#include "train/trainer_int.h"
+
+/* The remainder steps rotate over the workers from epoch to epoch, so that
+ * no worker falls behind by more than one step over many epochs (with a
+ * staleness bound, a worker far ahead would wait at an epoch's end for
+ * workers that have already finished theirs). */
+int64_t sl_ps_worker_share(int64_t steps_per_epoch, int world, int w, int64_t epoch)
+{
+    int64_t slot = ((int64_t)w - epoch % world + world) % world;
+    return steps_per_epoch / world + (slot < steps_per_epoch % world ? 1 : 0);
+}
+
+typedef struct worker {
+    sl_run *r;
+    sl_replica *rep;
+    sl_ps *ps;
+    int64_t steps;            /* this epoch's share */
+    double loss, correct, images;
+    int rc;
+    char msg[SL_ERRMSG_MAX];
+    pthread_t thread;
+} worker;
+
+/* Forward, loss and backward on b: the grads are in the model for push. */
+static int grads_of(sl_replica *rep, const sl_batch *b, float *loss, int *correct)
+{
+    int classes = rep->run->classes, n = (int)b->n, rc;
+    for (int i = 0; i < n; i++) {
+        rep->labels[i] = b->labels[i];
+        if (rep->labels[i] < 0 || rep->labels[i] >= classes)
+            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
+                           "%d classes", (unsigned long long)b->record_ids[i], rep->labels[i],
+                           classes);
+    }
+    const float *logits;
+    if ((rc = sl_model_forward(rep->m, &rep->e, (const float *)b->data, n, 1, &logits)) ||
+        (rc = rep->e.ops->xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,
+                                       rep->run->cfg->label_smoothing, loss, rep->dlogits,
+                                       correct)) ||
+        (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)))
+        return rc;
+    if (!isfinite(*loss))
+        return sl_fail(SL_EINVAL, "sl_train_run: worker %d: loss is %f (diverged: lower --lr "
+                       "or add --warmup-epochs)", rep->rank, (double)*loss);
+    return SL_OK;
+}
+
+static int worker_epoch(worker *w)
+{
+    sl_run *r = w->r;
+    sl_replica *rep = w->rep;
+    int log = rep->idx == 0 && r->is_root;
+    int64_t every = r->log_every / r->world > 0 ? r->log_every / r->world : 1;
+    double wl = 0, wc = 0, wi = 0, t0 = sl_now_s();
+    uint64_t v0 = 0;
+    for (int64_t k = 0; k < w->steps; k++) {
+        /* the batch first: the weights are pulled as late as possible */
+        sl_batch *b;
+        int rc = sl_pipeline_next(rep->p, &b);
+        if (rc)
+            return sl_fail(rc, "sl_train_run: worker %d: %s", rep->idx, sl_errmsg());
+        uint64_t version;
+        if ((rc = sl_ps_pull(w->ps, rep->idx, rep->m, &version))) {
+            sl_pipeline_release(rep->p, b);
+            return rc;
+        }
+        if (k == 0)
+            v0 = version;
+        float lr = (float)sl_schedule_lr(&r->sched, (int64_t)version), loss = 0;
+        int correct = 0, n = (int)b->n;
+        rc = grads_of(rep, b, &loss, &correct);
+        sl_pipeline_release(rep->p, b);
+        if (rc || (rc = sl_ps_push(w->ps, rep->idx, rep->m, version, lr)))
+            return rc;
+        w->loss += loss;
+        w->correct += correct;
+        w->images += n;
+        wl += loss;
+        wc += correct;
+        wi += n;
+        if (log && ((k + 1) % every == 0 || k + 1 == w->steps)) {
+            sl_ps_stats st;
+            sl_ps_stats_get(w->ps, &st, 0);
+            double t = sl_now_s();
+            double ips = (double)(version + 1 - v0) * r->local_batch / (t - t0);
+            fprintf(r->out, "epoch %" PRId64 " step %" PRIu64 "/%" PRId64 " loss %.4f acc %.4f "
+                    "%.0f img/s lr %.5f staleness mean %.2f max %" PRIu64 " (worker 0)\n",
+                    (int64_t)version / r->steps_per_epoch + 1, version + 1, r->total_steps,
+                    wl / (double)((k + 1) % every ? (k + 1) % every : every), wc / wi, ips, lr,
+                    st.staleness_mean, st.staleness_max);
+            fflush(r->out);
+            wl = wc = wi = 0;
+        }
+    }
+    return SL_OK;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    w->rc = worker_epoch(w);
+    if (w->rc) {
+        snprintf(w->msg, sizeof w->msg, "%s", sl_errmsg());
+        sl_ps_abort(w->ps, w->msg); /* workers held by the staleness bound stop now */
+    }
+    return NULL;
+}
+
+/* One epoch: every worker its share, concurrently; joined at the end. */
+static int run_epoch(sl_run *r, sl_ps *ps, worker *ws, int64_t epoch)
+{
+    int rc = SL_OK;
+    for (int i = 0; i < r->nlocal; i++) {
+        ws[i] = (worker){.r = r, .rep = &r->rep[i], .ps = ps,
+                         .steps = sl_ps_worker_share(r->steps_per_epoch, r->world, i, epoch)};
+        if (pthread_create(&ws[i].thread, NULL, worker_main, &ws[i])) {
+            rc = sl_fail(SL_ENOMEM, "sl_train_run: cannot start worker %d", i);
+            for (int j = 0; j < i; j++)
+                pthread_join(ws[j].thread, NULL);
+            return rc;
+        }
+    }
+    for (int i = 0; i < r->nlocal; i++)
+        pthread_join(ws[i].thread, NULL);
+    /* The root cause: the first failure that is not a timeout caused by
+     * another worker having stopped. */
+    int first = -1;
+    for (int i = 0; i < r->nlocal; i++)
+        if (ws[i].rc && (first < 0 || ((ws[first].rc == SL_ETIMEDOUT ||
+                                        ws[first].rc == SL_ECANCELED) &&
+                                       ws[i].rc != SL_ETIMEDOUT && ws[i].rc != SL_ECANCELED)))
+            first = i;
+    if (first >= 0)
+        return sl_fail(ws[first].rc, "%s", ws[first].msg);
+    return SL_OK;
+}
+
+int sl_ps_train(sl_run *r)
+{
+    const sl_train_config *c = r->cfg;
+    sl_replica *rep0 = &r->rep[0];
+    sl_ps_config pc = SL_PS_CONFIG_INIT;
+    pc.servers = c->ps_servers > 0 ? c->ps_servers : 1;
+    pc.workers = r->nlocal;
+    pc.max_staleness = c->max_staleness;
+    pc.sgd = c->sgd;
+    pc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
+    if (r->total_steps % r->steps_per_epoch)
+        return sl_fail(SL_EINVAL, "sl_train_run: the ps strategy runs whole epochs (--max-steps "
+                       "%" PRId64 " is not a multiple of the %" PRId64 " steps of an epoch)",
+                       r->total_steps, r->steps_per_epoch);
+    sl_ps *ps = NULL;
+    worker *ws = calloc((size_t)r->nlocal, sizeof *ws);
+    if (!ws)
+        return sl_fail(SL_ENOMEM, "sl_train_run: workers");
+    /* rep0 holds the initial (or resumed) weights and momentum */
+    int rc = sl_ps_create(&pc, rep0->m, &ps);
+    if (!rc && r->step0 > 0)
+        rc = sl_ps_load(ps, rep0->m, rep0->o);
+    double train_s = 0, images = 0, loss = 0, steps = 0;
+    for (int64_t e = r->step0 / r->steps_per_epoch;
+         !rc && e < r->total_steps / r->steps_per_epoch; e++) {
+        double t0 = sl_now_s();
+        if ((rc = run_epoch(r, ps, ws, e)))
+            break;
+        train_s += sl_now_s() - t0;
+        double el = 0, ec = 0, ei = 0;
+        for (int i = 0; i < r->nlocal; i++) {
+            el += ws[i].loss;
+            ec += ws[i].correct;
+            ei += ws[i].images;
+        }
+        images += ei;
+        loss = el / (double)r->steps_per_epoch;
+        steps = (double)(e + 1) * (double)r->steps_per_epoch;
+        if ((rc = sl_ps_snapshot(ps, rep0->m, rep0->o)))
+            break;
+        sl_ps_stats st;
+        sl_ps_stats_get(ps, &st, 0);
+        int64_t step = (int64_t)steps;
+        fprintf(r->out, "epoch %" PRId64 " done: %" PRId64 " updates from %d workers, loss %.4f "
+                "acc %.4f, staleness mean %.2f max %" PRIu64 ", %" PRIu64 " bounded waits\n",
+                e + 1, r->steps_per_epoch, r->nlocal, loss, ec / ei, st.staleness_mean,
+                st.staleness_max, st.ssp_waits);
+        fflush(r->out);
+        r->res->final_loss = loss;
+        r->res->epochs_done = e + 1;
+        r->res->staleness_mean = st.staleness_mean;
+        r->res->staleness_max = (int64_t)st.staleness_max;
+        if (r->sum) {
+            const char *tags[] = {"train/loss", "train/accuracy", "ps/staleness_mean",
+                                  "ps/staleness_max"};
+            double v[] = {loss, ec / ei, st.staleness_mean, (double)st.staleness_max};
+            if ((rc = sl_summary_scalars(r->sum, step, tags, v, 4, NULL)))
+                break;
+        }
+        if ((rc = sl_run_evaluate(r, rep0, step)))
+            break;
+        if (c->ckpt_dir && (rc = sl_run_save_checkpoint(r, rep0, step)))
+            break;
+        r->res->steps = step;
+    }
+    r->res->images_per_sec = train_s > 0 ? images / train_s : 0;
+    sl_ps_destroy(ps);
+    free(ws);
+    return rc;
+}

@@ -1,0 +1,356 @@
+/*
+ * train/replica.c - one data-parallel replica of a training run: its
+ * pipeline, model and optimizer, one step with bucketed gradient
+ * all-reduce, and the collectives the loop needs besides (trainer_int.h).
+ *
+ * Gradient buckets (the mirrored strategy; PyTorch DDP's design). The
+ * grads arena holds every trainable tensor in state-dict order, so a run of
+ * consecutive tensors is one contiguous span: buckets are such runs, about
+ * bucket_mb each, formed from the END of the state dict (the fc, then the
+ * last blocks), because backward produces gradients roughly in that order.
+ * The model's grad hook counts a bucket's tensors as their gradients
+ * become final; the last one starts an asynchronous all-reduce (average)
+ * of the span, which runs on the communicator's progress thread while
+ * backward goes on to earlier layers. After backward the replica waits
+ * for every bucket, in the order they were started, then steps SGD. Every
+ * replica runs the same backward, so the buckets start in the same order
+ * everywhere, as the collectives require. With no_overlap the buckets are
+ * all-reduced one after the other once backward is done (for measuring
+ * what overlap buys, perf/scaling).
+ *
+ * Identical updates. The all-reduce gives every replica bitwise the same
+ * averaged gradients, and SGD is deterministic, so the weights stay
+ * bitwise identical (--check-every verifies it). BN running statistics are
+ * per replica (each sees its own slice) unless --sync-bn; they are averaged
+ * over replicas before each evaluation and checkpoint, so the model that
+ * is evaluated and saved is one model.
+ *
+ * Threading: a replica is driven by one thread (its own, or the caller's
+ * for replica 0); its communicator's progress thread runs the bucket
+ * all-reduces.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "train/trainer_int.h"
+
+double sl_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- buckets */
+
+static int on_grad_ready(void *ctx, int tensor)
+{
+    sl_replica *rep = ctx;
+    int b = rep->bucket_of[tensor];
+    if (b < 0)
+        return SL_OK;
+    sl_bucket *bk = &rep->bk[b];
+    if (--bk->pending > 0)
+        return SL_OK;
+    if (bk->pending < 0 || bk->req)
+        return sl_fail(SL_EINVAL, "sl_train_run: replica %d: gradient bucket %d reported ready "
+                       "twice", rep->rank, b);
+    float *params, *grads;
+    size_t n;
+    sl_model_arenas(rep->m, &params, &grads, &n);
+    rep->start_order[rep->started++] = b;
+    return sl_comm_allreduce_start(rep->comm, grads + bk->off, bk->n, SL_DTYPE_F32, SL_RED_AVG,
+                                   &bk->req);
+}
+
+/* Buckets of about bucket_mb over the trainable tensors, last tensor first. */
+static int make_buckets(sl_replica *rep)
+{
+    int nt;
+    sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
+    float *params, *grads;
+    size_t total;
+    sl_model_arenas(rep->m, &params, &grads, &total);
+    double mb = rep->run->cfg->bucket_mb > 0 ? rep->run->cfg->bucket_mb : 25.0;
+    size_t cap = (size_t)(mb * 1e6 / sizeof(float));
+    if (cap < 1)
+        cap = 1;
+    rep->bucket_of = malloc(sizeof(int) * (size_t)nt);
+    rep->bk = calloc((size_t)nt, sizeof *rep->bk);
+    rep->start_order = calloc((size_t)nt, sizeof(int));
+    if (!rep->bucket_of || !rep->bk || !rep->start_order)
+        return sl_fail(SL_ENOMEM, "sl_train_run: gradient buckets");
+    int nb = -1;
+    size_t lo = 0, hi = 0, fill = 0;
+    for (int i = nt - 1; i >= 0; i--) {
+        rep->bucket_of[i] = -1;
+        if (!(t[i].flags & SL_TENSOR_PARAM))
+            continue;
+        size_t off = (size_t)(t[i].grad - grads), end = off + (size_t)t[i].numel;
+        if (nb < 0 || fill >= cap) {
+            if (nb >= 0) {
+                rep->bk[nb].off = lo;
+                rep->bk[nb].n = hi - lo;
+            }
+            nb++;
+            lo = off;
+            hi = end;
+            fill = 0;
+        }
+        /* Reverse state-dict order walks the arena downwards: extend the
+         * span to cover this tensor (and the padding up to the next one). */
+        if (off < lo)
+            lo = off;
+        if (end > hi)
+            hi = end;
+        fill += (size_t)t[i].numel;
+        rep->bucket_of[i] = nb;
+        rep->bk[nb].tensors++;
+    }
+    if (nb >= 0) {
+        rep->bk[nb].off = lo;
+        rep->bk[nb].n = hi - lo;
+    }
+    rep->nbk = nb + 1;
+    return SL_OK;
+}
+
+/* After backward: wait for (or, without overlap, run) every bucket. */
+static int finish_buckets(sl_replica *rep)
+{
+    double t0 = sl_now_s();
+    int rc = SL_OK;
+    if (rep->run->cfg->no_overlap) {
+        float *params, *grads;
+        size_t n;
+        sl_model_arenas(rep->m, &params, &grads, &n);
+        for (int b = 0; !rc && b < rep->nbk; b++)
+            rc = sl_comm_allreduce(rep->comm, grads + rep->bk[b].off, rep->bk[b].n,
+                                   SL_DTYPE_F32, SL_RED_AVG);
+    } else {
+        if (rep->started != rep->nbk && !rc)
+            rc = sl_fail(SL_EINVAL, "sl_train_run: replica %d: %d of %d gradient buckets "
+                         "became ready", rep->rank, rep->started, rep->nbk);
+        for (int i = 0; i < rep->started; i++) {
+            sl_bucket *bk = &rep->bk[rep->start_order[i]];
+            int r = sl_comm_wait(rep->comm, bk->req);
+            bk->req = NULL;
+            if (r && !rc)
+                rc = r;
+        }
+    }
+    rep->comm_wait_s += sl_now_s() - t0;
+    return rc;
+}
+
+/* ------------------------------------------------------------ collectives */
+
+int sl_replica_sum(sl_replica *rep, float *v, int n)
+{
+    if (!rep->comm)
+        return SL_OK;
+    return sl_comm_allreduce(rep->comm, v, (size_t)n, SL_DTYPE_F32, SL_RED_SUM);
+}
+
+static int bn_sync_sum(void *ctx, float *buf, int n)
+{
+    sl_replica *rep = ctx;
+    return sl_comm_allreduce(rep->comm, buf, (size_t)n, SL_DTYPE_F32, SL_RED_SUM);
+}
+
+int sl_replica_sync_buffers(sl_replica *rep)
+{
+    if (!rep->comm || rep->run->cfg->sync_bn)
+        return SL_OK;
+    int nt;
+    sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
+    for (int i = 0; i < nt; i++) {
+        if (!(t[i].flags & SL_TENSOR_BUFFER) || t[i].dtype != SL_T_F32)
+            continue;
+        int rc = sl_comm_allreduce(rep->comm, t[i].data, (size_t)t[i].numel, SL_DTYPE_F32,
+                                   SL_RED_AVG);
+        if (rc)
+            return rc;
+    }
+    return SL_OK;
+}
+
+int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
+{
+    const sl_run *r = rep->run;
+    sl_pipeline_config ev = rep->data;
+    ev.split = r->cfg->eval_split;
+    ev.transform = SL_TRANSFORM_EVAL;
+    ev.shuffle = SL_SHUFFLE_NONE;
+    ev.shuffle_files = 0;
+    ev.epochs = 1;
+    ev.drop_remainder = 0;
+    /* Replicas with a communicator evaluate a share each; a lone replica
+     * (world 1, or the ps strategy's snapshot) evaluates everything. */
+    ev.rank = rep->comm ? (unsigned)rep->rank : 0;
+    ev.world = rep->comm ? (unsigned)r->world : 1;
+    ev.rank_split = ev.world > 1 ? SL_SPLIT_RECORDS : SL_SPLIT_FILES;
+    memset(er, 0, sizeof *er);
+    int rc = sl_eval_run(rep->m, &rep->e, &ev, er);
+    if (rc)
+        return sl_fail(rc, "sl_train_run: replica %d: evaluating split '%s': %s", rep->rank,
+                       ev.split, sl_errmsg());
+    if (!rep->comm)
+        return SL_OK;
+    /* correct counts and images are integers below 2^24 for any eval set we
+     * meet; the loss sum is a float sum */
+    float v[4] = {(float)llround(er->top1 * (double)er->images),
+                  (float)llround(er->top5 * (double)er->images),
+                  (float)(er->loss * (double)er->images), (float)er->images};
+    if ((rc = sl_replica_sum(rep, v, 4)))
+        return rc;
+    er->images = (int64_t)v[3];
+    if (er->images > 0) {
+        er->top1 = v[0] / v[3];
+        er->top5 = v[1] / v[3];
+        er->loss = v[2] / v[3];
+    }
+    return SL_OK;
+}
+
+/* FNV-1a over the parameter arena, split in four 16-bit pieces that f32
+ * carries exactly, so an all-gather of floats compares them. */
+int sl_replica_check_identical(sl_replica *rep, int64_t step)
+{
+    if (!rep->comm)
+        return SL_OK;
+    float *params, *grads;
+    size_t n;
+    sl_model_arenas(rep->m, &params, &grads, &n);
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)params;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    float mine[4], *all = malloc(sizeof(float) * 4 * (size_t)rep->run->world);
+    if (!all)
+        return sl_fail(SL_ENOMEM, "sl_train_run: check-every");
+    for (int k = 0; k < 4; k++)
+        mine[k] = (float)((h >> (16 * k)) & 0xffff);
+    int rc = sl_comm_allgather(rep->comm, mine, all, 4, SL_DTYPE_F32);
+    for (int r = 1; !rc && r < rep->run->world; r++)
+        if (memcmp(all, all + 4 * r, 4 * sizeof(float)))
+            rc = sl_fail(SL_EINVAL, "sl_train_run: step %lld: replica %d's weights differ from "
+                         "replica 0's (the replicas diverged: a bug, or non-deterministic "
+                         "kernels)", (long long)step, r);
+    free(all);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_samples,
+                     const char *start_state)
+{
+    sl_run *r = rep->run;
+    const sl_train_config *c = r->cfg;
+    int rc;
+    rep->data = r->data;
+    rep->data.batch = r->local_batch;
+    rep->data.rank = (unsigned)rep->rank;
+    rep->data.world = (unsigned)r->world;
+    int threads = c->threads;
+    if (r->nlocal > 1) {
+        /* OpenBLAS's thread count is process-wide: give each replica thread
+         * its share (one each on a small machine, so SGEMMs run on the
+         * replica's own thread in parallel). */
+        int all = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        threads = all / r->nlocal > 0 ? all / r->nlocal : 1;
+    }
+    if ((rc = sl_exec_init(&rep->e, c->backend, threads)))
+        return rc;
+    rep->exec_ok = 1;
+    if (start_state)
+        rc = sl_pipeline_create_from_state(&rep->data, start_state, strlen(start_state), &rep->p);
+    else if (start_samples > 0)
+        rc = sl_pipeline_create_at(&rep->data, start_batches, start_samples, &rep->p);
+    else
+        rc = sl_pipeline_create(&rep->data, &rep->p);
+    if (rc)
+        return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+    sl_model_config mc = c->model;
+    mc.classes = r->classes;
+    if ((rc = sl_model_create(&mc, (int)rep->data.batch, rep->data.height, rep->data.width,
+                              &rep->m)))
+        return rc;
+    int nt;
+    sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
+    if ((rc = sl_sgd_create(&c->sgd, t, nt, &rep->o)))
+        return rc;
+    rep->dlogits = malloc(sizeof(float) * rep->data.batch * (size_t)mc.classes);
+    rep->labels = malloc(sizeof(int32_t) * rep->data.batch);
+    if (!rep->dlogits || !rep->labels)
+        return sl_fail(SL_ENOMEM, "sl_train_run: logits for batch %u", rep->data.batch);
+    if (rep->comm && c->strategy == SL_STRATEGY_MIRRORED) {
+        if ((rc = make_buckets(rep)))
+            return rc;
+        if (!c->no_overlap)
+            sl_model_set_grad_hook(rep->m, on_grad_ready, rep);
+        if (c->sync_bn) {
+            sl_bn_sync s = {bn_sync_sum, rep, r->world};
+            if ((rc = sl_model_set_bn_sync(rep->m, &s)))
+                return rc;
+        }
+    }
+    return SL_OK;
+}
+
+void sl_replica_fini(sl_replica *rep)
+{
+    sl_sgd_destroy(rep->o);
+    sl_model_destroy(rep->m);
+    sl_pipeline_destroy(rep->p);
+    if (rep->exec_ok)
+        sl_exec_fini(&rep->e);
+    free(rep->dlogits);
+    free(rep->labels);
+    free(rep->bk);
+    free(rep->bucket_of);
+    free(rep->start_order);
+    memset(rep, 0, sizeof *rep);
+}
+
+/* ------------------------------------------------------------------- step */
+
+int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct)
+{
+    int classes = rep->run->classes, n = (int)b->n, rc;
+    double t0 = sl_now_s();
+    for (int i = 0; i < n; i++) {
+        rep->labels[i] = b->labels[i];
+        if (rep->labels[i] < 0 || rep->labels[i] >= classes)
+            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
+                           "%d classes", (unsigned long long)b->record_ids[i], rep->labels[i],
+                           classes);
+    }
+    const float *logits;
+    rep->started = 0;
+    for (int k = 0; k < rep->nbk; k++)
+        rep->bk[k].pending = rep->bk[k].tensors;
+    if ((rc = sl_model_forward(rep->m, &rep->e, (const float *)b->data, n, 1, &logits)) ||
+        (rc = rep->e.ops->xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,
+                                       rep->run->cfg->label_smoothing, loss, rep->dlogits,
+                                       correct)))
+        return rc;
+    rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL);
+    if (rep->comm && rep->nbk > 0) {
+        /* wait even after a failed backward: started requests own the buffers */
+        int r2 = finish_buckets(rep);
+        if (!rc)
+            rc = r2;
+    }
+    if (rc || (rc = sl_sgd_step(rep->o, lr)))
+        return rc;
+    rep->step_s += sl_now_s() - t0;
+    if (!isfinite(*loss))
+        return sl_fail(SL_EINVAL, "sl_train_run: replica %d: loss is %f (diverged: lower --lr "
+                       "or add --warmup-epochs)", rep->rank, (double)*loss);
+    return SL_OK;
+}

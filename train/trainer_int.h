@@ -1,0 +1,128 @@
+/*
+ * train/trainer_int.h - private to the training loop files:
+ *
+ *   trainer.c   sl_train_run: set-up, replicas' threads, the step loop,
+ *               progress, evaluation, checkpoints, resume
+ *   replica.c   one replica: its pipeline, model, optimizer; one step
+ *               (forward, backward, bucketed all-reduce, SGD); the
+ *               collectives a replica takes part in (statistics, BN buffers,
+ *               distributed evaluation, the identical-weights check)
+ *   ps_train.c  the parameter-server strategy's worker loop
+ *
+ * Ranks. A run has `world` replicas in all: nlocal of them are threads of
+ * this process (replica index 0 .. nlocal-1 runs on the calling thread or
+ * its own), with global ranks rank0 .. rank0 + nlocal - 1. Under mpirun a
+ * process holds one replica (rank0 = MPI rank). The root (global rank 0)
+ * prints, writes summaries and saves checkpoints.
+ *
+ * Every replica runs the same deterministic sequence of steps and
+ * collectives (all-reduces of gradient buckets, of the progress window's
+ * sums at log steps, of BN buffers before evaluations and checkpoints), so
+ * the collectives always match; an error on one replica aborts its
+ * communicator, which ends the others' waits with its reason.
+ */
+#ifndef SL_TRAINER_INT_H
+#define SL_TRAINER_INT_H
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "collectives/collectives.h"
+#include "train/model_int.h"
+#include "train/train.h"
+
+typedef struct sl_run sl_run;
+
+/* A gradient bucket: a contiguous span [off, off + n) of the grads arena
+ * holding whole tensors; all-reduced once `pending` tensors are ready. */
+typedef struct sl_bucket {
+    size_t off, n;
+    int tensors, pending;
+    sl_comm_req *req;
+} sl_bucket;
+
+typedef struct sl_replica {
+    sl_run *run;
+    int idx;                   /* local index */
+    int rank;                  /* global rank among the run's replicas */
+    sl_exec e;
+    int exec_ok;
+    sl_pipeline_config data;   /* this replica's input (rank, world, local batch) */
+    sl_pipeline *p;
+    sl_model *m;
+    sl_sgd *o;
+    sl_comm *comm;             /* NULL when world == 1 */
+    float *dlogits;
+    int32_t *labels;
+    sl_bucket *bk;
+    int nbk;
+    int *bucket_of;            /* per state-dict tensor: its bucket, -1 for buffers */
+    int started;               /* buckets started in this backward */
+    int *start_order;          /* bucket indices in the order they were started */
+    double comm_wait_s;        /* time in all-reduce waits this window */
+    double step_s;             /* time in steps this window */
+    pthread_t thread;
+    int thread_started;
+    int rc;
+    char msg[SL_ERRMSG_MAX];
+} sl_replica;
+
+struct sl_run {
+    const sl_train_config *cfg;
+    sl_pipeline_config data;   /* the global view: batch = global batch */
+    int world, nlocal, rank0, is_root;
+    unsigned local_batch;
+    sl_comm_group *group;      /* local replicas */
+    sl_comm *mpi;              /* under mpirun: this process's comm (replica 0 owns it) */
+    sl_replica *rep;
+    sl_summary *sum;
+    sl_schedule sched;
+    int classes;
+    int64_t step0;             /* first step of this run (resume) */
+    int64_t steps_per_epoch, total_steps, records;
+    int64_t log_every;
+    int resume_exact;          /* resume continues the same samples */
+    int64_t saved_steps_per_epoch; /* of the checkpoint resumed from */
+    char *resume_prefix;       /* checkpoint to load, NULL for none */
+    FILE *out;
+    double t0;
+    sl_train_result *res;
+};
+
+double sl_now_s(void);
+
+/* replica.c */
+/* Pipeline, model, optimizer, buckets for rep (run set up, rep->rank set).
+ * start_samples: the replica's pipeline starts after that many samples
+ * (resume); start_state: a saved pipeline state to continue exactly (world
+ * 1 resume) or NULL. */
+int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_samples,
+                     const char *start_state);
+void sl_replica_fini(sl_replica *rep);
+/* One SGD step on the replica's batch b: forward, loss, backward with the
+ * buckets all-reduced (averaged) as they fill, SGD. */
+int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct);
+/* Sum n floats over all replicas (no-op for world 1). */
+int sl_replica_sum(sl_replica *rep, float *v, int n);
+/* Average the BN running statistics over replicas (no-op for world 1 and
+ * with sync-BN, where they are identical already). */
+int sl_replica_sync_buffers(sl_replica *rep);
+/* Evaluate on the eval split, each replica its share of the records;
+ * the result (images, top1, top5, loss) is over all of them. */
+int sl_replica_eval(sl_replica *rep, sl_eval_result *er);
+/* Fail unless every replica's parameters are bitwise identical. */
+int sl_replica_check_identical(sl_replica *rep, int64_t step);
+
+/* trainer.c, for the strategies' loops: evaluate (root prints and logs),
+ * save a checkpoint of rep's model and optimizer (root only). */
+int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step);
+int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step);
+
+/* ps_train.c */
+/* Steps of epoch `epoch` that worker w of world takes (the epoch's steps
+ * dealt round-robin, the remainder rotating). */
+int64_t sl_ps_worker_share(int64_t steps_per_epoch, int world, int w, int64_t epoch);
+/* The parameter-server loop over the set-up run (replicas = workers). */
+int sl_ps_train(sl_run *r);
+
+#endif /* SL_TRAINER_INT_H */
