@@ -23,7 +23,6 @@
  * threads inside sl_ps, and the pipelines' threads.
  */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,30 +51,6 @@ typedef struct worker {
     pthread_t thread;
 } worker;
 
-/* Forward, loss and backward on b: the grads are in the model for push. */
-static int grads_of(sl_replica *rep, const sl_batch *b, float *loss, int *correct)
-{
-    int classes = rep->run->classes, n = (int)b->n, rc;
-    for (int i = 0; i < n; i++) {
-        rep->labels[i] = b->labels[i];
-        if (rep->labels[i] < 0 || rep->labels[i] >= classes)
-            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
-                           "%d classes", (unsigned long long)b->record_ids[i], rep->labels[i],
-                           classes);
-    }
-    const float *logits;
-    if ((rc = sl_model_forward(rep->m, &rep->e, (const float *)b->data, n, 1, &logits)) ||
-        (rc = rep->e.ops->xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,
-                                       rep->run->cfg->label_smoothing, loss, rep->dlogits,
-                                       correct)) ||
-        (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)))
-        return rc;
-    if (!isfinite(*loss))
-        return sl_fail(SL_EINVAL, "sl_train_run: worker %d: loss is %f (diverged: lower --lr "
-                       "or add --warmup-epochs)", rep->rank, (double)*loss);
-    return SL_OK;
-}
-
 static int worker_epoch(worker *w)
 {
     sl_run *r = w->r;
@@ -99,7 +74,7 @@ static int worker_epoch(worker *w)
             v0 = version;
         float lr = (float)sl_schedule_lr(&r->sched, (int64_t)version), loss = 0;
         int correct = 0, n = (int)b->n;
-        rc = grads_of(rep, b, &loss, &correct);
+        rc = sl_replica_grads(rep, b, &loss, &correct);
         sl_pipeline_release(rep->p, b);
         if (rc || (rc = sl_ps_push(w->ps, rep->idx, rep->m, version, lr)))
             return rc;

@@ -319,10 +319,9 @@ void sl_replica_fini(sl_replica *rep)
 
 /* ------------------------------------------------------------------- step */
 
-int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct)
+int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *correct)
 {
     int classes = rep->run->classes, n = (int)b->n, rc;
-    double t0 = sl_now_s();
     for (int i = 0; i < n; i++) {
         rep->labels[i] = b->labels[i];
         if (rep->labels[i] < 0 || rep->labels[i] >= classes)
@@ -331,15 +330,25 @@ int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, i
                            classes);
     }
     const float *logits;
-    rep->started = 0;
-    for (int k = 0; k < rep->nbk; k++)
-        rep->bk[k].pending = rep->bk[k].tensors;
     if ((rc = sl_model_forward(rep->m, &rep->e, (const float *)b->data, n, 1, &logits)) ||
         (rc = rep->e.ops->xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,
                                        rep->run->cfg->label_smoothing, loss, rep->dlogits,
-                                       correct)))
+                                       correct)) ||
+        (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)))
         return rc;
-    rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL);
+    if (!isfinite(*loss))
+        return sl_fail(SL_EINVAL, "sl_train_run: replica %d: loss is %f (diverged: lower --lr "
+                       "or add --warmup-epochs)", rep->rank, (double)*loss);
+    return SL_OK;
+}
+
+int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct)
+{
+    double t0 = sl_now_s();
+    rep->started = 0;
+    for (int k = 0; k < rep->nbk; k++)
+        rep->bk[k].pending = rep->bk[k].tensors;
+    int rc = sl_replica_grads(rep, b, loss, correct);
     if (rep->comm && rep->nbk > 0) {
         /* wait even after a failed backward: started requests own the buffers */
         int r2 = finish_buckets(rep);
@@ -349,8 +358,5 @@ int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, i
     if (rc || (rc = sl_sgd_step(rep->o, lr)))
         return rc;
     rep->step_s += sl_now_s() - t0;
-    if (!isfinite(*loss))
-        return sl_fail(SL_EINVAL, "sl_train_run: replica %d: loss is %f (diverged: lower --lr "
-                       "or add --warmup-epochs)", rep->rank, (double)*loss);
     return SL_OK;
 }

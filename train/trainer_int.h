@@ -99,8 +99,13 @@ double sl_now_s(void);
 int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_samples,
                      const char *start_state);
 void sl_replica_fini(sl_replica *rep);
-/* One SGD step on the replica's batch b: forward, loss, backward with the
- * buckets all-reduced (averaged) as they fill, SGD. */
+/* Forward, loss and backward on the replica's batch b: the gradients are
+ * in the model (and, mirrored, their buckets' all-reduces started).
+ * SL_EINVAL for a label outside the model's classes or a loss that is not
+ * finite. */
+int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *correct);
+/* One SGD step on the replica's batch b: sl_replica_grads with the
+ * buckets all-reduced (averaged) as they fill, then SGD. */
 int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct);
 /* Sum n floats over all replicas (no-op for world 1). */
 int sl_replica_sum(sl_replica *rep, float *v, int n);
