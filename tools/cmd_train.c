@@ -76,6 +76,8 @@ static void usage(FILE *f)
             "  --check-every N       mirrored: verify every N steps that all replicas hold\n"
             "                        identical weights (debug)\n"
             "  --ps-servers N        ps: parameter server threads               (default 1)\n"
+            "  --ps-ranks N          ps under mpirun: ranks 0..N-1 serve, the rest are workers\n"
+            "                        (default 1)\n"
             "  --max-staleness K     ps: a worker waits rather than run more than K steps\n"
             "                        ahead of the slowest one               (default: no bound)\n"
             "  --comm-timeout S      seconds a collective waits for its peers (default 300)\n"
@@ -99,7 +101,7 @@ enum {
     OPT_MIN_SCALE, OPT_CROP_FRACTION, OPT_NO_FLIP, OPT_EVAL_SPLIT, OPT_THREADS, OPT_BACKEND,
     OPT_LOGDIR, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_RESUME, OPT_LOG_EVERY, OPT_STRATEGY,
     OPT_REPLICAS, OPT_SYNC_BN, OPT_BUCKET_MB, OPT_NO_OVERLAP, OPT_CHECK_EVERY, OPT_PS_SERVERS,
-    OPT_MAX_STALENESS, OPT_COMM_TIMEOUT,
+    OPT_MAX_STALENESS, OPT_COMM_TIMEOUT, OPT_PS_RANKS,
 };
 
 static const struct option own_opts[] = {
@@ -133,6 +135,7 @@ static const struct option own_opts[] = {
     {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
     {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
     {"ps-servers", required_argument, NULL, OPT_PS_SERVERS},
+    {"ps-ranks", required_argument, NULL, OPT_PS_RANKS},
     {"max-staleness", required_argument, NULL, OPT_MAX_STALENESS},
     {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
@@ -279,6 +282,7 @@ static int own_option(train_opts *o, int c, const char *arg)
         t->check_every = (int64_t)u;
         return 0;
     case OPT_PS_SERVERS: return cli_parse_int(CMD, "--ps-servers", arg, 1, 1024, &t->ps_servers);
+    case OPT_PS_RANKS: return cli_parse_int(CMD, "--ps-ranks", arg, 1, 1 << 20, &t->ps_ranks);
     case OPT_MAX_STALENESS:
         return cli_parse_int(CMD, "--max-staleness", arg, 0, 1 << 30, &t->max_staleness);
     case OPT_COMM_TIMEOUT:
@@ -315,8 +319,9 @@ static int parse(int argc, char **argv, train_opts *o)
         cli_error(CMD, "--replicas needs --strategy mirrored or ps");
         return 2;
     }
-    if (o->t.strategy != SL_STRATEGY_PS && (o->t.ps_servers || o->t.max_staleness >= 0)) {
-        cli_error(CMD, "--ps-servers and --max-staleness need --strategy ps");
+    if (o->t.strategy != SL_STRATEGY_PS &&
+        (o->t.ps_servers || o->t.ps_ranks || o->t.max_staleness >= 0)) {
+        cli_error(CMD, "--ps-servers, --ps-ranks and --max-staleness need --strategy ps");
         return 2;
     }
     if (o->t.resume && !o->t.ckpt_dir) {
@@ -358,6 +363,8 @@ int cmd_train(int argc, char **argv)
     rc = sl_train_run(&o.t, &res);
     if (rc)
         return cli_fail(CMD, rc);
+    if (!res.root)
+        return 0; /* under mpirun the root process reports for the job */
     fprintf(stderr, "train: %lld steps in %.1f s, %.0f images/s", (long long)res.steps,
             res.seconds, res.images_per_sec);
     if (res.eval_top1 >= 0)
@@ -367,7 +374,7 @@ int cmd_train(int argc, char **argv)
     if (res.world > 1 && o.t.strategy == SL_STRATEGY_MIRRORED)
         fprintf(stderr, "train: %d replicas, %.1f%% of step time waiting for all-reduce\n",
                 res.world, 100.0 * res.comm_wait_frac);
-    if (o.t.strategy == SL_STRATEGY_PS)
+    if (o.t.strategy == SL_STRATEGY_PS && res.steps > 0)
         fprintf(stderr, "train: %d workers, staleness mean %.2f max %lld\n", res.world,
                 res.staleness_mean, (long long)res.staleness_max);
     if (res.checkpoint[0])

@@ -64,9 +64,9 @@ static int worker_epoch(worker *w)
         sl_batch *b;
         int rc = sl_pipeline_next(rep->p, &b);
         if (rc)
-            return sl_fail(rc, "sl_train_run: worker %d: %s", rep->idx, sl_errmsg());
+            return sl_fail(rc, "sl_train_run: worker %d: %s", rep->rank, sl_errmsg());
         uint64_t version;
-        if ((rc = sl_ps_pull(w->ps, rep->idx, rep->m, &version))) {
+        if ((rc = sl_ps_pull(w->ps, rep->rank, rep->m, &version))) {
             sl_pipeline_release(rep->p, b);
             return rc;
         }
@@ -76,7 +76,7 @@ static int worker_epoch(worker *w)
         int correct = 0, n = (int)b->n;
         rc = sl_replica_grads(rep, b, &loss, &correct);
         sl_pipeline_release(rep->p, b);
-        if (rc || (rc = sl_ps_push(w->ps, rep->idx, rep->m, version, lr)))
+        if (rc || (rc = sl_ps_push(w->ps, rep->rank, rep->m, version, lr)))
             return rc;
         w->loss += loss;
         w->correct += correct;
@@ -118,7 +118,8 @@ static int run_epoch(sl_run *r, sl_ps *ps, worker *ws, int64_t epoch)
     int rc = SL_OK;
     for (int i = 0; i < r->nlocal; i++) {
         ws[i] = (worker){.r = r, .rep = &r->rep[i], .ps = ps,
-                         .steps = sl_ps_worker_share(r->steps_per_epoch, r->world, i, epoch)};
+                         .steps = sl_ps_worker_share(r->steps_per_epoch, r->world,
+                                                     r->rep[i].rank, epoch)};
         if (pthread_create(&ws[i].thread, NULL, worker_main, &ws[i])) {
             rc = sl_fail(SL_ENOMEM, "sl_train_run: cannot start worker %d", i);
             for (int j = 0; j < i; j++)
@@ -141,13 +142,42 @@ static int run_epoch(sl_run *r, sl_ps *ps, worker *ws, int64_t epoch)
     return SL_OK;
 }
 
+/* Under mpirun, the workers' last epoch ends here: every worker but the
+ * root makes sure its pushes are applied (a pull waits for them: read your
+ * own writes) and tells the root, which then snapshots a state that holds
+ * every worker's every push. */
+#define TAG_FINISHED 7201
+
+static int mpi_workers_finished(sl_run *r, sl_ps *ps)
+{
+    sl_replica *rep = &r->rep[0];
+    float note = 1;
+    int rc;
+    if (!r->is_root) {
+        uint64_t v;
+        if ((rc = sl_ps_pull(ps, rep->rank, rep->m, &v)))
+            return rc;
+        return sl_comm_send(r->mpi, &note, 1, SL_DTYPE_F32, r->ps_ranks, TAG_FINISHED);
+    }
+    for (int k = 1; k < r->world; k++) {
+        int from;
+        if ((rc = sl_comm_recv(r->mpi, &note, 1, SL_DTYPE_F32, -1, TAG_FINISHED,
+                               r->cfg->comm_timeout_s > 0 ? r->cfg->comm_timeout_s * 1000
+                                                          : 300000,
+                               &from, NULL, NULL)))
+            return sl_fail(rc, "sl_train_run: waiting for the other ps workers to finish: %s",
+                           sl_errmsg());
+    }
+    return SL_OK;
+}
+
 int sl_ps_train(sl_run *r)
 {
     const sl_train_config *c = r->cfg;
     sl_replica *rep0 = &r->rep[0];
     sl_ps_config pc = SL_PS_CONFIG_INIT;
-    pc.servers = c->ps_servers > 0 ? c->ps_servers : 1;
-    pc.workers = r->nlocal;
+    pc.servers = r->mpi ? r->ps_ranks : c->ps_servers > 0 ? c->ps_servers : 1;
+    pc.workers = r->world;
     pc.max_staleness = c->max_staleness;
     pc.sgd = c->sgd;
     pc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
@@ -160,12 +190,13 @@ int sl_ps_train(sl_run *r)
     if (!ws)
         return sl_fail(SL_ENOMEM, "sl_train_run: workers");
     /* rep0 holds the initial (or resumed) weights and momentum */
-    int rc = sl_ps_create(&pc, rep0->m, &ps);
-    if (!rc && r->step0 > 0)
+    int rc = r->mpi ? sl_ps_create_mpi(&pc, r->mpi, r->ps_ranks, rep0->m, &ps)
+                    : sl_ps_create(&pc, rep0->m, &ps);
+    if (!rc && r->step0 > 0 && r->is_root)
         rc = sl_ps_load(ps, rep0->m, rep0->o);
     double train_s = 0, images = 0, loss = 0, steps = 0;
-    for (int64_t e = r->step0 / r->steps_per_epoch;
-         !rc && e < r->total_steps / r->steps_per_epoch; e++) {
+    int64_t last = r->total_steps / r->steps_per_epoch;
+    for (int64_t e = r->step0 / r->steps_per_epoch; !rc && e < last; e++) {
         double t0 = sl_now_s();
         if ((rc = run_epoch(r, ps, ws, e)))
             break;
@@ -177,22 +208,30 @@ int sl_ps_train(sl_run *r)
             ei += ws[i].images;
         }
         images += ei;
-        loss = el / (double)r->steps_per_epoch;
         steps = (double)(e + 1) * (double)r->steps_per_epoch;
-        if ((rc = sl_ps_snapshot(ps, rep0->m, rep0->o)))
-            break;
+        int64_t step = (int64_t)steps;
         sl_ps_stats st;
         sl_ps_stats_get(ps, &st, 0);
-        int64_t step = (int64_t)steps;
+        r->res->staleness_mean = st.staleness_mean;
+        r->res->staleness_max = (int64_t)st.staleness_max;
+        r->res->steps = step;
+        if (r->mpi && e + 1 == last && (rc = mpi_workers_finished(r, ps)))
+            break;
+        if (!r->is_root)
+            continue;
+        /* In process the snapshot is a consistent cut (every push applied);
+         * under mpirun the other workers go on meanwhile, except at the end. */
+        if ((rc = sl_ps_snapshot(ps, rep0->m, rep0->o)))
+            break;
+        loss = el / (double)(ei / r->local_batch);
         fprintf(r->out, "epoch %" PRId64 " done: %" PRId64 " updates from %d workers, loss %.4f "
-                "acc %.4f, staleness mean %.2f max %" PRIu64 ", %" PRIu64 " bounded waits\n",
-                e + 1, r->steps_per_epoch, r->nlocal, loss, ec / ei, st.staleness_mean,
-                st.staleness_max, st.ssp_waits);
+                "acc %.4f%s, staleness mean %.2f max %" PRIu64 ", %" PRIu64 " bounded waits\n",
+                e + 1, r->steps_per_epoch, r->world, loss, ec / ei,
+                r->mpi ? " (worker 0's share)" : "", st.staleness_mean, st.staleness_max,
+                st.ssp_waits);
         fflush(r->out);
         r->res->final_loss = loss;
         r->res->epochs_done = e + 1;
-        r->res->staleness_mean = st.staleness_mean;
-        r->res->staleness_max = (int64_t)st.staleness_max;
         if (r->sum) {
             const char *tags[] = {"train/loss", "train/accuracy", "ps/staleness_mean",
                                   "ps/staleness_max"};
@@ -204,10 +243,36 @@ int sl_ps_train(sl_run *r)
             break;
         if (c->ckpt_dir && (rc = sl_run_save_checkpoint(r, rep0, step)))
             break;
-        r->res->steps = step;
     }
-    r->res->images_per_sec = train_s > 0 ? images / train_s : 0;
+    r->res->images_per_sec = train_s > 0 ? images * (r->mpi ? r->world : 1) / train_s : 0;
+    if (rc && r->mpi)
+        sl_ps_abort(ps, sl_errmsg());
     sl_ps_destroy(ps);
     free(ws);
+    return rc;
+}
+
+/* A server rank under mpirun: hold its shards until every worker is done. */
+int sl_ps_serve_rank(sl_run *r)
+{
+    const sl_train_config *c = r->cfg;
+    sl_ps_config pc = SL_PS_CONFIG_INIT;
+    pc.servers = r->ps_ranks;
+    pc.workers = r->world;
+    pc.max_staleness = c->max_staleness;
+    pc.sgd = c->sgd;
+    pc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
+    sl_model_config mc = c->model;
+    mc.classes = r->classes;
+    sl_model *tmpl = NULL;
+    int rc = sl_model_create(&mc, 1, r->data.height, r->data.width, &tmpl);
+    sl_ps_stats st = {0};
+    if (!rc)
+        rc = sl_ps_serve(&pc, r->mpi, r->ps_ranks, tmpl, &st);
+    if (!rc)
+        fprintf(r->out, "ps server rank %d: %" PRIu64 " updates, staleness mean %.2f max "
+                "%" PRIu64 "\n", sl_comm_rank(r->mpi), st.shard_updates, st.staleness_mean,
+                st.staleness_max);
+    sl_model_destroy(tmpl);
     return rc;
 }

@@ -309,6 +309,7 @@ typedef struct sl_train_config {
     int64_t check_every;         /* mirrored: check every N steps that all replicas hold
                                   * identical weights (debug); 0 = never */
     int ps_servers;              /* ps: server threads; 0 = 1 */
+    int ps_ranks;                /* ps under mpirun: ranks [0, ps_ranks) serve; 0 = 1 */
     int max_staleness;           /* ps: bound on staleness (SSP); < 0 = none */
     int comm_timeout_s;          /* a collective waits this long for its peers; 0 = 300 */
 } sl_train_config;
@@ -322,6 +323,8 @@ typedef struct sl_train_result {
     double seconds;
     char checkpoint[4096];       /* last checkpoint prefix written, "" if none */
     int world;                   /* replicas (workers) that trained */
+    int root;                    /* this process is the run's root (printed the progress;
+                                  * under mpirun, one process of the job) */
     double comm_wait_frac;       /* mirrored: fraction of step time spent waiting for
                                   * all-reduce (mean over replicas) */
     double staleness_mean;       /* ps: mean and max staleness of the applied updates */

@@ -389,9 +389,31 @@ static int setup_world(sl_run *r)
             }
         }
     }
-    if (c->strategy == SL_STRATEGY_PS) {
+    if (c->strategy == SL_STRATEGY_PS && sl_comm_mpi_launched()) {
+        /* Ranks [0, ps_ranks) serve the parameter shards, the others are
+         * one worker each. */
+        if (c->replicas > 1)
+            return sl_fail(SL_EINVAL, "sl_train_run: under mpirun each process is one ps "
+                           "worker or server (--replicas %d): start more processes instead",
+                           c->replicas);
+        int rc = sl_comm_mpi_create(&cc, &r->mpi);
+        if (rc)
+            return sl_fail(rc, "sl_train_run: ps under mpirun: %s", sl_errmsg());
+        int size = sl_comm_world(r->mpi), me = sl_comm_rank(r->mpi);
+        r->ps_ranks = c->ps_ranks > 0 ? c->ps_ranks : 1;
+        if (r->ps_ranks >= size)
+            return sl_fail(SL_EINVAL, "sl_train_run: --ps-ranks %d leaves no worker among %d "
+                           "processes", r->ps_ranks, size);
+        r->world = size - r->ps_ranks;
+        r->nlocal = 1;
+        r->ps_server = me < r->ps_ranks;
+        r->rank0 = r->ps_server ? -1 : me - r->ps_ranks;
+    } else if (c->strategy == SL_STRATEGY_PS) {
         /* Workers are threads of this process; each step is one worker's
          * whole batch, so the batch is not split. */
+        if (c->ps_ranks > 0)
+            return sl_fail(SL_EINVAL, "sl_train_run: --ps-ranks needs mpirun (server ranks are "
+                           "processes); in one process use --ps-servers");
         int n = c->replicas > 0 ? c->replicas : (int)sysconf(_SC_NPROCESSORS_ONLN);
         r->world = r->nlocal = n > 0 ? n : 1;
     }
@@ -411,7 +433,9 @@ static int setup_world(sl_run *r)
         rep->run = r;
         rep->idx = i;
         rep->rank = r->rank0 + i;
-        if (r->mpi) {
+        if (c->strategy == SL_STRATEGY_PS) {
+            /* ps workers share no collectives: the engine talks for them */
+        } else if (r->mpi) {
             rep->comm = r->mpi;
         } else if (r->group) {
             int rc = sl_comm_local_open(r->group, i, &rep->comm);
@@ -419,6 +443,50 @@ static int setup_world(sl_run *r)
                 return rc;
         }
     }
+    return SL_OK;
+}
+
+/* Records per epoch over all replicas, the same figure on every rank. The
+ * pipeline knows it when the records are split (or world is 1); with the
+ * shards split, each rank knows its own: the local replicas' sum, summed
+ * over the mirrored ranks, or (ps under mpirun, where the servers take
+ * part in no collective) dataset.json's count for the split. */
+static int world_records(sl_run *r)
+{
+    sl_pipeline_stats ps;
+    int rc;
+    if ((rc = sl_pipeline_stats_get(r->rep[0].p, &ps)))
+        return rc;
+    if (ps.records_per_epoch_world > 0) {
+        r->records = (int64_t)ps.records_per_epoch_world;
+        return SL_OK;
+    }
+    double sum = 0;
+    for (int i = 0; i < r->nlocal; i++) {
+        if ((rc = sl_pipeline_stats_get(r->rep[i].p, &ps)))
+            return rc;
+        sum += (double)ps.records_per_epoch;
+    }
+    if (r->nlocal == r->world) {
+        r->records = (int64_t)sum;
+        return SL_OK;
+    }
+    if (r->cfg->strategy == SL_STRATEGY_MIRRORED) {
+        float v = (float)sum; /* exact below 2^24 records per rank */
+        if ((rc = sl_comm_allreduce(r->mpi, &v, 1, SL_DTYPE_F32, SL_RED_SUM)))
+            return rc;
+        r->records = (int64_t)v;
+        return SL_OK;
+    }
+    sl_manifest mf;
+    if (sl_manifest_load(r->data.data, &mf))
+        return sl_fail(SL_EINVAL, "sl_train_run: %s: ps under mpirun with the shards split over "
+                       "the workers (--shuffle buffer) takes the records per epoch from %s, "
+                       "which cannot be read (%s); use --shuffle global", r->data.data,
+                       SL_MANIFEST_FILE, sl_errmsg());
+    sl_manifest_split *sp = sl_manifest_split_find(&mf, r->data.split);
+    r->records = sp ? (int64_t)sp->records : 0;
+    sl_manifest_fini(&mf);
     return SL_OK;
 }
 
@@ -439,6 +507,8 @@ static int setup(sl_run *r)
     r->classes = c->model.classes;
     if (r->classes <= 0 && (rc = dataset_classes(r->data.data, &r->classes)))
         return rc;
+    if (r->ps_server)
+        return SL_OK; /* a ps server rank needs the model's shape, no data */
     for (int i = 0; i < r->nlocal; i++)
         r->rep[i].data = r->data; /* resume_plan reads rank_split from it */
     char *state = NULL;
@@ -470,17 +540,8 @@ static int setup(sl_run *r)
             return rc;
     }
 
-    /* records per epoch over all replicas */
-    float recs = 0;
-    for (int i = 0; i < r->nlocal; i++) {
-        sl_pipeline_stats ps;
-        if ((rc = sl_pipeline_stats_get(r->rep[i].p, &ps)))
-            return rc;
-        recs += (float)ps.records_per_epoch;
-    }
-    if (r->mpi && (rc = sl_comm_allreduce(r->mpi, &recs, 1, SL_DTYPE_F32, SL_RED_SUM)))
+    if ((rc = world_records(r)))
         return rc;
-    r->records = (int64_t)recs;
     if (r->records < 1)
         return sl_fail(SL_EINVAL, "sl_train_run: %s: split '%s' has no records", r->data.data,
                        r->data.split);
@@ -550,9 +611,10 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
     if (rc)
         goto out;
     res->world = r.world;
+    res->root = r.is_root;
     res->steps = r.step0;
     if (cfg->strategy == SL_STRATEGY_PS) {
-        rc = sl_ps_train(&r);
+        rc = r.ps_server ? sl_ps_serve_rank(&r) : sl_ps_train(&r);
         goto out;
     }
     for (int i = 1; i < r.nlocal && !rc; i++) {
@@ -586,6 +648,14 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
         rc = sl_fail(r.rep[first].rc, "%s", r.rep[first].msg);
     }
 out:
+    if (rc && r.mpi) {
+        /* Tell the other processes (they would otherwise wait out their
+         * timeout), and keep MPI_Finalize from waiting for them. */
+        char msg[SL_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", sl_errmsg());
+        sl_comm_abort(r.mpi, msg);
+        rc = sl_fail(rc, "%s", msg);
+    }
     res->seconds = sl_now_s() - r.t0;
     if (rc == SL_OK && r.sum)
         rc = sl_summary_close(r.sum);

@@ -71,6 +71,8 @@ struct sl_run {
     const sl_train_config *cfg;
     sl_pipeline_config data;   /* the global view: batch = global batch */
     int world, nlocal, rank0, is_root;
+    int ps_ranks;              /* ps under mpirun: ranks [0, ps_ranks) serve, the rest work */
+    int ps_server;             /* this process is a server rank */
     unsigned local_batch;
     sl_comm_group *group;      /* local replicas */
     sl_comm *mpi;              /* under mpirun: this process's comm (replica 0 owns it) */
@@ -127,7 +129,10 @@ int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step);
 /* Steps of epoch `epoch` that worker w of world takes (the epoch's steps
  * dealt round-robin, the remainder rotating). */
 int64_t sl_ps_worker_share(int64_t steps_per_epoch, int world, int w, int64_t epoch);
-/* The parameter-server loop over the set-up run (replicas = workers). */
+/* The parameter-server loop over the set-up run (replicas = workers; under
+ * mpirun one worker per rank from ps_ranks on). */
 int sl_ps_train(sl_run *r);
+/* Under mpirun, ranks below ps_ranks: serve the parameter shards. */
+int sl_ps_serve_rank(sl_run *r);
 
 #endif /* SL_TRAINER_INT_H */

@@ -212,8 +212,9 @@ static int have_mpi(void)
            tu_run(NULL, "command -v mpirun >/dev/null 2>&1") == 0;
 }
 
-#define MPIRUN "ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 " \
-               "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "
+#define MPIRUN_NP(n) "ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_btl=self,vader " \
+                     "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none -np " #n " "
+#define MPIRUN MPIRUN_NP(2)
 
 static const char *train_args = "--image-size 16 --batch 8 --width 4 --classes 10 --max-steps 12 "
                                 "--shuffle global --seed 11 --eval-split none --threads 1 "
@@ -243,6 +244,30 @@ Test(train_strategy, mpirun_equals_local_replicas)
     cr_log_info("mpirun -np 2 vs --replicas 2: relative difference %g", diff);
     cr_assert_lt(diff, 1e-3, "mpirun -np 2 vs --replicas 2: relative difference %g", diff);
     free(m); free(l);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+/* --strategy ps under mpirun: rank 0 serves the parameters, ranks 1 and 2
+ * are workers; the root worker evaluates and checkpoints. */
+Test(train_strategy, ps_under_mpirun)
+{
+    if (!have_mpi())
+        cr_skip_test("no MPI in this build or no mpirun");
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    int rc = tu_run(&out, MPIRUN_NP(3) "%s train --data %s --image-size 16 --batch 8 --width 4 "
+                    "--classes 10 --epochs 2 --shuffle global --eval-split train --threads 1 "
+                    "--workers 1 --readers 1 --strategy ps --ps-ranks 1 --max-staleness 1 "
+                    "--ckpt-dir %s/ck 2>&1", tu_sluice(), d.dir, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "parameter server: 2 workers"), "%s", out);
+    cr_assert(strstr(out, "ps server rank 0: 24 updates"), "%s", out);
+    cr_assert(strstr(out, "eval  epoch 2 step 24: top1"), "%s", out);
+    cr_assert(strstr(out, "ckpt-000000024.safetensors"), "%s", out);
+    free(out);
     tu_rmrf(tmp);
     free(tmp);
     pl_dataset_free(&d);
