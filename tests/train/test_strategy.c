@@ -358,3 +358,29 @@ Test(train_strategy, ps_fashion_mnist)
     tu_rmrf(tmp);
     free(tmp);
 }
+
+Test(train_strategy, cli_flags)
+{
+    char *out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --help", tu_sluice()), 0);
+    cr_assert(strstr(out, "--strategy S") && strstr(out, "--sync-bn") &&
+              strstr(out, "--ps-ranks") && strstr(out, "--comm-timeout"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /x --sync-bn 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "need --strategy mirrored"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /x --strategy mirrored --max-staleness 2 2>&1",
+                        tu_sluice()), 2);
+    cr_assert(strstr(out, "need --strategy ps"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /x --strategy bogus 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "--strategy: bad value 'bogus'"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /x --replicas 2 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "--replicas needs --strategy mirrored or ps"), "%s", out);
+    free(out);
+}
