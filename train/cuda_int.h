@@ -59,12 +59,17 @@ typedef struct sl_cuda_ctx {
     size_t ws_cap;
     void *d_tmp;               /* small device scratch for op internals (reductions) */
     size_t tmp_cap;
-    void *h_pinned;            /* small pinned host buffer (xent's loss and count) */
+    void *h_pinned;            /* SL_CUDA_PINNED_BYTES of pinned host memory (xent's loss
+                                  and count) */
     sl_conv_algo_cache *algos; /* conv_cuda.cu's per-shape algorithm choices */
 } sl_cuda_ctx;
 
+#define SL_CUDA_PINNED_BYTES 4096
+
 /* Create the context on device (cudaSetDevice, stream, handles bound to the
- * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call. */
+ * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call, or
+ * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
+ * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND value (read here, 0 or 1). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
 /* The context of a cuda sl_exec. */
@@ -83,7 +88,26 @@ int sl_cublas_check(cublasStatus_t s, const char *call, const char *file, int li
 int sl_cuda_launch_check(const char *kernel, const char *file, int line);
 #define SL_LAUNCHED(name) sl_cuda_launch_check((name), __FILE__, __LINE__)
 
-void sl_conv_algo_cache_free(sl_conv_algo_cache *c); /* conv_cuda.cu */
+/* conv_cuda.cu's cache, made by sl_cuda_ctx_create and freed by
+ * sl_cuda_ctx_destroy. find: time every algorithm once per shape with
+ * cudnnFind*AlgorithmEx (SLUICE_CUDNN_FIND=1) instead of taking cuDNN's
+ * heuristic ranking (the default: no timing, the same choice every run). */
+int sl_conv_algo_cache_create(int find, sl_conv_algo_cache **out);
+void sl_conv_algo_cache_free(sl_conv_algo_cache *c);
+
+/* What the cache chose, for tests and perf tools. */
+typedef enum sl_conv_dir { SL_CONV_FWD = 0, SL_CONV_BWD_DATA, SL_CONV_BWD_FILTER } sl_conv_dir;
+typedef struct sl_conv_algo_info {
+    int algo;              /* the direction's cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    cudnnMathType_t math;  /* the math type it runs with */
+    int deterministic;     /* cuDNN reports it as deterministic */
+    size_t ws_bytes;       /* workspace it needs */
+} sl_conv_algo_info;
+/* Shapes held and algorithm searches run so far (one per shape and direction). */
+void sl_conv_algo_stats(const sl_cuda_ctx *c, int *shapes, long *searches);
+/* The choice for (sh, dir): SL_OK, or SL_ENOENT when that pair has not run yet. */
+int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir,
+                        sl_conv_algo_info *out);
 
 SL_DECLARE_OPS(cuda)
 

@@ -1,9 +1,11 @@
 /*
  * train/ops.c - the backend tables, execution contexts and op geometry.
  *
- * The only file in train/ that knows which backends a build has. The cuda
- * table's slots return SL_ENOTSUP until the GPU backend fills them
- * (issue 6); sl_exec_init refuses SL_BACKEND_CUDA in a build without CUDA.
+ * The only file in train/ that knows which backends a build has. With
+ * SLUICE_TRAIN_CUDA (CUDA and cuDNN found, CMakeLists.txt) the cuda table is
+ * the *_cuda.cu functions and sl_exec_init makes their context
+ * (cuda_int.h): device 0, or SLUICE_CUDA_DEVICE. Without it the cuda slots
+ * return SL_ENOTSUP and sl_exec_init refuses SL_BACKEND_CUDA.
  *
  * Threading (cpu backend). The FLOPs are in SGEMM (im2col convs and 1x1
  * convs as plain GEMMs), so the cpu backend threads through OpenBLAS
@@ -20,6 +22,7 @@
  * default is one thread per core, and small-image runs (the demo) pass
  * --threads 1.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +30,9 @@
 #include <cblas.h>
 
 #include "train/train_int.h"
+#ifdef SLUICE_TRAIN_CUDA
+#include "train/cuda_int.h"
+#endif
 
 #define OPS_TABLE(sfx)                                                                       \
     {                                                                                        \
@@ -45,8 +51,12 @@
 const sl_ops sl_ops_ref = OPS_TABLE(ref);
 const sl_ops sl_ops_cpu = OPS_TABLE(cpu);
 
-/* The cuda slots: present, named, and honest about being empty. */
-#define NOTSUP(fn) return sl_fail(SL_ENOTSUP, fn ": the cuda backend has no kernels yet")
+#ifdef SLUICE_TRAIN_CUDA
+const sl_ops sl_ops_cuda = OPS_TABLE(cuda);
+#else
+/* The cuda slots in a build without it: present, named, and honest about
+ * being empty. */
+#define NOTSUP(fn) return sl_fail(SL_ENOTSUP, fn ": this build has no cuda backend")
 static int cu_conv(sl_exec *e, const sl_conv_shape *s, const float *a, const float *b, float *c)
 { (void)e; (void)s; (void)a; (void)b; (void)c; NOTSUP("conv"); }
 static int cu_bn_train(sl_exec *e, int64_t r, int c, const float *x, const float *g,
@@ -115,6 +125,7 @@ const sl_ops sl_ops_cuda = {
     .bn_sum = cu_bn_sum, .bn_sqdev_sum = cu_bn_sqdev, .bn_fwd_apply = cu_bn_fwd_apply,
     .bn_bwd_reduce = cu_bn_bwd_reduce, .bn_bwd_apply = cu_bn_bwd_apply,
 };
+#endif /* SLUICE_TRAIN_CUDA */
 
 const char *sl_backend_name(sl_backend b)
 {
@@ -126,6 +137,23 @@ const char *sl_backend_name(sl_backend b)
     return "?";
 }
 
+#ifdef SLUICE_TRAIN_CUDA
+/* SLUICE_CUDA_DEVICE: a device ordinal (default 0). */
+static int cuda_device_of_env(int *device)
+{
+    const char *v = getenv("SLUICE_CUDA_DEVICE");
+    if (!v || !*v)
+        return SL_OK;
+    char *end;
+    errno = 0;
+    long d = strtol(v, &end, 10);
+    if (errno || *end || d < 0 || d > 1024)
+        return sl_fail(SL_EINVAL, "SLUICE_CUDA_DEVICE=%s: want a device number", v);
+    *device = (int)d;
+    return SL_OK;
+}
+#endif
+
 int sl_exec_init(sl_exec *e, sl_backend b, int threads)
 {
     memset(e, 0, sizeof *e);
@@ -133,13 +161,20 @@ int sl_exec_init(sl_exec *e, sl_backend b, int threads)
     switch (b) {
     case SL_BACKEND_REF: e->ops = &sl_ops_ref; break;
     case SL_BACKEND_CPU: e->ops = &sl_ops_cpu; break;
-    case SL_BACKEND_CUDA:
-#if SLUICE_WITH_CUDA
+    case SL_BACKEND_CUDA: {
+#ifdef SLUICE_TRAIN_CUDA
+        int device = 0, rc;
+        sl_cuda_ctx *ctx = NULL;
+        if ((rc = cuda_device_of_env(&device)) || (rc = sl_cuda_ctx_create(device, &ctx)))
+            return sl_fail(rc, "sl_exec_init: cuda: %s", sl_errmsg());
+        e->cuda = ctx;
         e->ops = &sl_ops_cuda;
         break;
 #else
-        return sl_fail(SL_ENOTSUP, "sl_exec_init: this build has no CUDA backend");
+        return sl_fail(SL_ENOTSUP, "sl_exec_init: this build has no CUDA backend (it needs "
+                                   "CUDA and cuDNN)");
 #endif
+    }
     default:
         return sl_fail(SL_EINVAL, "sl_exec_init: unknown backend %d", (int)b);
     }
@@ -157,6 +192,10 @@ void sl_exec_fini(sl_exec *e)
 {
     if (!e)
         return;
+#ifdef SLUICE_TRAIN_CUDA
+    sl_cuda_ctx_destroy((sl_cuda_ctx *)e->cuda);
+#endif
+    e->cuda = NULL;
     free(e->scratch);
     e->scratch = NULL;
     e->scratch_cap = 0;

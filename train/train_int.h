@@ -4,8 +4,9 @@
  *
  *   *_ref.c   naive loops, the oracle; always built
  *   *_cpu.c   im2col + OpenBLAS SGEMM, vectorized loops
- *   *_cuda.*  cuDNN / cuBLAS / own kernels (slots return SL_ENOTSUP until
- *             the GPU issue fills them)
+ *   *_cuda.*  cuDNN / cuBLAS / own kernels on device pointers (train/cuda_int.h);
+ *             built with CUDA and cuDNN, else every slot returns SL_ENOTSUP.
+ *             Not yet run on a GPU: their tests skip without one
  *
  * Layout: activations are NHWC f32, (n, h, w, c) with c fastest. Conv
  * weights are OHWI, (k, r, s, c): the im2col rows are then runs of c
@@ -235,7 +236,7 @@ SL_DECLARE_OPS(cpu)
 
 extern const sl_ops sl_ops_ref;
 extern const sl_ops sl_ops_cpu;
-extern const sl_ops sl_ops_cuda; /* every slot SL_ENOTSUP until the GPU issue */
+extern const sl_ops sl_ops_cuda; /* SL_ENOTSUP slots in builds without CUDA + cuDNN */
 
 #ifdef __cplusplus
 }

@@ -433,7 +433,9 @@ Test(train_norm_sync, bad_arguments)
         cr_assert(strstr(sl_errmsg(), "bn_bwd_apply"), "%s", sl_errmsg());
         sl_exec_fini(&e);
     }
-    /* the cuda table's slots are present and say so */
+#ifndef SLUICE_TRAIN_CUDA
+    /* the cuda table's slots are present and say so (a build with the cuda
+     * backend has real ops there, which need a cuda sl_exec) */
     cr_assert_eq(sl_ops_cuda.bn_sum(NULL, 2, 3, x, out), SL_ENOTSUP);
     cr_assert(strstr(sl_errmsg(), "bn_sum"), "%s", sl_errmsg());
     cr_assert_eq(sl_ops_cuda.bn_sqdev_sum(NULL, 2, 3, x, zero, out), SL_ENOTSUP);
@@ -443,6 +445,7 @@ Test(train_norm_sync, bad_arguments)
                  SL_ENOTSUP);
     cr_assert_eq(sl_ops_cuda.bn_bwd_apply(NULL, 2, 3, x, x, one, zero, one, zero, zero, 2.0,
                                           out), SL_ENOTSUP);
+#endif
 }
 
 /* ------------------------------------------------------ far from zero */

@@ -1,0 +1,712 @@
+/* tests/train/test_norm_cuda.c - batch norm on the cuda backend
+ * (train/norm_cuda.cu) against the ref backend (norm_ref.c,
+ * norm_sync_ref.c): train, eval and backward on awkward shapes with
+ * atol + rtol*|ref|, two training steps of running statistics, 3.2M rows of
+ * data far from zero, the five sync-BN pieces alone and composed over two
+ * fake replicas against bn_fwd_train / bn_bwd, and aliasing.
+ *
+ * The ops take device pointers; the "hg_" adaptors below give them ref's
+ * host interface (upload, run, download), so one comparison loop serves
+ * both. Skips without a GPU or in a build without the cuda backend. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "train/train_int.h"
+
+#ifndef SLUICE_TRAIN_CUDA
+Test(train_ops_cuda, norm_built_without_cuda)
+{
+    cr_skip_test("built without CUDA (the cuda backend needs CUDA and cuDNN)");
+}
+#else
+#include "cuda_testutil.h"
+
+/* ------------------------------------------------------------ host helpers */
+
+static float urand(uint64_t *st, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((tu_rand(st) >> 11) * (1.0 / 9007199254740992.0));
+}
+
+static float *falloc(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    cr_assert(p, "malloc %lld floats", (long long)n);
+    return p;
+}
+
+static float *fdup(const float *v, int64_t n)
+{
+    float *p = falloc(n);
+    memcpy(p, v, (size_t)(n > 0 ? n : 0) * sizeof(float));
+    return p;
+}
+
+static float *frand(int64_t n, uint64_t seed, float lo, float hi)
+{
+    float *p = falloc(n);
+    uint64_t st = seed;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = urand(&st, lo, hi);
+    return p;
+}
+
+static void assert_close(const float *got, const float *want, int64_t n, double atol,
+                         double rtol, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
+                  what, (long long)i, got[i], want[i], d);
+    }
+}
+
+/* Bit equality of floats (signed zeros too); any two NaN count as equal,
+ * as x86 and the GPU make different NaN payloads from inf - inf. */
+static void assert_same(const float *got, const float *want, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) && !(isnan(got[i]) && isnan(want[i])))
+            cr_assert_fail("%s[%lld]: got %.9g want %.9g (bits differ)", what, (long long)i,
+                           got[i], want[i]);
+}
+
+static double max_gi(const float *gamma, const float *invstd, int c)
+{
+    double m = 0;
+    for (int ch = 0; ch < c; ch++)
+        m = fmax(m, fabs((double)gamma[ch]) * invstd[ch]);
+    return m;
+}
+
+static double max_abs(const float *v, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)v[i]));
+    return m;
+}
+
+static void ref_exec(sl_exec *e)
+{
+    cr_assert_eq(sl_exec_init(e, SL_BACKEND_REF, 1), SL_OK, "%s", sl_errmsg());
+}
+
+/* ------------------------------------------- host adaptors of the cuda ops */
+/* Inputs uploaded, outputs poisoned (NaN) then downloaded on success;
+ * in/out arrays (running statistics) downloaded always, so a failed call
+ * shows whether it wrote them. */
+
+static int64_t nel(int64_t rows, int c)
+{
+    return rows > 0 && c > 0 ? rows * c : 0;
+}
+
+static int hg_bn_fwd_train(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                           const float *beta, float momentum, float eps, float *rm, float *rv,
+                           float *y, float *sm, float *si)
+{
+    int64_t n = nel(rows, c);
+    float *dx = tg_upf(x, n), *dg = tg_upf(gamma, c), *db = tg_upf(beta, c),
+          *drm = tg_upf(rm, c), *drv = tg_upf(rv, c), *dy = tg_newf(n), *dsm = tg_newf(c),
+          *dsi = tg_newf(c);
+    tg_ready();
+    int rc = sl_bn_fwd_train_cuda(e, rows, c, dx, dg, db, momentum, eps, drm, drv, dy, dsm, dsi);
+    tg_downf(rm, drm, c), tg_downf(rv, drv, c);
+    if (rc == SL_OK)
+        tg_downf(y, dy, n), tg_downf(sm, dsm, c), tg_downf(si, dsi, c);
+    tg_free(dx), tg_free(dg), tg_free(db), tg_free(drm), tg_free(drv), tg_free(dy);
+    tg_free(dsm), tg_free(dsi);
+    return rc;
+}
+
+static int hg_bn_fwd_eval(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                          const float *beta, const float *rm, const float *rv, float eps,
+                          float *y)
+{
+    int64_t n = nel(rows, c);
+    float *dx = tg_upf(x, n), *dg = tg_upf(gamma, c), *db = tg_upf(beta, c),
+          *drm = tg_upf(rm, c), *drv = tg_upf(rv, c), *dy = tg_newf(n);
+    tg_ready();
+    int rc = sl_bn_fwd_eval_cuda(e, rows, c, dx, dg, db, drm, drv, eps, dy);
+    if (rc == SL_OK)
+        tg_downf(y, dy, n);
+    tg_free(dx), tg_free(dg), tg_free(db), tg_free(drm), tg_free(drv), tg_free(dy);
+    return rc;
+}
+
+static int hg_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                     const float *gamma, const float *sm, const float *si, float *dx,
+                     float *dgamma, float *dbeta)
+{
+    int64_t n = nel(rows, c);
+    float *d_x = tg_upf(x, n), *d_dy = tg_upf(dy, n), *dg = tg_upf(gamma, c),
+          *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c), *d_dx = tg_newf(n), *ddg = tg_newf(c),
+          *ddb = tg_newf(c);
+    tg_ready();
+    int rc = sl_bn_bwd_cuda(e, rows, c, d_x, d_dy, dg, dsm, dsi, d_dx, ddg, ddb);
+    if (rc == SL_OK)
+        tg_downf(dx, d_dx, n), tg_downf(dgamma, ddg, c), tg_downf(dbeta, ddb, c);
+    tg_free(d_x), tg_free(d_dy), tg_free(dg), tg_free(dsm), tg_free(dsi), tg_free(d_dx);
+    tg_free(ddg), tg_free(ddb);
+    return rc;
+}
+
+static int hg_bn_sum(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+{
+    float *dx = tg_upf(x, nel(rows, c)), *ds = tg_newf(c);
+    tg_ready();
+    int rc = sl_bn_sum_cuda(e, rows, c, dx, ds);
+    if (rc == SL_OK)
+        tg_downf(sum, ds, c);
+    tg_free(dx), tg_free(ds);
+    return rc;
+}
+
+static int hg_bn_sqdev_sum(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
+                           float *sq)
+{
+    float *dx = tg_upf(x, nel(rows, c)), *dm = tg_upf(mean, c), *ds = tg_newf(c);
+    tg_ready();
+    int rc = sl_bn_sqdev_sum_cuda(e, rows, c, dx, dm, ds);
+    if (rc == SL_OK)
+        tg_downf(sq, ds, c);
+    tg_free(dx), tg_free(dm), tg_free(ds);
+    return rc;
+}
+
+static int hg_bn_fwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                           const float *beta, const float *mean, const float *var, double total,
+                           float momentum, float eps, float *rm, float *rv, float *y, float *sm,
+                           float *si)
+{
+    int64_t n = nel(rows, c);
+    float *dx = tg_upf(x, n), *dg = tg_upf(gamma, c), *db = tg_upf(beta, c),
+          *dmean = tg_upf(mean, c), *dvar = tg_upf(var, c), *drm = tg_upf(rm, c),
+          *drv = tg_upf(rv, c), *dy = tg_newf(n), *dsm = tg_newf(c), *dsi = tg_newf(c);
+    tg_ready();
+    int rc = sl_bn_fwd_apply_cuda(e, rows, c, dx, dg, db, dmean, dvar, total, momentum, eps, drm,
+                                  drv, dy, dsm, dsi);
+    tg_downf(rm, drm, c), tg_downf(rv, drv, c);
+    if (rc == SL_OK)
+        tg_downf(y, dy, n), tg_downf(sm, dsm, c), tg_downf(si, dsi, c);
+    tg_free(dx), tg_free(dg), tg_free(db), tg_free(dmean), tg_free(dvar), tg_free(drm);
+    tg_free(drv), tg_free(dy), tg_free(dsm), tg_free(dsi);
+    return rc;
+}
+
+static int hg_bn_bwd_reduce(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                            const float *sm, const float *si, float *sum_dy, float *sum_dyx)
+{
+    int64_t n = nel(rows, c);
+    float *d_x = tg_upf(x, n), *d_dy = tg_upf(dy, n), *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c),
+          *d0 = tg_newf(c), *d1 = tg_newf(c);
+    tg_ready();
+    int rc = sl_bn_bwd_reduce_cuda(e, rows, c, d_x, d_dy, dsm, dsi, d0, d1);
+    if (rc == SL_OK)
+        tg_downf(sum_dy, d0, c), tg_downf(sum_dyx, d1, c);
+    tg_free(d_x), tg_free(d_dy), tg_free(dsm), tg_free(dsi), tg_free(d0), tg_free(d1);
+    return rc;
+}
+
+static int hg_bn_bwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                           const float *gamma, const float *sm, const float *si,
+                           const float *sum_dy, const float *sum_dyx, double total, float *dx)
+{
+    int64_t n = nel(rows, c);
+    float *d_x = tg_upf(x, n), *d_dy = tg_upf(dy, n), *dg = tg_upf(gamma, c),
+          *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c), *d0 = tg_upf(sum_dy, c),
+          *d1 = tg_upf(sum_dyx, c), *d_dx = tg_newf(n);
+    tg_ready();
+    int rc = sl_bn_bwd_apply_cuda(e, rows, c, d_x, d_dy, dg, dsm, dsi, d0, d1, total, d_dx);
+    if (rc == SL_OK)
+        tg_downf(dx, d_dx, n);
+    tg_free(d_x), tg_free(d_dy), tg_free(dg), tg_free(dsm), tg_free(dsi), tg_free(d0);
+    tg_free(d1), tg_free(d_dx);
+    return rc;
+}
+
+/* The batch-norm ops behind ref's host interface. */
+static const sl_ops hg_ops = {
+    .name = "cuda",
+    .bn_fwd_train = hg_bn_fwd_train, .bn_fwd_eval = hg_bn_fwd_eval, .bn_bwd = hg_bn_bwd,
+    .bn_sum = hg_bn_sum, .bn_sqdev_sum = hg_bn_sqdev_sum, .bn_fwd_apply = hg_bn_fwd_apply,
+    .bn_bwd_reduce = hg_bn_bwd_reduce, .bn_bwd_apply = hg_bn_bwd_apply,
+};
+
+/* ------------------------------------------------------------- batch norm */
+
+/* Inputs of one BN: x, dy (rows, c) with per-channel offsets and scales
+ * around offset; gamma, beta, running stats (c). */
+typedef struct bn_in {
+    int64_t rows;
+    int c;
+    float *x, *dy, *gamma, *beta, *rmean, *rvar;
+} bn_in;
+
+static void bn_in_random(bn_in *b, int64_t rows, int c, uint64_t seed, float offset,
+                         float noise)
+{
+    uint64_t st = seed;
+    int64_t n = nel(rows, c);
+    b->rows = rows, b->c = c;
+    b->x = falloc(n), b->dy = falloc(n);
+    b->gamma = falloc(c), b->beta = falloc(c), b->rmean = falloc(c), b->rvar = falloc(c);
+    float *off = falloc(c), *sc = falloc(c);
+    for (int ch = 0; ch < c; ch++) {
+        off[ch] = offset + urand(&st, -3, 3);
+        sc[ch] = noise * urand(&st, 0.2f, 4);
+        b->gamma[ch] = urand(&st, 0.5f, 2);
+        b->beta[ch] = urand(&st, -1, 1);
+        b->rmean[ch] = urand(&st, -1, 1);
+        b->rvar[ch] = urand(&st, 0.5f, 2);
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int ch = 0; ch < c; ch++) {
+            b->x[r * c + ch] = off[ch] + sc[ch] * urand(&st, -1, 1);
+            b->dy[r * c + ch] = urand(&st, -1, 1);
+        }
+    free(off), free(sc);
+}
+
+static void bn_in_free(bn_in *b)
+{
+    free(b->x), free(b->dy), free(b->gamma), free(b->beta), free(b->rmean), free(b->rvar);
+}
+
+/* Outputs of train (+ a second train step) + bwd + eval on one backend. */
+typedef struct bn_out {
+    float *y, *y2, *rm, *rv, *sm, *si, *dx, *dg, *db, *ye;
+} bn_out;
+
+static void bn_run(sl_exec *e, const bn_in *b, const float *x2, bn_out *o)
+{
+    int64_t n = b->rows * b->c;
+    int c = b->c;
+    o->y = falloc(n), o->y2 = falloc(n), o->dx = falloc(n), o->ye = falloc(n);
+    o->rm = fdup(b->rmean, c), o->rv = fdup(b->rvar, c);
+    o->sm = falloc(c), o->si = falloc(c), o->dg = falloc(c), o->db = falloc(c);
+    /* step 1 on x2 (moves the running stats), step 2 on x (saved for bwd) */
+    cr_assert_eq(e->ops->bn_fwd_train(e, b->rows, c, x2, b->gamma, b->beta, 0.1f, 1e-5f, o->rm,
+                                      o->rv, o->y2, o->sm, o->si), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e->ops->bn_fwd_train(e, b->rows, c, b->x, b->gamma, b->beta, 0.1f, 1e-5f,
+                                      o->rm, o->rv, o->y, o->sm, o->si), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(e->ops->bn_bwd(e, b->rows, c, b->x, b->dy, b->gamma, o->sm, o->si, o->dx,
+                                o->dg, o->db), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e->ops->bn_fwd_eval(e, b->rows, c, b->x, b->gamma, b->beta, o->rm, o->rv, 1e-5f,
+                                     o->ye), SL_OK, "%s", sl_errmsg());
+}
+
+static void bn_out_free(bn_out *o)
+{
+    free(o->y), free(o->y2), free(o->rm), free(o->rv), free(o->sm), free(o->si), free(o->dx);
+    free(o->dg), free(o->db), free(o->ye);
+}
+
+Test(train_ops_cuda, bn_matches_ref)
+{
+    static const int64_t rows[] = {2, 3, 1000 + 7, 256 * 7 * 7 + 3};
+    static const int cs[] = {1, 3, 17, 64, 513};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
+            int64_t R = rows[i], n = R * cs[j];
+            int c = cs[j];
+            cr_log_info("bn rows %lld c %d", (long long)R, c);
+            bn_in b;
+            bn_in_random(&b, R, c, 11 + 97 * i + j, 0.0f, 1.0f);
+            float *x2 = frand(n, 5 + i + j, -2, 3);
+            bn_out r, g;
+            bn_run(&er, &b, x2, &r);
+            bn_run(&eg, &b, x2, &g);
+            assert_close(g.y2, r.y2, n, 2e-6, 2e-6, "y step 1");
+            assert_close(g.y, r.y, n, 2e-6, 2e-6, "y step 2");
+            assert_close(g.sm, r.sm, c, 1e-7, 1e-6, "save_mean");
+            assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+            assert_close(g.rm, r.rm, c, 1e-7, 1e-6, "running_mean");
+            assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
+            assert_close(g.dx, r.dx, n, 1e-6 * max_gi(b.gamma, r.si, c), 1e-5, "dx");
+            double atol = 2e-6 * sqrt((double)R);
+            assert_close(g.dg, r.dg, c, atol, 1e-5, "dgamma");
+            assert_close(g.db, r.db, c, atol, 1e-5, "dbeta");
+            assert_close(g.ye, r.ye, n, 2e-6, 2e-6, "eval y");
+            bn_out_free(&r), bn_out_free(&g);
+            free(x2);
+            bn_in_free(&b);
+        }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* 256 images of 112x112 (ResNet's first BN) on data far from zero: a
+ * float accumulator, or a one-pass sum of squares, loses the noise. */
+Test(train_ops_cuda, bn_large_rows_far_from_zero)
+{
+    static const float offs[] = {1000.0f, -500.0f, 3000.0f};
+    static const float noise[] = {0.1f, 0.02f, 0.5f};
+    const int64_t R = 256 * 112 * 112;
+    const int c = 3;
+    int64_t n = R * c;
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    bn_in b;
+    bn_in_random(&b, R, c, 77, 0.0f, 1.0f);
+    uint64_t st = 78;
+    for (int64_t i = 0; i < R; i++)
+        for (int ch = 0; ch < c; ch++)
+            b.x[i * c + ch] = offs[ch] + noise[ch] * urand(&st, -1, 1);
+    bn_out r, g;
+    bn_run(&er, &b, b.x, &r);
+    bn_run(&eg, &b, b.x, &g);
+    /* the GPU's own accuracy: y has mean 0 and variance var/(var + eps) */
+    for (int ch = 0; ch < c; ch++) {
+        double mx = 0, vx = 0, my = 0, vy = 0;
+        for (int64_t i = 0; i < R; i++)
+            mx += b.x[i * c + ch], my += g.y[i * c + ch];
+        mx /= (double)R, my /= (double)R;
+        for (int64_t i = 0; i < R; i++) {
+            double dxx = b.x[i * c + ch] - mx, dyy = g.y[i * c + ch] - my;
+            vx += dxx * dxx, vy += dyy * dyy;
+        }
+        vx /= (double)R, vy /= (double)R;
+        double want = vx / (vx + 1e-5);
+        /* gamma/beta are random here: undo them */
+        double gm = b.gamma[ch], bt = b.beta[ch];
+        double m0 = (my - bt) / gm, v0 = vy / (gm * gm);
+        cr_assert(fabs(m0) < 1e-5 && fabs(v0 - want) < 1e-5 * want,
+                  "cuda ch %d: normalized mean %g var %.9g want %.9g", ch, m0, v0, want);
+        cr_assert(fabs(g.sm[ch] - mx) <= 1e-7 * fabs(mx), "cuda ch %d mean %.9g want %.9g", ch,
+                  g.sm[ch], mx);
+    }
+    assert_close(g.y, r.y, n, 1e-5, 1e-5, "y");
+    assert_close(g.sm, r.sm, c, 0, 1e-7, "save_mean");
+    assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+    assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
+    assert_close(g.dx, r.dx, n, 1e-5 * max_gi(b.gamma, r.si, c), 1e-4, "dx");
+    assert_close(g.dg, r.dg, c, 2e-6 * sqrt((double)R), 1e-5, "dgamma");
+    assert_close(g.db, r.db, c, 2e-6 * sqrt((double)R), 1e-5, "dbeta");
+    assert_close(g.ye, r.ye, n, 1e-5, 1e-5, "eval y");
+    bn_out_free(&r), bn_out_free(&g);
+    bn_in_free(&b);
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+Test(train_ops_cuda, bn_sync_pieces_match_ref)
+{
+    static const int64_t rows[] = {0, 1, 3, 1000 + 7, 256 * 7 * 7 + 3};
+    static const int cs[] = {1, 3, 17, 64, 513};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
+            int64_t R = rows[i];
+            int c = cs[j];
+            int64_t n = R * c;
+            double total = (double)R * 3 + 2; /* as if other replicas had rows too */
+            cr_log_info("sync pieces rows %lld c %d", (long long)R, c);
+            bn_in b;
+            bn_in_random(&b, R, c, 7 + 13 * i + j, 0.0f, 1.0f);
+            float *sr = falloc(c), *sg = falloc(c), *mean = falloc(c), *var = falloc(c);
+            cr_assert_eq(er.ops->bn_sum(&er, R, c, b.x, sr), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(eg.ops->bn_sum(&eg, R, c, b.x, sg), SL_OK, "%s", sl_errmsg());
+            /* double sums in another order: ~R ulp of the partial sums at worst */
+            assert_close(sg, sr, c, 1e-9 * (double)(R + 1), 1e-6, "sum");
+            for (int ch = 0; ch < c; ch++)
+                mean[ch] = R ? (float)(sr[ch] / (double)R) : 0.5f;
+            cr_assert_eq(er.ops->bn_sqdev_sum(&er, R, c, b.x, mean, sr), SL_OK);
+            cr_assert_eq(eg.ops->bn_sqdev_sum(&eg, R, c, b.x, mean, sg), SL_OK, "%s",
+                         sl_errmsg());
+            assert_close(sg, sr, c, 1e-12, 1e-6, "sqdev");
+            for (int ch = 0; ch < c; ch++)
+                var[ch] = (R ? (float)(sr[ch] / (double)R) : 0.0f) + 0.01f;
+
+            float *rm_r = fdup(b.rmean, c), *rv_r = fdup(b.rvar, c), *rm_g = fdup(b.rmean, c),
+                  *rv_g = fdup(b.rvar, c);
+            float *yr = falloc(n), *yg = falloc(n), *smr = falloc(c), *smg = falloc(c),
+                  *sir = falloc(c), *sig = falloc(c);
+            cr_assert_eq(er.ops->bn_fwd_apply(&er, R, c, b.x, b.gamma, b.beta, mean, var, total,
+                                              0.1f, 1e-5f, rm_r, rv_r, yr, smr, sir), SL_OK,
+                         "%s", sl_errmsg());
+            cr_assert_eq(eg.ops->bn_fwd_apply(&eg, R, c, b.x, b.gamma, b.beta, mean, var, total,
+                                              0.1f, 1e-5f, rm_g, rv_g, yg, smg, sig), SL_OK,
+                         "%s", sl_errmsg());
+            assert_close(yg, yr, n, 1e-6, 1e-6, "y");
+            assert_same(smg, mean, c, "save_mean (= mean)");
+            assert_close(sig, sir, c, 0, 1e-7, "save_invstd");
+            assert_close(rm_g, rm_r, c, 0, 1e-7, "running_mean");
+            assert_close(rv_g, rv_r, c, 0, 1e-7, "running_var");
+
+            float *d0r = falloc(c), *d0g = falloc(c), *d1r = falloc(c), *d1g = falloc(c);
+            cr_assert_eq(er.ops->bn_bwd_reduce(&er, R, c, b.x, b.dy, smr, sir, d0r, d1r), SL_OK);
+            cr_assert_eq(eg.ops->bn_bwd_reduce(&eg, R, c, b.x, b.dy, smr, sir, d0g, d1g), SL_OK,
+                         "%s", sl_errmsg());
+            double atol = 1e-9 * sqrt((double)R + 1);
+            assert_close(d0g, d0r, c, atol, 1e-6, "sum_dy");
+            assert_close(d1g, d1r, c, atol, 1e-6, "sum_dy_xhat");
+            for (int ch = 0; ch < c; ch++) /* as if all-reduced */
+                d0r[ch] *= 3, d1r[ch] *= 3;
+            float *dxr = falloc(n), *dxg = falloc(n);
+            cr_assert_eq(er.ops->bn_bwd_apply(&er, R, c, b.x, b.dy, b.gamma, smr, sir, d0r, d1r,
+                                              total, dxr), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(eg.ops->bn_bwd_apply(&eg, R, c, b.x, b.dy, b.gamma, smr, sir, d0r, d1r,
+                                              total, dxg), SL_OK, "%s", sl_errmsg());
+            /* same expression in double on both sides: to the last float bit or so */
+            assert_close(dxg, dxr, n, 1e-7 * max_gi(b.gamma, sir, c), 1e-6, "dx");
+
+            free(sr), free(sg), free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
+            free(rv_g), free(yr), free(yg), free(smr), free(smg), free(sir), free(sig);
+            free(d0r), free(d0g), free(d1r), free(d1g), free(dxr), free(dxg);
+            bn_in_free(&b);
+        }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* What the model does per BN over W replicas, the all-reduce done here in
+ * rank order in float (test_norm_sync.c's run_sync). cut: W+1 row bounds. */
+typedef struct sync_out {
+    float *y, *dx, *sm, *si, *rm, *rv, *dg, *db;
+} sync_out;
+
+static void run_sync(sl_exec *e, const bn_in *b, int W, const int64_t *cut, sync_out *o)
+{
+    int c = b->c;
+    int64_t n = b->rows * c;
+    double total = (double)b->rows;
+    float *part = falloc((int64_t)W * 2 * c), *g = falloc(2 * c), *mean = falloc(c),
+          *var = falloc(c);
+#define SLICE(r) (cut[r + 1] - cut[r]), c
+#define AT(v, r) ((v) + cut[r] * c)
+    for (int r = 0; r < W; r++)
+        cr_assert_eq(e->ops->bn_sum(e, SLICE(r), AT(b->x, r), part + r * c), SL_OK, "%s",
+                     sl_errmsg());
+    for (int ch = 0; ch < c; ch++) {
+        float s = 0;
+        for (int r = 0; r < W; r++)
+            s += part[r * c + ch];
+        mean[ch] = (float)(s / total);
+    }
+    for (int r = 0; r < W; r++)
+        cr_assert_eq(e->ops->bn_sqdev_sum(e, SLICE(r), AT(b->x, r), mean, part + r * c), SL_OK,
+                     "%s", sl_errmsg());
+    for (int ch = 0; ch < c; ch++) {
+        float s = 0;
+        for (int r = 0; r < W; r++)
+            s += part[r * c + ch];
+        var[ch] = (float)(s / total);
+    }
+    o->y = falloc(n), o->dx = falloc(n);
+    float *sm = falloc((int64_t)W * c), *si = falloc((int64_t)W * c),
+          *rm = falloc((int64_t)W * c), *rv = falloc((int64_t)W * c);
+    for (int r = 0; r < W; r++) {
+        memcpy(rm + r * c, b->rmean, (size_t)c * sizeof(float));
+        memcpy(rv + r * c, b->rvar, (size_t)c * sizeof(float));
+        cr_assert_eq(e->ops->bn_fwd_apply(e, SLICE(r), AT(b->x, r), b->gamma, b->beta, mean, var,
+                                          total, 0.1f, 1e-5f, rm + r * c, rv + r * c,
+                                          AT(o->y, r), sm + r * c, si + r * c), SL_OK, "%s",
+                     sl_errmsg());
+    }
+    for (int r = 1; r < W; r++) { /* every replica ends with the same statistics */
+        assert_same(sm + r * c, sm, c, "replica save_mean");
+        assert_same(si + r * c, si, c, "replica save_invstd");
+        assert_same(rm + r * c, rm, c, "replica running_mean");
+        assert_same(rv + r * c, rv, c, "replica running_var");
+    }
+    o->sm = fdup(sm, c), o->si = fdup(si, c), o->rm = fdup(rm, c), o->rv = fdup(rv, c);
+    for (int r = 0; r < W; r++)
+        cr_assert_eq(e->ops->bn_bwd_reduce(e, SLICE(r), AT(b->x, r), AT(b->dy, r), sm + r * c,
+                                           si + r * c, part + 2 * r * c, part + 2 * r * c + c),
+                     SL_OK, "%s", sl_errmsg());
+    o->dg = falloc(c), o->db = falloc(c);
+    for (int k = 0; k < 2 * c; k++) {
+        float s = 0;
+        double d = 0;
+        for (int r = 0; r < W; r++)
+            s += part[2 * r * c + k], d += part[2 * r * c + k];
+        g[k] = s;
+        if (k < c)
+            o->db[k] = (float)d;
+        else
+            o->dg[k - c] = (float)d;
+    }
+    for (int r = 0; r < W; r++)
+        cr_assert_eq(e->ops->bn_bwd_apply(e, SLICE(r), AT(b->x, r), AT(b->dy, r), b->gamma,
+                                          sm + r * c, si + r * c, g, g + c, total, AT(o->dx, r)),
+                     SL_OK, "%s", sl_errmsg());
+#undef SLICE
+#undef AT
+    free(part), free(g), free(mean), free(var), free(sm), free(si), free(rm), free(rv);
+}
+
+static void sync_out_free(sync_out *o)
+{
+    free(o->y), free(o->dx), free(o->sm), free(o->si), free(o->rm), free(o->rv);
+    free(o->dg), free(o->db);
+}
+
+Test(train_ops_cuda, bn_sync_pieces_compose_over_two_replicas)
+{
+    static const int64_t rows[] = {6, 1000 + 7, 256 * 7 * 7 + 3};
+    static const int cs[] = {3, 17, 64};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
+            int64_t R = rows[i];
+            int c = cs[j];
+            int64_t n = R * c;
+            bn_in b;
+            bn_in_random(&b, R, c, 300 + 7 * i + j, 0.0f, 1.0f);
+            /* the whole batch on one GPU, and on ref */
+            bn_out whole, ref;
+            bn_run(&eg, &b, b.x, &whole);
+            bn_run(&er, &b, b.x, &ref);
+            /* replica 0 gets 1 row, then 40% of the rows */
+            int64_t cuts[2][3] = {{0, 1, R}, {0, R * 2 / 5, R}};
+            for (int k = 0; k < 2; k++) {
+                cr_log_info("sync over 2 replicas: rows %lld (%lld + %lld) c %d", (long long)R,
+                            (long long)cuts[k][1], (long long)(R - cuts[k][1]), c);
+                sync_out o;
+                run_sync(&eg, &b, 2, cuts[k], &o);
+                /* bn_run ran two steps of running stats: redo one here */
+                float *rm = fdup(b.rmean, c), *rv = fdup(b.rvar, c), *y = falloc(n),
+                      *sm = falloc(c), *si = falloc(c), *dx = falloc(n), *dg = falloc(c),
+                      *db = falloc(c);
+                cr_assert_eq(eg.ops->bn_fwd_train(&eg, R, c, b.x, b.gamma, b.beta, 0.1f, 1e-5f,
+                                                  rm, rv, y, sm, si), SL_OK, "%s", sl_errmsg());
+                /* the mean crosses the all-reduce as a float: ~ulp(max|x|) */
+                double mtol = 4e-7 * max_abs(b.x, n), gi = max_gi(b.gamma, si, c);
+                assert_close(o.sm, sm, c, mtol, 0, "save_mean");
+                assert_close(o.si, si, c, 0, 1e-6, "save_invstd");
+                assert_close(o.rm, rm, c, mtol, 1e-6, "running_mean");
+                assert_close(o.rv, rv, c, 0, 1e-6, "running_var");
+                assert_close(o.y, y, n, 2e-6 + mtol * gi, 2e-6, "y vs bn_fwd_train");
+                assert_close(o.y, ref.y, n, 2e-6 + mtol * gi, 2e-6, "y vs ref");
+                assert_close(o.dx, whole.dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5,
+                             "dx vs bn_bwd");
+                assert_close(o.dx, ref.dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5, "dx vs ref");
+                double atol = 2e-6 * sqrt((double)R);
+                assert_close(o.dg, whole.dg, c, atol, 1e-5, "sum of local dgamma");
+                assert_close(o.db, whole.db, c, atol, 1e-5, "sum of local dbeta");
+                sync_out_free(&o);
+                free(rm), free(rv), free(y), free(sm), free(si), free(dx), free(dg), free(db);
+            }
+            bn_out_free(&whole), bn_out_free(&ref);
+            bn_in_free(&b);
+        }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* y may be x, dx may be dy, and bn_fwd_apply's mean/var may be its
+ * save_mean/save_invstd: the same bits as with separate buffers. */
+Test(train_ops_cuda, bn_aliasing)
+{
+    const int64_t R = 1000 + 7;
+    const int c = 17;
+    int64_t n = R * c;
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    bn_in b;
+    bn_in_random(&b, R, c, 41, 2.0f, 1.0f);
+    float h0[17], h1[17], hm[17], hv[17], wsm[17], wsi[17], gsm[17], gsi[17];
+    for (int ch = 0; ch < c; ch++) {
+        h0[ch] = 0.25f * ch - 1, h1[ch] = 0.5f - 0.125f * ch;
+        hm[ch] = 2.0f + 0.1f * ch, hv[ch] = 0.5f + 0.05f * ch;
+    }
+    float *x = tg_upf(b.x, n), *xi = tg_upf(b.x, n), *dy = tg_upf(b.dy, n),
+          *dyi = tg_upf(b.dy, n), *gm = tg_upf(b.gamma, c), *bt = tg_upf(b.beta, c),
+          *rm = tg_upf(b.rmean, c), *rv = tg_upf(b.rvar, c), *s0 = tg_upf(h0, c),
+          *s1 = tg_upf(h1, c), *m = tg_upf(hm, c), *v = tg_upf(hv, c), *m2 = tg_upf(hm, c),
+          *v2 = tg_upf(hv, c);
+    float *y = tg_newf(n), *sm = tg_newf(c), *si = tg_newf(c), *dx = tg_newf(n);
+    float *want = falloc(n), *got = falloc(n);
+    tg_ready();
+
+    /* bn_fwd_train: y = x */
+    cr_assert_eq(sl_bn_fwd_train_cuda(&eg, R, c, x, gm, bt, 0.1f, 1e-5f, rm, rv, y, sm, si), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_fwd_train_cuda(&eg, R, c, xi, gm, bt, 0.1f, 1e-5f, rm, rv, xi, sm, si),
+                 SL_OK, "%s", sl_errmsg());
+    tg_downf(want, y, n), tg_downf(got, xi, n);
+    assert_same(got, want, n, "bn_fwd_train in place");
+
+    /* bn_bwd_apply: dx = dy */
+    cr_assert_eq(sl_bn_bwd_apply_cuda(&eg, R, c, x, dy, gm, sm, si, s0, s1, 3.0 * R, dx), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_apply_cuda(&eg, R, c, x, dyi, gm, sm, si, s0, s1, 3.0 * R, dyi), SL_OK,
+                 "%s", sl_errmsg());
+    tg_downf(want, dx, n), tg_downf(got, dyi, n);
+    assert_same(got, want, n, "bn_bwd_apply in place");
+
+    /* bn_fwd_apply: mean = save_mean, var = save_invstd (y, save_* do not
+     * depend on the running stats, which both calls move) */
+    cr_assert_eq(sl_bn_fwd_apply_cuda(&eg, R, c, x, gm, bt, m, v, 2.0 * R, 0.1f, 1e-5f, rm, rv, y,
+                                      sm, si), SL_OK, "%s", sl_errmsg());
+    tg_downf(want, y, n), tg_downf(wsm, sm, c), tg_downf(wsi, si, c);
+    cr_assert_eq(sl_bn_fwd_apply_cuda(&eg, R, c, x, gm, bt, m2, v2, 2.0 * R, 0.1f, 1e-5f, rm, rv,
+                                      y, m2, v2), SL_OK, "%s", sl_errmsg());
+    tg_downf(got, y, n), tg_downf(gsm, m2, c), tg_downf(gsi, v2, c);
+    assert_same(got, want, n, "bn_fwd_apply y, mean/var aliased");
+    assert_same(gsm, wsm, c, "bn_fwd_apply save_mean aliased");
+    assert_same(gsi, wsi, c, "bn_fwd_apply save_invstd aliased");
+
+    float *d[] = {x, xi, dy, dyi, gm, bt, rm, rv, s0, s1, m, v, m2, v2, y, sm, si, dx};
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        tg_free(d[k]);
+    free(want), free(got);
+    bn_in_free(&b);
+    tg_close(&eg);
+}
+
+/* The argument checks come before any device work, so they run without a
+ * GPU, on an exec with no context (which must not be touched past them). */
+Test(train_ops_cuda, bn_bad_arguments)
+{
+    sl_exec e;
+    memset(&e, 0, sizeof e);
+    e.backend = SL_BACKEND_CUDA;
+    float f[8] = {0};
+    for (int64_t rows = 1; rows >= 0; rows--) {
+        cr_assert_eq(sl_bn_fwd_train_cuda(&e, rows, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f),
+                     SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_cuda") &&
+                  strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
+    }
+    cr_assert_eq(sl_bn_fwd_train_cuda(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_eval_cuda(&e, -1, 3, f, f, f, f, f, 1e-5f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_cuda(&e, 0, 3, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_sum_cuda(&e, 2, 0, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_sum_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_sqdev_sum_cuda(&e, -1, 3, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, -3, f, f, f, f, f, f), SL_EINVAL);
+    /* forward statistics need 2 rows in all, and total >= this replica's rows */
+    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 3, f, f, f, f, f, 1.0, 0.1f, 1e-5f, f, f, f, f, f),
+                 SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 3, 1, f, f, f, f, f, 2.0, 0.1f, 1e-5f, f, f, f, f, f),
+                 SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 1, f, f, f, f, f, NAN, 0.1f, 1e-5f, f, f, f, f, f),
+                 SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_apply_cuda(&e, 0, 3, f, f, f, f, f, f, f, 0.5, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_apply_cuda"), "%s", sl_errmsg());
+    /* good shapes, no context */
+    cr_assert_eq(sl_bn_fwd_train_cuda(&e, 2, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_sum_cuda(&e, 0, 3, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_sum_cuda(NULL, 0, 3, f, f), SL_EINVAL);
+}
+
+#endif /* SLUICE_TRAIN_CUDA */

@@ -1,0 +1,219 @@
+/* tests/train/test_sgd_cuda.c - the fused multi-tensor SGD kernel
+ * (train/sgd_cuda.cu) against sl_sgd on the host (train/sgd.c, PyTorch's
+ * SGD): several steps with changing gradients and learning rates, momentum
+ * with and without Nesterov, momentum 0, a decay mask, tensors of 0 to 1M+
+ * elements in one launch; test_sgd.c's hand-worked golden steps; argument
+ * errors. Skips without a GPU (the argument checks run anyway) or in a
+ * build without the cuda backend. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "train/sgd_cuda.h"
+#include "train/train.h"
+
+#ifndef SLUICE_TRAIN_CUDA
+Test(train_sgd_cuda, built_without_cuda)
+{
+    cr_skip_test("built without CUDA (the cuda backend needs CUDA and cuDNN)");
+}
+#else
+#include "cuda_testutil.h"
+
+static float urand(uint64_t *st, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((tu_rand(st) >> 11) * (1.0 / 9007199254740992.0));
+}
+
+/* A model-like set: NT tensors on the host (sl_sgd's view, one of them a
+ * buffer the optimizer must skip) and their params on the device with the
+ * kernel's table. */
+enum { NT = 8 };
+static const int64_t sizes[NT] = {0, 1, 3, 64, 1000 + 7, 100003, 17, (1 << 20) + 5};
+
+typedef struct sgd_set {
+    sl_tensor_info t[NT];
+    float *p[NT], *g[NT];           /* host data and grads */
+    float *dp[NT], *dg[NT], *db[NT]; /* device param, grad, momentum */
+    int param_of[NT];               /* host tensor -> table entry, or -1 (the buffer) */
+    int np;
+    sl_sgd_cuda_tensor *d_tab;
+} sgd_set;
+
+static void set_init(sgd_set *s, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    uint64_t st = seed;
+    sl_sgd_cuda_tensor tab[NT];
+    for (int i = 0; i < NT; i++) {
+        int64_t n = sizes[i];
+        s->p[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
+        s->g[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
+        cr_assert(s->p[i] && s->g[i]);
+        for (int64_t k = 0; k < n; k++)
+            s->p[i][k] = urand(&st, -1, 1);
+        int buffer = i == 6; /* like a running_var: no grad, not stepped */
+        unsigned flags = buffer ? SL_TENSOR_BUFFER
+                                : SL_TENSOR_PARAM | (i % 2 ? SL_TENSOR_DECAY : 0u);
+        s->t[i] = (sl_tensor_info){"t", SL_T_F32, s->p[i], buffer ? NULL : s->g[i], n, 1, {n},
+                                   flags};
+        s->dp[i] = tg_upf(s->p[i], n);
+        if (buffer) {
+            s->param_of[i] = -1;
+            continue;
+        }
+        s->dg[i] = tg_newf(n);
+        s->db[i] = tg_newf(n); /* poisoned: the first step must not read it */
+        s->param_of[i] = s->np;
+        tab[s->np++] = (sl_sgd_cuda_tensor){s->dp[i], s->dg[i], s->db[i], n, i % 2};
+    }
+    s->d_tab = tg_up(tab, s->np, sizeof tab[0]);
+    tg_ready();
+}
+
+static void set_free(sgd_set *s)
+{
+    for (int i = 0; i < NT; i++) {
+        free(s->p[i]), free(s->g[i]);
+        tg_free(s->dp[i]), tg_free(s->dg[i]), tg_free(s->db[i]);
+    }
+    tg_free(s->d_tab);
+}
+
+static void assert_close(const float *got, const float *want, int64_t n, double atol,
+                         double rtol, const char *what, int tensor, int step)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        cr_assert(d <= atol + rtol * fabs(want[i]),
+                  "%s of tensor %d step %d [%lld]: got %.9g want %.9g (diff %.3g)", what, tensor,
+                  step, (long long)i, got[i], want[i], d);
+    }
+}
+
+Test(train_sgd_cuda, matches_host_sgd_over_steps)
+{
+    static const sl_sgd_config cfgs[] = {
+        {0.9f, 0, 5e-5f}, {0.9f, 1, 1e-4f}, {0.0f, 0, 0.1f}, {0.875f, 1, 0.0f}, {0.5f, 0, 0.3f},
+    };
+    static const float lrs[] = {0.1f, 0.05f, 0.2f, 0.01f, 0.3f};
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        const sl_sgd_config *cfg = &cfgs[k];
+        cr_log_info("sgd momentum %g nesterov %d wd %g", (double)cfg->momentum, cfg->nesterov,
+                    (double)cfg->weight_decay);
+        sgd_set s;
+        set_init(&s, 40 + k);
+        sl_sgd *o = NULL;
+        cr_assert_eq(sl_sgd_create(cfg, s.t, NT, &o), SL_OK, "%s", sl_errmsg());
+        int nstate = 0;
+        sl_tensor_info *state = sl_sgd_tensors(o, &nstate);
+        cr_assert_eq(nstate, s.np + 1);
+        uint64_t st = 90 + k;
+        for (int step = 0; step < 5; step++) {
+            for (int i = 0; i < NT; i++) {
+                if (s.param_of[i] < 0)
+                    continue;
+                /* grads of changing sign and size */
+                for (int64_t e = 0; e < sizes[i]; e++)
+                    s.g[i][e] = urand(&st, -1, 1) * (step % 2 ? 0.3f : 2.0f);
+                cr_assert_eq(cudaMemcpy(s.dg[i], s.g[i], (size_t)sizes[i] * 4,
+                                        cudaMemcpyHostToDevice), cudaSuccess);
+            }
+            tg_ready();
+            cr_assert_eq(sl_sgd_step(o, lrs[step]), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(sl_sgd_step_cuda(&eg, s.d_tab, s.np, lrs[step], cfg->momentum,
+                                          cfg->weight_decay, cfg->nesterov, step == 0),
+                         SL_OK, "%s", sl_errmsg());
+            for (int i = 0; i < NT; i++) {
+                int64_t n = sizes[i];
+                float *got = malloc((size_t)(n ? n : 1) * sizeof(float));
+                cr_assert(got);
+                tg_downf(got, s.dp[i], n);
+                /* the same float operations in the same order: equal, up
+                 * to a host compiler that fuses multiply-adds */
+                assert_close(got, s.p[i], n, 1e-7, 1e-6, "param", i, step);
+                if (s.param_of[i] >= 0) {
+                    tg_downf(got, s.db[i], n);
+                    const float *buf = state[s.param_of[i]].data;
+                    assert_close(got, buf, n, 1e-7, 1e-6, "momentum", i, step);
+                    /* the grad is left as it is */
+                    tg_downf(got, s.dg[i], n);
+                    cr_assert(n == 0 || !memcmp(got, s.g[i], (size_t)n * 4), "grad %d changed",
+                              i);
+                }
+                free(got);
+            }
+        }
+        sl_sgd_destroy(o);
+        set_free(&s);
+    }
+    tg_close(&eg);
+}
+
+/* test_sgd.c's hand-worked steps: p0 = 1, grads 0.5, -0.2, 0.1, lr 0.5,
+ * momentum 0.9, weight decay 0.1 on the decayed tensor only. */
+Test(train_sgd_cuda, golden_three_steps)
+{
+    static const float grads[3] = {0.5f, -0.2f, 0.1f};
+    static const float want_w[2][3] = {{0.7f, 0.495f, 0.23575f}, {0.43f, 0.33615f, 0.05410075f}};
+    static const float want_bn[2][3] = {{0.75f, 0.625f, 0.4625f}, {0.525f, 0.5125f, 0.31625f}};
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        float one[5] = {1, 1, 1, 1, 1};
+        float *w = tg_upf(one, 5), *bn = tg_upf(one, 3), *gw = tg_newf(5), *gb = tg_newf(3),
+              *mw = tg_newf(5), *mb = tg_newf(3);
+        sl_sgd_cuda_tensor tab[2] = {{w, gw, mw, 5, 1}, {bn, gb, mb, 3, 0}};
+        sl_sgd_cuda_tensor *d_tab = tg_up(tab, 2, sizeof tab[0]);
+        for (int s = 0; s < 3; s++) {
+            float g[5] = {grads[s], grads[s], grads[s], grads[s], grads[s]};
+            cr_assert_eq(cudaMemcpy(gw, g, sizeof g, cudaMemcpyHostToDevice), cudaSuccess);
+            cr_assert_eq(cudaMemcpy(gb, g, 3 * 4, cudaMemcpyHostToDevice), cudaSuccess);
+            tg_ready();
+            cr_assert_eq(sl_sgd_step_cuda(&eg, d_tab, 2, 0.5f, 0.9f, 0.1f, nesterov, s == 0),
+                         SL_OK, "%s", sl_errmsg());
+            float hw[5], hb[3];
+            tg_downf(hw, w, 5), tg_downf(hb, bn, 3);
+            for (int i = 0; i < 5; i++)
+                cr_assert_float_eq(hw[i], want_w[nesterov][s], 1e-6,
+                                   "nesterov %d step %d weight %.9g want %.9g", nesterov, s,
+                                   (double)hw[i], (double)want_w[nesterov][s]);
+            for (int i = 0; i < 3; i++)
+                cr_assert_float_eq(hb[i], want_bn[nesterov][s], 1e-6,
+                                   "nesterov %d step %d bn %.9g want %.9g", nesterov, s,
+                                   (double)hb[i], (double)want_bn[nesterov][s]);
+        }
+        tg_free(w), tg_free(bn), tg_free(gw), tg_free(gb), tg_free(mw), tg_free(mb);
+        tg_free(d_tab);
+    }
+    tg_close(&eg);
+}
+
+/* Checked before any device work: runs without a GPU. */
+Test(train_sgd_cuda, bad_arguments)
+{
+    sl_exec e;
+    memset(&e, 0, sizeof e);
+    e.backend = SL_BACKEND_CUDA; /* no context */
+    sl_sgd_cuda_tensor *t = (sl_sgd_cuda_tensor *)&e; /* never dereferenced on the host */
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, -1, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_sgd_step_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_sgd_step_cuda(&e, NULL, 3, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 70000, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, -0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "learning rate"), "%s", sl_errmsg());
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, NAN, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, -0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.9f, NAN, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.0f, 0.0f, 1, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "Nesterov momentum requires a momentum"), "%s", sl_errmsg());
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
+    cr_assert_eq(sl_sgd_step_cuda(NULL, NULL, 0, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+}
+
+#endif /* SLUICE_TRAIN_CUDA */

@@ -1,0 +1,513 @@
+// train/conv_cuda.cu - convolution forward, backward-data and
+// backward-filter through cuDNN (the legacy cudnnConvolution* API), and
+// the per-shape algorithm cache behind them (cuda_int.h).
+//
+// Layouts (train_int.h): x (n, h, w, c) and y (n, p, q, k) are cuDNN NHWC
+// tensors; the weight (k, r, s, c), our OHWI, is cuDNN's NHWC filter
+// format (KRSC), so nothing is transposed. Cross-correlation (no kernel
+// flip), as PyTorch's Conv2d and conv_ref.c. beta = 0 in every call:
+// cuDNN then never reads the output, which is overwritten as the op table
+// requires (a NaN left there does not leak in).
+//
+// Algorithms. Chosen once per (shape, direction), on the first call, and
+// kept in a hash map keyed by the whole sl_conv_shape (a last batch of
+// another size is another shape); the descriptors live in the same entry.
+//   - Candidates: cuDNN's heuristic ranking (cudnnGet*Algorithm_v7), or
+//     with SLUICE_CUDNN_FIND=1 the measured ranking of cudnnFind*Ex, run
+//     on the caller's buffers (it writes the output, which the real call
+//     then overwrites) with a workspace as large as the biggest candidate.
+//   - Preference: the first deterministic candidate in rank order, then
+//     any. Backward-filter and backward-data have non-deterministic
+//     algorithms (atomics); a deterministic one makes runs reproduce. The
+//     heuristic ranking also makes the same choice on every run, which
+//     timing cannot promise; hence it is the default.
+//   - Math: with tf32 (cuda_int.h) the descriptor allows CUDNN_TENSOR_OP_MATH
+//     (TF32 tensor cores for fp32 data) and each algorithm runs with the
+//     math type cuDNN ranked it with. Not CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+//     that also lets cuDNN convert fp32 data to fp16 (fp16's range, not just
+//     TF32's mantissa). Without tf32 every algorithm runs CUDNN_FMA_MATH,
+//     plain fp32 FMA (CUDNN_DEFAULT_MATH would still allow TF32 on A100+).
+//   - Workspace: an algorithm needing more than ws_limit() is passed over;
+//     the chosen one's bytes come from sl_cuda_workspace (grown, shared by
+//     every conv of the context: they run one at a time on its stream).
+//
+// Threading: the cache belongs to its context (one thread at a time).
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/cuda_int.h"
+
+enum { NDIR = 3, MAX_CANDS = 16 };
+static_assert((int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= (int)MAX_CANDS &&
+                  (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= (int)MAX_CANDS &&
+                  (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= (int)MAX_CANDS,
+              "MAX_CANDS holds every algorithm of a direction");
+static const char *const dir_name[NDIR] = {"fwd", "bwd_data", "bwd_filter"};
+
+// Workspace one convolution may use; less when the device has less free.
+static const size_t WS_MAX = (size_t)1 << 30;
+
+typedef struct conv_entry {
+    sl_conv_shape key;
+    cudnnTensorDescriptor_t xd;       // x / dx: (n, h, w, c) NHWC
+    cudnnTensorDescriptor_t yd;       // y / dy: (n, p, q, k) NHWC
+    cudnnFilterDescriptor_t wd;       // w / dw: (k, r, s, c) KRSC
+    cudnnConvolutionDescriptor_t cd;  // pad, stride, cross-correlation, fp32
+    int chosen[NDIR];
+    sl_conv_algo_info info[NDIR];
+} conv_entry;
+
+struct sl_conv_algo_cache {
+    int find;            // cudnnFind*Ex instead of the heuristic ranking
+    conv_entry **slots;  // open addressing, cap a power of two; NULL = empty
+    int cap, count;
+    long searches;
+};
+
+// A ranked candidate, the same for the three directions' perf structs.
+typedef struct cand {
+    int algo;
+    size_t memory;
+    int det;
+    cudnnMathType_t math;
+} cand;
+
+// The operands of one call: fwd (x, w -> y), bwd_data (w, dy -> dx),
+// bwd_filter (x, dy -> dw), in cuDNN's argument order.
+typedef struct conv_args {
+    const void *a, *b;
+    void *out;
+} conv_args;
+
+// "n2 7x5x3 -> k5 3x3/2 pad 1": the object every message names.
+static const char *shape_text(const sl_conv_shape *sh, char *buf, size_t len)
+{
+    snprintf(buf, len, "n%d %dx%dx%d -> k%d %dx%d/%d pad %d", sh->n, sh->h, sh->w, sh->c, sh->k,
+             sh->r, sh->s, sh->stride, sh->pad);
+    return buf;
+}
+
+// ------------------------------------------------------------------ cache
+static void shape_fields(const sl_conv_shape *sh, int v[11])
+{
+    v[0] = sh->n, v[1] = sh->h, v[2] = sh->w, v[3] = sh->c, v[4] = sh->k, v[5] = sh->r;
+    v[6] = sh->s, v[7] = sh->stride, v[8] = sh->pad, v[9] = sh->p, v[10] = sh->q;
+}
+
+static int shape_eq(const sl_conv_shape *a, const sl_conv_shape *b)
+{
+    int va[11], vb[11];
+    shape_fields(a, va);
+    shape_fields(b, vb);
+    return memcmp(va, vb, sizeof va) == 0;
+}
+
+// FNV-1a over the fields, then a final mix so the low bits (the slot)
+// depend on every field.
+static uint64_t shape_hash(const sl_conv_shape *sh)
+{
+    int v[11];
+    shape_fields(sh, v);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 11; i++) {
+        h ^= (uint32_t)v[i];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 31);
+}
+
+// The slot holding sh, or the empty slot where it would go.
+static int slot_of(const sl_conv_algo_cache *c, const sl_conv_shape *sh)
+{
+    int mask = c->cap - 1, i = (int)(shape_hash(sh) & (uint64_t)mask);
+    while (c->slots[i] && !shape_eq(&c->slots[i]->key, sh))
+        i = (i + 1) & mask;
+    return i;
+}
+
+static conv_entry *cache_get(const sl_conv_algo_cache *c, const sl_conv_shape *sh)
+{
+    return c && c->cap ? c->slots[slot_of(c, sh)] : NULL;
+}
+
+static void entry_free(conv_entry *e)
+{
+    if (!e)
+        return;
+    if (e->xd)
+        (void)cudnnDestroyTensorDescriptor(e->xd);
+    if (e->yd)
+        (void)cudnnDestroyTensorDescriptor(e->yd);
+    if (e->wd)
+        (void)cudnnDestroyFilterDescriptor(e->wd);
+    if (e->cd)
+        (void)cudnnDestroyConvolutionDescriptor(e->cd);
+    free(e);
+}
+
+// Insert e (not present yet), doubling the table past half full.
+static int cache_put(sl_conv_algo_cache *c, conv_entry *e)
+{
+    if (2 * (c->count + 1) > c->cap) {
+        int ncap = c->cap ? 2 * c->cap : 16;
+        conv_entry **nslots = (conv_entry **)calloc((size_t)ncap, sizeof *nslots);
+        if (!nslots)
+            return sl_fail(SL_ENOMEM, "conv algorithm cache: %d slots: out of memory", ncap);
+        conv_entry **old = c->slots;
+        int ocap = c->cap;
+        c->slots = nslots;
+        c->cap = ncap;
+        for (int i = 0; i < ocap; i++)
+            if (old[i])
+                c->slots[slot_of(c, &old[i]->key)] = old[i];
+        free(old);
+    }
+    c->slots[slot_of(c, &e->key)] = e;
+    c->count++;
+    return SL_OK;
+}
+
+extern "C" int sl_conv_algo_cache_create(int find, sl_conv_algo_cache **out)
+{
+    *out = (sl_conv_algo_cache *)calloc(1, sizeof **out);
+    if (!*out)
+        return sl_fail(SL_ENOMEM, "sl_conv_algo_cache_create: out of memory");
+    (*out)->find = find;
+    return SL_OK;
+}
+
+extern "C" void sl_conv_algo_cache_free(sl_conv_algo_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->cap; i++)
+        entry_free(c->slots[i]);
+    free(c->slots);
+    free(c);
+}
+
+extern "C" void sl_conv_algo_stats(const sl_cuda_ctx *c, int *shapes, long *searches)
+{
+    *shapes = c->algos ? c->algos->count : 0;
+    *searches = c->algos ? c->algos->searches : 0;
+}
+
+extern "C" int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir,
+                                   sl_conv_algo_info *out)
+{
+    const conv_entry *e = cache_get(c->algos, sh);
+    char s[96];
+    if ((unsigned)dir >= NDIR)
+        return sl_fail(SL_EINVAL, "sl_conv_algo_lookup: direction %d", (int)dir);
+    if (!e || !e->chosen[dir])
+        return sl_fail(SL_ENOENT, "sl_conv_algo_lookup: %s: %s: not run yet",
+                       shape_text(sh, s, sizeof s), dir_name[dir]);
+    *out = e->info[dir];
+    return SL_OK;
+}
+
+// ------------------------------------------------------------------ descriptors
+// The entry for sh with its four descriptors; cuDNN's output size must be
+// ours (p, q), or the two disagree about the geometry.
+static int entry_new(const sl_conv_shape *sh, conv_entry **out)
+{
+    *out = NULL;
+    conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
+    if (!e)
+        return sl_fail(SL_ENOMEM, "conv algorithm cache: out of memory");
+    e->key = *sh;
+    int rc, n, k, p, q;
+    // A failed create leaves its descriptor NULL so entry_free skips it.
+    if ((rc = SL_CUDNN(cudnnCreateTensorDescriptor(&e->xd)))) {
+        e->xd = NULL;
+        goto fail;
+    }
+    if ((rc = SL_CUDNN(cudnnCreateTensorDescriptor(&e->yd)))) {
+        e->yd = NULL;
+        goto fail;
+    }
+    if ((rc = SL_CUDNN(cudnnCreateFilterDescriptor(&e->wd)))) {
+        e->wd = NULL;
+        goto fail;
+    }
+    if ((rc = SL_CUDNN(cudnnCreateConvolutionDescriptor(&e->cd)))) {
+        e->cd = NULL;
+        goto fail;
+    }
+    // Dimensions are given as (n, c, h, w) whatever the format.
+    if ((rc = SL_CUDNN(cudnnSetTensor4dDescriptor(e->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                                  sh->n, sh->c, sh->h, sh->w))) ||
+        (rc = SL_CUDNN(cudnnSetTensor4dDescriptor(e->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                                  sh->n, sh->k, sh->p, sh->q))) ||
+        (rc = SL_CUDNN(cudnnSetFilter4dDescriptor(e->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                                  sh->k, sh->c, sh->r, sh->s))) ||
+        (rc = SL_CUDNN(cudnnSetConvolution2dDescriptor(e->cd, sh->pad, sh->pad, sh->stride,
+                                                       sh->stride, 1, 1,
+                                                       CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT))) ||
+        (rc = SL_CUDNN(cudnnGetConvolution2dForwardOutputDim(e->cd, e->xd, e->wd, &n, &k, &p,
+                                                             &q))))
+        goto fail;
+    if (n != sh->n || k != sh->k || p != sh->p || q != sh->q) {
+        rc = sl_fail(SL_EINVAL, "cuDNN's output is n%d k%d %dx%d, the shape says n%d k%d %dx%d",
+                     n, k, p, q, sh->n, sh->k, sh->p, sh->q);
+        goto fail;
+    }
+    *out = e;
+    return SL_OK;
+fail:
+    entry_free(e);
+    return rc;
+}
+
+// ------------------------------------------------------------------ search
+// Largest workspace a convolution may take: WS_MAX, or half of what the
+// device could give it (free memory plus the workspace already held).
+static int ws_limit(sl_cuda_ctx *c, size_t *limit)
+{
+    size_t free_b = 0, total_b = 0;
+    int rc = SL_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    if (rc)
+        return rc;
+    size_t avail = (free_b + c->ws_cap) / 2;
+    *limit = avail < WS_MAX ? avail : WS_MAX;
+    return SL_OK;
+}
+
+// Copy the successful rows of a perf array (any of the three structs: the
+// fields have the same names) into cands, keeping cuDNN's rank order.
+template <typename Perf>
+static int take(const Perf *perf, int returned, cand *cands)
+{
+    int n = 0;
+    for (int i = 0; i < returned && n < MAX_CANDS; i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS)
+            cands[n++] = cand{(int)perf[i].algo, perf[i].memory,
+                              perf[i].determinism == CUDNN_DETERMINISTIC, perf[i].mathType};
+    return n;
+}
+
+// cuDNN's heuristic ranking for dir.
+static int rank_heuristic(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, cand *cands, int *n)
+{
+    int got = 0, rc = SL_OK;
+    switch (dir) {
+    case SL_CONV_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_CANDS];
+        rc = SL_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, e->xd, e->wd, e->cd,
+                                                             e->yd, MAX_CANDS, &got, perf));
+        *n = rc ? 0 : take(perf, got, cands);
+        break;
+    }
+    case SL_CONV_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_CANDS];
+        rc = SL_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->cudnn, e->wd, e->yd, e->cd,
+                                                                  e->xd, MAX_CANDS, &got, perf));
+        *n = rc ? 0 : take(perf, got, cands);
+        break;
+    }
+    case SL_CONV_BWD_FILTER: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_CANDS];
+        rc = SL_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            c->cudnn, e->xd, e->yd, e->cd, e->wd, MAX_CANDS, &got, perf));
+        *n = rc ? 0 : take(perf, got, cands);
+        break;
+    }
+    }
+    return rc;
+}
+
+// cuDNN's measured ranking for dir: every algorithm that fits in ws_bytes
+// is run on the caller's buffers (blocking the host until done).
+static int rank_measured(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_args *a,
+                         size_t ws_bytes, cand *cands, int *n)
+{
+    void *ws = NULL;
+    if (ws_bytes && !(ws = sl_cuda_workspace(c, ws_bytes)))
+        return SL_ECUDA;
+    int got = 0, rc = SL_OK;
+    switch (dir) {
+    case SL_CONV_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_CANDS];
+        rc = SL_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
+            c->cudnn, e->xd, a->a, e->wd, a->b, e->cd, e->yd, a->out, MAX_CANDS, &got, perf, ws,
+            ws_bytes));
+        *n = rc ? 0 : take(perf, got, cands);
+        break;
+    }
+    case SL_CONV_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_CANDS];
+        rc = SL_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            c->cudnn, e->wd, a->a, e->yd, a->b, e->cd, e->xd, a->out, MAX_CANDS, &got, perf, ws,
+            ws_bytes));
+        *n = rc ? 0 : take(perf, got, cands);
+        break;
+    }
+    case SL_CONV_BWD_FILTER: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_CANDS];
+        rc = SL_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            c->cudnn, e->xd, a->a, e->yd, a->b, e->cd, e->wd, a->out, MAX_CANDS, &got, perf, ws,
+            ws_bytes));
+        *n = rc ? 0 : take(perf, got, cands);
+        break;
+    }
+    }
+    return rc;
+}
+
+// Workspace bytes of algo under the descriptor's current math type.
+static cudnnStatus_t ws_size(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, int algo,
+                             size_t *bytes)
+{
+    switch (dir) {
+    case SL_CONV_FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, e->xd, e->wd, e->cd, e->yd,
+                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    case SL_CONV_BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            c->cudnn, e->wd, e->yd, e->cd, e->xd, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    case SL_CONV_BWD_FILTER:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            c->cudnn, e->xd, e->yd, e->cd, e->wd, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+    }
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
+// Rank the candidates for (e, dir) and keep the first that is deterministic
+// (else the first at all), runs with the context's math and fits the
+// workspace limit.
+static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_args *a)
+{
+    cudnnMathType_t want = c->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    cand cands[MAX_CANDS];
+    int n = 0, rc;
+    size_t limit;
+    c->algos->searches++;
+    if ((rc = ws_limit(c, &limit)) || (rc = SL_CUDNN(cudnnSetConvolutionMathType(e->cd, want))) ||
+        (rc = rank_heuristic(c, e, dir, cands, &n)))
+        return rc;
+    if (c->algos->find && n > 0) {
+        size_t need = 0; // room for the biggest candidate that may be chosen at all
+        for (int i = 0; i < n; i++)
+            if (cands[i].memory <= limit && cands[i].memory > need)
+                need = cands[i].memory;
+        if ((rc = rank_measured(c, e, dir, a, need, cands, &n)))
+            return rc;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const cand *k = &cands[i];
+            if (pass == 0 && !k->det)
+                continue;
+            // Without tf32 every candidate runs as plain FMA; with it, as
+            // ranked (never the fp16-converting mode, see the top).
+            cudnnMathType_t math = c->tf32 ? k->math : CUDNN_FMA_MATH;
+            if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+                continue;
+            size_t bytes = 0;
+            if (cudnnSetConvolutionMathType(e->cd, math) != CUDNN_STATUS_SUCCESS ||
+                ws_size(c, e, dir, k->algo, &bytes) != CUDNN_STATUS_SUCCESS)
+                continue; // this algorithm does not run this way: try the next
+            if (k->memory > bytes)
+                bytes = k->memory;
+            if (bytes > limit)
+                continue;
+            e->info[dir] = sl_conv_algo_info{k->algo, math, k->det, bytes};
+            e->chosen[dir] = 1;
+            return SL_OK;
+        }
+    return sl_fail(SL_ECUDA, "no cuDNN algorithm runs it (%d ranked, %s math, workspace limit "
+                             "%zu bytes)", n, c->tf32 ? "tf32" : "fp32", limit);
+}
+
+// The entry for sh with an algorithm for dir, searching on first use.
+static int plan(sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir, const conv_args *a,
+                conv_entry **out)
+{
+    conv_entry *e = cache_get(c->algos, sh);
+    int rc;
+    if (!e) {
+        if ((rc = entry_new(sh, &e)))
+            return rc;
+        if ((rc = cache_put(c->algos, e))) {
+            entry_free(e);
+            return rc;
+        }
+    }
+    if (!e->chosen[dir] && (rc = search(c, e, dir, a)))
+        return rc; // nothing cached: the next call searches (and reports) again
+    *out = e;
+    return SL_OK;
+}
+
+// ------------------------------------------------------------------ ops
+static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_args a)
+{
+    sl_cuda_ctx *c = sl_cuda_of(ex);
+    conv_entry *e = NULL;
+    void *ws = NULL;
+    const float one = 1.0f, zero = 0.0f;
+    int rc;
+    if ((rc = SL_CUDA(cudaSetDevice(c->device))) || (rc = plan(c, sh, dir, &a, &e)))
+        goto fail;
+    {
+        const sl_conv_algo_info *in = &e->info[dir];
+        if (in->ws_bytes && !(ws = sl_cuda_workspace(c, in->ws_bytes))) {
+            rc = SL_ECUDA;
+            goto fail;
+        }
+        // The descriptor is shared by the three directions: set this one's math.
+        if ((rc = SL_CUDNN(cudnnSetConvolutionMathType(e->cd, in->math))))
+            goto fail;
+        switch (dir) {
+        case SL_CONV_FWD:
+            rc = SL_CUDNN(cudnnConvolutionForward(c->cudnn, &one, e->xd, a.a, e->wd, a.b, e->cd,
+                                                  (cudnnConvolutionFwdAlgo_t)in->algo, ws,
+                                                  in->ws_bytes, &zero, e->yd, a.out));
+            break;
+        case SL_CONV_BWD_DATA:
+            rc = SL_CUDNN(cudnnConvolutionBackwardData(
+                c->cudnn, &one, e->wd, a.a, e->yd, a.b, e->cd,
+                (cudnnConvolutionBwdDataAlgo_t)in->algo, ws, in->ws_bytes, &zero, e->xd, a.out));
+            break;
+        case SL_CONV_BWD_FILTER:
+            rc = SL_CUDNN(cudnnConvolutionBackwardFilter(
+                c->cudnn, &one, e->xd, a.a, e->yd, a.b, e->cd,
+                (cudnnConvolutionBwdFilterAlgo_t)in->algo, ws, in->ws_bytes, &zero, e->wd,
+                a.out));
+            break;
+        }
+        if (rc)
+            goto fail;
+    }
+    return SL_OK;
+fail:
+    char s[96];
+    return sl_fail(rc, "sl_conv_%s_cuda: %s: %s", dir_name[dir], shape_text(sh, s, sizeof s),
+                   sl_errmsg());
+}
+
+// x (n,h,w,c), w (k,r,s,c) -> y (n,p,q,k); device pointers.
+extern "C" int sl_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
+                                const float *d_w, float *d_y)
+{
+    return conv_run(e, sh, SL_CONV_FWD, conv_args{d_x, d_w, d_y});
+}
+
+// dy (n,p,q,k), w (k,r,s,c) -> dx (n,h,w,c).
+extern "C" int sl_conv_bwd_data_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_dy,
+                                     const float *d_w, float *d_dx)
+{
+    return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx});
+}
+
+// x (n,h,w,c), dy (n,p,q,k) -> dw (k,r,s,c) = sum over n, p, q of dy x patch.
+extern "C" int sl_conv_bwd_filter_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
+                                       const float *d_dy, float *d_dw)
+{
+    return conv_run(e, sh, SL_CONV_BWD_FILTER, conv_args{d_x, d_dy, d_dw});
+}

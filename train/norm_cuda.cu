@@ -1,0 +1,599 @@
+// train/norm_cuda.cu - batch norm, cuda backend: training forward, eval
+// forward, backward, and the five synchronized-BN pieces (train_int.h gives
+// the contract; norm_ref.c and norm_sync_ref.c are the oracles, and
+// tests/train/test_ops_cuda.c holds these kernels to them).
+//
+// Layout: x, y, dy, dx are (rows, c), rows = n*h*w (NHWC flattened, c
+// fastest); every per-channel array is (c). All pointers are device memory.
+//
+// DESIGN
+//   Reductions (per-channel sums over rows) are two-level and deterministic:
+//   no atomics, the same order every run.
+//   - bn_reduce_kernel: grid (tiles, gy). A block of 256 threads covers a
+//     tile of cw = min(c, 256) channels and k = 256/cw rows at a time, so a
+//     block reads k*cw contiguous floats per step (coalesced for any c: c = 3
+//     reads 85 rows of 3, c = 2048 eight tiles of 256). Block y walks rows
+//     y*k, y*k + gy*k, ...; each thread accumulates in double, the block adds
+//     its k row lanes (a tree in shared memory) and writes one partial per
+//     channel: part[y*c + ch]. gy is at most 1024/tiles, so about 1024 blocks
+//     cover the GPU whatever the shape, and a thread sums rows/(k*gy) values
+//     (3.2M rows of 64 channels: ~780 per thread).
+//   - a finishing kernel with one warp per channel adds the gy partials
+//     (strided over lanes, then a shuffle tree) and applies the formula.
+//   Statistics are two-pass, as norm_ref.c: the mean first, then the sum of
+//   squared deviations around it, both in double - a sum of squares minus a
+//   squared sum would cancel on data far from zero (x ~ 1000, small noise).
+//   The elementwise passes (y, dx) compute in double too, in ref's order; the
+//   GPU is memory-bound here (a few FP64 operations per 8 bytes moved), and
+//   the results then differ from ref only by the summation order.
+//   Scratch: partials and per-channel double statistics live in the
+//   context's tmp buffer (sl_cuda_tmp), (2*gy + 2)*c doubles at most.
+//   Every kernel runs on ctx->stream; nothing synchronizes the host.
+//   Aliasing: y may be x and dx may be dy (every elementwise kernel reads
+//   element i before writing element i, and nothing else reads it after);
+//   bn_fwd_apply's mean / var may be save_mean / save_invstd (read first).
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "train/cuda_int.h"
+
+enum { BN_THREADS = 256, BN_TARGET_BLOCKS = 1024, BN_FIN_THREADS = 256 };
+
+// The cut of a (rows, c) pass: channel tiles of cw channels, k row lanes per
+// block, gy row blocks (the partials per channel).
+struct bn_plan {
+    int cw, k, tiles, gy;
+};
+
+static bn_plan bn_plan_make(int64_t rows, int c)
+{
+    bn_plan p;
+    p.cw = c < BN_THREADS ? c : BN_THREADS;
+    p.k = BN_THREADS / p.cw;
+    p.tiles = (int)(((int64_t)c + p.cw - 1) / p.cw);
+    int64_t need = (rows + p.k - 1) / p.k; // row blocks that have a row
+    int64_t cap = BN_TARGET_BLOCKS / p.tiles;
+    if (cap < 1)
+        cap = 1;
+    int64_t gy = need < cap ? need : cap;
+    p.gy = (int)(gy < 1 ? 1 : gy);
+    return p;
+}
+
+// What bn_reduce_kernel sums per channel.
+enum { BN_SUM = 0, BN_SQDEV = 1, BN_DY = 2 };
+
+// MODE BN_SUM:   part0 = sum x
+//      BN_SQDEV: part0 = sum (x - mean)^2
+//      BN_DY:    part0 = sum dy, part1 = sum dy*(x - mean)*invstd
+// M: the mean's type (double from this file's own pass, float from a caller).
+// part0, part1: (gy, c) doubles.
+template <int MODE, typename M>
+__global__ void bn_reduce_kernel(int64_t rows, int c, bn_plan p, const float *__restrict__ x,
+                                 const float *__restrict__ dy, const M *__restrict__ mean,
+                                 const float *__restrict__ invstd, double *__restrict__ part0,
+                                 double *__restrict__ part1)
+{
+    __shared__ double sa[BN_THREADS];
+    __shared__ double sb[MODE == BN_DY ? BN_THREADS : 1];
+    int t = threadIdx.x;
+    int lane = t / p.cw, cl = t - lane * p.cw;
+    int ch = blockIdx.x * p.cw + cl;
+    double a = 0, b = 0;
+    if (lane < p.k && ch < c) {
+        double mu = 0, is = 0;
+        if (MODE != BN_SUM)
+            mu = (double)mean[ch];
+        if (MODE == BN_DY)
+            is = (double)invstd[ch];
+        int64_t step = (int64_t)gridDim.y * p.k;
+        for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
+            double v = x[r * c + ch];
+            if (MODE == BN_SUM) {
+                a += v;
+            } else if (MODE == BN_SQDEV) {
+                double d = v - mu;
+                a += d * d;
+            } else {
+                double g = dy[r * c + ch];
+                a += g;
+                b += g * (v - mu) * is;
+            }
+        }
+    }
+    sa[t] = a;
+    if (MODE == BN_DY)
+        sb[t] = b;
+    __syncthreads();
+    // Tree over the k row lanes: lanes [0, n-h) add lanes [h, n).
+    for (int n = p.k; n > 1;) {
+        int h = (n + 1) / 2;
+        if (lane < n - h) {
+            sa[t] += sa[t + h * p.cw];
+            if (MODE == BN_DY)
+                sb[t] += sb[t + h * p.cw];
+        }
+        __syncthreads();
+        n = h;
+    }
+    if (lane == 0 && ch < c) {
+        part0[(int64_t)blockIdx.y * c + ch] = sa[t];
+        if (MODE == BN_DY)
+            part1[(int64_t)blockIdx.y * c + ch] = sb[t];
+    }
+}
+
+// Sum of channel ch's gy partials by one warp (lanes stride over y, then a
+// shuffle tree); the total is in lane 0.
+__device__ __forceinline__ double bn_warp_total(const double *part, int gy, int c, int ch,
+                                                int lane)
+{
+    double s = 0;
+    for (int y = lane; y < gy; y += 32)
+        s += part[(int64_t)y * c + ch];
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_down_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// One warp per channel: the warp's channel, or -1 past c (whole warps exit
+// together, so the shuffles see all 32 lanes).
+__device__ __forceinline__ int bn_warp_channel(int c)
+{
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    return w < c ? (int)w : -1;
+}
+
+// mu[ch] = sum x / rows.
+__global__ void bn_mean_kernel(int64_t rows, int c, int gy, const double *__restrict__ part,
+                               double *__restrict__ mu)
+{
+    int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
+    if (ch < 0)
+        return;
+    double s = bn_warp_total(part, gy, c, ch, lane);
+    if (lane == 0)
+        mu[ch] = s / (double)rows;
+}
+
+// From sum (x - mu)^2: invstd (double, for the y pass), the saved statistics
+// and PyTorch's running update (unbiased variance), as norm_ref.c.
+__global__ void bn_var_kernel(int64_t rows, int c, int gy, const double *__restrict__ part,
+                              const double *__restrict__ mu, float momentum, float eps,
+                              double *__restrict__ is, float *__restrict__ running_mean,
+                              float *__restrict__ running_var, float *__restrict__ save_mean,
+                              float *__restrict__ save_invstd)
+{
+    int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
+    if (ch < 0)
+        return;
+    double sq = bn_warp_total(part, gy, c, ch, lane);
+    if (lane != 0)
+        return;
+    double mean = mu[ch];
+    double var = sq / (double)rows;
+    double invstd = 1.0 / sqrt(var + (double)eps);
+    double m = momentum;
+    double unbiased = sq / (double)(rows - 1);
+    running_mean[ch] = (float)((1.0 - m) * running_mean[ch] + m * mean);
+    running_var[ch] = (float)((1.0 - m) * running_var[ch] + m * unbiased);
+    save_mean[ch] = (float)mean;
+    save_invstd[ch] = (float)invstd;
+    is[ch] = invstd;
+}
+
+// Eval: the running statistics as (mu, is).
+__global__ void bn_eval_prep_kernel(int c, const float *__restrict__ running_mean,
+                                    const float *__restrict__ running_var, float eps,
+                                    double *__restrict__ mu, double *__restrict__ is)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    mu[ch] = running_mean[ch];
+    is[ch] = 1.0 / sqrt((double)running_var[ch] + (double)eps);
+}
+
+// Sync-BN forward: the all-reduced mean and biased var given (train_int.h).
+// mean / var may alias save_mean / save_invstd: both are read first.
+__global__ void bn_sync_prep_kernel(int c, const float *mean, const float *var, double total,
+                                    float momentum, float eps, float *__restrict__ running_mean,
+                                    float *__restrict__ running_var, float *save_mean,
+                                    float *save_invstd, double *__restrict__ mu,
+                                    double *__restrict__ is)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    double m = momentum, u = mean[ch], v = var[ch];
+    double invstd = 1.0 / sqrt(v + (double)eps);
+    running_mean[ch] = (float)((1.0 - m) * running_mean[ch] + m * u);
+    running_var[ch] = (float)((1.0 - m) * running_var[ch] + m * v * total / (total - 1.0));
+    save_mean[ch] = (float)u;
+    save_invstd[ch] = (float)invstd;
+    mu[ch] = u;
+    is[ch] = invstd;
+}
+
+// y = gamma*(x - mu)*is + beta, in double as norm_ref.c. Same grid as the
+// reduction (every thread keeps one channel's constants in registers).
+__global__ void bn_apply_kernel(int64_t rows, int c, bn_plan p, const float *x,
+                                const float *__restrict__ gamma, const float *__restrict__ beta,
+                                const double *__restrict__ mu, const double *__restrict__ is,
+                                float *y)
+{
+    int t = threadIdx.x;
+    int lane = t / p.cw, cl = t - lane * p.cw;
+    int ch = blockIdx.x * p.cw + cl;
+    if (lane >= p.k || ch >= c)
+        return;
+    double g = gamma[ch], b = beta[ch], m = mu[ch], s = is[ch];
+    int64_t step = (int64_t)gridDim.y * p.k;
+    for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
+        int64_t i = r * c + ch;
+        y[i] = (float)(g * ((double)x[i] - m) * s + b);
+    }
+}
+
+// The backward sums (double, for dx) and dgamma = sum dy*xhat, dbeta = sum dy.
+__global__ void bn_bwd_sums_kernel(int c, int gy, const double *__restrict__ part0,
+                                   const double *__restrict__ part1, double *__restrict__ sdy,
+                                   double *__restrict__ sdyx, float *__restrict__ dgamma,
+                                   float *__restrict__ dbeta)
+{
+    int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
+    if (ch < 0)
+        return;
+    double a = bn_warp_total(part0, gy, c, ch, lane);
+    double b = bn_warp_total(part1, gy, c, ch, lane);
+    if (lane != 0)
+        return;
+    sdy[ch] = a;
+    sdyx[ch] = b;
+    if (dgamma)
+        dgamma[ch] = (float)b;
+    if (dbeta)
+        dbeta[ch] = (float)a;
+}
+
+// A piece's per-channel sums as floats (bn_sum, bn_sqdev_sum, bn_bwd_reduce).
+__global__ void bn_sums_out_kernel(int c, int gy, const double *__restrict__ part0,
+                                   const double *__restrict__ part1, float *__restrict__ out0,
+                                   float *__restrict__ out1)
+{
+    int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
+    if (ch < 0)
+        return;
+    double a = bn_warp_total(part0, gy, c, ch, lane);
+    double b = part1 ? bn_warp_total(part1, gy, c, ch, lane) : 0.0;
+    if (lane != 0)
+        return;
+    out0[ch] = (float)a;
+    if (out1)
+        out1[ch] = (float)b;
+}
+
+// dx = gamma*invstd/total * (total*dy - sdy - xhat*sdyx), xhat = (x - mean)*invstd,
+// in double as norm_ref.c / norm_sync_ref.c. S: the sums' type (double from
+// bn_bwd's own reduction, float from an all-reduce).
+template <typename S>
+__global__ void bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const float *x,
+                                    const float *dy, const float *__restrict__ gamma,
+                                    const float *__restrict__ save_mean,
+                                    const float *__restrict__ save_invstd,
+                                    const S *__restrict__ sum_dy, const S *__restrict__ sum_dyx,
+                                    double total, float *dx)
+{
+    int t = threadIdx.x;
+    int lane = t / p.cw, cl = t - lane * p.cw;
+    int ch = blockIdx.x * p.cw + cl;
+    if (lane >= p.k || ch >= c)
+        return;
+    double mean = save_mean[ch], invstd = save_invstd[ch];
+    double sdy = sum_dy[ch], sdyx = sum_dyx[ch];
+    double k = (double)gamma[ch] * invstd / total;
+    int64_t step = (int64_t)gridDim.y * p.k;
+    for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
+        int64_t i = r * c + ch;
+        double xhat = ((double)x[i] - mean) * invstd;
+        dx[i] = (float)(k * (total * (double)dy[i] - sdy - xhat * sdyx));
+    }
+}
+
+// ------------------------------------------------------------------ host side
+
+static unsigned bn_fin_blocks(int c)
+{
+    return (unsigned)(((int64_t)c * 32 + BN_FIN_THREADS - 1) / BN_FIN_THREADS);
+}
+
+static unsigned bn_chan_blocks(int c)
+{
+    return (unsigned)(((int64_t)c + BN_FIN_THREADS - 1) / BN_FIN_THREADS);
+}
+
+// The exec's context, its device made current (the runtime's current
+// device is per host thread; cuda_ctx.cu's DESIGN).
+static int bn_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
+{
+    *out = e ? sl_cuda_of(e) : NULL;
+    if (!*out)
+        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
+    int rc = SL_CUDA(cudaSetDevice((*out)->device));
+    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
+}
+
+// Scratch: nparts (gy, c) partial arrays, then nstats (c) double arrays.
+static int bn_tmp(sl_cuda_ctx *cx, const char *fn, const bn_plan &p, int c, int nparts,
+                  int nstats, double **parts, double **stats)
+{
+    size_t per = (size_t)p.gy * (size_t)c;
+    size_t n = (size_t)nparts * per + (size_t)nstats * (size_t)c;
+    double *d = (double *)sl_cuda_tmp(cx, n * sizeof(double));
+    if (!d)
+        return sl_fail(SL_ECUDA, "%s: %zu bytes of scratch for %d channels: %s", fn,
+                       n * sizeof(double), c, sl_errmsg());
+    *parts = d;
+    *stats = d + (size_t)nparts * per;
+    return SL_OK;
+}
+
+// A failed launch, wrapped with the op and its shape.
+static int bn_launch_fail(const char *fn, int rc, int64_t rows, int c)
+{
+    return sl_fail(rc, "%s: %lld rows of %d channels: %s", fn, (long long)rows, c, sl_errmsg());
+}
+
+#define BN_LAUNCHED(kernel)                                                                   \
+    do {                                                                                      \
+        int rc_ = SL_LAUNCHED(kernel);                                                        \
+        if (rc_)                                                                              \
+            return bn_launch_fail(fn, rc_, rows, c);                                          \
+    } while (0)
+
+// As norm_ref.c: training-mode statistics need two rows per channel.
+static int bn_check_train(const char *fn, int64_t rows, int c)
+{
+    if (c < 1)
+        return sl_fail(SL_EINVAL, "%s: %d channels", fn, c);
+    if (rows < 2)
+        return sl_fail(SL_EINVAL, "%s: %lld row(s) per channel: training-mode batch norm needs "
+                       "at least 2 values per channel (PyTorch refuses 1 too)", fn,
+                       (long long)rows);
+    return SL_OK;
+}
+
+static int bn_check_rows(const char *fn, int64_t rows, int c)
+{
+    if (c < 1 || rows < 0)
+        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
+    return SL_OK;
+}
+
+// As norm_sync_ref.c: total >= min and total >= this replica's rows.
+static int bn_check_total(const char *fn, int64_t rows, int c, double total, double min)
+{
+    int rc = bn_check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    if (!(total >= min) || total < (double)rows)
+        return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
+                       "norm needs at least %g values per channel and total >= rows", fn,
+                       total, (long long)rows, min);
+    return SL_OK;
+}
+
+extern "C" int sl_bn_fwd_train_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                    const float *gamma, const float *beta, float momentum,
+                                    float eps, float *running_mean, float *running_var, float *y,
+                                    float *save_mean, float *save_invstd)
+{
+    const char *fn = "sl_bn_fwd_train_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_train(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 1, 2, &part, &st)))
+        return rc;
+    double *mu = st, *is = st + c;
+    cudaStream_t s = cx->stream;
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_reduce_kernel<BN_SUM, double>
+        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, nullptr, nullptr, part, nullptr);
+    BN_LAUNCHED("bn_reduce_kernel<sum>");
+    bn_mean_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(rows, c, p.gy, part, mu);
+    BN_LAUNCHED("bn_mean_kernel");
+    bn_reduce_kernel<BN_SQDEV, double>
+        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, mu, nullptr, part, nullptr);
+    BN_LAUNCHED("bn_reduce_kernel<sqdev>");
+    bn_var_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(
+        rows, c, p.gy, part, mu, momentum, eps, is, running_mean, running_var, save_mean,
+        save_invstd);
+    BN_LAUNCHED("bn_var_kernel");
+    bn_apply_kernel<<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, gamma, beta, mu, is, y);
+    BN_LAUNCHED("bn_apply_kernel");
+    return SL_OK;
+}
+
+extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                   const float *gamma, const float *beta,
+                                   const float *running_mean, const float *running_var,
+                                   float eps, float *y)
+{
+    const char *fn = "sl_bn_fwd_eval_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    if (rows == 0)
+        return SL_OK;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 0, 2, &part, &st)))
+        return rc;
+    double *mu = st, *is = st + c;
+    cudaStream_t s = cx->stream;
+    bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, s>>>(c, running_mean,
+                                                                      running_var, eps, mu, is);
+    BN_LAUNCHED("bn_eval_prep_kernel");
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_apply_kernel<<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, gamma, beta, mu, is, y);
+    BN_LAUNCHED("bn_apply_kernel");
+    return SL_OK;
+}
+
+extern "C" int sl_bn_bwd_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                              const float *gamma, const float *save_mean,
+                              const float *save_invstd, float *dx, float *dgamma, float *dbeta)
+{
+    const char *fn = "sl_bn_bwd_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if (c < 1 || rows < 1)
+        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
+    if ((rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 2, 2, &part, &st)))
+        return rc;
+    double *part1 = part + (size_t)p.gy * c, *sdy = st, *sdyx = st + c;
+    cudaStream_t s = cx->stream;
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_reduce_kernel<BN_DY, float><<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, dy, save_mean,
+                                                                save_invstd, part, part1);
+    BN_LAUNCHED("bn_reduce_kernel<dy>");
+    bn_bwd_sums_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1, sdy,
+                                                                    sdyx, dgamma, dbeta);
+    BN_LAUNCHED("bn_bwd_sums_kernel");
+    bn_bwd_apply_kernel<double><<<grid, BN_THREADS, 0, s>>>(
+        rows, c, p, x, dy, gamma, save_mean, save_invstd, sdy, sdyx, (double)rows, dx);
+    BN_LAUNCHED("bn_bwd_apply_kernel<double>");
+    return SL_OK;
+}
+
+// ------------------------------------------------------------ sync-BN pieces
+
+extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+{
+    const char *fn = "sl_bn_sum_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 1, 0, &part, &st)))
+        return rc;
+    cudaStream_t s = cx->stream;
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_reduce_kernel<BN_SUM, float>
+        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, nullptr, nullptr, part, nullptr);
+    BN_LAUNCHED("bn_reduce_kernel<sum>");
+    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr, sum,
+                                                                    nullptr);
+    BN_LAUNCHED("bn_sums_out_kernel");
+    return SL_OK;
+}
+
+extern "C" int sl_bn_sqdev_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                    const float *mean, float *sq)
+{
+    const char *fn = "sl_bn_sqdev_sum_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 1, 0, &part, &st)))
+        return rc;
+    cudaStream_t s = cx->stream;
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_reduce_kernel<BN_SQDEV, float>
+        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, mean, nullptr, part, nullptr);
+    BN_LAUNCHED("bn_reduce_kernel<sqdev>");
+    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr, sq,
+                                                                    nullptr);
+    BN_LAUNCHED("bn_sums_out_kernel");
+    return SL_OK;
+}
+
+extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                    const float *gamma, const float *beta, const float *mean,
+                                    const float *var, double total, float momentum, float eps,
+                                    float *running_mean, float *running_var, float *y,
+                                    float *save_mean, float *save_invstd)
+{
+    const char *fn = "sl_bn_fwd_apply_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_total(fn, rows, c, total, 2.0)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 0, 2, &part, &st)))
+        return rc;
+    double *mu = st, *is = st + c;
+    cudaStream_t s = cx->stream;
+    bn_sync_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, s>>>(
+        c, mean, var, total, momentum, eps, running_mean, running_var, save_mean, save_invstd,
+        mu, is);
+    BN_LAUNCHED("bn_sync_prep_kernel");
+    if (rows == 0)
+        return SL_OK;
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_apply_kernel<<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, gamma, beta, mu, is, y);
+    BN_LAUNCHED("bn_apply_kernel");
+    return SL_OK;
+}
+
+extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                     const float *dy, const float *save_mean,
+                                     const float *save_invstd, float *sum_dy,
+                                     float *sum_dy_xhat)
+{
+    const char *fn = "sl_bn_bwd_reduce_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_plan p = bn_plan_make(rows, c);
+    double *part, *st;
+    if ((rc = bn_tmp(cx, fn, p, c, 2, 0, &part, &st)))
+        return rc;
+    double *part1 = part + (size_t)p.gy * c;
+    cudaStream_t s = cx->stream;
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_reduce_kernel<BN_DY, float><<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, dy, save_mean,
+                                                                save_invstd, part, part1);
+    BN_LAUNCHED("bn_reduce_kernel<dy>");
+    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1, sum_dy,
+                                                                    sum_dy_xhat);
+    BN_LAUNCHED("bn_sums_out_kernel");
+    return SL_OK;
+}
+
+extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                    const float *dy, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const float *sum_dy,
+                                    const float *sum_dy_xhat, double total, float *dx)
+{
+    const char *fn = "sl_bn_bwd_apply_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_total(fn, rows, c, total, 1.0)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    if (rows == 0)
+        return SL_OK;
+    bn_plan p = bn_plan_make(rows, c);
+    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_bwd_apply_kernel<float><<<grid, BN_THREADS, 0, cx->stream>>>(
+        rows, c, p, x, dy, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, dx);
+    BN_LAUNCHED("bn_bwd_apply_kernel<float>");
+    return SL_OK;
+}
