@@ -1,5 +1,5 @@
 /* tests/train/cuda_testutil.h - helpers of the cuda op tests (test_ops_cuda.c,
- * test_sgd_cuda.c): a cuda exec or a skip, and device memory in and out with
+ * test_norm_cuda.c, test_sgd_cuda.c): host arrays and comparisons, a cuda exec or a skip, and device memory in and out with
  * every CUDA return code asserted. Built with the cuda backend only
  * (SLUICE_TRAIN_CUDA); the tests skip without it.
  *
@@ -13,13 +13,64 @@
 
 #ifdef SLUICE_TRAIN_CUDA
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#include "testutil.h"
 #include "train/cuda_int.h"
+
+/* Host arrays and comparisons shared by the op tests. */
+static inline float urand(uint64_t *st, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((tu_rand(st) >> 11) * (1.0 / 9007199254740992.0));
+}
+
+static inline float *falloc(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    cr_assert(p, "malloc %lld floats", (long long)n);
+    return p;
+}
+
+static inline float *fdup(const float *v, int64_t n)
+{
+    float *p = falloc(n);
+    memcpy(p, v, (size_t)(n > 0 ? n : 0) * sizeof(float));
+    return p;
+}
+
+static inline float *frand(int64_t n, uint64_t seed, float lo, float hi)
+{
+    float *p = falloc(n);
+    uint64_t st = seed;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = urand(&st, lo, hi);
+    return p;
+}
+
+static inline void assert_close(const float *got, const float *want, int64_t n, double atol,
+                         double rtol, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
+                  what, (long long)i, got[i], want[i], d);
+    }
+}
+
+/* Bit equality of floats (signed zeros too); any two NaN count as equal,
+ * as x86 and the GPU make different NaN payloads from inf - inf. */
+static inline void assert_same(const float *got, const float *want, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) && !(isnan(got[i]) && isnan(want[i])))
+            cr_assert_fail("%s[%lld]: got %.9g want %.9g (bits differ)", what, (long long)i,
+                           got[i], want[i]);
+}
 
 /* A cuda exec on device 0 with full fp32 math (SLUICE_CUDA_TF32=0: TF32
  * keeps 10 mantissa bits, too few to compare with ref); skips the test when

@@ -28,54 +28,6 @@ Test(train_ops_cuda, ops_built_without_cuda)
 
 /* ------------------------------------------------------------ host helpers */
 
-static float urand(uint64_t *st, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((tu_rand(st) >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static float *falloc(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    cr_assert(p, "malloc %lld floats", (long long)n);
-    return p;
-}
-
-static float *fdup(const float *v, int64_t n)
-{
-    float *p = falloc(n);
-    memcpy(p, v, (size_t)(n > 0 ? n : 0) * sizeof(float));
-    return p;
-}
-
-static float *frand(int64_t n, uint64_t seed, float lo, float hi)
-{
-    float *p = falloc(n);
-    uint64_t st = seed;
-    for (int64_t i = 0; i < n; i++)
-        p[i] = urand(&st, lo, hi);
-    return p;
-}
-
-static void assert_close(const float *got, const float *want, int64_t n, double atol,
-                         double rtol, const char *what)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
-                  what, (long long)i, got[i], want[i], d);
-    }
-}
-
-/* Bit equality of floats (signed zeros too); any two NaN count as equal,
- * as x86 and the GPU make different NaN payloads from inf - inf. */
-static void assert_same(const float *got, const float *want, int64_t n, const char *what)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) && !(isnan(got[i]) && isnan(want[i])))
-            cr_assert_fail("%s[%lld]: got %.9g want %.9g (bits differ)", what, (long long)i,
-                           got[i], want[i]);
-}
-
 static void assert_same_i32(const int32_t *got, const int32_t *want, int64_t n, const char *what)
 {
     for (int64_t i = 0; i < n; i++)

@@ -22,11 +22,6 @@ Test(train_sgd_cuda, built_without_cuda)
 #else
 #include "cuda_testutil.h"
 
-static float urand(uint64_t *st, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((tu_rand(st) >> 11) * (1.0 / 9007199254740992.0));
-}
-
 /* A model-like set: NT tensors on the host (sl_sgd's view, one of them a
  * buffer the optimizer must skip) and their params on the device with the
  * kernel's table. */
@@ -82,8 +77,8 @@ static void set_free(sgd_set *s)
     tg_free(s->d_tab);
 }
 
-static void assert_close(const float *got, const float *want, int64_t n, double atol,
-                         double rtol, const char *what, int tensor, int step)
+static void assert_close_at(const float *got, const float *want, int64_t n, double atol,
+                            double rtol, const char *what, int tensor, int step)
 {
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - want[i]);
@@ -135,11 +130,11 @@ Test(train_sgd_cuda, matches_host_sgd_over_steps)
                 tg_downf(got, s.dp[i], n);
                 /* the same float operations in the same order: equal, up
                  * to a host compiler that fuses multiply-adds */
-                assert_close(got, s.p[i], n, 1e-7, 1e-6, "param", i, step);
+                assert_close_at(got, s.p[i], n, 1e-7, 1e-6, "param", i, step);
                 if (s.param_of[i] >= 0) {
                     tg_downf(got, s.db[i], n);
                     const float *buf = state[s.param_of[i]].data;
-                    assert_close(got, buf, n, 1e-7, 1e-6, "momentum", i, step);
+                    assert_close_at(got, buf, n, 1e-7, 1e-6, "momentum", i, step);
                     /* the grad is left as it is */
                     tg_downf(got, s.dg[i], n);
                     cr_assert(n == 0 || !memcmp(got, s.g[i], (size_t)n * 4), "grad %d changed",
