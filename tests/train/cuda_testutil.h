@@ -1,6 +1,7 @@
 /* tests/train/cuda_testutil.h - helpers of the cuda op tests (test_ops_cuda.c,
- * test_norm_cuda.c, test_sgd_cuda.c): host arrays and comparisons, a cuda exec or a skip, and device memory in and out with
- * every CUDA return code asserted. Built with the cuda backend only
+ * test_norm_cuda.c, test_sgd_cuda.c): host arrays and comparisons, a cuda
+ * exec or a skip, and device memory in and out with every CUDA return code
+ * asserted. Built with the cuda backend only
  * (SLUICE_TRAIN_CUDA); the tests skip without it.
  *
  * The context's stream is non-blocking (train/cuda_ctx.cu), so it does not
