@@ -171,6 +171,35 @@ static int mpi_workers_finished(sl_run *r, sl_ps *ps)
     return SL_OK;
 }
 
+/* Resume: the servers take the checkpoint's weights and momentum (rep 0
+ * loaded them). Under mpirun only the root loads, and the other workers
+ * wait for its word before their first pull, so none of them starts from
+ * the servers' fresh initial weights. */
+#define TAG_LOADED 7202
+
+static int resume_servers(sl_run *r, sl_ps *ps)
+{
+    sl_replica *rep0 = &r->rep[0];
+    float note = 1;
+    int rc;
+    if (!r->mpi)
+        return sl_ps_load(ps, rep0->m, rep0->o);
+    if (!r->is_root) {
+        int tmo = r->cfg->comm_timeout_s > 0 ? r->cfg->comm_timeout_s * 1000 : 300000;
+        if ((rc = sl_comm_recv(r->mpi, &note, 1, SL_DTYPE_F32, r->ps_ranks, TAG_LOADED, tmo,
+                               NULL, NULL, NULL)))
+            return sl_fail(rc, "sl_train_run: waiting for worker 0 to load the checkpoint "
+                           "into the servers: %s", sl_errmsg());
+        return SL_OK;
+    }
+    if ((rc = sl_ps_load(ps, rep0->m, rep0->o)))
+        return rc;
+    for (int w = 1; w < r->world; w++)
+        if ((rc = sl_comm_send(r->mpi, &note, 1, SL_DTYPE_F32, r->ps_ranks + w, TAG_LOADED)))
+            return rc;
+    return SL_OK;
+}
+
 int sl_ps_train(sl_run *r)
 {
     const sl_train_config *c = r->cfg;
@@ -192,8 +221,8 @@ int sl_ps_train(sl_run *r)
     /* rep0 holds the initial (or resumed) weights and momentum */
     int rc = r->mpi ? sl_ps_create_mpi(&pc, r->mpi, r->ps_ranks, rep0->m, &ps)
                     : sl_ps_create(&pc, rep0->m, &ps);
-    if (!rc && r->step0 > 0 && r->is_root)
-        rc = sl_ps_load(ps, rep0->m, rep0->o);
+    if (!rc && r->step0 > 0)
+        rc = resume_servers(r, ps);
     double train_s = 0, images = 0, loss = 0, steps = 0;
     int64_t last = r->total_steps / r->steps_per_epoch;
     for (int64_t e = r->step0 / r->steps_per_epoch; !rc && e < last; e++) {

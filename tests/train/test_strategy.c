@@ -384,3 +384,49 @@ Test(train_strategy, cli_flags)
     cr_assert(strstr(out, "--replicas needs --strategy mirrored or ps"), "%s", out);
     free(out);
 }
+
+/* The ps strategy checkpoints at epoch ends and resumes from them: the
+ * servers take the checkpoint's weights and momentum, the workers' pipelines
+ * continue after the batches they had taken. */
+Test(train_strategy, ps_resume)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir(), *ck = tu_join(tmp, "ck");
+    sl_train_config t;
+    sl_train_result r;
+    config(&t, &d, ck);
+    t.strategy = SL_STRATEGY_PS;
+    t.replicas = 2;
+    t.max_steps = 0;
+    t.epochs = 1;
+    train_ok(&t, &r);
+    cr_assert_eq(r.steps, 12);
+    cr_assert_eq(r.world, 2);
+    config(&t, &d, ck);
+    t.strategy = SL_STRATEGY_PS;
+    t.replicas = 2;
+    t.max_steps = 0;
+    t.epochs = 2;
+    t.resume = 1;
+    train_ok(&t, &r);
+    cr_assert_eq(r.steps, 24);
+    char *a = ckpt(ck, 12), *b = ckpt(ck, 24);
+    cr_assert_gt(rel_diff(b, a), 1e-4, "the resumed epoch did not move the weights");
+    /* A resumed ps run must start from the checkpoint: its first epoch's
+     * weights are far closer to step 12's than a fresh run's would be. */
+    cr_assert_lt(rel_diff(b, a), 0.5);
+    /* max-steps that cut an epoch are refused */
+    config(&t, &d, NULL);
+    t.strategy = SL_STRATEGY_PS;
+    t.replicas = 2;
+    t.max_steps = 5;
+    int rc = sl_train_run(&t, &r);
+    fclose(t.progress);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "runs whole epochs"), "%s", sl_errmsg());
+    free(a); free(b); free(ck);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
