@@ -43,7 +43,7 @@ typedef struct sl_comm_vt {
                            void **token);
     int (*allreduce_wait)(sl_comm *c, void *token);
     /* Wake peers blocked with this rank (any thread); may be NULL. */
-    void (*abort)(sl_comm *c, const char *why);
+    void (*abort_peers)(sl_comm *c, const char *why);
     /* Free the backend's state (c itself is freed by comm.c). */
     void (*destroy)(sl_comm *c);
 } sl_comm_vt;

@@ -453,8 +453,8 @@ void sl_comm_abort(sl_comm *c, const char *why)
 {
     if (!c)
         return;
-    if (c->vt->abort)
-        c->vt->abort(c, why ? why : "aborted");
+    if (c->vt->abort_peers)
+        c->vt->abort_peers(c, why ? why : "aborted");
 }
 
 void sl_comm_destroy(sl_comm *c)

@@ -567,7 +567,7 @@ static const sl_comm_vt local_vt = {
     .broadcast = local_broadcast,
     .allgather = local_allgather,
     .barrier = local_barrier,
-    .abort = local_abort,
+    .abort_peers = local_abort,
     .destroy = local_destroy,
 };
 

@@ -583,7 +583,7 @@ static const sl_comm_vt mpi_vt = {
     .barrier = mpi_barrier,
     .send = mpi_send,
     .recv = mpi_recv,
-    .abort = mpi_abort,
+    .abort_peers = mpi_abort,
     .destroy = mpi_destroy,
 };
 

@@ -417,7 +417,7 @@ static const sl_comm_vt nccl_vt = {
     .barrier = nccl_barrier,
     .allreduce_start = nccl_allreduce_start,
     .allreduce_wait = nccl_allreduce_wait,
-    .abort = nccl_abort,
+    .abort_peers = nccl_abort,
     .destroy = nccl_destroy,
 };
 

@@ -478,9 +478,13 @@ extern "C" int sl_bn_bwd_cuda(sl_exec *e, int64_t rows, int c, const float *x, c
 
 // ------------------------------------------------------------ sync-BN pieces
 
-extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+// Per-channel sum of x (KIND BN_SUM) or of (x - mean)^2 (BN_SQDEV) over
+// the rows, into out (c) on the device: the two-level reduction of
+// bn_reduce_kernel, then one value per channel.
+template <int KIND>
+static int bn_channel_sums(const char *fn, sl_exec *e, int64_t rows, int c, const float *x,
+                           const float *mean, float *out)
 {
-    const char *fn = "sl_bn_sum_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
     if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
@@ -491,36 +495,24 @@ extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, f
         return rc;
     cudaStream_t s = cx->stream;
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_reduce_kernel<BN_SUM, float>
-        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, nullptr, nullptr, part, nullptr);
-    BN_LAUNCHED("bn_reduce_kernel<sum>");
-    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr, sum,
+    bn_reduce_kernel<KIND, float>
+        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, mean, nullptr, part, nullptr);
+    BN_LAUNCHED(KIND == BN_SUM ? "bn_reduce_kernel<sum>" : "bn_reduce_kernel<sqdev>");
+    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr, out,
                                                                     nullptr);
     BN_LAUNCHED("bn_sums_out_kernel");
     return SL_OK;
 }
 
+extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+{
+    return bn_channel_sums<BN_SUM>("sl_bn_sum_cuda", e, rows, c, x, nullptr, sum);
+}
+
 extern "C" int sl_bn_sqdev_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x,
                                     const float *mean, float *sq)
 {
-    const char *fn = "sl_bn_sqdev_sum_cuda";
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
-        return rc;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 1, 0, &part, &st)))
-        return rc;
-    cudaStream_t s = cx->stream;
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_reduce_kernel<BN_SQDEV, float>
-        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, mean, nullptr, part, nullptr);
-    BN_LAUNCHED("bn_reduce_kernel<sqdev>");
-    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr, sq,
-                                                                    nullptr);
-    BN_LAUNCHED("bn_sums_out_kernel");
-    return SL_OK;
+    return bn_channel_sums<BN_SQDEV>("sl_bn_sqdev_sum_cuda", e, rows, c, x, mean, sq);
 }
 
 extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,

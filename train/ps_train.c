@@ -161,14 +161,26 @@ static int mpi_workers_finished(sl_run *r, sl_ps *ps)
     }
     for (int k = 1; k < r->world; k++) {
         int from;
-        if ((rc = sl_comm_recv(r->mpi, &note, 1, SL_DTYPE_F32, -1, TAG_FINISHED,
-                               r->cfg->comm_timeout_s > 0 ? r->cfg->comm_timeout_s * 1000
-                                                          : 300000,
+        if ((rc = sl_comm_recv(r->mpi, &note, 1, SL_DTYPE_F32, -1, TAG_FINISHED, r->timeout_ms,
                                &from, NULL, NULL)))
             return sl_fail(rc, "sl_train_run: waiting for the other ps workers to finish: %s",
                            sl_errmsg());
     }
     return SL_OK;
+}
+
+/* The engine's config for this run: server threads in process, or the
+ * server ranks under mpirun. */
+static sl_ps_config ps_config(const sl_run *r)
+{
+    const sl_train_config *c = r->cfg;
+    sl_ps_config pc = SL_PS_CONFIG_INIT;
+    pc.servers = r->mpi ? r->ps_ranks : c->ps_servers > 0 ? c->ps_servers : 1;
+    pc.workers = r->world;
+    pc.max_staleness = c->max_staleness;
+    pc.sgd = c->sgd;
+    pc.timeout_ms = r->timeout_ms;
+    return pc;
 }
 
 /* Resume: the servers take the checkpoint's weights and momentum (rep 0
@@ -185,9 +197,8 @@ static int resume_servers(sl_run *r, sl_ps *ps)
     if (!r->mpi)
         return sl_ps_load(ps, rep0->m, rep0->o);
     if (!r->is_root) {
-        int tmo = r->cfg->comm_timeout_s > 0 ? r->cfg->comm_timeout_s * 1000 : 300000;
-        if ((rc = sl_comm_recv(r->mpi, &note, 1, SL_DTYPE_F32, r->ps_ranks, TAG_LOADED, tmo,
-                               NULL, NULL, NULL)))
+        if ((rc = sl_comm_recv(r->mpi, &note, 1, SL_DTYPE_F32, r->ps_ranks, TAG_LOADED,
+                               r->timeout_ms, NULL, NULL, NULL)))
             return sl_fail(rc, "sl_train_run: waiting for worker 0 to load the checkpoint "
                            "into the servers: %s", sl_errmsg());
         return SL_OK;
@@ -204,12 +215,7 @@ int sl_ps_train(sl_run *r)
 {
     const sl_train_config *c = r->cfg;
     sl_replica *rep0 = &r->rep[0];
-    sl_ps_config pc = SL_PS_CONFIG_INIT;
-    pc.servers = r->mpi ? r->ps_ranks : c->ps_servers > 0 ? c->ps_servers : 1;
-    pc.workers = r->world;
-    pc.max_staleness = c->max_staleness;
-    pc.sgd = c->sgd;
-    pc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
+    sl_ps_config pc = ps_config(r);
     if (r->total_steps % r->steps_per_epoch)
         return sl_fail(SL_EINVAL, "sl_train_run: the ps strategy runs whole epochs (--max-steps "
                        "%" PRId64 " is not a multiple of the %" PRId64 " steps of an epoch)",
@@ -284,14 +290,8 @@ int sl_ps_train(sl_run *r)
 /* A server rank under mpirun: hold its shards until every worker is done. */
 int sl_ps_serve_rank(sl_run *r)
 {
-    const sl_train_config *c = r->cfg;
-    sl_ps_config pc = SL_PS_CONFIG_INIT;
-    pc.servers = r->ps_ranks;
-    pc.workers = r->world;
-    pc.max_staleness = c->max_staleness;
-    pc.sgd = c->sgd;
-    pc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
-    sl_model_config mc = c->model;
+    sl_ps_config pc = ps_config(r);
+    sl_model_config mc = r->cfg->model;
     mc.classes = r->classes;
     sl_model *tmpl = NULL;
     int rc = sl_model_create(&mc, 1, r->data.height, r->data.width, &tmpl);

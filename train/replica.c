@@ -58,12 +58,9 @@ static int on_grad_ready(void *ctx, int tensor)
     if (bk->pending < 0 || bk->req)
         return sl_fail(SL_EINVAL, "sl_train_run: replica %d: gradient bucket %d reported ready "
                        "twice", rep->rank, b);
-    float *params, *grads;
-    size_t n;
-    sl_model_arenas(rep->m, &params, &grads, &n);
     rep->start_order[rep->started++] = b;
-    return sl_comm_allreduce_start(rep->comm, grads + bk->off, bk->n, SL_DTYPE_F32, SL_RED_AVG,
-                                   &bk->req);
+    return sl_comm_allreduce_start(rep->comm, rep->grads + bk->off, bk->n, SL_DTYPE_F32,
+                                   SL_RED_AVG, &bk->req);
 }
 
 /* Buckets of about bucket_mb over the trainable tensors, last tensor first. */
@@ -71,9 +68,10 @@ static int make_buckets(sl_replica *rep)
 {
     int nt;
     sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
-    float *params, *grads;
+    float *params;
     size_t total;
-    sl_model_arenas(rep->m, &params, &grads, &total);
+    sl_model_arenas(rep->m, &params, &rep->grads, &total);
+    const float *grads = rep->grads;
     double mb = rep->run->cfg->bucket_mb > 0 ? rep->run->cfg->bucket_mb : 25.0;
     size_t cap = (size_t)(mb * 1e6 / sizeof(float));
     if (cap < 1)
@@ -124,11 +122,8 @@ static int finish_buckets(sl_replica *rep)
     double t0 = sl_now_s();
     int rc = SL_OK;
     if (rep->run->cfg->no_overlap) {
-        float *params, *grads;
-        size_t n;
-        sl_model_arenas(rep->m, &params, &grads, &n);
         for (int b = 0; !rc && b < rep->nbk; b++)
-            rc = sl_comm_allreduce(rep->comm, grads + rep->bk[b].off, rep->bk[b].n,
+            rc = sl_comm_allreduce(rep->comm, rep->grads + rep->bk[b].off, rep->bk[b].n,
                                    SL_DTYPE_F32, SL_RED_AVG);
     } else {
         if (rep->started != rep->nbk && !rc)

@@ -365,7 +365,8 @@ static int setup_world(sl_run *r)
 {
     const sl_train_config *c = r->cfg;
     sl_comm_config cc = SL_COMM_CONFIG_INIT;
-    cc.timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
+    r->timeout_ms = (c->comm_timeout_s > 0 ? c->comm_timeout_s : 300) * 1000;
+    cc.timeout_ms = r->timeout_ms;
     r->world = r->nlocal = 1;
     r->rank0 = 0;
     if (c->strategy == SL_STRATEGY_MIRRORED) {

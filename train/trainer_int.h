@@ -54,6 +54,7 @@ typedef struct sl_replica {
     sl_comm *comm;             /* NULL when world == 1 */
     float *dlogits;
     int32_t *labels;
+    float *grads;              /* the model's grads arena (buckets are spans of it) */
     sl_bucket *bk;
     int nbk;
     int *bucket_of;            /* per state-dict tensor: its bucket, -1 for buffers */
@@ -73,6 +74,7 @@ struct sl_run {
     int world, nlocal, rank0, is_root;
     int ps_ranks;              /* ps under mpirun: ranks [0, ps_ranks) serve, the rest work */
     int ps_server;             /* this process is a server rank */
+    int timeout_ms;            /* --comm-timeout: the longest any wait on a peer lasts */
     unsigned local_batch;
     sl_comm_group *group;      /* local replicas */
     sl_comm *mpi;              /* under mpirun: this process's comm (replica 0 owns it) */
