@@ -56,7 +56,13 @@ static void usage(FILE *f)
             "  --no-flip             no random horizontal flip\n"
             "  --eval-split NAME     evaluated after each epoch (default test; 'none' for none)\n"
             "  --threads N           compute threads (default: all cores)\n"
-            "  --backend B           cpu or ref (ref: the plain-loop oracle, slow)  (default cpu)\n"
+            "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
+            "                        (default cpu)\n"
+            "  --precision P         cuda: bf16, fp16 (dynamic loss scaling) or fp32 activations,\n"
+            "                        fp32 master weights always (default bf16; cpu/ref: fp32)\n"
+            "  --synthetic           benchmark: train on the first batch over and over\n"
+            "                        (the speed without input cost)\n"
+            "  --json                print a JSON summary line on stdout at the end\n"
             "\n"
             "outputs:\n"
             "  --logdir D            TensorBoard events and metrics.jsonl\n"
@@ -101,7 +107,7 @@ enum {
     OPT_MIN_SCALE, OPT_CROP_FRACTION, OPT_NO_FLIP, OPT_EVAL_SPLIT, OPT_THREADS, OPT_BACKEND,
     OPT_LOGDIR, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_RESUME, OPT_LOG_EVERY, OPT_STRATEGY,
     OPT_REPLICAS, OPT_SYNC_BN, OPT_BUCKET_MB, OPT_NO_OVERLAP, OPT_CHECK_EVERY, OPT_PS_SERVERS,
-    OPT_MAX_STALENESS, OPT_COMM_TIMEOUT, OPT_PS_RANKS,
+    OPT_MAX_STALENESS, OPT_COMM_TIMEOUT, OPT_PS_RANKS, OPT_PRECISION, OPT_SYNTHETIC, OPT_JSON,
 };
 
 static const struct option own_opts[] = {
@@ -123,6 +129,9 @@ static const struct option own_opts[] = {
     {"eval-split", required_argument, NULL, OPT_EVAL_SPLIT},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"backend", required_argument, NULL, OPT_BACKEND},
+    {"precision", required_argument, NULL, OPT_PRECISION},
+    {"synthetic", no_argument, NULL, OPT_SYNTHETIC},
+    {"json", no_argument, NULL, OPT_JSON},
     {"logdir", required_argument, NULL, OPT_LOGDIR},
     {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -158,7 +167,7 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 typedef struct train_opts {
     pf_flags pf;
     sl_train_config t;
-    int arch_given, min_scale_given, crop_given;
+    int arch_given, min_scale_given, crop_given, json;
     double min_scale, crop_fraction;
 } train_opts;
 
@@ -245,10 +254,24 @@ static int own_option(train_opts *o, int c, const char *arg)
         else if (!strcmp(arg, "cuda"))
             t->backend = SL_BACKEND_CUDA;
         else {
-            cli_error(CMD, "--backend: bad value '%s' (want cpu or ref)", arg);
+            cli_error(CMD, "--backend: bad value '%s' (want cpu, cuda or ref)", arg);
             return -1;
         }
         return 0;
+    case OPT_PRECISION:
+        if (!strcmp(arg, "fp32") || !strcmp(arg, "f32"))
+            t->precision = SL_DTYPE_F32;
+        else if (!strcmp(arg, "bf16"))
+            t->precision = SL_DTYPE_BF16;
+        else if (!strcmp(arg, "fp16") || !strcmp(arg, "f16"))
+            t->precision = SL_DTYPE_F16;
+        else {
+            cli_error(CMD, "--precision: bad value '%s' (want bf16, fp16 or fp32)", arg);
+            return -1;
+        }
+        return 0;
+    case OPT_SYNTHETIC: t->synthetic = 1; return 0;
+    case OPT_JSON: o->json = 1; return 0;
     case OPT_LOGDIR: t->logdir = arg; return 0;
     case OPT_CKPT_DIR: t->ckpt_dir = arg; return 0;
     case OPT_CKPT_EVERY:
@@ -382,5 +405,23 @@ int cmd_train(int argc, char **argv)
     if (o.t.logdir)
         fprintf(stderr, "train: logs in %s (tensorboard --logdir %s; metrics.jsonl)\n",
                 o.t.logdir, o.t.logdir);
+    if (res.amp_skipped > 0)
+        fprintf(stderr, "train: fp16: %lld steps skipped for inf/nan gradients, loss scale %g\n",
+                (long long)res.amp_skipped, res.amp_scale);
+    if (o.json) {
+        const char *prec[] = {"fp32", "bf16", "fp16"};
+        int p = o.t.precision >= 0 ? o.t.precision
+                                   : o.t.backend == SL_BACKEND_CUDA ? SL_DTYPE_BF16 : SL_DTYPE_F32;
+        printf("{\"steps\": %lld, \"seconds\": %.3f, \"images_per_sec\": %.2f, "
+               "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
+               "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
+               "\"backend\": \"%s\", \"precision\": \"%s\", \"synthetic\": %s, "
+               "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld}\n",
+               (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
+               res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
+               sl_backend_name(o.t.backend), prec[p], o.t.synthetic ? "true" : "false",
+               o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped);
+        fflush(stdout);
+    }
     return 0;
 }

@@ -3,7 +3,14 @@
 // (train_int.h gives the contract; act_ref.c is the oracle and
 // tests/train/test_ops_cuda.c holds these kernels to it).
 //
-// Layout: activations NHWC f32 (n, h, w, c), c fastest; device pointers.
+// Layout: activations NHWC (n, h, w, c), c fastest; device pointers.
+// Element type: relu, add and max pool take every tensor in e->act (the
+// argmax stays int32); gap_fwd reads x in e->act and writes f32 y, gap_bwd
+// reads f32 dy and writes dx in e->act; xent is f32 throughout
+// (train_int.h's table). The kernels are templates on the element type T:
+// load to f32, compute as before, round to T on the store, so in bf16 / f16
+// each op returns ref's f32 result (on the same, already rounded inputs)
+// rounded to nearest even - the tests hold them to that bit for bit.
 //
 // DESIGN
 //   Elementwise ops are grid-stride loops (at most 8192 blocks of 256; the
@@ -28,6 +35,10 @@
 //   back as SL_EINVAL naming the first such row. The result (loss, count,
 //   first bad row and its label) is copied to ctx->h_pinned and the stream
 //   synchronized: xent is the one op here that returns host values.
+//   sl_xent_acc_cuda (the training step's loss) runs the same row kernel
+//   with the loss scale and a finishing kernel that adds the batch's mean
+//   loss and count to two device doubles: no copy, no sync. With a bad
+//   label it zeroes dlogits and adds NaN to the loss (cuda_int.h).
 //   Argmax ties go to the lowest index, as ref's first-maximum scan; rows
 //   holding NaN may pick a different index than ref's scan (the loss is NaN
 //   then anyway).
@@ -72,30 +83,35 @@ static int act_launched(const char *fn, int rc)
 // ------------------------------------------------------------- elementwise
 
 // y = max(x, 0), NaN passing (x < 0 ? 0 : x, as torch.relu and ref).
-__global__ void relu_fwd_kernel(int64_t n, const float *x, float *y)
+// Exact in every type (the value or 0 is stored).
+template <typename T>
+__global__ void relu_fwd_kernel(int64_t n, const T *x, T *y)
 {
     GRID_STRIDE(i, n)
     {
-        float v = x[i];
-        y[i] = v < 0.0f ? 0.0f : v;
+        float v = sl_ld(x + i);
+        sl_st(y + i, v < 0.0f ? 0.0f : v);
     }
 }
 
 // dx = dy where y > 0 else 0.
-__global__ void relu_bwd_kernel(int64_t n, const float *y, const float *dy, float *dx)
+template <typename T>
+__global__ void relu_bwd_kernel(int64_t n, const T *y, const T *dy, T *dx)
 {
     GRID_STRIDE(i, n)
     {
-        float g = dy[i];
-        dx[i] = y[i] > 0.0f ? g : 0.0f;
+        float g = sl_ld(dy + i);
+        sl_st(dx + i, sl_ld(y + i) > 0.0f ? g : 0.0f);
     }
 }
 
-__global__ void add_kernel(int64_t n, const float *a, const float *b, float *y)
+// y = a + b: the f32 sum, rounded to T.
+template <typename T>
+__global__ void add_kernel(int64_t n, const T *a, const T *b, T *y)
 {
     GRID_STRIDE(i, n)
     {
-        y[i] = a[i] + b[i];
+        sl_st(y + i, sl_ld(a + i) + sl_ld(b + i));
     }
 }
 
@@ -113,8 +129,11 @@ extern "C" int sl_relu_fwd_cuda(sl_exec *e, int64_t n, const float *x, float *y)
     int rc = elementwise_check(fn, e, n, &cx);
     if (rc || n == 0)
         return rc;
-    relu_fwd_kernel<<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, x, y);
-    return ACT_LAUNCHED(fn, "relu_fwd_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        relu_fwd_kernel<T><<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, (const T *)x, (T *)y);
+        return ACT_LAUNCHED(fn, "relu_fwd_kernel");
+    });
 }
 
 extern "C" int sl_relu_bwd_cuda(sl_exec *e, int64_t n, const float *y, const float *dy,
@@ -125,8 +144,12 @@ extern "C" int sl_relu_bwd_cuda(sl_exec *e, int64_t n, const float *y, const flo
     int rc = elementwise_check(fn, e, n, &cx);
     if (rc || n == 0)
         return rc;
-    relu_bwd_kernel<<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, y, dy, dx);
-    return ACT_LAUNCHED(fn, "relu_bwd_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        relu_bwd_kernel<T><<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(
+            n, (const T *)y, (const T *)dy, (T *)dx);
+        return ACT_LAUNCHED(fn, "relu_bwd_kernel");
+    });
 }
 
 extern "C" int sl_add_cuda(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
@@ -136,8 +159,12 @@ extern "C" int sl_add_cuda(sl_exec *e, int64_t n, const float *a, const float *b
     int rc = elementwise_check(fn, e, n, &cx);
     if (rc || n == 0)
         return rc;
-    add_kernel<<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, a, b, y);
-    return ACT_LAUNCHED(fn, "add_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        add_kernel<T><<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, (const T *)a,
+                                                                    (const T *)b, (T *)y);
+        return ACT_LAUNCHED(fn, "add_kernel");
+    });
 }
 
 // ---------------------------------------------------------------- max pool
@@ -150,9 +177,11 @@ __device__ __forceinline__ bool pool_better(float v, float best)
 }
 
 // x (n, h, w, c) -> y (n, p, q, c), argmax the flat index into x (< 2^31,
-// checked on the host). One thread per output.
-__global__ void maxpool_fwd_kernel(sl_pool_shape sh, const float *__restrict__ x,
-                                   float *__restrict__ y, int32_t *__restrict__ argmax)
+// checked on the host). One thread per output. y is one of the x values:
+// exact in every type.
+template <typename T>
+__global__ void maxpool_fwd_kernel(sl_pool_shape sh, const T *__restrict__ x, T *__restrict__ y,
+                                   int32_t *__restrict__ argmax)
 {
     int64_t ny = (int64_t)sh.n * sh.p * sh.q * sh.c;
     GRID_STRIDE(o, ny)
@@ -174,7 +203,7 @@ __global__ void maxpool_fwd_kernel(sl_pool_shape sh, const float *__restrict__ x
                 if (iw < 0 || iw >= sh.w)
                     continue;
                 int64_t i = (((int64_t)n * sh.h + ih) * sh.w + iw) * sh.c + ch;
-                float v = x[i];
+                float v = sl_ld(x + i);
                 if (idx < 0 || pool_better(v, best)) {
                     best = v;
                     idx = i;
@@ -182,15 +211,17 @@ __global__ void maxpool_fwd_kernel(sl_pool_shape sh, const float *__restrict__ x
             }
         }
         // The host checked that every window has an in-bounds tap.
-        y[o] = best;
+        sl_st(y + o, best);
         argmax[o] = (int32_t)idx;
     }
 }
 
 // dx[i] = sum of dy[o] over the outputs o whose window holds i and whose
-// argmax is i, added in increasing o (ref's scatter order).
-__global__ void maxpool_bwd_kernel(sl_pool_shape sh, const float *__restrict__ dy,
-                                   const int32_t *__restrict__ argmax, float *__restrict__ dx)
+// argmax is i, added in f32 in increasing o (ref's scatter order), rounded
+// to T once at the end.
+template <typename T>
+__global__ void maxpool_bwd_kernel(sl_pool_shape sh, const T *__restrict__ dy,
+                                   const int32_t *__restrict__ argmax, T *__restrict__ dx)
 {
     int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c;
     GRID_STRIDE(i, nx)
@@ -217,9 +248,9 @@ __global__ void maxpool_bwd_kernel(sl_pool_shape sh, const float *__restrict__ d
             for (int q = lo_q; q <= hi_q; q++) {
                 int64_t o = (((int64_t)n * sh.p + p) * sh.q + q) * sh.c + ch;
                 if (argmax[o] == (int32_t)i)
-                    acc += dy[o];
+                    acc += sl_ld(dy + o);
             }
-        dx[i] = acc;
+        sl_st(dx + i, acc);
     }
 }
 
@@ -248,8 +279,12 @@ extern "C" int sl_maxpool_fwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     if ((rc = pool_check(fn, sh)) || (rc = act_ctx(fn, e, &cx)))
         return rc;
     int64_t ny = (int64_t)sh->n * sh->p * sh->q * sh->c;
-    maxpool_fwd_kernel<<<act_blocks(ny), ACT_THREADS, 0, cx->stream>>>(*sh, x, y, argmax);
-    return ACT_LAUNCHED(fn, "maxpool_fwd_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        maxpool_fwd_kernel<T><<<act_blocks(ny), ACT_THREADS, 0, cx->stream>>>(
+            *sh, (const T *)x, (T *)y, argmax);
+        return ACT_LAUNCHED(fn, "maxpool_fwd_kernel");
+    });
 }
 
 extern "C" int sl_maxpool_bwd_cuda(sl_exec *e, const sl_pool_shape *sh, const float *dy,
@@ -261,31 +296,38 @@ extern "C" int sl_maxpool_bwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     if ((rc = pool_check(fn, sh)) || (rc = act_ctx(fn, e, &cx)))
         return rc;
     int64_t nx = (int64_t)sh->n * sh->h * sh->w * sh->c;
-    maxpool_bwd_kernel<<<act_blocks(nx), ACT_THREADS, 0, cx->stream>>>(*sh, dy, argmax, dx);
-    return ACT_LAUNCHED(fn, "maxpool_bwd_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        maxpool_bwd_kernel<T><<<act_blocks(nx), ACT_THREADS, 0, cx->stream>>>(
+            *sh, (const T *)dy, argmax, (T *)dx);
+        return ACT_LAUNCHED(fn, "maxpool_bwd_kernel");
+    });
 }
 
 // ----------------------------------------------------- global average pool
 
-// x (n, hw, c) -> y (n, c): y = sum over hw in double / hw.
-__global__ void gap_fwd_kernel(int n, int hw, int c, const float *__restrict__ x,
+// x (n, hw, c) in T -> y (n, c) f32: y = sum over hw in double / hw.
+template <typename T>
+__global__ void gap_fwd_kernel(int n, int hw, int c, const T *__restrict__ x,
                                float *__restrict__ y)
 {
     int64_t ny = (int64_t)n * c;
     GRID_STRIDE(o, ny)
     {
         int64_t i = o / c, ch = o - i * c;
-        const float *xp = x + i * hw * c + ch;
+        const T *xp = x + i * hw * c + ch;
         double acc = 0;
         for (int k = 0; k < hw; k++)
-            acc += xp[(int64_t)k * c];
+            acc += sl_ld(xp + (int64_t)k * c);
         y[o] = (float)(acc / hw);
     }
 }
 
-// dx (n, hw, c) = dy (n, c) / hw, spread over hw.
+// dx (n, hw, c) in T = dy (n, c) f32 / hw, spread over hw (ref's f32
+// quotient, rounded to T).
+template <typename T>
 __global__ void gap_bwd_kernel(int n, int hw, int c, const float *__restrict__ dy,
-                               float *__restrict__ dx)
+                               T *__restrict__ dx)
 {
     int64_t nx = (int64_t)n * hw * c;
     int64_t plane = (int64_t)hw * c;
@@ -293,7 +335,7 @@ __global__ void gap_bwd_kernel(int n, int hw, int c, const float *__restrict__ d
     {
         int64_t img = i / plane;
         int64_t ch = i % c;
-        dx[i] = (float)((double)dy[img * c + ch] / hw);
+        sl_st(dx + i, (float)((double)dy[img * c + ch] / hw));
     }
 }
 
@@ -306,8 +348,12 @@ extern "C" int sl_gap_fwd_cuda(sl_exec *e, int n, int hw, int c, const float *x,
         return sl_fail(SL_EINVAL, "%s: shape (%d, %d, %d)", fn, n, hw, c);
     if ((rc = act_ctx(fn, e, &cx)))
         return rc;
-    gap_fwd_kernel<<<act_blocks((int64_t)n * c), ACT_THREADS, 0, cx->stream>>>(n, hw, c, x, y);
-    return ACT_LAUNCHED(fn, "gap_fwd_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        gap_fwd_kernel<T><<<act_blocks((int64_t)n * c), ACT_THREADS, 0, cx->stream>>>(
+            n, hw, c, (const T *)x, y);
+        return ACT_LAUNCHED(fn, "gap_fwd_kernel");
+    });
 }
 
 extern "C" int sl_gap_bwd_cuda(sl_exec *e, int n, int hw, int c, const float *dy, float *dx)
@@ -319,9 +365,12 @@ extern "C" int sl_gap_bwd_cuda(sl_exec *e, int n, int hw, int c, const float *dy
         return sl_fail(SL_EINVAL, "%s: shape (%d, %d, %d)", fn, n, hw, c);
     if ((rc = act_ctx(fn, e, &cx)))
         return rc;
-    gap_bwd_kernel<<<act_blocks((int64_t)n * hw * c), ACT_THREADS, 0, cx->stream>>>(n, hw, c,
-                                                                                   dy, dx);
-    return ACT_LAUNCHED(fn, "gap_bwd_kernel");
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        gap_bwd_kernel<T><<<act_blocks((int64_t)n * hw * c), ACT_THREADS, 0, cx->stream>>>(
+            n, hw, c, dy, (T *)dx);
+        return ACT_LAUNCHED(fn, "gap_bwd_kernel");
+    });
 }
 
 // ----------------------------------------------------------- cross-entropy
@@ -366,22 +415,29 @@ __global__ void xent_check_kernel(int n, int classes, const int32_t *__restrict_
 // One block per row i of logits (n, classes):
 //   best = first argmax; lse = m + log(sum exp(l - m)), m = l[best];
 //   t_j = s/classes + (j == label ? 1 - s : 0);
-//   row_loss[i] = -sum t_j (l_j - lse); d_j = (exp(l_j - lse) - t_j)/n;
+//   row_loss[i] = -sum t_j (l_j - lse); d_j = (exp(l_j - lse) - t_j)/n,
+//   then times *scale in float when scale is not NULL;
 //   row_hit[i] = best == label.
-// Writes nothing when any label is bad (bad_row < n).
+// When any label is bad (bad_row < n) it writes nothing, or with
+// zero_on_bad zeroes the row's dlogits.
 __global__ void xent_row_kernel(int n, int classes, const float *logits,
                                 const int32_t *__restrict__ labels, float smoothing,
-                                const int *__restrict__ bad_row, float *dlogits,
-                                double *__restrict__ row_loss, int *__restrict__ row_hit)
+                                const int *__restrict__ bad_row, const float *__restrict__ scale,
+                                int zero_on_bad, float *dlogits, double *__restrict__ row_loss,
+                                int *__restrict__ row_hit)
 {
     __shared__ double sh[XENT_THREADS];
     __shared__ float sv[XENT_THREADS];
     __shared__ int sj[XENT_THREADS];
-    if (*bad_row < n)
-        return; // uniform over the grid
     int i = blockIdx.x, t = threadIdx.x;
-    const float *l = logits + (int64_t)i * classes;
     float *d = dlogits + (int64_t)i * classes;
+    if (*bad_row < n) { // uniform over the grid
+        if (zero_on_bad)
+            for (int j = t; j < classes; j += XENT_THREADS)
+                d[j] = 0.0f;
+        return;
+    }
+    const float *l = logits + (int64_t)i * classes;
     int label = labels[i];
 
     // argmax: each thread's first maximum over j = t, t + T, ...; then pairs
@@ -418,11 +474,13 @@ __global__ void xent_row_kernel(int n, int classes, const float *logits,
     double lse = m + log(xent_block_sum(se, sh));
 
     double s = smoothing, off = s / classes, row = 0;
+    float sc = scale ? *scale : 1.0f;
     for (int j = t; j < classes; j += XENT_THREADS) {
         double tj = off + (j == label ? 1.0 - s : 0.0);
         double logp = (double)l[j] - lse;
         row -= tj * logp;
-        d[j] = (float)((exp(logp) - tj) / n);
+        float dj = (float)((exp(logp) - tj) / n);
+        d[j] = scale ? dj * sc : dj;
     }
     row = xent_block_sum(row, sh);
     if (t == 0) {
@@ -431,30 +489,109 @@ __global__ void xent_row_kernel(int n, int classes, const float *logits,
     }
 }
 
-// One block: the mean loss and the hit count in a fixed order, plus the
-// first bad label (if any) for the host's message.
+// The sum of the rows' losses and hits by one block in a fixed order (the
+// same in both finishing kernels); every thread gets the totals.
+__device__ void xent_rows_total(int n, const double *__restrict__ row_loss,
+                                const int *__restrict__ row_hit, double *sh, double *loss,
+                                double *hits)
+{
+    double a = 0, b = 0;
+    for (int i = threadIdx.x; i < n; i += XENT_THREADS) {
+        a += row_loss[i];
+        b += row_hit[i];
+    }
+    *loss = xent_block_sum(a, sh);
+    *hits = xent_block_sum(b, sh);
+}
+
+// One block: the mean loss and the hit count, plus the first bad label (if
+// any) for the host's message.
 __global__ void xent_total_kernel(int n, const double *__restrict__ row_loss,
                                   const int *__restrict__ row_hit,
                                   const int32_t *__restrict__ labels,
                                   const int *__restrict__ bad_row, xent_result *out)
 {
     __shared__ double sh[XENT_THREADS];
-    int t = threadIdx.x;
     int bad = *bad_row;
     double loss = 0, hits = 0;
-    if (bad >= n)
-        for (int i = t; i < n; i += XENT_THREADS) {
-            loss += row_loss[i];
-            hits += row_hit[i];
-        }
-    loss = xent_block_sum(loss, sh);
-    hits = xent_block_sum(hits, sh);
-    if (t == 0) {
+    if (bad >= n) // uniform over the block
+        xent_rows_total(n, row_loss, row_hit, sh, &loss, &hits);
+    if (threadIdx.x == 0) {
         out->loss = (float)(loss / n);
         out->correct = (int)hits;
         out->bad_row = bad;
         out->bad_label = bad < n ? (int)labels[bad] : 0;
     }
+}
+
+// One block: acc[0] += mean loss, acc[1] += hits; a bad label adds NaN to
+// acc[0] (the next read shows it) and nothing to acc[1].
+__global__ void xent_acc_kernel(int n, const double *__restrict__ row_loss,
+                                const int *__restrict__ row_hit, const int *__restrict__ bad_row,
+                                double *acc)
+{
+    __shared__ double sh[XENT_THREADS];
+    if (*bad_row < n) { // uniform over the block
+        if (threadIdx.x == 0)
+            acc[0] += __longlong_as_double(0x7ff8000000000000LL); // quiet NaN
+        return;
+    }
+    double loss, hits;
+    xent_rows_total(n, row_loss, row_hit, sh, &loss, &hits);
+    if (threadIdx.x == 0) {
+        acc[0] += loss / n;
+        acc[1] += hits;
+    }
+}
+
+// Argument checks shared by both entry points.
+static int xent_check_args(const char *fn, int n, int classes, float smoothing)
+{
+    if (n < 1 || classes < 1)
+        return sl_fail(SL_EINVAL, "%s: %d rows of %d classes", fn, n, classes);
+    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+        return sl_fail(SL_EINVAL, "%s: label smoothing %g outside [0, 1]", fn,
+                       (double)smoothing);
+    return SL_OK;
+}
+
+// Device scratch of one xent call: row_loss (n doubles), the result,
+// bad_row, row_hit (n ints).
+struct xent_tmp {
+    double *row_loss;
+    xent_result *res;
+    int *bad_row, *row_hit;
+};
+
+// The scratch, bad_row set past every row (0x7f7f7f7f), and the label
+// check and row kernels enqueued: what both entry points share.
+static int xent_rows(const char *fn, sl_cuda_ctx *cx, int n, int classes, const float *logits,
+                     const int32_t *labels, float smoothing, const float *d_scale,
+                     int zero_on_bad, float *dlogits, xent_tmp *tp)
+{
+    size_t off_res = (size_t)n * sizeof(double);
+    size_t off_bad = off_res + sizeof(xent_result);
+    size_t off_hit = off_bad + sizeof(int);
+    size_t bytes = off_hit + (size_t)n * sizeof(int);
+    char *tmp = (char *)sl_cuda_tmp(cx, bytes);
+    if (!tmp)
+        return sl_fail(SL_ECUDA, "%s: %zu bytes of scratch for %d rows: %s", fn, bytes, n,
+                       sl_errmsg());
+    tp->row_loss = (double *)tmp;
+    tp->res = (xent_result *)(tmp + off_res);
+    tp->bad_row = (int *)(tmp + off_bad);
+    tp->row_hit = (int *)(tmp + off_hit);
+    cudaStream_t s = cx->stream;
+    int rc;
+    if ((rc = SL_CUDA(cudaMemsetAsync(tp->bad_row, 0x7f, sizeof(int), s))))
+        return sl_fail(rc, "%s: %s", fn, sl_errmsg());
+    xent_check_kernel<<<act_blocks(n), ACT_THREADS, 0, s>>>(n, classes, labels, tp->bad_row);
+    if ((rc = ACT_LAUNCHED(fn, "xent_check_kernel")))
+        return rc;
+    xent_row_kernel<<<(unsigned)n, XENT_THREADS, 0, s>>>(n, classes, logits, labels, smoothing,
+                                                         tp->bad_row, d_scale, zero_on_bad,
+                                                         dlogits, tp->row_loss, tp->row_hit);
+    return ACT_LAUNCHED(fn, "xent_row_kernel");
 }
 
 extern "C" int sl_xent_fwd_bwd_cuda(sl_exec *e, int n, int classes, const float *logits,
@@ -464,43 +601,21 @@ extern "C" int sl_xent_fwd_bwd_cuda(sl_exec *e, int n, int classes, const float 
     const char *fn = "sl_xent_fwd_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if (n < 1 || classes < 1)
-        return sl_fail(SL_EINVAL, "%s: %d rows of %d classes", fn, n, classes);
-    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
-        return sl_fail(SL_EINVAL, "%s: label smoothing %g outside [0, 1]", fn,
-                       (double)smoothing);
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = xent_check_args(fn, n, classes, smoothing)) || (rc = act_ctx(fn, e, &cx)))
         return rc;
     if (!cx->h_pinned)
         return sl_fail(SL_EINVAL, "%s: the cuda context has no pinned host buffer", fn);
-    // Scratch: row_loss (n doubles), the result, bad_row, row_hit (n ints).
-    size_t off_res = (size_t)n * sizeof(double);
-    size_t off_bad = off_res + sizeof(xent_result);
-    size_t off_hit = off_bad + sizeof(int);
-    size_t bytes = off_hit + (size_t)n * sizeof(int);
-    char *tmp = (char *)sl_cuda_tmp(cx, bytes);
-    if (!tmp)
-        return sl_fail(SL_ECUDA, "%s: %zu bytes of scratch for %d rows: %s", fn, bytes, n,
-                       sl_errmsg());
-    double *row_loss = (double *)tmp;
-    xent_result *d_res = (xent_result *)(tmp + off_res);
-    int *bad_row = (int *)(tmp + off_bad), *row_hit = (int *)(tmp + off_hit);
+    xent_tmp tp;
+    if ((rc = xent_rows(fn, cx, n, classes, logits, labels, smoothing, nullptr, 0, dlogits,
+                        &tp)))
+        return rc;
     cudaStream_t s = cx->stream;
-    // 0x7f7f7f7f: larger than any row.
-    if ((rc = SL_CUDA(cudaMemsetAsync(bad_row, 0x7f, sizeof(int), s))))
-        return rc; // the message names this function and the call
-    xent_check_kernel<<<act_blocks(n), ACT_THREADS, 0, s>>>(n, classes, labels, bad_row);
-    if ((rc = ACT_LAUNCHED(fn, "xent_check_kernel")))
-        return rc;
-    xent_row_kernel<<<(unsigned)n, XENT_THREADS, 0, s>>>(n, classes, logits, labels, smoothing,
-                                                         bad_row, dlogits, row_loss, row_hit);
-    if ((rc = ACT_LAUNCHED(fn, "xent_row_kernel")))
-        return rc;
-    xent_total_kernel<<<1, XENT_THREADS, 0, s>>>(n, row_loss, row_hit, labels, bad_row, d_res);
+    xent_total_kernel<<<1, XENT_THREADS, 0, s>>>(n, tp.row_loss, tp.row_hit, labels, tp.bad_row,
+                                                 tp.res);
     if ((rc = ACT_LAUNCHED(fn, "xent_total_kernel")))
         return rc;
     static_assert(sizeof(xent_result) <= SL_CUDA_PINNED_BYTES, "pinned buffer too small");
-    if ((rc = SL_CUDA(cudaMemcpyAsync(cx->h_pinned, d_res, sizeof(xent_result),
+    if ((rc = SL_CUDA(cudaMemcpyAsync(cx->h_pinned, tp.res, sizeof(xent_result),
                                       cudaMemcpyDeviceToHost, s))) ||
         (rc = SL_CUDA(cudaStreamSynchronize(s))))
         return sl_fail(rc, "%s (%d rows of %d classes)", sl_errmsg(), n, classes);
@@ -513,4 +628,26 @@ extern "C" int sl_xent_fwd_bwd_cuda(sl_exec *e, int n, int classes, const float 
     if (correct)
         *correct = res.correct;
     return SL_OK;
+}
+
+extern "C" int sl_xent_acc_cuda(sl_exec *e, int n, int classes, const float *logits,
+                                const int32_t *labels, float smoothing, const float *d_scale,
+                                float *dlogits, double *d_acc)
+{
+    const char *fn = "sl_xent_acc_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = xent_check_args(fn, n, classes, smoothing)))
+        return rc;
+    if (!d_acc)
+        return sl_fail(SL_EINVAL, "%s: no accumulator", fn);
+    if ((rc = act_ctx(fn, e, &cx)))
+        return rc;
+    xent_tmp tp;
+    if ((rc = xent_rows(fn, cx, n, classes, logits, labels, smoothing, d_scale, 1, dlogits,
+                        &tp)))
+        return rc;
+    xent_acc_kernel<<<1, XENT_THREADS, 0, cx->stream>>>(n, tp.row_loss, tp.row_hit, tp.bad_row,
+                                                        d_acc);
+    return ACT_LAUNCHED(fn, "xent_acc_kernel");
 }

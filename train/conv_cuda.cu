@@ -9,9 +9,22 @@
 // cuDNN then never reads the output, which is overwritten as the op table
 // requires (a NaN left there does not leak in).
 //
-// Algorithms. Chosen once per (shape, direction), on the first call, and
-// kept in a hash map keyed by the whole sl_conv_shape (a last batch of
-// another size is another shape); the descriptors live in the same entry.
+// Element type (train_int.h's table): x, w, y, dy, dx are in e->act; dw is
+// f32 always. The descriptors are of that type (CUDNN_DATA_FLOAT,
+// _BFLOAT16, _HALF) with compute type CUDNN_DATA_FLOAT in the convolution
+// descriptor: cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations (half or
+// bf16 data, f32 accumulation; bf16 needs sm_80+), as PyTorch sets them
+// (aten/src/ATen/cudnn/Descriptors.h). cuDNN's legacy API wants one type for
+// x, dy and dw, so backward-filter in bf16 / f16 writes a dw of that type
+// into the context's tmp buffer and sl_cast_cuda widens it into the f32 dw
+// (exact; the rounding to 8 / 11 bits happened in cuDNN's store). Tensor-
+// core kernels want 16-byte aligned buffers and c, k multiples of 8; other
+// shapes run slower kernels, which the heuristic ranking picks.
+//
+// Algorithms. Chosen once per (shape, type, direction), on the first call,
+// and kept in a hash map keyed by the whole sl_conv_shape and the element
+// type (a last batch of another size is another shape, a bf16 convolution
+// another entry than its f32 one); the descriptors live in the same entry.
 //   - Candidates: cuDNN's heuristic ranking (cudnnGet*Algorithm_v7), or
 //     with SLUICE_CUDNN_FIND=1 the measured ranking of cudnnFind*Ex, run
 //     on the caller's buffers (it writes the output, which the real call
@@ -21,12 +34,17 @@
 //     algorithms (atomics); a deterministic one makes runs reproduce. The
 //     heuristic ranking also makes the same choice on every run, which
 //     timing cannot promise; hence it is the default.
-//   - Math: with tf32 (cuda_int.h) the descriptor allows CUDNN_TENSOR_OP_MATH
-//     (TF32 tensor cores for fp32 data) and each algorithm runs with the
-//     math type cuDNN ranked it with. Not CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
-//     that also lets cuDNN convert fp32 data to fp16 (fp16's range, not just
-//     TF32's mantissa). Without tf32 every algorithm runs CUDNN_FMA_MATH,
-//     plain fp32 FMA (CUDNN_DEFAULT_MATH would still allow TF32 on A100+).
+//   - Math, f32 data: with tf32 (cuda_int.h) the descriptor allows
+//     CUDNN_TENSOR_OP_MATH (TF32 tensor cores for fp32 data) and each
+//     algorithm runs with the math type cuDNN ranked it with. Not
+//     CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: that also lets cuDNN convert
+//     fp32 data to fp16 (fp16's range, not just TF32's mantissa). Without
+//     tf32 every algorithm runs CUDNN_FMA_MATH, plain fp32 FMA
+//     (CUDNN_DEFAULT_MATH would still allow TF32 on A100+).
+//   - Math, bf16 / f16 data: CUDNN_TENSOR_OP_MATH whatever tf32 says (the
+//     data has its 8 / 11 bits already; TF32 is about f32 data), and each
+//     algorithm runs with the math type it was ranked with, ALLOW_CONVERSION
+//     included: there is no f32 data to down-convert.
 //   - Workspace: an algorithm needing more than ws_limit() is passed over;
 //     the chosen one's bytes come from sl_cuda_workspace (grown, shared by
 //     every conv of the context: they run one at a time on its stream).
@@ -53,10 +71,11 @@ static const size_t WS_MAX = (size_t)1 << 30;
 
 typedef struct conv_entry {
     sl_conv_shape key;
+    sl_dtype act;                     // element type of x, w, y (the key's second half)
     cudnnTensorDescriptor_t xd;       // x / dx: (n, h, w, c) NHWC
     cudnnTensorDescriptor_t yd;       // y / dy: (n, p, q, k) NHWC
     cudnnFilterDescriptor_t wd;       // w / dw: (k, r, s, c) KRSC
-    cudnnConvolutionDescriptor_t cd;  // pad, stride, cross-correlation, fp32
+    cudnnConvolutionDescriptor_t cd;  // pad, stride, cross-correlation, fp32 compute
     int chosen[NDIR];
     sl_conv_algo_info info[NDIR];
 } conv_entry;
@@ -83,55 +102,68 @@ typedef struct conv_args {
     void *out;
 } conv_args;
 
-// "n2 7x5x3 -> k5 3x3/2 pad 1": the object every message names.
-static const char *shape_text(const sl_conv_shape *sh, char *buf, size_t len)
+// "n2 7x5x3 -> k5 3x3/2 pad 1" (and " bf16" unless f32): the object every
+// message names.
+static const char *shape_text(const sl_conv_shape *sh, sl_dtype act, char *buf, size_t len)
 {
-    snprintf(buf, len, "n%d %dx%dx%d -> k%d %dx%d/%d pad %d", sh->n, sh->h, sh->w, sh->c, sh->k,
-             sh->r, sh->s, sh->stride, sh->pad);
+    snprintf(buf, len, "n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s%s", sh->n, sh->h, sh->w, sh->c,
+             sh->k, sh->r, sh->s, sh->stride, sh->pad, act == SL_DTYPE_F32 ? "" : " ",
+             act == SL_DTYPE_F32 ? "" : sl_act_name(act));
     return buf;
 }
 
+// The cuDNN data type of an activation type.
+static cudnnDataType_t cudnn_type(sl_dtype act)
+{
+    return act == SL_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16
+           : act == SL_DTYPE_F16 ? CUDNN_DATA_HALF
+                                 : CUDNN_DATA_FLOAT;
+}
+
 // ------------------------------------------------------------------ cache
-static void shape_fields(const sl_conv_shape *sh, int v[11])
+// The key's fields: the shape's eleven and the element type.
+enum { NKEY = 12 };
+static void key_fields(const sl_conv_shape *sh, sl_dtype act, int v[NKEY])
 {
     v[0] = sh->n, v[1] = sh->h, v[2] = sh->w, v[3] = sh->c, v[4] = sh->k, v[5] = sh->r;
     v[6] = sh->s, v[7] = sh->stride, v[8] = sh->pad, v[9] = sh->p, v[10] = sh->q;
+    v[11] = (int)act;
 }
 
-static int shape_eq(const sl_conv_shape *a, const sl_conv_shape *b)
+static int key_eq(const conv_entry *e, const sl_conv_shape *sh, sl_dtype act)
 {
-    int va[11], vb[11];
-    shape_fields(a, va);
-    shape_fields(b, vb);
+    int va[NKEY], vb[NKEY];
+    key_fields(&e->key, e->act, va);
+    key_fields(sh, act, vb);
     return memcmp(va, vb, sizeof va) == 0;
 }
 
 // FNV-1a over the fields, then a final mix so the low bits (the slot)
 // depend on every field.
-static uint64_t shape_hash(const sl_conv_shape *sh)
+static uint64_t key_hash(const sl_conv_shape *sh, sl_dtype act)
 {
-    int v[11];
-    shape_fields(sh, v);
+    int v[NKEY];
+    key_fields(sh, act, v);
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 11; i++) {
+    for (int i = 0; i < NKEY; i++) {
         h ^= (uint32_t)v[i];
         h *= 1099511628211ull;
     }
     return h ^ (h >> 31);
 }
 
-// The slot holding sh, or the empty slot where it would go.
-static int slot_of(const sl_conv_algo_cache *c, const sl_conv_shape *sh)
+// The slot holding (sh, act), or the empty slot where it would go.
+static int slot_of(const sl_conv_algo_cache *c, const sl_conv_shape *sh, sl_dtype act)
 {
-    int mask = c->cap - 1, i = (int)(shape_hash(sh) & (uint64_t)mask);
-    while (c->slots[i] && !shape_eq(&c->slots[i]->key, sh))
+    int mask = c->cap - 1, i = (int)(key_hash(sh, act) & (uint64_t)mask);
+    while (c->slots[i] && !key_eq(c->slots[i], sh, act))
         i = (i + 1) & mask;
     return i;
 }
 
-static conv_entry *cache_get(const sl_conv_algo_cache *c, const sl_conv_shape *sh)
+static conv_entry *cache_get(const sl_conv_algo_cache *c, const sl_conv_shape *sh, sl_dtype act)
 {
-    return c && c->cap ? c->slots[slot_of(c, sh)] : NULL;
+    return c && c->cap ? c->slots[slot_of(c, sh, act)] : NULL;
 }
 
 static void entry_free(conv_entry *e)
@@ -163,10 +195,10 @@ static int cache_put(sl_conv_algo_cache *c, conv_entry *e)
         c->cap = ncap;
         for (int i = 0; i < ocap; i++)
             if (old[i])
-                c->slots[slot_of(c, &old[i]->key)] = old[i];
+                c->slots[slot_of(c, &old[i]->key, old[i]->act)] = old[i];
         free(old);
     }
-    c->slots[slot_of(c, &e->key)] = e;
+    c->slots[slot_of(c, &e->key, e->act)] = e;
     c->count++;
     return SL_OK;
 }
@@ -196,30 +228,32 @@ extern "C" void sl_conv_algo_stats(const sl_cuda_ctx *c, int *shapes, long *sear
     *searches = c->algos ? c->algos->searches : 0;
 }
 
-extern "C" int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir,
-                                   sl_conv_algo_info *out)
+extern "C" int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype act,
+                                   sl_conv_dir dir, sl_conv_algo_info *out)
 {
-    const conv_entry *e = cache_get(c->algos, sh);
-    char s[96];
+    const conv_entry *e = cache_get(c->algos, sh, act);
+    char s[112];
     if ((unsigned)dir >= NDIR)
         return sl_fail(SL_EINVAL, "sl_conv_algo_lookup: direction %d", (int)dir);
     if (!e || !e->chosen[dir])
         return sl_fail(SL_ENOENT, "sl_conv_algo_lookup: %s: %s: not run yet",
-                       shape_text(sh, s, sizeof s), dir_name[dir]);
+                       shape_text(sh, act, s, sizeof s), dir_name[dir]);
     *out = e->info[dir];
     return SL_OK;
 }
 
 // ------------------------------------------------------------------ descriptors
-// The entry for sh with its four descriptors; cuDNN's output size must be
-// ours (p, q), or the two disagree about the geometry.
-static int entry_new(const sl_conv_shape *sh, conv_entry **out)
+// The entry for (sh, act) with its four descriptors; cuDNN's output size
+// must be ours (p, q), or the two disagree about the geometry.
+static int entry_new(const sl_conv_shape *sh, sl_dtype act, conv_entry **out)
 {
     *out = NULL;
     conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
     if (!e)
         return sl_fail(SL_ENOMEM, "conv algorithm cache: out of memory");
     e->key = *sh;
+    e->act = act;
+    cudnnDataType_t dt = cudnn_type(act);
     int rc, n, k, p, q;
     // A failed create leaves its descriptor NULL so entry_free skips it.
     if ((rc = SL_CUDNN(cudnnCreateTensorDescriptor(&e->xd)))) {
@@ -238,13 +272,14 @@ static int entry_new(const sl_conv_shape *sh, conv_entry **out)
         e->cd = NULL;
         goto fail;
     }
-    // Dimensions are given as (n, c, h, w) whatever the format.
-    if ((rc = SL_CUDNN(cudnnSetTensor4dDescriptor(e->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
-                                                  sh->n, sh->c, sh->h, sh->w))) ||
-        (rc = SL_CUDNN(cudnnSetTensor4dDescriptor(e->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
-                                                  sh->n, sh->k, sh->p, sh->q))) ||
-        (rc = SL_CUDNN(cudnnSetFilter4dDescriptor(e->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                                  sh->k, sh->c, sh->r, sh->s))) ||
+    // Dimensions are given as (n, c, h, w) whatever the format; the
+    // convolution computes in float for every data type (file comment).
+    if ((rc = SL_CUDNN(cudnnSetTensor4dDescriptor(e->xd, CUDNN_TENSOR_NHWC, dt, sh->n, sh->c,
+                                                  sh->h, sh->w))) ||
+        (rc = SL_CUDNN(cudnnSetTensor4dDescriptor(e->yd, CUDNN_TENSOR_NHWC, dt, sh->n, sh->k,
+                                                  sh->p, sh->q))) ||
+        (rc = SL_CUDNN(cudnnSetFilter4dDescriptor(e->wd, dt, CUDNN_TENSOR_NHWC, sh->k, sh->c,
+                                                  sh->r, sh->s))) ||
         (rc = SL_CUDNN(cudnnSetConvolution2dDescriptor(e->cd, sh->pad, sh->pad, sh->stride,
                                                        sh->stride, 1, 1,
                                                        CUDNN_CROSS_CORRELATION,
@@ -382,7 +417,8 @@ static cudnnStatus_t ws_size(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, int
 // workspace limit.
 static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_args *a)
 {
-    cudnnMathType_t want = c->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    int lowp = e->act != SL_DTYPE_F32; // bf16 / f16: tensor cores whatever tf32 says
+    cudnnMathType_t want = lowp || c->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
     cand cands[MAX_CANDS];
     int n = 0, rc;
     size_t limit;
@@ -403,10 +439,11 @@ static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_arg
             const cand *k = &cands[i];
             if (pass == 0 && !k->det)
                 continue;
-            // Without tf32 every candidate runs as plain FMA; with it, as
-            // ranked (never the fp16-converting mode, see the top).
-            cudnnMathType_t math = c->tf32 ? k->math : CUDNN_FMA_MATH;
-            if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+            // f32 data: without tf32 every candidate runs as plain FMA;
+            // with it, as ranked (never the fp16-converting mode, see the
+            // top). bf16 / f16 data: as ranked.
+            cudnnMathType_t math = lowp || c->tf32 ? k->math : CUDNN_FMA_MATH;
+            if (!lowp && math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
                 continue;
             size_t bytes = 0;
             if (cudnnSetConvolutionMathType(e->cd, math) != CUDNN_STATUS_SUCCESS ||
@@ -421,17 +458,18 @@ static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_arg
             return SL_OK;
         }
     return sl_fail(SL_ECUDA, "no cuDNN algorithm runs it (%d ranked, %s math, workspace limit "
-                             "%zu bytes)", n, c->tf32 ? "tf32" : "fp32", limit);
+                             "%zu bytes)", n, lowp ? "tensor-op" : c->tf32 ? "tf32" : "fp32",
+                   limit);
 }
 
-// The entry for sh with an algorithm for dir, searching on first use.
-static int plan(sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir, const conv_args *a,
-                conv_entry **out)
+// The entry for (sh, act) with an algorithm for dir, searching on first use.
+static int plan(sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype act, sl_conv_dir dir,
+                const conv_args *a, conv_entry **out)
 {
-    conv_entry *e = cache_get(c->algos, sh);
+    conv_entry *e = cache_get(c->algos, sh, act);
     int rc;
     if (!e) {
-        if ((rc = entry_new(sh, &e)))
+        if ((rc = entry_new(sh, act, &e)))
             return rc;
         if ((rc = cache_put(c->algos, e))) {
             entry_free(e);
@@ -445,14 +483,36 @@ static int plan(sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir, const 
 }
 
 // ------------------------------------------------------------------ ops
+// alpha and beta are floats for every data type here (cuDNN takes float
+// scaling factors for HALF, BFLOAT16 and FLOAT data, double for DOUBLE). A
+// bf16 / f16 backward-filter runs cuDNN into the context's tmp buffer (nw
+// elements of the type; a.out points there, dw keeps the caller's f32
+// array) and then widens that into dw with sl_cast_cuda, on the same
+// stream.
 static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_args a)
 {
     sl_cuda_ctx *c = sl_cuda_of(ex);
+    sl_dtype act = ex->act;
     conv_entry *e = NULL;
-    void *ws = NULL;
+    void *ws = NULL, *dw = NULL;
     const float one = 1.0f, zero = 0.0f;
+    int64_t nw = (int64_t)sh->k * sh->r * sh->s * sh->c;
     int rc;
-    if ((rc = SL_CUDA(cudaSetDevice(c->device))) || (rc = plan(c, sh, dir, &a, &e)))
+    if ((int)act < 0 || act > SL_DTYPE_LAST) {
+        rc = sl_fail(SL_EINVAL, "activation type %d is none of f32, bf16, f16", (int)act);
+        act = SL_DTYPE_F32; // for the message
+        goto fail;
+    }
+    if ((rc = SL_CUDA(cudaSetDevice(c->device))))
+        goto fail;
+    if (dir == SL_CONV_BWD_FILTER && act != SL_DTYPE_F32) {
+        dw = a.out;
+        if (!(a.out = sl_cuda_tmp(c, (size_t)nw * 2))) {
+            rc = SL_ECUDA;
+            goto fail;
+        }
+    }
+    if ((rc = plan(c, sh, act, dir, &a, &e)))
         goto fail;
     {
         const sl_conv_algo_info *in = &e->info[dir];
@@ -484,11 +544,13 @@ static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_
         if (rc)
             goto fail;
     }
+    if (dw && (rc = sl_cast_cuda(ex, nw, a.out, act, dw, SL_DTYPE_F32)))
+        goto fail;
     return SL_OK;
 fail:
-    char s[96];
-    return sl_fail(rc, "sl_conv_%s_cuda: %s: %s", dir_name[dir], shape_text(sh, s, sizeof s),
-                   sl_errmsg());
+    char s[112];
+    return sl_fail(rc, "sl_conv_%s_cuda: %s: %s", dir_name[dir],
+                   shape_text(sh, act, s, sizeof s), sl_errmsg());
 }
 
 // x (n,h,w,c), w (k,r,s,c) -> y (n,p,q,k); device pointers.
@@ -505,7 +567,8 @@ extern "C" int sl_conv_bwd_data_cuda(sl_exec *e, const sl_conv_shape *sh, const 
     return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx});
 }
 
-// x (n,h,w,c), dy (n,p,q,k) -> dw (k,r,s,c) = sum over n, p, q of dy x patch.
+// x (n,h,w,c), dy (n,p,q,k) -> dw (k,r,s,c) = sum over n, p, q of dy x patch;
+// dw is f32 whatever e->act.
 extern "C" int sl_conv_bwd_filter_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
                                        const float *d_dy, float *d_dw)
 {

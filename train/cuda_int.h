@@ -12,6 +12,15 @@
  *   act_cuda.cu     relu, add, max-pool, global average pool, softmax
  *                   cross-entropy
  *   linear_cuda.cu  fully connected through cuBLAS
+ *   amp_cuda.cu     mixed precision: element casts, the loss scale's
+ *                   inf/nan check and update
+ *
+ * Activation type. Every op honours e->act (train_int.h's "Activation
+ * type" table): the kernels are templates on the element type (float,
+ * __nv_bfloat16, __half) that load, compute in f32 (or double where the
+ * f32 op already did) and round to nearest even on the store; cuDNN
+ * convolutions take descriptors of that type with compute type float. The
+ * C++ helpers for this are at the end of this header (nvcc only).
  *
  * Every op runs on ctx->stream and does not synchronize the host, except
  * where the op's contract returns a host value (xent's loss and correct
@@ -22,7 +31,9 @@
  * Math mode. Convolutions and GEMMs may use TF32 tensor cores (the
  * default: the speed the GPU issue is about). SLUICE_CUDA_TF32=0 in the
  * environment (read at context creation) forces full fp32 math, which the
- * tests against the ref backend use (TF32 keeps 10 mantissa bits).
+ * tests against the ref backend use (TF32 keeps 10 mantissa bits). It
+ * concerns f32 data only: bf16 / f16 convolutions always run cuDNN's
+ * tensor-op math with f32 accumulation (conv_cuda.cu).
  *
  * Built when CUDA and cuDNN are (SLUICE_TRAIN_CUDA, CMakeLists.txt).
  *
@@ -33,6 +44,7 @@
 #define SL_CUDA_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "train/train_int.h"
 
@@ -95,7 +107,9 @@ int sl_cuda_launch_check(const char *kernel, const char *file, int line);
 int sl_conv_algo_cache_create(int find, sl_conv_algo_cache **out);
 void sl_conv_algo_cache_free(sl_conv_algo_cache *c);
 
-/* What the cache chose, for tests and perf tools. */
+/* What the cache chose, for tests and perf tools. The cache key is the
+ * shape and the activation type (a bf16 convolution of a shape is another
+ * entry than its f32 one). */
 typedef enum sl_conv_dir { SL_CONV_FWD = 0, SL_CONV_BWD_DATA, SL_CONV_BWD_FILTER } sl_conv_dir;
 typedef struct sl_conv_algo_info {
     int algo;              /* the direction's cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
@@ -103,17 +117,113 @@ typedef struct sl_conv_algo_info {
     int deterministic;     /* cuDNN reports it as deterministic */
     size_t ws_bytes;       /* workspace it needs */
 } sl_conv_algo_info;
-/* Shapes held and algorithm searches run so far (one per shape and direction). */
+/* Entries (shape, type) held and algorithm searches run so far (one per
+ * entry and direction). */
 void sl_conv_algo_stats(const sl_cuda_ctx *c, int *shapes, long *searches);
-/* The choice for (sh, dir): SL_OK, or SL_ENOENT when that pair has not run yet. */
-int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_conv_dir dir,
-                        sl_conv_algo_info *out);
+/* The choice for (sh, act, dir): SL_OK, or SL_ENOENT when that has not run yet. */
+int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype act,
+                        sl_conv_dir dir, sl_conv_algo_info *out);
 
 SL_DECLARE_OPS(cuda)
+
+/* ------------------------------------------------------ mixed precision */
+/* Each enqueues its kernels on ctx->stream and returns without waiting for
+ * the GPU (the stream can be captured into a CUDA graph). All pointers are
+ * device memory. */
+
+/* dst[i] = (dt) src[i] for n elements, types from SL_DTYPE_*; on ctx->stream.
+ * Narrowing rounds to nearest even (overflow gives inf, NaN stays NaN);
+ * widening is exact. dst must not overlap src unless it is src with the
+ * same type (a no-op). SL_EINVAL for n < 0 or a bad type; n == 0 is a
+ * no-op. (amp_cuda.cu) */
+int sl_cast_cuda(sl_exec *e, int64_t n, const void *src, sl_dtype st, void *dst, sl_dtype dt);
+
+/* Softmax cross-entropy as xent_fwd_bwd (f32 logits/dlogits, label smoothing), with NO host
+ * synchronization: d_acc[0] += the batch's mean loss, d_acc[1] += its correct count (device
+ * doubles, the caller zeroes and reads them); dlogits are the usual (softmax - target)/n,
+ * multiplied by *d_scale when d_scale is not NULL (device float: fp16 loss scaling).
+ * The product is taken in float after the usual f32 dlogits, so a power-of-two
+ * scale gives exactly scale times xent_fwd_bwd's dlogits. A label outside
+ * [0, classes) (the feed checks labels on the host before they come here)
+ * cannot be reported without a wait: that batch adds NaN to d_acc[0] (seen
+ * at the next read), nothing to d_acc[1], and its dlogits are all zero (no
+ * NaN reaches the weights). SL_EINVAL for bad n, classes or smoothing.
+ * (act_cuda.cu) */
+int sl_xent_acc_cuda(sl_exec *e, int n, int classes, const float *logits,
+                     const int32_t *labels, float smoothing, const float *d_scale,
+                     float *dlogits, double *d_acc);
+
+/* Dynamic loss scaling state, in device memory (one per replica). */
+typedef struct sl_amp_state {
+    float scale;    /* the loss is multiplied by it (xent's d_scale points here) */
+    int good_steps; /* steps since the last inf/nan or growth */
+    int found_inf;  /* set by sl_amp_check_cuda, cleared by sl_amp_update_cuda */
+    int skipped;    /* steps skipped for inf/nan so far */
+} sl_amp_state;
+/* found_inf = 1 if any of the n grads is inf or nan (leaves it 1 if already set).
+ * n == 0 is a no-op; SL_EINVAL for n < 0. (amp_cuda.cu) */
+int sl_amp_check_cuda(sl_exec *e, const float *grads, int64_t n, sl_amp_state *d_amp);
+/* After the step: found_inf ? (scale *= backoff, good_steps = 0, skipped++)
+ *                : (++good_steps == interval ? scale *= growth, good_steps = 0);
+ * then found_inf = 0. (torch.cuda.amp.GradScaler: growth 2, backoff 0.5, interval 2000.)
+ * As torch's _amp_update_scale_, a grown scale that is not finite is not
+ * taken (the scale stays, good_steps restarts). SL_EINVAL unless growth is
+ * finite and >= 1, 0 < backoff <= 1 and interval >= 1. (amp_cuda.cu) */
+int sl_amp_update_cuda(sl_exec *e, sl_amp_state *d_amp, float growth, float backoff, int interval);
 
 #ifdef __cplusplus
 }
 #endif
+
+#ifdef __CUDACC__
+/* ------------------------------------------- element types (nvcc only) */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* "f32", "bf16", "f16" for messages. */
+static inline const char *sl_act_name(sl_dtype t)
+{
+    return t == SL_DTYPE_F32 ? "f32" : t == SL_DTYPE_BF16 ? "bf16" : t == SL_DTYPE_F16 ? "f16"
+                                                                                     : "?";
+}
+
+/* One activation element to f32 (exact) and an f32 back to the element
+ * type (round to nearest even; NaN stays NaN, overflow is inf). */
+static __device__ __forceinline__ float sl_ld(const float *p) { return *p; }
+static __device__ __forceinline__ float sl_ld(const __nv_bfloat16 *p)
+{
+    return __bfloat162float(*p);
+}
+static __device__ __forceinline__ float sl_ld(const __half *p) { return __half2float(*p); }
+static __device__ __forceinline__ void sl_st(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void sl_st(__nv_bfloat16 *p, float v)
+{
+    *p = __float2bfloat16_rn(v);
+}
+static __device__ __forceinline__ void sl_st(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* f(T()) with T the C++ element type of act: the host side of a templated
+ * op, e.g.
+ *     return sl_act_switch(fn, e->act, [&](auto t) -> int {
+ *         using T = decltype(t);
+ *         relu_kernel<T><<<...>>>(n, (const T *)x, (T *)y);
+ *         return SL_LAUNCHED("relu_kernel");
+ *     });
+ * SL_EINVAL naming fn for a value that is no sl_dtype. */
+template <typename F>
+static inline int sl_act_switch(const char *fn, sl_dtype act, F f)
+{
+    switch (act) {
+    case SL_DTYPE_F32:
+        return f(float());
+    case SL_DTYPE_BF16:
+        return f(__nv_bfloat16());
+    case SL_DTYPE_F16:
+        return f(__half());
+    }
+    return sl_fail(SL_EINVAL, "%s: activation type %d is none of f32, bf16, f16", fn, (int)act);
+}
+#endif /* __CUDACC__ */
 
 #endif /* SLUICE_TRAIN_CUDA */
 #endif /* SL_CUDA_INT_H */

@@ -8,6 +8,10 @@
  * largest logits, ties going to the lower class index (torch.topk's order
  * for equal values is unspecified; this one is at least stable).
  *
+ * On a device (a placed model, cuda exec) the pipeline copies u8 batches
+ * to the GPU and the feed normalizes them there (train/dev_int.h); the
+ * logits come back to the host, where the loss and the ranks are taken.
+ *
  * Threading: the caller's thread drives the model; the pipeline runs its
  * own threads.
  */
@@ -16,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "train/dev_int.h"
 #include "train/train.h"
 
 static double now_s(void)
@@ -36,23 +41,46 @@ static int label_rank(const float *row, int classes, int label)
     return rank;
 }
 
-int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data, sl_eval_result *res)
+/* Softmax cross-entropy of one row (no smoothing), in double. */
+static double row_xent(const float *row, int classes, int label)
+{
+    double mx = row[0], s = 0;
+    for (int j = 1; j < classes; j++)
+        mx = row[j] > mx ? row[j] : mx;
+    for (int j = 0; j < classes; j++)
+        s += exp((double)row[j] - mx);
+    return log(s) + mx - (double)row[label];
+}
+
+int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
+                sl_eval_result *res)
 {
     memset(res, 0, sizeof *res);
     const sl_model_config *mc = sl_model_config_of(m);
-    int classes = mc->classes, mh, mw;
+    int classes = mc->classes, mh, mw, dev = sl_dev_on_device(e);
     sl_model_input_size(m, &mh, &mw);
-    if (data->height != mh || data->width != mw || data->layout != SL_LAYOUT_NHWC_F32)
+    sl_pipeline_config dd = *data_in;
+    const sl_pipeline_config *data = &dd;
+    if (dev) {
+        dd.device = sl_dev_device(e);
+        dd.layout = SL_LAYOUT_NHWC_U8;
+    }
+    if (data->height != mh || data->width != mw ||
+        data->layout != (dev ? SL_LAYOUT_NHWC_U8 : SL_LAYOUT_NHWC_F32))
         return sl_fail(SL_EINVAL, "sl_eval_run: the pipeline gives %dx%d %s batches, the model "
                        "takes %dx%d NHWC f32", data->height, data->width,
                        data->layout == SL_LAYOUT_NHWC_F32 ? "NHWC f32" : "non-NHWC-f32", mh, mw);
     double t0 = now_s();
     sl_pipeline *p = NULL;
+    sl_dev_feed *feed = NULL;
     float *dlogits = NULL;
     int32_t *labels = NULL;
     int rc = sl_pipeline_create(data, &p);
     if (rc)
         return rc;
+    if (dev && (rc = sl_dev_feed_create(e, (int)data->batch, mh, mw, data->mean, data->std,
+                                        &feed)))
+        goto out;
     dlogits = malloc(sizeof(float) * (size_t)data->batch * (size_t)classes);
     labels = malloc(sizeof(int32_t) * data->batch);
     if (!dlogits || !labels) {
@@ -82,15 +110,24 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data, sl_eval
                 goto out;
             }
         }
-        rc = sl_model_forward(m, e, (const float *)b->data, n, 0, &logits);
+        if (dev) {
+            /* dlogits holds the logits copied back */
+            const void *x;
+            const int32_t *dl;
+            if (!(rc = sl_dev_feed_put(feed, b, classes, &x, &dl)) &&
+                !(rc = sl_model_forward(m, e, x, n, 0, &logits)))
+                rc = sl_dev_copy_out(e, dlogits, logits, sizeof(float) * (size_t)n * classes);
+            int r2 = sl_dev_feed_done(feed);
+            rc = rc ? rc : r2;
+            logits = dlogits;
+        } else {
+            rc = sl_model_forward(m, e, (const float *)b->data, n, 0, &logits);
+        }
         sl_pipeline_release(p, b);
         if (rc)
             goto out;
-        float loss;
-        rc = e->ops->xent_fwd_bwd(e, n, classes, logits, labels, 0.0f, &loss, dlogits, NULL);
-        if (rc)
-            goto out;
-        loss_sum += (double)loss * n;
+        for (int i = 0; i < n; i++)
+            loss_sum += row_xent(logits + (size_t)i * classes, classes, labels[i]);
         for (int i = 0; i < n; i++) {
             int r = label_rank(logits + (size_t)i * classes, classes, labels[i]);
             top1 += r < 1;
@@ -107,6 +144,7 @@ out:
     res->seconds = now_s() - t0;
     free(dlogits);
     free(labels);
+    sl_dev_feed_destroy(feed);
     sl_pipeline_destroy(p);
     return rc;
 }

@@ -147,7 +147,7 @@ static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train)
     const char *fn = "sl_model_forward";
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, e->ops->conv_fwd(e, &sh, input_of(m, c), c->w, c->y));
+    OP(fn, c->conv_name, e->ops->conv_fwd(e, &sh, input_of(m, c), c->wc, c->y));
     int64_t rows = (int64_t)n * c->p * c->q;
     if (train && m->sync_on) {
         int rc = bn_sync_fwd(m, e, c, rows);
@@ -198,6 +198,10 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     if (n < 1 || n > m->max_batch)
         return sl_fail(SL_EINVAL, "%s: batch %d outside [1, %d]", fn, n, m->max_batch);
+    if (m->dev_e ? e != m->dev_e : e->backend == SL_BACKEND_CUDA)
+        return sl_fail(SL_EINVAL, "%s: the model %s; the exec is %s (sl_model_place)", fn,
+                       m->dev_e ? "is on a device with another exec" : "is in host memory",
+                       sl_backend_name(e->backend));
     if (train) {
         /* PyTorch refuses batch statistics over a single value per channel
          * (the unbiased running variance would divide by zero); with sync,
@@ -279,7 +283,7 @@ static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dz, float *
     if ((rc = grad_ready(m, c->tensor)))
         return rc;
     if (dx)
-        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, tmp, c->w, dx));
+        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, tmp, c->wc, dx));
     return SL_OK;
 }
 
@@ -310,6 +314,8 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     if (!m || !e || !e->ops || !dlogits)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     int n = m->train_n;
+    if (m->dev_e ? e != m->dev_e : e->backend == SL_BACKEND_CUDA)
+        return sl_fail(SL_EINVAL, "%s: the model and the exec are not on the same device", fn);
     if (n < 1)
         return sl_fail(SL_EINVAL, "%s: the last forward was not a train forward", fn);
     float *A = m->gbuf[0], *B = m->gbuf[1], *C = m->gbuf[2];
@@ -380,6 +386,9 @@ int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s)
         return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: allreduce_sum is NULL");
     if (s && s->world < 1)
         return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: world %d < 1", s->world);
+    if (s && m->dev_e)
+        return sl_fail(SL_ENOTSUP, "sl_model_set_bn_sync: sync-BN runs on the host only so "
+                       "far (the model is on %s)", sl_backend_name(m->dev_e->backend));
     /* A backward must use the statistics its forward used: a change in
      * between makes that backward refuse to run. */
     m->train_n = 0;

@@ -16,7 +16,10 @@
  *            each BN's output z (ReLU applied in place; the last BN of a
  *            block also takes the residual add and the block's ReLU, so z is
  *            the block output), the stem's max-pool output and argmax, the
- *            pooled features and the logits;
+ *            pooled features and the logits; placed with a 2-byte activation
+ *            type, activations hold 2-byte elements in their float-sized
+ *            slots (the offsets stay those of f32: simple, at the cost of
+ *            unused memory);
  *   gbuf[3]  activation gradients: three buffers of the largest activation,
  *            reused layer after layer (model.c's backward says how), instead
  *            of one gradient per activation.
@@ -39,6 +42,8 @@ typedef struct sl_cbn {
     int input;           /* where x comes from: -2 model input, -1 max-pool output,
                             >= 0 the z of that cbn */
     float *w, *gw;       /* (cout, r, r, cin) OHWI */
+    float *wc;           /* the weights the convs read: w, or (placed with a 2-byte
+                            activation type) w's copy in that type (sl_model_refresh) */
     float *gamma, *beta, *ggamma, *gbeta; /* (cout) */
     float *rmean, *rvar; /* (cout) running statistics */
     int64_t *nbt;        /* num_batches_tracked */
@@ -98,6 +103,18 @@ struct sl_model {
 
     sl_grad_ready_fn hook; /* sl_model_set_grad_hook; NULL: none */
     void *hook_ctx;
+
+    /* On a device (sl_model_place): the arenas above, pool_arg and the
+     * activation pointers are device memory of dev_e; the state dict
+     * points at the host copies h_params / h_bufs (sl_model_pull/push);
+     * h_grads is the host grads arena the state dict's grad fields name
+     * (not written while placed). wc_arena: the conv weights in the
+     * activation type (arena_floats elements of act_size bytes, at the
+     * params' offsets), NULL with f32. */
+    sl_exec *dev_e;
+    float *h_params, *h_grads, *h_bufs;
+    void *wc_arena;
+    int64_t bufs_floats, acts_floats; /* arena sizes (floats) */
 
     const float *x;      /* input of the last forward (the caller's buffer) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */

@@ -5,6 +5,17 @@
 //
 // Layout: x, y, dy, dx are (rows, c), rows = n*h*w (NHWC flattened, c
 // fastest); every per-channel array is (c). All pointers are device memory.
+// Element type: x, y, dy, dx are in e->act (f32, bf16 or f16); gamma,
+// beta, the running, saved and summed statistics, dgamma and dbeta are
+// always f32 (train_int.h's table). The kernels touching rows are
+// templates on the element type T: each element is widened on load (exact)
+// and every sum and formula runs in double as before, the result rounded
+// to f32 and then to T on the store - ref's f32 value rounded to T.
+// cuDNN's legacy batch norm would take half x with f32 statistics too
+// (cudnnDeriveBNTensorDescriptor gives a float descriptor for half data),
+// but these kernels also serve the sync-BN pieces, which cuDNN has no
+// counterpart for, they are deterministic, and one code path keeps every
+// type in step with norm_ref.c; so they stay.
 //
 // DESIGN
 //   Reductions (per-channel sums over rows) are two-level and deterministic:
@@ -70,9 +81,10 @@ enum { BN_SUM = 0, BN_SQDEV = 1, BN_DY = 2 };
 //      BN_DY:    part0 = sum dy, part1 = sum dy*(x - mean)*invstd
 // M: the mean's type (double from this file's own pass, float from a caller).
 // part0, part1: (gy, c) doubles.
-template <int MODE, typename M>
-__global__ void bn_reduce_kernel(int64_t rows, int c, bn_plan p, const float *__restrict__ x,
-                                 const float *__restrict__ dy, const M *__restrict__ mean,
+// T: the element type of x and dy.
+template <int MODE, typename M, typename T>
+__global__ void bn_reduce_kernel(int64_t rows, int c, bn_plan p, const T *__restrict__ x,
+                                 const T *__restrict__ dy, const M *__restrict__ mean,
                                  const float *__restrict__ invstd, double *__restrict__ part0,
                                  double *__restrict__ part1)
 {
@@ -90,14 +102,14 @@ __global__ void bn_reduce_kernel(int64_t rows, int c, bn_plan p, const float *__
             is = (double)invstd[ch];
         int64_t step = (int64_t)gridDim.y * p.k;
         for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
-            double v = x[r * c + ch];
+            double v = sl_ld(x + r * c + ch);
             if (MODE == BN_SUM) {
                 a += v;
             } else if (MODE == BN_SQDEV) {
                 double d = v - mu;
                 a += d * d;
             } else {
-                double g = dy[r * c + ch];
+                double g = sl_ld(dy + r * c + ch);
                 a += g;
                 b += g * (v - mu) * is;
             }
@@ -217,12 +229,14 @@ __global__ void bn_sync_prep_kernel(int c, const float *mean, const float *var, 
     is[ch] = invstd;
 }
 
-// y = gamma*(x - mu)*is + beta, in double as norm_ref.c. Same grid as the
-// reduction (every thread keeps one channel's constants in registers).
-__global__ void bn_apply_kernel(int64_t rows, int c, bn_plan p, const float *x,
+// y = gamma*(x - mu)*is + beta, in double as norm_ref.c (then f32, then T).
+// Same grid as the reduction (every thread keeps one channel's constants in
+// registers).
+template <typename T>
+__global__ void bn_apply_kernel(int64_t rows, int c, bn_plan p, const T *x,
                                 const float *__restrict__ gamma, const float *__restrict__ beta,
                                 const double *__restrict__ mu, const double *__restrict__ is,
-                                float *y)
+                                T *y)
 {
     int t = threadIdx.x;
     int lane = t / p.cw, cl = t - lane * p.cw;
@@ -233,7 +247,7 @@ __global__ void bn_apply_kernel(int64_t rows, int c, bn_plan p, const float *x,
     int64_t step = (int64_t)gridDim.y * p.k;
     for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
         int64_t i = r * c + ch;
-        y[i] = (float)(g * ((double)x[i] - m) * s + b);
+        sl_st(y + i, (float)(g * ((double)sl_ld(x + i) - m) * s + b));
     }
 }
 
@@ -277,14 +291,14 @@ __global__ void bn_sums_out_kernel(int c, int gy, const double *__restrict__ par
 
 // dx = gamma*invstd/total * (total*dy - sdy - xhat*sdyx), xhat = (x - mean)*invstd,
 // in double as norm_ref.c / norm_sync_ref.c. S: the sums' type (double from
-// bn_bwd's own reduction, float from an all-reduce).
-template <typename S>
-__global__ void bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const float *x,
-                                    const float *dy, const float *__restrict__ gamma,
+// bn_bwd's own reduction, float from an all-reduce); T: x, dy, dx.
+template <typename S, typename T>
+__global__ void bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const T *x, const T *dy,
+                                    const float *__restrict__ gamma,
                                     const float *__restrict__ save_mean,
                                     const float *__restrict__ save_invstd,
                                     const S *__restrict__ sum_dy, const S *__restrict__ sum_dyx,
-                                    double total, float *dx)
+                                    double total, T *dx)
 {
     int t = threadIdx.x;
     int lane = t / p.cw, cl = t - lane * p.cw;
@@ -297,8 +311,8 @@ __global__ void bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const float 
     int64_t step = (int64_t)gridDim.y * p.k;
     for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
         int64_t i = r * c + ch;
-        double xhat = ((double)x[i] - mean) * invstd;
-        dx[i] = (float)(k * (total * (double)dy[i] - sdy - xhat * sdyx));
+        double xhat = ((double)sl_ld(x + i) - mean) * invstd;
+        sl_st(dx + i, (float)(k * (total * (double)sl_ld(dy + i) - sdy - xhat * sdyx)));
     }
 }
 
@@ -402,21 +416,26 @@ extern "C" int sl_bn_fwd_train_cuda(sl_exec *e, int64_t rows, int c, const float
     double *mu = st, *is = st + c;
     cudaStream_t s = cx->stream;
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_reduce_kernel<BN_SUM, double>
-        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, nullptr, nullptr, part, nullptr);
-    BN_LAUNCHED("bn_reduce_kernel<sum>");
-    bn_mean_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(rows, c, p.gy, part, mu);
-    BN_LAUNCHED("bn_mean_kernel");
-    bn_reduce_kernel<BN_SQDEV, double>
-        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, mu, nullptr, part, nullptr);
-    BN_LAUNCHED("bn_reduce_kernel<sqdev>");
-    bn_var_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(
-        rows, c, p.gy, part, mu, momentum, eps, is, running_mean, running_var, save_mean,
-        save_invstd);
-    BN_LAUNCHED("bn_var_kernel");
-    bn_apply_kernel<<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, gamma, beta, mu, is, y);
-    BN_LAUNCHED("bn_apply_kernel");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        const T *xt = (const T *)x;
+        bn_reduce_kernel<BN_SUM, double, T>
+            <<<grid, BN_THREADS, 0, s>>>(rows, c, p, xt, nullptr, nullptr, nullptr, part, nullptr);
+        BN_LAUNCHED("bn_reduce_kernel<sum>");
+        bn_mean_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(rows, c, p.gy, part, mu);
+        BN_LAUNCHED("bn_mean_kernel");
+        bn_reduce_kernel<BN_SQDEV, double, T>
+            <<<grid, BN_THREADS, 0, s>>>(rows, c, p, xt, nullptr, mu, nullptr, part, nullptr);
+        BN_LAUNCHED("bn_reduce_kernel<sqdev>");
+        bn_var_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(
+            rows, c, p.gy, part, mu, momentum, eps, is, running_mean, running_var, save_mean,
+            save_invstd);
+        BN_LAUNCHED("bn_var_kernel");
+        bn_apply_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, xt, gamma, beta, mu, is,
+                                                       (T *)y);
+        BN_LAUNCHED("bn_apply_kernel");
+        return SL_OK;
+    });
 }
 
 extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -441,9 +460,13 @@ extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float 
                                                                       running_var, eps, mu, is);
     BN_LAUNCHED("bn_eval_prep_kernel");
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_apply_kernel<<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, gamma, beta, mu, is, y);
-    BN_LAUNCHED("bn_apply_kernel");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        bn_apply_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, (const T *)x, gamma, beta, mu,
+                                                       is, (T *)y);
+        BN_LAUNCHED("bn_apply_kernel");
+        return SL_OK;
+    });
 }
 
 extern "C" int sl_bn_bwd_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
@@ -464,16 +487,20 @@ extern "C" int sl_bn_bwd_cuda(sl_exec *e, int64_t rows, int c, const float *x, c
     double *part1 = part + (size_t)p.gy * c, *sdy = st, *sdyx = st + c;
     cudaStream_t s = cx->stream;
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_reduce_kernel<BN_DY, float><<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, dy, save_mean,
-                                                                save_invstd, part, part1);
-    BN_LAUNCHED("bn_reduce_kernel<dy>");
-    bn_bwd_sums_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1, sdy,
-                                                                    sdyx, dgamma, dbeta);
-    BN_LAUNCHED("bn_bwd_sums_kernel");
-    bn_bwd_apply_kernel<double><<<grid, BN_THREADS, 0, s>>>(
-        rows, c, p, x, dy, gamma, save_mean, save_invstd, sdy, sdyx, (double)rows, dx);
-    BN_LAUNCHED("bn_bwd_apply_kernel<double>");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        const T *xt = (const T *)x, *dyt = (const T *)dy;
+        bn_reduce_kernel<BN_DY, float, T><<<grid, BN_THREADS, 0, s>>>(
+            rows, c, p, xt, dyt, save_mean, save_invstd, part, part1);
+        BN_LAUNCHED("bn_reduce_kernel<dy>");
+        bn_bwd_sums_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1, sdy,
+                                                                        sdyx, dgamma, dbeta);
+        BN_LAUNCHED("bn_bwd_sums_kernel");
+        bn_bwd_apply_kernel<double, T><<<grid, BN_THREADS, 0, s>>>(
+            rows, c, p, xt, dyt, gamma, save_mean, save_invstd, sdy, sdyx, (double)rows, (T *)dx);
+        BN_LAUNCHED("bn_bwd_apply_kernel<double>");
+        return SL_OK;
+    });
 }
 
 // ------------------------------------------------------------ sync-BN pieces
@@ -495,13 +522,16 @@ static int bn_channel_sums(const char *fn, sl_exec *e, int64_t rows, int c, cons
         return rc;
     cudaStream_t s = cx->stream;
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_reduce_kernel<KIND, float>
-        <<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, nullptr, mean, nullptr, part, nullptr);
-    BN_LAUNCHED(KIND == BN_SUM ? "bn_reduce_kernel<sum>" : "bn_reduce_kernel<sqdev>");
-    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr, out,
-                                                                    nullptr);
-    BN_LAUNCHED("bn_sums_out_kernel");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        bn_reduce_kernel<KIND, float, T><<<grid, BN_THREADS, 0, s>>>(
+            rows, c, p, (const T *)x, nullptr, mean, nullptr, part, nullptr);
+        BN_LAUNCHED(KIND == BN_SUM ? "bn_reduce_kernel<sum>" : "bn_reduce_kernel<sqdev>");
+        bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr,
+                                                                        out, nullptr);
+        BN_LAUNCHED("bn_sums_out_kernel");
+        return SL_OK;
+    });
 }
 
 extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
@@ -539,9 +569,13 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
     if (rows == 0)
         return SL_OK;
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_apply_kernel<<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, gamma, beta, mu, is, y);
-    BN_LAUNCHED("bn_apply_kernel");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        bn_apply_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, (const T *)x, gamma, beta, mu,
+                                                       is, (T *)y);
+        BN_LAUNCHED("bn_apply_kernel");
+        return SL_OK;
+    });
 }
 
 extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -561,13 +595,16 @@ extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const floa
     double *part1 = part + (size_t)p.gy * c;
     cudaStream_t s = cx->stream;
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_reduce_kernel<BN_DY, float><<<grid, BN_THREADS, 0, s>>>(rows, c, p, x, dy, save_mean,
-                                                                save_invstd, part, part1);
-    BN_LAUNCHED("bn_reduce_kernel<dy>");
-    bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1, sum_dy,
-                                                                    sum_dy_xhat);
-    BN_LAUNCHED("bn_sums_out_kernel");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        bn_reduce_kernel<BN_DY, float, T><<<grid, BN_THREADS, 0, s>>>(
+            rows, c, p, (const T *)x, (const T *)dy, save_mean, save_invstd, part, part1);
+        BN_LAUNCHED("bn_reduce_kernel<dy>");
+        bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1,
+                                                                        sum_dy, sum_dy_xhat);
+        BN_LAUNCHED("bn_sums_out_kernel");
+        return SL_OK;
+    });
 }
 
 extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -584,8 +621,12 @@ extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
         return SL_OK;
     bn_plan p = bn_plan_make(rows, c);
     dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    bn_bwd_apply_kernel<float><<<grid, BN_THREADS, 0, cx->stream>>>(
-        rows, c, p, x, dy, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, dx);
-    BN_LAUNCHED("bn_bwd_apply_kernel<float>");
-    return SL_OK;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        bn_bwd_apply_kernel<float, T><<<grid, BN_THREADS, 0, cx->stream>>>(
+            rows, c, p, (const T *)x, (const T *)dy, gamma, save_mean, save_invstd, sum_dy,
+            sum_dy_xhat, total, (T *)dx);
+        BN_LAUNCHED("bn_bwd_apply_kernel<float>");
+        return SL_OK;
+    });
 }

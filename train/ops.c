@@ -154,7 +154,9 @@ static int cuda_device_of_env(int *device)
 }
 #endif
 
-int sl_exec_init(sl_exec *e, sl_backend b, int threads)
+int sl_exec_init(sl_exec *e, sl_backend b, int threads) { return sl_exec_init_on(e, b, threads, -1); }
+
+int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device)
 {
     memset(e, 0, sizeof *e);
     e->backend = b;
@@ -163,14 +165,17 @@ int sl_exec_init(sl_exec *e, sl_backend b, int threads)
     case SL_BACKEND_CPU: e->ops = &sl_ops_cpu; break;
     case SL_BACKEND_CUDA: {
 #ifdef SLUICE_TRAIN_CUDA
-        int device = 0, rc;
+        int rc;
         sl_cuda_ctx *ctx = NULL;
-        if ((rc = cuda_device_of_env(&device)) || (rc = sl_cuda_ctx_create(device, &ctx)))
+        if (device < 0 && (device = 0, rc = cuda_device_of_env(&device)))
+            return rc;
+        if ((rc = sl_cuda_ctx_create(device, &ctx)))
             return sl_fail(rc, "sl_exec_init: cuda: %s", sl_errmsg());
         e->cuda = ctx;
         e->ops = &sl_ops_cuda;
         break;
 #else
+        (void)device;
         return sl_fail(SL_ENOTSUP, "sl_exec_init: this build has no CUDA backend (it needs "
                                    "CUDA and cuDNN)");
 #endif
@@ -187,6 +192,19 @@ int sl_exec_init(sl_exec *e, sl_backend b, int threads)
         openblas_set_num_threads(threads);
     return SL_OK;
 }
+
+int sl_exec_set_act(sl_exec *e, sl_dtype act)
+{
+    if (!e || (int)act < 0 || act > SL_DTYPE_LAST)
+        return sl_fail(SL_EINVAL, "sl_exec_set_act: bad exec or type %d", e ? (int)act : -1);
+    if (act != SL_DTYPE_F32 && e->backend != SL_BACKEND_CUDA)
+        return sl_fail(SL_ENOTSUP, "sl_exec_set_act: the %s backend computes in f32 only "
+                       "(bf16 / fp16 need --backend cuda)", sl_backend_name(e->backend));
+    e->act = act;
+    return SL_OK;
+}
+
+size_t sl_exec_act_size(const sl_exec *e) { return e && e->act != SL_DTYPE_F32 ? 2 : 4; }
 
 void sl_exec_fini(sl_exec *e)
 {

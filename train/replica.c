@@ -59,7 +59,7 @@ static int on_grad_ready(void *ctx, int tensor)
         return sl_fail(SL_EINVAL, "sl_train_run: replica %d: gradient bucket %d reported ready "
                        "twice", rep->rank, b);
     rep->start_order[rep->started++] = b;
-    return sl_comm_allreduce_start(rep->comm, rep->grads + bk->off, bk->n, SL_DTYPE_F32,
+    return sl_comm_allreduce_start(rep->gcomm, rep->grads + bk->off, bk->n, SL_DTYPE_F32,
                                    SL_RED_AVG, &bk->req);
 }
 
@@ -71,7 +71,8 @@ static int make_buckets(sl_replica *rep)
     float *params;
     size_t total;
     sl_model_arenas(rep->m, &params, &rep->grads, &total);
-    const float *grads = rep->grads;
+    /* offsets from the state dict's grads (the host copy once placed) */
+    const float *grads = rep->m->dev_e ? rep->m->h_grads : rep->grads;
     double mb = rep->run->cfg->bucket_mb > 0 ? rep->run->cfg->bucket_mb : 25.0;
     size_t cap = (size_t)(mb * 1e6 / sizeof(float));
     if (cap < 1)
@@ -123,7 +124,7 @@ static int finish_buckets(sl_replica *rep)
     int rc = SL_OK;
     if (rep->run->cfg->no_overlap) {
         for (int b = 0; !rc && b < rep->nbk; b++)
-            rc = sl_comm_allreduce(rep->comm, rep->grads + rep->bk[b].off, rep->bk[b].n,
+            rc = sl_comm_allreduce(rep->gcomm, rep->grads + rep->bk[b].off, rep->bk[b].n,
                                    SL_DTYPE_F32, SL_RED_AVG);
     } else {
         if (rep->started != rep->nbk && !rc)
@@ -131,7 +132,7 @@ static int finish_buckets(sl_replica *rep)
                          "became ready", rep->rank, rep->started, rep->nbk);
         for (int i = 0; i < rep->started; i++) {
             sl_bucket *bk = &rep->bk[rep->start_order[i]];
-            int r = sl_comm_wait(rep->comm, bk->req);
+            int r = sl_comm_wait(rep->gcomm, bk->req);
             bk->req = NULL;
             if (r && !rc)
                 rc = r;
@@ -160,17 +161,18 @@ int sl_replica_sync_buffers(sl_replica *rep)
 {
     if (!rep->comm || rep->run->cfg->sync_bn)
         return SL_OK;
-    int nt;
+    int nt, rc;
     sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
+    if ((rc = sl_model_pull(rep->m))) /* the host copies, on a device */
+        return rc;
     for (int i = 0; i < nt; i++) {
         if (!(t[i].flags & SL_TENSOR_BUFFER) || t[i].dtype != SL_T_F32)
             continue;
-        int rc = sl_comm_allreduce(rep->comm, t[i].data, (size_t)t[i].numel, SL_DTYPE_F32,
-                                   SL_RED_AVG);
-        if (rc)
+        if ((rc = sl_comm_allreduce(rep->comm, t[i].data, (size_t)t[i].numel, SL_DTYPE_F32,
+                                    SL_RED_AVG)))
             return rc;
     }
-    return SL_OK;
+    return sl_model_push(rep->m);
 }
 
 int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
@@ -219,7 +221,12 @@ int sl_replica_check_identical(sl_replica *rep, int64_t step)
         return SL_OK;
     float *params, *grads;
     size_t n;
+    int rc = sl_model_pull(rep->m);
+    if (rc)
+        return rc;
     sl_model_arenas(rep->m, &params, &grads, &n);
+    if (rep->m->dev_e)
+        params = rep->m->h_params;
     uint64_t h = 1469598103934665603ull;
     const unsigned char *p = (const unsigned char *)params;
     for (size_t i = 0; i < n * sizeof(float); i++)
@@ -229,7 +236,7 @@ int sl_replica_check_identical(sl_replica *rep, int64_t step)
         return sl_fail(SL_ENOMEM, "sl_train_run: check-every");
     for (int k = 0; k < 4; k++)
         mine[k] = (float)((h >> (16 * k)) & 0xffff);
-    int rc = sl_comm_allgather(rep->comm, mine, all, 4, SL_DTYPE_F32);
+    rc = sl_comm_allgather(rep->comm, mine, all, 4, SL_DTYPE_F32);
     for (int r = 1; !rc && r < rep->run->world; r++)
         if (memcmp(all, all + 4 * r, 4 * sizeof(float)))
             rc = sl_fail(SL_EINVAL, "sl_train_run: step %lld: replica %d's weights differ from "
@@ -259,9 +266,20 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
         int all = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         threads = all / r->nlocal > 0 ? all / r->nlocal : 1;
     }
-    if ((rc = sl_exec_init(&rep->e, c->backend, threads)))
+    int device = r->mpi && c->backend == SL_BACKEND_CUDA ? sl_comm_local_rank(r->mpi) : -1;
+    if ((rc = sl_exec_init_on(&rep->e, c->backend, threads, device)))
         return rc;
     rep->exec_ok = 1;
+    rep->dev = sl_dev_on_device(&rep->e);
+    sl_dtype act = c->precision >= 0 ? (sl_dtype)c->precision
+                                     : rep->dev ? SL_DTYPE_BF16 : SL_DTYPE_F32;
+    if ((rc = sl_exec_set_act(&rep->e, act)))
+        return sl_fail(rc, "sl_train_run: %s", sl_errmsg());
+    if (rep->dev) {
+        /* u8 batches copied to the GPU by the pipeline, normalized there */
+        rep->data.device = sl_dev_device(&rep->e);
+        rep->data.layout = SL_LAYOUT_NHWC_U8;
+    }
     if (start_state)
         rc = sl_pipeline_create_from_state(&rep->data, start_state, strlen(start_state), &rep->p);
     else if (start_samples > 0)
@@ -275,14 +293,37 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
     if ((rc = sl_model_create(&mc, (int)rep->data.batch, rep->data.height, rep->data.width,
                               &rep->m)))
         return rc;
+    if ((rc = sl_model_place(rep->m, &rep->e)))
+        return rc;
     int nt;
     sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
     if ((rc = sl_sgd_create(&c->sgd, t, nt, &rep->o)))
         return rc;
-    rep->dlogits = malloc(sizeof(float) * rep->data.batch * (size_t)mc.classes);
+    if ((rc = sl_dev_alloc(&rep->e, sizeof(float) * rep->data.batch * (size_t)mc.classes,
+                           (void **)&rep->dlogits)))
+        return rc;
     rep->labels = malloc(sizeof(int32_t) * rep->data.batch);
-    if (!rep->dlogits || !rep->labels)
-        return sl_fail(SL_ENOMEM, "sl_train_run: logits for batch %u", rep->data.batch);
+    if (!rep->labels)
+        return sl_fail(SL_ENOMEM, "sl_train_run: labels for batch %u", rep->data.batch);
+    if (rep->dev &&
+        ((rc = sl_dev_sgd_create(&rep->e, &c->sgd, rep->o, rep->m, &rep->dsgd)) ||
+         (rc = sl_dev_feed_create(&rep->e, (int)rep->data.batch, rep->data.height,
+                                  rep->data.width, rep->data.mean, rep->data.std,
+                                  &rep->feed)) ||
+         (rc = sl_dev_alloc(&rep->e, 2 * sizeof(double), (void **)&rep->d_acc))))
+        return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+    rep->gcomm = rep->comm;
+    if (rep->dev && rep->comm) {
+        /* gradients live on the GPU: their all-reduce goes through NCCL, on
+         * the exec's stream (ordered after the backward that wrote them) */
+        sl_comm_config cc = SL_COMM_CONFIG_INIT;
+        cc.timeout_ms = r->timeout_ms;
+        cc.device = sl_dev_device(&rep->e);
+        cc.stream = sl_dev_stream(&rep->e);
+        if ((rc = sl_comm_nccl_create(&cc, &rep->gcomm)))
+            return sl_fail(rc, "sl_train_run: replica %d: gradients on GPU %d need NCCL: %s",
+                           rep->rank, cc.device, sl_errmsg());
+    }
     if (rep->comm && c->strategy == SL_STRATEGY_MIRRORED) {
         if ((rc = make_buckets(rep)))
             return rc;
@@ -299,12 +340,17 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
 
 void sl_replica_fini(sl_replica *rep)
 {
+    if (rep->gcomm && rep->gcomm != rep->comm)
+        sl_comm_destroy(rep->gcomm);
+    sl_dev_feed_destroy(rep->feed);
+    sl_dev_sgd_destroy(rep->dsgd);
+    sl_dev_free(&rep->e, rep->d_acc);
+    sl_dev_free(&rep->e, rep->dlogits);
     sl_sgd_destroy(rep->o);
     sl_model_destroy(rep->m);
     sl_pipeline_destroy(rep->p);
     if (rep->exec_ok)
         sl_exec_fini(&rep->e);
-    free(rep->dlogits);
     free(rep->labels);
     free(rep->bk);
     free(rep->bucket_of);
@@ -314,9 +360,46 @@ void sl_replica_fini(sl_replica *rep)
 
 /* ------------------------------------------------------------------- step */
 
+/* The device step's forward and backward: input from the feed (once, with
+ * --synthetic), the loss summed on the device. */
+static int grads_dev(sl_replica *rep, const sl_batch *b)
+{
+    const sl_train_config *c = rep->run->cfg;
+    int classes = rep->run->classes, n = (int)b->n, rc;
+    if (!(c->synthetic && rep->x) &&
+        (rc = sl_dev_feed_put(rep->feed, b, classes, &rep->x, &rep->d_labels)))
+        return rc;
+    const float *logits;
+    if ((rc = sl_model_forward(rep->m, &rep->e, rep->x, n, 1, &logits)) ||
+        (rc = sl_dev_xent_acc(&rep->e, n, classes, logits, rep->d_labels, c->label_smoothing,
+                              sl_dev_sgd_scale(rep->dsgd), rep->dlogits, rep->d_acc)) ||
+        (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)))
+        return rc;
+    return SL_OK;
+}
+
+int sl_replica_take(sl_replica *rep, double out[2])
+{
+    out[0] = out[1] = 0;
+    if (!rep->dev)
+        return SL_OK;
+    int rc = sl_dev_loss_take(&rep->e, rep->d_acc, out);
+    if (rc)
+        return sl_fail(rc, "sl_train_run: replica %d: reading the loss: %s", rep->rank,
+                       sl_errmsg());
+    if (!isfinite(out[0]))
+        return sl_fail(SL_EINVAL, "sl_train_run: replica %d: loss is %f (diverged: lower --lr "
+                       "or add --warmup-epochs)", rep->rank, out[0]);
+    return SL_OK;
+}
+
 int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *correct)
 {
     int classes = rep->run->classes, n = (int)b->n, rc;
+    if (rep->dev) {
+        *loss = 0, *correct = 0; /* summed on the device: sl_replica_take */
+        return grads_dev(rep, b);
+    }
     for (int i = 0; i < n; i++) {
         rep->labels[i] = b->labels[i];
         if (rep->labels[i] < 0 || rep->labels[i] >= classes)
@@ -350,8 +433,16 @@ int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, i
         if (!rc)
             rc = r2;
     }
-    if (rc || (rc = sl_sgd_step(rep->o, lr)))
+    if (rc)
         return rc;
+    if (rep->dev) {
+        /* the step is queued; the batch may go back once the GPU has read
+         * it (sl_dev_feed_done: the host stays one step ahead at most) */
+        if ((rc = sl_dev_sgd_step(rep->dsgd, lr)) || (rc = sl_dev_feed_done(rep->feed)))
+            return rc;
+    } else if ((rc = sl_sgd_step(rep->o, lr))) {
+        return rc;
+    }
     rep->step_s += sl_now_s() - t0;
     return SL_OK;
 }

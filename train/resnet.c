@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/dev_int.h"
 #include "train/model_int.h"
 
 typedef struct arch_desc {
@@ -422,6 +423,10 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     memset(m->bufs, 0, (size_t)u.bufs * sizeof(float));
     layout(m, &u); /* assign */
     m->arena_floats = u.params;
+    m->bufs_floats = u.bufs;
+    m->acts_floats = u.acts;
+    for (int i = 0; i < m->ncbn; i++)
+        m->cbn[i].wc = m->cbn[i].w;
     init_weights(m, tmp);
     build_state_dict(m);
     m->bytes = (size_t)(2 * u.params + u.bufs + u.acts) * sizeof(float) +
@@ -441,10 +446,105 @@ fail:
     return rc;
 }
 
+/* ------------------------------------------------------------- placing */
+
+int sl_model_place(sl_model *m, sl_exec *e)
+{
+    const char *fn = "sl_model_place";
+    if (!m || !e)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if (!sl_dev_on_device(e))
+        return SL_OK;
+    if (m->dev_e)
+        return sl_fail(SL_EINVAL, "%s: the model is on a device already", fn);
+    if (m->sync_on)
+        return sl_fail(SL_ENOTSUP, "%s: sync-BN runs on the host only so far", fn);
+    size_t asz = sl_exec_act_size(e), pb = (size_t)m->arena_floats * sizeof(float);
+    int64_t npool = m->stem_pool ? (int64_t)m->max_batch * m->pool_h * m->pool_w *
+                                       m->cbn[0].cout : 0;
+    float *dp = NULL, *dg = NULL, *db = NULL, *da = NULL;
+    int32_t *darg = NULL;
+    void *dwc = NULL;
+    int rc;
+    if ((rc = sl_dev_alloc(e, pb, (void **)&dp)) || (rc = sl_dev_alloc(e, pb, (void **)&dg)) ||
+        (rc = sl_dev_alloc(e, (size_t)m->bufs_floats * sizeof(float), (void **)&db)) ||
+        (rc = sl_dev_alloc(e, (size_t)m->acts_floats * sizeof(float), (void **)&da)) ||
+        (npool && (rc = sl_dev_alloc(e, (size_t)npool * sizeof(int32_t), (void **)&darg))) ||
+        (e->act != SL_DTYPE_F32 &&
+         (rc = sl_dev_alloc(e, (size_t)m->arena_floats * asz, &dwc))) ||
+        (rc = sl_dev_copy_in(e, dp, m->params, pb)) ||
+        (rc = sl_dev_copy_in(e, db, m->bufs, (size_t)m->bufs_floats * sizeof(float)))) {
+        sl_dev_free(e, dp), sl_dev_free(e, dg), sl_dev_free(e, db), sl_dev_free(e, da);
+        sl_dev_free(e, darg), sl_dev_free(e, dwc);
+        return sl_fail(rc, "%s: %s %s batch %d at %dx%d: %s", fn, sl_arch_name(m->cfg.arch),
+                       sl_backend_name(e->backend), m->max_batch, m->h, m->w, sl_errmsg());
+    }
+    /* The host arenas stay as the state dict's copies; the activations
+     * and argmax are not needed on the host any more. */
+    m->h_params = m->params, m->h_grads = m->grads, m->h_bufs = m->bufs;
+    free(m->acts);
+    free(m->pool_arg);
+    m->params = dp, m->grads = dg, m->bufs = db, m->acts = da, m->pool_arg = darg;
+    m->wc_arena = dwc;
+    m->dev_e = e;
+    arena_use u;
+    layout(m, &u); /* every pointer again, now into the device arenas */
+    for (int i = 0; i < m->ncbn; i++) {
+        sl_cbn *c = &m->cbn[i];
+        c->wc = dwc ? (float *)((char *)dwc + (size_t)(c->w - m->params) * asz) : c->w;
+    }
+    m->bytes = (size_t)(2 * u.params + u.bufs + u.acts) * sizeof(float) +
+               (dwc ? (size_t)u.params * asz : 0) + (size_t)npool * sizeof(int32_t);
+    m->train_n = 0;
+    return sl_model_refresh(m);
+}
+
+int sl_model_on_device(const sl_model *m) { return m && m->dev_e != NULL; }
+
+int sl_model_refresh(sl_model *m)
+{
+    if (!m || !m->dev_e || !m->wc_arena)
+        return SL_OK;
+    return sl_dev_cast(m->dev_e, m->arena_floats, m->params, m->wc_arena, m->dev_e->act);
+}
+
+int sl_model_pull(sl_model *m)
+{
+    if (!m || !m->dev_e)
+        return SL_OK;
+    int rc = sl_dev_copy_out(m->dev_e, m->h_params, m->params,
+                             (size_t)m->arena_floats * sizeof(float));
+    if (!rc)
+        rc = sl_dev_copy_out(m->dev_e, m->h_bufs, m->bufs,
+                             (size_t)m->bufs_floats * sizeof(float));
+    return rc ? sl_fail(rc, "sl_model_pull: %s", sl_errmsg()) : SL_OK;
+}
+
+int sl_model_push(sl_model *m)
+{
+    if (!m || !m->dev_e)
+        return SL_OK;
+    int rc = sl_dev_copy_in(m->dev_e, m->params, m->h_params,
+                            (size_t)m->arena_floats * sizeof(float));
+    if (!rc)
+        rc = sl_dev_copy_in(m->dev_e, m->bufs, m->h_bufs,
+                            (size_t)m->bufs_floats * sizeof(float));
+    if (!rc)
+        rc = sl_model_refresh(m);
+    return rc ? sl_fail(rc, "sl_model_push: %s", sl_errmsg()) : SL_OK;
+}
+
 void sl_model_destroy(sl_model *m)
 {
     if (!m)
         return;
+    if (m->dev_e) {
+        sl_exec *e = m->dev_e;
+        sl_dev_free(e, m->params), sl_dev_free(e, m->grads), sl_dev_free(e, m->bufs);
+        sl_dev_free(e, m->acts), sl_dev_free(e, m->pool_arg), sl_dev_free(e, m->wc_arena);
+        m->params = m->h_params, m->grads = m->h_grads, m->bufs = m->h_bufs;
+        m->acts = NULL, m->pool_arg = NULL;
+    }
     free(m->cbn);
     free(m->blk);
     free(m->params);

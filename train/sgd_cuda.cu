@@ -13,6 +13,10 @@
 //   element (read p, grad, buf; write p, buf).
 //   Arithmetic: sgd.c's expressions in its order with __fadd_rn/__fmul_rn,
 //   which nvcc never fuses into FMAs: the same roundings as the host loop.
+//   Loss scaling: a second instance of the kernel (UNSCALE) reads the
+//   sl_amp_state first: found_inf set -> every thread returns before any
+//   store; else g = __fdiv_rn(grad, scale) replaces grad. The plain
+//   instance is the kernel as before, no extra loads.
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -22,11 +26,27 @@
 
 enum { SGD_THREADS = 256, SGD_BLOCKS_X = 128, SGD_MAX_TENSORS = 65535 };
 
-// One step of every tensor in tab (blockIdx.y picks the tensor). first:
-// buf = g, torch's buffer starting as a copy of the gradient.
-__global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, float lr, float mom,
-                                float wd_all, int nesterov, int first)
+// The gradient as the update sees it: grad, or grad / scale.
+template <bool UNSCALE>
+__device__ __forceinline__ float sgd_grad(const float *__restrict__ grad, int64_t i, float scale)
 {
+    return UNSCALE ? __fdiv_rn(grad[i], scale) : grad[i];
+}
+
+// One step of every tensor in tab (blockIdx.y picks the tensor). first:
+// buf = g, torch's buffer starting as a copy of the gradient. UNSCALE: amp
+// holds the loss scale (skip on found_inf, else divide by the scale).
+template <bool UNSCALE>
+__global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, float lr, float mom,
+                                float wd_all, int nesterov, int first,
+                                const sl_amp_state *__restrict__ amp)
+{
+    float scale = 1.0f;
+    if (UNSCALE) {
+        if (amp->found_inf)
+            return; // the whole grid returns: params and momentum keep every bit
+        scale = amp->scale;
+    }
     sl_sgd_cuda_tensor t = tab[blockIdx.y];
     float *__restrict__ p = t.param;
     const float *__restrict__ grad = t.grad;
@@ -36,21 +56,22 @@ __global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, floa
     int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (first) {
         for (int64_t i = i0; i < t.numel; i += stride) {
-            float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+            float g = __fadd_rn(sgd_grad<UNSCALE>(grad, i, scale), __fmul_rn(wd, p[i]));
             buf[i] = g;
             float d = nesterov ? __fadd_rn(g, __fmul_rn(mom, g)) : g;
             p[i] = __fsub_rn(p[i], __fmul_rn(lr, d));
         }
     } else if (nesterov) {
         for (int64_t i = i0; i < t.numel; i += stride) {
-            float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+            float g = __fadd_rn(sgd_grad<UNSCALE>(grad, i, scale), __fmul_rn(wd, p[i]));
             float b = __fadd_rn(__fmul_rn(mom, buf[i]), g);
             buf[i] = b;
             p[i] = __fsub_rn(p[i], __fmul_rn(lr, __fadd_rn(g, __fmul_rn(mom, b))));
         }
     } else {
         for (int64_t i = i0; i < t.numel; i += stride) {
-            float b = __fadd_rn(__fadd_rn(__fmul_rn(mom, buf[i]), grad[i]), __fmul_rn(wd, p[i]));
+            float g = sgd_grad<UNSCALE>(grad, i, scale);
+            float b = __fadd_rn(__fadd_rn(__fmul_rn(mom, buf[i]), g), __fmul_rn(wd, p[i]));
             buf[i] = b;
             p[i] = __fsub_rn(p[i], __fmul_rn(lr, b));
         }
@@ -58,7 +79,8 @@ __global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, floa
 }
 
 extern "C" int sl_sgd_step_cuda(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, float lr,
-                                float momentum, float wd, int nesterov, int first_step)
+                                float momentum, float wd, int nesterov, int first_step,
+                                const sl_amp_state *d_amp)
 {
     const char *fn = "sl_sgd_step_cuda";
     if (n < 0 || n > SGD_MAX_TENSORS || (n > 0 && !t))
@@ -80,9 +102,16 @@ extern "C" int sl_sgd_step_cuda(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, 
     if (rc)
         return rc; // the message names this function and the call
     dim3 grid(SGD_BLOCKS_X, (unsigned)n);
-    sgd_step_kernel<<<grid, SGD_THREADS, 0, cx->stream>>>(t, lr, momentum, wd, nesterov != 0,
-                                                          first_step != 0);
-    if ((rc = SL_LAUNCHED("sgd_step_kernel")))
+    if (d_amp) {
+        sgd_step_kernel<true><<<grid, SGD_THREADS, 0, cx->stream>>>(
+            t, lr, momentum, wd, nesterov != 0, first_step != 0, d_amp);
+        rc = SL_LAUNCHED("sgd_step_kernel<unscale>");
+    } else {
+        sgd_step_kernel<false><<<grid, SGD_THREADS, 0, cx->stream>>>(
+            t, lr, momentum, wd, nesterov != 0, first_step != 0, nullptr);
+        rc = SL_LAUNCHED("sgd_step_kernel");
+    }
+    if (rc)
         return sl_fail(rc, "%s: %d tensors: %s", fn, n, sl_errmsg());
     return SL_OK;
 }

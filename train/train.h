@@ -127,8 +127,30 @@ void sl_model_set_grad_hook(sl_model *m, sl_grad_ready_fn fn, void *ctx);
 /* The model's parameter and gradient arenas (model_int.h): *n floats from
  * *params (and *grads) hold every trainable tensor (state-dict order, with
  * alignment padding that is zero in grads); tensor i's data - params is its
- * offset in both. Valid until sl_model_destroy. */
+ * offset in both. Device memory once placed (the state dict's data then
+ * points into a host copy at the same offsets). Valid until
+ * sl_model_destroy. */
 void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n);
+
+/* Put m on e's device. For a cuda exec the params, grads, buffers and
+ * activations move to device memory (activations in e's activation type:
+ * sl_exec_set_act before placing; with a 2-byte type the convs read a copy
+ * of the weights in that type, which sl_model_refresh renews). From then
+ * on forward and backward take device pointers (x in the activation type,
+ * dlogits f32), *logits is device memory, and the state dict
+ * (sl_model_tensors) describes HOST copies of the params and buffers:
+ * sl_model_pull refreshes them from the device (before a checkpoint or a
+ * hash), sl_model_push writes them back (after loading). num_batches_tracked
+ * stays on the host. Sync-BN is not available on a device (SL_ENOTSUP). For
+ * ref and cpu execs placing is a no-op and pull / push / refresh do
+ * nothing. e must outlive m. */
+int sl_model_place(sl_model *m, sl_exec *e);
+int sl_model_on_device(const sl_model *m);
+int sl_model_pull(sl_model *m);
+int sl_model_push(sl_model *m);
+/* After the params changed on the device (an optimizer step): renew the
+ * convs' copy of the weights in the activation type (one cast kernel). */
+int sl_model_refresh(sl_model *m);
 
 /* --------------------------------------------------------------- optimizer */
 
@@ -286,6 +308,11 @@ typedef struct sl_train_config {
     sl_sgd_config sgd;
     sl_backend backend;
     int threads;                 /* 0 = all cores */
+    int precision;               /* activation type, an sl_dtype: cuda takes f32, bf16 or f16
+                                  * (fp32 master weights; f16 with dynamic loss scaling);
+                                  * ref / cpu f32 only; -1 = bf16 on cuda, f32 elsewhere */
+    int synthetic;               /* benchmark: train on the first batch over and over (no
+                                  * input cost after it: the speed without the pipeline) */
     int64_t epochs;              /* used when max_steps == 0 */
     int64_t max_steps;           /* > 0: stop after this many steps */
     double base_lr;              /* per 256 images: peak = base_lr * batch / 256 */
@@ -329,6 +356,12 @@ typedef struct sl_train_result {
                                   * all-reduce (mean over replicas) */
     double staleness_mean;       /* ps: mean and max staleness of the applied updates */
     int64_t staleness_max;
+    double images_per_sec_steady; /* throughput after warm-up (the first tenth of the steps,
+                                  * at least one, left out): what a benchmark quotes */
+    double input_wait_frac;      /* fraction of the steady steps' time spent waiting for the
+                                  * pipeline's next batch (root replica) */
+    int64_t amp_skipped;         /* f16: steps skipped for inf/nan gradients */
+    double amp_scale;            /* f16: the loss scale at the end */
 } sl_train_result;
 
 /* Config defaults for the data's dataset (image size from dataset.json) and

@@ -14,6 +14,23 @@
  * the CUDA backend shares it. Checkpoints transpose to torchvision's OIHW at
  * save/load (train/checkpoint.c). Linear weights are torch's (out, in).
  *
+ * Activation type (mixed precision, cuda only). sl_exec.act is the element
+ * type of ACTIVATIONS: with SL_DTYPE_BF16 / SL_DTYPE_F16 the float pointers
+ * below that carry activations point at 2-byte elements (the pointer is
+ * only an address), math inside the ops is f32 (cuDNN compute type float,
+ * reductions in f32/double). Which arguments are activations (A) and which
+ * stay f32 always (F):
+ *   conv_fwd         x A, w A (the model's compute copy of the weights), y A
+ *   conv_bwd_data    dy A, w A, dx A
+ *   conv_bwd_filter  x A, dy A, dw F (the f32 grads)
+ *   bn_fwd_train/eval, bn_bwd, sync-BN pieces: x, y, dy, dx A; gamma, beta,
+ *                    running stats, saved stats, dgamma, dbeta, sums F
+ *   relu_fwd/bwd, add, maxpool_fwd/bwd: every tensor A (argmax int32)
+ *   gap_fwd          x A, y F;   gap_bwd  dy F, dx A
+ *   fc_fwd/bwd, xent_fwd_bwd: F throughout
+ * With SL_DTYPE_F32 (the default, and the only type of ref and cpu) every
+ * tensor is f32.
+ *
  * Semantics shared by every op:
  *   - outputs are overwritten, never accumulated into (the model adds
  *     gradients of a tensor used twice with sl_ops.add);
@@ -32,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 #ifdef __cplusplus
@@ -54,15 +72,23 @@ typedef struct sl_exec {
     void *scratch;      /* grown by sl_exec_scratch; freed by sl_exec_fini */
     size_t scratch_cap;
     void *cuda;         /* backend state (streams, handles) for cuda; NULL otherwise */
+    sl_dtype act;       /* activation element type (below); SL_DTYPE_F32 unless set */
 } sl_exec;
 
 /* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. */
 int sl_exec_init(sl_exec *e, sl_backend b, int threads);
+/* The same on CUDA device `device` (cuda only; -1: SLUICE_CUDA_DEVICE, or 0). */
+int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device);
 void sl_exec_fini(sl_exec *e);
 /* Scratch of at least bytes, valid until the next call on e (64-byte aligned).
  * NULL (with sl_fail(SL_ENOMEM, ...)) when allocation fails. */
 void *sl_exec_scratch(sl_exec *e, size_t bytes);
 const char *sl_backend_name(sl_backend b);
+/* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 and
+ * SL_DTYPE_F16 on cuda only (SL_ENOTSUP elsewhere). Set before any op runs. */
+int sl_exec_set_act(sl_exec *e, sl_dtype act);
+/* Bytes of one activation element (4 or 2). */
+size_t sl_exec_act_size(const sl_exec *e);
 
 /* Convolution geometry. Input x (n, h, w, c); weight (k, r, s, c);
  * output y (n, p, q, k), p = (h + 2*pad - r)/stride + 1, q likewise. */

@@ -76,6 +76,7 @@ void sl_train_config_init(sl_train_config *c)
     c->model.classes = 0; /* from dataset.json */
     c->sgd = (sl_sgd_config)SL_SGD_CONFIG_INIT;
     c->backend = SL_BACKEND_CPU;
+    c->precision = -1; /* bf16 on cuda, f32 elsewhere */
     c->epochs = 1;
     c->base_lr = 0.1;
     c->schedule = SL_SCHED_COSINE;
@@ -141,10 +142,14 @@ int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
     if (snprintf(prefix, sizeof prefix, "%s/ckpt-%09" PRId64, r->cfg->ckpt_dir, step) >=
         (int)sizeof prefix)
         return sl_fail(SL_EINVAL, "sl_train_run: checkpoint path too long");
+    int rc;
+    /* on a device: the state dict's host copies first */
+    if ((rc = sl_model_pull(rep->m)) || (rep->dsgd && (rc = sl_dev_sgd_pull(rep->dsgd))))
+        return rc;
     char *st = state_json(r, rep, step);
     if (!st)
         return sl_fail(SL_ENOMEM, "sl_train_run: checkpoint state: %s", sl_errmsg());
-    int rc = sl_checkpoint_save(prefix, rep->m, rep->o, rep->data.height, st);
+    rc = sl_checkpoint_save(prefix, rep->m, rep->o, rep->data.height, st);
     free(st);
     if (rc)
         return rc;
@@ -287,20 +292,34 @@ static int replica_loop(sl_replica *rep)
     const sl_train_config *cfg = r->cfg;
     int root = rep->idx == 0 && r->is_root, rc = SL_OK;
     window w = {0};
-    double win_t = sl_now_s(), ep_loss = 0, train_s = 0;
-    int64_t ep_steps = 0, images = 0;
+    double win_t = sl_now_s(), ep_loss = 0, train_s = 0, steady_s = 0, in_wait_s = 0;
+    int64_t ep_steps = 0, images = 0, steady_images = 0;
+    /* warm-up left out of the steady figures: cuDNN's algorithm choices,
+     * first touches, the pipeline filling */
+    int64_t todo = r->total_steps - r->step0, warm = todo >= 10 ? todo / 10 : (todo > 1);
+    sl_batch *held = NULL; /* --synthetic: the one batch */
     for (int64_t step = r->step0; step < r->total_steps;) {
-        sl_batch *b;
+        sl_batch *b = held;
         double ts = sl_now_s();
-        if ((rc = sl_pipeline_next(rep->p, &b)))
+        if (!b && (rc = sl_pipeline_next(rep->p, &b)))
             return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+        double tin = sl_now_s() - ts;
         float lr = (float)sl_schedule_lr(&r->sched, step), loss = 0;
         int correct = 0, n = (int)b->n;
         rc = sl_replica_step(rep, b, lr, &loss, &correct);
-        sl_pipeline_release(rep->p, b);
+        if (cfg->synthetic && !rc)
+            held = b;
+        else
+            sl_pipeline_release(rep->p, b);
         if (rc)
             return rc;
-        train_s += sl_now_s() - ts;
+        double dt = sl_now_s() - ts;
+        train_s += dt;
+        if (step - r->step0 >= warm) {
+            steady_s += dt;
+            in_wait_s += tin;
+            steady_images += n;
+        }
         step++;
         images += n;
         w.loss += loss;
@@ -310,9 +329,14 @@ static int replica_loop(sl_replica *rep)
         ep_loss += loss;
         ep_steps++;
         int epoch_end = step % r->steps_per_epoch == 0 || step == r->total_steps;
-        if (step % r->log_every == 0 || epoch_end)
+        if (step % r->log_every == 0 || epoch_end) {
+            double d[2]; /* the sums kept on the device since the last log */
+            if ((rc = sl_replica_take(rep, d)))
+                break;
+            w.loss += d[0], w.correct += d[1], ep_loss += d[0];
             if ((rc = log_progress(r, rep, &w, &win_t, step, lr)))
-                return rc;
+                break;
+        }
         double pause0 = sl_now_s();
         int ckpt = cfg->ckpt_dir && ((cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) ||
                                      (cfg->ckpt_every <= 0 && epoch_end) ||
@@ -340,10 +364,27 @@ static int replica_loop(sl_replica *rep)
             return rc;
         win_t += sl_now_s() - pause0; /* eval and checkpoint time stay out of images/s */
     }
+    if (held)
+        sl_pipeline_release(rep->p, held);
+    if (rc)
+        return rc;
+    /* a device is up to one step behind the host: count its tail */
+    double tsync = sl_now_s();
+    if ((rc = sl_dev_sync(&rep->e)))
+        return rc;
+    train_s += sl_now_s() - tsync;
+    steady_s += sl_now_s() - tsync;
     if (root) {
         r->res->steps = r->total_steps;
         r->res->images_per_sec = train_s > 0 ? (double)images * r->world / train_s : 0;
+        r->res->images_per_sec_steady =
+            steady_s > 0 ? (double)steady_images * r->world / steady_s : r->res->images_per_sec;
+        r->res->input_wait_frac = steady_s > 0 ? in_wait_s / steady_s : 0;
         r->res->comm_wait_frac = w.busy > 0 ? w.wait / w.busy : 0;
+        float scale = 1.0f;
+        if (rep->dsgd && (rc = sl_dev_sgd_skipped(rep->dsgd, &r->res->amp_skipped, &scale)))
+            return rc;
+        r->res->amp_scale = scale;
     }
     return SL_OK;
 }
@@ -419,6 +460,12 @@ static int setup_world(sl_run *r)
         r->world = r->nlocal = n > 0 ? n : 1;
     }
     r->is_root = r->rank0 == 0;
+    if (c->backend == SL_BACKEND_CUDA && c->strategy == SL_STRATEGY_PS)
+        return sl_fail(SL_ENOTSUP, "sl_train_run: the ps strategy trains on the cpu backend "
+                       "(its servers and pushes are host memory); use mirrored on GPUs");
+    if (c->backend == SL_BACKEND_CUDA && r->nlocal > 1)
+        return sl_fail(SL_ENOTSUP, "sl_train_run: on cuda, mirrored runs one process per GPU: "
+                       "start them with mpirun -np <GPUs> instead of --replicas %d", r->nlocal);
     if (c->strategy == SL_STRATEGY_PS) {
         r->local_batch = r->data.batch;
     } else if (r->data.batch % (unsigned)r->world)
@@ -535,8 +582,12 @@ static int setup(sl_run *r)
     if (r->resume_prefix) {
         char path[4200];
         snprintf(path, sizeof path, "%s.safetensors", r->resume_prefix);
-        for (int i = 0; i < r->nlocal && !rc; i++)
-            rc = sl_checkpoint_load(path, r->rep[i].m, r->rep[i].o, 1);
+        for (int i = 0; i < r->nlocal && !rc; i++) {
+            sl_replica *rep = &r->rep[i];
+            if (!(rc = sl_checkpoint_load(path, rep->m, rep->o, 1)) &&
+                !(rc = sl_model_push(rep->m)) && rep->dsgd)
+                rc = sl_dev_sgd_push(rep->dsgd);
+        }
         if (rc)
             return rc;
     }
@@ -564,11 +615,14 @@ static int setup(sl_run *r)
         return rc;
     if (r->is_root) {
         sl_replica *rep = &r->rep[0];
-        fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s x%d, %" PRId64
+        fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s %s%d, %" PRId64
                 " records, batch %u, %" PRId64 " steps/epoch, %" PRId64 " steps, peak lr %.4g, "
                 "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(c->model.arch),
                 sl_model_param_count(rep->m), (double)sl_model_bytes(rep->m) / 1048576.0,
-                sl_backend_name(c->backend), rep->e.threads, r->records, r->data.batch,
+                rep->dev ? (rep->e.act == SL_DTYPE_BF16 ? "cuda bf16" : rep->e.act ==
+                            SL_DTYPE_F16 ? "cuda fp16" : "cuda fp32") : sl_backend_name(c->backend),
+                rep->dev ? "device " : "x", rep->dev ? sl_dev_device(&rep->e) : rep->e.threads,
+                r->records, r->data.batch,
                 r->steps_per_epoch, r->total_steps, r->sched.peak_lr,
                 sl_sched_name(c->schedule), r->sched.warmup_steps);
         if (c->strategy == SL_STRATEGY_PS)

@@ -28,6 +28,7 @@
 #include <stdio.h>
 
 #include "collectives/collectives.h"
+#include "train/dev_int.h"
 #include "train/model_int.h"
 #include "train/train.h"
 
@@ -52,8 +53,17 @@ typedef struct sl_replica {
     sl_model *m;
     sl_sgd *o;
     sl_comm *comm;             /* NULL when world == 1 */
-    float *dlogits;
+    float *dlogits;            /* (batch, classes) in the exec's memory */
     int32_t *labels;
+    /* on a device (cuda): the feed from the pipeline's load stage, the
+     * optimizer, the loss sums (two doubles) and the current input */
+    int dev;
+    sl_dev_feed *feed;
+    sl_dev_sgd *dsgd;
+    double *d_acc;
+    const void *x;
+    const int32_t *d_labels;
+    sl_comm *gcomm;            /* gradient buckets' comm: comm, or (cuda) an NCCL comm */
     float *grads;              /* the model's grads arena (buckets are spans of it) */
     sl_bucket *bk;
     int nbk;
@@ -111,6 +121,10 @@ int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *corre
 /* One SGD step on the replica's batch b: sl_replica_grads with the
  * buckets all-reduced (averaged) as they fill, then SGD. */
 int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct);
+/* The loss and correct-count sums of the steps since the last take that
+ * were kept on the device (0, 0 on the host, where sl_replica_step returns
+ * them per step). */
+int sl_replica_take(sl_replica *rep, double out[2]);
 /* Sum n floats over all replicas (no-op for world 1). */
 int sl_replica_sum(sl_replica *rep, float *v, int n);
 /* Average the BN running statistics over replicas (no-op for world 1 and

@@ -1,8 +1,10 @@
 /* tests/train/cuda_testutil.h - helpers of the cuda op tests (test_ops_cuda.c,
- * test_norm_cuda.c, test_sgd_cuda.c): host arrays and comparisons, a cuda
- * exec or a skip, and device memory in and out with every CUDA return code
- * asserted. Built with the cuda backend only
- * (SLUICE_TRAIN_CUDA); the tests skip without it.
+ * test_norm_cuda.c, test_sgd_cuda.c, test_conv_cuda.c, test_amp_cuda.c):
+ * host arrays and comparisons, a cuda exec or a skip, and device memory in
+ * and out with every CUDA return code asserted. Built with the cuda backend
+ * only (SLUICE_TRAIN_CUDA); the tests skip without it. The host rounding to
+ * bf16 / f16 at the top is plain C and built always (its goldens run
+ * without a GPU).
  *
  * The context's stream is non-blocking (train/cuda_ctx.cu), so it does not
  * order with cudaMemcpy on the legacy stream: tg_ready() (a device sync)
@@ -11,6 +13,119 @@
  * Threading: test code, one thread. */
 #ifndef SL_CUDA_TESTUTIL_H
 #define SL_CUDA_TESTUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/dtype.h"
+
+/* ------------------------------------------- host rounding to bf16 / f16 */
+/* The host's model of the GPU's __float2bfloat16_rn / __float2half_rn:
+ * IEEE round to nearest, ties to even, overflow to inf, NaN to a quiet
+ * NaN, subnormals kept. bf16 is the top half of an f32 (8 significant bits,
+ * f32's exponent range); f16 is binary16 (11 significant bits, largest
+ * finite 65504, smallest subnormal 2^-24). */
+
+static inline uint32_t tg_f32_bits(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static inline float tg_bits_f32(uint32_t u)
+{
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static inline uint16_t tg_bf16_bits(float v)
+{
+    uint32_t u = tg_f32_bits(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, force quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    /* add half an ulp of bf16 (less one), plus one more when the kept part
+     * is odd: a tie then carries up to even, or stays at even */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline uint16_t tg_f16_bits(float v)
+{
+    uint32_t u = tg_f32_bits(v);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u)
+        return sign | 0x7e00u; /* NaN */
+    if (u >= 0x47800000u)      /* >= 2^16 (inf too): beyond f16's range */
+        return sign | 0x7c00u;
+    if (u < 0x38800000u) {
+        /* below 2^-14: an f16 subnormal or zero. Adding 0.5 (2^-1) puts the
+         * value's 2^-24 units in the low mantissa bits of the f32 sum, and
+         * the f32 addition rounds to nearest even; the result's bits past
+         * 0.5's are the f16 subnormal. (The classic trick of Giesen's
+         * float_to_half_fast3_rtne.) */
+        float f = tg_bits_f32(u) + 0.5f;
+        return sign | (uint16_t)(tg_f32_bits(f) - 0x3f000000u);
+    }
+    /* normal: rebias the exponent (127 -> 15), round the 13 dropped bits to
+     * nearest even; a carry out of the mantissa bumps the exponent, up to
+     * inf for values in [65520, 65536) */
+    uint32_t odd = (u >> 13) & 1u;
+    u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+    return sign | (uint16_t)(u >> 13);
+}
+
+static inline float tg_bf16_f32(uint16_t b) { return tg_bits_f32((uint32_t)b << 16); }
+
+static inline float tg_f16_f32(uint16_t b)
+{
+    int e = (b >> 10) & 0x1f, m = b & 0x3ff;
+    float mag = e == 0    ? ldexpf((float)m, -24)
+                : e == 31 ? (m ? NAN : INFINITY)
+                          : ldexpf((float)(m | 0x400), e - 25);
+    return b & 0x8000u ? -mag : mag;
+}
+
+/* The bits of v in type t (bf16 / f16), and their f32 value. */
+static inline uint16_t tg_bits16(float v, sl_dtype t)
+{
+    return t == SL_DTYPE_BF16 ? tg_bf16_bits(v) : tg_f16_bits(v);
+}
+
+static inline float tg_from16(uint16_t b, sl_dtype t)
+{
+    return t == SL_DTYPE_BF16 ? tg_bf16_f32(b) : tg_f16_f32(b);
+}
+
+/* v rounded to t (f32: v). */
+static inline float tg_round(float v, sl_dtype t)
+{
+    return t == SL_DTYPE_F32 ? v : tg_from16(tg_bits16(v, t), t);
+}
+
+static inline void tg_round_all(float *v, int64_t n, sl_dtype t)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = tg_round(v[i], t);
+}
+
+static inline size_t tg_esize(sl_dtype t) { return t == SL_DTYPE_F32 ? 4 : 2; }
+
+static inline const char *tg_type_name(sl_dtype t)
+{
+    return t == SL_DTYPE_F32 ? "f32" : t == SL_DTYPE_BF16 ? "bf16" : "f16";
+}
+
+/* Significant bits of t (8 for bf16, 11 for f16, 24 for f32): one rounding
+ * to t moves a value by at most 2^-bits of it (the unit roundoff), and one
+ * ulp is at most 2^(1-bits) of it, for normal values. */
+static inline int tg_bits(sl_dtype t)
+{
+    return t == SL_DTYPE_BF16 ? 8 : t == SL_DTYPE_F16 ? 11 : 24;
+}
 
 #ifdef SLUICE_TRAIN_CUDA
 #include <criterion/criterion.h>
@@ -164,6 +279,54 @@ static inline void tg_free(void *d)
 {
     if (d)
         cr_assert_eq(cudaFree(d), cudaSuccess);
+}
+
+/* ------------------------------------------ activations in bf16 / f16 */
+
+/* The exec's activation type, through sl_exec_set_act as the model sets it. */
+static inline void tg_set_act(sl_exec *e, sl_dtype t)
+{
+    cr_assert_eq(sl_exec_set_act(e, t), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e->act, t);
+}
+
+/* Device copy of n f32 values as type t (each rounded to nearest even:
+ * round them on the host first where a comparison needs the same inputs). */
+static inline void *tg_upa(const float *h, int64_t n, sl_dtype t)
+{
+    if (t == SL_DTYPE_F32)
+        return tg_up(h, n, sizeof(float));
+    uint16_t *b = malloc((size_t)(n > 0 ? n : 1) * sizeof *b);
+    cr_assert(b, "malloc %lld halves", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        b[i] = tg_bits16(h[i], t);
+    void *d = tg_up(b, n, sizeof *b);
+    free(b);
+    return d;
+}
+
+/* Device buffer of n elements of t, poisoned (0xffff is a NaN in bf16 and
+ * f16 too). */
+static inline void *tg_newa(int64_t n, sl_dtype t)
+{
+    return tg_alloc(n > 0 ? (size_t)n * tg_esize(t) : 0);
+}
+
+/* n elements of type t at d, widened to f32 into h (after tg_ready). */
+static inline void tg_downa(float *h, const void *d, int64_t n, sl_dtype t)
+{
+    if (t == SL_DTYPE_F32) {
+        tg_down(h, d, n, sizeof(float));
+        return;
+    }
+    if (n <= 0)
+        return;
+    uint16_t *b = malloc((size_t)n * sizeof *b);
+    cr_assert(b, "malloc %lld halves", (long long)n);
+    tg_down(b, d, n, sizeof *b);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = tg_from16(b[i], t);
+    free(b);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

@@ -8,6 +8,10 @@
  *              ref loops on awkward shapes with SLUICE_CUDA_TF32=0, every
  *              algorithm running CUDNN_FMA_MATH; hand-computed golden values
  *   tf32       (GPU) the same shapes with TF32 allowed, looser tolerance
+ *   bf16, f16  (GPU) the same shapes with bf16 / f16 activations (x, w, y,
+ *              dy, dx in the type, dw f32), inputs rounded on the host;
+ *              the golden values exactly; the measured ranking; the cache
+ *              keeps one entry per (shape, type)
  *   cache      (GPU) one algorithm search per shape and direction, a new
  *              entry per shape (enough to grow the table), deterministic
  *              backward algorithms that reproduce bit for bit, the measured
@@ -25,6 +29,17 @@
  * 1e-6. TF32 rounds both inputs to 10 mantissa bits, each product within
  * about 2^-10 relative: 1e-2, 2e-3, 1e-5. A layout or indexing bug is off
  * by about |ref| (terms of random sign: m/sqrt(K)), orders above both.
+ * bf16 / f16 (p = 8 / 11 significant bits, u = 2^-p): the inputs are
+ * rounded on the host before ref sees them, so ref is exact for the GPU's
+ * inputs; products of two p-bit values are exact in f32, the f32 sum keeps
+ * fp32's error, and the output is rounded once to the type: u*|ref|. Some
+ * algorithms hold intermediates in the data type (Winograd's transformed
+ * tiles, split-K partial sums), each rounding costing up to u of the terms'
+ * magnitude: allow two. So rtol = u + 1e-4, mtol = 2u + 1e-5, atol 1e-5
+ * (bf16: 0.0040, 0.0078; f16: 0.00059, 0.00099). dw is rounded to the
+ * type by cuDNN and widened exactly: the same bound. The margin over a
+ * layout bug shrinks to m/sqrt(K) against 2u*m: at least 5x for bf16 with
+ * these shapes (K <= 576), 40x for f16.
  *
  * Run on a GPU machine:
  *   cmake -S . -B build-g1 && cmake --build build-g1 --target sluice_tests
@@ -40,6 +55,7 @@
 #ifdef SLUICE_TRAIN_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda_testutil.h"
 #include "train/cuda_int.h"
 #endif
 
@@ -173,6 +189,11 @@ GPU_TEST(backward_reproduces_bit_for_bit)
 GPU_TEST(measured_ranking_matches_ref)
 GPU_TEST(geometry_checked_against_cudnn)
 GPU_TEST(workspace_and_tmp_grow)
+GPU_TEST(bf16_matches_ref)
+GPU_TEST(f16_matches_ref)
+GPU_TEST(bf16_f16_golden_values)
+GPU_TEST(bf16_measured_ranking_matches_ref)
+GPU_TEST(cache_key_includes_type)
 
 #else /* SLUICE_TRAIN_CUDA */
 
@@ -209,10 +230,13 @@ typedef struct tol {
 
 static const tol TOL_FP32 = {1e-4, 1e-5, 1e-6};
 static const tol TOL_TF32 = {1e-2, 2e-3, 1e-5};
+/* u = 2^-8 (bf16), 2^-11 (f16): the file comment derives these */
+static const tol TOL_BF16 = {0.00390625 + 1e-4, 2 * 0.00390625 + 1e-5, 1e-5};
+static const tol TOL_F16 = {0.00048828125 + 1e-4, 2 * 0.00048828125 + 1e-5, 1e-5};
 
 /* The rule in the file comment; NaN fails. */
-static void assert_close(const char *what, const sl_conv_shape *sh, const float *got,
-                         const float *want, const float *mag, size_t n, tol t)
+static void assert_conv_close(const char *what, const sl_conv_shape *sh, const float *got,
+                              const float *want, const float *mag, size_t n, tol t)
 {
     double mmax = 0;
     for (size_t i = 0; i < n; i++)
@@ -288,17 +312,21 @@ static void from_dev(sl_exec *e, float *h, const float *d, size_t n)
     cr_assert_eq(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost), cudaSuccess);
 }
 
-/* One shape, all three passes, GPU against ref. fp32 also requires every
+/* One shape, all three passes, GPU against ref, with the exec's activation
+ * type (inputs rounded to it first). fp32 without TF32 also requires every
  * chosen algorithm to run plain FMA math. */
 static void check_vs_ref(sl_exec *e, const geom *g, uint64_t seed, tol t)
 {
     sl_conv_shape sh = make(g);
+    sl_dtype at = e->act;
     size_t nx = nx_of(&sh), ny = ny_of(&sh), nw = nw_of(&sh);
     float *x = alloc_f(nx), *w = alloc_f(nw), *dy = alloc_f(ny);
     uint64_t st = seed;
     fill(x, nx, &st);
     fill(w, nw, &st);
     fill(dy, ny, &st);
+    tg_round_all(x, (int64_t)nx, at), tg_round_all(w, (int64_t)nw, at);
+    tg_round_all(dy, (int64_t)ny, at);
     float *ax = abs_copy(x, nx), *aw = abs_copy(w, nw), *ady = abs_copy(dy, ny);
     float *y0 = alloc_f(ny), *dx0 = alloc_f(nx), *dw0 = alloc_f(nw);
     float *my = alloc_f(ny), *mdx = alloc_f(nx), *mdw = alloc_f(nw);
@@ -313,31 +341,35 @@ static void check_vs_ref(sl_exec *e, const geom *g, uint64_t seed, tol t)
     cr_assert_eq(ref.ops->conv_bwd_filter(&ref, &sh, ax, ady, mdw), SL_OK);
     sl_exec_fini(&ref);
 
-    float *d_x = to_dev(x, nx), *d_w = to_dev(w, nw), *d_dy = to_dev(dy, ny);
-    float *d_y = dev_alloc(ny), *d_dx = dev_alloc(nx), *d_dw = dev_alloc(nw);
-    dev_nan(d_y, ny);
-    dev_nan(d_dx, nx);
-    dev_nan(d_dw, nw);
+    /* x, w, dy, y, dx in the activation type (poisoned outputs); dw f32 */
+    void *d_x = tg_upa(x, (int64_t)nx, at), *d_w = tg_upa(w, (int64_t)nw, at),
+         *d_dy = tg_upa(dy, (int64_t)ny, at), *d_y = tg_newa((int64_t)ny, at),
+         *d_dx = tg_newa((int64_t)nx, at);
+    float *d_dw = tg_newf((int64_t)nw);
+    tg_ready();
     cr_assert_eq(e->ops->conv_fwd(e, &sh, d_x, d_w, d_y), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(e->ops->conv_bwd_data(e, &sh, d_dy, d_w, d_dx), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(e->ops->conv_bwd_filter(e, &sh, d_x, d_dy, d_dw), SL_OK, "%s", sl_errmsg());
-    from_dev(e, y1, d_y, ny);
-    from_dev(e, dx1, d_dx, nx);
-    from_dev(e, dw1, d_dw, nw);
-    assert_close("fwd", &sh, y1, y0, my, ny, t);
-    assert_close("bwd_data", &sh, dx1, dx0, mdx, nx, t);
-    assert_close("bwd_filter", &sh, dw1, dw0, mdw, nw, t);
+    tg_downa(y1, d_y, (int64_t)ny, at);
+    tg_downa(dx1, d_dx, (int64_t)nx, at);
+    tg_downf(dw1, d_dw, (int64_t)nw);
+    assert_conv_close("fwd", &sh, y1, y0, my, ny, t);
+    assert_conv_close("bwd_data", &sh, dx1, dx0, mdx, nx, t);
+    assert_conv_close("bwd_filter", &sh, dw1, dw0, mdw, nw, t);
 
     sl_cuda_ctx *c = sl_cuda_of(e);
     for (int d = 0; d < 3; d++) {
         sl_conv_algo_info in;
-        cr_assert_eq(sl_conv_algo_lookup(c, &sh, (sl_conv_dir)d, &in), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(sl_conv_algo_lookup(c, &sh, at, (sl_conv_dir)d, &in), SL_OK, "%s",
+                     sl_errmsg());
+        if (at != SL_DTYPE_F32)
+            continue; /* as cuDNN ranked it (conv_cuda.cu's "Math") */
         if (!c->tf32)
             cr_assert_eq(in.math, CUDNN_FMA_MATH, "direction %d runs math type %d", d,
                          (int)in.math);
         cr_assert_neq(in.math, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
     }
-    cudaFree(d_x), cudaFree(d_w), cudaFree(d_dy), cudaFree(d_y), cudaFree(d_dx), cudaFree(d_dw);
+    tg_free(d_x), tg_free(d_w), tg_free(d_dy), tg_free(d_y), tg_free(d_dx), tg_free(d_dw);
     free(x), free(w), free(dy), free(ax), free(aw), free(ady);
     free(y0), free(dx0), free(dw0), free(my), free(mdx), free(mdw);
     free(y1), free(dx1), free(dw1);
@@ -538,7 +570,7 @@ Test(train_conv_cuda, algorithm_searched_once_per_shape)
     float *d_dx = dev_alloc(nx), *d_dw = dev_alloc(nw);
 
     sl_conv_algo_info in;
-    cr_assert_eq(sl_conv_algo_lookup(c, &sh[0], SL_CONV_FWD, &in), SL_ENOENT);
+    cr_assert_eq(sl_conv_algo_lookup(c, &sh[0], SL_DTYPE_F32, SL_CONV_FWD, &in), SL_ENOENT);
     cr_assert_not_null(strstr(sl_errmsg(), "not run yet"), "%s", sl_errmsg());
     for (int i = 0; i < NB; i++) {
         cr_assert_eq(e.ops->conv_fwd(&e, &sh[i], d_x, d_w, d_y), SL_OK, "%s", sl_errmsg());
@@ -550,8 +582,10 @@ Test(train_conv_cuda, algorithm_searched_once_per_shape)
     from_dev(&e, y1, d_y, ny);
     for (int i = 0; i < NB; i++) {
         cr_assert_eq(e.ops->conv_fwd(&e, &sh[i], d_x, d_w, d_y), SL_OK, "%s", sl_errmsg());
-        cr_assert_eq(sl_conv_algo_lookup(c, &sh[i], SL_CONV_FWD, &in), SL_OK, "%s", sl_errmsg());
-        cr_assert_eq(sl_conv_algo_lookup(c, &sh[i], SL_CONV_BWD_DATA, &in), SL_ENOENT);
+        cr_assert_eq(sl_conv_algo_lookup(c, &sh[i], SL_DTYPE_F32, SL_CONV_FWD, &in), SL_OK, "%s",
+                     sl_errmsg());
+        cr_assert_eq(sl_conv_algo_lookup(c, &sh[i], SL_DTYPE_F32, SL_CONV_BWD_DATA, &in),
+                     SL_ENOENT);
     }
     from_dev(&e, y2, d_y, ny);
     cr_assert_eq(memcmp(y1, y2, ny * sizeof *y1), 0, "a cached algorithm gives other numbers");
@@ -567,8 +601,8 @@ Test(train_conv_cuda, algorithm_searched_once_per_shape)
     sl_conv_algo_stats(c, &nshapes, &searches);
     cr_assert_eq(nshapes, NB);
     cr_assert_eq(searches, (long)NB + 2);
-    cr_assert_eq(sl_conv_algo_lookup(c, &sh[3], SL_CONV_BWD_DATA, &in), SL_OK);
-    cr_assert_eq(sl_conv_algo_lookup(c, &sh[3], SL_CONV_BWD_FILTER, &in), SL_OK);
+    cr_assert_eq(sl_conv_algo_lookup(c, &sh[3], SL_DTYPE_F32, SL_CONV_BWD_DATA, &in), SL_OK);
+    cr_assert_eq(sl_conv_algo_lookup(c, &sh[3], SL_DTYPE_F32, SL_CONV_BWD_FILTER, &in), SL_OK);
     cr_assert_eq(in.math, CUDNN_FMA_MATH);
     cr_assert_leq(in.ws_bytes, c->ws_cap, "the workspace was grown for it");
 
@@ -622,9 +656,9 @@ Test(train_conv_cuda, backward_reproduces_bit_for_bit)
     cr_assert_eq(memcmp(a, b, nx * sizeof *a), 0, "bwd_data differs between two runs");
 
     sl_conv_algo_info in;
-    cr_assert_eq(sl_conv_algo_lookup(c, &sh, SL_CONV_BWD_FILTER, &in), SL_OK);
+    cr_assert_eq(sl_conv_algo_lookup(c, &sh, SL_DTYPE_F32, SL_CONV_BWD_FILTER, &in), SL_OK);
     cr_assert(in.deterministic, "bwd_filter algorithm %d is not deterministic", in.algo);
-    cr_assert_eq(sl_conv_algo_lookup(c, &sh, SL_CONV_BWD_DATA, &in), SL_OK);
+    cr_assert_eq(sl_conv_algo_lookup(c, &sh, SL_DTYPE_F32, SL_CONV_BWD_DATA, &in), SL_OK);
     cr_assert(in.deterministic, "bwd_data algorithm %d is not deterministic", in.algo);
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dy), cudaFree(d_dx), cudaFree(d_dw);
     free(hx), free(hw), free(hdy), free(a), free(b);
@@ -657,6 +691,147 @@ Test(train_conv_cuda, geometry_checked_against_cudnn)
     cr_assert_eq(e.ops->conv_fwd(&e, &sh, d, d + 256, d + 512), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(cudaStreamSynchronize(sl_cuda_of(&e)->stream), cudaSuccess);
     cudaFree(d);
+    sl_exec_fini(&e);
+}
+
+/* ------------------------------------------------------------ bf16 / f16 */
+
+Test(train_conv_cuda, bf16_matches_ref)
+{
+    need_gpu();
+    sl_exec e;
+    cuda_init(&e, "0", NULL);
+    tg_set_act(&e, SL_DTYPE_BF16);
+    for (size_t i = 0; i < NSHAPES; i++)
+        check_vs_ref(&e, &shapes[i], 4000 + i, TOL_BF16);
+    sl_exec_fini(&e);
+}
+
+Test(train_conv_cuda, f16_matches_ref)
+{
+    need_gpu();
+    sl_exec e;
+    cuda_init(&e, "0", NULL);
+    tg_set_act(&e, SL_DTYPE_F16);
+    for (size_t i = 0; i < NSHAPES; i++)
+        check_vs_ref(&e, &shapes[i], 5000 + i, TOL_F16);
+    sl_exec_fini(&e);
+}
+
+/* The measured ranking in bf16: backward-filter's candidates run on the
+ * bf16 scratch, and the f32 dw still comes out right. */
+Test(train_conv_cuda, bf16_measured_ranking_matches_ref)
+{
+    need_gpu();
+    sl_exec e;
+    cuda_init(&e, NULL, "1");
+    tg_set_act(&e, SL_DTYPE_BF16);
+    const size_t pick[] = {2, 5, 6, 15};
+    for (size_t i = 0; i < sizeof pick / sizeof *pick; i++)
+        check_vs_ref(&e, &shapes[pick[i]], 6000 + i, TOL_BF16);
+    sl_exec_fini(&e);
+}
+
+/* Golden cases whose every value (inputs, products, sums) is a small
+ * integer, exact in bf16 and f16: the results must be exact too, dw an
+ * f32 array. */
+static void golden_typed(sl_exec *e, const int g[9], const float *x, const float *wt,
+                         const float *dy, const float *want_y, const float *want_dx,
+                         const float *want_dw)
+{
+    sl_dtype t = e->act;
+    sl_conv_shape sh;
+    cr_assert_eq(sl_conv_shape_init(&sh, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]),
+                 SL_OK);
+    int64_t nx = (int64_t)nx_of(&sh), ny = (int64_t)ny_of(&sh), nw = (int64_t)nw_of(&sh);
+    void *d_x = tg_upa(x, nx, t), *d_w = tg_upa(wt, nw, t), *d_y = tg_newa(ny, t);
+    void *d_dy = dy ? tg_upa(dy, ny, t) : NULL, *d_dx = tg_newa(nx, t);
+    float *d_dw = tg_newf(nw), got[64];
+    tg_ready();
+    cr_assert_eq(e->ops->conv_fwd(e, &sh, d_x, d_w, d_y), SL_OK, "%s", sl_errmsg());
+    tg_downa(got, d_y, ny, t);
+    for (int64_t i = 0; i < ny; i++)
+        cr_assert(got[i] == want_y[i], "%s fwd [%lld]: got %g want %g", tg_type_name(t),
+                  (long long)i, (double)got[i], (double)want_y[i]);
+    if (dy) {
+        cr_assert_eq(e->ops->conv_bwd_data(e, &sh, d_dy, d_w, d_dx), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(e->ops->conv_bwd_filter(e, &sh, d_x, d_dy, d_dw), SL_OK, "%s",
+                     sl_errmsg());
+        tg_downa(got, d_dx, nx, t);
+        for (int64_t i = 0; i < nx; i++)
+            cr_assert(got[i] == want_dx[i], "%s bwd_data [%lld]: got %g want %g",
+                      tg_type_name(t), (long long)i, (double)got[i], (double)want_dx[i]);
+        tg_downf(got, d_dw, nw);
+        for (int64_t i = 0; i < nw; i++)
+            cr_assert(got[i] == want_dw[i], "%s bwd_filter (f32 dw) [%lld]: got %g want %g",
+                      tg_type_name(t), (long long)i, (double)got[i], (double)want_dw[i]);
+    }
+    tg_free(d_x), tg_free(d_w), tg_free(d_y), tg_free(d_dy), tg_free(d_dx), tg_free(d_dw);
+}
+
+Test(train_conv_cuda, bf16_f16_golden_values)
+{
+    need_gpu();
+    const float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const float w2[4] = {1, 2, 3, 4}, y2[4] = {37, 47, 67, 77};
+    const float ones9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, ones4[4] = {1, 1, 1, 1};
+    const float y3[4] = {12, 16, 24, 28};
+    const float dx3[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1};
+    const float dw3[9] = {5, 10, 5, 10, 20, 10, 5, 10, 5};
+    for (int k = 0; k < 2; k++) {
+        sl_exec e;
+        cuda_init(&e, "0", NULL);
+        tg_set_act(&e, k ? SL_DTYPE_F16 : SL_DTYPE_BF16);
+        golden_typed(&e, (const int[9]){1, 3, 3, 1, 1, 2, 2, 1, 0}, x, w2, NULL, y2, NULL, NULL);
+        golden_typed(&e, (const int[9]){1, 3, 3, 1, 1, 3, 3, 2, 1}, x, ones9, ones4, y3, dx3,
+                     dw3);
+        sl_exec_fini(&e);
+    }
+}
+
+/* One shape in f32, bf16 and f16: three entries, one search per entry and
+ * direction, each found by its own type only. */
+Test(train_conv_cuda, cache_key_includes_type)
+{
+    need_gpu();
+    sl_exec e;
+    cuda_init(&e, "0", NULL);
+    sl_cuda_ctx *c = sl_cuda_of(&e);
+    sl_conv_shape sh;
+    cr_assert_eq(sl_conv_shape_init(&sh, 2, 9, 7, 16, 8, 3, 3, 1, 1), SL_OK);
+    const sl_dtype ts[3] = {SL_DTYPE_F32, SL_DTYPE_BF16, SL_DTYPE_F16};
+    /* x (2016 elements) at 0, y at 2048 (1008), w at 4096 (1152), dw at 6144 */
+    float *d = tg_newf(8192);
+    tg_ready();
+    sl_conv_algo_info in;
+    for (int k = 0; k < 3; k++) {
+        tg_set_act(&e, ts[k]);
+        cr_assert_eq(sl_conv_algo_lookup(c, &sh, ts[k], SL_CONV_FWD, &in), SL_ENOENT);
+        if (k)
+            cr_assert(strstr(sl_errmsg(), tg_type_name(ts[k])), "%s", sl_errmsg());
+        cr_assert_eq(e.ops->conv_fwd(&e, &sh, d, d + 4096, d + 2048), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(e.ops->conv_bwd_filter(&e, &sh, d, d + 2048, d + 6144), SL_OK, "%s",
+                     sl_errmsg());
+        int nshapes;
+        long searches;
+        sl_conv_algo_stats(c, &nshapes, &searches);
+        cr_assert_eq(nshapes, k + 1, "type %s is a new entry", tg_type_name(ts[k]));
+        cr_assert_eq(searches, 2L * (k + 1));
+        for (int j = 0; j < 3; j++)
+            cr_assert_eq(sl_conv_algo_lookup(c, &sh, ts[j], SL_CONV_FWD, &in),
+                         j <= k ? SL_OK : SL_ENOENT, "lookup %s after %s",
+                         tg_type_name(ts[j]), tg_type_name(ts[k]));
+        cr_assert_eq(sl_conv_algo_lookup(c, &sh, ts[k], SL_CONV_BWD_DATA, &in), SL_ENOENT);
+    }
+    /* again in bf16: found, not searched */
+    tg_set_act(&e, SL_DTYPE_BF16);
+    cr_assert_eq(e.ops->conv_fwd(&e, &sh, d, d + 4096, d + 2048), SL_OK, "%s", sl_errmsg());
+    int nshapes;
+    long searches;
+    sl_conv_algo_stats(c, &nshapes, &searches);
+    cr_assert(nshapes == 3 && searches == 6, "%d entries, %ld searches", nshapes, searches);
+    cr_assert_eq(cudaStreamSynchronize(c->stream), cudaSuccess);
+    tg_free(d);
     sl_exec_fini(&e);
 }
 

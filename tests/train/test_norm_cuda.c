@@ -3,13 +3,29 @@
  * norm_sync_ref.c): train, eval and backward on awkward shapes with
  * atol + rtol*|ref|, two training steps of running statistics, 3.2M rows of
  * data far from zero, the five sync-BN pieces alone and composed over two
- * fake replicas against bn_fwd_train / bn_bwd, and aliasing.
+ * fake replicas against bn_fwd_train / bn_bwd, and aliasing; all of it
+ * again (bar the 3.2M rows) with bf16 and f16 activations.
+ *
+ * Mixed precision (train_int.h's table): x, y, dy, dx in e->act, every
+ * per-channel array f32. Inputs are rounded to the type on the host first,
+ * so ref runs on the very values the GPU sees. Each kernel computes ref's
+ * f32 value (in double, summed in another order) and rounds it once to the
+ * type; ref's f32 output rounded the same way may then differ by one ulp
+ * of the type where the two f32 values straddle a rounding boundary. So an
+ * activation output passes when
+ *     |got - round(ref)| <= atol + (rtol + 2^(1-p)) * |ref|
+ * with the f32 test's atol and rtol and p = 8 (bf16) / 11 (f16)
+ * significant bits (one ulp is at most 2^(1-p) of a normal value; f16
+ * subnormals below 2^-14 are 2^-24 apart, which atol covers at these
+ * magnitudes). The f32 outputs (statistics, sums, dgamma, dbeta) keep the
+ * f32 tolerances: their inputs are exact and they are computed as before.
  *
  * The ops take device pointers; the "hg_" adaptors below give them ref's
  * host interface (upload, run, download), so one comparison loop serves
  * both. Skips without a GPU or in a build without the cuda backend. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,19 +73,27 @@ static int64_t nel(int64_t rows, int c)
     return rows > 0 && c > 0 ? rows * c : 0;
 }
 
+/* Activations (e->act) go up and come back through these. */
+static void *up_a(const sl_exec *e, const float *h, int64_t n) { return tg_upa(h, n, e->act); }
+static void *new_a(const sl_exec *e, int64_t n) { return tg_newa(n, e->act); }
+static void down_a(const sl_exec *e, float *h, const void *d, int64_t n)
+{
+    tg_downa(h, d, n, e->act);
+}
+
 static int hg_bn_fwd_train(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                            const float *beta, float momentum, float eps, float *rm, float *rv,
                            float *y, float *sm, float *si)
 {
     int64_t n = nel(rows, c);
-    float *dx = tg_upf(x, n), *dg = tg_upf(gamma, c), *db = tg_upf(beta, c),
-          *drm = tg_upf(rm, c), *drv = tg_upf(rv, c), *dy = tg_newf(n), *dsm = tg_newf(c),
-          *dsi = tg_newf(c);
+    void *dx = up_a(e, x, n), *dy = new_a(e, n);
+    float *dg = tg_upf(gamma, c), *db = tg_upf(beta, c), *drm = tg_upf(rm, c),
+          *drv = tg_upf(rv, c), *dsm = tg_newf(c), *dsi = tg_newf(c);
     tg_ready();
     int rc = sl_bn_fwd_train_cuda(e, rows, c, dx, dg, db, momentum, eps, drm, drv, dy, dsm, dsi);
     tg_downf(rm, drm, c), tg_downf(rv, drv, c);
     if (rc == SL_OK)
-        tg_downf(y, dy, n), tg_downf(sm, dsm, c), tg_downf(si, dsi, c);
+        down_a(e, y, dy, n), tg_downf(sm, dsm, c), tg_downf(si, dsi, c);
     tg_free(dx), tg_free(dg), tg_free(db), tg_free(drm), tg_free(drv), tg_free(dy);
     tg_free(dsm), tg_free(dsi);
     return rc;
@@ -80,12 +104,13 @@ static int hg_bn_fwd_eval(sl_exec *e, int64_t rows, int c, const float *x, const
                           float *y)
 {
     int64_t n = nel(rows, c);
-    float *dx = tg_upf(x, n), *dg = tg_upf(gamma, c), *db = tg_upf(beta, c),
-          *drm = tg_upf(rm, c), *drv = tg_upf(rv, c), *dy = tg_newf(n);
+    void *dx = up_a(e, x, n), *dy = new_a(e, n);
+    float *dg = tg_upf(gamma, c), *db = tg_upf(beta, c), *drm = tg_upf(rm, c),
+          *drv = tg_upf(rv, c);
     tg_ready();
     int rc = sl_bn_fwd_eval_cuda(e, rows, c, dx, dg, db, drm, drv, eps, dy);
     if (rc == SL_OK)
-        tg_downf(y, dy, n);
+        down_a(e, y, dy, n);
     tg_free(dx), tg_free(dg), tg_free(db), tg_free(drm), tg_free(drv), tg_free(dy);
     return rc;
 }
@@ -95,13 +120,13 @@ static int hg_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const floa
                      float *dgamma, float *dbeta)
 {
     int64_t n = nel(rows, c);
-    float *d_x = tg_upf(x, n), *d_dy = tg_upf(dy, n), *dg = tg_upf(gamma, c),
-          *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c), *d_dx = tg_newf(n), *ddg = tg_newf(c),
-          *ddb = tg_newf(c);
+    void *d_x = up_a(e, x, n), *d_dy = up_a(e, dy, n), *d_dx = new_a(e, n);
+    float *dg = tg_upf(gamma, c), *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c),
+          *ddg = tg_newf(c), *ddb = tg_newf(c);
     tg_ready();
     int rc = sl_bn_bwd_cuda(e, rows, c, d_x, d_dy, dg, dsm, dsi, d_dx, ddg, ddb);
     if (rc == SL_OK)
-        tg_downf(dx, d_dx, n), tg_downf(dgamma, ddg, c), tg_downf(dbeta, ddb, c);
+        down_a(e, dx, d_dx, n), tg_downf(dgamma, ddg, c), tg_downf(dbeta, ddb, c);
     tg_free(d_x), tg_free(d_dy), tg_free(dg), tg_free(dsm), tg_free(dsi), tg_free(d_dx);
     tg_free(ddg), tg_free(ddb);
     return rc;
@@ -109,7 +134,8 @@ static int hg_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const floa
 
 static int hg_bn_sum(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
 {
-    float *dx = tg_upf(x, nel(rows, c)), *ds = tg_newf(c);
+    void *dx = up_a(e, x, nel(rows, c));
+    float *ds = tg_newf(c);
     tg_ready();
     int rc = sl_bn_sum_cuda(e, rows, c, dx, ds);
     if (rc == SL_OK)
@@ -121,7 +147,8 @@ static int hg_bn_sum(sl_exec *e, int64_t rows, int c, const float *x, float *sum
 static int hg_bn_sqdev_sum(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
                            float *sq)
 {
-    float *dx = tg_upf(x, nel(rows, c)), *dm = tg_upf(mean, c), *ds = tg_newf(c);
+    void *dx = up_a(e, x, nel(rows, c));
+    float *dm = tg_upf(mean, c), *ds = tg_newf(c);
     tg_ready();
     int rc = sl_bn_sqdev_sum_cuda(e, rows, c, dx, dm, ds);
     if (rc == SL_OK)
@@ -136,15 +163,16 @@ static int hg_bn_fwd_apply(sl_exec *e, int64_t rows, int c, const float *x, cons
                            float *si)
 {
     int64_t n = nel(rows, c);
-    float *dx = tg_upf(x, n), *dg = tg_upf(gamma, c), *db = tg_upf(beta, c),
-          *dmean = tg_upf(mean, c), *dvar = tg_upf(var, c), *drm = tg_upf(rm, c),
-          *drv = tg_upf(rv, c), *dy = tg_newf(n), *dsm = tg_newf(c), *dsi = tg_newf(c);
+    void *dx = up_a(e, x, n), *dy = new_a(e, n);
+    float *dg = tg_upf(gamma, c), *db = tg_upf(beta, c), *dmean = tg_upf(mean, c),
+          *dvar = tg_upf(var, c), *drm = tg_upf(rm, c), *drv = tg_upf(rv, c), *dsm = tg_newf(c),
+          *dsi = tg_newf(c);
     tg_ready();
     int rc = sl_bn_fwd_apply_cuda(e, rows, c, dx, dg, db, dmean, dvar, total, momentum, eps, drm,
                                   drv, dy, dsm, dsi);
     tg_downf(rm, drm, c), tg_downf(rv, drv, c);
     if (rc == SL_OK)
-        tg_downf(y, dy, n), tg_downf(sm, dsm, c), tg_downf(si, dsi, c);
+        down_a(e, y, dy, n), tg_downf(sm, dsm, c), tg_downf(si, dsi, c);
     tg_free(dx), tg_free(dg), tg_free(db), tg_free(dmean), tg_free(dvar), tg_free(drm);
     tg_free(drv), tg_free(dy), tg_free(dsm), tg_free(dsi);
     return rc;
@@ -154,8 +182,8 @@ static int hg_bn_bwd_reduce(sl_exec *e, int64_t rows, int c, const float *x, con
                             const float *sm, const float *si, float *sum_dy, float *sum_dyx)
 {
     int64_t n = nel(rows, c);
-    float *d_x = tg_upf(x, n), *d_dy = tg_upf(dy, n), *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c),
-          *d0 = tg_newf(c), *d1 = tg_newf(c);
+    void *d_x = up_a(e, x, n), *d_dy = up_a(e, dy, n);
+    float *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c), *d0 = tg_newf(c), *d1 = tg_newf(c);
     tg_ready();
     int rc = sl_bn_bwd_reduce_cuda(e, rows, c, d_x, d_dy, dsm, dsi, d0, d1);
     if (rc == SL_OK)
@@ -169,13 +197,13 @@ static int hg_bn_bwd_apply(sl_exec *e, int64_t rows, int c, const float *x, cons
                            const float *sum_dy, const float *sum_dyx, double total, float *dx)
 {
     int64_t n = nel(rows, c);
-    float *d_x = tg_upf(x, n), *d_dy = tg_upf(dy, n), *dg = tg_upf(gamma, c),
-          *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c), *d0 = tg_upf(sum_dy, c),
-          *d1 = tg_upf(sum_dyx, c), *d_dx = tg_newf(n);
+    void *d_x = up_a(e, x, n), *d_dy = up_a(e, dy, n), *d_dx = new_a(e, n);
+    float *dg = tg_upf(gamma, c), *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c),
+          *d0 = tg_upf(sum_dy, c), *d1 = tg_upf(sum_dyx, c);
     tg_ready();
     int rc = sl_bn_bwd_apply_cuda(e, rows, c, d_x, d_dy, dg, dsm, dsi, d0, d1, total, d_dx);
     if (rc == SL_OK)
-        tg_downf(dx, d_dx, n);
+        down_a(e, dx, d_dx, n);
     tg_free(d_x), tg_free(d_dy), tg_free(dg), tg_free(dsm), tg_free(dsi), tg_free(d0);
     tg_free(d1), tg_free(d_dx);
     return rc;
@@ -614,6 +642,186 @@ Test(train_ops_cuda, bn_aliasing)
     assert_same(gsi, wsi, c, "bn_fwd_apply save_invstd aliased");
 
     float *d[] = {x, xi, dy, dyi, gm, bt, rm, rv, s0, s1, m, v, m2, v2, y, sm, si, dx};
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        tg_free(d[k]);
+    free(want), free(got);
+    bn_in_free(&b);
+    tg_close(&eg);
+}
+
+/* ------------------------------------------------- bf16 / f16 activations */
+
+static const sl_dtype lowp[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
+
+/* An activation output against ref's f32 output rounded to t, with the
+ * f32 test's atol and rtol widened by one ulp of t (the file comment). */
+static void assert_act(const float *got, const float *ref, int64_t n, double atol, double rtol,
+                       sl_dtype t, const char *what)
+{
+    float *r = fdup(ref, n);
+    tg_round_all(r, n, t);
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s (%s)", what, tg_type_name(t));
+    assert_close(got, r, n, atol, rtol + ldexp(1.0, 1 - tg_bits(t)), buf);
+    free(r);
+}
+
+Test(train_ops_cuda, bn_bf16_f16_match_ref)
+{
+    static const int64_t rows[] = {2, 3, 1000 + 7, 64 * 7 * 7 + 3};
+    static const int cs[] = {1, 3, 17, 64, 513};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = lowp[k];
+        tg_set_act(&eg, t);
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
+                int64_t R = rows[i], n = R * cs[j];
+                int c = cs[j];
+                cr_log_info("bn %s rows %lld c %d", tg_type_name(t), (long long)R, c);
+                bn_in b;
+                bn_in_random(&b, R, c, 411 + 97 * i + j, 0.0f, 1.0f);
+                float *x2 = frand(n, 25 + i + j, -2, 3);
+                tg_round_all(b.x, n, t), tg_round_all(b.dy, n, t), tg_round_all(x2, n, t);
+                bn_out r, g;
+                bn_run(&er, &b, x2, &r);
+                bn_run(&eg, &b, x2, &g);
+                assert_act(g.y2, r.y2, n, 2e-6, 2e-6, t, "y step 1");
+                assert_act(g.y, r.y, n, 2e-6, 2e-6, t, "y step 2");
+                assert_close(g.sm, r.sm, c, 1e-7, 1e-6, "save_mean");
+                assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+                assert_close(g.rm, r.rm, c, 1e-7, 1e-6, "running_mean");
+                assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
+                assert_act(g.dx, r.dx, n, 1e-6 * max_gi(b.gamma, r.si, c), 1e-5, t, "dx");
+                double atol = 2e-6 * sqrt((double)R);
+                assert_close(g.dg, r.dg, c, atol, 1e-5, "dgamma");
+                assert_close(g.db, r.db, c, atol, 1e-5, "dbeta");
+                assert_act(g.ye, r.ye, n, 2e-6, 2e-6, t, "eval y");
+                bn_out_free(&r), bn_out_free(&g);
+                free(x2);
+                bn_in_free(&b);
+            }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+Test(train_ops_cuda, bn_sync_pieces_bf16_f16_match_ref)
+{
+    static const int64_t rows[] = {0, 1, 3, 1000 + 7, 64 * 7 * 7 + 3};
+    static const int cs[] = {1, 17, 64};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = lowp[k];
+        tg_set_act(&eg, t);
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
+                int64_t R = rows[i];
+                int c = cs[j];
+                int64_t n = R * c;
+                double total = (double)R * 3 + 2;
+                cr_log_info("sync pieces %s rows %lld c %d", tg_type_name(t), (long long)R, c);
+                bn_in b;
+                bn_in_random(&b, R, c, 70 + 13 * i + j, 0.0f, 1.0f);
+                tg_round_all(b.x, n, t), tg_round_all(b.dy, n, t);
+                float *sr = falloc(c), *sg = falloc(c), *mean = falloc(c), *var = falloc(c);
+                cr_assert_eq(er.ops->bn_sum(&er, R, c, b.x, sr), SL_OK, "%s", sl_errmsg());
+                cr_assert_eq(eg.ops->bn_sum(&eg, R, c, b.x, sg), SL_OK, "%s", sl_errmsg());
+                assert_close(sg, sr, c, 1e-9 * (double)(R + 1), 1e-6, "sum");
+                for (int ch = 0; ch < c; ch++)
+                    mean[ch] = R ? (float)(sr[ch] / (double)R) : 0.5f;
+                cr_assert_eq(er.ops->bn_sqdev_sum(&er, R, c, b.x, mean, sr), SL_OK);
+                cr_assert_eq(eg.ops->bn_sqdev_sum(&eg, R, c, b.x, mean, sg), SL_OK, "%s",
+                             sl_errmsg());
+                assert_close(sg, sr, c, 1e-12, 1e-6, "sqdev");
+                for (int ch = 0; ch < c; ch++)
+                    var[ch] = (R ? (float)(sr[ch] / (double)R) : 0.0f) + 0.01f;
+                float *rm_r = fdup(b.rmean, c), *rv_r = fdup(b.rvar, c), *rm_g = fdup(b.rmean, c),
+                      *rv_g = fdup(b.rvar, c);
+                float *yr = falloc(n), *yg = falloc(n), *smr = falloc(c), *smg = falloc(c),
+                      *sir = falloc(c), *sig = falloc(c);
+                cr_assert_eq(er.ops->bn_fwd_apply(&er, R, c, b.x, b.gamma, b.beta, mean, var,
+                                                  total, 0.1f, 1e-5f, rm_r, rv_r, yr, smr, sir),
+                             SL_OK, "%s", sl_errmsg());
+                cr_assert_eq(eg.ops->bn_fwd_apply(&eg, R, c, b.x, b.gamma, b.beta, mean, var,
+                                                  total, 0.1f, 1e-5f, rm_g, rv_g, yg, smg, sig),
+                             SL_OK, "%s", sl_errmsg());
+                assert_act(yg, yr, n, 1e-6, 1e-6, t, "y");
+                assert_close(sig, sir, c, 0, 1e-7, "save_invstd");
+                assert_close(rv_g, rv_r, c, 0, 1e-7, "running_var");
+                float *d0r = falloc(c), *d0g = falloc(c), *d1r = falloc(c), *d1g = falloc(c);
+                cr_assert_eq(er.ops->bn_bwd_reduce(&er, R, c, b.x, b.dy, smr, sir, d0r, d1r),
+                             SL_OK);
+                cr_assert_eq(eg.ops->bn_bwd_reduce(&eg, R, c, b.x, b.dy, smr, sir, d0g, d1g),
+                             SL_OK, "%s", sl_errmsg());
+                double atol = 1e-9 * sqrt((double)R + 1);
+                assert_close(d0g, d0r, c, atol, 1e-6, "sum_dy");
+                assert_close(d1g, d1r, c, atol, 1e-6, "sum_dy_xhat");
+                for (int ch = 0; ch < c; ch++)
+                    d0r[ch] *= 3, d1r[ch] *= 3;
+                float *dxr = falloc(n), *dxg = falloc(n);
+                cr_assert_eq(er.ops->bn_bwd_apply(&er, R, c, b.x, b.dy, b.gamma, smr, sir, d0r,
+                                                  d1r, total, dxr), SL_OK, "%s", sl_errmsg());
+                cr_assert_eq(eg.ops->bn_bwd_apply(&eg, R, c, b.x, b.dy, b.gamma, smr, sir, d0r,
+                                                  d1r, total, dxg), SL_OK, "%s", sl_errmsg());
+                assert_act(dxg, dxr, n, 1e-7 * max_gi(b.gamma, sir, c), 1e-6, t, "dx");
+                free(sr), free(sg), free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
+                free(rv_g), free(yr), free(yg), free(smr), free(smg), free(sir), free(sig);
+                free(d0r), free(d0g), free(d1r), free(d1g), free(dxr), free(dxg);
+                bn_in_free(&b);
+            }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* In place with 2-byte elements: y = x (train), dx = dy (bwd, bwd_apply)
+ * give the bits of separate buffers. */
+Test(train_ops_cuda, bn_aliasing_bf16)
+{
+    const int64_t R = 1000 + 7;
+    const int c = 17;
+    const sl_dtype t = SL_DTYPE_BF16;
+    int64_t n = R * c;
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    tg_set_act(&eg, t);
+    bn_in b;
+    bn_in_random(&b, R, c, 43, 2.0f, 1.0f);
+    float h0[17], h1[17];
+    for (int ch = 0; ch < c; ch++)
+        h0[ch] = 0.25f * ch - 1, h1[ch] = 0.5f - 0.125f * ch;
+    void *x = tg_upa(b.x, n, t), *xi = tg_upa(b.x, n, t), *dy = tg_upa(b.dy, n, t),
+         *dyi = tg_upa(b.dy, n, t), *dyj = tg_upa(b.dy, n, t), *y = tg_newa(n, t),
+         *dx = tg_newa(n, t), *dx2 = tg_newa(n, t);
+    float *gm = tg_upf(b.gamma, c), *bt = tg_upf(b.beta, c), *rm = tg_upf(b.rmean, c),
+          *rv = tg_upf(b.rvar, c), *s0 = tg_upf(h0, c), *s1 = tg_upf(h1, c), *sm = tg_newf(c),
+          *si = tg_newf(c), *dg = tg_newf(c), *db = tg_newf(c);
+    float *want = falloc(n), *got = falloc(n);
+    tg_ready();
+    cr_assert_eq(sl_bn_fwd_train_cuda(&eg, R, c, x, gm, bt, 0.1f, 1e-5f, rm, rv, y, sm, si), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_fwd_train_cuda(&eg, R, c, xi, gm, bt, 0.1f, 1e-5f, rm, rv, xi, sm, si),
+                 SL_OK, "%s", sl_errmsg());
+    tg_downa(want, y, n, t), tg_downa(got, xi, n, t);
+    assert_same(got, want, n, "bn_fwd_train in place (bf16)");
+    cr_assert_eq(sl_bn_bwd_cuda(&eg, R, c, x, dy, gm, sm, si, dx, dg, db), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_cuda(&eg, R, c, x, dyi, gm, sm, si, dyi, dg, db), SL_OK, "%s",
+                 sl_errmsg());
+    tg_downa(want, dx, n, t), tg_downa(got, dyi, n, t);
+    assert_same(got, want, n, "bn_bwd in place (bf16)");
+    cr_assert_eq(sl_bn_bwd_apply_cuda(&eg, R, c, x, dy, gm, sm, si, s0, s1, 3.0 * R, dx2), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_apply_cuda(&eg, R, c, x, dyj, gm, sm, si, s0, s1, 3.0 * R, dyj), SL_OK,
+                 "%s", sl_errmsg());
+    tg_downa(want, dx2, n, t), tg_downa(got, dyj, n, t);
+    assert_same(got, want, n, "bn_bwd_apply in place (bf16)");
+    void *d[] = {x, xi, dy, dyi, dyj, y, dx, dx2, gm, bt, rm, rv, s0, s1, sm, si, dg, db};
     for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
         tg_free(d[k]);
     free(want), free(got);

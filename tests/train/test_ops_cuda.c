@@ -6,10 +6,18 @@
  * cross-entropy with label smoothing and bad labels, argument errors.
  * Batch norm has test_norm_cuda.c, SGD test_sgd_cuda.c.
  *
+ * Mixed precision: with e->act bf16 / f16 (train_int.h's table) relu, add,
+ * max pool, gap run on inputs rounded to the type first on the host, and
+ * must return ref's f32 result on those inputs rounded to nearest even -
+ * bit for bit, as each kernel computes ref's f32 value and rounds it once
+ * (the host rounding is cuda_testutil.h's, checked in test_amp_cuda.c). fc
+ * and xent are f32 whatever the type. sl_xent_acc_cuda (the step's loss on
+ * the device) against sl_xent_fwd_bwd_cuda, scaled and accumulated.
+ *
  * The ops take device pointers; the "hg_" adaptors below give them ref's
- * host interface (upload, run, download), so one comparison loop serves
- * both. Skips without a GPU or in a build without the cuda backend; the
- * argument checks run anyway, as they never touch the device. */
+ * host interface (upload in e->act, run, download), so one comparison loop
+ * serves both. Skips without a GPU or in a build without the cuda backend;
+ * the argument checks run anyway, as they never touch the device. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -45,35 +53,43 @@ static void ref_exec(sl_exec *e)
  * in/out arrays (running statistics) downloaded always, so a failed call
  * shows whether it wrote them. */
 
+/* Activations (e->act) go up and come back through these. */
+static void *up_a(const sl_exec *e, const float *h, int64_t n) { return tg_upa(h, n, e->act); }
+static void *new_a(const sl_exec *e, int64_t n) { return tg_newa(n, e->act); }
+static void down_a(const sl_exec *e, float *h, const void *d, int64_t n)
+{
+    tg_downa(h, d, n, e->act);
+}
+
 static int hg_relu_fwd(sl_exec *e, int64_t n, const float *x, float *y)
 {
-    float *dx = tg_upf(x, n), *dy = tg_newf(n);
+    void *dx = up_a(e, x, n), *dy = new_a(e, n);
     tg_ready();
     int rc = sl_relu_fwd_cuda(e, n, dx, dy);
     if (rc == SL_OK)
-        tg_downf(y, dy, n);
+        down_a(e, y, dy, n);
     tg_free(dx), tg_free(dy);
     return rc;
 }
 
 static int hg_relu_bwd(sl_exec *e, int64_t n, const float *y, const float *dy, float *dx)
 {
-    float *d_y = tg_upf(y, n), *d_dy = tg_upf(dy, n), *d_dx = tg_newf(n);
+    void *d_y = up_a(e, y, n), *d_dy = up_a(e, dy, n), *d_dx = new_a(e, n);
     tg_ready();
     int rc = sl_relu_bwd_cuda(e, n, d_y, d_dy, d_dx);
     if (rc == SL_OK)
-        tg_downf(dx, d_dx, n);
+        down_a(e, dx, d_dx, n);
     tg_free(d_y), tg_free(d_dy), tg_free(d_dx);
     return rc;
 }
 
 static int hg_add(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
 {
-    float *da = tg_upf(a, n), *db = tg_upf(b, n), *dy = tg_newf(n);
+    void *da = up_a(e, a, n), *db = up_a(e, b, n), *dy = new_a(e, n);
     tg_ready();
     int rc = sl_add_cuda(e, n, da, db, dy);
     if (rc == SL_OK)
-        tg_downf(y, dy, n);
+        down_a(e, y, dy, n);
     tg_free(da), tg_free(db), tg_free(dy);
     return rc;
 }
@@ -92,12 +108,12 @@ static int hg_maxpool_fwd(sl_exec *e, const sl_pool_shape *sh, const float *x, f
                           int32_t *argmax)
 {
     int64_t nx = pool_nx(sh), ny = pool_ny(sh);
-    float *dx = tg_upf(x, nx), *dy = tg_newf(ny);
+    void *dx = up_a(e, x, nx), *dy = new_a(e, ny);
     int32_t *da = tg_alloc((size_t)ny * sizeof(int32_t));
     tg_ready();
     int rc = sl_maxpool_fwd_cuda(e, sh, dx, dy, da);
     if (rc == SL_OK)
-        tg_downf(y, dy, ny), tg_down(argmax, da, ny, sizeof(int32_t));
+        down_a(e, y, dy, ny), tg_down(argmax, da, ny, sizeof(int32_t));
     tg_free(dx), tg_free(dy), tg_free(da);
     return rc;
 }
@@ -106,19 +122,20 @@ static int hg_maxpool_bwd(sl_exec *e, const sl_pool_shape *sh, const float *dy,
                           const int32_t *argmax, float *dx)
 {
     int64_t nx = pool_nx(sh), ny = pool_ny(sh);
-    float *d_dy = tg_upf(dy, ny), *d_dx = tg_newf(nx);
+    void *d_dy = up_a(e, dy, ny), *d_dx = new_a(e, nx);
     int32_t *da = tg_up(argmax, ny, sizeof(int32_t));
     tg_ready();
     int rc = sl_maxpool_bwd_cuda(e, sh, d_dy, da, d_dx);
     if (rc == SL_OK)
-        tg_downf(dx, d_dx, nx);
+        down_a(e, dx, d_dx, nx);
     tg_free(d_dy), tg_free(d_dx), tg_free(da);
     return rc;
 }
 
 static int hg_gap_fwd(sl_exec *e, int n, int hw, int c, const float *x, float *y)
 {
-    float *dx = tg_upf(x, (int64_t)n * hw * c), *dy = tg_newf((int64_t)n * c);
+    void *dx = up_a(e, x, (int64_t)n * hw * c);
+    float *dy = tg_newf((int64_t)n * c); /* y is f32 */
     tg_ready();
     int rc = sl_gap_fwd_cuda(e, n, hw, c, dx, dy);
     if (rc == SL_OK)
@@ -129,11 +146,12 @@ static int hg_gap_fwd(sl_exec *e, int n, int hw, int c, const float *x, float *y
 
 static int hg_gap_bwd(sl_exec *e, int n, int hw, int c, const float *dy, float *dx)
 {
-    float *d_dy = tg_upf(dy, (int64_t)n * c), *d_dx = tg_newf((int64_t)n * hw * c);
+    float *d_dy = tg_upf(dy, (int64_t)n * c); /* dy is f32 */
+    void *d_dx = new_a(e, (int64_t)n * hw * c);
     tg_ready();
     int rc = sl_gap_bwd_cuda(e, n, hw, c, d_dy, d_dx);
     if (rc == SL_OK)
-        tg_downf(dx, d_dx, (int64_t)n * hw * c);
+        down_a(e, dx, d_dx, (int64_t)n * hw * c);
     tg_free(d_dy), tg_free(d_dx);
     return rc;
 }
@@ -356,6 +374,220 @@ Test(train_ops_cuda, gap_matches_ref_exactly)
     sl_exec_fini(&er);
 }
 
+/* ------------------------------------------------- bf16 / f16 activations */
+
+static const sl_dtype lowp[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
+
+/* ref's f32 outputs rounded to t: what the kernels must return. */
+static void rounded(float *v, int64_t n, sl_dtype t) { tg_round_all(v, n, t); }
+
+Test(train_ops_cuda, relu_add_bf16_f16_bitwise)
+{
+    static const int64_t sizes[] = {1, 3, 1000 + 7, (1 << 20) + 3};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = lowp[k];
+        tg_set_act(&eg, t);
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+            int64_t n = sizes[z];
+            float *a = edgy(n, 30 + z), *b = edgy(n, 40 + z), *wr = falloc(n), *wg = falloc(n);
+            /* some large values: their f32 sums pass 65504 and must round
+             * to inf in f16 (ties and carries into the exponent elsewhere) */
+            for (int64_t i = 0; i < n; i++)
+                if (i % 11 == 3)
+                    a[i] *= 2e4f, b[i] *= 2e4f;
+            tg_round_all(a, n, t), tg_round_all(b, n, t);
+            cr_log_info("relu/add %s n %lld", tg_type_name(t), (long long)n);
+            cr_assert_eq(sl_relu_fwd_ref(&er, n, a, wr), SL_OK);
+            cr_assert_eq(eg.ops->relu_fwd(&eg, n, a, wg), SL_OK, "%s", sl_errmsg());
+            rounded(wr, n, t);
+            assert_same(wg, wr, n, "relu_fwd");
+            float *y = fdup(wr, n);
+            cr_assert_eq(sl_relu_bwd_ref(&er, n, y, b, wr), SL_OK);
+            cr_assert_eq(eg.ops->relu_bwd(&eg, n, y, b, wg), SL_OK, "%s", sl_errmsg());
+            rounded(wr, n, t);
+            assert_same(wg, wr, n, "relu_bwd");
+            cr_assert_eq(sl_add_ref(&er, n, a, b, wr), SL_OK);
+            cr_assert_eq(eg.ops->add(&eg, n, a, b, wg), SL_OK, "%s", sl_errmsg());
+            rounded(wr, n, t);
+            assert_same(wg, wr, n, "add");
+            free(a), free(b), free(y), free(wr), free(wg);
+        }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* In place in bf16: y = x, dx = dy, y = a (2-byte elements, same rules). */
+Test(train_ops_cuda, relu_add_in_place_bf16)
+{
+    const int64_t n = 4099;
+    const sl_dtype t = SL_DTYPE_BF16;
+    sl_exec er, eg;
+    tg_open(&eg, NULL);
+    tg_set_act(&eg, t);
+    ref_exec(&er);
+    float *a = edgy(n, 15), *b = edgy(n, 16), *want = falloc(n), *got = falloc(n);
+    tg_round_all(a, n, t), tg_round_all(b, n, t);
+    void *da = tg_upa(a, n, t), *db = tg_upa(b, n, t);
+    tg_ready();
+    cr_assert_eq(sl_relu_fwd_ref(&er, n, a, want), SL_OK);
+    cr_assert_eq(sl_relu_fwd_cuda(&eg, n, da, da), SL_OK, "%s", sl_errmsg());
+    tg_downa(got, da, n, t);
+    assert_same(got, want, n, "relu_fwd y = x");
+    cr_assert_eq(sl_relu_bwd_ref(&er, n, want, b, a), SL_OK); /* a: the wanted dx */
+    cr_assert_eq(sl_relu_bwd_cuda(&eg, n, da, db, db), SL_OK, "%s", sl_errmsg());
+    tg_downa(got, db, n, t);
+    assert_same(got, a, n, "relu_bwd dx = dy");
+    cr_assert_eq(sl_add_ref(&er, n, want, a, b), SL_OK);
+    rounded(b, n, t);
+    cr_assert_eq(sl_add_cuda(&eg, n, da, db, da), SL_OK, "%s", sl_errmsg());
+    tg_downa(got, da, n, t);
+    assert_same(got, b, n, "add y = a");
+    tg_free(da), tg_free(db);
+    free(a), free(b), free(want), free(got);
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+Test(train_ops_cuda, maxpool_bf16_f16_bitwise)
+{
+    static const int shapes[][7] = {
+        {1, 1, 1, 1, 3, 2, 1}, {2, 7, 7, 3, 3, 2, 1}, {3, 9, 11, 17, 3, 2, 1},
+        {2, 6, 5, 7, 5, 1, 2}, {1, 10, 10, 3, 3, 3, 0}, {4, 57, 57, 64, 3, 2, 1},
+    };
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = lowp[k];
+        tg_set_act(&eg, t);
+        for (size_t z = 0; z < sizeof shapes / sizeof shapes[0]; z++) {
+            const int *s = shapes[z];
+            sl_pool_shape sh;
+            cr_assert_eq(sl_pool_shape_init(&sh, s[0], s[1], s[2], s[3], s[4], s[5], s[6]),
+                         SL_OK, "%s", sl_errmsg());
+            int64_t nx = pool_nx(&sh), ny = pool_ny(&sh);
+            cr_log_info("maxpool %s n%d %dx%d c%d", tg_type_name(t), sh.n, sh.h, sh.w, sh.c);
+            uint64_t st = 200 + z;
+            /* ties (a coarse grid, exact in both types), some NaN and -inf;
+             * dy rounded to t */
+            float *x = falloc(nx), *dy = frand(ny, 9 + z, -1, 1);
+            for (int64_t i = 0; i < nx; i++) {
+                x[i] = (float)(int)urand(&st, -4, 4) * 0.5f;
+                if (tu_rand(&st) % 31 == 0)
+                    x[i] = tu_rand(&st) % 2 ? NAN : -INFINITY;
+            }
+            tg_round_all(dy, ny, t);
+            float *yr = falloc(ny), *yg = falloc(ny), *dxr = falloc(nx), *dxg = falloc(nx);
+            int32_t *ar = malloc((size_t)ny * 4), *ag = malloc((size_t)ny * 4);
+            cr_assert(ar && ag);
+            cr_assert_eq(er.ops->maxpool_fwd(&er, &sh, x, yr, ar), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(eg.ops->maxpool_fwd(&eg, &sh, x, yg, ag), SL_OK, "%s", sl_errmsg());
+            assert_same_i32(ag, ar, ny, "argmax");
+            assert_same(yg, yr, ny, "y"); /* a value of x: exact */
+            cr_assert_eq(er.ops->maxpool_bwd(&er, &sh, dy, ar, dxr), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(eg.ops->maxpool_bwd(&eg, &sh, dy, ag, dxg), SL_OK, "%s", sl_errmsg());
+            rounded(dxr, nx, t); /* f32 sums in ref's order, rounded once */
+            assert_same(dxg, dxr, nx, "dx");
+            free(x), free(dy), free(yr), free(yg), free(dxr), free(dxg), free(ar), free(ag);
+        }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* gap_fwd: x in the type, y f32 (the same double sum as ref); gap_bwd: dy
+ * f32, dx ref's f32 quotient rounded. */
+Test(train_ops_cuda, gap_bf16_f16_bitwise)
+{
+    static const int ns[] = {1, 3, 33}, hws[] = {1, 49}, cs[] = {1, 17, 2048};
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = lowp[k];
+        tg_set_act(&eg, t);
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 2; j++)
+                for (int z = 0; z < 3; z++) {
+                    int n = ns[i], hw = hws[j], c = cs[z];
+                    int64_t nx = (int64_t)n * hw * c, ny = (int64_t)n * c;
+                    float *x = frand(nx, 60 + i * 9 + j * 3 + z, -3, 5);
+                    float *dy = frand(ny, 80 + z, -1, 1);
+                    tg_round_all(x, nx, t);
+                    float *yr = falloc(ny), *yg = falloc(ny), *dxr = falloc(nx),
+                          *dxg = falloc(nx);
+                    cr_assert_eq(er.ops->gap_fwd(&er, n, hw, c, x, yr), SL_OK);
+                    cr_assert_eq(eg.ops->gap_fwd(&eg, n, hw, c, x, yg), SL_OK, "%s",
+                                 sl_errmsg());
+                    assert_same(yg, yr, ny, "gap y (f32)");
+                    cr_assert_eq(er.ops->gap_bwd(&er, n, hw, c, dy, dxr), SL_OK);
+                    cr_assert_eq(eg.ops->gap_bwd(&eg, n, hw, c, dy, dxg), SL_OK, "%s",
+                                 sl_errmsg());
+                    rounded(dxr, nx, t);
+                    assert_same(dxg, dxr, nx, "gap dx");
+                    free(x), free(dy), free(yr), free(yg), free(dxr), free(dxg);
+                }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* fc and xent are f32 whatever e->act says: the same bits as with f32. */
+Test(train_ops_cuda, fc_xent_ignore_act)
+{
+    const int n = 33, in = 17, out = 10;
+    float *x = frand(n * in, 1, -1, 1), *w = frand(out * in, 2, -1, 1), *b = frand(out, 3, -1, 1),
+          *dy = frand(n * out, 4, -1, 1);
+    int32_t lab[33];
+    for (int i = 0; i < n; i++)
+        lab[i] = (i * 3) % out;
+    float *r[2][5];
+    float loss[2];
+    int correct[2];
+    sl_exec eg;
+    tg_open(&eg, &hg_ops);
+    for (int k = 0; k < 2; k++) {
+        tg_set_act(&eg, k ? SL_DTYPE_BF16 : SL_DTYPE_F32);
+        r[k][0] = falloc(n * out), r[k][1] = falloc(n * in), r[k][2] = falloc(out * in);
+        r[k][3] = falloc(out), r[k][4] = falloc(n * out);
+        cr_assert_eq(eg.ops->fc_fwd(&eg, n, in, out, x, w, b, r[k][0]), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(eg.ops->fc_bwd(&eg, n, in, out, x, w, dy, r[k][1], r[k][2], r[k][3]), SL_OK,
+                     "%s", sl_errmsg());
+        cr_assert_eq(eg.ops->xent_fwd_bwd(&eg, n, out, r[k][0], lab, 0.1f, &loss[k], r[k][4],
+                                          &correct[k]), SL_OK, "%s", sl_errmsg());
+    }
+    static const int64_t len[5] = {33 * 10, 33 * 17, 10 * 17, 10, 33 * 10};
+    for (int j = 0; j < 5; j++)
+        assert_same(r[1][j], r[0][j], len[j], "fc / xent output with act bf16");
+    cr_assert(loss[0] == loss[1] && correct[0] == correct[1]);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 5; j++)
+            free(r[k][j]);
+    free(x), free(w), free(b), free(dy);
+    tg_close(&eg);
+}
+
+/* A value of e->act that is no sl_dtype: refused, naming the op. */
+Test(train_ops_cuda, bad_activation_type)
+{
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    float *d = tg_newf(64);
+    tg_ready();
+    eg.act = (sl_dtype)5;
+    cr_assert_eq(sl_relu_fwd_cuda(&eg, 16, d, d + 16), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_relu_fwd_cuda: activation type 5"), "%s", sl_errmsg());
+    cr_assert_eq(sl_gap_fwd_cuda(&eg, 1, 4, 4, d, d + 16), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_gap_fwd_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_exec_set_act(&eg, (sl_dtype)5), SL_EINVAL);
+    tg_free(d);
+    tg_close(&eg);
+}
+
 /* ------------------------------------------------------------- fully connected */
 
 Test(train_ops_cuda, fc_matches_ref)
@@ -506,6 +738,125 @@ Test(train_ops_cuda, xent_bad_label)
     tg_close(&eg);
 }
 
+/* ------------------------------------------- cross-entropy on the device */
+
+/* sl_xent_acc_cuda against sl_xent_fwd_bwd_cuda on the same logits: the
+ * accumulated mean loss (a double: the float loss is its rounding), the
+ * count, dlogits bit for bit, and scaled by a loss scale: a power of two
+ * gives exactly scale * dlogits, any scale the f32 product. */
+Test(train_ops_cuda, xent_acc_matches_xent)
+{
+    static const int ns[] = {1, 3, 33, 256}, ks[] = {1, 10, 1000};
+    static const float smooth[] = {0.0f, 0.1f};
+    static const float scales[] = {65536.0f, 3.5f};
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            for (int sm = 0; sm < 2; sm++) {
+                int n = ns[i], k = ks[j];
+                int64_t nl = (int64_t)n * k;
+                uint64_t st = 900 + 31 * i + 7 * j + sm;
+                float *l = falloc(nl), *d1 = falloc(nl), *d2 = falloc(nl);
+                int32_t *lab = malloc((size_t)n * 4);
+                cr_assert(lab);
+                for (int64_t e = 0; e < nl; e++)
+                    l[e] = urand(&st, -5, 5) + (e / k % 3 == 1 ? 80.0f : 0.0f);
+                for (int r = 0; r < n; r++)
+                    lab[r] = (int32_t)(tu_rand(&st) % (uint64_t)k);
+                float *d_l = tg_upf(l, nl), *d_dl = tg_newf(nl), *d_s = tg_newf(1);
+                int32_t *d_lab = tg_up(lab, n, 4);
+                double zero[2] = {0, 0}, acc[2];
+                double *d_acc = tg_up(zero, 2, sizeof(double));
+                tg_ready();
+                float loss = -1;
+                int correct = -1;
+                cr_assert_eq(sl_xent_fwd_bwd_cuda(&eg, n, k, d_l, d_lab, smooth[sm], &loss, d_dl,
+                                                  &correct), SL_OK, "%s", sl_errmsg());
+                tg_downf(d1, d_dl, nl);
+                /* twice into the same accumulator, no scale */
+                for (int rep = 0; rep < 2; rep++) {
+                    cr_assert_eq(cudaMemset(d_dl, 0xff, (size_t)nl * 4), cudaSuccess);
+                    tg_ready();
+                    cr_assert_eq(sl_xent_acc_cuda(&eg, n, k, d_l, d_lab, smooth[sm], NULL, d_dl,
+                                                  d_acc), SL_OK, "%s", sl_errmsg());
+                    tg_downf(d2, d_dl, nl);
+                    assert_same(d2, d1, nl, "dlogits (acc, no scale)");
+                }
+                tg_down(acc, d_acc, 2, sizeof(double));
+                cr_log_info("xent_acc n %d classes %d smoothing %g: loss %g (%.17g)", n, k,
+                            (double)smooth[sm], (double)loss, acc[0] / 2);
+                cr_assert((float)(acc[0] / 2) == loss, "acc loss %.17g (x2) want %.9g", acc[0],
+                          (double)loss);
+                cr_assert(acc[1] == 2.0 * correct, "acc count %g want 2 x %d", acc[1], correct);
+                for (int z = 0; z < 2; z++) {
+                    cr_assert_eq(cudaMemcpy(d_s, &scales[z], 4, cudaMemcpyHostToDevice),
+                                 cudaSuccess);
+                    tg_ready();
+                    cr_assert_eq(sl_xent_acc_cuda(&eg, n, k, d_l, d_lab, smooth[sm], d_s, d_dl,
+                                                  d_acc), SL_OK, "%s", sl_errmsg());
+                    tg_downf(d2, d_dl, nl);
+                    for (int64_t e = 0; e < nl; e++) {
+                        float want = d1[e] * scales[z];
+                        cr_assert(!memcmp(&d2[e], &want, 4), "scale %g: dlogits[%lld] %a want %a",
+                                  (double)scales[z], (long long)e, (double)d2[e], (double)want);
+                    }
+                }
+                tg_down(acc, d_acc, 2, sizeof(double));
+                cr_assert(fabs(acc[0] / 4 - loss) <= 1e-7 * fabs(loss) + 1e-12 &&
+                              acc[1] == 4.0 * correct,
+                          "the scale changes dlogits only: acc %g %g", acc[0], acc[1]);
+                tg_free(d_l), tg_free(d_dl), tg_free(d_s), tg_free(d_lab), tg_free(d_acc);
+                free(l), free(d1), free(d2), free(lab);
+            }
+    tg_close(&eg);
+}
+
+/* A bad label cannot be reported without a wait: the loss accumulator
+ * turns NaN, the count does not move, dlogits are zero (no NaN towards the
+ * weights). A good batch afterwards adds its count; the NaN stays. */
+Test(train_ops_cuda, xent_acc_bad_label)
+{
+    const int n = 12, k = 10;
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    float *l = frand((int64_t)n * k, 3, -2, 2), *got = falloc((int64_t)n * k);
+    int32_t lab[12];
+    for (int r = 0; r < n; r++)
+        lab[r] = r % k;
+    lab[7] = -3;
+    float *d_l = tg_upf(l, (int64_t)n * k), *d_dl = tg_newf((int64_t)n * k);
+    int32_t *d_lab = tg_up(lab, n, 4);
+    double acc[2] = {1.5, 4.0};
+    double *d_acc = tg_up(acc, 2, sizeof(double));
+    tg_ready();
+    cr_assert_eq(sl_xent_acc_cuda(&eg, n, k, d_l, d_lab, 0.1f, NULL, d_dl, d_acc), SL_OK, "%s",
+                 sl_errmsg());
+    tg_down(acc, d_acc, 2, sizeof(double));
+    cr_assert(isnan(acc[0]) && acc[1] == 4.0, "acc %g %g", acc[0], acc[1]);
+    tg_downf(got, d_dl, (int64_t)n * k);
+    for (int64_t i = 0; i < (int64_t)n * k; i++)
+        cr_assert(got[i] == 0.0f, "dlogits[%lld] = %g", (long long)i, (double)got[i]);
+    lab[7] = 7;
+    tg_free(d_lab);
+    d_lab = tg_up(lab, n, 4);
+    tg_ready();
+    cr_assert_eq(sl_xent_acc_cuda(&eg, n, k, d_l, d_lab, 0.1f, NULL, d_dl, d_acc), SL_OK, "%s",
+                 sl_errmsg());
+    float loss;
+    int correct;
+    float *d_d2 = tg_newf((int64_t)n * k);
+    tg_ready();
+    cr_assert_eq(sl_xent_fwd_bwd_cuda(&eg, n, k, d_l, d_lab, 0.1f, &loss, d_d2, &correct), SL_OK,
+                 "%s", sl_errmsg());
+    tg_down(acc, d_acc, 2, sizeof(double));
+    cr_assert(isnan(acc[0]) && acc[1] == 4.0 + correct, "acc %g %g (count %d)", acc[0], acc[1],
+              correct);
+    tg_free(d_l), tg_free(d_dl), tg_free(d_lab), tg_free(d_acc), tg_free(d_d2);
+    free(l), free(got);
+    tg_close(&eg);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 /* The argument checks come before any device work, so they run without a
@@ -532,6 +883,16 @@ Test(train_ops_cuda, bad_arguments)
     cr_assert_eq(sl_xent_fwd_bwd_cuda(&e, 2, 10, f, a, 1.5f, &loss, f, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "label smoothing 1.5 outside [0, 1]"), "%s", sl_errmsg());
     cr_assert_eq(sl_xent_fwd_bwd_cuda(&e, 2, 10, f, a, NAN, &loss, f, NULL), SL_EINVAL);
+    double acc[2];
+    cr_assert_eq(sl_xent_acc_cuda(&e, 0, 10, f, a, 0.0f, NULL, f, acc), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_xent_acc_cuda: 0 rows of 10 classes"), "%s", sl_errmsg());
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 0, f, a, 0.0f, NULL, f, acc), SL_EINVAL);
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, a, -0.5f, f, f, acc), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "label smoothing -0.5"), "%s", sl_errmsg());
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, a, 0.0f, NULL, f, NULL), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no accumulator"), "%s", sl_errmsg());
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, a, 0.0f, NULL, f, acc), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
     /* a pool shape not from sl_pool_shape_init, and one too big for int32 */
     cr_assert_eq(sl_pool_shape_init(&sh, 1, 7, 7, 3, 3, 2, 1), SL_OK);
     sh.p++;

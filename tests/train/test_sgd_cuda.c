@@ -2,7 +2,10 @@
  * (train/sgd_cuda.cu) against sl_sgd on the host (train/sgd.c, PyTorch's
  * SGD): several steps with changing gradients and learning rates, momentum
  * with and without Nesterov, momentum 0, a decay mask, tensors of 0 to 1M+
- * elements in one launch; test_sgd.c's hand-worked golden steps; argument
+ * elements in one launch; test_sgd.c's hand-worked golden steps; with a
+ * loss-scale state (fp16): a step on grads scaled by s equals, bit for bit,
+ * the plain step on grad / s (a power of two and not), and a step with
+ * found_inf set leaves every param and momentum bit as it was; argument
  * errors. Skips without a GPU (the argument checks run anyway) or in a
  * build without the cuda backend. */
 #include <criterion/criterion.h>
@@ -121,7 +124,7 @@ Test(train_sgd_cuda, matches_host_sgd_over_steps)
             tg_ready();
             cr_assert_eq(sl_sgd_step(o, lrs[step]), SL_OK, "%s", sl_errmsg());
             cr_assert_eq(sl_sgd_step_cuda(&eg, s.d_tab, s.np, lrs[step], cfg->momentum,
-                                          cfg->weight_decay, cfg->nesterov, step == 0),
+                                          cfg->weight_decay, cfg->nesterov, step == 0, NULL),
                          SL_OK, "%s", sl_errmsg());
             for (int i = 0; i < NT; i++) {
                 int64_t n = sizes[i];
@@ -169,7 +172,7 @@ Test(train_sgd_cuda, golden_three_steps)
             cr_assert_eq(cudaMemcpy(gw, g, sizeof g, cudaMemcpyHostToDevice), cudaSuccess);
             cr_assert_eq(cudaMemcpy(gb, g, 3 * 4, cudaMemcpyHostToDevice), cudaSuccess);
             tg_ready();
-            cr_assert_eq(sl_sgd_step_cuda(&eg, d_tab, 2, 0.5f, 0.9f, 0.1f, nesterov, s == 0),
+            cr_assert_eq(sl_sgd_step_cuda(&eg, d_tab, 2, 0.5f, 0.9f, 0.1f, nesterov, s == 0, NULL),
                          SL_OK, "%s", sl_errmsg());
             float hw[5], hb[3];
             tg_downf(hw, w, 5), tg_downf(hb, bn, 3);
@@ -188,6 +191,152 @@ Test(train_sgd_cuda, golden_three_steps)
     tg_close(&eg);
 }
 
+/* ------------------------------------------------------ loss scaling */
+
+/* Two identical model-like sets: A steps with a loss-scale state on grads
+ * G, B plainly on G / scale (the host's f32 division, which the kernel's
+ * __fdiv_rn must equal). Every param and momentum bit must agree, over
+ * steps with momentum, Nesterov and weight decay. */
+Test(train_sgd_cuda, amp_unscale_equals_plain_step)
+{
+    static const sl_sgd_config cfgs[] = {{0.9f, 0, 5e-5f}, {0.9f, 1, 1e-4f}, {0.0f, 0, 0.1f}};
+    static const float scales[] = {65536.0f, 3.0f};
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++)
+        for (int z = 0; z < 2; z++) {
+            const sl_sgd_config *cfg = &cfgs[k];
+            float scale = scales[z];
+            cr_log_info("sgd amp scale %g momentum %g nesterov %d wd %g", (double)scale,
+                        (double)cfg->momentum, cfg->nesterov, (double)cfg->weight_decay);
+            sgd_set a, b;
+            set_init(&a, 140 + k), set_init(&b, 140 + k);
+            sl_amp_state st0 = {scale, 7, 0, 1};
+            sl_amp_state *d_amp = tg_up(&st0, 1, sizeof st0);
+            uint64_t rs = 190 + k;
+            for (int step = 0; step < 3; step++) {
+                for (int i = 0; i < NT; i++) {
+                    if (a.param_of[i] < 0)
+                        continue;
+                    float *gb = falloc(sizes[i]);
+                    for (int64_t e = 0; e < sizes[i]; e++) {
+                        a.g[i][e] = urand(&rs, -1, 1) * scale;
+                        gb[e] = a.g[i][e] / scale;
+                    }
+                    cr_assert_eq(cudaMemcpy(a.dg[i], a.g[i], (size_t)sizes[i] * 4,
+                                            cudaMemcpyHostToDevice), cudaSuccess);
+                    cr_assert_eq(cudaMemcpy(b.dg[i], gb, (size_t)sizes[i] * 4,
+                                            cudaMemcpyHostToDevice), cudaSuccess);
+                    free(gb);
+                }
+                tg_ready();
+                cr_assert_eq(sl_sgd_step_cuda(&eg, a.d_tab, a.np, 0.1f, cfg->momentum,
+                                              cfg->weight_decay, cfg->nesterov, step == 0, d_amp),
+                             SL_OK, "%s", sl_errmsg());
+                cr_assert_eq(sl_sgd_step_cuda(&eg, b.d_tab, b.np, 0.1f, cfg->momentum,
+                                              cfg->weight_decay, cfg->nesterov, step == 0, NULL),
+                             SL_OK, "%s", sl_errmsg());
+                for (int i = 0; i < NT; i++) {
+                    int64_t n = sizes[i];
+                    float *ga = falloc(n), *gb = falloc(n);
+                    tg_downf(ga, a.dp[i], n), tg_downf(gb, b.dp[i], n);
+                    assert_same(ga, gb, n, "param (scaled vs plain)");
+                    if (a.param_of[i] >= 0) {
+                        tg_downf(ga, a.db[i], n), tg_downf(gb, b.db[i], n);
+                        assert_same(ga, gb, n, "momentum (scaled vs plain)");
+                    }
+                    free(ga), free(gb);
+                }
+            }
+            sl_amp_state st;
+            tg_down(&st, d_amp, 1, sizeof st);
+            cr_assert(!memcmp(&st, &st0, sizeof st), "the step only reads the state");
+            tg_free(d_amp);
+            set_free(&a), set_free(&b);
+        }
+    tg_close(&eg);
+}
+
+/* found_inf set: the step is a no-op, first step or not, Nesterov or not,
+ * with inf / NaN among the grads (as they would be); clearing the flag
+ * lets the next step run. */
+Test(train_sgd_cuda, amp_found_inf_skips_step)
+{
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        sgd_set s;
+        set_init(&s, 300 + nesterov);
+        sl_amp_state st0 = {1024.0f, 0, 0, 0};
+        sl_amp_state *d_amp = tg_up(&st0, 1, sizeof st0);
+        uint64_t rs = 310;
+        /* one real step first, so that the momentum buffers hold values */
+        for (int i = 0; i < NT; i++) {
+            if (s.param_of[i] < 0)
+                continue;
+            for (int64_t e = 0; e < sizes[i]; e++)
+                s.g[i][e] = urand(&rs, -1, 1);
+            cr_assert_eq(cudaMemcpy(s.dg[i], s.g[i], (size_t)sizes[i] * 4,
+                                    cudaMemcpyHostToDevice), cudaSuccess);
+        }
+        tg_ready();
+        cr_assert_eq(sl_sgd_step_cuda(&eg, s.d_tab, s.np, 0.1f, 0.9f, 1e-4f, nesterov, 1, d_amp),
+                     SL_OK, "%s", sl_errmsg());
+        float *before[NT], *mom[NT];
+        for (int i = 0; i < NT; i++) {
+            before[i] = falloc(sizes[i]), mom[i] = falloc(sizes[i]);
+            tg_downf(before[i], s.dp[i], sizes[i]);
+            if (s.param_of[i] >= 0)
+                tg_downf(mom[i], s.db[i], sizes[i]);
+            if (s.param_of[i] >= 0 && sizes[i] > 2) { /* inf and NaN among the grads */
+                float bad[2] = {INFINITY, NAN};
+                cr_assert_eq(cudaMemcpy(s.dg[i] + 1, bad, sizeof bad, cudaMemcpyHostToDevice),
+                             cudaSuccess);
+            }
+        }
+        tg_ready();
+        cr_assert_eq(sl_amp_check_cuda(&eg, s.dg[7], sizes[7], d_amp), SL_OK, "%s", sl_errmsg());
+        for (int first = 0; first < 2; first++)
+            cr_assert_eq(sl_sgd_step_cuda(&eg, s.d_tab, s.np, 0.1f, 0.9f, 1e-4f, nesterov, first,
+                                          d_amp), SL_OK, "%s", sl_errmsg());
+        for (int i = 0; i < NT; i++) {
+            int64_t n = sizes[i];
+            float *got = falloc(n);
+            tg_downf(got, s.dp[i], n);
+            cr_assert(n == 0 || !memcmp(got, before[i], (size_t)n * 4),
+                      "param %d changed by a skipped step", i);
+            if (s.param_of[i] >= 0) {
+                tg_downf(got, s.db[i], n);
+                cr_assert(n == 0 || !memcmp(got, mom[i], (size_t)n * 4),
+                          "momentum %d changed by a skipped step", i);
+            }
+            free(got);
+        }
+        /* the update clears the flag; a clean step then moves the params */
+        cr_assert_eq(sl_amp_update_cuda(&eg, d_amp, 2.0f, 0.5f, 2000), SL_OK, "%s", sl_errmsg());
+        for (int i = 0; i < NT; i++)
+            if (s.param_of[i] >= 0)
+                cr_assert_eq(cudaMemcpy(s.dg[i], s.g[i], (size_t)sizes[i] * 4,
+                                        cudaMemcpyHostToDevice), cudaSuccess);
+        tg_ready();
+        cr_assert_eq(sl_sgd_step_cuda(&eg, s.d_tab, s.np, 0.1f, 0.9f, 1e-4f, nesterov, 0, d_amp),
+                     SL_OK, "%s", sl_errmsg());
+        float *got = falloc(sizes[7]);
+        tg_downf(got, s.dp[7], sizes[7]);
+        cr_assert(memcmp(got, before[7], (size_t)sizes[7] * 4), "the step after ran");
+        sl_amp_state st;
+        tg_down(&st, d_amp, 1, sizeof st);
+        cr_assert(st.found_inf == 0 && st.skipped == 1 && st.scale == 512.0f, "state %d %d %g",
+                  st.found_inf, st.skipped, (double)st.scale);
+        free(got);
+        for (int i = 0; i < NT; i++)
+            free(before[i]), free(mom[i]);
+        tg_free(d_amp);
+        set_free(&s);
+    }
+    tg_close(&eg);
+}
+
 /* Checked before any device work: runs without a GPU. */
 Test(train_sgd_cuda, bad_arguments)
 {
@@ -195,20 +344,20 @@ Test(train_sgd_cuda, bad_arguments)
     memset(&e, 0, sizeof e);
     e.backend = SL_BACKEND_CUDA; /* no context */
     sl_sgd_cuda_tensor *t = (sl_sgd_cuda_tensor *)&e; /* never dereferenced on the host */
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, -1, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, -1, 0.1f, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "sl_sgd_step_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_sgd_step_cuda(&e, NULL, 3, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 70000, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, -0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, NULL, 3, 0.1f, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 70000, 0.1f, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, -0.1f, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "learning rate"), "%s", sl_errmsg());
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, NAN, 0.9f, 0.0f, 0, 1), SL_EINVAL);
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, -0.9f, 0.0f, 0, 1), SL_EINVAL);
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.9f, NAN, 0, 1), SL_EINVAL);
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.0f, 0.0f, 1, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, NAN, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, -0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.9f, NAN, 0, 1, NULL), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.0f, 0.0f, 1, 1, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "Nesterov momentum requires a momentum"), "%s", sl_errmsg());
-    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(&e, t, 3, 0.1f, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_sgd_step_cuda(NULL, NULL, 0, 0.1f, 0.9f, 0.0f, 0, 1), SL_EINVAL);
+    cr_assert_eq(sl_sgd_step_cuda(NULL, NULL, 0, 0.1f, 0.9f, 0.0f, 0, 1, NULL), SL_EINVAL);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

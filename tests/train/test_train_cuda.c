@@ -1,0 +1,399 @@
+/*
+ * tests/train/test_train_cuda.c - training on the GPU against the cpu
+ * backend: a ResNet-20 step placed on a cuda device (sl_model_place, the
+ * device optimizer, the loss summed on the device) against the same step
+ * on the host, in fp32 and in bf16 / fp16; 200 steps of bf16 on
+ * Fashion-MNIST following the fp32 loss curve; resume on the GPU; the CLI's
+ * --synthetic --json. Every test skips without a GPU (or in a build
+ * without the cuda backend: sl_exec_init says so).
+ *
+ * Tolerances. fp32 (SLUICE_CUDA_TF32=0): cuDNN and OpenBLAS sum in other
+ * orders, a few ulp per output, grown by the depth of backward: relative
+ * L2 differences of 1e-4 on gradients. bf16 keeps 8 bits of mantissa
+ * (relative rounding 2^-9 = 2e-3 per stored activation), and every layer
+ * stores its output: 5e-2 on the gradients of a 20-layer net.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/pipeline_testdata.h"
+#include "testutil.h"
+#include "train/dev_int.h"
+#include "train/model_int.h"
+
+/* A cuda exec with activations act, or skip. fp32 math (no TF32) so that
+ * fp32 compares with the cpu backend. */
+static void gpu_exec_or_skip(sl_exec *e, sl_dtype act)
+{
+    setenv("SLUICE_CUDA_TF32", "0", 1);
+    int rc = sl_exec_init(e, SL_BACKEND_CUDA, 1);
+    if (rc)
+        cr_skip_test("no cuda device: %s", sl_errmsg());
+    cr_assert_eq(sl_exec_set_act(e, act), SL_OK, "%s", sl_errmsg());
+}
+
+/* Relative L2 distance of b from a. */
+static double rel_l2(const float *a, const float *b, int64_t n)
+{
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)a[i] * a[i];
+    }
+    return sqrt(d) / (sqrt(s) > 1e-12 ? sqrt(s) : 1e-12);
+}
+
+#define N 8
+#define HW 16
+#define CLASSES 10
+
+typedef struct step_out {
+    float loss;
+    float *logits;  /* (N, CLASSES) */
+    float *grads;   /* the grads arena (arena_floats) */
+    float *params;  /* the params arena after one SGD step */
+    float *bufs;    /* BN buffers after the step */
+} step_out;
+
+static void out_free(step_out *o)
+{
+    free(o->logits), free(o->grads), free(o->params), free(o->bufs);
+}
+
+static sl_model *make_model(void)
+{
+    sl_model_config mc = SL_MODEL_CONFIG_INIT;
+    mc.arch = SL_ARCH_RESNET20;
+    mc.width = 8;
+    mc.classes = CLASSES;
+    mc.seed = 3;
+    mc.zero_init_residual = 0; /* every block path live in the first step */
+    sl_model *m;
+    cr_assert_eq(sl_model_create(&mc, N, HW, HW, &m), SL_OK, "%s", sl_errmsg());
+    return m;
+}
+
+static void inputs(float *x, int32_t *labels)
+{
+    uint64_t st = 17;
+    for (int i = 0; i < N * HW * HW * 3; i++)
+        x[i] = (float)((tu_rand(&st) >> 11) * 0x1p-53) * 4.0f - 2.0f;
+    for (int i = 0; i < N; i++)
+        labels[i] = (int32_t)(tu_rand(&st) % CLASSES);
+}
+
+static const sl_sgd_config sgd_cfg = {0.9f, 0, 5e-4f};
+
+/* One step on the cpu backend. */
+static void cpu_step(step_out *o)
+{
+    sl_exec e;
+    cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CPU, 1), SL_OK);
+    sl_model *m = make_model();
+    float x[N * HW * HW * 3], dl[N * CLASSES];
+    int32_t labels[N];
+    inputs(x, labels);
+    const float *logits;
+    int correct;
+    cr_assert_eq(sl_model_forward(m, &e, x, N, 1, &logits), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e.ops->xent_fwd_bwd(&e, N, CLASSES, logits, labels, 0.1f, &o->loss, dl,
+                                     &correct), SL_OK);
+    o->logits = malloc(sizeof dl);
+    memcpy(o->logits, logits, sizeof dl);
+    cr_assert_eq(sl_model_backward(m, &e, dl, NULL), SL_OK, "%s", sl_errmsg());
+    size_t pb = (size_t)m->arena_floats * sizeof(float), bb = (size_t)m->bufs_floats * 4;
+    o->grads = malloc(pb);
+    memcpy(o->grads, m->grads, pb);
+    int nt;
+    sl_sgd *sgd;
+    cr_assert_eq(sl_sgd_create(&sgd_cfg, sl_model_tensors(m, &nt), nt, &sgd), SL_OK);
+    (void)nt;
+    cr_assert_eq(sl_sgd_step(sgd, 0.1f), SL_OK);
+    o->params = malloc(pb);
+    memcpy(o->params, m->params, pb);
+    o->bufs = malloc(bb);
+    memcpy(o->bufs, m->bufs, bb);
+    sl_sgd_destroy(sgd);
+    sl_model_destroy(m);
+    sl_exec_fini(&e);
+}
+
+/* The same step with the model placed on the GPU (activations act). */
+static void gpu_step(sl_exec *e, step_out *o)
+{
+    sl_model *m = make_model();
+    cr_assert_eq(sl_model_place(m, e), SL_OK, "%s", sl_errmsg());
+    cr_assert(sl_model_on_device(m));
+    float x[N * HW * HW * 3];
+    int32_t labels[N];
+    inputs(x, labels);
+    /* the input in the activation type: up as f32, cast on the device */
+    void *dx32, *dx, *dlab, *ddl, *dacc;
+    cr_assert_eq(sl_dev_alloc(e, sizeof x, &dx32), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_dev_alloc(e, sizeof x, &dx), SL_OK);
+    cr_assert_eq(sl_dev_alloc(e, sizeof labels, &dlab), SL_OK);
+    cr_assert_eq(sl_dev_alloc(e, sizeof(float) * N * CLASSES, &ddl), SL_OK);
+    cr_assert_eq(sl_dev_alloc(e, 2 * sizeof(double), &dacc), SL_OK);
+    cr_assert_eq(sl_dev_copy_in(e, dx32, x, sizeof x), SL_OK);
+    cr_assert_eq(sl_dev_cast(e, N * HW * HW * 3, dx32, dx, e->act), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_dev_copy_in(e, dlab, labels, sizeof labels), SL_OK);
+
+    int nt;
+    sl_sgd *sgd;
+    sl_dev_sgd *dsgd;
+    cr_assert_eq(sl_sgd_create(&sgd_cfg, sl_model_tensors(m, &nt), nt, &sgd), SL_OK);
+    cr_assert_eq(sl_dev_sgd_create(e, &sgd_cfg, sgd, m, &dsgd), SL_OK, "%s", sl_errmsg());
+
+    const float *logits;
+    cr_assert_eq(sl_model_forward(m, e, dx, N, 1, &logits), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_dev_xent_acc(e, N, CLASSES, logits, dlab, 0.1f, sl_dev_sgd_scale(dsgd), ddl,
+                                 dacc), SL_OK, "%s", sl_errmsg());
+    o->logits = malloc(sizeof(float) * N * CLASSES);
+    cr_assert_eq(sl_dev_copy_out(e, o->logits, logits, sizeof(float) * N * CLASSES), SL_OK);
+    cr_assert_eq(sl_model_backward(m, e, ddl, NULL), SL_OK, "%s", sl_errmsg());
+    size_t pb = (size_t)m->arena_floats * sizeof(float), bb = (size_t)m->bufs_floats * 4;
+    o->grads = malloc(pb);
+    cr_assert_eq(sl_dev_copy_out(e, o->grads, m->grads, pb), SL_OK);
+    const float *scale = sl_dev_sgd_scale(dsgd);
+    if (scale) { /* fp16: the grads carry the loss scale */
+        float s;
+        cr_assert_eq(sl_dev_copy_out(e, &s, scale, sizeof s), SL_OK);
+        for (int64_t i = 0; i < m->arena_floats; i++)
+            o->grads[i] /= s;
+    }
+    cr_assert_eq(sl_dev_sgd_step(dsgd, 0.1f), SL_OK, "%s", sl_errmsg());
+    double acc[2];
+    cr_assert_eq(sl_dev_loss_take(e, dacc, acc), SL_OK);
+    o->loss = (float)acc[0];
+    /* the state dict's host copies, as a checkpoint reads them */
+    cr_assert_eq(sl_model_pull(m), SL_OK, "%s", sl_errmsg());
+    o->params = malloc(pb);
+    memcpy(o->params, m->h_params, pb);
+    o->bufs = malloc(bb);
+    memcpy(o->bufs, m->h_bufs, bb);
+    cr_assert_eq(sl_dev_sgd_pull(dsgd), SL_OK);
+    int64_t step = *(int64_t *)sl_sgd_tensors(sgd, &nt)[nt - 1].data;
+    cr_assert_eq(step, 1, "optimizer.step after one device step: %lld", (long long)step);
+
+    sl_dev_sgd_destroy(dsgd);
+    sl_sgd_destroy(sgd);
+    sl_dev_free(e, dx32), sl_dev_free(e, dx), sl_dev_free(e, dlab), sl_dev_free(e, ddl);
+    sl_dev_free(e, dacc);
+    sl_model_destroy(m);
+}
+
+static void compare(sl_dtype act, double tol_logits, double tol_grads, double tol_update)
+{
+    sl_exec e;
+    gpu_exec_or_skip(&e, act);
+    step_out c = {0}, g = {0};
+    cpu_step(&c);
+    gpu_step(&e, &g);
+    sl_model *m = make_model(); /* for the sizes and the initial params */
+    int64_t np = m->arena_floats;
+    double dl = rel_l2(c.logits, g.logits, N * CLASSES), dg = rel_l2(c.grads, g.grads, np);
+    /* the update p1 - p0, where the two runs' differences show */
+    float *uc = malloc(sizeof(float) * np), *ug = malloc(sizeof(float) * np);
+    for (int64_t i = 0; i < np; i++)
+        uc[i] = c.params[i] - m->params[i], ug[i] = g.params[i] - m->params[i];
+    double du = rel_l2(uc, ug, np), db = rel_l2(c.bufs, g.bufs, m->bufs_floats);
+    cr_log_info("cuda %s vs cpu: loss %.6f / %.6f, logits %.2e, grads %.2e, update %.2e, "
+                "BN buffers %.2e", act == SL_DTYPE_F32 ? "fp32" : act == SL_DTYPE_BF16 ? "bf16"
+                : "fp16", g.loss, c.loss, dl, dg, du, db);
+    cr_expect_float_eq(g.loss, c.loss, tol_logits * 10 * fabsf(c.loss) + 1e-6f, "loss");
+    cr_expect_lt(dl, tol_logits, "logits: %.3e", dl);
+    cr_expect_lt(dg, tol_grads, "grads: %.3e", dg);
+    cr_expect_lt(du, tol_grads, "update: %.3e", du);
+    cr_expect_lt(db, tol_update, "BN running stats: %.3e", db);
+    free(uc), free(ug);
+    sl_model_destroy(m);
+    out_free(&c), out_free(&g);
+    sl_exec_fini(&e);
+}
+
+Test(train_gpu, resnet20_step_fp32_matches_cpu) { compare(SL_DTYPE_F32, 1e-5, 1e-4, 1e-5); }
+
+Test(train_gpu, resnet20_step_bf16_near_cpu) { compare(SL_DTYPE_BF16, 2e-2, 5e-2, 2e-2); }
+
+Test(train_gpu, resnet20_step_fp16_near_cpu) { compare(SL_DTYPE_F16, 5e-3, 2e-2, 5e-3); }
+
+/* A placed model refuses a host exec and sync-BN, and a host model a
+ * cuda exec: the pointers would be the wrong kind. */
+Test(train_gpu, placement_is_checked)
+{
+    sl_exec e, h;
+    gpu_exec_or_skip(&e, SL_DTYPE_F32);
+    cr_assert_eq(sl_exec_init(&h, SL_BACKEND_CPU, 1), SL_OK);
+    sl_model *m = make_model(), *hm = make_model();
+    float x[N * HW * HW * 3] = {0};
+    const float *logits;
+    cr_assert_eq(sl_model_forward(hm, &e, x, N, 0, &logits), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "host memory"), "%s", sl_errmsg());
+    cr_assert_eq(sl_model_place(m, &e), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_model_place(m, &e), SL_EINVAL);
+    cr_assert_eq(sl_model_forward(m, &h, x, N, 0, &logits), SL_EINVAL);
+    sl_bn_sync s = {NULL, NULL, 2};
+    s.allreduce_sum = (int (*)(void *, float *, int))1; /* never called */
+    cr_assert_eq(sl_model_set_bn_sync(m, &s), SL_ENOTSUP);
+    sl_model_destroy(m);
+    sl_model_destroy(hm);
+    sl_exec_fini(&h);
+    sl_exec_fini(&e);
+}
+
+/* --------------------------------------------------------- the CLI runs */
+
+static int has_gpu(void)
+{
+    sl_exec e;
+    if (sl_exec_init(&e, SL_BACKEND_CUDA, 1))
+        return 0;
+    sl_exec_fini(&e);
+    return 1;
+}
+
+/* Fashion-MNIST's test images (t10k): Debian's package, or a copy named by
+ * SLUICE_FMNIST_T10K_DIR (the GPU machine has no package registry). */
+static const char *t10k_dir(void)
+{
+    const char *d = getenv("SLUICE_FMNIST_T10K_DIR");
+    if (d && *d)
+        return d;
+    return tu_fmnist_dir();
+}
+
+typedef struct losses {
+    double v[64];
+    int n;
+} losses;
+
+/* train/loss of every line of LOGDIR/metrics.jsonl */
+static void read_losses(const char *logdir, losses *l)
+{
+    char *path = tu_join(logdir, "metrics.jsonl");
+    size_t len;
+    char *text = (char *)tu_read_file(path, &len);
+    cr_assert(text, "%s", path);
+    memset(l, 0, sizeof *l);
+    for (char *p = text; (p = strstr(p, "\"train/loss\":")) && l->n < 64; p++)
+        l->v[l->n++] = atof(p + strlen("\"train/loss\":"));
+    free(text);
+    free(path);
+}
+
+/* 200 steps of ResNet-20 on Fashion-MNIST in bf16 follow the fp32 run's
+ * loss curve (same seed, same batches): every logged window within 0.1 +
+ * 10%, and both learn (the last window under 60% of the first). */
+Test(train_gpu, bf16_follows_fp32_fashion_mnist)
+{
+    const char *fm = t10k_dir();
+    if (!has_gpu())
+        cr_skip_test("no cuda device");
+    if (!fm)
+        cr_skip_test("no Fashion-MNIST t10k files (dataset-fashion-mnist or "
+                     "SLUICE_FMNIST_T10K_DIR)");
+    char *tmp = tu_tmpdir(), *out = NULL;
+    int rc = tu_run(&out, "%s convert --from idx --images %s/t10k-images-idx3-ubyte.gz "
+                    "--labels %s/t10k-labels-idx1-ubyte.gz --out %s/d --name train --shards 4 "
+                    "2>&1", tu_sluice(), fm, fm, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    losses l[2];
+    const char *prec[2] = {"fp32", "bf16"};
+    for (int k = 0; k < 2; k++) {
+        out = NULL;
+        rc = tu_run(&out, "SLUICE_CUDA_TF32=0 %s train --data %s/d --image-size 28 --model "
+                    "resnet20 --width 16 --max-steps 200 --batch 64 --lr 0.4 --warmup-epochs 0.1 "
+                    "--min-scale 1 --eval-split none --shuffle global --seed 7 --backend cuda "
+                    "--precision %s --log-every 20 --logdir %s/log-%s 2>&1", tu_sluice(), tmp,
+                    prec[k], tmp, prec[k]);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(out);
+        char logdir[4200];
+        snprintf(logdir, sizeof logdir, "%s/log-%s", tmp, prec[k]);
+        read_losses(logdir, &l[k]);
+    }
+    cr_assert_eq(l[0].n, 10, "fp32: %d loss lines", l[0].n);
+    cr_assert_eq(l[1].n, 10, "bf16: %d loss lines", l[1].n);
+    for (int i = 0; i < 10; i++) {
+        cr_log_info("step %d: fp32 %.4f bf16 %.4f", 20 * (i + 1), l[0].v[i], l[1].v[i]);
+        cr_expect_leq(fabs(l[1].v[i] - l[0].v[i]), 0.1 + 0.1 * l[0].v[i], "window %d", i);
+    }
+    cr_expect_lt(l[0].v[9], 0.6 * l[0].v[0], "fp32 does not learn");
+    cr_expect_lt(l[1].v[9], 0.6 * l[1].v[0], "bf16 does not learn");
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* Resume on the GPU: 24 steps straight against 12 + resume + 12, the
+ * checkpoints' weights equal (deterministic kernels: cuDNN's deterministic
+ * algorithms are preferred, our reductions have a fixed order). */
+Test(train_gpu, resume_matches_straight_run)
+{
+    if (!has_gpu())
+        cr_skip_test("no cuda device");
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    const char *common = "--image-size 16 --model resnet20 --width 4 --classes 10 --batch 8 "
+                         "--shuffle global --seed 3 --eval-split none --backend cuda "
+                         "--precision bf16 --lr 0.4";
+    int rc = tu_run(&out, "%s train --data %s %s --max-steps 24 --ckpt-dir %s/a 2>&1 && "
+                    "%s train --data %s %s --max-steps 24 --ckpt-every 12 --ckpt-dir %s/b 2>&1 "
+                    "&& rm %s/b/ckpt-000000024.* && %s train --data %s %s --max-steps 24 "
+                    "--ckpt-dir %s/b --resume 2>&1", tu_sluice(), d.dir, common, tmp,
+                    tu_sluice(), d.dir, common, tmp, tmp, tu_sluice(), d.dir, common, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/a/ckpt-000000024.safetensors", tmp);
+    snprintf(pb, sizeof pb, "%s/b/ckpt-000000024.safetensors", tmp);
+    sl_safetensors *a, *b;
+    cr_assert_eq(sl_safetensors_open(pa, &a), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_safetensors_open(pb, &b), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_safetensors_count(a), sl_safetensors_count(b));
+    double worst = 0;
+    for (int i = 0; i < sl_safetensors_count(a); i++) {
+        sl_st_tensor ta, tb;
+        cr_assert_eq(sl_safetensors_at(a, i, &ta), SL_OK);
+        cr_assert_eq(sl_safetensors_find(b, ta.name, &tb), SL_OK, "%s", ta.name);
+        if (ta.dtype != SL_T_F32)
+            continue;
+        int64_t n = 1;
+        for (int k = 0; k < ta.ndim; k++)
+            n *= ta.shape[k];
+        double r = rel_l2(ta.data, tb.data, n);
+        worst = r > worst ? r : worst;
+    }
+    cr_log_info("resume on GPU: worst relative difference %.3e", worst);
+    cr_expect_lt(worst, 1e-6);
+    sl_safetensors_close(a);
+    sl_safetensors_close(b);
+    pl_dataset_free(&d);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* --synthetic --json: one JSON line with a throughput; the loss falls on
+ * the one batch. */
+Test(train_gpu, synthetic_json)
+{
+    if (!has_gpu())
+        cr_skip_test("no cuda device");
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *out = NULL;
+    int rc = tu_run(&out, "%s train --data %s --image-size 32 --model resnet18 --classes 10 "
+                    "--batch 16 --max-steps 30 --synthetic --json --eval-split none --backend "
+                    "cuda --lr 0.1 2>/dev/null", tu_sluice(), d.dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    const char *j = strstr(out, "\"images_per_sec_steady\": ");
+    cr_assert(j, "%s", out);
+    cr_expect_gt(atof(j + strlen("\"images_per_sec_steady\": ")), 0.0, "%s", out);
+    cr_expect(strstr(out, "\"precision\": \"bf16\""), "%s", out);
+    free(out);
+    pl_dataset_free(&d);
+}

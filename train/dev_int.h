@@ -1,0 +1,120 @@
+/*
+ * train/dev_int.h - private to train/: what the model and the training
+ * loop need from a device besides the ops (DESIGN.md section 5; the GPU
+ * issue): device memory, the input feed from the pipeline's load stage,
+ * the loss accumulated on the device, and the optimizer on the device.
+ *
+ *   dev_cuda.c   the cuda implementation (C on the CUDA runtime and the
+ *                cuda backend's kernels, train/cuda_int.h); built with it
+ *   dev_none.c   builds without the cuda backend: memory is host memory,
+ *                the feed and the device optimizer say SL_ENOTSUP
+ *
+ * Memory. For ref and cpu execs "device" memory is host memory
+ * (sl_dev_alloc = calloc with 64-byte alignment, copies are memcpy); for
+ * cuda it is cudaMalloc'ed memory of the exec's device and copies go
+ * through its stream. sl_dev_on_device says which.
+ *
+ * Feed (cuda). The pipeline, configured with device = the exec's device
+ * and layout SL_LAYOUT_NHWC_U8, copies each batch into device memory on
+ * its own copy stream and records an event (pipeline.h, sl_batch). The
+ * feed makes the exec's stream wait for that event, normalizes the u8
+ * batch into its input buffer in the exec's activation type
+ * (sl_cuda_normalize) and copies the labels up through pinned staging; the
+ * host does not wait. Before the batch goes back to the pipeline (whose
+ * copy of a later batch will overwrite the device slot) sl_dev_feed_done
+ * waits for an event recorded after the normalization: by then the GPU has
+ * finished the previous step's work, so the host stays at most one step
+ * ahead and the GPU always has the next step queued.
+ *
+ * Loss. The step's loss and correct count are added to two device doubles
+ * (sl_xent_acc_cuda) and read when the loop logs (sl_dev_loss_take), so no
+ * step waits for its loss.
+ *
+ * Optimizer. sl_dev_sgd holds the momentum buffers in device memory and
+ * runs sl_sgd_step_cuda over the model's device params; the host sl_sgd
+ * stays the checkpoint's view (sl_dev_sgd_pull / push copy between them).
+ * With fp16 activations it owns the dynamic loss scale (sl_amp_state,
+ * torch.cuda.amp.GradScaler's rules): xent multiplies dlogits by the
+ * scale, a step with inf/nan grads is skipped on the device.
+ *
+ * Threading: everything here belongs to one exec, used by one thread at a
+ * time (train_int.h).
+ */
+#ifndef SL_DEV_INT_H
+#define SL_DEV_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipeline/pipeline.h"
+#include "train/train.h"
+
+/* ------------------------------------------------------------- memory */
+
+int sl_dev_on_device(const sl_exec *e); /* 1 for a cuda exec */
+int sl_dev_device(const sl_exec *e);    /* its CUDA device ordinal; -1 for host execs */
+void *sl_dev_stream(const sl_exec *e);  /* its cudaStream_t; NULL for host execs */
+/* bytes of zeroed memory (64-byte aligned on the host). SL_ENOMEM / SL_ECUDA. */
+int sl_dev_alloc(sl_exec *e, size_t bytes, void **out);
+void sl_dev_free(sl_exec *e, void *p); /* NULL is a no-op */
+/* host src -> device dst; returns when dst holds the data. */
+int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes);
+/* device src -> host dst, after the work queued on e so far. */
+int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes);
+/* n f32 values at src (device) to dst (device) in type dt (cuda: a kernel
+ * on the stream; host: f32 only). */
+int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt);
+/* Wait for everything queued on e. */
+int sl_dev_sync(sl_exec *e);
+
+/* --------------------------------------------------------------- feed */
+
+typedef struct sl_dev_feed sl_dev_feed;
+/* Input buffers for batches up to max_batch of (h, w, 3) images,
+ * normalized with mean and std (0..255 units, the pipeline config's). */
+int sl_dev_feed_create(sl_exec *e, int max_batch, int h, int w, const float mean[3],
+                       const float std[3], sl_dev_feed **out);
+void sl_dev_feed_destroy(sl_dev_feed *f);
+/* Enqueue batch b (from a pipeline with device >= 0 and layout
+ * SL_LAYOUT_NHWC_U8): *x gets the device input (n, h, w, 3) in e's
+ * activation type, *labels the device labels; both valid until the next
+ * put. Labels are checked against classes on the host first (SL_EINVAL
+ * naming the record). */
+int sl_dev_feed_put(sl_dev_feed *f, const sl_batch *b, int classes, const void **x,
+                    const int32_t **labels);
+/* Block until the GPU has read the last put's batch (release it after). */
+int sl_dev_feed_done(sl_dev_feed *f);
+
+/* --------------------------------------------------------------- loss */
+
+/* Softmax cross-entropy on the device without a host wait: acc (two device
+ * doubles) += (mean loss, correct count); dlogits scaled by *d_scale when
+ * d_scale is not NULL (fp16 loss scaling). */
+int sl_dev_xent_acc(sl_exec *e, int n, int classes, const float *logits,
+                    const int32_t *labels, float smoothing, const float *d_scale,
+                    float *dlogits, double *acc);
+/* Read acc (after the queued work) into out[2] and zero it. */
+int sl_dev_loss_take(sl_exec *e, double *acc, double out[2]);
+
+/* ---------------------------------------------------------- optimizer */
+
+typedef struct sl_dev_sgd sl_dev_sgd;
+/* The device optimizer for the placed model m (sl_model_place) with the
+ * hyperparameters cfg (those o was made with) and o's state (momentum
+ * buffers and step are copied up). o and m must outlive it. */
+int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model *m,
+                      sl_dev_sgd **out);
+void sl_dev_sgd_destroy(sl_dev_sgd *d);
+/* One step with learning rate lr over the model's device grads; then the
+ * model's compute copy of the weights is refreshed (sl_model_refresh). */
+int sl_dev_sgd_step(sl_dev_sgd *d, float lr);
+/* The loss scale's device float for xent (NULL unless fp16). */
+const float *sl_dev_sgd_scale(sl_dev_sgd *d);
+/* Steps skipped for inf/nan gradients (fp16), read from the device. */
+int sl_dev_sgd_skipped(sl_dev_sgd *d, int64_t *skipped, float *scale);
+/* Device momentum and step -> o's host tensors (before a checkpoint) and
+ * back (after loading one). */
+int sl_dev_sgd_pull(sl_dev_sgd *d);
+int sl_dev_sgd_push(sl_dev_sgd *d);
+
+#endif /* SL_DEV_INT_H */
