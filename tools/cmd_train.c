@@ -258,18 +258,15 @@ static int own_option(train_opts *o, int c, const char *arg)
             return -1;
         }
         return 0;
-    case OPT_PRECISION:
-        if (!strcmp(arg, "fp32") || !strcmp(arg, "f32"))
-            t->precision = SL_DTYPE_F32;
-        else if (!strcmp(arg, "bf16"))
-            t->precision = SL_DTYPE_BF16;
-        else if (!strcmp(arg, "fp16") || !strcmp(arg, "f16"))
-            t->precision = SL_DTYPE_F16;
-        else {
+    case OPT_PRECISION: {
+        sl_dtype pt;
+        if (sl_precision_parse(arg, &pt)) {
             cli_error(CMD, "--precision: bad value '%s' (want bf16, fp16 or fp32)", arg);
             return -1;
         }
+        t->precision = (int)pt;
         return 0;
+    }
     case OPT_SYNTHETIC: t->synthetic = 1; return 0;
     case OPT_JSON: o->json = 1; return 0;
     case OPT_LOGDIR: t->logdir = arg; return 0;
@@ -409,9 +406,6 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "train: fp16: %lld steps skipped for inf/nan gradients, loss scale %g\n",
                 (long long)res.amp_skipped, res.amp_scale);
     if (o.json) {
-        const char *prec[] = {"fp32", "bf16", "fp16"};
-        int p = o.t.precision >= 0 ? o.t.precision
-                                   : o.t.backend == SL_BACKEND_CUDA ? SL_DTYPE_BF16 : SL_DTYPE_F32;
         printf("{\"steps\": %lld, \"seconds\": %.3f, \"images_per_sec\": %.2f, "
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
                "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
@@ -419,7 +413,7 @@ int cmd_train(int argc, char **argv)
                "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
-               sl_backend_name(o.t.backend), prec[p], o.t.synthetic ? "true" : "false",
+               sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
                o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped);
         fflush(stdout);
     }

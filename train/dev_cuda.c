@@ -80,7 +80,9 @@ void sl_dev_free(sl_exec *e, void *p)
         free(p);
 }
 
-int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
+/* A copy on e's stream, waited for (a plain move for host execs). */
+static int copy_sync(sl_exec *e, void *dst, const void *src, size_t bytes,
+                     enum cudaMemcpyKind kind)
 {
     if (!sl_dev_on_device(e)) {
         memmove(dst, src, bytes);
@@ -88,24 +90,20 @@ int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
     }
     cudaStream_t s = sl_cuda_of(e)->stream;
     int rc;
-    if ((rc = SL_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s))) ||
+    if ((rc = SL_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, s))) ||
         (rc = SL_CUDA(cudaStreamSynchronize(s))))
         return rc;
     return SL_OK;
 }
 
+int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    return copy_sync(e, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
 int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
 {
-    if (!sl_dev_on_device(e)) {
-        memmove(dst, src, bytes);
-        return SL_OK;
-    }
-    cudaStream_t s = sl_cuda_of(e)->stream;
-    int rc;
-    if ((rc = SL_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s))) ||
-        (rc = SL_CUDA(cudaStreamSynchronize(s))))
-        return rc;
-    return SL_OK;
+    return copy_sync(e, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
@@ -287,7 +285,7 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
     *out = NULL;
     if (!sl_dev_on_device(e) || !m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is not on a cuda device", fn);
-    int nt, ns, rc = SL_ENOMEM;
+    int nt, ns, rc;
     sl_tensor_info *t = sl_model_tensors(m, &nt);
     sl_tensor_info *st = sl_sgd_tensors(o, &ns);
     sl_dev_sgd *d = calloc(1, sizeof *d);
@@ -299,8 +297,10 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
     d->h_mom = calloc((size_t)d->n + 1, sizeof *d->h_mom);
     d->d_mom = calloc((size_t)d->n + 1, sizeof *d->d_mom);
     d->numel = calloc((size_t)d->n + 1, sizeof *d->numel);
-    if (!ht || !d->h_mom || !d->d_mom || !d->numel)
+    if (!ht || !d->h_mom || !d->d_mom || !d->numel) {
+        rc = sl_fail(SL_ENOMEM, "%s: tables for %d tensors", fn, d->n);
         goto fail;
+    }
     int64_t total = 0;
     for (int k = 0; k < d->n; k++)
         total += (st[k].numel + 15) & ~(int64_t)15;
@@ -344,8 +344,6 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
     *out = d;
     return SL_OK;
 fail:
-    if (rc == SL_ENOMEM && !d->numel)
-        rc = sl_fail(SL_ENOMEM, "%s: tables for %d tensors", fn, d->n);
     free(ht);
     sl_dev_sgd_destroy(d);
     return rc;

@@ -75,6 +75,13 @@ static const float *input_of(const sl_model *m, const sl_cbn *c)
     return m->cbn[c->input].z;
 }
 
+/* The exec's ops reach the model's memory: a placed model runs on the exec
+ * it was placed with, a host model on a host backend. */
+static int same_memory(const sl_model *m, const sl_exec *e)
+{
+    return m->dev_e ? e == m->dev_e : e->backend != SL_BACKEND_CUDA;
+}
+
 static int conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh)
 {
     return sl_conv_shape_init(sh, n, c->ih, c->iw, c->cin, c->cout, c->r, c->r, c->stride,
@@ -198,7 +205,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     if (n < 1 || n > m->max_batch)
         return sl_fail(SL_EINVAL, "%s: batch %d outside [1, %d]", fn, n, m->max_batch);
-    if (m->dev_e ? e != m->dev_e : e->backend == SL_BACKEND_CUDA)
+    if (!same_memory(m, e))
         return sl_fail(SL_EINVAL, "%s: the model %s; the exec is %s (sl_model_place)", fn,
                        m->dev_e ? "is on a device with another exec" : "is in host memory",
                        sl_backend_name(e->backend));
@@ -314,7 +321,7 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     if (!m || !e || !e->ops || !dlogits)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     int n = m->train_n;
-    if (m->dev_e ? e != m->dev_e : e->backend == SL_BACKEND_CUDA)
+    if (!same_memory(m, e))
         return sl_fail(SL_EINVAL, "%s: the model and the exec are not on the same device", fn);
     if (n < 1)
         return sl_fail(SL_EINVAL, "%s: the last forward was not a train forward", fn);

@@ -271,9 +271,7 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
         return rc;
     rep->exec_ok = 1;
     rep->dev = sl_dev_on_device(&rep->e);
-    sl_dtype act = c->precision >= 0 ? (sl_dtype)c->precision
-                                     : rep->dev ? SL_DTYPE_BF16 : SL_DTYPE_F32;
-    if ((rc = sl_exec_set_act(&rep->e, act)))
+    if ((rc = sl_exec_set_act(&rep->e, sl_train_precision(c))))
         return sl_fail(rc, "sl_train_run: %s", sl_errmsg());
     if (rep->dev) {
         /* u8 batches copied to the GPU by the pipeline, normalized there */

@@ -367,6 +367,13 @@ typedef struct sl_train_result {
 /* Config defaults for the data's dataset (image size from dataset.json) and
  * the arch; the caller then overrides what the user gave. */
 void sl_train_config_init(sl_train_config *cfg);
+/* The activation type a config trains in: its precision, or when that is
+ * -1, bf16 on cuda and f32 elsewhere. */
+sl_dtype sl_train_precision(const sl_train_config *c);
+/* "fp32", "bf16", "fp16"; parse also takes "f32" and "f16" (SL_EINVAL else). */
+const char *sl_precision_name(sl_dtype t);
+int sl_precision_parse(const char *name, sl_dtype *out);
+
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
 
 typedef struct sl_eval_result {

@@ -65,6 +65,38 @@ int sl_strategy_parse(const char *name, sl_strategy *out)
                    name ? name : "(null)");
 }
 
+sl_dtype sl_train_precision(const sl_train_config *c)
+{
+    if (c->precision >= 0)
+        return (sl_dtype)c->precision;
+    return c->backend == SL_BACKEND_CUDA ? SL_DTYPE_BF16 : SL_DTYPE_F32;
+}
+
+const char *sl_precision_name(sl_dtype t)
+{
+    switch (t) {
+    case SL_DTYPE_F32: return "fp32";
+    case SL_DTYPE_BF16: return "bf16";
+    case SL_DTYPE_F16: return "fp16";
+    }
+    return "?";
+}
+
+int sl_precision_parse(const char *name, sl_dtype *out)
+{
+    static const struct { const char *name; sl_dtype t; } names[] = {
+        {"fp32", SL_DTYPE_F32}, {"f32", SL_DTYPE_F32}, {"bf16", SL_DTYPE_BF16},
+        {"fp16", SL_DTYPE_F16}, {"f16", SL_DTYPE_F16},
+    };
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].t;
+            return SL_OK;
+        }
+    return sl_fail(SL_EINVAL, "unknown precision '%s' (want bf16, fp16 or fp32)",
+                   name ? name : "(null)");
+}
+
 void sl_train_config_init(sl_train_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -296,7 +328,7 @@ static int replica_loop(sl_replica *rep)
     int64_t ep_steps = 0, images = 0, steady_images = 0;
     /* warm-up left out of the steady figures: cuDNN's algorithm choices,
      * first touches, the pipeline filling */
-    int64_t todo = r->total_steps - r->step0, warm = todo >= 10 ? todo / 10 : (todo > 1);
+    int64_t left = r->total_steps - r->step0, warm = left >= 10 ? left / 10 : (left > 1);
     sl_batch *held = NULL; /* --synthetic: the one batch */
     for (int64_t step = r->step0; step < r->total_steps;) {
         sl_batch *b = held;
@@ -615,13 +647,12 @@ static int setup(sl_run *r)
         return rc;
     if (r->is_root) {
         sl_replica *rep = &r->rep[0];
-        fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s %s%d, %" PRId64
+        fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s%s%s%d, %" PRId64
                 " records, batch %u, %" PRId64 " steps/epoch, %" PRId64 " steps, peak lr %.4g, "
                 "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(c->model.arch),
                 sl_model_param_count(rep->m), (double)sl_model_bytes(rep->m) / 1048576.0,
-                rep->dev ? (rep->e.act == SL_DTYPE_BF16 ? "cuda bf16" : rep->e.act ==
-                            SL_DTYPE_F16 ? "cuda fp16" : "cuda fp32") : sl_backend_name(c->backend),
-                rep->dev ? "device " : "x", rep->dev ? sl_dev_device(&rep->e) : rep->e.threads,
+                sl_backend_name(c->backend), rep->dev ? sl_precision_name(rep->e.act) : "",
+                rep->dev ? " device " : " x", rep->dev ? sl_dev_device(&rep->e) : rep->e.threads,
                 r->records, r->data.batch,
                 r->steps_per_epoch, r->total_steps, r->sched.peak_lr,
                 sl_sched_name(c->schedule), r->sched.warmup_steps);
