@@ -34,6 +34,9 @@
 //     algorithms (atomics); a deterministic one makes runs reproduce. The
 //     heuristic ranking also makes the same choice on every run, which
 //     timing cannot promise; hence it is the default.
+//     SLUICE_CUDNN_DETERMINISTIC=0 drops the preference (rank order only),
+//     as PyTorch's default; with SLUICE_CUDNN_FIND=1 that is the fastest
+//     algorithm measured, what cudnn.benchmark = True picks.
 //   - Math, f32 data: with tf32 (cuda_int.h) the descriptor allows
 //     CUDNN_TENSOR_OP_MATH (TF32 tensor cores for fp32 data) and each
 //     algorithm runs with the math type cuDNN ranked it with. Not
@@ -82,6 +85,7 @@ typedef struct conv_entry {
 
 struct sl_conv_algo_cache {
     int find;            // cudnnFind*Ex instead of the heuristic ranking
+    int det;             // deterministic candidates first (else rank order only)
     conv_entry **slots;  // open addressing, cap a power of two; NULL = empty
     int cap, count;
     long searches;
@@ -203,12 +207,13 @@ static int cache_put(sl_conv_algo_cache *c, conv_entry *e)
     return SL_OK;
 }
 
-extern "C" int sl_conv_algo_cache_create(int find, sl_conv_algo_cache **out)
+extern "C" int sl_conv_algo_cache_create(int find, int deterministic, sl_conv_algo_cache **out)
 {
     *out = (sl_conv_algo_cache *)calloc(1, sizeof **out);
     if (!*out)
         return sl_fail(SL_ENOMEM, "sl_conv_algo_cache_create: out of memory");
     (*out)->find = find;
+    (*out)->det = deterministic;
     return SL_OK;
 }
 
@@ -434,7 +439,7 @@ static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_arg
         if ((rc = rank_measured(c, e, dir, a, need, cands, &n)))
             return rc;
     }
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = c->algos->det ? 0 : 1; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             const cand *k = &cands[i];
             if (pass == 0 && !k->det)

@@ -106,9 +106,10 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
 extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
 {
     *out = NULL;
-    int tf32, find, rc;
+    int tf32, find, det, rc;
     if ((rc = env_switch("SLUICE_CUDA_TF32", 1, &tf32)) ||
-        (rc = env_switch("SLUICE_CUDNN_FIND", 0, &find)))
+        (rc = env_switch("SLUICE_CUDNN_FIND", 0, &find)) ||
+        (rc = env_switch("SLUICE_CUDNN_DETERMINISTIC", 1, &det)))
         return rc;
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
@@ -152,7 +153,7 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         c->h_pinned = NULL;
         goto fail;
     }
-    if ((rc = sl_conv_algo_cache_create(find, &c->algos)))
+    if ((rc = sl_conv_algo_cache_create(find, det, &c->algos)))
         goto fail;
     *out = c;
     return SL_OK;

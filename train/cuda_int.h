@@ -8,7 +8,8 @@
  *   conv_cuda.cu    convolution forward / backward-data / backward-filter
  *                   through cuDNN, NHWC (filters KRSC = our OHWI), the
  *                   algorithm chosen once per shape and cached here
- *   norm_cuda.cu    batch norm (train, eval, backward) and the sync-BN pieces
+ *   norm_cuda.cu    batch norm (train, eval, backward), the fused BN+add+ReLU
+ *                   forward and ReLU+BN backward, and the sync-BN pieces
  *   act_cuda.cu     relu, add, max-pool, global average pool, softmax
  *                   cross-entropy
  *   linear_cuda.cu  fully connected through cuBLAS
@@ -81,7 +82,8 @@ typedef struct sl_cuda_ctx {
 /* Create the context on device (cudaSetDevice, stream, handles bound to the
  * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call, or
  * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
- * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND value (read here, 0 or 1). */
+ * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC value
+ * (read here, 0 or 1). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
 /* The context of a cuda sl_exec. */
@@ -103,8 +105,12 @@ int sl_cuda_launch_check(const char *kernel, const char *file, int line);
 /* conv_cuda.cu's cache, made by sl_cuda_ctx_create and freed by
  * sl_cuda_ctx_destroy. find: time every algorithm once per shape with
  * cudnnFind*AlgorithmEx (SLUICE_CUDNN_FIND=1) instead of taking cuDNN's
- * heuristic ranking (the default: no timing, the same choice every run). */
-int sl_conv_algo_cache_create(int find, sl_conv_algo_cache **out);
+ * heuristic ranking (the default: no timing, the same choice every run).
+ * deterministic: prefer the first deterministic candidate in rank order
+ * (SLUICE_CUDNN_DETERMINISTIC=1, the default: runs reproduce); 0 takes the
+ * first candidate at all, atomics included, as PyTorch's
+ * cudnn.deterministic = False does. */
+int sl_conv_algo_cache_create(int find, int deterministic, sl_conv_algo_cache **out);
 void sl_conv_algo_cache_free(sl_conv_algo_cache *c);
 
 /* What the cache chose, for tests and perf tools. The cache key is the
@@ -125,6 +131,14 @@ int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype 
                         sl_conv_dir dir, sl_conv_algo_info *out);
 
 SL_DECLARE_OPS(cuda)
+/* The fused slots of train_int.h (cuda only; norm_cuda.cu). */
+int sl_bn_fwd_train_act_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                             const float *gamma, const float *beta, float momentum, float eps,
+                             float *running_mean, float *running_var, const float *r, int relu,
+                             float *y, float *save_mean, float *save_invstd);
+int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *z, float *dz,
+                       const float *gamma, const float *save_mean, const float *save_invstd,
+                       float *dx, float *dgamma, float *dbeta);
 
 /* ------------------------------------------------------ mixed precision */
 /* Each enqueues its kernels on ctx->stream and returns without waiting for

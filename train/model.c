@@ -21,6 +21,16 @@
  * The gradient of a tensor used twice (the block input) is the sum of its
  * two paths, taken with ops->add since ops overwrite their outputs.
  *
+ * Fused batch norm (a table with bn_fwd_train_act / bn_bwd_act: cuda,
+ * unless SLUICE_CUDA_FUSE=0). A train forward without sync-BN runs
+ * z = relu(bn(y)) as one op, and a block's downsample cbn first, then its
+ * main path, the last BN fused with the shortcut add and the ReLU:
+ * out = relu(bn_last(y) + s) in one op, written to z_last as above.
+ * Backward (without sync-BN) runs relu_bwd + bn_bwd as one bn_bwd_act,
+ * which leaves the masked dz in place: A, for the block's last cbn, then
+ * feeds the shortcut as above. The values are the unfused ops' bit for bit
+ * (train_int.h); eval forwards and sync-BN keep the unfused ops.
+ *
  * The input x of a train forward is not copied: it must stay unchanged
  * until the matching backward (the stem's weight gradient reads it).
  *
@@ -148,14 +158,32 @@ static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const f
 
 /* ---------------------------------------------------------------- forward */
 
-/* y = conv(x); z = bn(y) (batch or running statistics); z = relu(z). */
-static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train)
+/* The forward runs the fused bn_fwd_train_act: a train forward without
+ * sync-BN on a table that has it (the top comment). */
+static int fuse_fwd(const sl_model *m, const sl_exec *e, int train)
+{
+    return train && !m->sync_on && e->ops->bn_fwd_train_act;
+}
+
+/* y = conv(x); z = bn(y) (batch or running statistics); z = relu(z).
+ * Fused (fuse_fwd): z = relu(bn(y) + r) in one op when the cbn has its
+ * own ReLU (r NULL) or r is the block's shortcut (its last cbn); r is
+ * NULL otherwise. */
+static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const float *r)
 {
     const char *fn = "sl_model_forward";
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
     OP(fn, c->conv_name, e->ops->conv_fwd(e, &sh, input_of(m, c), c->wc, c->y));
     int64_t rows = (int64_t)n * c->p * c->q;
+    if (fuse_fwd(m, e, train) && (c->relu || r)) {
+        OP(fn, c->bn_name, e->ops->bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
+                                                    m->cfg.bn_momentum, m->cfg.bn_eps,
+                                                    c->rmean, c->rvar, r, 1, c->z, c->smean,
+                                                    c->sinvstd));
+        (*c->nbt)++;
+        return SL_OK;
+    }
     if (train && m->sync_on) {
         int rc = bn_sync_fwd(m, e, c, rows);
         if (rc)
@@ -175,20 +203,30 @@ static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train)
     return SL_OK;
 }
 
+/* Unfused: the main path, the downsample, add, relu. Fused: the downsample
+ * first, then the main path, its last BN taking the shortcut add and the
+ * ReLU. */
 static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int train)
 {
     const char *fn = "sl_model_forward";
+    int fuse = fuse_fwd(m, e, train), rc;
+    const float *shortcut = input_of(m, &m->cbn[b->first]);
+    if (fuse && b->ds >= 0) {
+        if ((rc = cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
+            return rc;
+        shortcut = m->cbn[b->ds].z;
+    }
     for (int j = 0; j < b->nconv; j++) {
-        int rc = cbn_fwd(m, e, &m->cbn[b->first + j], n, train);
-        if (rc)
+        const float *r = fuse && j == b->nconv - 1 ? shortcut : NULL;
+        if ((rc = cbn_fwd(m, e, &m->cbn[b->first + j], n, train, r)))
             return rc;
     }
+    if (fuse)
+        return SL_OK;
     sl_cbn *last = &m->cbn[b->first + b->nconv - 1];
     int64_t cnt = (int64_t)n * last->p * last->q * last->cout;
-    const float *shortcut = input_of(m, &m->cbn[b->first]);
     if (b->ds >= 0) {
-        int rc = cbn_fwd(m, e, &m->cbn[b->ds], n, train);
-        if (rc)
+        if ((rc = cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
             return rc;
         shortcut = m->cbn[b->ds].z;
     }
@@ -222,7 +260,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     }
     m->train_n = 0; /* the kept activations are about to change */
     m->x = x;
-    int rc = cbn_fwd(m, e, &m->cbn[0], n, train);
+    int rc = cbn_fwd(m, e, &m->cbn[0], n, train, NULL);
     if (rc)
         return rc;
     if (m->stem_pool) {
@@ -263,24 +301,31 @@ static int grad_ready(sl_model *m, int t)
     return SL_OK;
 }
 
-/* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when the
- * cbn has its own ReLU; tmp = d(y) by bn_bwd (dgamma, dbeta into the
- * grads); dw; dx = d(input) when dx is not NULL. dx may be dz: bn_bwd has
- * consumed dz before conv_bwd_data writes. */
-static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dz, float *tmp,
+/* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when relu
+ * (the cbn's own ReLU, or the block output's for its last cbn); tmp = d(y)
+ * by bn_bwd (dgamma, dbeta into the grads); dw; dx = d(input) when dx is
+ * not NULL. dx may be dz: bn_bwd has consumed dz before conv_bwd_data
+ * writes. Without sync-BN, bn_bwd_act (when the table has it) does the
+ * mask and bn_bwd in one op, the masked dz left in dz all the same. */
+static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *tmp,
                    float *dx)
 {
     const char *fn = "sl_model_backward";
     int64_t rows = (int64_t)n * c->p * c->q;
     int rc;
-    if (c->relu)
-        OP(fn, c->bn_name, e->ops->relu_bwd(e, rows * c->cout, c->z, dz, dz));
-    if (m->sync_on) {
-        if ((rc = bn_sync_bwd(m, e, c, rows, dz, tmp)))
-            return rc;
+    if (relu && !m->sync_on && e->ops->bn_bwd_act) {
+        OP(fn, c->bn_name, e->ops->bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
+                                              c->smean, c->sinvstd, tmp, c->ggamma, c->gbeta));
     } else {
-        OP(fn, c->bn_name, e->ops->bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
-                                          c->sinvstd, tmp, c->ggamma, c->gbeta));
+        if (relu)
+            OP(fn, c->bn_name, e->ops->relu_bwd(e, rows * c->cout, c->z, dz, dz));
+        if (m->sync_on) {
+            if ((rc = bn_sync_bwd(m, e, c, rows, dz, tmp)))
+                return rc;
+        } else {
+            OP(fn, c->bn_name, e->ops->bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
+                                              c->sinvstd, tmp, c->ggamma, c->gbeta));
+        }
     }
     if ((rc = grad_ready(m, c->tensor + 1)) || (rc = grad_ready(m, c->tensor + 2)))
         return rc;
@@ -299,14 +344,15 @@ static int block_bwd(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A
                      float *C)
 {
     const char *fn = "sl_model_backward";
+    /* the block output's ReLU is undone on A in place (the shortcut reads it) */
     sl_cbn *last = &m->cbn[b->first + b->nconv - 1];
-    int64_t cnt = (int64_t)n * last->p * last->q * last->cout;
-    OP(fn, last->bn_name, e->ops->relu_bwd(e, cnt, last->z, A, A));
-    int rc = cbn_bwd(m, e, last, n, A, B, C);
-    for (int j = b->nconv - 2; !rc && j >= 0; j--)
-        rc = cbn_bwd(m, e, &m->cbn[b->first + j], n, C, B, C);
+    int rc = cbn_bwd(m, e, last, n, 1, A, B, C);
+    for (int j = b->nconv - 2; !rc && j >= 0; j--) {
+        sl_cbn *c = &m->cbn[b->first + j];
+        rc = cbn_bwd(m, e, c, n, c->relu, C, B, C);
+    }
     if (!rc && b->ds >= 0)
-        rc = cbn_bwd(m, e, &m->cbn[b->ds], n, A, B, A);
+        rc = cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, B, A);
     if (rc)
         return rc;
     const sl_cbn *first = &m->cbn[b->first];
@@ -344,9 +390,9 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
         sl_pool_shape ps;
         OP(fn, "maxpool", sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1));
         OP(fn, "maxpool", e->ops->maxpool_bwd(e, &ps, A, m->pool_arg, B));
-        return cbn_bwd(m, e, stem, n, B, C, dx);
+        return cbn_bwd(m, e, stem, n, stem->relu, B, C, dx);
     }
-    return cbn_bwd(m, e, stem, n, A, B, dx);
+    return cbn_bwd(m, e, stem, n, stem->relu, A, B, dx);
 }
 
 /* -------------------------------------------------------------- accessors */

@@ -23,7 +23,8 @@
  *   conv_fwd         x A, w A (the model's compute copy of the weights), y A
  *   conv_bwd_data    dy A, w A, dx A
  *   conv_bwd_filter  x A, dy A, dw F (the f32 grads)
- *   bn_fwd_train/eval, bn_bwd, sync-BN pieces: x, y, dy, dx A; gamma, beta,
+ *   bn_fwd_train/eval, bn_bwd, sync-BN pieces, bn_fwd_train_act, bn_bwd_act:
+ *                    x, y, dy, dx, r, z, dz A; gamma, beta,
  *                    running stats, saved stats, dgamma, dbeta, sums F
  *   relu_fwd/bwd, add, maxpool_fwd/bwd: every tensor A (argmax int32)
  *   gap_fwd          x A, y F;   gap_bwd  dy F, dx A
@@ -75,7 +76,9 @@ typedef struct sl_exec {
     sl_dtype act;       /* activation element type (below); SL_DTYPE_F32 unless set */
 } sl_exec;
 
-/* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. */
+/* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. For
+ * cuda, SLUICE_CUDA_FUSE=0 in the environment (read here; 1 is the
+ * default, anything else SL_EINVAL) leaves the fused slots NULL. */
 int sl_exec_init(sl_exec *e, sl_backend b, int threads);
 /* The same on CUDA device `device` (cuda only; -1: SLUICE_CUDA_DEVICE, or 0). */
 int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device);
@@ -140,6 +143,27 @@ typedef struct sl_ops {
     int (*bn_bwd)(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd,
                   float *dx, float *dgamma, float *dbeta);
+
+    /* Fused batch norm + shortcut add + ReLU (cuda only: NULL in ref and
+     * cpu, and in cuda with SLUICE_CUDA_FUSE=0; the model then runs the
+     * unfused ops, which these equal bit for bit on the same backend).
+     * bn_fwd_train_act: bn_fwd_train's statistics, running update and
+     *   saved mean/invstd; y = bn(x), then y = y + r when r is not NULL,
+     *   then y = max(y, 0) (NaN passes) when relu; each step rounded to the
+     *   activation type as the unfused ops store it. x, r, y are activations
+     *   (A), the rest F as bn_fwd_train. y may be x or r. rows >= 2.
+     * bn_bwd_act: dz := dz where z > 0 else 0, IN PLACE (relu_bwd(z, dz,
+     *   dz): the model feeds the masked dz to the block's shortcut too),
+     *   then dx, dgamma, dbeta as bn_bwd(x, masked dz). x (the BN input),
+     *   z (the ReLU output), dz, dx are A. dx may be dz (the masked dz is
+     *   then overwritten by dx); dgamma, dbeta may be NULL. rows >= 1. */
+    int (*bn_fwd_train_act)(sl_exec *e, int64_t rows, int c, const float *x,
+                            const float *gamma, const float *beta, float momentum, float eps,
+                            float *running_mean, float *running_var, const float *r, int relu,
+                            float *y, float *save_mean, float *save_invstd);
+    int (*bn_bwd_act)(sl_exec *e, int64_t rows, int c, const float *x, const float *z,
+                      float *dz, const float *gamma, const float *save_mean,
+                      const float *save_invstd, float *dx, float *dgamma, float *dbeta);
 
     /* y = max(x, 0) over n elements (y may alias x). */
     int (*relu_fwd)(sl_exec *e, int64_t n, const float *x, float *y);

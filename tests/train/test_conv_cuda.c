@@ -129,6 +129,10 @@ Test(train_conv_cuda, init_errors)
     cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
     cr_assert_not_null(strstr(sl_errmsg(), "SLUICE_CUDNN_FIND"), "%s", sl_errmsg());
     cr_assert_eq(unsetenv("SLUICE_CUDNN_FIND"), 0);
+    cr_assert_eq(setenv("SLUICE_CUDNN_DETERMINISTIC", "no", 1), 0);
+    cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
+    cr_assert_not_null(strstr(sl_errmsg(), "SLUICE_CUDNN_DETERMINISTIC=no"), "%s", sl_errmsg());
+    cr_assert_eq(unsetenv("SLUICE_CUDNN_DETERMINISTIC"), 0);
 
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {

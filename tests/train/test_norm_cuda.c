@@ -4,7 +4,10 @@
  * atol + rtol*|ref|, two training steps of running statistics, 3.2M rows of
  * data far from zero, the five sync-BN pieces alone and composed over two
  * fake replicas against bn_fwd_train / bn_bwd, and aliasing; all of it
- * again (bar the 3.2M rows) with bf16 and f16 activations.
+ * again (bar the 3.2M rows) with bf16 and f16 activations. The fused ops
+ * (bn_fwd_train_act, bn_bwd_act) against ref's bn -> add -> relu and
+ * relu_bwd -> bn_bwd and, bit for bit, against this backend's unfused ops;
+ * the one-pass statistics on hostile data; SLUICE_CUDA_FUSE.
  *
  * Mixed precision (train_int.h's table): x, y, dy, dx in e->act, every
  * per-channel array f32. Inputs are rounded to the type on the host first,
@@ -31,6 +34,20 @@
 
 #include "testutil.h"
 #include "train/train_int.h"
+
+/* The fused slots are the cuda table's alone: the host backends stay
+ * unfused (and the model bit for bit as before on them). */
+Test(train_ops_cuda, fused_slots_cuda_only)
+{
+    cr_assert_null(sl_ops_ref.bn_fwd_train_act);
+    cr_assert_null(sl_ops_ref.bn_bwd_act);
+    cr_assert_null(sl_ops_cpu.bn_fwd_train_act);
+    cr_assert_null(sl_ops_cpu.bn_bwd_act);
+#ifdef SLUICE_TRAIN_CUDA
+    cr_assert_not_null(sl_ops_cuda.bn_fwd_train_act);
+    cr_assert_not_null(sl_ops_cuda.bn_bwd_act);
+#endif
+}
 
 #ifndef SLUICE_TRAIN_CUDA
 Test(train_ops_cuda, norm_built_without_cuda)
@@ -867,6 +884,375 @@ Test(train_ops_cuda, bn_bad_arguments)
     cr_assert_eq(sl_bn_sum_cuda(&e, 0, 3, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
     cr_assert_eq(sl_bn_sum_cuda(NULL, 0, 3, f, f), SL_EINVAL);
+}
+
+/* ------------------------------------ fused BN + add + ReLU, ReLU + BN bwd */
+
+static const sl_dtype all_types[3] = {SL_DTYPE_F32, SL_DTYPE_BF16, SL_DTYPE_F16};
+
+/* The unfused reference of bn_fwd_train_act on the host: bn_fwd_train_ref,
+ * rounded to t as the GPU stores z, + r (add_ref, rounded), relu_ref. ybn
+ * keeps ref's f32 bn output (for the tolerance). */
+static void ref_fwd_act(sl_exec *er, const bn_in *b, const float *r, int relu, sl_dtype t,
+                        float *rm, float *rv, float *y, float *ybn, float *sm, float *si)
+{
+    int64_t n = b->rows * b->c;
+    cr_assert_eq(sl_bn_fwd_train_ref(er, b->rows, b->c, b->x, b->gamma, b->beta, 0.1f, 1e-5f, rm,
+                                     rv, ybn, sm, si), SL_OK, "%s", sl_errmsg());
+    memcpy(y, ybn, (size_t)n * sizeof(float));
+    tg_round_all(y, n, t);
+    if (r) {
+        cr_assert_eq(sl_add_ref(er, n, y, r, y), SL_OK);
+        tg_round_all(y, n, t);
+    }
+    if (relu)
+        cr_assert_eq(sl_relu_fwd_ref(er, n, y, y), SL_OK);
+}
+
+/* |got - want| within the bn tolerance (atol 2e-6, rtol 2e-6 of the bn
+ * output ybn) carried through the add, plus one ulp of t (2^(1-p)) of the
+ * bn output and one of the result for the two roundings to t: the GPU's
+ * f32 bn value may round to the neighbour of ref's. */
+static void assert_fwd_act(const float *got, const float *want, const float *ybn, int64_t n,
+                           sl_dtype t, const char *what)
+{
+    double ulp = t == SL_DTYPE_F32 ? ldexp(1.0, -23) : ldexp(1.0, 1 - tg_bits(t));
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        double tol = 2e-6 + 2e-6 * fabs(ybn[i]) + ulp * (fabs(ybn[i]) + fabs(want[i]));
+        cr_assert(d <= tol, "%s (%s)[%lld]: got %.9g want %.9g (bn %.9g, diff %.3g)", what,
+                  tg_type_name(t), (long long)i, got[i], want[i], ybn[i], d);
+    }
+}
+
+/* Bits of two device activation buffers of n elements of t. */
+static void assert_same_dev(const void *a, const void *b, int64_t n, sl_dtype t,
+                            const char *what)
+{
+    float *ha = falloc(n), *hb = falloc(n);
+    tg_downa(ha, a, n, t), tg_downa(hb, b, n, t);
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s (%s)", what, tg_type_name(t));
+    assert_same(ha, hb, n, buf);
+    free(ha), free(hb);
+}
+
+/* bn_fwd_train_act against ref's bn -> add -> relu (every type, with and
+ * without r and relu, awkward c and rows), and against the cuda backend's
+ * own unfused ops bit for bit (values and statistics). */
+Test(train_ops_cuda, bn_fused_fwd_matches_ref_and_unfused)
+{
+    static const int cs[] = {3, 17, 64, 2048};
+    static const int64_t rows[] = {2, 37, 1000 + 7};
+    sl_exec er, eg;
+    tg_open(&eg, NULL);
+    ref_exec(&er);
+    for (int k = 0; k < 3; k++) {
+        sl_dtype t = all_types[k];
+        tg_set_act(&eg, t);
+        for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++)
+            for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+                int c = cs[j];
+                int64_t R = rows[i], n = R * c;
+                if (n > 80000)
+                    continue; /* 2048 channels: 2 and 37 rows are enough */
+                bn_in b;
+                bn_in_random(&b, R, c, 901 + 31 * k + 7 * j + i, 0.5f, 1.0f);
+                float *r = frand(n, 77 + i + j, -2, 2);
+                tg_round_all(b.x, n, t), tg_round_all(r, n, t);
+                void *dx = tg_upa(b.x, n, t), *dr = tg_upa(r, n, t);
+                void *dy = tg_newa(n, t), *du = tg_newa(n, t);
+                float *dg = tg_upf(b.gamma, c), *dbt = tg_upf(b.beta, c);
+                float *wy = falloc(n), *ybn = falloc(n), *gy = falloc(n);
+                float wsm[2048], wsi[2048], gsm[2048], gsi[2048], usm[2048], usi[2048];
+                float grm[2048], grv[2048], urm[2048], urv[2048];
+                for (int v = 0; v < 4; v++) {
+                    int use_r = v & 1, relu = v >> 1;
+                    cr_log_info("fused fwd %s rows %lld c %d r %d relu %d", tg_type_name(t),
+                                (long long)R, c, use_r, relu);
+                    float *wrm = fdup(b.rmean, c), *wrv = fdup(b.rvar, c);
+                    ref_fwd_act(&er, &b, use_r ? r : NULL, relu, t, wrm, wrv, wy, ybn, wsm,
+                                wsi);
+                    float *drm = tg_upf(b.rmean, c), *drv = tg_upf(b.rvar, c);
+                    float *dsm = tg_newf(c), *dsi = tg_newf(c);
+                    tg_ready();
+                    cr_assert_eq(sl_bn_fwd_train_act_cuda(&eg, R, c, dx, dg, dbt, 0.1f, 1e-5f, drm,
+                                                          drv, use_r ? dr : NULL, relu, dy, dsm,
+                                                          dsi), SL_OK, "%s", sl_errmsg());
+                    tg_downa(gy, dy, n, t);
+                    tg_downf(gsm, dsm, c), tg_downf(gsi, dsi, c);
+                    tg_downf(grm, drm, c), tg_downf(grv, drv, c);
+                    assert_fwd_act(gy, wy, ybn, n, t, "y");
+                    assert_close(gsm, wsm, c, 1e-7, 1e-6, "save_mean");
+                    assert_close(gsi, wsi, c, 0, 1e-6, "save_invstd");
+                    assert_close(grm, wrm, c, 1e-7, 1e-6, "running_mean");
+                    assert_close(grv, wrv, c, 0, 1e-6, "running_var");
+                    /* the unfused cuda ops on the same inputs: the same bits */
+                    cr_assert_eq(eg.act, t);
+                    cr_assert_eq(cudaMemcpy(drm, b.rmean, c * sizeof(float),
+                                            cudaMemcpyHostToDevice), cudaSuccess);
+                    cr_assert_eq(cudaMemcpy(drv, b.rvar, c * sizeof(float),
+                                            cudaMemcpyHostToDevice), cudaSuccess);
+                    tg_ready();
+                    cr_assert_eq(sl_bn_fwd_train_cuda(&eg, R, c, dx, dg, dbt, 0.1f, 1e-5f, drm, drv,
+                                                      du, dsm, dsi), SL_OK, "%s", sl_errmsg());
+                    if (use_r)
+                        cr_assert_eq(sl_add_cuda(&eg, n, du, dr, du), SL_OK, "%s", sl_errmsg());
+                    if (relu)
+                        cr_assert_eq(sl_relu_fwd_cuda(&eg, n, du, du), SL_OK, "%s", sl_errmsg());
+                    assert_same_dev(dy, du, n, t, "fused y vs bn -> add -> relu on cuda");
+                    tg_downf(usm, dsm, c), tg_downf(usi, dsi, c);
+                    tg_downf(urm, drm, c), tg_downf(urv, drv, c);
+                    assert_same(gsm, usm, c, "save_mean fused vs unfused");
+                    assert_same(gsi, usi, c, "save_invstd fused vs unfused");
+                    assert_same(grm, urm, c, "running_mean fused vs unfused");
+                    assert_same(grv, urv, c, "running_var fused vs unfused");
+                    tg_free(drm), tg_free(drv), tg_free(dsm), tg_free(dsi);
+                    free(wrm), free(wrv);
+                }
+                tg_free(dx), tg_free(dr), tg_free(dy), tg_free(du), tg_free(dg), tg_free(dbt);
+                free(wy), free(ybn), free(gy), free(r);
+                bn_in_free(&b);
+            }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* z as a ReLU output: >= 0 with about 40% exact zeros, some denormal-small
+ * positives and a NaN (masked like a zero, as relu_bwd does). */
+static float *relu_like(int64_t n, uint64_t seed, sl_dtype t)
+{
+    float *z = frand(n, seed, -1.5f, 2.5f);
+    for (int64_t i = 0; i < n; i++)
+        z[i] = z[i] < 0 ? 0.0f : z[i];
+    if (n > 5)
+        z[1] = 1e-30f, z[3] = NAN;
+    tg_round_all(z, n, t);
+    return z;
+}
+
+/* bn_bwd_act against ref's relu_bwd -> bn_bwd (the masked dz exactly), and
+ * against the cuda backend's relu_bwd -> bn_bwd bit for bit. */
+Test(train_ops_cuda, bn_fused_bwd_matches_ref_and_unfused)
+{
+    static const int cs[] = {3, 17, 64, 2048};
+    static const int64_t rows[] = {1, 2, 37, 1000 + 7};
+    sl_exec er, eg;
+    tg_open(&eg, NULL);
+    ref_exec(&er);
+    for (int k = 0; k < 3; k++) {
+        sl_dtype t = all_types[k];
+        tg_set_act(&eg, t);
+        for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++)
+            for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+                int c = cs[j];
+                int64_t R = rows[i], n = R * c;
+                if (n > 80000)
+                    continue;
+                cr_log_info("fused bwd %s rows %lld c %d", tg_type_name(t), (long long)R, c);
+                bn_in b;
+                bn_in_random(&b, R, c, 333 + 31 * k + 7 * j + i, -0.5f, 1.0f);
+                tg_round_all(b.x, n, t), tg_round_all(b.dy, n, t);
+                float *z = relu_like(n, 55 + 3 * i + j, t);
+                /* saved statistics: ref's of x (any values would do; rows 1: made up) */
+                float *sm = falloc(c), *si = falloc(c), *rm = fdup(b.rmean, c),
+                      *rv = fdup(b.rvar, c), *tmp = falloc(n);
+                if (R >= 2) {
+                    cr_assert_eq(sl_bn_fwd_train_ref(&er, R, c, b.x, b.gamma, b.beta, 0.1f, 1e-5f,
+                                                     rm, rv, tmp, sm, si), SL_OK);
+                } else {
+                    for (int ch = 0; ch < c; ch++)
+                        sm[ch] = 0.25f, si[ch] = 1.5f;
+                }
+                /* ref: mask, then bn_bwd */
+                float *wdz = falloc(n), *wdx = falloc(n), *wdg = falloc(c), *wdb = falloc(c);
+                cr_assert_eq(sl_relu_bwd_ref(&er, n, z, b.dy, wdz), SL_OK);
+                cr_assert_eq(sl_bn_bwd_ref(&er, R, c, b.x, wdz, b.gamma, sm, si, wdx, wdg, wdb),
+                             SL_OK, "%s", sl_errmsg());
+                void *dx = tg_upa(b.x, n, t), *dz = tg_upa(z, n, t), *ddz = tg_upa(b.dy, n, t),
+                     *ddz2 = tg_upa(b.dy, n, t), *ddx = tg_newa(n, t), *ddx2 = tg_newa(n, t);
+                float *dgm = tg_upf(b.gamma, c), *dsm = tg_upf(sm, c), *dsi = tg_upf(si, c),
+                      *ddg = tg_newf(c), *ddb = tg_newf(c), *ddg2 = tg_newf(c),
+                      *ddb2 = tg_newf(c);
+                tg_ready();
+                cr_assert_eq(sl_bn_bwd_act_cuda(&eg, R, c, dx, dz, ddz, dgm, dsm, dsi, ddx, ddg,
+                                                ddb), SL_OK, "%s", sl_errmsg());
+                float *gdz = falloc(n), *gdx = falloc(n), *gdg = falloc(c), *gdb = falloc(c);
+                tg_downa(gdz, ddz, n, t), tg_downa(gdx, ddx, n, t);
+                tg_downf(gdg, ddg, c), tg_downf(gdb, ddb, c);
+                assert_same(gdz, wdz, n, "masked dz in place");
+                assert_act(gdx, wdx, n, 1e-6 * max_gi(b.gamma, si, c), 1e-5, t, "dx");
+                double atol = 2e-6 * sqrt((double)R);
+                assert_close(gdg, wdg, c, atol, 1e-5, "dgamma");
+                assert_close(gdb, wdb, c, atol, 1e-5, "dbeta");
+                /* the unfused cuda ops: the same bits */
+                cr_assert_eq(sl_relu_bwd_cuda(&eg, n, dz, ddz2, ddz2), SL_OK, "%s", sl_errmsg());
+                cr_assert_eq(sl_bn_bwd_cuda(&eg, R, c, dx, ddz2, dgm, dsm, dsi, ddx2, ddg2, ddb2),
+                             SL_OK, "%s", sl_errmsg());
+                assert_same_dev(ddz, ddz2, n, t, "masked dz vs relu_bwd on cuda");
+                assert_same_dev(ddx, ddx2, n, t, "dx vs relu_bwd -> bn_bwd on cuda");
+                float *udg = falloc(c), *udb = falloc(c);
+                tg_downf(udg, ddg2, c), tg_downf(udb, ddb2, c);
+                assert_same(gdg, udg, c, "dgamma fused vs unfused");
+                assert_same(gdb, udb, c, "dbeta fused vs unfused");
+                void *d[] = {dx, dz, ddz, ddz2, ddx, ddx2, dgm, dsm, dsi, ddg, ddb, ddg2, ddb2};
+                for (size_t q = 0; q < sizeof d / sizeof d[0]; q++)
+                    tg_free(d[q]);
+                free(z), free(sm), free(si), free(rm), free(rv), free(tmp), free(wdz), free(wdx);
+                free(wdg), free(wdb), free(gdz), free(gdx), free(gdg), free(gdb), free(udg);
+                free(udb);
+                bn_in_free(&b);
+            }
+    }
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* What model.c and the contract allow: y = x and y = r (forward), dx = dz
+ * (backward); dgamma / dbeta NULL. The bits of separate buffers. */
+Test(train_ops_cuda, bn_fused_aliasing)
+{
+    const int64_t R = 257;
+    const int c = 17;
+    int64_t n = R * c;
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = k ? SL_DTYPE_BF16 : SL_DTYPE_F32;
+        tg_set_act(&eg, t);
+        bn_in b;
+        bn_in_random(&b, R, c, 61 + k, 1.0f, 1.0f);
+        float *r = frand(n, 62, -2, 2), *z = relu_like(n, 63, t);
+        void *x = tg_upa(b.x, n, t), *xa = tg_upa(b.x, n, t), *rr = tg_upa(r, n, t),
+             *ra = tg_upa(r, n, t), *y = tg_newa(n, t);
+        float *gm = tg_upf(b.gamma, c), *bt = tg_upf(b.beta, c), *rm = tg_upf(b.rmean, c),
+              *rv = tg_upf(b.rvar, c), *sm = tg_newf(c), *si = tg_newf(c);
+        tg_ready();
+        cr_assert_eq(sl_bn_fwd_train_act_cuda(&eg, R, c, x, gm, bt, 0.1f, 1e-5f, rm, rv, rr, 1, y,
+                                              sm, si), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(sl_bn_fwd_train_act_cuda(&eg, R, c, xa, gm, bt, 0.1f, 1e-5f, rm, rv, rr, 1,
+                                              xa, sm, si), SL_OK, "%s", sl_errmsg());
+        assert_same_dev(xa, y, n, t, "bn_fwd_train_act y = x");
+        cr_assert_eq(sl_bn_fwd_train_act_cuda(&eg, R, c, x, gm, bt, 0.1f, 1e-5f, rm, rv, ra, 1, ra,
+                                              sm, si), SL_OK, "%s", sl_errmsg());
+        assert_same_dev(ra, y, n, t, "bn_fwd_train_act y = r");
+        /* backward: dx = dz, and NULL dgamma / dbeta */
+        void *dz = tg_upa(b.dy, n, t), *dza = tg_upa(b.dy, n, t), *zz = tg_upa(z, n, t),
+             *dx = tg_newa(n, t);
+        float *dg = tg_newf(c), *db = tg_newf(c);
+        tg_ready();
+        cr_assert_eq(sl_bn_bwd_act_cuda(&eg, R, c, x, zz, dz, gm, sm, si, dx, dg, db), SL_OK, "%s",
+                     sl_errmsg());
+        cr_assert_eq(sl_bn_bwd_act_cuda(&eg, R, c, x, zz, dza, gm, sm, si, dza, NULL, NULL), SL_OK,
+                     "%s", sl_errmsg());
+        assert_same_dev(dza, dx, n, t, "bn_bwd_act dx = dz");
+        void *d[] = {x, xa, rr, ra, y, gm, bt, rm, rv, sm, si, dz, dza, zz, dx, dg, db};
+        for (size_t q = 0; q < sizeof d / sizeof d[0]; q++)
+            tg_free(d[q]);
+        free(r), free(z);
+        bn_in_free(&b);
+    }
+    tg_close(&eg);
+}
+
+/* The one-pass statistics on data that breaks naive formulas: a constant
+ * channel (variance 0), a bimodal one (+-1000: every thread's shift far
+ * from the mean), 1e4 + 1e-3 noise, a first row far out (the shifts of the
+ * first threads are outliers), tiny values; against ref's two passes. */
+Test(train_ops_cuda, bn_one_pass_stats_hard_inputs)
+{
+    const int64_t R = 4099;
+    const int c = 5;
+    int64_t n = R * c;
+    sl_exec er, eg;
+    tg_open(&eg, &hg_ops);
+    ref_exec(&er);
+    bn_in b;
+    bn_in_random(&b, R, c, 5, 0.0f, 1.0f);
+    uint64_t st = 6;
+    for (int64_t i = 0; i < R; i++) {
+        b.x[i * c + 0] = 3.25f;
+        b.x[i * c + 1] = (i < R / 3 ? 1000.0f : -1000.0f) + urand(&st, -1, 1);
+        b.x[i * c + 2] = 1e4f + 1e-3f * (float)(i % 7);
+        b.x[i * c + 3] = i < 40 ? 5e3f : urand(&st, -1, 1);
+        b.x[i * c + 4] = 1e-20f * urand(&st, -1, 1);
+    }
+    bn_out r, g;
+    bn_run(&er, &b, b.x, &r);
+    bn_run(&eg, &b, b.x, &g);
+    assert_close(g.sm, r.sm, c, 1e-30, 1e-7, "save_mean");
+    assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+    assert_close(g.rv, r.rv, c, 1e-30, 1e-6, "running_var");
+    assert_close(g.y, r.y, n, 2e-5, 2e-6, "y");
+    cr_assert_eq(g.si[0], r.si[0], "constant channel: invstd %.9g want %.9g (1/sqrt(eps))",
+                 g.si[0], r.si[0]);
+    bn_out_free(&r), bn_out_free(&g);
+    bn_in_free(&b);
+    tg_close(&eg);
+    sl_exec_fini(&er);
+}
+
+/* SLUICE_CUDA_FUSE picks the cuda table, read by sl_exec_init. */
+Test(train_ops_cuda, fuse_switch)
+{
+    int cnt = 0;
+    if (cudaGetDeviceCount(&cnt) != cudaSuccess || cnt <= 0) {
+        (void)cudaGetLastError();
+        cr_skip_test("no GPU");
+    }
+    sl_exec e;
+    static const char *vals[] = {NULL, "1", "0"};
+    for (int i = 0; i < 3; i++) {
+        if (vals[i])
+            cr_assert_eq(setenv("SLUICE_CUDA_FUSE", vals[i], 1), 0);
+        else
+            unsetenv("SLUICE_CUDA_FUSE");
+        cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_OK, "%s", sl_errmsg());
+        int fused = i < 2;
+        cr_assert_str_eq(e.ops->name, "cuda");
+        cr_assert_eq(e.ops == &sl_ops_cuda, fused);
+        cr_assert_eq(e.ops->bn_fwd_train_act != NULL, fused, "SLUICE_CUDA_FUSE=%s", vals[i]);
+        cr_assert_eq(e.ops->bn_bwd_act != NULL, fused);
+        cr_assert(e.ops->bn_fwd_train && e.ops->bn_bwd && e.ops->relu_bwd && e.ops->conv_fwd);
+        sl_exec_fini(&e);
+    }
+    cr_assert_eq(setenv("SLUICE_CUDA_FUSE", "yes", 1), 0);
+    cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "SLUICE_CUDA_FUSE=yes"), "%s", sl_errmsg());
+    cr_assert_null(e.cuda);
+    unsetenv("SLUICE_CUDA_FUSE");
+}
+
+/* Before any device work: shapes, NULL tensors, no context. */
+Test(train_ops_cuda, bn_fused_bad_arguments)
+{
+    sl_exec e;
+    memset(&e, 0, sizeof e);
+    e.backend = SL_BACKEND_CUDA;
+    float f[8] = {0};
+    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 1, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
+                 SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_act_cuda") &&
+              strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, NULL, 0, f, f, f),
+                 SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, NULL, f, f),
+                 SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "NULL tensor"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, NULL, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
+                 SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, NULL, 1, f, f, f),
+                 SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 0, 3, f, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_act_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, -1, f, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, 3, f, NULL, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "NULL tensor"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_act_cuda(NULL, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

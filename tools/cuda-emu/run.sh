@@ -1,0 +1,113 @@
+#!/bin/bash
+# run.sh - rebuild the emulated CUDA build from the repo's current files and
+# run the GPU tests on it (README.md). Usage:
+#   run.sh [build|selftest|test|all|ci] [criterion args...]  (default: all; ci: what tools/dev test runs)
+# Env: REPO (this checkout), OFF (REPO/build-emu-off), OUT (REPO/build-emu), SKIP_CMAKE=1 (use OFF as it is),
+#      EMU_LAZY=1 (deferred streams, default) / 0 (every op runs at once),
+#      EMU_ABORT=1 (abort at the first misuse report), FILTER (criterion filter).
+set -u
+EMU=$(cd "$(dirname "$0")" && pwd)
+export REPO=${REPO:-$(cd "$EMU/../.." && pwd)}
+OFF=${OFF:-$REPO/build-emu-off}
+OUT=${OUT:-$REPO/build-emu}
+what=${1:-all}; shift || true
+mkdir -p "$OUT/obj"
+CUDA_INC=/usr/local/cuda/include
+DEFS="-D_GNU_SOURCE -DSLUICE_VERSION=\"0.1.0\" -DSLUICE_TRAIN_CUDA=1 -DSLUICE_WITH_CUDA=1"
+CXX="g++ -std=c++17 -O2 -g -w -U_FORTIFY_SOURCE -fno-strict-aliasing $DEFS -I$REPO -I$CUDA_INC -I$EMU"
+CC="gcc -std=gnu11 -O2 -g -Wall -Wextra -Wno-missing-field-initializers $DEFS -I$REPO -I$CUDA_INC"
+LIBS="-lopenblas -lturbojpeg -ljpeg -lpng -lz -llmdb -lcjson -lcriterion -lpthread -lm"
+MPI_LIB=$(pkg-config --libs ompi-c 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi")
+
+build() {
+    set -e
+    rm -f "$OUT/emu_tests" "$OUT/sluice" "$OUT/selftest" # no stale binary after a failed build
+    if [ -z "${SKIP_CMAKE:-}" ]; then
+        echo "== cmake (CUDA OFF) $OFF"
+        cmake -S "$REPO" -B "$OFF" -DSLUICE_WITH_CUDA=OFF >/dev/null
+        cmake --build "$OFF" -j2 >"$OUT/build-off.log" 2>&1 ||
+            { grep -E "error|Error" "$OUT/build-off.log" | head -20; return 1; }
+    fi
+    cd "$OUT/obj"
+    echo "== emulator"
+    for f in emu emu_rt emu_dnn emu_blas; do $CXX -c "$EMU/$f.cpp" -o $f.o & done; wait
+    echo "== .cu -> host C++"
+    cu="$REPO/train/act_cuda.cu $REPO/train/amp_cuda.cu $REPO/train/conv_cuda.cu $REPO/train/cuda_ctx.cu \
+        $REPO/train/linear_cuda.cu $REPO/train/norm_cuda.cu $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu"
+    cuobjs=""
+    for f in $cu; do
+        b=$(basename "$f" .cu)
+        python3 "$EMU/conv.py" "$f" "$b.emu.cpp"
+        cuobjs="$cuobjs $b.emu.o"
+    done
+    n=0
+    for f in $cu; do b=$(basename "$f" .cu); $CXX -c $b.emu.cpp -o $b.emu.o & n=$((n+1)); [ $((n % 2)) = 0 ] && wait; done; wait
+    for f in $cuobjs; do [ -f $f ] || { echo "missing $f"; exit 1; }; done
+    echo "== CUDA-ON C files"
+    $CC -c "$REPO/train/ops.c" -o ops.o
+    $CC -c "$REPO/train/dev_cuda.c" -o dev_cuda.o
+    echo "== archives"
+    rm -f libsl_train.a libsl_pipeline.a
+    cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o ops.c.o
+    ar r libsl_train.a ops.o dev_cuda.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
+        linear_cuda.emu.o norm_cuda.emu.o sgd_cuda.emu.o 2>/dev/null
+    cp "$OFF/libsl_pipeline.a" libsl_pipeline.a; ar d libsl_pipeline.a load_nocuda.c.o
+    ar r libsl_pipeline.a load_cuda.emu.o 2>/dev/null
+    ALL="libsl_train.a libsl_pipeline.a $OFF/libsl_records.a $OFF/libsl_collectives.a $OFF/libsl_common.a \
+         emu.o emu_rt.o emu_dnn.o emu_blas.o"
+    echo "== CLI $OUT/sluice"
+    g++ -rdynamic -o "$OUT/sluice" "$OFF"/CMakeFiles/sluice.dir/tools/*.o $ALL "$OFF/libsl_cuda_probe.a" "$OFF/libsl_common.a" \
+        $LIBS $MPI_LIB
+    echo "== tests $OUT/emu_tests"
+    TESTS="$REPO/tests/train/test_*.c $REPO/tests/pipeline/test_load.c $REPO/tests/pipeline/test_pipeline.c $REPO/tests/testutil.c"
+    tobjs=""
+    n=0
+    for f in $TESTS; do
+        o=t_$(basename "$f" .c).o
+        $CC -I"$REPO/tests" -DSLUICE_BIN="\"$OUT/sluice\"" -DSLUICE_SOURCE_DIR="\"$REPO\"" \
+            -DSLUICE_MPI_CHECK="\"$OFF/sluice_mpi_check\"" -c "$f" -o $o &
+        tobjs="$tobjs $o"; n=$((n+1)); [ $((n % 2)) = 0 ] && wait
+    done; wait
+    g++ -rdynamic -o "$OUT/emu_tests" $tobjs $ALL $LIBS $MPI_LIB
+    gcc -O1 -g -I$CUDA_INC -c "$EMU/selftest.c" -o selftest.o
+    g++ -rdynamic -o "$OUT/selftest" selftest.o emu.o emu_rt.o -lopenblas -lpthread
+    set +e
+}
+
+runtests() {
+    cd "$OUT"
+    export SLUICE_FMNIST_T10K_DIR=${SLUICE_FMNIST_T10K_DIR:-/usr/share/datasets/fashion-mnist}
+    local f=${FILTER:-'train_gpu/*'}
+    echo "== $OUT/emu_tests --filter=$f (EMU_LAZY=${EMU_LAZY:-1})"
+    "$OUT/emu_tests" --filter="$f" -j2 "$@" >"$OUT/tests.log" 2>&1
+    local rc=$?
+    grep -E "^\[(----|FAIL|====)\]|EMU:|Synthesis|CRASH" "$OUT/tests.log" | head -100
+    echo "(full log: $OUT/tests.log; misuse reports: grep 'EMU: error' $OUT/tests.log)"
+    # a misuse report fails the run even when every assertion held
+    if [ $rc = 0 ] && grep -q "EMU: error" "$OUT/tests.log"; then
+        echo "run.sh: the emulator reported misuse (EMU: error) in $OUT/tests.log"
+        rc=1
+    fi
+    return $rc
+}
+
+selftest() {
+    for t in ok host_deref free_host double_free kind range stream_after_destroy \
+             event_never_recorded lazy_pinned; do
+        echo "== selftest $t"
+        "$OUT/selftest" $t 2>&1 | grep -E "^EMU|^[a-zA-Z]" | grep -v "^EMU: [0-9]* misuse"
+    done
+}
+
+case $what in
+build) build ;;
+test) runtests "$@" ;;
+all) build && selftest && runtests "$@" ;;
+ci)  # tools/dev test: every GPU test but the 8-minute Fashion-MNIST one, then the op and
+     # pipeline device tests; each lane's failure fails the run
+    build # a plain call: its set -e stops the script at the first failing step
+    FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
+        FILTER='pipeline_load/*' runtests ;;
+selftest) selftest ;;
+*) echo "usage: run.sh [build|selftest|test|all|ci] [criterion args]"; exit 2 ;;
+esac
