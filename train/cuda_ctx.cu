@@ -106,10 +106,11 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
 extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
 {
     *out = NULL;
-    int tf32, find, det, rc;
+    int tf32, find, det, fuse, rc;
     if ((rc = env_switch("SLUICE_CUDA_TF32", 1, &tf32)) ||
         (rc = env_switch("SLUICE_CUDNN_FIND", 0, &find)) ||
-        (rc = env_switch("SLUICE_CUDNN_DETERMINISTIC", 1, &det)))
+        (rc = env_switch("SLUICE_CUDNN_DETERMINISTIC", 1, &det)) ||
+        (rc = env_switch("SLUICE_CUDA_FUSE", 1, &fuse)))
         return rc;
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
@@ -127,6 +128,7 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         return sl_fail(SL_ENOMEM, "sl_cuda_ctx_create: out of memory");
     c->device = device;
     c->tf32 = tf32;
+    c->fuse = fuse;
     // Each step names the call that failed; a failed create leaves the
     // handle NULL so that destroy frees only what exists.
     if ((rc = SL_CUDA(cudaSetDevice(device))))

@@ -68,6 +68,7 @@ typedef struct sl_cuda_ctx {
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
     int tf32;                  /* tensor-core TF32 allowed (SLUICE_CUDA_TF32 != 0) */
+    int fuse;                  /* the fused BN slots in the exec's table (SLUICE_CUDA_FUSE != 0) */
     void *d_ws;                /* cuDNN / cuBLAS workspace, grown on demand */
     size_t ws_cap;
     void *d_tmp;               /* small device scratch for op internals (reductions) */
@@ -82,8 +83,8 @@ typedef struct sl_cuda_ctx {
 /* Create the context on device (cudaSetDevice, stream, handles bound to the
  * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call, or
  * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
- * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC value
- * (read here, 0 or 1). */
+ * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC /
+ * SLUICE_CUDA_FUSE value (read here, 0 or 1). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
 /* The context of a cuda sl_exec. */

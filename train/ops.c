@@ -7,7 +7,7 @@
  * (cuda_int.h): device 0, or SLUICE_CUDA_DEVICE. Without it the cuda slots
  * return SL_ENOTSUP and sl_exec_init refuses SL_BACKEND_CUDA. The fused
  * batch-norm slots (bn_fwd_train_act, bn_bwd_act) are in the cuda table
- * only; SLUICE_CUDA_FUSE=0, read by sl_exec_init, gives a cuda exec the
+ * only; SLUICE_CUDA_FUSE=0, read by sl_cuda_ctx_create, gives a cuda exec the
  * same table without them (the model then runs the unfused ops).
  *
  * Threading (cpu backend). The FLOPs are in SGEMM (im2col convs and 1x1
@@ -37,11 +37,13 @@
 #include "train/cuda_int.h"
 #endif
 
-#define OPS_TABLE(sfx)                                                                       \
+/* fwd_act, bwd_act: the fused batch-norm slots (cuda only; NULL elsewhere). */
+#define OPS_TABLE(sfx, fwd_act, bwd_act)                                                     \
     {                                                                                        \
         .name = #sfx, .conv_fwd = sl_conv_fwd_##sfx, .conv_bwd_data = sl_conv_bwd_data_##sfx, \
         .conv_bwd_filter = sl_conv_bwd_filter_##sfx, .bn_fwd_train = sl_bn_fwd_train_##sfx,  \
         .bn_fwd_eval = sl_bn_fwd_eval_##sfx, .bn_bwd = sl_bn_bwd_##sfx,                      \
+        .bn_fwd_train_act = fwd_act, .bn_bwd_act = bwd_act,                                     \
         .relu_fwd = sl_relu_fwd_##sfx, .relu_bwd = sl_relu_bwd_##sfx, .add = sl_add_##sfx,   \
         .maxpool_fwd = sl_maxpool_fwd_##sfx, .maxpool_bwd = sl_maxpool_bwd_##sfx,            \
         .gap_fwd = sl_gap_fwd_##sfx, .gap_bwd = sl_gap_bwd_##sfx, .fc_fwd = sl_fc_fwd_##sfx, \
@@ -51,27 +53,14 @@
         .bn_bwd_apply = sl_bn_bwd_apply_##sfx,                                               \
     }
 
-const sl_ops sl_ops_ref = OPS_TABLE(ref);
-const sl_ops sl_ops_cpu = OPS_TABLE(cpu);
+const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL);
+const sl_ops sl_ops_cpu = OPS_TABLE(cpu, NULL, NULL);
 
 #ifdef SLUICE_TRAIN_CUDA
 /* The cuda table with the fused BN slots (train_int.h), and without them
  * for SLUICE_CUDA_FUSE=0 (A/B runs: perf/train-gpu). */
-#define CUDA_TABLE(fwd_act, bwd_act)                                                         \
-    {                                                                                        \
-        .name = "cuda", .conv_fwd = sl_conv_fwd_cuda, .conv_bwd_data = sl_conv_bwd_data_cuda, \
-        .conv_bwd_filter = sl_conv_bwd_filter_cuda, .bn_fwd_train = sl_bn_fwd_train_cuda,    \
-        .bn_fwd_eval = sl_bn_fwd_eval_cuda, .bn_bwd = sl_bn_bwd_cuda,                        \
-        .bn_fwd_train_act = fwd_act, .bn_bwd_act = bwd_act, .relu_fwd = sl_relu_fwd_cuda,    \
-        .relu_bwd = sl_relu_bwd_cuda, .add = sl_add_cuda, .maxpool_fwd = sl_maxpool_fwd_cuda, \
-        .maxpool_bwd = sl_maxpool_bwd_cuda, .gap_fwd = sl_gap_fwd_cuda,                      \
-        .gap_bwd = sl_gap_bwd_cuda, .fc_fwd = sl_fc_fwd_cuda, .fc_bwd = sl_fc_bwd_cuda,      \
-        .xent_fwd_bwd = sl_xent_fwd_bwd_cuda, .bn_sum = sl_bn_sum_cuda,                      \
-        .bn_sqdev_sum = sl_bn_sqdev_sum_cuda, .bn_fwd_apply = sl_bn_fwd_apply_cuda,          \
-        .bn_bwd_reduce = sl_bn_bwd_reduce_cuda, .bn_bwd_apply = sl_bn_bwd_apply_cuda,        \
-    }
-const sl_ops sl_ops_cuda = CUDA_TABLE(sl_bn_fwd_train_act_cuda, sl_bn_bwd_act_cuda);
-static const sl_ops sl_ops_cuda_unfused = CUDA_TABLE(NULL, NULL);
+const sl_ops sl_ops_cuda = OPS_TABLE(cuda, sl_bn_fwd_train_act_cuda, sl_bn_bwd_act_cuda);
+static const sl_ops sl_ops_cuda_unfused = OPS_TABLE(cuda, NULL, NULL);
 #else
 /* The cuda slots in a build without it: present, named, and honest about
  * being empty. */
@@ -157,19 +146,6 @@ const char *sl_backend_name(sl_backend b)
 }
 
 #ifdef SLUICE_TRAIN_CUDA
-/* SLUICE_CUDA_FUSE: 1 (the default) for the fused BN slots, 0 for none. */
-static int cuda_fuse_of_env(int *fuse)
-{
-    const char *v = getenv("SLUICE_CUDA_FUSE");
-    *fuse = 1;
-    if (!v || !*v)
-        return SL_OK;
-    if ((v[0] != '0' && v[0] != '1') || v[1])
-        return sl_fail(SL_EINVAL, "SLUICE_CUDA_FUSE=%s: want 0 (unfused batch norm ops) or 1", v);
-    *fuse = v[0] == '1';
-    return SL_OK;
-}
-
 /* SLUICE_CUDA_DEVICE: a device ordinal (default 0). */
 static int cuda_device_of_env(int *device)
 {
@@ -197,16 +173,14 @@ int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device)
     case SL_BACKEND_CPU: e->ops = &sl_ops_cpu; break;
     case SL_BACKEND_CUDA: {
 #ifdef SLUICE_TRAIN_CUDA
-        int rc, fuse;
+        int rc;
         sl_cuda_ctx *ctx = NULL;
         if (device < 0 && (device = 0, rc = cuda_device_of_env(&device)))
             return rc;
-        if ((rc = cuda_fuse_of_env(&fuse)))
-            return sl_fail(rc, "sl_exec_init: %s", sl_errmsg());
         if ((rc = sl_cuda_ctx_create(device, &ctx)))
             return sl_fail(rc, "sl_exec_init: cuda: %s", sl_errmsg());
         e->cuda = ctx;
-        e->ops = fuse ? &sl_ops_cuda : &sl_ops_cuda_unfused;
+        e->ops = ctx->fuse ? &sl_ops_cuda : &sl_ops_cuda_unfused;
         break;
 #else
         (void)device;

@@ -77,8 +77,8 @@ typedef struct sl_exec {
 } sl_exec;
 
 /* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. For
- * cuda, SLUICE_CUDA_FUSE=0 in the environment (read here; 1 is the
- * default, anything else SL_EINVAL) leaves the fused slots NULL. */
+ * cuda, SLUICE_CUDA_FUSE=0 in the environment (read by the context; 1 is
+ * the default, anything else SL_EINVAL) leaves the fused slots NULL. */
 int sl_exec_init(sl_exec *e, sl_backend b, int threads);
 /* The same on CUDA device `device` (cuda only; -1: SLUICE_CUDA_DEVICE, or 0). */
 int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device);

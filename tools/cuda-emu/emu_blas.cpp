@@ -15,16 +15,6 @@ struct cublasContext { cudaStream_t stream; cublasMath_t math; int dead; };
 static std::set<cublasContext *> handles;
 static bool live(cublasContext *h) { return h && handles.count(h) && !h->dead; }
 
-static float tf32(float v)
-{
-    uint32_t u; memcpy(&u, &v, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u) return v;
-    u += 0xfffu + ((u >> 13) & 1u);
-    u &= 0xffffe000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
 extern "C" {
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
 {

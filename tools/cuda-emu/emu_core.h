@@ -39,4 +39,17 @@ void flush(Stream *s);
 void flush_all();
 bool lazy();
 void set_error(cudaError_t e);
+
+// v rounded to TF32 (10 mantissa bits, nearest even; inf / NaN as they are):
+// what tensor-op math does to f32 inputs (cuDNN and cuBLAS alike).
+inline float tf32(float v)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return v;
+    u += 0xfffu + ((u >> 13) & 1u);
+    u &= 0xffffe000u;
+    __builtin_memcpy(&v, &u, 4);
+    return v;
+}
 }

@@ -67,15 +67,6 @@ static uint16_t f_to_h(float v)
     u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
     return sign | (uint16_t)(u >> 13);
 }
-static float tf32(float v)
-{
-    uint32_t u; memcpy(&u, &v, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u) return v;
-    u += 0xfffu + ((u >> 13) & 1u);
-    u &= 0xffffe000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
 static size_t esize(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
 static void load(const void *p, size_t n, cudnnDataType_t t, bool round_tf32, std::vector<float> &out)
 {
@@ -310,6 +301,24 @@ static cudnnStatus_t find_ex(Dir d, cudnnHandle_t h, cudnnTensorStruct *xd, cons
 
 #define DNN_BEGIN EMU_LOCK; emu::init()
 
+// The three descriptor kinds: made live, destroyed once (NULL is a no-op;
+// a bad or destroyed one is reported).
+template <class T> static cudnnStatus_t create_desc(T **d)
+{
+    DNN_BEGIN;
+    *d = new T();
+    objs.insert(*d);
+    return CUDNN_STATUS_SUCCESS;
+}
+template <class T> static cudnnStatus_t destroy_desc(T *d, const char *api)
+{
+    DNN_BEGIN;
+    if (!d) return CUDNN_STATUS_SUCCESS;
+    if (!live(d)) return bad(CUDNN_STATUS_BAD_PARAM, "%s: bad or destroyed descriptor", api);
+    d->dead = 1;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 extern "C" {
 size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
 const char *cudnnGetErrorString(cudnnStatus_t s)
@@ -349,20 +358,10 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 }
 cudnnStatus_t cudnnGetStream(cudnnHandle_t h, cudaStream_t *s) { *s = h->stream; return CUDNN_STATUS_SUCCESS; }
 
-cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
-{
-    DNN_BEGIN;
-    *d = new cudnnTensorStruct();
-    objs.insert(*d);
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d) { return create_desc(d); }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
 {
-    DNN_BEGIN;
-    if (!d) return CUDNN_STATUS_SUCCESS;
-    if (!live(d)) return bad(CUDNN_STATUS_BAD_PARAM, "cudnnDestroyTensorDescriptor: bad or destroyed descriptor");
-    d->dead = 1;
-    return CUDNN_STATUS_SUCCESS;
+    return destroy_desc(d, "cudnnDestroyTensorDescriptor");
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t,
                                          int n, int c, int h, int w)
@@ -373,20 +372,10 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
     *d = cudnnTensorStruct{1, 0, f, t, n, c, h, w};
     return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
-{
-    DNN_BEGIN;
-    *d = new cudnnFilterStruct();
-    objs.insert(*d);
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d) { return create_desc(d); }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
 {
-    DNN_BEGIN;
-    if (!d) return CUDNN_STATUS_SUCCESS;
-    if (!live(d)) return bad(CUDNN_STATUS_BAD_PARAM, "cudnnDestroyFilterDescriptor: bad or destroyed descriptor");
-    d->dead = 1;
-    return CUDNN_STATUS_SUCCESS;
+    return destroy_desc(d, "cudnnDestroyFilterDescriptor");
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f,
                                          int k, int c, int h, int w)
@@ -397,20 +386,10 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
     *d = cudnnFilterStruct{1, 0, f, t, k, c, h, w};
     return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
-{
-    DNN_BEGIN;
-    *d = new cudnnConvolutionStruct();
-    objs.insert(*d);
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d) { return create_desc(d); }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
 {
-    DNN_BEGIN;
-    if (!d) return CUDNN_STATUS_SUCCESS;
-    if (!live(d)) return bad(CUDNN_STATUS_BAD_PARAM, "cudnnDestroyConvolutionDescriptor: bad or destroyed descriptor");
-    d->dead = 1;
-    return CUDNN_STATUS_SUCCESS;
+    return destroy_desc(d, "cudnnDestroyConvolutionDescriptor");
 }
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int sh, int sw,
                                               int dh, int dw, cudnnConvolutionMode_t mode, cudnnDataType_t ct)
