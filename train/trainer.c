@@ -330,9 +330,20 @@ static int replica_loop(sl_replica *rep)
      * first touches, the pipeline filling */
     int64_t left = r->total_steps - r->step0, warm = left >= 10 ? left / 10 : (left > 1);
     sl_batch *held = NULL; /* --synthetic: the one batch */
+    /* Step time on a device. The host runs ahead of the GPU (by up to the
+     * launch queue), so a step's host time is not its GPU time: every wait
+     * for the device (the sums taken at a log line, the sync before a pause,
+     * the tail) counts as step time, and the steady window opens with the
+     * device idle, so no warm-up work spills into it. */
     for (int64_t step = r->step0; step < r->total_steps;) {
         sl_batch *b = held;
         double ts = sl_now_s();
+        if (step - r->step0 == warm && warm > 0) {
+            if ((rc = sl_dev_sync(&rep->e)))
+                return rc;
+            train_s += sl_now_s() - ts;
+            ts = sl_now_s();
+        }
         if (!b && (rc = sl_pipeline_next(rep->p, &b)))
             return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
         double tin = sl_now_s() - ts;
@@ -361,18 +372,29 @@ static int replica_loop(sl_replica *rep)
         ep_loss += loss;
         ep_steps++;
         int epoch_end = step % r->steps_per_epoch == 0 || step == r->total_steps;
+        int ckpt = cfg->ckpt_dir && ((cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) ||
+                                     (cfg->ckpt_every <= 0 && epoch_end) ||
+                                     step == r->total_steps);
+        int check = cfg->check_every > 0 && step % cfg->check_every == 0;
+        double tw = sl_now_s();
         if (step % r->log_every == 0 || epoch_end) {
             double d[2]; /* the sums kept on the device since the last log */
             if ((rc = sl_replica_take(rep, d)))
                 break;
             w.loss += d[0], w.correct += d[1], ep_loss += d[0];
-            if ((rc = log_progress(r, rep, &w, &win_t, step, lr)))
-                break;
         }
+        /* what follows (eval, checkpoint, check) is not step time: the
+         * device finishes the steps first */
+        if ((epoch_end || ckpt || check) && (rc = sl_dev_sync(&rep->e)))
+            break;
+        tw = sl_now_s() - tw;
+        train_s += tw;
+        if (step - 1 - r->step0 >= warm)
+            steady_s += tw;
+        if ((step % r->log_every == 0 || epoch_end) &&
+            (rc = log_progress(r, rep, &w, &win_t, step, lr)))
+            break;
         double pause0 = sl_now_s();
-        int ckpt = cfg->ckpt_dir && ((cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) ||
-                                     (cfg->ckpt_every <= 0 && epoch_end) ||
-                                     step == r->total_steps);
         if (epoch_end || ckpt)
             if ((rc = sl_replica_sync_buffers(rep)))
                 return rc;
@@ -391,8 +413,7 @@ static int replica_loop(sl_replica *rep)
         }
         if (ckpt && root && (rc = sl_run_save_checkpoint(r, rep, step)))
             return rc;
-        if (cfg->check_every > 0 && step % cfg->check_every == 0 &&
-            (rc = sl_replica_check_identical(rep, step)))
+        if (check && (rc = sl_replica_check_identical(rep, step)))
             return rc;
         win_t += sl_now_s() - pause0; /* eval and checkpoint time stay out of images/s */
     }
