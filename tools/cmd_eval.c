@@ -7,6 +7,14 @@
  * written by PyTorch (torchvision names) works when --model and --classes
  * say what it is.
  *
+ * --backend cuda evaluates on the GPU the way `sluice train --backend cuda`
+ * trains (train/replica.c): a cuda exec with the activation type of
+ * --precision (default bf16 there, fp32 on the host: sl_train_precision),
+ * the model placed on the device after the checkpoint is loaded into its
+ * host copy, u8 batches copied to the GPU and normalized there
+ * (sl_eval_run). The GPU is --device when given (the pipeline flag, which
+ * then names the GPU of the model too), else SLUICE_CUDA_DEVICE, else 0.
+ *
  * Exit status: 0 done, 2 usage or runtime error.
  */
 #include <getopt.h>
@@ -35,6 +43,11 @@ static void usage(FILE *f)
             "  --classes K           (default: from the checkpoint, else 1000)\n"
             "  --crop-fraction F     center crop fraction (default 1 for <= 32 px, else 0.875)\n"
             "  --threads N           compute threads (default: all cores)\n"
+            "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
+            "                        (default cpu; cuda: GPU --device, else SLUICE_CUDA_DEVICE,\n"
+            "                        else 0)\n"
+            "  --precision P         cuda: bf16, fp16 or fp32 activations (default bf16, as\n"
+            "                        sluice train; cpu/ref: fp32)\n"
             "  --json                print one JSON object\n"
             "  -h, --help            this text\n"
             "\n");
@@ -43,10 +56,13 @@ static void usage(FILE *f)
             "\n"
             "(--split defaults to test here; --image-size defaults to the checkpoint's.)\n"
             "example:\n"
-            "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors\n");
+            "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors\n"
+            "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors "
+            "--backend cuda\n");
 }
 
-enum { OPT_CKPT = 0x2000, OPT_MODEL, OPT_WIDTH, OPT_CLASSES, OPT_CROP, OPT_THREADS, OPT_JSON };
+enum { OPT_CKPT = 0x2000, OPT_MODEL, OPT_WIDTH, OPT_CLASSES, OPT_CROP, OPT_THREADS, OPT_JSON,
+       OPT_BACKEND, OPT_PRECISION };
 
 static const struct option own_opts[] = {
     {"checkpoint", required_argument, NULL, OPT_CKPT},
@@ -56,6 +72,8 @@ static const struct option own_opts[] = {
     {"crop-fraction", required_argument, NULL, OPT_CROP},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"json", no_argument, NULL, OPT_JSON},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"precision", required_argument, NULL, OPT_PRECISION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -69,6 +87,9 @@ int cmd_eval(int argc, char **argv)
     const char *ckpt = NULL, *model = NULL;
     int width = 0, classes = 0, threads = 0, json = 0, size_given;
     double crop = 0;
+    /* backend and precision resolved as sluice train does (sl_train_precision) */
+    sl_train_config tc;
+    sl_train_config_init(&tc);
     for (int c; (c = pf_getopt(&pf, argc, argv, own_opts)) != -1;) {
         switch (c) {
         case PF_GETOPT_ERROR: return 2;
@@ -97,6 +118,21 @@ int cmd_eval(int argc, char **argv)
                 return 2;
             break;
         case OPT_JSON: json = 1; break;
+        case OPT_BACKEND:
+            if (sl_backend_parse(optarg, &tc.backend)) {
+                cli_error(CMD, "--backend: bad value '%s' (want cpu, cuda or ref)", optarg);
+                return 2;
+            }
+            break;
+        case OPT_PRECISION: {
+            sl_dtype pt;
+            if (sl_precision_parse(optarg, &pt)) {
+                cli_error(CMD, "--precision: bad value '%s' (want bf16, fp16 or fp32)", optarg);
+                return 2;
+            }
+            tc.precision = (int)pt;
+            break;
+        }
         }
     }
     if (optind < argc) {
@@ -141,24 +177,31 @@ int cmd_eval(int argc, char **argv)
     sl_exec e;
     int exec_ok = 0;
     sl_eval_result er;
-    if ((rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
-        (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) ||
-        (rc = sl_exec_init(&e, SL_BACKEND_CPU, threads)))
+    sl_dtype act = sl_train_precision(&tc);
+    /* the exec first: no GPU (or no CUDA in this build) fails before any
+     * work; the checkpoint goes into the host copy, placing moves it */
+    int gpu = tc.backend == SL_BACKEND_CUDA ? d->device : -1;
+    if ((rc = sl_exec_init_on(&e, tc.backend, threads, gpu)))
         goto out;
     exec_ok = 1;
-    if ((rc = sl_eval_run(m, &e, d, &er)))
+    if ((rc = sl_exec_set_act(&e, act)) ||
+        (rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
+        (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, &e)) ||
+        (rc = sl_eval_run(m, &e, d, &er)))
         goto out;
     if (json)
-        printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"images\":%lld,"
-               "\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.6f,\"seconds\":%.3f}\n", ckpt, d->split,
-               sl_arch_name(mc.arch), (long long)er.images, er.top1, er.top5, er.loss,
-               er.seconds);
+        printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
+               "\"precision\":\"%s\",\"images\":%lld,\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.9g,"
+               "\"seconds\":%.3f}\n", ckpt, d->split, sl_arch_name(mc.arch),
+               sl_backend_name(tc.backend), sl_precision_name(act), (long long)er.images,
+               er.top1, er.top5, er.loss, er.seconds);
     else
-        printf("%s on %s/%s: %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)\n", ckpt,
-               d->data, d->split, (long long)er.images, er.top1, er.top5, er.loss, er.seconds);
+        printf("%s on %s/%s (%s, %s): %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)\n",
+               ckpt, d->data, d->split, sl_backend_name(tc.backend), sl_precision_name(act),
+               (long long)er.images, er.top1, er.top5, er.loss, er.seconds);
 out:
+    sl_model_destroy(m); /* before its exec: a placed model frees device memory */
     if (exec_ok)
         sl_exec_fini(&e);
-    sl_model_destroy(m);
     return rc ? cli_fail(CMD, rc) : 0;
 }

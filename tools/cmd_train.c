@@ -247,13 +247,7 @@ static int own_option(train_opts *o, int c, const char *arg)
         t->threads = i;
         return 0;
     case OPT_BACKEND:
-        if (!strcmp(arg, "cpu"))
-            t->backend = SL_BACKEND_CPU;
-        else if (!strcmp(arg, "ref"))
-            t->backend = SL_BACKEND_REF;
-        else if (!strcmp(arg, "cuda"))
-            t->backend = SL_BACKEND_CUDA;
-        else {
+        if (sl_backend_parse(arg, &t->backend)) {
             cli_error(CMD, "--backend: bad value '%s' (want cpu, cuda or ref)", arg);
             return -1;
         }

@@ -309,6 +309,6 @@ void pf_usage(FILE *out)
           "                                                                         (default skip)\n"
           "  --rank R --world N    read the shards i with i % N == R                (default 0 1)\n"
           "  --device D            CUDA device for pinned batches and copies; -1 = host only\n"
-          "                                                                         (default -1)\n",
+          "                        (default -1; with --backend cuda: the GPU, default 0)\n",
           out);
 }

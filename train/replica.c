@@ -30,6 +30,7 @@
  * all-reduces.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -127,16 +128,23 @@ static int finish_buckets(sl_replica *rep)
             rc = sl_comm_allreduce(rep->gcomm, rep->grads + rep->bk[b].off, rep->bk[b].n,
                                    SL_DTYPE_F32, SL_RED_AVG);
     } else {
-        if (rep->started != rep->nbk && !rc)
+        char first[SL_ERRMSG_MAX] = ""; /* the first failure's message: later waits overwrite it */
+        if (rep->started != rep->nbk && !rc) {
             rc = sl_fail(SL_EINVAL, "sl_train_run: replica %d: %d of %d gradient buckets "
                          "became ready", rep->rank, rep->started, rep->nbk);
+            snprintf(first, sizeof first, "%s", sl_errmsg());
+        }
         for (int i = 0; i < rep->started; i++) {
             sl_bucket *bk = &rep->bk[rep->start_order[i]];
             int r = sl_comm_wait(rep->gcomm, bk->req);
             bk->req = NULL;
-            if (r && !rc)
+            if (r && !rc) {
                 rc = r;
+                snprintf(first, sizeof first, "%s", sl_errmsg());
+            }
         }
+        if (rc)
+            sl_fail(rc, "%s", first);
     }
     rep->comm_wait_s += sl_now_s() - t0;
     return rc;
@@ -266,7 +274,11 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
         int all = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         threads = all / r->nlocal > 0 ? all / r->nlocal : 1;
     }
-    int device = r->mpi && c->backend == SL_BACKEND_CUDA ? sl_comm_local_rank(r->mpi) : -1;
+    /* the GPU: under mpirun the local rank's; else --device (the pipeline's
+     * device flag) when given; else SLUICE_CUDA_DEVICE or 0 (exec) */
+    int device = c->backend != SL_BACKEND_CUDA ? -1
+                 : r->mpi                      ? sl_comm_local_rank(r->mpi)
+                                               : c->data.device;
     if ((rc = sl_exec_init_on(&rep->e, c->backend, threads, device)))
         return rc;
     rep->exec_ok = 1;

@@ -86,7 +86,10 @@ void sl_exec_fini(sl_exec *e);
 /* Scratch of at least bytes, valid until the next call on e (64-byte aligned).
  * NULL (with sl_fail(SL_ENOMEM, ...)) when allocation fails. */
 void *sl_exec_scratch(sl_exec *e, size_t bytes);
+/* "ref", "cpu", "cuda"; parse takes those names (SL_EINVAL else; a
+ * build without CUDA still parses "cuda": sl_exec_init says it is missing). */
 const char *sl_backend_name(sl_backend b);
+int sl_backend_parse(const char *name, sl_backend *out);
 /* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 and
  * SL_DTYPE_F16 on cuda only (SL_ENOTSUP elsewhere). Set before any op runs. */
 int sl_exec_set_act(sl_exec *e, sl_dtype act);

@@ -518,3 +518,36 @@ Test(train_gpu, cuda_run_logs_cpu_losses)
     tu_rmrf(tmp);
     free(tmp);
 }
+
+/* --device picks the GPU that trains (not only the pipeline's copies): an
+ * ordinal past the machine's fails at startup naming it, and with two
+ * devices --device 1 trains on device 1 (the emulator has two with
+ * EMU_DEVICES=2; a real machine needs two GPUs for that half). */
+Test(train_gpu, device_flag_picks_the_gpu)
+{
+    setenv("EMU_DEVICES", "2", 0); /* read by tools/cuda-emu only */
+    if (!has_gpu())
+        cr_skip_test("no cuda device");
+    pl_dataset d;
+    pl_make_dataset(&d, 32, 2, 0, NULL);
+    char *out = NULL;
+    const char *args = "--image-size 32 --model resnet20 --width 8 --classes 10 --batch 8 "
+                       "--max-steps 2 --synthetic --eval-split none --backend cuda";
+    int rc = tu_run(&out, "%s train --data %s %s --device 1023 2>&1", tu_sluice(), d.dir, args);
+    cr_expect_neq(rc, 0, "--device 1023 trained: %s", out);
+    cr_expect(strstr(out, "1023"), "the error names the device: %s", out);
+    free(out);
+    sl_exec e1; /* a device 1? */
+    int two = sl_exec_init_on(&e1, SL_BACKEND_CUDA, 1, 1) == SL_OK;
+    if (two)
+        sl_exec_fini(&e1);
+    if (two) {
+        rc = tu_run(&out, "%s train --data %s %s --device 1 2>&1", tu_sluice(), d.dir, args);
+        cr_expect_eq(rc, 0, "%s", out);
+        cr_expect(strstr(out, "cuda bf16 device 1,"), "the run header names device 1: %s", out);
+        free(out);
+    } else {
+        cr_log_info("one GPU: --device 1 not tried");
+    }
+    pl_dataset_free(&d);
+}

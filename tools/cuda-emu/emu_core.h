@@ -35,8 +35,20 @@ struct Stream;
 Stream *stream_of(cudaStream_t s, const char *api, bool *ok);
 // Queue op on s (or into its graph when capturing). what names it in reports.
 void enqueue(Stream *s, std::function<void()> op, const char *what);
-void flush(Stream *s);
-void flush_all();
+// Host work on stream h, in stream order like a kernel (emu_nccl.cpp's
+// collectives): step(block) runs when the stream reaches it and is called
+// again while it returns false (in progress: later ops wait behind it, a
+// query says not ready). block: the host is blocked on the stream (a
+// synchronize), so step may wait; else (a query, an eager enqueue) it
+// must not. False (reported) for a bad handle or during capture.
+bool enqueue_step(cudaStream_t h, const char *api, std::function<bool(bool)> step, const char *what);
+// Run s's queued work (block: waiting for steps in progress); false when a
+// step is still in progress after that (a blocking caller then fails with
+// cudaErrorLaunchTimeout: on a GPU it would hang).
+bool flush(Stream *s, bool block = true);
+bool flush_all();
+// flush for a stream handle (a bad one is reported: false)
+bool progress(cudaStream_t h, bool block);
 bool lazy();
 void set_error(cudaError_t e);
 
@@ -51,5 +63,52 @@ inline float tf32(float v)
     u &= 0xffffe000u;
     __builtin_memcpy(&v, &u, 4);
     return v;
+}
+
+// bf16 / f16 <-> f32, round to nearest even (as __float2bfloat16_rn /
+// __float2half_rn: NaN kept quiet, f16 overflow to inf, subnormals kept):
+// the widening and rounding of emu_dnn.cpp's convolutions and
+// emu_nccl.cpp's reductions.
+inline float bf16_to_f(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t f_to_bf16(float v)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+inline float h_to_f(uint16_t b)
+{
+    int e = (b >> 10) & 0x1f, m = b & 0x3ff;
+    float mag = e == 0 ? __builtin_ldexpf((float)m, -24)
+              : e == 31 ? (m ? __builtin_nanf("") : __builtin_inff())
+                        : __builtin_ldexpf((float)(m | 0x400), e - 25);
+    return b & 0x8000u ? -mag : mag;
+}
+inline uint16_t f_to_h(float v)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &v, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return sign | 0x7e00u;
+    if (u >= 0x47800000u) return sign | 0x7c00u;
+    if (u < 0x38800000u) { // subnormal: the FPU's rounding of 0.5 + |v|
+        float f;
+        __builtin_memcpy(&f, &u, 4);
+        f += 0.5f;
+        uint32_t g;
+        __builtin_memcpy(&g, &f, 4);
+        return sign | (uint16_t)(g - 0x3f000000u);
+    }
+    u += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u);
+    return sign | (uint16_t)(u >> 13);
 }
 }

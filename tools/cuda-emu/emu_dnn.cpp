@@ -41,32 +41,10 @@ static cudnnStatus_t bad(cudnnStatus_t s, const char *fmt, ...)
 template <class T> static bool live(T *p) { return p && objs.count((void *)p) && !p->dead; }
 
 // ---------------------------------------------------------------- numbers
-static float bf16_to_f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
-static uint16_t f_to_bf16(float v)
-{
-    uint32_t u; memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float h_to_f(uint16_t b)
-{
-    int e = (b >> 10) & 0x1f, m = b & 0x3ff;
-    float mag = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
-    return b & 0x8000u ? -mag : mag;
-}
-static uint16_t f_to_h(float v)
-{
-    uint32_t u; memcpy(&u, &v, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    u &= 0x7fffffffu;
-    if (u > 0x7f800000u) return sign | 0x7e00u;
-    if (u >= 0x47800000u) return sign | 0x7c00u;
-    if (u < 0x38800000u) { float f; memcpy(&f, &u, 4); f += 0.5f; uint32_t g; memcpy(&g, &f, 4); return sign | (uint16_t)(g - 0x3f000000u); }
-    uint32_t odd = (u >> 13) & 1u;
-    u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
-    return sign | (uint16_t)(u >> 13);
-}
+using emu::bf16_to_f;
+using emu::f_to_bf16;
+using emu::h_to_f;
+using emu::f_to_h;
 static size_t esize(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
 static void load(const void *p, size_t n, cudnnDataType_t t, bool round_tf32, std::vector<float> &out)
 {

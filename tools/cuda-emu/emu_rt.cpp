@@ -183,7 +183,11 @@ bool check_range(const char *api, const char *what, const void *p, size_t n, Kin
 }
 
 // ------------------------------------------------------------ streams
-struct Op { std::function<void()> fn; const char *what; };
+// An op is a plain function (a kernel, a copy: done when it returns) or a
+// step (host work that may wait on something outside this process, NCCL):
+// step(block) returns true once the work is done; false leaves it at the
+// head of its stream, later ops waiting behind it (work in progress).
+struct Op { std::function<void()> fn; const char *what; std::function<bool(bool)> step; };
 struct Stream {
     unsigned magic;
     int id, nonblocking, destroyed, capturing;
@@ -217,53 +221,91 @@ Stream *stream_of(cudaStream_t s, const char *api, bool *ok)
     return st;
 }
 
-static void run_until(Stream *s, uint64_t upto, int depth);
+static bool run_until(Stream *s, uint64_t upto, int depth, bool block);
 static Stream *legacy() { return &legacy_stream; }
 
-// A wait on (t, seq): t runs its ops up to seq first.
-static std::function<void()> wait_op(Stream *t, uint64_t seq)
+// A wait on (t, seq): t runs its ops up to seq first (a step: t may have
+// work in progress at its head).
+static std::function<bool(bool)> wait_op(Stream *t, uint64_t seq)
 {
-    return [t, seq]() { run_until(t, seq, 1); };
+    return [t, seq](bool block) { return run_until(t, seq, 1, block); };
 }
 
-static void run_until(Stream *s, uint64_t upto, int depth)
+// Run s's ops up to seq upto; false when a step is still in progress (s
+// stays there). block: the host waits (a synchronize), else a query.
+static bool run_until(Stream *s, uint64_t upto, int depth, bool block)
 {
-    if (depth > 64) { report("stream dependency cycle (streams wait on each other's events)"); return; }
-    if (s->done >= upto || s->q.empty()) return;
+    if (depth > 64) { report("stream dependency cycle (streams wait on each other's events)"); return false; }
+    if (s->done >= upto || s->q.empty()) return true;
+    bool reached = true;
     dev_open(); // once for the whole batch of ops (mprotect is not cheap)
     while (s->done < upto && !s->q.empty()) {
-        Op op = std::move(s->q.front().second);
-        s->q.pop_front();
-        op.fn();
+        if (s->q.front().second.step) {
+            std::function<bool(bool)> step = s->q.front().second.step; // may re-enter
+            if (!step(block)) { reached = false; break; }
+            s->q.pop_front();
+        } else {
+            Op op = std::move(s->q.front().second);
+            s->q.pop_front();
+            op.fn();
+        }
         s->done++;
     }
     dev_close();
+    return reached;
+}
+
+static void push_op(Stream *s, Op op)
+{
+    // the legacy stream and blocking streams order with each other
+    if (s == &legacy_stream) {
+        for (Stream *o : streams)
+            if (!o->destroyed && !o->nonblocking && o->queued > o->done)
+                s->q.push_back({s->queued++, Op{nullptr, "legacy-wait", wait_op(o, o->queued)}});
+    } else if (!s->nonblocking && legacy_stream.queued > legacy_stream.done) {
+        s->q.push_back({s->queued++, Op{nullptr, "legacy-wait", wait_op(&legacy_stream, legacy_stream.queued)}});
+    }
+    s->q.push_back({s->queued++, std::move(op)});
+    if (!lazy_mode) run_until(s, s->queued, 0, false); // eager: what can run now
 }
 
 void enqueue(Stream *s, std::function<void()> fn, const char *what)
 {
     if (s->capturing) { s->graph->push_back(fn); return; }
-    // the legacy stream and blocking streams order with each other
-    if (s == &legacy_stream) {
-        for (Stream *o : streams)
-            if (!o->destroyed && !o->nonblocking && o->queued > o->done) {
-                uint64_t q = o->queued;
-                s->q.push_back({s->queued++, Op{[o, q]() { run_until(o, q, 1); }, "legacy-wait"}});
-            }
-    } else if (!s->nonblocking && legacy_stream.queued > legacy_stream.done) {
-        uint64_t q = legacy_stream.queued;
-        s->q.push_back({s->queued++, Op{[q]() { run_until(&legacy_stream, q, 1); }, "legacy-wait"}});
-    }
-    s->q.push_back({s->queued++, Op{std::move(fn), what}});
-    if (!lazy_mode) run_until(s, s->queued, 0);
+    push_op(s, Op{std::move(fn), what, nullptr});
 }
 
-void flush(Stream *s) { run_until(s, s->queued, 0); }
-
-void flush_all()
+bool enqueue_step(cudaStream_t h, const char *api, std::function<bool(bool)> step, const char *what)
 {
-    flush(&legacy_stream);
-    for (Stream *o : streams) if (!o->destroyed) flush(o);
+    EMU_LOCK;
+    init();
+    bool ok;
+    Stream *s = stream_of(h, api, &ok);
+    if (!ok) return false;
+    if (s->capturing) {
+        report("%s during stream capture: not emulated (a graph holds kernels and copies only)", api);
+        s->capturing = 2;
+        return false;
+    }
+    push_op(s, Op{nullptr, what, std::move(step)});
+    return true;
+}
+
+bool flush(Stream *s, bool block) { return run_until(s, s->queued, 0, block); }
+
+bool progress(cudaStream_t h, bool block)
+{
+    EMU_LOCK;
+    bool ok;
+    Stream *s = stream_of(h, "progress", &ok);
+    return ok && flush(s, block);
+}
+
+bool flush_all()
+{
+    bool ok = flush(&legacy_stream);
+    for (Stream *o : streams) if (!o->destroyed) ok &= flush(o);
+    return ok;
 }
 
 // A synchronous call while a stream captures: the capture is invalidated.
@@ -288,6 +330,9 @@ static Event *event_of(cudaEvent_t e, const char *api)
 using namespace emu;
 
 #define API_BEGIN EMU_LOCK; emu::init()
+// a synchronize that cannot finish: a step (an NCCL collective) gave up
+// waiting (EMU_NCCL_TIMEOUT_S, reported); on a GPU it would hang
+#define STUCK cudaErrorLaunchTimeout
 #define FAIL(err) do { last_err = (err); return (err); } while (0)
 #define STREAM(var, h, api) bool ok_##var; Stream *var = stream_of((h), (api), &ok_##var); if (!ok_##var) FAIL(cudaErrorInvalidResourceHandle)
 
@@ -338,6 +383,7 @@ const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorLaunchTimeout: return "cudaErrorLaunchTimeout";
     default: return "cudaErrorUnknown(emu)";
     }
 }
@@ -352,10 +398,13 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorLaunchTimeout: return "the launch timed out and was terminated (emulator: a "
+                                        "stream stuck on an NCCL collective, see EMU: error)";
     default: return "emulator error";
     }
 }
 
+static thread_local int cur_dev;
 static int emu_ndev(void) { const char *v = getenv("EMU_DEVICES"); return v ? atoi(v) : 1; }
 cudaError_t cudaGetDeviceCount(int *n)
 {
@@ -364,7 +413,6 @@ cudaError_t cudaGetDeviceCount(int *n)
     if (*n <= 0) { *n = 0; FAIL(cudaErrorNoDevice); }
     return cudaSuccess;
 }
-static thread_local int cur_dev;
 cudaError_t cudaSetDevice(int d)
 {
     API_BEGIN;
@@ -459,6 +507,25 @@ cudaError_t cudaFree(void *p)
     return cudaSuccess;
 }
 
+// What a pointer is (collectives/nccl.c checks buffers with it): device or
+// pinned memory of a live allocation; anything else, pageable memory
+// included, is "unregistered" with cudaSuccess (CUDA 11+). A freed device
+// allocation counts as unregistered too (CUDA: cudaErrorInvalidValue).
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *at, const void *p)
+{
+    API_BEGIN;
+    if (!at) FAIL(cudaErrorInvalidValue);
+    memset(at, 0, sizeof *at);
+    const Alloc *a = find((uintptr_t)p);
+    if (a && !a->live) FAIL(cudaErrorInvalidValue);
+    at->type = !a ? cudaMemoryTypeUnregistered : a->kind == DEVICE ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+    at->device = a ? cur_dev : -2;
+    at->devicePointer = a && a->kind == DEVICE ? (void *)p : NULL;
+    at->hostPointer = a && a->kind == PINNED ? (void *)p : NULL;
+    if (!a) at->hostPointer = (void *)p;
+    return cudaSuccess;
+}
+
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
 {
     API_BEGIN;
@@ -525,7 +592,7 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k)
     // legacy stream: after its queued work and the blocking streams', NOT
     // after non-blocking streams' work
     enqueue(ls, [d, s, n]() { memmove(d, s, n); }, "cudaMemcpy");
-    flush(ls);
+    if (!flush(ls)) FAIL(STUCK);
     return cudaSuccess;
 }
 
@@ -543,7 +610,7 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, 
     } else {
         enqueue(st, [d, s, n]() { memmove(d, s, n); }, "cudaMemcpyAsync");
     }
-    if (dk == HOST && !st->capturing) flush(st); // to pageable memory: returns when done
+    if (dk == HOST && !st->capturing && !flush(st)) FAIL(STUCK); // to pageable memory: returns when done
     return cudaSuccess;
 }
 
@@ -592,7 +659,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
     API_BEGIN;
     STREAM(st, h, "cudaStreamSynchronize");
     if (st->capturing || nocap("cudaStreamSynchronize")) FAIL(cudaErrorStreamCaptureUnsupported);
-    flush(st);
+    if (!flush(st)) FAIL(STUCK);
     return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t h)
@@ -600,14 +667,14 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
     API_BEGIN;
     STREAM(st, h, "cudaStreamQuery");
     // work makes progress on its own on a GPU: run it, then report done
-    flush(st);
-    return cudaSuccess;
+    // (or not ready: host work in progress, an NCCL collective waiting)
+    return flush(st, false) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaDeviceSynchronize(void)
 {
     API_BEGIN;
     if (nocap("cudaDeviceSynchronize")) FAIL(cudaErrorStreamCaptureUnsupported);
-    flush_all();
+    if (!flush_all()) FAIL(STUCK);
     return cudaSuccess;
 }
 
@@ -648,7 +715,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t h)
     Event *e = event_of(h, "cudaEventSynchronize");
     if (!e) FAIL(cudaErrorInvalidResourceHandle);
     if (!e->recorded) return cudaSuccess; // CUDA: a never-recorded event is complete
-    run_until(e->s, e->seq, 0);
+    if (!run_until(e->s, e->seq, 0, true)) FAIL(STUCK);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t h)
@@ -656,7 +723,7 @@ cudaError_t cudaEventQuery(cudaEvent_t h)
     API_BEGIN;
     Event *e = event_of(h, "cudaEventQuery");
     if (!e) FAIL(cudaErrorInvalidResourceHandle);
-    if (e->recorded) run_until(e->s, e->seq, 0);
+    if (e->recorded && !run_until(e->s, e->seq, 0, false)) return cudaErrorNotReady;
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t sh, cudaEvent_t h, unsigned flags)
@@ -672,7 +739,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t sh, cudaEvent_t h, unsigned flags)
     }
     Stream *t = e->s;
     uint64_t q = e->seq; // the record as of now: a later re-record does not move this wait
-    enqueue(st, wait_op(t, q), "cudaStreamWaitEvent");
+    if (st->capturing) { st->graph->push_back([t, q]() { run_until(t, q, 1, true); }); return cudaSuccess; }
+    push_op(st, Op{nullptr, "cudaStreamWaitEvent", wait_op(t, q)});
     return cudaSuccess;
 }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # run.sh - rebuild the emulated CUDA build from the repo's current files and
 # run the GPU tests on it (README.md). Usage:
-#   run.sh [build|selftest|test|all|ci] [criterion args...]  (default: all; ci: what tools/dev test runs)
+#   run.sh [build|selftest|test|all|ci|nccl] [criterion args...]  (default: all; ci: what tools/dev test
+#   runs; nccl: its NCCL lanes: the nccl_* selftests, collectives_nccl, train_nccl)
 # Env: REPO (this checkout), OFF (REPO/build-emu-off), OUT (REPO/build-emu), SKIP_CMAKE=1 (use OFF as it is),
 #      EMU_LAZY=1 (deferred streams, default) / 0 (every op runs at once),
 #      EMU_ABORT=1 (abort at the first misuse report), FILTER (criterion filter).
@@ -18,6 +19,19 @@ CXX="g++ -std=c++17 -O2 -g -w -U_FORTIFY_SOURCE -fno-strict-aliasing $DEFS -I$RE
 CC="gcc -std=gnu11 -O2 -g -Wall -Wextra -Wno-missing-field-initializers $DEFS -I$REPO -I$CUDA_INC"
 LIBS="-lopenblas -lturbojpeg -ljpeg -lpng -lz -llmdb -lcjson -lcriterion -lpthread -lm"
 MPI_LIB=$(pkg-config --libs ompi-c 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi")
+# the CUDA-OFF build's defines and include dirs of one of its targets (for
+# the files recompiled here: SLUICE_WITH_MPI, the MPI and cJSON headers)
+offflags() {
+    local fm="$OFF/CMakeFiles/$1.dir/flags.make"
+    if [ -f "$fm" ]; then
+        sed -n 's/^C_DEFINES = //p; s/^C_INCLUDES = //p' "$fm" |
+            sed 's/-DSLUICE_VERSION=[^ ]*//; s/-D_GNU_SOURCE//' | tr '\n' ' '
+    else # not a Makefile build: the same from the cache and mpicc
+        grep -q '^SLUICE_WITH_MPI:BOOL=ON' "$OFF/CMakeCache.txt" &&
+            echo "-DSLUICE_WITH_MPI=1 $(mpicc --showme:compile 2>/dev/null)"
+        echo " -I/usr/include/cjson $(pkg-config --cflags openblas 2>/dev/null)"
+    fi
+}
 
 build() {
     set -e
@@ -30,7 +44,7 @@ build() {
     fi
     cd "$OUT/obj"
     echo "== emulator"
-    for f in emu emu_rt emu_dnn emu_blas; do $CXX -c "$EMU/$f.cpp" -o $f.o & done; wait
+    for f in emu emu_rt emu_dnn emu_blas emu_nccl; do $CXX -c "$EMU/$f.cpp" -o $f.o & done; wait
     echo "== .cu -> host C++"
     cu="$REPO/train/act_cuda.cu $REPO/train/amp_cuda.cu $REPO/train/conv_cuda.cu $REPO/train/cuda_ctx.cu \
         $REPO/train/linear_cuda.cu $REPO/train/norm_cuda.cu $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu"
@@ -46,15 +60,26 @@ build() {
     echo "== CUDA-ON C files"
     $CC -c "$REPO/train/ops.c" -o ops.o
     $CC -c "$REPO/train/dev_cuda.c" -o dev_cuda.o
+    # the nccl backend (emu_nccl.cpp under it) in place of nccl_none.c, and
+    # comm.c's dispatch that knows it; replica.c from this tree too, so that
+    # mut.sh's mutants of it are what runs
+    COLL_FLAGS="$(offflags sl_collectives) -DSLUICE_WITH_NCCL=1"
+    $CC $COLL_FLAGS -c "$REPO/collectives/nccl.c" -o nccl.o &
+    $CC $COLL_FLAGS -c "$REPO/collectives/comm.c" -o comm.o &
+    $CC $(offflags sl_train) -c "$REPO/train/replica.c" -o replica.o & wait
     echo "== archives"
     rm -f libsl_train.a libsl_pipeline.a
     cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o ops.c.o
-    ar r libsl_train.a ops.o dev_cuda.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
+    ar d libsl_train.a replica.c.o
+    ar r libsl_train.a ops.o dev_cuda.o replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
         linear_cuda.emu.o norm_cuda.emu.o sgd_cuda.emu.o 2>/dev/null
+    rm -f libsl_collectives.a
+    cp "$OFF/libsl_collectives.a" libsl_collectives.a; ar d libsl_collectives.a nccl_none.c.o comm.c.o
+    ar r libsl_collectives.a nccl.o comm.o 2>/dev/null
     cp "$OFF/libsl_pipeline.a" libsl_pipeline.a; ar d libsl_pipeline.a load_nocuda.c.o
     ar r libsl_pipeline.a load_cuda.emu.o 2>/dev/null
-    ALL="libsl_train.a libsl_pipeline.a $OFF/libsl_records.a $OFF/libsl_collectives.a $OFF/libsl_common.a \
-         emu.o emu_rt.o emu_dnn.o emu_blas.o"
+    ALL="libsl_train.a libsl_pipeline.a $OFF/libsl_records.a libsl_collectives.a $OFF/libsl_common.a \
+         emu.o emu_rt.o emu_dnn.o emu_blas.o emu_nccl.o"
     echo "== CLI $OUT/sluice"
     g++ -rdynamic -o "$OUT/sluice" "$OFF"/CMakeFiles/sluice.dir/tools/*.o $ALL "$OFF/libsl_cuda_probe.a" "$OFF/libsl_common.a" \
         $LIBS $MPI_LIB
@@ -67,10 +92,12 @@ build() {
         $CC -I"$REPO/tests" -DSLUICE_BIN="\"$OUT/sluice\"" -DSLUICE_SOURCE_DIR="\"$REPO\"" \
             -DSLUICE_MPI_CHECK="\"$OFF/sluice_mpi_check\"" -c "$f" -o $o &
         tobjs="$tobjs $o"; n=$((n+1)); [ $((n % 2)) = 0 ] && wait
-    done; wait
+    done
+    $CC -I"$REPO/tests" -DSLUICE_WITH_NCCL=1 -c "$REPO/tests/collectives/test_nccl.c" -o t_test_nccl.o
+    tobjs="$tobjs t_test_nccl.o"; wait
     g++ -rdynamic -o "$OUT/emu_tests" $tobjs $ALL $LIBS $MPI_LIB
     gcc -O1 -g -I$CUDA_INC -c "$EMU/selftest.c" -o selftest.o
-    g++ -rdynamic -o "$OUT/selftest" selftest.o emu.o emu_rt.o -lopenblas -lpthread
+    g++ -rdynamic -o "$OUT/selftest" selftest.o emu.o emu_rt.o emu_nccl.o -lopenblas -lpthread
     set +e
 }
 
@@ -93,10 +120,36 @@ runtests() {
 
 selftest() {
     for t in ok host_deref free_host double_free kind range stream_after_destroy \
-             event_never_recorded lazy_pinned; do
+             event_never_recorded lazy_pinned nccl_ok nccl_mismatch nccl_timeout nccl_host_ptr \
+             nccl_after_destroy nccl_dup_device nccl_peer_exit; do
         echo "== selftest $t"
         "$OUT/selftest" $t 2>&1 | grep -E "^EMU|^[a-zA-Z]" | grep -v "^EMU: [0-9]* misuse"
     done
+}
+
+# The NCCL misuse checks (selftest's nccl_* cases, two forked ranks each):
+# each must report what it is about; a case that does not fails the run.
+nccl_selftest() {
+    local t want rc=0 out
+    while IFS='|' read -r t want; do
+        out=$(timeout 60 "$OUT/selftest" $t 2>&1)
+        if echo "$out" | grep -qE "$want"; then
+            echo "== nccl selftest $t: ok"
+        else
+            echo "== nccl selftest $t: FAILED (no '$want' in:)"; echo "$out" | grep -v "^/\|^\./\|(+0x" | head -20
+            rc=1
+        fi
+    done <<'CASES'
+nccl_ok|rank 1: sum, bf16 avg, broadcast, all-gather of 786439 elements: 0 wrong
+nccl_mismatch|EMU: error: nccl: rank 0 is at collective #1 \(ALLREDUCE sum f32, 786439 elements\) but rank 1
+nccl_timeout|EMU: error: nccl: rank 0 waited 1 s at collective #1 \(ALLREDUCE
+nccl_host_ptr|EMU: error: ncclAllReduce: sendbuff 0x[0-9a-f]+ is pageable host memory
+nccl_after_destroy|EMU: error: ncclAllReduce: communicator \(rank 0 of 2\) used after ncclCommDestroy
+nccl_dup_device|EMU: error: nccl: Duplicate GPU detected: rank 0 and rank 1 both on CUDA device 0
+nccl_peer_exit|rank 0: async error: remote process exited.*rank 1 \(pid [0-9]+\) exited
+CASES
+    [ "$(timeout 60 "$OUT/selftest" nccl_ok 2>&1 | grep -c "0 wrong")" = 2 ] || { echo "nccl_ok: a rank is wrong"; rc=1; }
+    return $rc
 }
 
 case $what in
@@ -107,7 +160,10 @@ ci)  # tools/dev test: every GPU test but the 8-minute Fashion-MNIST one, then t
      # pipeline device tests; each lane's failure fails the run
     build # a plain call: its set -e stops the script at the first failing step
     FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
-        FILTER='pipeline_load/*' runtests ;;
+        FILTER='pipeline_load/*' runtests && nccl_selftest && FILTER='collectives_nccl/*' runtests &&
+        FILTER='train_nccl/*' runtests ;;
+nccl) # the NCCL lanes of ci only
+    nccl_selftest && FILTER='collectives_nccl/*' runtests && FILTER='train_nccl/*' runtests ;;
 selftest) selftest ;;
-*) echo "usage: run.sh [build|selftest|test|all|ci] [criterion args]"; exit 2 ;;
+*) echo "usage: run.sh [build|selftest|test|all|ci|nccl] [criterion args]"; exit 2 ;;
 esac

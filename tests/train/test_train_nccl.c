@@ -1,0 +1,246 @@
+/*
+ * tests/train/test_train_nccl.c - the mirrored strategy on GPUs under
+ * mpirun: two ranks, one CUDA device each, gradients in device memory
+ * all-reduced by NCCL on the exec's stream, bucket by bucket while backward
+ * runs (train/replica.c, collectives/nccl.c). Checked against the same
+ * run on the cpu backend (gradients over MPI on the host):
+ *   - the logged losses match (fp32, no TF32: the kernels sum in other
+ *     orders, a few ulp per op, grown over 12 steps: 1e-4 relative seen,
+ *     3e-4 allowed);
+ *   - --check-every 1: the two ranks' weights are compared (a hash of the
+ *     whole parameter arena, all-gathered) after every step: the replicas
+ *     stay bitwise in sync, or the run fails;
+ *   - --no-overlap (buckets all-reduced after backward, no grad hook) ends
+ *     with the same checkpoint, bit for bit, as the overlapped run: the
+ *     same reductions in the same order, only scheduled differently;
+ *   - --sync-bn with --backend cuda is refused at startup with a message
+ *     (sync-BN sums host buffers: sl_model_set_bn_sync), no crash, no hang.
+ * Only rank 0 writes checkpoints and logs, so "both ranks end with the
+ * same weights" is --check-every's job (it fails the run otherwise).
+ *
+ * Needs a build with the cuda backend, NCCL and MPI, mpirun, and two CUDA
+ * devices: a multi-GPU host, or tools/cuda-emu (run.sh; EMU_DEVICES=2 is
+ * set here, the real runtime ignores it). Skips cleanly otherwise.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/collectives.h"
+#include "pipeline/pipeline_testdata.h"
+#include "testutil.h"
+#include "train/train_int.h"
+
+#ifdef SLUICE_TRAIN_CUDA
+#include <cuda_runtime_api.h>
+static int cuda_devices(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+#else
+static int cuda_devices(void) { return 0; }
+#endif
+
+#define MPIRUN "SLUICE_CUDA_TF32=0 EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=0 " \
+               "OMPI_MCA_btl=self,vader timeout 600 mpirun --oversubscribe --allow-run-as-root " \
+               "--bind-to none -np 2 "
+
+/* 12 steps of ResNet-20 (17.5k parameters) in 7 gradient buckets of
+ * 10 kB; peak lr 0.025: twice the gradient (a sum for an average) moves
+ * the losses by 2e-3 to 1e-2 from step 4 on (measured on the cpu). */
+static const char *ARGS = "--image-size 16 --model resnet20 --width 4 --classes 10 --batch 8 "
+                          "--max-steps 12 --log-every 2 --shuffle global --seed 3 "
+                          "--eval-split none --lr 0.8 --threads 1 --workers 1 --readers 1 "
+                          "--strategy mirrored --bucket-mb 0.01";
+
+/* Skip unless a cuda exec, NCCL, MPI, mpirun and two devices are here. */
+static void need_two_gpus(void)
+{
+    setenv("EMU_DEVICES", "2", 0); /* the emulator's device count */
+    sl_exec e;
+    if (sl_exec_init(&e, SL_BACKEND_CUDA, 1))
+        cr_skip_test("no cuda device: %s", sl_errmsg());
+    sl_exec_fini(&e);
+    if (!sl_comm_backend_available(SL_COMM_NCCL) || !sl_comm_backend_available(SL_COMM_MPI))
+        cr_skip_test("built without NCCL or MPI");
+    if (tu_run(NULL, "command -v mpirun >/dev/null 2>&1"))
+        cr_skip_test("mpirun not found");
+    if (cuda_devices() < 2)
+        cr_skip_test("%d CUDA device(s), 2 needed", cuda_devices());
+}
+
+typedef struct losses {
+    double v[64];
+    long step[64];
+    int n;
+} losses;
+
+/* step and train/loss of every line of LOGDIR/metrics.jsonl */
+static void read_losses(const char *logdir, losses *l)
+{
+    char *path = tu_join(logdir, "metrics.jsonl");
+    size_t len;
+    char *text = (char *)tu_read_file(path, &len);
+    cr_assert(text, "%s", path);
+    memset(l, 0, sizeof *l);
+    for (char *line = text; line && *line && l->n < 64;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *st = strstr(line, "\"step\":"), *lo = strstr(line, "\"train/loss\":");
+        if (st && lo) {
+            l->step[l->n] = atol(st + strlen("\"step\":"));
+            l->v[l->n++] = atof(lo + strlen("\"train/loss\":"));
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    free(path);
+}
+
+/* One mpirun -np 2 training run into TMP/NAME (logdir) and TMP/NAME-ck
+ * (checkpoints); its output must show both ranks working together. */
+static void train(const char *tmp, const char *data, const char *name, const char *extra)
+{
+    char *out = NULL;
+    int rc = tu_run(&out, MPIRUN "%s train --data %s %s %s --logdir %s/%s --ckpt-dir %s/%s-ck "
+                    "2>&1", tu_sluice(), data, ARGS, extra, tmp, name, tmp, name);
+    cr_assert_eq(rc, 0, "%s: exit %d:\n%s", name, rc, out);
+    cr_assert(strstr(out, "mirrored over 2 replicas (mpi)"), "%s:\n%s", name, out);
+    cr_assert(!strstr(out, "EMU: error"), "%s: the emulator reported misuse:\n%s", name, out);
+    free(out);
+}
+
+static void expect_losses(const char *tmp, const char *a, const char *b)
+{
+    char da[4200], db[4200];
+    snprintf(da, sizeof da, "%s/%s", tmp, a);
+    snprintf(db, sizeof db, "%s/%s", tmp, b);
+    losses la, lb;
+    read_losses(da, &la);
+    read_losses(db, &lb);
+    cr_assert_geq(la.n, 6, "%s: %d loss lines", a, la.n);
+    cr_assert_eq(la.n, lb.n, "%s: %d loss lines, %s: %d", a, la.n, b, lb.n);
+    for (int i = 0; i < la.n; i++) {
+        cr_assert_eq(la.step[i], lb.step[i], "line %d: step %ld and %ld", i, la.step[i],
+                     lb.step[i]);
+        double d = fabs(lb.v[i] - la.v[i]);
+        cr_log_info("step %ld: %s %.7f %s %.7f (rel %.2e)", la.step[i], a, la.v[i], b, lb.v[i],
+                    d / fabs(la.v[i]));
+        cr_expect_leq(d, 3e-4 * fabs(la.v[i]), "step %ld: %s loss %.7f, %s %.7f", la.step[i], a,
+                      la.v[i], b, lb.v[i]);
+    }
+}
+
+static void expect_same_file(const char *pa, const char *pb)
+{
+    size_t na, nb;
+    uint8_t *a = tu_read_file(pa, &na), *b = tu_read_file(pb, &nb);
+    cr_assert(a && b, "%s, %s", pa, pb);
+    cr_assert_eq(na, nb, "%s: %zu bytes, %s: %zu", pa, na, pb, nb);
+    size_t first = na;
+    for (size_t i = 0; i < na && first == na; i++)
+        if (a[i] != b[i])
+            first = i;
+    cr_expect_eq(first, na, "%s and %s differ from byte %zu", pa, pb, first);
+    free(a);
+    free(b);
+}
+
+/* cpu (MPI) vs cuda (NCCL), overlapped and not: losses, replicas in sync,
+ * the two cuda runs' checkpoints identical. */
+Test(train_nccl, mirrored_cuda_matches_cpu)
+{
+    need_two_gpus();
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir();
+    train(tmp, d.dir, "cpu", "--backend cpu");
+    train(tmp, d.dir, "cuda", "--backend cuda --precision fp32 --check-every 1");
+    train(tmp, d.dir, "cuda-no", "--backend cuda --precision fp32 --check-every 1 --no-overlap");
+    expect_losses(tmp, "cpu", "cuda");
+    expect_losses(tmp, "cpu", "cuda-no");
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/cuda-ck/ckpt-000000012.safetensors", tmp);
+    snprintf(pb, sizeof pb, "%s/cuda-no-ck/ckpt-000000012.safetensors", tmp);
+    expect_same_file(pa, pb);
+    pl_dataset_free(&d);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* --sync-bn sums BN statistics through a host all-reduce; on the GPU it is
+ * refused before the first step, on every rank, with a message. */
+Test(train_nccl, sync_bn_on_cuda_refused)
+{
+    need_two_gpus();
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    int rc = tu_run(&out, MPIRUN "%s train --data %s %s --backend cuda --sync-bn 2>&1",
+                    tu_sluice(), d.dir, ARGS);
+    cr_assert(rc != 0, "--sync-bn --backend cuda ran:\n%s", out);
+    cr_assert(rc != 124, "--sync-bn --backend cuda hung:\n%s", out);
+    cr_assert(strstr(out, "sync-BN runs on the host only"), "%s", out);
+    cr_assert(!strstr(out, " step 2/"), "refused only after training started:\n%s", out);
+    cr_assert(!strstr(out, "EMU: error") && !strstr(out, "Segmentation") &&
+              !strstr(out, "signal"), "%s", out);
+    free(out);
+    pl_dataset_free(&d);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* Rank 1 is killed mid-run while its launcher stays alive (mpirun does not
+ * notice): rank 0's NCCL all-reduce must fail (a remote error, or
+ * --comm-timeout) and end the job with a message naming the collective. */
+Test(train_nccl, dead_rank_fails_fast)
+{
+    need_two_gpus();
+    pl_dataset d;
+    pl_make_dataset(&d, 400, 3, 0, NULL); /* 50 steps an epoch: no epoch-end collective */
+    char *tmp = tu_tmpdir(), *out = NULL;
+    char *script = tu_join(tmp, "rank.sh");
+    FILE *f = fopen(script, "w");
+    cr_assert(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n"
+            "  \"$@\" > %s/rank1.log 2>&1 &\n"
+            "  p=$!\n"
+            "  for i in $(seq 600); do grep -q 'step 6/' %s/rank0.log 2>/dev/null && break; "
+            "sleep 0.05; done\n"
+            "  kill -9 $p\n"
+            "  sleep 120\n"
+            "else\n"
+            "  \"$@\" > %s/rank0.log 2>&1; s=$?\n"
+            "  cat %s/rank0.log\n"
+            "  exit $s\n"
+            "fi\n", tmp, tmp, tmp, tmp);
+    fclose(f);
+    /* log every 6 steps: rank 0 meets rank 1 next in an all-reduce of
+     * gradients (NCCL), not in the logging's sum (MPI) */
+    int rc = tu_run(&out, "chmod +x %s && " MPIRUN "%s %s train --data %s %s --backend cuda "
+                    "--max-steps 100000 --log-every 6 --comm-timeout 10 2>&1; echo exit=$?",
+                    script, script, tu_sluice(), d.dir, ARGS);
+    (void)rc;
+    cr_log_info("%s", out);
+    cr_assert(strstr(out, "exit=") && !strstr(out, "exit=0"), "%s", out);
+    cr_assert(!strstr(out, "exit=124"), "the job hung until the outer timeout:\n%s", out);
+    cr_assert(strstr(out, "ncclAllReduce"), "the failure does not name the NCCL all-reduce:\n%s",
+              out);
+    /* the first failure's reason, not a later bucket's "aborted" */
+    cr_assert(strstr(out, "exited") || strstr(out, "timed out"), "%s", out);
+    free(out);
+    free(script);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
