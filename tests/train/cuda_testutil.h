@@ -127,6 +127,55 @@ static inline int tg_bits(sl_dtype t)
     return t == SL_DTYPE_BF16 ? 8 : t == SL_DTYPE_F16 ? 11 : 24;
 }
 
+/* ------------------------------------------------ GPU runs (any build) */
+/* The GPU tests that drive the CLI (test_train_cuda.c, test_train_nccl.c,
+ * test_eval_cuda.c): whether a cuda exec can be made (no: the test skips),
+ * and the losses a run logged. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "testutil.h"
+#include "train/train_int.h"
+
+static inline int tg_has_gpu(void)
+{
+    sl_exec e;
+    if (sl_exec_init(&e, SL_BACKEND_CUDA, 1))
+        return 0;
+    sl_exec_fini(&e);
+    return 1;
+}
+
+typedef struct tg_losses {
+    double v[64];
+    long step[64];
+    int n;
+} tg_losses;
+
+/* step and train/loss of every line of LOGDIR/metrics.jsonl (the trainer
+ * logs every --log-every steps and at each epoch's end). */
+static inline void tg_read_losses(const char *logdir, tg_losses *l)
+{
+    char *path = tu_join(logdir, "metrics.jsonl");
+    size_t len;
+    char *text = (char *)tu_read_file(path, &len);
+    cr_assert(text, "%s", path);
+    memset(l, 0, sizeof *l);
+    for (char *line = text; line && *line && l->n < 64;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *st = strstr(line, "\"step\":"), *lo = strstr(line, "\"train/loss\":");
+        if (st && lo) {
+            l->step[l->n] = atol(st + strlen("\"step\":"));
+            l->v[l->n++] = atof(lo + strlen("\"train/loss\":"));
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    free(path);
+}
+
 #ifdef SLUICE_TRAIN_CUDA
 #include <criterion/criterion.h>
 #include <math.h>

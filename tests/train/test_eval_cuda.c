@@ -34,20 +34,12 @@
 #include <string.h>
 
 #include "pipeline/pipeline_testdata.h"
+#include "cuda_testutil.h"
 #include "testutil.h"
 #include "train/train.h"
 
 #define IMAGES 100
 #define SIDE 20
-
-static int has_gpu(void)
-{
-    sl_exec e;
-    if (sl_exec_init(&e, SL_BACKEND_CUDA, 1))
-        return 0;
-    sl_exec_fini(&e);
-    return 1;
-}
 
 /* A number after "key": in a JSON line; the test fails when absent. */
 static double json_num(const char *out, const char *key)
@@ -166,7 +158,7 @@ static void eval_cpu(const char *tmp, evres *r)
  * counts, loss within 1e-4 relative. */
 Test(train_gpu, eval_cuda_fp32_matches_cpu)
 {
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     char *tmp = tu_tmpdir();
     train_cpu(tmp);
@@ -188,7 +180,7 @@ Test(train_gpu, eval_cuda_fp32_matches_cpu)
  * (the header gives the bounds). */
 Test(train_gpu, eval_cuda_half_near_cpu)
 {
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     char *tmp = tu_tmpdir();
     train_cpu(tmp);

@@ -286,15 +286,6 @@ Test(train_gpu, placement_is_checked)
 
 /* --------------------------------------------------------- the CLI runs */
 
-static int has_gpu(void)
-{
-    sl_exec e;
-    if (sl_exec_init(&e, SL_BACKEND_CUDA, 1))
-        return 0;
-    sl_exec_fini(&e);
-    return 1;
-}
-
 /* Fashion-MNIST's test images (t10k): Debian's package, or a copy named by
  * SLUICE_FMNIST_T10K_DIR (the GPU machine has no package registry). */
 static const char *t10k_dir(void)
@@ -305,38 +296,8 @@ static const char *t10k_dir(void)
     return tu_fmnist_dir();
 }
 
-typedef struct losses {
-    double v[64];
-    long step[64];
-    int n;
-} losses;
-
-/* step and train/loss of every line of LOGDIR/metrics.jsonl (the trainer
- * logs every --log-every steps and at each epoch's end). */
-static void read_losses(const char *logdir, losses *l)
-{
-    char *path = tu_join(logdir, "metrics.jsonl");
-    size_t len;
-    char *text = (char *)tu_read_file(path, &len);
-    cr_assert(text, "%s", path);
-    memset(l, 0, sizeof *l);
-    for (char *line = text; line && *line && l->n < 64;) {
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = '\0';
-        char *st = strstr(line, "\"step\":"), *lo = strstr(line, "\"train/loss\":");
-        if (st && lo) {
-            l->step[l->n] = atol(st + strlen("\"step\":"));
-            l->v[l->n++] = atof(lo + strlen("\"train/loss\":"));
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    free(text);
-    free(path);
-}
-
 /* a and b logged the same steps, at least min lines, the last at last. */
-static void same_steps(const losses *a, const losses *b, int min, long last)
+static void same_steps(const tg_losses *a, const tg_losses *b, int min, long last)
 {
     cr_assert_geq(a->n, min, "%d loss lines", a->n);
     cr_assert_eq(a->n, b->n, "%d and %d loss lines", a->n, b->n);
@@ -352,7 +313,7 @@ static void same_steps(const losses *a, const losses *b, int min, long last)
 Test(train_gpu, bf16_follows_fp32_fashion_mnist)
 {
     const char *fm = t10k_dir();
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     if (!fm)
         cr_skip_test("no Fashion-MNIST t10k files (dataset-fashion-mnist or "
@@ -363,7 +324,7 @@ Test(train_gpu, bf16_follows_fp32_fashion_mnist)
                     "2>&1", tu_sluice(), fm, fm, tmp);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    losses l[2];
+    tg_losses l[2];
     const char *prec[2] = {"fp32", "bf16"};
     for (int k = 0; k < 2; k++) {
         out = NULL;
@@ -376,7 +337,7 @@ Test(train_gpu, bf16_follows_fp32_fashion_mnist)
         free(out);
         char logdir[4200];
         snprintf(logdir, sizeof logdir, "%s/log-%s", tmp, prec[k]);
-        read_losses(logdir, &l[k]);
+        tg_read_losses(logdir, &l[k]);
     }
     /* every 20 steps and at the end of the 157-step epoch */
     same_steps(&l[0], &l[1], 10, 200);
@@ -397,7 +358,7 @@ Test(train_gpu, bf16_follows_fp32_fashion_mnist)
  * algorithms are preferred, our reductions have a fixed order). */
 Test(train_gpu, resume_matches_straight_run)
 {
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     pl_dataset d;
     pl_make_dataset(&d, 96, 3, 0, NULL);
@@ -449,7 +410,7 @@ Test(train_gpu, resume_matches_straight_run)
  * emulator, whose streams run only when waited on). */
 Test(train_gpu, synthetic_json)
 {
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     pl_dataset d;
     pl_make_dataset(&d, 96, 3, 0, NULL);
@@ -488,13 +449,13 @@ Test(train_gpu, synthetic_json)
  * read before its copy landed, or labels of another batch, show here. */
 Test(train_gpu, cuda_run_logs_cpu_losses)
 {
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     pl_dataset d;
     pl_make_dataset(&d, 96, 3, 0, NULL);
     char *tmp = tu_tmpdir(), *out = NULL;
     const char *backend[2] = {"cpu", "cuda"};
-    losses l[2];
+    tg_losses l[2];
     for (int k = 0; k < 2; k++) {
         int rc = tu_run(&out, "SLUICE_CUDA_TF32=0 %s train --data %s --image-size 16 --model "
                         "resnet20 --width 4 --classes 10 --batch 8 --max-steps 12 --log-every 2 "
@@ -506,7 +467,7 @@ Test(train_gpu, cuda_run_logs_cpu_losses)
         out = NULL;
         char logdir[4200];
         snprintf(logdir, sizeof logdir, "%s/log-%s", tmp, backend[k]);
-        read_losses(logdir, &l[k]);
+        tg_read_losses(logdir, &l[k]);
     }
     same_steps(&l[0], &l[1], 6, 12);
     for (int i = 0; i < l[0].n; i++) {
@@ -526,7 +487,7 @@ Test(train_gpu, cuda_run_logs_cpu_losses)
 Test(train_gpu, device_flag_picks_the_gpu)
 {
     setenv("EMU_DEVICES", "2", 0); /* read by tools/cuda-emu only */
-    if (!has_gpu())
+    if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     pl_dataset d;
     pl_make_dataset(&d, 32, 2, 0, NULL);

@@ -30,6 +30,7 @@
 
 #include "collectives/collectives.h"
 #include "pipeline/pipeline_testdata.h"
+#include "cuda_testutil.h"
 #include "testutil.h"
 #include "train/train_int.h"
 
@@ -76,35 +77,6 @@ static void need_two_gpus(void)
         cr_skip_test("%d CUDA device(s), 2 needed", cuda_devices());
 }
 
-typedef struct losses {
-    double v[64];
-    long step[64];
-    int n;
-} losses;
-
-/* step and train/loss of every line of LOGDIR/metrics.jsonl */
-static void read_losses(const char *logdir, losses *l)
-{
-    char *path = tu_join(logdir, "metrics.jsonl");
-    size_t len;
-    char *text = (char *)tu_read_file(path, &len);
-    cr_assert(text, "%s", path);
-    memset(l, 0, sizeof *l);
-    for (char *line = text; line && *line && l->n < 64;) {
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = '\0';
-        char *st = strstr(line, "\"step\":"), *lo = strstr(line, "\"train/loss\":");
-        if (st && lo) {
-            l->step[l->n] = atol(st + strlen("\"step\":"));
-            l->v[l->n++] = atof(lo + strlen("\"train/loss\":"));
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    free(text);
-    free(path);
-}
-
 /* One mpirun -np 2 training run into TMP/NAME (logdir) and TMP/NAME-ck
  * (checkpoints); its output must show both ranks working together. */
 static void train(const char *tmp, const char *data, const char *name, const char *extra)
@@ -123,9 +95,9 @@ static void expect_losses(const char *tmp, const char *a, const char *b)
     char da[4200], db[4200];
     snprintf(da, sizeof da, "%s/%s", tmp, a);
     snprintf(db, sizeof db, "%s/%s", tmp, b);
-    losses la, lb;
-    read_losses(da, &la);
-    read_losses(db, &lb);
+    tg_losses la, lb;
+    tg_read_losses(da, &la);
+    tg_read_losses(db, &lb);
     cr_assert_geq(la.n, 6, "%s: %d loss lines", a, la.n);
     cr_assert_eq(la.n, lb.n, "%s: %d loss lines, %s: %d", a, la.n, b, lb.n);
     for (int i = 0; i < la.n; i++) {
