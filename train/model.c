@@ -64,6 +64,7 @@
  */
 #include <string.h>
 
+#include "train/dev_int.h"
 #include "train/model_int.h"
 
 /* Run one op; on failure wrap its message with the function and layer. */
@@ -123,13 +124,11 @@ static int bn_sync_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows)
     OP(fn, c->bn_name, e->ops->bn_sum(e, rows, C, c->y, mean));
     if ((rc = sync_sum(m, fn, c, mean, C)))
         return rc;
-    for (int ch = 0; ch < C; ch++)
-        mean[ch] = (float)((double)mean[ch] / total);
+    OP(fn, c->bn_name, sl_dev_div(e, C, mean, total));
     OP(fn, c->bn_name, e->ops->bn_sqdev_sum(e, rows, C, c->y, mean, var));
     if ((rc = sync_sum(m, fn, c, var, C)))
         return rc;
-    for (int ch = 0; ch < C; ch++)
-        var[ch] = (float)((double)var[ch] / total);
+    OP(fn, c->bn_name, sl_dev_div(e, C, var, total));
     OP(fn, c->bn_name, e->ops->bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
                                             total, m->cfg.bn_momentum, m->cfg.bn_eps,
                                             c->rmean, c->rvar, c->z, c->smean, c->sinvstd));
@@ -147,8 +146,8 @@ static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const f
     float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
     OP(fn, c->bn_name, e->ops->bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
                                              c->gbeta, c->ggamma));
-    memcpy(sdy, c->gbeta, (size_t)C * sizeof(float));
-    memcpy(sdyx, c->ggamma, (size_t)C * sizeof(float));
+    OP(fn, c->bn_name, sl_dev_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
+    OP(fn, c->bn_name, sl_dev_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
     if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
         return rc;
     OP(fn, c->bn_name, e->ops->bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
@@ -439,9 +438,6 @@ int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s)
         return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: allreduce_sum is NULL");
     if (s && s->world < 1)
         return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: world %d < 1", s->world);
-    if (s && m->dev_e)
-        return sl_fail(SL_ENOTSUP, "sl_model_set_bn_sync: sync-BN runs on the host only so "
-                       "far (the model is on %s)", sl_backend_name(m->dev_e->backend));
     /* A backward must use the statistics its forward used: a change in
      * between makes that backward refuse to run. */
     m->train_n = 0;

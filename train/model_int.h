@@ -96,10 +96,12 @@ struct sl_model {
 
     /* Synchronized BN (sl_model_set_bn_sync): the sums of one BN cross the
      * all-reduce in sync_buf, 2 x the widest BN's channels floats (forward:
-     * mean then var; backward: sum_dy then sum_dy_xhat, one call). */
+     * mean then var; backward: sum_dy then sum_dy_xhat, one call); device
+     * memory on a device (h_sync_buf: the host one, kept for destroy). */
     int sync_on;
     sl_bn_sync sync;
-    float *sync_buf;
+    float *sync_buf, *h_sync_buf;
+    int64_t sync_floats;
 
     sl_grad_ready_fn hook; /* sl_model_set_grad_hook; NULL: none */
     void *hook_ctx;

@@ -159,10 +159,12 @@ int sl_replica_sum(sl_replica *rep, float *v, int n)
     return sl_comm_allreduce(rep->comm, v, (size_t)n, SL_DTYPE_F32, SL_RED_SUM);
 }
 
+/* sync-BN's sums: buf is the model's (device memory on a GPU, where gcomm
+ * is the NCCL comm on the exec's stream; else the host comm) */
 static int bn_sync_sum(void *ctx, float *buf, int n)
 {
     sl_replica *rep = ctx;
-    return sl_comm_allreduce(rep->comm, buf, (size_t)n, SL_DTYPE_F32, SL_RED_SUM);
+    return sl_comm_allreduce(rep->gcomm, buf, (size_t)n, SL_DTYPE_F32, SL_RED_SUM);
 }
 
 int sl_replica_sync_buffers(sl_replica *rep)

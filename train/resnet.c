@@ -410,7 +410,8 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
         cmax = m->cbn[i].cout > cmax ? m->cbn[i].cout : cmax;
     }
     tmp = falloc(wmax + 1);
-    m->sync_buf = falloc(2 * cmax);
+    m->sync_floats = 2 * cmax;
+    m->sync_buf = falloc(m->sync_floats);
     if (!m->params || !m->grads || !m->bufs || !m->acts || !m->nbts || !tmp ||
         (m->stem_pool && !m->pool_arg) || !m->tensors || !m->names || !m->sync_buf)
         goto fail_nomem;
@@ -457,25 +458,24 @@ int sl_model_place(sl_model *m, sl_exec *e)
         return SL_OK;
     if (m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is on a device already", fn);
-    if (m->sync_on)
-        return sl_fail(SL_ENOTSUP, "%s: sync-BN runs on the host only so far", fn);
     size_t asz = sl_exec_act_size(e), pb = (size_t)m->arena_floats * sizeof(float);
     int64_t npool = m->stem_pool ? (int64_t)m->max_batch * m->pool_h * m->pool_w *
                                        m->cbn[0].cout : 0;
-    float *dp = NULL, *dg = NULL, *db = NULL, *da = NULL;
+    float *dp = NULL, *dg = NULL, *db = NULL, *da = NULL, *ds = NULL;
     int32_t *darg = NULL;
     void *dwc = NULL;
     int rc;
     if ((rc = sl_dev_alloc(e, pb, (void **)&dp)) || (rc = sl_dev_alloc(e, pb, (void **)&dg)) ||
         (rc = sl_dev_alloc(e, (size_t)m->bufs_floats * sizeof(float), (void **)&db)) ||
         (rc = sl_dev_alloc(e, (size_t)m->acts_floats * sizeof(float), (void **)&da)) ||
+        (rc = sl_dev_alloc(e, (size_t)m->sync_floats * sizeof(float), (void **)&ds)) ||
         (npool && (rc = sl_dev_alloc(e, (size_t)npool * sizeof(int32_t), (void **)&darg))) ||
         (e->act != SL_DTYPE_F32 &&
          (rc = sl_dev_alloc(e, (size_t)m->arena_floats * asz, &dwc))) ||
         (rc = sl_dev_copy_in(e, dp, m->params, pb)) ||
         (rc = sl_dev_copy_in(e, db, m->bufs, (size_t)m->bufs_floats * sizeof(float)))) {
         sl_dev_free(e, dp), sl_dev_free(e, dg), sl_dev_free(e, db), sl_dev_free(e, da);
-        sl_dev_free(e, darg), sl_dev_free(e, dwc);
+        sl_dev_free(e, darg), sl_dev_free(e, dwc), sl_dev_free(e, ds);
         return sl_fail(rc, "%s: %s %s batch %d at %dx%d: %s", fn, sl_arch_name(m->cfg.arch),
                        sl_backend_name(e->backend), m->max_batch, m->h, m->w, sl_errmsg());
     }
@@ -485,6 +485,7 @@ int sl_model_place(sl_model *m, sl_exec *e)
     free(m->acts);
     free(m->pool_arg);
     m->params = dp, m->grads = dg, m->bufs = db, m->acts = da, m->pool_arg = darg;
+    m->h_sync_buf = m->sync_buf, m->sync_buf = ds; /* sync-BN's all-reduces: on the device */
     m->wc_arena = dwc;
     m->dev_e = e;
     arena_use u;
@@ -542,7 +543,9 @@ void sl_model_destroy(sl_model *m)
         sl_exec *e = m->dev_e;
         sl_dev_free(e, m->params), sl_dev_free(e, m->grads), sl_dev_free(e, m->bufs);
         sl_dev_free(e, m->acts), sl_dev_free(e, m->pool_arg), sl_dev_free(e, m->wc_arena);
+        sl_dev_free(e, m->sync_buf);
         m->params = m->h_params, m->grads = m->h_grads, m->bufs = m->h_bufs;
+        m->sync_buf = m->h_sync_buf;
         m->acts = NULL, m->pool_arg = NULL;
     }
     free(m->cbn);

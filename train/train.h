@@ -105,7 +105,9 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx);
  * variance over the rows of all replicas, and backward uses the global sums,
  * so world replicas on equal slices of a batch compute what one model on the
  * whole batch would (running statistics included). allreduce_sum(ctx, buf,
- * n) must replace buf (n floats, host memory for ref/cpu) by its sum over
+ * n) must replace buf (n floats: host memory for ref/cpu; for a placed
+ * model, device memory, read and written after the work queued on the
+ * exec's stream, e.g. an NCCL all-reduce on that stream) by its sum over
  * the replicas, blocking; a non-zero return fails the forward/backward with
  * that status. Every replica must run the same forwards and backwards with
  * the same n. s = NULL turns it off. The struct is copied. */

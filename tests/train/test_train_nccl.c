@@ -13,8 +13,8 @@
  *   - --no-overlap (buckets all-reduced after backward, no grad hook) ends
  *     with the same checkpoint, bit for bit, as the overlapped run: the
  *     same reductions in the same order, only scheduled differently;
- *   - --sync-bn with --backend cuda is refused at startup with a message
- *     (sync-BN sums host buffers: sl_model_set_bn_sync), no crash, no hang.
+ *   - --sync-bn on cuda (each BN's sums all-reduced by NCCL in device
+ *     memory) logs the losses of --sync-bn on cpu (MPI, host sums).
  * Only rank 0 writes checkpoints and logs, so "both ranks end with the
  * same weights" is --check-every's job (it fails the run otherwise).
  *
@@ -148,23 +148,34 @@ Test(train_nccl, mirrored_cuda_matches_cpu)
     free(tmp);
 }
 
-/* --sync-bn sums BN statistics through a host all-reduce; on the GPU it is
- * refused before the first step, on every rank, with a message. */
-Test(train_nccl, sync_bn_on_cuda_refused)
+/* --sync-bn on the GPU: each BN's sums all-reduced through NCCL on the
+ * exec's stream, in device memory (sl_dev_div turns them into means there):
+ * the losses of the cpu's sync-BN (MPI, host sums), replicas in sync. At
+ * lr 0.2 (not ARGS' 0.8, where sync-BN's 12 steps are chaotic enough that
+ * fp32 rounding grows to 5e-4): 6e-5 seen. */
+Test(train_nccl, sync_bn_cuda_matches_cpu)
 {
     need_two_gpus();
     pl_dataset d;
     pl_make_dataset(&d, 96, 3, 0, NULL);
-    char *tmp = tu_tmpdir(), *out = NULL;
-    int rc = tu_run(&out, MPIRUN "%s train --data %s %s --backend cuda --sync-bn 2>&1",
-                    tu_sluice(), d.dir, ARGS);
-    cr_assert(rc != 0, "--sync-bn --backend cuda ran:\n%s", out);
-    cr_assert(rc != 124, "--sync-bn --backend cuda hung:\n%s", out);
-    cr_assert(strstr(out, "sync-BN runs on the host only"), "%s", out);
-    cr_assert(!strstr(out, " step 2/"), "refused only after training started:\n%s", out);
-    cr_assert(!strstr(out, "EMU: error") && !strstr(out, "Segmentation") &&
-              !strstr(out, "signal"), "%s", out);
-    free(out);
+    char *tmp = tu_tmpdir();
+    train(tmp, d.dir, "cpu-sync", "--backend cpu --sync-bn --lr 0.2");
+    train(tmp, d.dir, "cuda-sync", "--backend cuda --precision fp32 --sync-bn --check-every 1 "
+          "--lr 0.2");
+    expect_losses(tmp, "cpu-sync", "cuda-sync");
+    /* the check can fail: per-replica statistics (no --sync-bn) move the
+     * losses by 1e-3 to 1e-2 (measured), 4x the tolerance and more */
+    train(tmp, d.dir, "cpu-local", "--backend cpu --lr 0.2");
+    char da[4200], db[4200];
+    snprintf(da, sizeof da, "%s/cpu-sync", tmp);
+    snprintf(db, sizeof db, "%s/cpu-local", tmp);
+    tg_losses ls, ll;
+    tg_read_losses(da, &ls);
+    tg_read_losses(db, &ll);
+    double worst = 0;
+    for (int i = 0; i < ls.n && i < ll.n; i++)
+        worst = fmax(worst, fabs(ll.v[i] - ls.v[i]) / fabs(ls.v[i]));
+    cr_expect_gt(worst, 1.2e-3, "sync-BN and per-replica BN logged the same losses (%.2e)", worst);
     pl_dataset_free(&d);
     tu_rmrf(tmp);
     free(tmp);
