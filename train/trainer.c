@@ -376,8 +376,9 @@ static int replica_loop(sl_replica *rep)
                                      (cfg->ckpt_every <= 0 && epoch_end) ||
                                      step == r->total_steps);
         int check = cfg->check_every > 0 && step % cfg->check_every == 0;
+        int logline = step % r->log_every == 0 || epoch_end;
         double tw = sl_now_s();
-        if (step % r->log_every == 0 || epoch_end) {
+        if (logline) {
             double d[2]; /* the sums kept on the device since the last log */
             if ((rc = sl_replica_take(rep, d)))
                 break;
@@ -391,8 +392,7 @@ static int replica_loop(sl_replica *rep)
         train_s += tw;
         if (step - 1 - r->step0 >= warm)
             steady_s += tw;
-        if ((step % r->log_every == 0 || epoch_end) &&
-            (rc = log_progress(r, rep, &w, &win_t, step, lr)))
+        if (logline && (rc = log_progress(r, rep, &w, &win_t, step, lr)))
             break;
         double pause0 = sl_now_s();
         if (epoch_end || ckpt)

@@ -154,26 +154,33 @@ static void eval_cpu(const char *tmp, evres *r)
     cr_assert_geq(r->top1, 40, "the model did not learn: top1 %.0f of 100", r->top1);
 }
 
-/* fp32 on the GPU gives the cpu's answer: same images, same top-1 / top-5
- * counts, loss within 1e-4 relative. */
-Test(train_gpu, eval_cuda_fp32_matches_cpu)
+/* eval with args (backend: what its JSON must say, fp32) gives the cpu's
+ * answer: same images, same top-1 / top-5 counts, loss within 1e-4
+ * relative. */
+static void expect_cpu_answer(const char *args, const char *backend)
 {
-    if (!tg_has_gpu())
-        cr_skip_test("no cuda device");
     char *tmp = tu_tmpdir();
     train_cpu(tmp);
     evres c, g;
     eval_cpu(tmp, &c);
-    eval(tmp, "--backend cuda --precision fp32", &g);
-    cr_expect_str_eq(g.backend, "cuda");
+    eval(tmp, args, &g);
+    cr_expect_str_eq(g.backend, backend);
     cr_expect_str_eq(g.precision, "fp32");
     cr_expect_eq(g.images, c.images);
-    cr_expect_eq(g.top1, c.top1, "top1: cuda %.0f, cpu %.0f", g.top1, c.top1);
-    cr_expect_eq(g.top5, c.top5, "top5: cuda %.0f, cpu %.0f", g.top5, c.top5);
-    cr_expect_leq(fabs(g.loss - c.loss), 1e-4 * c.loss, "loss: cuda %.6f, cpu %.6f", g.loss,
-                  c.loss);
+    cr_expect_eq(g.top1, c.top1, "top1: %s %.0f, cpu %.0f", backend, g.top1, c.top1);
+    cr_expect_eq(g.top5, c.top5, "top5: %s %.0f, cpu %.0f", backend, g.top5, c.top5);
+    cr_expect_leq(fabs(g.loss - c.loss), 1e-4 * c.loss, "loss: %s %.6f, cpu %.6f", backend,
+                  g.loss, c.loss);
     tu_rmrf(tmp);
     free(tmp);
+}
+
+/* fp32 on the GPU gives the cpu's answer. */
+Test(train_gpu, eval_cuda_fp32_matches_cpu)
+{
+    if (!tg_has_gpu())
+        cr_skip_test("no cuda device");
+    expect_cpu_answer("--backend cuda --precision fp32", "cuda");
 }
 
 /* bf16 (the cuda default: no --precision) and fp16 near the cpu's answer
@@ -210,23 +217,7 @@ Test(train_gpu, eval_cuda_half_near_cpu)
 
 /* Without a GPU too: the plain-loop oracle (--backend ref) gives the cpu's
  * answer through the same flags and JSON fields. */
-Test(train_gpu, eval_ref_matches_cpu)
-{
-    char *tmp = tu_tmpdir();
-    train_cpu(tmp);
-    evres c, r;
-    eval_cpu(tmp, &c);
-    eval(tmp, "--backend ref", &r);
-    cr_expect_str_eq(r.backend, "ref");
-    cr_expect_str_eq(r.precision, "fp32");
-    cr_expect_eq(r.images, c.images);
-    cr_expect_eq(r.top1, c.top1, "top1: ref %.0f, cpu %.0f", r.top1, c.top1);
-    cr_expect_eq(r.top5, c.top5, "top5: ref %.0f, cpu %.0f", r.top5, c.top5);
-    cr_expect_leq(fabs(r.loss - c.loss), 1e-4 * c.loss, "loss: ref %.6f, cpu %.6f", r.loss,
-                  c.loss);
-    tu_rmrf(tmp);
-    free(tmp);
-}
+Test(train_gpu, eval_ref_matches_cpu) { expect_cpu_answer("--backend ref", "ref"); }
 
 /* A build without the cuda backend: --backend cuda fails at once (before
  * the checkpoint is read) with exit 2 and the message sluice train gives. */

@@ -90,14 +90,21 @@ static void train(const char *tmp, const char *data, const char *name, const cha
     free(out);
 }
 
-static void expect_losses(const char *tmp, const char *a, const char *b)
+/* The losses runs TMP/A and TMP/B logged. */
+static void read_pair(const char *tmp, const char *a, const char *b, tg_losses *la,
+                      tg_losses *lb)
 {
     char da[4200], db[4200];
     snprintf(da, sizeof da, "%s/%s", tmp, a);
     snprintf(db, sizeof db, "%s/%s", tmp, b);
+    tg_read_losses(da, la);
+    tg_read_losses(db, lb);
+}
+
+static void expect_losses(const char *tmp, const char *a, const char *b)
+{
     tg_losses la, lb;
-    tg_read_losses(da, &la);
-    tg_read_losses(db, &lb);
+    read_pair(tmp, a, b, &la, &lb);
     cr_assert_geq(la.n, 6, "%s: %d loss lines", a, la.n);
     cr_assert_eq(la.n, lb.n, "%s: %d loss lines, %s: %d", a, la.n, b, lb.n);
     for (int i = 0; i < la.n; i++) {
@@ -166,12 +173,8 @@ Test(train_nccl, sync_bn_cuda_matches_cpu)
     /* the check can fail: per-replica statistics (no --sync-bn) move the
      * losses by 1e-3 to 1e-2 (measured), 4x the tolerance and more */
     train(tmp, d.dir, "cpu-local", "--backend cpu --lr 0.2");
-    char da[4200], db[4200];
-    snprintf(da, sizeof da, "%s/cpu-sync", tmp);
-    snprintf(db, sizeof db, "%s/cpu-local", tmp);
     tg_losses ls, ll;
-    tg_read_losses(da, &ls);
-    tg_read_losses(db, &ll);
+    read_pair(tmp, "cpu-sync", "cpu-local", &ls, &ll);
     double worst = 0;
     for (int i = 0; i < ls.n && i < ll.n; i++)
         worst = fmax(worst, fabs(ll.v[i] - ls.v[i]) / fabs(ls.v[i]));

@@ -343,6 +343,7 @@ struct Coll {
     int phase;        // 0: post my chunk, 1: wait for all, 2: wait until all have read
     bool started;
     Wait w;
+    std::string what; // describe(): made once, for the messages of every poll
 };
 
 std::string describe(int kind, uint64_t seq, int dt, int op, uint64_t count, int root)
@@ -398,7 +399,7 @@ bool coll_step(Coll &k, bool block)
     Comm *c = k.c;
     if (c->aborting.load() || c->dead) return true; // aborted: its kernels stop
     if (is_error(c->async)) return false;           // stuck until ncclCommAbort
-    std::string what = describe(k.kind, k.seq, k.dt, k.op, k.count, k.root);
+    const std::string &what = k.what;
     if (!k.started) {
         if (c->completed + 1 != k.seq) {
             emu::report("nccl: rank %d: %s runs before collective #%llu has finished: one "
@@ -635,7 +636,8 @@ ncclResult_t coll(const char *api, Kind kind, const void *send, void *recv, size
         return ncclInvalidArgument;
     }
     std::shared_ptr<Coll> k(new Coll{c, kind, send, recv, count, dt, op, root, c->issued + 1, 0, 0,
-                                     0, false, Wait()});
+                                     0, false, Wait(),
+                                     describe(kind, c->issued + 1, dt, op, count, root)});
     c->issued++;
     c->streams.insert(stream);
     if (!emu::enqueue_step(stream, api, [k](bool block) { return coll_step(*k, block); }, api)) {
