@@ -61,8 +61,17 @@ def rss_kib():
     raise RuntimeError("no VmRSS")
 
 
-def threads():
-    return len(os.listdir("/proc/self/task"))
+def threads(at_most=None):
+    """Threads of this process. With at_most: wait up to 5 s for the count to
+    fall to it (a joined thread's /proc entry goes a moment after the join
+    returns: the kernel wakes the joiner before it reaps the thread)."""
+    import time
+    deadline = time.monotonic() + 5
+    while True:
+        n = len(os.listdir("/proc/self/task"))
+        if at_most is None or n <= at_most or time.monotonic() > deadline:
+            return n
+        time.sleep(0.01)
 
 
 @pytest.fixture()
