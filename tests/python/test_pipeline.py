@@ -223,6 +223,32 @@ def test_close_keeps_taken_tensors_readable(dataset):
     gc.collect()
 
 
+def test_close_from_another_thread_ends_a_waiting_next(dataset):
+    import threading
+    pipe = sluice.Pipeline(dataset, image_size=384, batch=64, workers=1, epochs=0,
+                           layout="nhwc-u8")
+    got = []
+
+    def consume():
+        try:
+            for b in pipe:
+                got.append(b.index)
+        except sluice.CanceledError as e:
+            got.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.5)
+    with pytest.raises(RuntimeError, match="two threads"):
+        next(pipe)  # the consumer thread is inside next() (or about to be)
+    t0 = time.monotonic()
+    pipe.close()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - t0 < 5
+    assert isinstance(got[-1], sluice.CanceledError), got
+    assert pipe.closed
+
+
 def test_garbage_collection_stops_threads(dataset):
     n0 = threads()
     pipe = sluice.Pipeline(dataset, epochs=0, **SMALL)
