@@ -203,8 +203,9 @@ class Pipeline:
         return Batch(*t)
 
     def close(self):
-        """Give back held batches and stop the threads. Tensors taken before
-        stay readable (their memory lives while they do); next() then raises
+        """Stop the threads and give back the held batches. Tensors taken
+        before stay readable and the held batches keep their bytes (their
+        memory lives while any tensor over it does); next() then raises
         sluice.CanceledError."""
         self._c.close()
 

@@ -16,8 +16,9 @@
  *
  * Memory. A core (a holder, ext.h) owns the sl_pipeline: one reference for
  * the object, one per Tensor and per DLPack export over a slot. close()
- * releases what it holds, stops the threads (sl_pipeline_stop) and drops
- * the object's reference; the ring is freed (sl_pipeline_destroy) when the
+ * stops the threads (sl_pipeline_stop), then releases what it holds (the
+ * held batches keep their bytes: no worker is left to refill them) and
+ * drops the object's reference; the ring is freed (sl_pipeline_destroy) when the
  * last tensor over it dies, whichever comes first.
  *
  * Waiting. next() releases the GIL and waits in slices of 100 ms
@@ -268,19 +269,20 @@ static int release_oldest(pipe_obj *self)
     return 0;
 }
 
-/* Release everything, stop the threads, drop the object's reference. */
+/* Stop the threads, then release what is held (so no worker refills those
+ * slots: tensors over them keep their batch), drop the object's reference. */
 static int do_close(pipe_obj *self)
 {
     int err = 0;
     if (!self->core)
         return 0;
+    Py_BEGIN_ALLOW_THREADS
+    sl_pipeline_stop(self->core->p);
+    Py_END_ALLOW_THREADS
     while (self->nq)
         err |= release_oldest(self);
     core *c = self->core;
     self->core = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    sl_pipeline_stop(c->p);
-    Py_END_ALLOW_THREADS
     sl_holder_unref(&c->h);
     return err ? -1 : 0;
 }

@@ -258,7 +258,7 @@ def test_garbage_collection_stops_threads(dataset):
     cycle.append(cycle)  # only the collector can free it
     del pipe, cycle
     gc.collect()
-    assert threads(at_most=n0) == n0
+    assert threads(at_most=n0) <= n0, "the pipeline's threads are gone"
 
 
 # ------------------------------------------------------------ errors
