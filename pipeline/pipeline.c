@@ -70,14 +70,17 @@
  *   that id's RNG, so the batch stays full and the run stays deterministic.
  *   More than max_bad is fatal.
  *
- * Shutdown: destroy sets stop, broadcasts every condition variable, joins
- *   all threads (none blocks anywhere but on those variables or a pread),
- *   then frees everything.
+ * Shutdown: stop (also the first step of destroy) sets stop, broadcasts
+ *   every condition variable and joins all threads (none blocks anywhere but
+ *   on those variables or a pread); the ring and the lent batches stay
+ *   until destroy frees everything.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pipeline/graph_int.h"
@@ -286,6 +289,16 @@ void sl_pipeline_wait(sl_pipeline *p, pthread_cond_t *cv)
     pthread_cond_wait(cv, &p->mu);
 }
 
+/* sl_pipeline_wait with a deadline (CLOCK_REALTIME, cv's clock): 0 or ETIMEDOUT. */
+static int timed_wait(sl_pipeline *p, pthread_cond_t *cv, const struct timespec *deadline)
+{
+    if (p->wake) {
+        wake(p, p->wake);
+        p->wake = 0;
+    }
+    return pthread_cond_timedwait(cv, &p->mu, deadline);
+}
+
 void sl_pipeline_set_error_locked(sl_pipeline *p, int rc, const char *msg)
 {
     if (!p->err) {
@@ -450,7 +463,7 @@ int sl_pipeline_create(const sl_pipeline_config *cfg, sl_pipeline **out)
     return SL_OK;
 }
 
-void sl_pipeline_destroy(sl_pipeline *p)
+void sl_pipeline_stop(sl_pipeline *p)
 {
     if (!p)
         return;
@@ -460,6 +473,14 @@ void sl_pipeline_destroy(sl_pipeline *p)
     sl_pipeline_unlock(p);
     for (unsigned i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
+    p->nthreads = 0; /* joined: a second stop (or destroy) joins nothing */
+}
+
+void sl_pipeline_destroy(sl_pipeline *p)
+{
+    if (!p)
+        return;
+    sl_pipeline_stop(p);
     if (p->wk)
         for (unsigned i = 0; i < p->workers; i++) {
             sl_decoder_destroy(p->wk[i].dec);
@@ -496,7 +517,9 @@ void sl_pipeline_destroy(sl_pipeline *p)
 
 /* --------------------------------------------------------- consumer */
 
-int sl_pipeline_next(sl_pipeline *p, sl_batch **out)
+/* next() with an optional deadline (CLOCK_REALTIME, as cv_batch's clock):
+ * NULL waits as long as it takes. */
+static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *deadline)
 {
     static const char fn[] = "sl_pipeline_next";
     if (!out)
@@ -508,6 +531,10 @@ int sl_pipeline_next(sl_pipeline *p, sl_batch **out)
     int rc = SL_OK;
     if (p->err)
         goto error;
+    if (p->stop) {
+        sl_pipeline_unlock(p);
+        return sl_fail(SL_ECANCELED, "%s: pipeline stopped", fn);
+    }
     if (p->next_index >= p->nbatches) {
         sl_pipeline_unlock(p);
         return sl_fail(SL_EOF, "%s: end of data after %llu batches", fn,
@@ -523,8 +550,17 @@ int sl_pipeline_next(sl_pipeline *p, sl_batch **out)
     unsigned r = (unsigned)(b % p->prefetch);
     sl_ring_slot *sl = &p->slots[r];
     uint64_t t = sl_now_ns();
-    while (!(sl->batch == b && sl->ready) && !p->err && !p->stop)
-        sl_pipeline_wait(p, &p->cv_batch);
+    while (!(sl->batch == b && sl->ready) && !p->err && !p->stop) {
+        if (!deadline) {
+            sl_pipeline_wait(p, &p->cv_batch);
+        } else if (timed_wait(p, &p->cv_batch, deadline) == ETIMEDOUT &&
+                   !(sl->batch == b && sl->ready) && !p->err && !p->stop) {
+            p->acc[SL_STAGE_LOAD].wait_in_ns += sl_now_ns() - t;
+            sl_pipeline_unlock(p);
+            return sl_fail(SL_ETIMEDOUT, "%s: batch %llu not ready yet", fn,
+                           (unsigned long long)b);
+        }
+    }
     uint64_t t1 = sl_now_ns();
     p->acc[SL_STAGE_LOAD].wait_in_ns += t1 - t;
     sl_trace_span(p, 0, "next", t, t1, b);
@@ -559,6 +595,24 @@ error:
         sl_pipeline_unlock(p);
         return sl_fail(rc, "%s", msg);
     }
+}
+
+int sl_pipeline_next(sl_pipeline *p, sl_batch **out)
+{
+    return next_until(p, out, NULL);
+}
+
+int sl_pipeline_next_wait(sl_pipeline *p, unsigned timeout_ms, sl_batch **out)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    return next_until(p, out, &deadline);
 }
 
 void sl_pipeline_release(sl_pipeline *p, sl_batch *b)

@@ -184,8 +184,21 @@ int sl_pipeline_create(const sl_pipeline_config *cfg, sl_pipeline **out);
  * Blocks until the batch is ready. *out is lent until release. At most
  * `prefetch - 1` batches may be held at once (more would deadlock: SL_EINVAL). */
 int sl_pipeline_next(sl_pipeline *p, sl_batch **out);
+/* sl_pipeline_next that waits at most timeout_ms milliseconds: SL_ETIMEDOUT
+ * (nothing taken, the message says which batch is awaited) when the batch is
+ * not ready by then; call again to go on waiting. Otherwise exactly as next.
+ * For a consumer that must look up from time to time while it waits (a
+ * Python binding checking for Ctrl-C, a watchdog). Same thread as next. */
+int sl_pipeline_next_wait(sl_pipeline *p, unsigned timeout_ms, sl_batch **out);
 /* Give a batch back (its slot is refilled). */
 void sl_pipeline_release(sl_pipeline *p, sl_batch *b);
+/* Stop and join the pipeline's threads (mid-epoch is fine) without freeing
+ * anything: batches lent before the call stay readable (host and device
+ * memory) until sl_pipeline_destroy; next and next_wait return SL_ECANCELED
+ * from then on; release, stats and state_save still work. Idempotent; NULL
+ * is a no-op. For a consumer whose lent batches are still referenced (a
+ * Python tensor) when it stops reading. Consumer thread. */
+void sl_pipeline_stop(sl_pipeline *p);
 
 /* Per-stage figures since create. */
 typedef struct sl_stage_stats {

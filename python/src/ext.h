@@ -1,0 +1,105 @@
+/*
+ * python/src/ext.h - the pieces of the extension sluice._sluice shared by
+ * its files: module.c (init, errors, convert), tensor.c (DLPack tensors),
+ * pipeline_obj.c (the pipeline iterator), device.c (the CUDA calls).
+ * Python never enters the library: these files only call the public
+ * headers (pipeline/pipeline.h, records/records.h).
+ *
+ * Threading: everything here runs with the GIL held, except sl_holder
+ * reference drops, which DLPack deleters may make from any thread (torch
+ * frees tensors where it likes): holders count atomically and free without
+ * touching Python.
+ */
+#ifndef SL_PY_EXT_H
+#define SL_PY_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlpack_abi.h"
+
+/* ------------------------------------------------------------ holders */
+/* Whatever keeps a tensor's memory alive: a pipeline (its ring: lent
+ * batches) or a buffer of the binding's own (copies, labels). Each Tensor
+ * object and each DLPack export holds one reference; the last drop frees. */
+typedef struct sl_holder {
+    atomic_long refs;
+    void (*free)(struct sl_holder *h);
+} sl_holder;
+
+static inline void sl_holder_ref(sl_holder *h)
+{
+    atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
+}
+static inline void sl_holder_unref(sl_holder *h)
+{
+    if (h && atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1)
+        h->free(h);
+}
+
+/* A malloc'd (or, device >= 0, cudaMalloc'd) buffer of n bytes with one
+ * reference; NULL with a Python MemoryError (or sluice error) set. */
+sl_holder *pysl_buffer_new(size_t n, int device, void **data);
+
+/* ------------------------------------------------------------ errors */
+/* Raise the sluice.Error subclass for status rc with the thread's library
+ * message (sl_errmsg(), "function: file: record N @ offset: what"), or
+ * sl_strerror(rc) when there is none. Returns NULL. */
+PyObject *pysl_raise(int rc);
+/* Raise sluice.ConfigError (also a ValueError) with a formatted message. */
+PyObject *pysl_config_error(const char *fmt, ...);
+int pysl_errors_init(PyObject *module);
+
+/* ------------------------------------------------------------ tensors */
+/* A lease: the consumer streams that took a device tensor (recorded by
+ * __dlpack__(stream=...)), which must be done with it before its batch
+ * slot is given back. Counted under the GIL (pipeline + its tensors). */
+typedef struct sl_lease {
+    long refs;
+    int nstreams;
+    uintptr_t streams[8];
+} sl_lease;
+void pysl_lease_unref(sl_lease *l);
+
+typedef struct pysl_tensor_desc {
+    void *data;
+    int ndim;
+    int64_t shape[4];
+    sldl_dtype dtype;
+    int device;           /* -1 host, else the CUDA device */
+    void *ready_event;    /* device: cudaEvent_t of the copy; consumers wait on it */
+    sl_holder *holder;    /* a new reference is taken */
+    sl_lease *lease;      /* device tensors of lent batches; a reference is taken; or NULL */
+} pysl_tensor_desc;
+
+PyObject *pysl_tensor_new(const pysl_tensor_desc *d);
+int pysl_tensor_init(PyObject *module);
+
+/* ------------------------------------------------------------ pipeline */
+int pysl_pipeline_init(PyObject *module);
+
+/* ------------------------------------------------------------ device.c */
+/* The CUDA runtime calls of the binding (#if SLUICE_WITH_CUDA lives only in
+ * device.c). Each returns an sl_status with sl_fail's message set;
+ * SL_ENOTSUP in a build without CUDA. stream: a cudaStream_t value as the
+ * DLPack protocol passes it (1 = legacy default, 2 = per-thread default). */
+int pysl_dev_stream_wait(int device, uintptr_t stream, void *event);
+/* Wait on the host until the work queued so far on each stream is done. */
+int pysl_dev_streams_sync(int device, const uintptr_t *streams, int n);
+int pysl_dev_alloc(int device, size_t n, void **out);
+void pysl_dev_free(int device, void *p);
+/* src (device, n bytes) to dst (device) once event (may be NULL) is done;
+ * returns after the copy. */
+int pysl_dev_copy(int device, void *dst, const void *src, size_t n, void *event);
+
+/* ------------------------------------------------------------ small */
+/* The UTF-8 of a str into a malloc'd string (NULL + exception on error). */
+char *pysl_strdup_utf8(PyObject *s);
+/* Free a heap-type instance and drop its type (stable-ABI dealloc tail). */
+void pysl_free_self(PyObject *self);
+
+#endif

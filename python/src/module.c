@@ -1,0 +1,399 @@
+/*
+ * python/src/module.c - the extension module sluice._sluice: the sluice.Error
+ * hierarchy (one class per library status, each message the library's
+ * "function: file: record N @ offset: what"), own buffers for tensors,
+ * convert() over sl_convert_run, and module init. Built on the stable ABI
+ * (Py_LIMITED_API, one wheel for every CPython >= 3.8); the Python layer
+ * (python/sluice/__init__.py) adds the keyword API and the docs.
+ *
+ * Threading: convert() releases the GIL for the whole conversion; its
+ * progress and skipped callbacks run on the calling thread (records.h) and
+ * take the GIL back for the Python callable and the skipped list.
+ */
+#include "ext.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "records/records.h"
+
+/* ------------------------------------------------------------ errors */
+static PyObject *err_base;              /* sluice.Error */
+static PyObject *err_class[SL_STATUS_COUNT];
+
+typedef struct err_def {
+    int code;
+    const char *name;                   /* sluice.<name> */
+    PyObject **builtin;                 /* a builtin it also derives from, or NULL */
+    const char *doc;
+} err_def;
+
+int pysl_errors_init(PyObject *m)
+{
+    err_def defs[] = {
+        {SL_EINVAL, "ConfigError", &PyExc_ValueError, "A bad argument or configuration."},
+        {SL_ENOMEM, "OutOfMemoryError", &PyExc_MemoryError, "An allocation failed."},
+        {SL_EIO, "SystemIOError", &PyExc_OSError, "The operating system refused a read or write."},
+        {SL_ECORRUPT, "CorruptError", NULL,
+         "Data on disk breaks its format; the message names file, record and byte offset."},
+        {SL_ENOENT, "NotFoundError", &PyExc_FileNotFoundError, "A file, feature or key is missing."},
+        {SL_EEXIST, "ExistsError", &PyExc_FileExistsError, "The target exists."},
+        {SL_EIMAGE, "ImageError", NULL, "An image cannot be decoded or encoded."},
+        {SL_ECUDA, "DeviceError", NULL, "A CUDA runtime error."},
+        {SL_ENOTSUP, "NotSupportedError", &PyExc_NotImplementedError,
+         "Not supported by this build (e.g. a device without CUDA)."},
+        {SL_ECANCELED, "CanceledError", NULL, "Stopped on request (the pipeline was closed)."},
+    };
+    err_base = PyErr_NewExceptionWithDoc(
+        "sluice.Error",
+        "Base of sluice's errors. str(e) is the library's message (\"function: file: record N @\n"
+        "offset: what\"); e.code is the library's status number and e.status its name.",
+        NULL, NULL);
+    if (!err_base)
+        return -1;
+    Py_INCREF(err_base);
+    if (PyModule_AddObject(m, "Error", err_base))
+        return -1;
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+        char full[64];
+        snprintf(full, sizeof full, "sluice.%s", defs[i].name);
+        PyObject *bases = defs[i].builtin ? PyTuple_Pack(2, err_base, *defs[i].builtin)
+                                          : PyTuple_Pack(1, err_base);
+        if (!bases)
+            return -1;
+        PyObject *cls = PyErr_NewExceptionWithDoc(full, defs[i].doc, bases, NULL);
+        Py_DECREF(bases);
+        if (!cls)
+            return -1;
+        err_class[defs[i].code] = cls;
+        Py_INCREF(cls);
+        if (PyModule_AddObject(m, defs[i].name, cls))
+            return -1;
+    }
+    return 0;
+}
+
+static const char *status_name(int rc)
+{
+    static const char *const names[SL_STATUS_COUNT] = {
+        "SL_OK", "SL_EOF", "SL_EINVAL", "SL_ENOMEM", "SL_EIO", "SL_ECORRUPT", "SL_ENOENT",
+        "SL_EEXIST", "SL_EIMAGE", "SL_ECUDA", "SL_ENCCL", "SL_EMPI", "SL_ENOTSUP", "SL_ECANCELED",
+        "SL_ETIMEDOUT",
+    };
+    return rc >= 0 && rc < SL_STATUS_COUNT ? names[rc] : "SL_UNKNOWN";
+}
+
+static PyObject *raise_msg(int rc, const char *msg)
+{
+    PyObject *cls = rc >= 0 && rc < SL_STATUS_COUNT && err_class[rc] ? err_class[rc] : err_base;
+    PyObject *exc = PyObject_CallFunction(cls, "s", msg);
+    if (!exc)
+        return NULL;
+    PyObject *code = PyLong_FromLong(rc), *name = PyUnicode_FromString(status_name(rc));
+    if (code && name && !PyObject_SetAttrString(exc, "code", code) &&
+        !PyObject_SetAttrString(exc, "status", name))
+        PyErr_SetObject(cls, exc);
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *pysl_raise(int rc)
+{
+    const char *msg = sl_errmsg();
+    return raise_msg(rc, msg && *msg ? msg : sl_strerror(rc));
+}
+
+PyObject *pysl_config_error(const char *fmt, ...)
+{
+    char msg[SL_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return raise_msg(SL_EINVAL, msg);
+}
+
+/* ------------------------------------------------------------ buffers */
+typedef struct own_buffer {
+    sl_holder h;
+    void *data;
+    int device;
+} own_buffer;
+
+static void own_buffer_free(sl_holder *h)
+{
+    own_buffer *b = (own_buffer *)h;
+    if (b->device >= 0)
+        pysl_dev_free(b->device, b->data);
+    else
+        free(b->data);
+    free(b);
+}
+
+sl_holder *pysl_buffer_new(size_t n, int device, void **data)
+{
+    own_buffer *b = calloc(1, sizeof *b);
+    if (!b) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    b->device = device;
+    if (device >= 0) {
+        int rc = pysl_dev_alloc(device, n ? n : 1, &b->data);
+        if (rc) {
+            free(b);
+            pysl_raise(rc);
+            return NULL;
+        }
+    } else if (!(b->data = malloc(n ? n : 1))) {
+        free(b);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    atomic_init(&b->h.refs, 1);
+    b->h.free = own_buffer_free;
+    *data = b->data;
+    return &b->h;
+}
+
+/* ------------------------------------------------------------ small */
+char *pysl_strdup_utf8(PyObject *s)
+{
+    PyObject *b = PyUnicode_AsUTF8String(s);
+    if (!b)
+        return NULL;
+    char *out = strdup(PyBytes_AsString(b));
+    Py_DECREF(b);
+    if (!out)
+        PyErr_NoMemory();
+    return out;
+}
+
+void pysl_free_self(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+/* ------------------------------------------------------------ convert */
+typedef struct convert_ctx {
+    PyObject *progress;  /* callable(done, total, bytes) or None */
+    PyObject *skipped;   /* list of (input, reason) */
+    int failed;          /* a callback raised: the exception is kept in exc */
+    PyObject *exc_type, *exc_value, *exc_tb;
+} convert_ctx;
+
+/* Both callbacks run on the thread that called convert, which released the
+ * GIL: take it back for the Python work. The first exception is kept and
+ * raised when the conversion is over (it cannot be stopped half way; its
+ * shards are atomic and --resume finishes it). */
+static void keep_exception(convert_ctx *c)
+{
+    if (!c->failed) {
+        c->failed = 1;
+        PyErr_Fetch(&c->exc_type, &c->exc_value, &c->exc_tb);
+    } else {
+        PyErr_Clear();
+    }
+}
+
+static void on_progress(void *arg, uint64_t done, uint64_t total, uint64_t bytes)
+{
+    convert_ctx *c = arg;
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (PyErr_CheckSignals())
+        keep_exception(c);
+    else if (c->progress != Py_None && !c->failed) {
+        PyObject *r = PyObject_CallFunction(c->progress, "KKK", (unsigned long long)done,
+                                            (unsigned long long)total, (unsigned long long)bytes);
+        if (r)
+            Py_DECREF(r);
+        else
+            keep_exception(c);
+    }
+    PyGILState_Release(g);
+}
+
+static void on_skipped(void *arg, const char *input, const char *reason)
+{
+    convert_ctx *c = arg;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *t = Py_BuildValue("(ss)", input, reason);
+    if (!t || PyList_Append(c->skipped, t))
+        keep_exception(c);
+    Py_XDECREF(t);
+    PyGILState_Release(g);
+}
+
+/* A str item of a dict as a borrowed UTF-8 pointer kept alive in keep
+ * (a list); NULL when absent or None. -1 on error. */
+static int dict_str(PyObject *d, const char *key, PyObject *keep, const char **out)
+{
+    *out = NULL;
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (!v || v == Py_None)
+        return 0;
+    PyObject *b = PyUnicode_AsUTF8String(v);
+    if (!b)
+        return -1;
+    int rc = PyList_Append(keep, b);
+    *out = PyBytes_AsString(b);
+    Py_DECREF(b);
+    return rc;
+}
+
+static int dict_ll(PyObject *d, const char *key, long long *out)
+{
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (!v)
+        return 0;
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static PyObject *result_dict(const sl_convert_result *r, PyObject *skipped)
+{
+    return Py_BuildValue("{sKsKsKsKsKsKsIsIsO}", "inputs", (unsigned long long)r->inputs,
+                         "records", (unsigned long long)r->records, "skipped",
+                         (unsigned long long)r->skipped, "bytes", (unsigned long long)r->bytes,
+                         "passthrough", (unsigned long long)r->passthrough, "reencoded",
+                         (unsigned long long)r->reencoded, "shards", r->shards, "shards_kept",
+                         r->shards_kept, "skipped_inputs", skipped);
+}
+
+/* _convert(cfg: dict, progress: callable | None) -> dict. The keys are
+ * sl_convert_config's fields (the Python layer checks and names them). */
+static PyObject *py_convert(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *d, *progress;
+    if (!PyArg_ParseTuple(args, "O!O:_convert", &PyDict_Type, &d, &progress))
+        return NULL;
+    sl_convert_config cfg = SL_CONVERT_CONFIG_INIT;
+    convert_ctx ctx = {.progress = progress};
+    PyObject *keep = PyList_New(0), *result = NULL;
+    const char **names = NULL;
+    ctx.skipped = PyList_New(0);
+    if (!keep || !ctx.skipped)
+        goto done;
+    const char *source = NULL, *format = NULL;
+    long long v;
+    if (dict_str(d, "source", keep, &source) || dict_str(d, "input", keep, &cfg.input) ||
+        dict_str(d, "idx_images", keep, &cfg.idx_images) ||
+        dict_str(d, "idx_labels", keep, &cfg.idx_labels) ||
+        dict_str(d, "out_dir", keep, &cfg.out_dir) || dict_str(d, "name", keep, &cfg.name) ||
+        dict_str(d, "format", keep, &format))
+        goto done;
+    cfg.source = !source || !strcmp(source, "folder") ? SL_SOURCE_FOLDER
+                 : !strcmp(source, "list")            ? SL_SOURCE_LIST
+                                                      : SL_SOURCE_IDX;
+    cfg.format = format && !strcmp(format, "lmdb") ? SL_FORMAT_LMDB : SL_FORMAT_TFRECORD;
+#define LL_FIELD(key, field)                                                                       \
+    do {                                                                                           \
+        v = (long long)cfg.field;                                                                  \
+        if (dict_ll(d, key, &v))                                                                   \
+            goto done;                                                                             \
+        cfg.field = (__typeof__(cfg.field))v;                                                      \
+    } while (0)
+    LL_FIELD("shards", shards);
+    LL_FIELD("threads", threads);
+    LL_FIELD("quality", quality);
+    LL_FIELD("resize_short", resize_short);
+    LL_FIELD("seed", shuffle_seed);
+    LL_FIELD("shuffle", shuffle);
+    LL_FIELD("resume", resume);
+    LL_FIELD("strict", strict);
+    LL_FIELD("label_offset", label_offset);
+    LL_FIELD("fsync", fsync);
+#undef LL_FIELD
+    PyObject *cn = PyDict_GetItemString(d, "class_names");
+    if (cn && cn != Py_None) {
+        Py_ssize_t n = PyList_Size(cn);
+        if (n < 0)
+            goto done;
+        if (!(names = calloc((size_t)n + 1, sizeof *names))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *b = PyUnicode_AsUTF8String(PyList_GetItem(cn, i));
+            if (!b || PyList_Append(keep, b)) {
+                Py_XDECREF(b);
+                goto done;
+            }
+            names[i] = PyBytes_AsString(b);
+            Py_DECREF(b);
+        }
+        cfg.class_names = names;
+        cfg.num_class_names = (uint32_t)n;
+    }
+    cfg.progress = on_progress;
+    cfg.progress_arg = &ctx;
+    cfg.skipped = on_skipped;
+    cfg.skipped_arg = &ctx;
+    sl_convert_result res;
+    memset(&res, 0, sizeof res);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_convert_run(&cfg, &res);
+    Py_END_ALLOW_THREADS
+    if (ctx.failed) {
+        PyErr_Restore(ctx.exc_type, ctx.exc_value, ctx.exc_tb);
+        goto done;
+    }
+    if (rc) {
+        pysl_raise(rc);
+        goto done;
+    }
+    result = result_dict(&res, ctx.skipped);
+done:
+    free(names);
+    Py_XDECREF(keep);
+    Py_XDECREF(ctx.skipped);
+    return result;
+}
+
+static PyObject *py_strerror(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    long rc = PyLong_AsLong(arg);
+    if (rc == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(sl_strerror((int)rc));
+}
+
+static PyMethodDef methods[] = {
+    {"_convert", py_convert, METH_VARARGS,
+     "_convert(cfg, progress) -> dict: sl_convert_run (use sluice.convert)."},
+    {"_strerror", py_strerror, METH_O, "_strerror(code) -> str: sl_strerror."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "sluice._sluice",
+    "sluice's C extension (stable ABI) over the library's public headers; use the sluice package.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__sluice(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (pysl_errors_init(m) || pysl_tensor_init(m) || pysl_pipeline_init(m) ||
+        PyModule_AddStringConstant(m, "__version__", SLUICE_VERSION)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

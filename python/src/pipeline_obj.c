@@ -1,0 +1,601 @@
+/*
+ * python/src/pipeline_obj.c - sluice._sluice._Pipeline: one sl_pipeline
+ * behind a Python object (sluice.Pipeline in python/sluice/ is the keyword
+ * API over it).
+ *
+ * Batches. next() takes a batch with sl_pipeline_next_wait and hands out its
+ * images as a Tensor over the batch slot itself (host data, or d_data with a
+ * device), and its labels (as int64, torch's class-index type), record ids
+ * (int64) and epochs (int32) as small copies of their own. The slot stays
+ * lent while the binding holds it: at most `hold` batches are held, and the
+ * oldest is released when next() would hold one more. So an image tensor is
+ * valid until `hold` more batches have been taken (then its slot is
+ * refilled; its memory stays mapped, so a late read sees another batch,
+ * never freed memory). With copy=True the images are copied into a buffer of
+ * their own and the slot is released at once.
+ *
+ * Memory. A core (a holder, ext.h) owns the sl_pipeline: one reference for
+ * the object, one per Tensor and per DLPack export over a slot. close()
+ * stops the threads (sl_pipeline_stop), then releases what it holds (the
+ * held batches keep their bytes: no worker is left to refill them) and
+ * drops the object's reference; the ring is freed (sl_pipeline_destroy) when the
+ * last tensor over it dies, whichever comes first.
+ *
+ * Waiting. next() releases the GIL and waits in slices of 100 ms
+ * (sl_pipeline_next_wait); between slices it runs PyErr_CheckSignals, so
+ * Ctrl-C raises KeyboardInterrupt within 0.1 s and leaves the pipeline
+ * usable, and it sees a close() made by another thread.
+ *
+ * Device batches. Before a device batch's slot is released, the consumer
+ * streams that took its images (the lease, tensor.c) are synchronized on
+ * the host, since the slot's next copy is ordered after nothing on them
+ * (pipeline/load_cuda.cu); with hold 2 (the device default) that is the
+ * step before the last, normally long done.
+ *
+ * Threading: one thread at a time may call next (a second gets
+ * RuntimeError); close() from another thread waits for a next() in
+ * progress to notice it (at most one slice). All under the GIL.
+ */
+#include "ext.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipeline/pipeline.h"
+
+#define MAX_HOLD 64
+#define WAIT_SLICE_MS 100
+
+typedef struct core {
+    sl_holder h;
+    sl_pipeline *p;
+} core;
+
+static void core_free(sl_holder *h)
+{
+    core *c = (core *)h;
+    sl_pipeline_destroy(c->p);
+    free(c);
+}
+
+typedef struct held {
+    sl_batch *b;
+    sl_lease *lease; /* device batches; NULL for host ones */
+} held;
+
+typedef struct {
+    PyObject_HEAD
+    core *core;             /* NULL once closed */
+    int device;             /* cfg.device */
+    int copy;               /* images copied, slots released at once */
+    unsigned hold;          /* batches held at most */
+    held q[MAX_HOLD];       /* lent batches, oldest first */
+    unsigned nq;
+    int busy;               /* a next() is waiting with the GIL released */
+    int close_requested;    /* by close() from another thread while busy */
+} pipe_obj;
+
+static PyTypeObject *pipe_type;
+
+/* ------------------------------------------------------------ config */
+enum field_kind { F_UNSIGNED, F_INT, F_I64, F_U64, F_FLOAT, F_STR };
+
+typedef struct field {
+    const char *key;
+    enum field_kind kind;
+    size_t off;
+} field;
+
+#define FLD(key, kind, member) {key, kind, offsetof(sl_pipeline_config, member)}
+static const field fields[] = {
+    FLD("data", F_STR, data),
+    FLD("split", F_STR, split),
+    FLD("rank", F_UNSIGNED, rank),
+    FLD("world", F_UNSIGNED, world),
+    FLD("rank_split", F_INT, rank_split),
+    FLD("readers", F_UNSIGNED, readers),
+    FLD("cycle", F_UNSIGNED, cycle),
+    FLD("block", F_UNSIGNED, block),
+    FLD("read_window_bytes", F_U64, read_window_bytes),
+    FLD("shuffle", F_INT, shuffle),
+    FLD("shuffle_buffer", F_U64, shuffle_buffer),
+    FLD("shuffle_bytes", F_U64, shuffle_bytes),
+    FLD("shuffle_files", F_INT, shuffle_files),
+    FLD("epochs", F_I64, epochs),
+    FLD("transform", F_INT, transform),
+    FLD("height", F_INT, height),
+    FLD("width", F_INT, width),
+    FLD("scale_min", F_FLOAT, scale_min),
+    FLD("scale_max", F_FLOAT, scale_max),
+    FLD("ratio_min", F_FLOAT, ratio_min),
+    FLD("ratio_max", F_FLOAT, ratio_max),
+    FLD("flip", F_INT, flip),
+    FLD("crop_fraction", F_FLOAT, crop_fraction),
+    FLD("mean0", F_FLOAT, mean[0]),
+    FLD("mean1", F_FLOAT, mean[1]),
+    FLD("mean2", F_FLOAT, mean[2]),
+    FLD("std0", F_FLOAT, std[0]),
+    FLD("std1", F_FLOAT, std[1]),
+    FLD("std2", F_FLOAT, std[2]),
+    FLD("layout", F_INT, layout),
+    FLD("batch", F_UNSIGNED, batch),
+    FLD("drop_remainder", F_INT, drop_remainder),
+    FLD("workers", F_UNSIGNED, workers),
+    FLD("prefetch", F_UNSIGNED, prefetch),
+    FLD("seed", F_U64, seed),
+    FLD("on_error", F_INT, on_error),
+    FLD("max_bad", F_U64, max_bad),
+    FLD("label_offset", F_I64, label_offset),
+    FLD("device", F_INT, device),
+};
+#undef FLD
+
+/* cfg from d: every key must be a field (the Python layer names them);
+ * strings are kept alive in keep. */
+static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
+{
+    sl_pipeline_config init = SL_PIPELINE_CONFIG_INIT;
+    *cfg = init;
+    PyObject *key, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &key, &val)) {
+        PyObject *kb = PyUnicode_AsUTF8String(key);
+        if (!kb)
+            return -1;
+        const char *k = PyBytes_AsString(kb);
+        const field *f = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if (!strcmp(fields[i].key, k))
+                f = &fields[i];
+        if (!f) {
+            pysl_config_error("sluice: unknown pipeline setting '%s'", k);
+            Py_DECREF(kb);
+            return -1;
+        }
+        Py_DECREF(kb);
+        char *at = (char *)cfg + f->off;
+        if (f->kind == F_STR) {
+            PyObject *b = PyUnicode_AsUTF8String(val);
+            if (!b || PyList_Append(keep, b)) {
+                Py_XDECREF(b);
+                return -1;
+            }
+            *(const char **)at = PyBytes_AsString(b);
+            Py_DECREF(b);
+            continue;
+        }
+        if (f->kind == F_FLOAT) {
+            double x = PyFloat_AsDouble(val);
+            if (x == -1.0 && PyErr_Occurred())
+                return -1;
+            *(float *)at = (float)x;
+            continue;
+        }
+        long long x = PyLong_AsLongLong(val);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        if ((f->kind == F_UNSIGNED || f->kind == F_U64) && x < 0) {
+            pysl_config_error("sluice: %s: %lld is negative", k, x);
+            return -1;
+        }
+        switch (f->kind) {
+        case F_UNSIGNED: *(unsigned *)at = (unsigned)x; break;
+        case F_INT: *(int *)at = (int)x; break;
+        case F_I64: *(int64_t *)at = (int64_t)x; break;
+        default: *(uint64_t *)at = (uint64_t)x; break;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"config", "state", "hold", "copy", NULL};
+    PyObject *d, *state = Py_None;
+    unsigned hold = 1;
+    int copy = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OIp:_Pipeline", kwlist, &PyDict_Type, &d,
+                                     &state, &hold, &copy))
+        return NULL;
+    if (hold < 1 || hold > MAX_HOLD)
+        return pysl_config_error("sluice.Pipeline: hold=%u: 1 to %d batches", hold, MAX_HOLD);
+    sl_pipeline_config cfg;
+    PyObject *keep = PyList_New(0);
+    if (!keep)
+        return NULL;
+    if (parse_config(d, &cfg, keep)) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    char *st = NULL;
+    if (state != Py_None && !(st = pysl_strdup_utf8(state))) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    core *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(st);
+        Py_DECREF(keep);
+        return PyErr_NoMemory();
+    }
+    int rc;
+    sl_pipeline *p = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = st ? sl_pipeline_create_from_state(&cfg, st, strlen(st), &p) : sl_pipeline_create(&cfg, &p);
+    Py_END_ALLOW_THREADS
+    free(st);
+    Py_DECREF(keep);
+    if (rc) {
+        free(c);
+        return pysl_raise(rc);
+    }
+    atomic_init(&c->h.refs, 1);
+    c->h.free = core_free;
+    c->p = p;
+    pipe_obj *self = (pipe_obj *)PyType_GenericAlloc(type, 0);
+    if (!self) {
+        sl_holder_unref(&c->h);
+        return NULL;
+    }
+    self->core = c;
+    self->device = cfg.device;
+    self->copy = copy;
+    self->hold = hold;
+    return (PyObject *)self;
+}
+
+/* Give back the oldest held batch; device batches after the streams that
+ * took them are done. -1 (with an exception) when that sync failed; the
+ * slot is released all the same. */
+static int release_oldest(pipe_obj *self)
+{
+    held h = self->q[0];
+    memmove(self->q, self->q + 1, --self->nq * sizeof self->q[0]);
+    int rc = 0;
+    if (h.lease && h.lease->nstreams) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = pysl_dev_streams_sync(self->device, h.lease->streams, h.lease->nstreams);
+        Py_END_ALLOW_THREADS
+        h.lease->nstreams = 0;
+    }
+    sl_pipeline_release(self->core->p, h.b);
+    pysl_lease_unref(h.lease);
+    if (rc) {
+        pysl_raise(rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stop the threads, then release what is held (so no worker refills those
+ * slots: tensors over them keep their batch), drop the object's reference. */
+static int do_close(pipe_obj *self)
+{
+    int err = 0;
+    if (!self->core)
+        return 0;
+    Py_BEGIN_ALLOW_THREADS
+    sl_pipeline_stop(self->core->p);
+    Py_END_ALLOW_THREADS
+    while (self->nq)
+        err |= release_oldest(self);
+    core *c = self->core;
+    self->core = NULL;
+    sl_holder_unref(&c->h);
+    return err ? -1 : 0;
+}
+
+static PyObject *pipe_close(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    pipe_obj *self = (pipe_obj *)obj;
+    if (self->busy) {
+        /* another thread waits in next(): it closes at its next slice */
+        self->close_requested = 1;
+        while (self->busy) {
+            Py_BEGIN_ALLOW_THREADS
+            usleep(2000);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    if (do_close(self))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static void pipe_dealloc(PyObject *obj)
+{
+    pipe_obj *self = (pipe_obj *)obj;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (do_close(self))
+        PyErr_WriteUnraisable(obj);
+    PyErr_Restore(et, ev, tb);
+    pysl_free_self(obj);
+}
+
+/* ------------------------------------------------------------ next */
+static PyObject *small_tensor(const void *src, unsigned n, size_t elem, int widen32,
+                              sldl_dtype dtype)
+{
+    void *data;
+    sl_holder *h = pysl_buffer_new((size_t)n * dtype.bits / 8, -1, &data);
+    if (!h)
+        return NULL;
+    if (widen32) { /* int32 labels as int64 */
+        const int32_t *s = src;
+        int64_t *o = data;
+        for (unsigned i = 0; i < n; i++)
+            o[i] = s[i];
+    } else if (n) {
+        memcpy(data, src, (size_t)n * elem);
+    }
+    pysl_tensor_desc d = {.data = data, .ndim = 1, .shape = {n}, .dtype = dtype, .device = -1,
+                          .holder = h};
+    PyObject *t = pysl_tensor_new(&d);
+    sl_holder_unref(h);
+    return t;
+}
+
+static PyObject *image_tensor(pipe_obj *self, const sl_batch *b, sl_lease *lease)
+{
+    pysl_tensor_desc d = {.ndim = 4, .device = self->device, .holder = &self->core->h,
+                          .lease = lease};
+    int64_t n = b->n, h = b->height, w = b->width;
+    if (b->layout == SL_LAYOUT_NCHW_F32) {
+        int64_t s[4] = {n, 3, h, w};
+        memcpy(d.shape, s, sizeof s);
+    } else {
+        int64_t s[4] = {n, h, w, 3};
+        memcpy(d.shape, s, sizeof s);
+    }
+    d.dtype = b->layout == SL_LAYOUT_NHWC_U8 ? (sldl_dtype){SLDL_UINT, 8, 1}
+                                             : (sldl_dtype){SLDL_FLOAT, 32, 1};
+    d.data = self->device >= 0 ? b->d_data : b->data;
+    d.ready_event = self->device >= 0 ? b->ready_event : NULL;
+    if (!self->copy)
+        return pysl_tensor_new(&d);
+    /* copy=True: a buffer of its own (same device), filled now */
+    size_t bytes = (size_t)b->n * b->sample_bytes;
+    void *data;
+    sl_holder *own = pysl_buffer_new(bytes, self->device, &data);
+    if (!own)
+        return NULL;
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (self->device < 0)
+        memcpy(data, d.data, bytes);
+    else
+        rc = pysl_dev_copy(self->device, data, d.data, bytes, d.ready_event);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        sl_holder_unref(own);
+        return pysl_raise(rc);
+    }
+    d.data = data;
+    d.ready_event = NULL;
+    d.holder = own;
+    d.lease = NULL;
+    PyObject *t = pysl_tensor_new(&d);
+    sl_holder_unref(own);
+    return t;
+}
+
+/* (index, images, labels, record_ids, epochs) of b. */
+static PyObject *batch_tuple(pipe_obj *self, const sl_batch *b, sl_lease *lease)
+{
+    PyObject *img = image_tensor(self, b, lease);
+    PyObject *lab = small_tensor(b->labels, b->n, 4, 1, (sldl_dtype){SLDL_INT, 64, 1});
+    PyObject *ids = small_tensor(b->record_ids, b->n, 8, 0, (sldl_dtype){SLDL_INT, 64, 1});
+    PyObject *ep = small_tensor(b->epochs, b->n, 4, 0, (sldl_dtype){SLDL_INT, 32, 1});
+    PyObject *t = img && lab && ids && ep
+                      ? Py_BuildValue("(KOOOO)", (unsigned long long)b->index, img, lab, ids, ep)
+                      : NULL;
+    Py_XDECREF(img);
+    Py_XDECREF(lab);
+    Py_XDECREF(ids);
+    Py_XDECREF(ep);
+    return t;
+}
+
+static PyObject *closed_error(void)
+{
+    sl_fail(SL_ECANCELED, "sluice.Pipeline: the pipeline is closed");
+    return pysl_raise(SL_ECANCELED);
+}
+
+/* next() -> (index, images, labels, record_ids, epochs), or None at the end. */
+static PyObject *pipe_next(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    pipe_obj *self = (pipe_obj *)obj;
+    if (!self->core)
+        return closed_error();
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "sluice.Pipeline: next() called from two threads at once");
+        return NULL;
+    }
+    while (self->nq >= self->hold)
+        if (release_oldest(self))
+            return NULL;
+    sl_pipeline *p = self->core->p;
+    sl_batch *b = NULL;
+    int rc;
+    self->busy = 1;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = sl_pipeline_next_wait(p, WAIT_SLICE_MS, &b);
+        Py_END_ALLOW_THREADS
+        if (rc != SL_ETIMEDOUT || self->close_requested)
+            break;
+        if (PyErr_CheckSignals()) {
+            self->busy = 0;
+            return NULL;
+        }
+    }
+    self->busy = 0;
+    if (self->close_requested) {
+        if (rc == SL_OK)
+            sl_pipeline_release(p, b);
+        self->close_requested = 0;
+        if (do_close(self))
+            return NULL;
+        return closed_error();
+    }
+    if (rc == SL_EOF)
+        Py_RETURN_NONE;
+    if (rc)
+        return pysl_raise(rc);
+    sl_lease *lease = NULL;
+    if (self->device >= 0 && !self->copy) {
+        if (!(lease = calloc(1, sizeof *lease))) {
+            sl_pipeline_release(p, b);
+            return PyErr_NoMemory();
+        }
+        lease->refs = 1;
+    }
+    PyObject *t = batch_tuple(self, b, lease);
+    if (!t || self->copy) {
+        pysl_lease_unref(lease);
+        sl_pipeline_release(p, b);
+        return t;
+    }
+    self->q[self->nq++] = (held){b, lease};
+    return t;
+}
+
+/* ------------------------------------------------------------ state, stats */
+static PyObject *pipe_state(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    pipe_obj *self = (pipe_obj *)obj;
+    if (!self->core)
+        return closed_error();
+    char buf[SL_PIPELINE_STATE_MAX];
+    size_t len = 0;
+    int rc = sl_pipeline_state_save(self->core->p, buf, sizeof buf, &len);
+    if (rc)
+        return pysl_raise(rc);
+    return PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+}
+
+static int set_item(PyObject *d, const char *k, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, k, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *stage_dict(const sl_stage_stats *s)
+{
+    return Py_BuildValue("{sIsKsKsdsdsdsd}", "threads", s->threads, "items",
+                         (unsigned long long)s->items, "bytes", (unsigned long long)s->bytes,
+                         "busy_s", s->busy_s, "wait_in_s", s->wait_in_s, "wait_out_s",
+                         s->wait_out_s, "queue_fill", s->queue_fill);
+}
+
+static PyObject *pipe_stats(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    pipe_obj *self = (pipe_obj *)obj;
+    if (!self->core)
+        return closed_error();
+    sl_pipeline_stats s;
+    int rc = sl_pipeline_stats_get(self->core->p, &s);
+    if (rc)
+        return pysl_raise(rc);
+    PyObject *d = PyDict_New(), *stages = PyDict_New(), *bad = PyList_New(0);
+    if (!d || !stages || !bad)
+        goto fail;
+    for (unsigned i = 0; i < s.nstages; i++)
+        if (set_item(stages, s.stages[i].name, stage_dict(&s.stages[i])))
+            goto fail;
+    for (uint64_t i = 0; i < s.bad_records && i < SL_PIPELINE_MAX_BAD_REPORT; i++) {
+        PyObject *m = PyUnicode_FromString(s.bad[i]);
+        if (!m || PyList_Append(bad, m)) {
+            Py_XDECREF(m);
+            goto fail;
+        }
+        Py_DECREF(m);
+    }
+    if (set_item(d, "elapsed_s", PyFloat_FromDouble(s.elapsed_s)) ||
+        set_item(d, "batches", PyLong_FromUnsignedLongLong(s.batches)) ||
+        set_item(d, "samples", PyLong_FromUnsignedLongLong(s.samples)) ||
+        set_item(d, "bad_records", PyLong_FromUnsignedLongLong(s.bad_records)) ||
+        set_item(d, "shuffle_buffer", PyLong_FromUnsignedLongLong(s.shuffle_buffer)) ||
+        set_item(d, "records_per_epoch", PyLong_FromUnsignedLongLong(s.records_per_epoch)) ||
+        set_item(d, "records_per_epoch_world",
+                 PyLong_FromUnsignedLongLong(s.records_per_epoch_world)) ||
+        PyDict_SetItemString(d, "stages", stages) || PyDict_SetItemString(d, "bad", bad))
+        goto fail;
+    Py_DECREF(stages);
+    Py_DECREF(bad);
+    return d;
+fail:
+    Py_XDECREF(d);
+    Py_XDECREF(stages);
+    Py_XDECREF(bad);
+    return NULL;
+}
+
+static PyObject *pipe_get_closed(PyObject *obj, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(((pipe_obj *)obj)->core == NULL);
+}
+
+static PyObject *pipe_get_held(PyObject *obj, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(((pipe_obj *)obj)->nq);
+}
+
+static PyMethodDef pipe_methods[] = {
+    {"next", pipe_next, METH_NOARGS,
+     "next() -> (index, images, labels, record_ids, epochs) or None after the last batch."},
+    {"state", pipe_state, METH_NOARGS, "The resume state (JSON text) after the last batch taken."},
+    {"stats", pipe_stats, METH_NOARGS, "Per-stage figures since create (a dict)."},
+    {"close", pipe_close, METH_NOARGS, "Release held batches and stop the threads."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef pipe_getset[] = {
+    {"closed", pipe_get_closed, NULL, "True after close()", NULL},
+    {"held", pipe_get_held, NULL, "batches lent and not yet given back", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot pipe_slots[] = {
+    {Py_tp_doc, "_Pipeline(config: dict, state=None, hold=1, copy=False): one sl_pipeline "
+                "(use sluice.Pipeline)."},
+    {Py_tp_new, pipe_new},
+    {Py_tp_dealloc, pipe_dealloc},
+    {Py_tp_methods, pipe_methods},
+    {Py_tp_getset, pipe_getset},
+    {0, NULL},
+};
+
+static PyType_Spec pipe_spec = {
+    .name = "sluice._sluice._Pipeline",
+    .basicsize = sizeof(pipe_obj),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = pipe_slots,
+};
+
+int pysl_pipeline_init(PyObject *module)
+{
+    pipe_type = (PyTypeObject *)PyType_FromSpec(&pipe_spec);
+    if (!pipe_type)
+        return -1;
+    Py_INCREF(pipe_type);
+    if (PyModule_AddObject(module, "_Pipeline", (PyObject *)pipe_type)) {
+        Py_DECREF(pipe_type);
+        return -1;
+    }
+    return 0;
+}

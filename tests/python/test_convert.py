@@ -1,0 +1,61 @@
+"""sluice.convert: the library's converter from Python (records/convert.c)."""
+import json
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import make_folder
+
+
+def test_convert_folder_reports_skipped_and_progress(tmp_path):
+    make_folder(tmp_path / "img", 20, classes=2)
+    (tmp_path / "img" / "class1" / "broken.ppm").write_bytes(b"P6\n10 10\n255\n\x00\x01")
+    calls = []
+    res = sluice.convert(tmp_path / "out", folder=tmp_path / "img", shards=2, fsync=False,
+                         progress=lambda done, total, nbytes: calls.append((done, total)))
+    assert res["inputs"] == 21 and res["records"] == 20 and res["skipped"] == 1
+    assert res["shards"] == 2
+    (inp, why), = res["skipped_inputs"]
+    assert inp.endswith("broken.ppm") and why
+    assert calls and calls[-1] == (21, 21), "progress ends with done == total"
+    man = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert man["num_classes"] == 2
+    # what was written reads back: every record once, labels from the folders
+    ids = np.concatenate([np.from_dlpack(b.record_ids) for b in sluice.Pipeline(
+        tmp_path / "out", image_size=8, batch=7, train=False)])
+    assert sorted(ids.tolist()) == list(range(20))
+
+
+def test_convert_strict_and_errors(tmp_path):
+    make_folder(tmp_path / "img", 6, classes=2)
+    (tmp_path / "img" / "class0" / "broken.ppm").write_bytes(b"not an image")
+    with pytest.raises(sluice.Error, match="broken.ppm"):
+        sluice.convert(tmp_path / "out", folder=tmp_path / "img", strict=True, fsync=False)
+    assert not list((tmp_path / "out").glob("*.tfrecord")) if (tmp_path / "out").exists() else True
+    with pytest.raises(sluice.NotFoundError):
+        sluice.convert(tmp_path / "out2", folder=tmp_path / "missing", fsync=False)
+    with pytest.raises(sluice.ConfigError):
+        sluice.convert(tmp_path / "out3", folder=tmp_path / "img", list=tmp_path / "x")
+    with pytest.raises(ZeroDivisionError):
+        sluice.convert(tmp_path / "out4", folder=tmp_path / "img", fsync=False,
+                       progress=lambda *a: 1 / 0)
+
+
+def test_convert_idx_with_class_names(tmp_path):
+    import gzip
+    import struct
+    imgs = np.arange(5 * 28 * 28, dtype=np.uint8).reshape(5, 28, 28)
+    with gzip.open(tmp_path / "i.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, 5, 28, 28) + imgs.tobytes())
+    with gzip.open(tmp_path / "l.gz", "wb") as f:
+        f.write(struct.pack(">II", 0x801, 5) + bytes([0, 1, 2, 1, 0]))
+    res = sluice.convert(tmp_path / "out", idx_images=tmp_path / "i.gz",
+                         idx_labels=tmp_path / "l.gz", name="test", shuffle=False,
+                         class_names=["a", "b", "c"], fsync=False)
+    assert res["records"] == 5
+    man = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert man["classes"] == ["a", "b", "c"]
+    labels = np.concatenate([np.from_dlpack(b.labels) for b in sluice.Pipeline(
+        tmp_path / "out", split="test", image_size=28, batch=5, train=False)])
+    assert labels.tolist() == [0, 1, 2, 1, 0]
