@@ -25,7 +25,10 @@
  *   (6) sl_jpeg_scan alone: the structure check (2), (4) and (5) include.
  * Method: the same crops in every step and repetition; the steps alternate
  * within each repetition (1, 2, ..., 6, 1, 2, ...) so drifting load on a
- * shared box hits all of them; figures are medians over the repetitions.
+ * shared box hits all of them; times are the thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), which other processes on a shared box inflate
+ * much less than wall time (they still share its caches); figures are
+ * medians over the repetitions.
  * Validation before timing: every image decodes on every path; as u8 NHWC
  * outputs, rgb stays close to full (they differ by the DCT-scaled filter
  * and by at most half an output pixel of crop placement, see
@@ -131,6 +134,14 @@ static void tj_decode(bench *b, size_t i)
         die("image %zu: tjDecompress2: %s", i, tjGetErrorStr2(b->tj));
 }
 
+/* CPU seconds of the calling thread. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Header and geometry of image i (map.c's transform: crop draws, flip). */
 static void geometry(bench *b, sl_decoder *d, size_t i, sl_crop *crop, int *flip)
 {
@@ -159,17 +170,17 @@ static void sample_parts(bench *b, size_t i)
     sl_crop crop;
     sl_plane_view pv[3];
     int flip, np;
-    double t0 = now_s();
+    double t0 = cpu_s();
     geometry(b, b->yuv, i, &crop, &flip);
-    double t1 = now_s();
+    double t1 = cpu_s();
     if (sl_decode_crop_planes(b->yuv, b->c->data[i], b->c->size[i], &crop, b->size, b->size, pv,
                               &np) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
-    double t2 = now_s();
+    double t2 = cpu_s();
     if (sl_resample_planes(pv, np, b->size, b->size, flip, SL_LAYOUT_NCHW_F32, g_mean, g_std,
                            b->out) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
-    double t3 = now_s();
+    double t3 = cpu_s();
     b->t_head += t1 - t0;
     b->t_planes += t2 - t1;
     b->t_resample += t3 - t2;
@@ -268,27 +279,27 @@ int main(int argc, char **argv)
     double t[NSTEP + 3][MAX_REPS]; /* steps 1..6, then 3a, 3b, 3c */
     size_t n = g_corpus.n;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = cpu_s();
         for (size_t i = 0; i < n; i++)
             tj_decode(&b, i);
-        double t1 = now_s();
+        double t1 = cpu_s();
         for (size_t i = 0; i < n; i++)
             sample(&b, b.yuv, i, SL_LAYOUT_NCHW_F32);
-        double t2 = now_s();
+        double t2 = cpu_s();
         b.t_head = b.t_planes = b.t_resample = 0;
         for (size_t i = 0; i < n; i++)
             sample_parts(&b, i);
-        double t3 = now_s();
+        double t3 = cpu_s();
         for (size_t i = 0; i < n; i++)
             sample(&b, b.rgb, i, SL_LAYOUT_NCHW_F32);
-        double t4 = now_s();
+        double t4 = cpu_s();
         for (size_t i = 0; i < n; i++)
             sample(&b, b.plain, i, SL_LAYOUT_NCHW_F32);
-        double t5 = now_s();
+        double t5 = cpu_s();
         for (size_t i = 0; i < n; i++)
             if (sl_jpeg_scan(g_corpus.data[i], g_corpus.size[i]) != SL_OK)
                 die("image %zu: %s", i, sl_errmsg());
-        double t6 = now_s();
+        double t6 = cpu_s();
         double ts[NSTEP + 3] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5,
                                 b.t_head, b.t_planes, b.t_resample};
         for (int k = 0; k < NSTEP + 3; k++)

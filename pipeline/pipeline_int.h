@@ -7,6 +7,8 @@
  *               epochs, file-order shuffle) and the shuffle buffer machine
  *   geometry.c  random-resized-crop and eval center-crop geometry
  *   decode.c    ROI JPEG decode (libjpeg API) of a crop, resized
+ *   decode_yuv.c  the crop as raw Y/Cb/Cr planes (sl_decode_crop_sample's
+ *               default path; resample.c's sl_resample_planes finishes it)
  *   sample.c    flip + normalize + layout into a batch slot
  *   resample.c  resize + flip + normalize + layout in one pass (the map
  *               workers' path: decode.c's sl_decode_crop_sample)
@@ -192,23 +194,17 @@ int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, in
  * message; warnings (corrupt entropy data) are errors too. */
 int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop, int ow,
                    int oh, uint8_t *dst, int pitch);
-/* sl_decode_crop's decode, finished by sl_resample_sample instead of the
- * u8 resize: the crop resized to ow x oh, mirrored when flip, normalized
- * and laid out as one sample at dst (what sl_store_sample would write from
- * sl_decode_crop's output; f32 values come from the unrounded resize, see
- * resample.c). */
+/* One sample: the crop resized to ow x oh, mirrored when flip, normalized
+ * and laid out at dst. By default on the planar path (decode_yuv.c below:
+ * Y/Cb/Cr planes, RGB at the output size; RGB-transform JPEGs take the RGB
+ * path). With SLUICE_DECODE=rgb (or full) sl_decode_crop's decode finished
+ * by sl_resample_sample instead of the u8 resize: what sl_store_sample
+ * would write from sl_decode_crop's output (f32 values come from the
+ * unrounded resize, see resample.c); the reference of the planar path. */
 int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
                           int ow, int oh, int flip, sl_layout layout, const float mean[3],
                           const float std[3], void *dst);
 
-/* The planar path (decode_yuv.c): the crop's rows decoded to Y/Cb/Cr
- * planes with libjpeg's raw-data output, each plane resized at its own
- * resolution, RGB made only at the output size (sl_resample_planes).
- * Called by decode.c's sl_decode_crop_sample under its libjpeg error guard
- * with the header already read into ci (a libjpeg error longjmps out of
- * here); buf is the decoder's scratch (grows, freed by the caller).
- * SL_ENOTSUP when the file is not YCbCr or gray (the caller then takes the
- * RGB path); other codes as sl_decode_crop_sample. */
 /* One plane of a decoded crop strip for sl_resample_planes: pixels
  * [0, w) x [0, h) of u8 rows pitch bytes apart, and the crop's window in
  * that plane's pixel coordinates (edges, need not be whole pixels):
@@ -218,6 +214,14 @@ typedef struct sl_plane_view {
     int w, h, pitch;
     double x0, y0, cw, ch;
 } sl_plane_view;
+/* The planar path (decode_yuv.c): the crop's rows decoded to Y/Cb/Cr
+ * planes with libjpeg's raw-data output, each plane resized at its own
+ * resolution, RGB made only at the output size (sl_resample_planes).
+ * Called by decode.c's sl_decode_crop_sample under its libjpeg error guard
+ * with the header already read into ci (a libjpeg error longjmps out of
+ * here); buf is the decoder's scratch (grows, freed by the caller).
+ * SL_ENOTSUP when the file is not YCbCr or gray (the caller then takes the
+ * RGB path); other codes as sl_decode_crop_sample. */
 struct jpeg_decompress_struct;
 typedef struct sl_yuv_buf {
     uint8_t *p;

@@ -441,6 +441,17 @@ prow_add(float *restrict acc, const uint8_t *restrict row, float w, int n)
         acc[i] += w * (float)row[i];
 }
 
+/* The bilinear vertical tap in one pass: acc[i] = wa * a[i] + wb * b[i]
+ * (the same value as prow_set then prow_add: neither file contracts to
+ * FMA). */
+static inline __attribute__((always_inline)) void
+prow_two(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
+         float wb, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] = wa * (float)a[i] + wb * (float)b[i];
+}
+
 /* Area horizontal pass of one plane row (general taps) plus bias. */
 static void harea_plane(const sl_rtap *restrict t, int dw, const float *restrict p, float bias,
                         float *restrict out)
@@ -562,10 +573,14 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
             const sl_pstate *s = &ps[c];
             const sl_rtap *t = &s->vt[y];
             const uint8_t *row = pl[c].p + (size_t)t->i0 * pl[c].pitch + s->lo;
-            prow_set(s->acc, row, t->w0, s->n);
-            for (int k = 1; k < t->n; k++) {
-                float w = k == t->n - 1 ? t->wn : t->wmid;
-                prow_add(s->acc, row + (size_t)k * pl[c].pitch, w, s->n);
+            if (t->n == 2) {
+                prow_two(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
+            } else {
+                prow_set(s->acc, row, t->w0, s->n);
+                for (int k = 1; k < t->n; k++) {
+                    float w = k == t->n - 1 ? t->wn : t->wmid;
+                    prow_add(s->acc, row + (size_t)k * pl[c].pitch, w, s->n);
+                }
             }
             if (s->linear) {
                 const int32_t *tc = s->tab;
