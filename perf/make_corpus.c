@@ -18,11 +18,11 @@
  * 3:4..4:3, the whole source photograph downscaled (the most detail per
  * pixel these sources have), quality drawn from 90..95, 4:2:0, and camera-like
  * grain: Gaussian noise of GRAIN_SIGMA levels added to each pixel (luma) before
- * encoding. The sources here are smooth (wallpapers, test photographs) where
- * ImageNet's are noisy camera shots at ISO 400-3200; the grain gives the
- * entropy decoder and the IDCT the work per pixel that such files give
- * (the noise is what makes them 110 KB: without it these sources encode
- * to about 50 KB at quality 95).
+ * encoding (sigma 11, chosen so the mean lands near 110 KB). The sources
+ * here are smooth (wallpapers, test photographs) where ImageNet's are
+ * camera shots full of texture and sensor noise; the grain gives the
+ * entropy decoder the bits per pixel such files give (without it these
+ * sources encode to about 60 KB at the same sizes and qualities).
  *
  * Layout: DIR/class-XXX/img-XXXXXXX.jpg, class = source index mod K (default
  * 10), so the labels mean something (images of one class come from the same

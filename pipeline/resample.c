@@ -190,6 +190,21 @@ static void expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32
     }
 }
 
+/* One output of an area (general) tap over p: resize.c's hrow_store
+ * arithmetic. */
+static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, const float *p)
+{
+    int n = t->n;
+    float v = t->w0 * p[0];
+    if (n >= 2) {
+        float m = 0;
+        for (int k = 1; k < n - 1; k++)
+            m += p[k];
+        v += t->wmid * m + t->wn * p[n - 1];
+    }
+    return v;
+}
+
 /* Area (general tap) horizontal pass over the plane rows acc (stride
  * pstride) into output row y: resize.c's hrow_store arithmetic per
  * channel, then the layout. */
@@ -199,16 +214,8 @@ static void harea_row(const sl_rtap *restrict t, int dw, int dh, int y, const fl
 {
     size_t plane = (size_t)dh * dw, row = (size_t)y * dw;
     for (int x = 0; x < dw; x++) {
-        int n = t[x].n;
         for (int c = 0; c < 3; c++) {
-            const float *p = acc + c * pstride + t[x].i0;
-            float v = t[x].w0 * p[0];
-            if (n >= 2) {
-                float m = 0;
-                for (int k = 1; k < n - 1; k++)
-                    m += p[k];
-                v += t[x].wmid * m + t[x].wn * p[n - 1];
-            }
+            float v = area_tap(&t[x], acc + c * pstride + t[x].i0);
             if (layout == SL_LAYOUT_NHWC_U8)
                 ((uint8_t *)dst)[(row + x) * 3 + c] = to_u8(v);
             else if (layout == SL_LAYOUT_NHWC_F32)
@@ -456,18 +463,8 @@ prow_two(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict
 static void harea_plane(const sl_rtap *restrict t, int dw, const float *restrict p, float bias,
                         float *restrict out)
 {
-    for (int x = 0; x < dw; x++) {
-        const float *q = p + t[x].i0;
-        int n = t[x].n;
-        float v = t[x].w0 * q[0];
-        if (n >= 2) {
-            float m = 0;
-            for (int k = 1; k < n - 1; k++)
-                m += q[k];
-            v += t[x].wmid * m + t[x].wn * q[n - 1];
-        }
-        out[x] = v + bias;
-    }
+    for (int x = 0; x < dw; x++)
+        out[x] = area_tap(&t[x], p + t[x].i0) + bias;
 }
 
 /* What one plane needs during the pass (in mem). */

@@ -29,7 +29,8 @@
  * and Cr swapped each break the bounds.
  * Exact checks: f32 layouts are the u8 values before rounding (within
  * float rounding of the normalization); flip is the exact mirror; two
- * decoders and a decoder reused across images give the same bytes; an
+ * decoders and a decoder reused across images give the same bytes; tiny
+ * and thin images (1x1 to 33x1) decode at every sampling; an
  * RGB-colourspace JPEG (no YCbCr) takes the RGB path and equals it exactly;
  * truncated and corrupt files are SL_EIMAGE, a crop outside the image
  * SL_EINVAL, and the decoder keeps working after errors.
@@ -455,4 +456,44 @@ Test(pipeline_decode_yuv, errors_leave_the_decoder_usable)
     free(out);
     free(jpeg);
     sl_decoder_destroy(d);
+}
+
+/* Tiny and thin images at every sampling: whole-image and one-pixel crops
+ * decode (ASan watches the strip arithmetic) and stay near the RGB path
+ * (loosely: on a few pixels the edges are all there is). */
+Test(pipeline_decode_yuv, tiny_and_thin_images)
+{
+    const int samps[] = {TJSAMP_444, TJSAMP_422, TJSAMP_440, TJSAMP_420, TJSAMP_GRAY};
+    const int sizes[][2] = {{1, 1}, {2, 3}, {9, 17}, {17, 9}, {33, 1}, {1, 40}, {16, 16}};
+    sl_decoder *yuv = decoder(NULL), *rgb = decoder("rgb");
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+        int W = sizes[z][0], H = sizes[z][1];
+        uint8_t *img = synth(W, H, 40 + z);
+        for (size_t s = 0; s < sizeof samps / sizeof *samps; s++) {
+            unsigned long len;
+            unsigned char *jpeg = encode(img, W, H, samps[s], &len);
+            const sl_crop crops[] = {{0, 0, W, H}, {W - 1, H - 1, 1, 1}, {W / 2, 0, W - W / 2, H}};
+            const int outs[][2] = {{5, 4}, {1, 1}, {24, 24}};
+            for (int k = 0; k < 3; k++) {
+                int ow = outs[k][0], oh = outs[k][1];
+                uint8_t a[24 * 24 * 3], b[24 * 24 * 3];
+                cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, &crops[k], ow, oh, k & 1,
+                                                   SL_LAYOUT_NHWC_U8, NULL, NULL, a),
+                             SL_OK, "%dx%d samp %d crop %d: %s", W, H, samps[s], k, sl_errmsg());
+                cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, &crops[k], ow, oh, k & 1,
+                                                   SL_LAYOUT_NHWC_U8, NULL, NULL, b),
+                             SL_OK);
+                double d = 0;
+                for (int i = 0; i < ow * oh * 3; i++)
+                    d += abs((int)a[i] - (int)b[i]);
+                d /= ow * oh * 3;
+                cr_assert(d <= 12.0, "%dx%d samp %d crop %d: mean |diff| %.2f", W, H, samps[s],
+                          k, d);
+            }
+            tjFree(jpeg);
+        }
+        free(img);
+    }
+    sl_decoder_destroy(yuv);
+    sl_decoder_destroy(rgb);
 }
