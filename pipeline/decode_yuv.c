@@ -127,7 +127,8 @@ int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, con
     int nc = ci->num_components;
     if (!((nc == 3 && ci->jpeg_color_space == JCS_YCbCr) ||
           (nc == 1 && ci->jpeg_color_space == JCS_GRAYSCALE)))
-        return SL_ENOTSUP;
+        return sl_fail(SL_ENOTSUP, "%s: %d components in colour space %d: not YCbCr or gray",
+                       fn, nc, (int)ci->jpeg_color_space);
     int W = (int)ci->image_width, H = (int)ci->image_height;
     if (c->x < 0 || c->y < 0 || c->w < 1 || c->h < 1 || c->x > W - c->w || c->y > H - c->h)
         return sl_fail(SL_EINVAL, "%s: crop %dx%d at (%d,%d) outside the %dx%d image", fn, c->w,
