@@ -3,7 +3,8 @@
  * the decoded crop strip straight into its slot of the batch buffer.
  *
  *   in:  src (sh, sw, 3) u8, row pitch sp bytes (the crop in the decoder's
- *        strip)
+ *        strip); or, for sl_resample_planes (the "planes" section at the
+ *        end), Y, Cb, Cr planes at their own resolutions (decode_yuv.c)
  *   out: SL_LAYOUT_NHWC_U8   (dh, dw, 3) u8
  *        SL_LAYOUT_NHWC_F32  (dh, dw, 3) f32  (v - mean[c]) / std[c]
  *        SL_LAYOUT_NCHW_F32  (3, dh, dw) f32  same values, one plane per channel
