@@ -1,28 +1,42 @@
 /*
- * perf/bench_decode.c - the ROI decode of a training sample against a plain
- * full decode, one thread.
+ * perf/bench_decode.c - what a training sample costs on each decode path,
+ * against a plain full decode, one thread.
  *
  *   bench_decode DIR [--reps 5] [--size 224] [--seed 1]
  *
  * DIR is any tree of JPEG files (*.jpg / *.jpeg, e.g.
  * ~/.cache/sluice/corpus-2000-s1 from perf/make-corpus); all are read into
- * memory first. Steps, each over every image, images/s:
+ * memory first. Steps, each over every image, images/s and us per image:
  *   (1) ceiling: tjDecompress2 of the whole image to RGB at full size, what
  *       a plain pipeline pays before it crops;
- *   (2) ROI: what a training sample costs in sluice: sl_decoder_header,
- *       sl_rrc_geometry (0.08-1, 3/4-4/3, rng (seed, 0, image number)),
- *       sl_decode_crop to size x size (DCT scaling, column crop, row skip,
- *       early stop, resize);
- *   (3) the same with SLUICE_DECODE=full (full-size decode to the end, crop,
- *       resize): what (2) saves over doing it plainly;
- *   (4) sl_jpeg_scan alone: the structure check (2) and (3) include.
+ *   (2) yuv: a training sample as the pipeline makes it now:
+ *       sl_decoder_header, sl_rrc_geometry (0.08-1, 3/4-4/3, rng (seed, 0,
+ *       image number), flip from the same stream), sl_decode_crop_sample to
+ *       size x size NCHW f32 (decode_yuv.c: raw Y/Cb/Cr planes of the
+ *       crop's strip, each resized at its own resolution, RGB at the output);
+ *   (3) the same sample in its parts, each timed per image (clock around
+ *       each call): (3a) header + geometry, (3b) sl_decode_crop_planes (the
+ *       libjpeg half), (3c) sl_resample_planes (resize + RGB + normalize);
+ *   (4) rgb: the same sample with SLUICE_DECODE=rgb (the ROI decode to RGB
+ *       with upsampling and colour conversion in libjpeg, then
+ *       sl_resample_sample): the reference path, what the pipeline did
+ *       before decode_yuv.c;
+ *   (5) full: SLUICE_DECODE=full (full-size decode to the end, crop, resize);
+ *   (6) sl_jpeg_scan alone: the structure check (2), (4) and (5) include.
  * Method: the same crops in every step and repetition; the steps alternate
- * within each repetition (1, 2, 3, 4, 1, 2, ...) so drifting load on a
- * shared box hits all of them; figures are medians over the repetitions.
- * Validation before timing: every image decodes on all three paths, and
- * the ROI output stays close to the full path's (mean absolute difference
- * per image, printed: they differ by the DCT-scaled filter and by at most
- * half an output pixel of crop placement, see pipeline/decode.c).
+ * within each repetition (1, 2, ..., 6, 1, 2, ...) so drifting load on a
+ * shared box hits all of them; times are the thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), which other processes on a shared box inflate
+ * much less than wall time (they still share its caches); figures are
+ * medians over the repetitions.
+ * Validation before timing: every image decodes on every path; as u8 NHWC
+ * outputs, rgb stays close to full (they differ by the DCT-scaled filter
+ * and by at most half an output pixel of crop placement, see
+ * pipeline/decode.c) and yuv close to rgb (chroma filter and conversion
+ * order, see pipeline/decode_yuv.c); yuv against full is printed too (the
+ * planar path keeps the crop's edges exact below DCT scale 8/8, where the
+ * rgb path rounds them): mean |diff| per image, and the share of values
+ * more than 8 levels apart.
  *
  * Exit: 0 after printing; 1 (with a message) if a check fails.
  */
@@ -96,11 +110,15 @@ typedef struct bench {
     tjhandle tj;
     uint8_t *full;            /* tjDecompress2 output, grown to the largest image */
     size_t full_cap;
-    sl_decoder *roi, *plain;  /* plain: created with SLUICE_DECODE=full */
+    sl_decoder *yuv, *rgb, *plain; /* created with SLUICE_DECODE unset, rgb, full */
     int size;
     uint64_t seed;
-    uint8_t *out;             /* size x size x 3 */
+    uint8_t *out;             /* size x size x 3 (u8) or x 4 (f32) */
+    double t_head, t_planes, t_resample; /* step (3)'s parts, summed */
 } bench;
+
+static const float g_mean[3] = {123.675f, 116.28f, 103.53f};
+static const float g_std[3] = {58.395f, 57.12f, 57.375f};
 
 static void tj_decode(bench *b, size_t i)
 {
@@ -118,49 +136,109 @@ static void tj_decode(bench *b, size_t i)
         die("image %zu: tjDecompress2: %s", i, tjGetErrorStr2(b->tj));
 }
 
-/* One training sample the pipeline's way. */
-static void sample(bench *b, sl_decoder *d, size_t i)
+/* CPU seconds of the calling thread. */
+static double cpu_s(void)
 {
-    int w, h, rc;
-    if ((rc = sl_decoder_header(d, b->c->data[i], b->c->size[i], &w, &h)) != SL_OK)
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Header and geometry of image i (map.c's transform: crop draws, flip). */
+static void geometry(bench *b, sl_decoder *d, size_t i, sl_crop *crop, int *flip)
+{
+    int w, h;
+    if (sl_decoder_header(d, b->c->data[i], b->c->size[i], &w, &h) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
     sl_rng r = sl_rng_for(b->seed, 0, i);
+    sl_rrc_geometry(&r, w, h, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, crop);
+    *flip = sl_rng_uniform(&r) < 0.5f;
+}
+
+/* One training sample the pipeline's way, in layout. */
+static void sample(bench *b, sl_decoder *d, size_t i, sl_layout layout)
+{
     sl_crop crop;
-    sl_rrc_geometry(&r, w, h, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &crop);
-    rc = sl_decode_crop(d, b->c->data[i], b->c->size[i], &crop, b->size, b->size, b->out,
-                        b->size * 3);
-    if (rc != SL_OK)
+    int flip;
+    geometry(b, d, i, &crop, &flip);
+    if (sl_decode_crop_sample(d, b->c->data[i], b->c->size[i], &crop, b->size, b->size, flip,
+                              layout, g_mean, g_std, b->out) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
+}
+
+/* Step (3): sample() on the yuv path in its parts, each timed. */
+static void sample_parts(bench *b, size_t i)
+{
+    sl_crop crop;
+    sl_plane_view pv[3];
+    int flip, np;
+    double t0 = cpu_s();
+    geometry(b, b->yuv, i, &crop, &flip);
+    double t1 = cpu_s();
+    if (sl_decode_crop_planes(b->yuv, b->c->data[i], b->c->size[i], &crop, b->size, b->size, pv,
+                              &np) != SL_OK)
+        die("image %zu: %s", i, sl_errmsg());
+    double t2 = cpu_s();
+    if (sl_resample_planes(pv, np, b->size, b->size, flip, SL_LAYOUT_NCHW_F32, g_mean, g_std,
+                           b->out) != SL_OK)
+        die("image %zu: %s", i, sl_errmsg());
+    double t3 = cpu_s();
+    b->t_head += t1 - t0;
+    b->t_planes += t2 - t1;
+    b->t_resample += t3 - t2;
+}
+
+/* Mean |a - b| over n bytes; *far += values more than 8 apart. */
+static double mad(const uint8_t *a, const uint8_t *b, size_t n, size_t *far)
+{
+    double d = 0;
+    for (size_t k = 0; k < n; k++) {
+        int e = abs((int)a[k] - (int)b[k]);
+        d += e;
+        *far += e > 8;
+    }
+    return d / (double)n;
 }
 
 static void validate(bench *b)
 {
     size_t n = (size_t)b->size * b->size * 3;
-    uint8_t *ref = malloc(n);
-    if (!ref)
+    uint8_t *full = malloc(n), *rgb = malloc(n);
+    if (!full || !rgb)
         die("out of memory");
-    double sum = 0, worst = 0;
+    double sum[3] = {0, 0, 0}, worst[3] = {0, 0, 0};
+    size_t far[3] = {0, 0, 0};
     for (size_t i = 0; i < b->c->n; i++) {
         tj_decode(b, i);
-        sample(b, b->plain, i);
-        memcpy(ref, b->out, n);
-        sample(b, b->roi, i);
-        double d = 0;
-        for (size_t k = 0; k < n; k++)
-            d += abs((int)b->out[k] - (int)ref[k]);
-        d /= (double)n;
-        sum += d;
-        worst = d > worst ? d : worst;
+        sample(b, b->plain, i, SL_LAYOUT_NHWC_U8);
+        memcpy(full, b->out, n);
+        sample(b, b->rgb, i, SL_LAYOUT_NHWC_U8);
+        memcpy(rgb, b->out, n);
+        sample(b, b->yuv, i, SL_LAYOUT_NHWC_U8);
+        double d[3] = {mad(rgb, full, n, &far[0]), mad(b->out, rgb, n, &far[1]),
+                       mad(b->out, full, n, &far[2])};
+        for (int k = 0; k < 3; k++) {
+            sum[k] += d[k];
+            worst[k] = d[k] > worst[k] ? d[k] : worst[k];
+        }
         if (sl_jpeg_scan(b->c->data[i], b->c->size[i]) != SL_OK)
             die("image %zu: %s", i, sl_errmsg());
     }
-    free(ref);
-    double mean = sum / (double)b->c->n;
-    printf("validation: %zu images decode on all paths; ROI vs full path mean |diff| %.2f "
-           "levels (worst image %.2f)\n",
-           b->c->n, mean, worst);
-    if (mean > 4.0)
-        die("ROI output strays from the full path (mean |diff| %.2f > 4)", mean);
+    free(full);
+    free(rgb);
+    double mean[3] = {sum[0] / (double)b->c->n, sum[1] / (double)b->c->n,
+                      sum[2] / (double)b->c->n};
+    double all = (double)n * (double)b->c->n;
+    printf("validation: %zu images decode on all paths; u8 outputs, mean |diff| per image:\n"
+           "  rgb vs full: %.2f levels (worst image %.2f), %.3f%% of values > 8 apart\n"
+           "  yuv vs rgb:  %.2f levels (worst image %.2f), %.3f%% of values > 8 apart\n"
+           "  yuv vs full: %.2f levels (worst image %.2f), %.3f%% of values > 8 apart\n",
+           b->c->n, mean[0], worst[0], 100.0 * (double)far[0] / all, mean[1], worst[1],
+           100.0 * (double)far[1] / all, mean[2], worst[2], 100.0 * (double)far[2] / all);
+    if (mean[0] > 4.0)
+        die("rgb output strays from the full path (mean |diff| %.2f > 4)", mean[0]);
+    if (mean[1] > 4.0)
+        die("yuv output strays from the rgb path (mean |diff| %.2f > 4)", mean[1]);
 }
 
 int main(int argc, char **argv)
@@ -190,51 +268,71 @@ int main(int argc, char **argv)
     bench b = {.c = &g_corpus, .size = size, .seed = seed};
     if (!(b.tj = tjInitDecompress()))
         die("tjInitDecompress: %s", tjGetErrorStr2(NULL));
-    if (unsetenv("SLUICE_DECODE") != 0 || sl_decoder_create(&b.roi) != SL_OK ||
+    if (unsetenv("SLUICE_DECODE") != 0 || sl_decoder_create(&b.yuv) != SL_OK ||
+        setenv("SLUICE_DECODE", "rgb", 1) != 0 || sl_decoder_create(&b.rgb) != SL_OK ||
         setenv("SLUICE_DECODE", "full", 1) != 0 || sl_decoder_create(&b.plain) != SL_OK)
         die("decoder setup: %s", sl_errmsg());
     unsetenv("SLUICE_DECODE");
-    if (!(b.out = malloc((size_t)size * size * 3)))
+    if (!(b.out = malloc((size_t)size * size * 3 * sizeof(float))))
         die("out of memory");
 
     printf("corpus: %s: %zu JPEGs, %.1f MB; output %dx%d, seed %llu, %d reps, 1 thread\n", dir,
            g_corpus.n, (double)g_corpus.bytes / 1e6, size, size, (unsigned long long)seed, reps);
     validate(&b);
 
-    double t[4][MAX_REPS];
+#define NSTEP 6
+    double t[NSTEP + 3][MAX_REPS]; /* steps 1..6, then 3a, 3b, 3c */
+    size_t n = g_corpus.n;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        for (size_t i = 0; i < g_corpus.n; i++)
+        double t0 = cpu_s();
+        for (size_t i = 0; i < n; i++)
             tj_decode(&b, i);
-        double t1 = now_s();
-        for (size_t i = 0; i < g_corpus.n; i++)
-            sample(&b, b.roi, i);
-        double t2 = now_s();
-        for (size_t i = 0; i < g_corpus.n; i++)
-            sample(&b, b.plain, i);
-        double t3 = now_s();
-        for (size_t i = 0; i < g_corpus.n; i++)
+        double t1 = cpu_s();
+        for (size_t i = 0; i < n; i++)
+            sample(&b, b.yuv, i, SL_LAYOUT_NCHW_F32);
+        double t2 = cpu_s();
+        b.t_head = b.t_planes = b.t_resample = 0;
+        for (size_t i = 0; i < n; i++)
+            sample_parts(&b, i);
+        double t3 = cpu_s();
+        for (size_t i = 0; i < n; i++)
+            sample(&b, b.rgb, i, SL_LAYOUT_NCHW_F32);
+        double t4 = cpu_s();
+        for (size_t i = 0; i < n; i++)
+            sample(&b, b.plain, i, SL_LAYOUT_NCHW_F32);
+        double t5 = cpu_s();
+        for (size_t i = 0; i < n; i++)
             if (sl_jpeg_scan(g_corpus.data[i], g_corpus.size[i]) != SL_OK)
                 die("image %zu: %s", i, sl_errmsg());
-        double t4 = now_s();
-        t[0][r] = t1 - t0;
-        t[1][r] = t2 - t1;
-        t[2][r] = t3 - t2;
-        t[3][r] = t4 - t3;
+        double t6 = cpu_s();
+        double ts[NSTEP + 3] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5,
+                                b.t_head, b.t_planes, b.t_resample};
+        for (int k = 0; k < NSTEP + 3; k++)
+            t[k][r] = ts[k];
     }
-    double ips[4];
-    for (int k = 0; k < 4; k++)
-        ips[k] = (double)g_corpus.n / median(t[k], reps);
-    printf("(1) tjDecompress2 full decode to RGB (ceiling):      %9.0f images/s\n", ips[0]);
-    printf("(2) sl_decode_crop ROI, RRC crop -> %dx%d:        %9.0f images/s\n", size, size,
-           ips[1]);
-    printf("(3) sl_decode_crop SLUICE_DECODE=full, same crops:   %9.0f images/s\n", ips[2]);
-    printf("(4) sl_jpeg_scan alone (inside 2 and 3):             %9.0f images/s (%.1f us/image)\n",
-           ips[3], 1e6 / ips[3]);
-    printf("ratio (2)/(1) = %.2f   (2)/(3) = %.2f   (3)/(1) = %.2f\n", ips[1] / ips[0],
-           ips[1] / ips[2], ips[2] / ips[0]);
+    double us[NSTEP + 3];
+    for (int k = 0; k < NSTEP + 3; k++)
+        us[k] = 1e6 * median(t[k], reps) / (double)n;
+    static const char *what[NSTEP + 3] = {
+        "(1) ceiling: tjDecompress2 full decode to RGB     ",
+        "(2) yuv: sl_decode_crop_sample, NCHW f32 (now)     ",
+        "(3) yuv in parts, per-image clocks (sum)           ",
+        "(4) rgb: SLUICE_DECODE=rgb, same samples (before)  ",
+        "(5) full: SLUICE_DECODE=full, same samples         ",
+        "(6) sl_jpeg_scan alone (inside 2-5)                ",
+        "    (3a) sl_decoder_header + geometry              ",
+        "    (3b) sl_decode_crop_planes (libjpeg raw planes)",
+        "    (3c) sl_resample_planes (resize, RGB, f32)     ",
+    };
+    us[2] = us[6] + us[7] + us[8];
+    for (int k = 0; k < NSTEP + 3; k++)
+        printf("%s %9.0f images/s %8.1f us/image\n", what[k], 1e6 / us[k], us[k]);
+    printf("ratio (per image, one thread): yuv/ceiling %.2f   yuv/rgb %.2f   rgb/ceiling %.2f   "
+           "full/ceiling %.2f\n",
+           us[0] / us[1], us[3] / us[1], us[0] / us[3], us[0] / us[4]);
 
-    sl_decoder_destroy(b.roi);
+    sl_decoder_destroy(b.yuv);
+    sl_decoder_destroy(b.rgb);
     sl_decoder_destroy(b.plain);
     tjDestroy(b.tj);
     free(b.full);

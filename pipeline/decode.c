@@ -38,6 +38,9 @@
  * SLUICE_DECODE=full (read once, at sl_decoder_create) takes the plain path
  * instead: decode the whole image at scale 1 to the end (EOI), crop, resize.
  * Tests compare the two; benchmarks time both.
+ * sl_decode_crop_sample takes the planar path of decode_yuv.c (Y/Cb/Cr
+ * planes resized at their own resolutions, RGB at the output size) unless
+ * SLUICE_DECODE is rgb (this file's ROI path to RGB, the reference) or full.
  *
  * Errors: a custom libjpeg error manager longjmps back into this file with
  * the message formatted (libjpeg's default error_exit prints it and ends
@@ -89,6 +92,8 @@ struct sl_decoder {
     struct jpeg_decompress_struct cinfo;
     sl_jerr jerr;
     int full;                 /* SLUICE_DECODE=full */
+    int rgb;                  /* SLUICE_DECODE=rgb: samples without decode_yuv.c */
+    sl_yuv_buf yuv;           /* decode_yuv.c's planes */
     uint8_t *buf;             /* crop rows: (rows, row_width, 3) u8 */
     size_t cap;
 };
@@ -105,6 +110,8 @@ typedef struct sl_decode_job {
     const float *mean, *std;
     void *out;
     const char *fn;           /* the public function, for messages */
+    sl_plane_view *pv;        /* sl_decode_crop_planes' outputs */
+    int *np;
     int *w, *h;               /* sl_decoder_header's outputs */
 } sl_decode_job;
 
@@ -158,6 +165,7 @@ int sl_decoder_create(sl_decoder **out)
     jpeg_create_decompress(&d->cinfo);
     const char *mode = getenv("SLUICE_DECODE");
     d->full = mode && strcmp(mode, "full") == 0;
+    d->rgb = mode && strcmp(mode, "rgb") == 0;
     *out = d;
     return SL_OK;
 }
@@ -168,6 +176,7 @@ void sl_decoder_destroy(sl_decoder *d)
         return;
     jpeg_destroy_decompress(&d->cinfo);
     free(d->buf);
+    free(d->yuv.p);
     free(d);
 }
 
@@ -340,12 +349,29 @@ static int crop_body(sl_decoder *d, const sl_decode_job *j)
 static int sample_body(sl_decoder *d, const sl_decode_job *j)
 {
     const uint8_t *src;
-    int sw, sh, sp;
-    int rc = decode_strip(d, j, &src, &sw, &sh, &sp);
+    int sw, sh, sp, rc;
+    if (!d->full && !d->rgb) {
+        if ((rc = read_header(d, j, j->fn)) != SL_OK)
+            return rc;
+        rc = sl_decode_yuv(&d->cinfo, &d->yuv, j->crop, j->ow, j->oh, j->flip, j->layout,
+                           j->mean, j->std, j->out, j->fn);
+        if (rc != SL_ENOTSUP)
+            return rc;
+        jpeg_abort_decompress(&d->cinfo); /* not YCbCr or gray: the RGB path */
+    }
+    rc = decode_strip(d, j, &src, &sw, &sh, &sp);
     if (rc == SL_OK)
         sl_resample_sample(src, sw, sh, sp, j->ow, j->oh, j->flip, j->layout, j->mean, j->std,
                            j->out);
     return rc;
+}
+
+/* sl_decode_crop_planes: decode_yuv.c's first half. */
+static int planes_body(sl_decoder *d, const sl_decode_job *j)
+{
+    int rc = read_header(d, j, j->fn);
+    return rc ? rc : sl_decode_yuv_planes(&d->cinfo, &d->yuv, j->crop, j->ow, j->oh, j->pv, j->np,
+                                          j->fn);
 }
 
 /* Run body with libjpeg errors caught: a longjmp lands here with the
@@ -405,4 +431,17 @@ int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const 
                        .layout = layout, .mean = mean, .std = std, .out = dst,
                        .fn = "sl_decode_crop_sample"};
     return guarded(d, sample_body, &j, "sl_decode_crop_sample");
+}
+
+int sl_decode_crop_planes(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
+                          int ow, int oh, sl_plane_view pv[3], int *np)
+{
+    if (!d || !crop || !pv || !np || (!jpeg && len) || ow < 1 || oh < 1)
+        return sl_fail(SL_EINVAL, "sl_decode_crop_planes: bad argument");
+    int rc = sl_jpeg_scan(jpeg, len);
+    if (rc)
+        return sl_fail(rc, "sl_decode_crop_planes: %s", sl_errmsg());
+    sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh, .pv = pv,
+                       .np = np, .fn = "sl_decode_crop_planes"};
+    return guarded(d, planes_body, &j, "sl_decode_crop_planes");
 }

@@ -7,6 +7,8 @@
  *               epochs, file-order shuffle) and the shuffle buffer machine
  *   geometry.c  random-resized-crop and eval center-crop geometry
  *   decode.c    ROI JPEG decode (libjpeg API) of a crop, resized
+ *   decode_yuv.c  the crop as raw Y/Cb/Cr planes (sl_decode_crop_sample's
+ *               default path; resample.c's sl_resample_planes finishes it)
  *   sample.c    flip + normalize + layout into a batch slot
  *   resample.c  resize + flip + normalize + layout in one pass (the map
  *               workers' path: decode.c's sl_decode_crop_sample)
@@ -192,14 +194,53 @@ int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, in
  * message; warnings (corrupt entropy data) are errors too. */
 int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop, int ow,
                    int oh, uint8_t *dst, int pitch);
-/* sl_decode_crop's decode, finished by sl_resample_sample instead of the
- * u8 resize: the crop resized to ow x oh, mirrored when flip, normalized
- * and laid out as one sample at dst (what sl_store_sample would write from
- * sl_decode_crop's output; f32 values come from the unrounded resize, see
- * resample.c). */
+/* One sample: the crop resized to ow x oh, mirrored when flip, normalized
+ * and laid out at dst. By default on the planar path (decode_yuv.c below:
+ * Y/Cb/Cr planes, RGB at the output size; RGB-transform JPEGs take the RGB
+ * path). With SLUICE_DECODE=rgb (or full) sl_decode_crop's decode finished
+ * by sl_resample_sample instead of the u8 resize: what sl_store_sample
+ * would write from sl_decode_crop's output (f32 values come from the
+ * unrounded resize, see resample.c); the reference of the planar path. */
 int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
                           int ow, int oh, int flip, sl_layout layout, const float mean[3],
                           const float std[3], void *dst);
+
+/* One plane of a decoded crop strip for sl_resample_planes: pixels
+ * [0, w) x [0, h) of u8 rows pitch bytes apart, and the crop's window in
+ * that plane's pixel coordinates (edges, need not be whole pixels):
+ * [x0, x0 + cw) x [y0, y0 + ch), inside [0, w] x [0, h]. */
+typedef struct sl_plane_view {
+    const uint8_t *p;
+    int w, h, pitch;
+    double x0, y0, cw, ch;
+} sl_plane_view;
+/* The planar path (decode_yuv.c): the crop's rows decoded to Y/Cb/Cr
+ * planes with libjpeg's raw-data output, each plane resized at its own
+ * resolution, RGB made only at the output size (sl_resample_planes).
+ * Called by decode.c's sl_decode_crop_sample under its libjpeg error guard
+ * with the header already read into ci (a libjpeg error longjmps out of
+ * here); buf is the decoder's scratch (grows, freed by the caller).
+ * SL_ENOTSUP when the file is not YCbCr or gray (the caller then takes the
+ * RGB path); other codes as sl_decode_crop_sample. */
+struct jpeg_decompress_struct;
+typedef struct sl_yuv_buf {
+    uint8_t *p;
+    size_t cap;
+} sl_yuv_buf;
+int sl_decode_yuv(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *crop, int ow,
+                  int oh, int flip, sl_layout layout, const float mean[3], const float std[3],
+                  void *dst, const char *fn);
+/* Its first half: the planes of the crop's strip and the crop's window in
+ * each, *np of them (3 or 1), views into buf (valid until buf is used
+ * again), ready for sl_resample_planes. */
+int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *crop,
+                         int ow, int oh, sl_plane_view pv[3], int *np, const char *fn);
+/* sl_decode_yuv_planes under sl_decoder's guard (decode.c), for benchmarks
+ * and tests that time or check the two halves apart: the JPEG's structure
+ * checked, its header read, the planes decoded into the decoder's scratch
+ * (valid until the decoder's next call). SL_ENOTSUP: not YCbCr or gray. */
+int sl_decode_crop_planes(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
+                          int ow, int oh, sl_plane_view pv[3], int *np);
 
 /* ------------------------------------------------------------------ sample */
 /* Write one sample from RGB u8 (h x w, packed rows) into dst in layout,
@@ -215,6 +256,15 @@ void sl_store_sample(const uint8_t *rgb, int h, int w, int flip, sl_layout layou
  * u8. Invalid arguments leave dst untouched. */
 void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int dh, int flip,
                         sl_layout layout, const float mean[3], const float std[3], void *dst);
+/* Resize np planes (3: Y, Cb, Cr of JFIF YCbCr; 1: gray) each over its
+ * own window to dw x dh, convert to RGB at that size (clamped to 0..255),
+ * mirror when flip, and store as sl_store_sample would (u8 rounded; f32
+ * (v - mean[c]) / std[c] from the unrounded value). resample.c's
+ * "planes" comment gives the filter. SL_EINVAL for bad arguments,
+ * SL_ENOMEM when a large output's scratch cannot be had; dst is then
+ * untouched. */
+int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
+                       const float mean[3], const float std[3], void *dst);
 /* Bytes of one sample in a layout. */
 size_t sl_sample_bytes(int h, int w, sl_layout layout);
 

@@ -3,7 +3,8 @@
  * the decoded crop strip straight into its slot of the batch buffer.
  *
  *   in:  src (sh, sw, 3) u8, row pitch sp bytes (the crop in the decoder's
- *        strip)
+ *        strip); or, for sl_resample_planes (the "planes" section at the
+ *        end), Y, Cb, Cr planes at their own resolutions (decode_yuv.c)
  *   out: SL_LAYOUT_NHWC_U8   (dh, dw, 3) u8
  *        SL_LAYOUT_NHWC_F32  (dh, dw, 3) f32  (v - mean[c]) / std[c]
  *        SL_LAYOUT_NCHW_F32  (3, dh, dw) f32  same values, one plane per channel
@@ -60,6 +61,7 @@
  *
  * Threading: reentrant; distinct dst regions may be written concurrently.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +191,21 @@ static void expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32
     }
 }
 
+/* One output of an area (general) tap over p: resize.c's hrow_store
+ * arithmetic. */
+static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, const float *p)
+{
+    int n = t->n;
+    float v = t->w0 * p[0];
+    if (n >= 2) {
+        float m = 0;
+        for (int k = 1; k < n - 1; k++)
+            m += p[k];
+        v += t->wmid * m + t->wn * p[n - 1];
+    }
+    return v;
+}
+
 /* Area (general tap) horizontal pass over the plane rows acc (stride
  * pstride) into output row y: resize.c's hrow_store arithmetic per
  * channel, then the layout. */
@@ -198,16 +215,8 @@ static void harea_row(const sl_rtap *restrict t, int dw, int dh, int y, const fl
 {
     size_t plane = (size_t)dh * dw, row = (size_t)y * dw;
     for (int x = 0; x < dw; x++) {
-        int n = t[x].n;
         for (int c = 0; c < 3; c++) {
-            const float *p = acc + c * pstride + t[x].i0;
-            float v = t[x].w0 * p[0];
-            if (n >= 2) {
-                float m = 0;
-                for (int k = 1; k < n - 1; k++)
-                    m += p[k];
-                v += t[x].wmid * m + t[x].wn * p[n - 1];
-            }
+            float v = area_tap(&t[x], acc + c * pstride + t[x].i0);
             if (layout == SL_LAYOUT_NHWC_U8)
                 ((uint8_t *)dst)[(row + x) * 3 + c] = to_u8(v);
             else if (layout == SL_LAYOUT_NHWC_F32)
@@ -361,4 +370,267 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
     }
     if (mem != stackbuf)
         free(mem);
+}
+
+/* ------------------------------------------------------------ planes */
+/*
+ * sl_resample_planes: the decode_yuv.c path's resize. Each plane (Y, Cb,
+ * Cr at their own resolutions, or one gray plane) is resized to dw x dh
+ * with its own taps over its own window, which need not start or end on a
+ * pixel edge (4:2:0 chroma of a crop at an odd x starts mid-sample); only
+ * then are the three values converted to RGB (JFIF full-range YCbCr, the
+ * constants of libjpeg's jdcolor.c), clamped to 0..255 and written in the
+ * layout. Resizing and the colour conversion are both linear, so this
+ * equals convert-then-resize except where a clamp bites (saturated colours)
+ * and in the chroma filter (libjpeg's fancy upsampling is a triangle filter
+ * too, at 2x; here bilinear straight from the chroma samples to the output).
+ *
+ * Filter per direction and plane, as sl_resize_taps on an exact window:
+ * area averaging over [a + x*s, a + (x+1)*s) when the plane's scale s =
+ * window / output >= 2 (first and last source pixel weighted by their
+ * overlap), otherwise bilinear at centre a + (x + 0.5)*s - 0.5, clamped to
+ * the plane. On a whole-pixel window of a whole plane the taps are
+ * sl_resize_taps' (the same formulas in double).
+ */
+
+/* Taps for d outputs over the window [a, a + len) of a line of s pixels
+ * (0 <= a, a + len <= s; len > 0). */
+static void window_taps(sl_rtap *t, double a, double len, int s, int d)
+{
+    double sc = len / d;
+    for (int x = 0; x < d; x++) {
+        if (sc >= 2.0) {
+            double lo = a + x * sc, hi = lo + sc;
+            int first = (int)floor(lo), last = (int)ceil(hi) - 1;
+            first = first < 0 ? 0 : first > s - 1 ? s - 1 : first;
+            last = last < first ? first : last > s - 1 ? s - 1 : last;
+            t[x].i0 = first;
+            t[x].n = last - first + 1;
+            if (t[x].n == 1) {
+                t[x].w0 = 1;
+                t[x].wmid = t[x].wn = 0;
+                continue;
+            }
+            t[x].w0 = (float)((first + 1 - lo) / sc);
+            t[x].wmid = (float)(1.0 / sc);
+            t[x].wn = (float)((hi - last) / sc);
+            continue;
+        }
+        double c = a + (x + 0.5) * sc - 0.5;
+        c = c < 0 ? 0 : c > s - 1 ? s - 1 : c;
+        int i0 = (int)c;
+        double f = c - i0;
+        t[x].i0 = i0;
+        t[x].wmid = 0;
+        if (f == 0 || i0 + 1 >= s) {
+            t[x].n = 1;
+            t[x].w0 = 1;
+            t[x].wn = 0;
+        } else {
+            t[x].n = 2;
+            t[x].w0 = (float)(1 - f);
+            t[x].wn = (float)f;
+        }
+    }
+}
+
+/* Vertical pass on one u8 plane row: acc[i] = w * row[i] or += (n values). */
+static inline __attribute__((always_inline)) void
+prow_set(float *restrict acc, const uint8_t *restrict row, float w, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] = w * (float)row[i];
+}
+
+static inline __attribute__((always_inline)) void
+prow_add(float *restrict acc, const uint8_t *restrict row, float w, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] += w * (float)row[i];
+}
+
+/* The bilinear vertical tap in one pass: acc[i] = wa * a[i] + wb * b[i]
+ * (the same value as prow_set then prow_add: neither file contracts to
+ * FMA). */
+static inline __attribute__((always_inline)) void
+prow_two(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
+         float wb, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] = wa * (float)a[i] + wb * (float)b[i];
+}
+
+/* Area horizontal pass of one plane row (general taps) plus bias. */
+static void harea_plane(const sl_rtap *restrict t, int dw, const float *restrict p, float bias,
+                        float *restrict out)
+{
+    for (int x = 0; x < dw; x++)
+        out[x] = area_tap(&t[x], p + t[x].i0) + bias;
+}
+
+/* What one plane needs during the pass (in mem). */
+typedef struct sl_pstate {
+    sl_rtap *ht, *vt;         /* dw horizontal taps (relative to lo), dh vertical */
+    int lo, n;                /* columns [lo, lo + n) are read */
+    int linear;
+    sl_hblk *blk;             /* linear: dw / 8 blocks, then the tables */
+    int32_t *tab;             /* ia, ib, wa, wb: dw each */
+    float *acc;               /* n + pad floats */
+} sl_pstate;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                        \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
+                       const float mean[3], const float std[3], void *dst)
+{
+    if (!pl || !dst || (np != 1 && np != 3) || dw <= 0 || dh <= 0 || dw > INT32_MAX / 3 ||
+        (unsigned)layout > SL_LAYOUT_NCHW_F32 ||
+        (layout != SL_LAYOUT_NHWC_U8 && (!mean || !std)))
+        return sl_fail(SL_EINVAL, "sl_resample_planes: bad arguments");
+    for (int c = 0; c < np; c++) {
+        const sl_plane_view *v = &pl[c];
+        if (!v->p || v->w < 1 || v->h < 1 || v->pitch < v->w || !(v->cw > 0) || !(v->ch > 0) ||
+            !(v->x0 >= 0) || !(v->y0 >= 0) || v->x0 + v->cw > v->w + 1e-6 ||
+            v->y0 + v->ch > v->h + 1e-6)
+            return sl_fail(SL_EINVAL, "sl_resample_planes: plane %d: window %gx%g at (%g,%g) "
+                           "outside %dx%d", c, v->cw, v->ch, v->x0, v->y0, v->w, v->h);
+    }
+    float sc[3] = {1, 1, 1}, bi[3] = {0, 0, 0};
+    if (layout != SL_LAYOUT_NHWC_U8)
+        for (int c = 0; c < 3; c++) {
+            sc[c] = 1.0f / std[c];
+            bi[c] = -mean[c] * sc[c];
+        }
+
+    /* Memory: per plane taps, tables and the acc row; then 3 output rows. */
+    size_t nblk = (size_t)dw / 8, need = 0, off[3][4];
+    int cols[3];
+    for (int c = 0; c < np; c++) {
+        cols[c] = pl[c].w; /* upper bound on the columns read */
+        off[c][0] = need;
+        need = al32(need + ((size_t)dw + dh) * sizeof(sl_rtap));
+        off[c][1] = need;
+        need = al32(need + nblk * sizeof(sl_hblk) + (size_t)dw * 4 * sizeof(int32_t));
+        off[c][2] = need;
+        need = al32(need + ((size_t)cols[c] + SL_RESAMPLE_PAD) * sizeof(float));
+    }
+    size_t o_out = need;
+    need += 3 * (size_t)dw * sizeof(float);
+    _Alignas(32) unsigned char stackbuf[SL_RESAMPLE_STACK];
+    unsigned char *mem = stackbuf;
+    if (need > sizeof stackbuf && !(mem = aligned_alloc(32, al32(need))))
+        return sl_fail(SL_ENOMEM, "sl_resample_planes: %zu bytes: out of memory", need);
+
+    sl_pstate ps[3];
+    for (int c = 0; c < np; c++) {
+        const sl_plane_view *v = &pl[c];
+        sl_pstate *s = &ps[c];
+        s->ht = (sl_rtap *)(mem + off[c][0]);
+        s->vt = s->ht + dw;
+        s->blk = (sl_hblk *)(mem + off[c][1]);
+        s->tab = (int32_t *)(s->blk + nblk);
+        s->acc = (float *)(mem + off[c][2]);
+        window_taps(s->ht, v->x0, v->cw, v->w, dw);
+        window_taps(s->vt, v->y0, v->ch, v->h, dh);
+        if (flip)
+            for (int a = 0, b = dw - 1; a < b; a++, b--) {
+                sl_rtap t = s->ht[a];
+                s->ht[a] = s->ht[b];
+                s->ht[b] = t;
+            }
+        int lo = INT32_MAX, hi = 0;
+        s->linear = 1;
+        for (int x = 0; x < dw; x++) {
+            lo = s->ht[x].i0 < lo ? s->ht[x].i0 : lo;
+            hi = s->ht[x].i0 + s->ht[x].n > hi ? s->ht[x].i0 + s->ht[x].n : hi;
+            s->linear &= s->ht[x].n <= 2 && s->ht[x].wmid == 0;
+        }
+        for (int x = 0; x < dw; x++)
+            s->ht[x].i0 -= lo;
+        s->lo = lo;
+        s->n = hi - lo;
+        memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float)); /* windows read the pad */
+        if (s->linear) {
+            int32_t *t = s->tab;
+            expand_linear(s->ht, dw, 1.0f, t, t + dw, (float *)(t + 2 * dw),
+                          (float *)(t + 3 * dw), s->blk);
+        }
+    }
+
+    float *o[3];
+    for (int c = 0; c < 3; c++)
+        o[c] = (float *)(mem + o_out) + (size_t)c * dw;
+    size_t plane = (size_t)dh * dw;
+    /* Chroma leaves the planes centred on 0 (the bias), the conversion
+     * wants Cb - 128 and Cr - 128. */
+    const float pbias[3] = {0.0f, -128.0f, -128.0f};
+    for (int y = 0; y < dh; y++) {
+        for (int c = 0; c < np; c++) {
+            const sl_pstate *s = &ps[c];
+            const sl_rtap *t = &s->vt[y];
+            const uint8_t *row = pl[c].p + (size_t)t->i0 * pl[c].pitch + s->lo;
+            if (t->n == 2) {
+                prow_two(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
+            } else {
+                prow_set(s->acc, row, t->w0, s->n);
+                for (int k = 1; k < t->n; k++) {
+                    float w = k == t->n - 1 ? t->wn : t->wmid;
+                    prow_add(s->acc, row + (size_t)k * pl[c].pitch, w, s->n);
+                }
+            }
+            if (s->linear) {
+                const int32_t *tc = s->tab;
+                hplane(s->blk, tc, tc + dw, (const float *)(tc + 2 * dw),
+                       (const float *)(tc + 3 * dw), pbias[c], dw, s->acc, o[c]);
+            } else {
+                harea_plane(s->ht, dw, s->acc, pbias[c], o[c]);
+            }
+        }
+        /* RGB: JFIF YCbCr -> RGB (libjpeg jdcolor.c), clamped, then the
+         * layout (u8 rounded; f32 normalized). Gray: R = G = B = Y. */
+        float *r = o[0], *g = o[1], *b = o[2];
+        if (np == 3) {
+            for (int x = 0; x < dw; x++) {
+                float Y = r[x], cb = g[x], cr = b[x];
+                float vr = Y + 1.40200f * cr;
+                float vg = Y - 0.34414f * cb - 0.71414f * cr;
+                float vb = Y + 1.77200f * cb;
+                r[x] = vr < 0.0f ? 0.0f : vr > 255.0f ? 255.0f : vr;
+                g[x] = vg < 0.0f ? 0.0f : vg > 255.0f ? 255.0f : vg;
+                b[x] = vb < 0.0f ? 0.0f : vb > 255.0f ? 255.0f : vb;
+            }
+        } else {
+            for (int x = 0; x < dw; x++) {
+                float Y = r[x] < 0.0f ? 0.0f : r[x] > 255.0f ? 255.0f : r[x];
+                r[x] = g[x] = b[x] = Y;
+            }
+        }
+        if (layout == SL_LAYOUT_NHWC_U8) {
+            uint8_t *d = (uint8_t *)dst + (size_t)y * dw * 3;
+            for (int x = 0; x < dw; x++) {
+                d[3 * x] = (uint8_t)(int)(r[x] + 0.5f);
+                d[3 * x + 1] = (uint8_t)(int)(g[x] + 0.5f);
+                d[3 * x + 2] = (uint8_t)(int)(b[x] + 0.5f);
+            }
+        } else if (layout == SL_LAYOUT_NHWC_F32) {
+            float *d = (float *)dst + (size_t)y * dw * 3;
+            for (int x = 0; x < dw; x++) {
+                d[3 * x] = r[x] * sc[0] + bi[0];
+                d[3 * x + 1] = g[x] * sc[1] + bi[1];
+                d[3 * x + 2] = b[x] * sc[2] + bi[2];
+            }
+        } else {
+            float *d = (float *)dst + (size_t)y * dw;
+            for (int x = 0; x < dw; x++) {
+                d[x] = r[x] * sc[0] + bi[0];
+                d[plane + x] = g[x] * sc[1] + bi[1];
+                d[2 * plane + x] = b[x] * sc[2] + bi[2];
+            }
+        }
+    }
+    if (mem != stackbuf)
+        free(mem);
+    return SL_OK;
 }

@@ -169,8 +169,10 @@ Test(pipeline_resample, invalid_arguments_leave_dst)
         cr_assert_eq(dst[i], 0x33);
 }
 
-/* sl_decode_crop_sample = sl_decode_crop then the fused store: same u8
- * bytes, f32 within the bound; corrupt data is SL_EIMAGE. */
+/* sl_decode_crop_sample on the RGB path (SLUICE_DECODE=rgb; the planar
+ * default is tests/pipeline/test_decode_yuv.c's) = sl_decode_crop then the
+ * fused store: same u8 bytes, f32 within the bound; corrupt data is
+ * SL_EIMAGE. */
 Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
 {
     int W = 317, H = 243;
@@ -182,7 +184,9 @@ Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
     cr_assert_eq(tjCompress2(tj, img, W, W * 3, H, TJPF_RGB, &jpeg, &len, TJSAMP_420, 90, 0), 0);
     tjDestroy(tj);
     sl_decoder *d;
+    cr_assert_eq(setenv("SLUICE_DECODE", "rgb", 1), 0);
     cr_assert_eq(sl_decoder_create(&d), SL_OK);
+    unsetenv("SLUICE_DECODE");
     const sl_crop crops[] = {
         {0, 0, W, H}, {31, 17, 150, 101}, {200, 100, 117, 143}, {5, 6, 40, 30}};
     const int outs[][2] = {{224, 224}, {64, 48}, {13, 7}};

@@ -8,7 +8,8 @@
  *   text      the table, the rate and the bottleneck line
  *   digest    same seed: equal for --workers 1 / 2 and --readers 1 / 3 (buffer
  *             and global shuffle); another seed: different; two epochs of
- *             480 records deliver 960 samples and stop at the end of data
+ *             480 records deliver 960 samples and stop at the end of data;
+ *             each decode path (planar default, SLUICE_DECODE=rgb) on its own
  *   trace     --trace writes Chrome trace JSON with events
  *   cli       --help; bad values exit 2 naming the option
  *
@@ -194,6 +195,31 @@ Test(profile, digest_threads_and_seeds)
     cr_assert_str_eq(g1, g3, "global shuffle: --readers 1 and 3 differ");
     cr_assert_str_neq(g1, w1, "global and buffer shuffles give the same batches");
     free(w1), free(w2), free(r3), free(s8), free(g1), free(g3);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* Each decode path (pipeline/decode_yuv.c by default, SLUICE_DECODE=rgb
+ * the RGB reference) is deterministic on its own: equal digests for 1 and
+ * 2 workers; the two paths' bytes differ (the switch takes effect). */
+Test(profile, digest_per_decode_path)
+{
+    char *dir = make_dataset();
+    const char *args[2] = {"--shuffle buffer:64 --seed 5 --workers 1 --readers 1",
+                           "--shuffle buffer:64 --seed 5 --workers 2 --readers 2"};
+    char *d[2][2];
+    for (int path = 0; path < 2; path++) {
+        if (path)
+            cr_assert_eq(setenv("SLUICE_DECODE", "rgb", 1), 0);
+        for (int k = 0; k < 2; k++)
+            d[path][k] = digest_of(dir, args[k]);
+        unsetenv("SLUICE_DECODE");
+        cr_assert_str_eq(d[path][0], d[path][1], "%s path: --workers 1 and 2 differ",
+                         path ? "rgb" : "planar");
+    }
+    cr_assert_str_neq(d[0][0], d[1][0], "SLUICE_DECODE=rgb gives the planar path's bytes");
+    for (int path = 0; path < 2; path++)
+        free(d[path][0]), free(d[path][1]);
     tu_rmrf(dir);
     free(dir);
 }
