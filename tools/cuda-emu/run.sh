@@ -38,7 +38,7 @@ build() {
     rm -f "$OUT/emu_tests" "$OUT/sluice" "$OUT/selftest" # no stale binary after a failed build
     if [ -z "${SKIP_CMAKE:-}" ]; then
         echo "== cmake (CUDA OFF) $OFF"
-        cmake -S "$REPO" -B "$OFF" -DSLUICE_WITH_CUDA=OFF >/dev/null
+        cmake -S "$REPO" -B "$OFF" -DSLUICE_WITH_CUDA=OFF -DSLUICE_WERROR=ON >/dev/null
         cmake --build "$OFF" -j2 >"$OUT/build-off.log" 2>&1 ||
             { grep -E "error|Error" "$OUT/build-off.log" | head -20; return 1; }
     fi
