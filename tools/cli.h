@@ -18,6 +18,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_index(int argc, char **argv);
 
 /* Print "sluice <cmd>: <formatted>\n" to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "pipeline_flags.h"
+#include "records/records.h"
 #include "train/train.h"
 
 #define CMD "eval"
@@ -31,7 +32,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice eval --data DIR --checkpoint FILE.safetensors [--split test] [options]\n"
+            "usage: sluice eval --data DIR --checkpoint FILE.safetensors [--split NAME] [options]\n"
             "\n"
             "Evaluate a checkpoint on every record of a split (in order, eval transform: resize the\n"
             "shorter side, center crop) and print top-1, top-5 and the mean loss.\n"
@@ -54,7 +55,8 @@ static void usage(FILE *f)
     pf_usage(f);
     fprintf(f,
             "\n"
-            "(--split defaults to test here; --image-size defaults to the checkpoint's.)\n"
+            "(--split defaults to test here, or validation when the data has no test split;\n"
+            "--image-size defaults to the checkpoint's.)\n"
             "example:\n"
             "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors\n"
             "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors "
@@ -147,6 +149,15 @@ int cmd_eval(int argc, char **argv)
     if (!size_given)
         pf.cfg.height = pf.cfg.width = 224;
     if (pf_finish(&pf))
+        return 2;
+    if (!pf.split_given) { /* test, else validation (TensorFlow's ImageNet name) */
+        sl_dataset ds;
+        int r = sl_dataset_resolve(pf.cfg.data, NULL, &ds);
+        const char *es = r ? NULL : sl_dataset_eval_split(&ds);
+        pf.cfg.split = es ? es : "test"; /* none: pf_check_data names what there is */
+        sl_dataset_fini(&ds);
+    }
+    if (pf_check_data(&pf))
         return 2;
 
     sl_model_config mc = SL_MODEL_CONFIG_INIT;

@@ -19,6 +19,7 @@ static const struct {
     {"convert", cmd_convert, "convert images (folder, list, IDX) into TFRecord or LMDB shards"},
     {"inspect", cmd_inspect, "show records, shards, labels and image sizes of a dataset"},
     {"verify", cmd_verify, "check every CRC, Example and JPEG header; exit 1 on a problem"},
+    {"index", cmd_index, "write the .idx index files of shards that have none (TensorFlow's)"},
     {"profile", cmd_profile, "run the input pipeline alone: images/s, per-stage figures, bottleneck"},
     {"train", cmd_train, "train a ResNet from shards: progress, TensorBoard logs, checkpoints"},
     {"eval", cmd_eval, "top-1 and top-5 of a checkpoint on a split"},

@@ -218,16 +218,13 @@ int sl_dev_feed_put(sl_dev_feed *f, const sl_batch *b, int classes, const void *
         return sl_fail(SL_EINVAL, "%s: batch %llu is %u x %dx%d, the feed takes %d x %dx%d", fn,
                        (unsigned long long)b->index, b->n, b->height, b->width, f->max_batch,
                        f->h, f->w);
-    for (unsigned i = 0; i < b->n; i++) {
-        if (b->labels[i] < 0 || b->labels[i] >= classes)
-            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
-                           "%d classes", (unsigned long long)b->record_ids[i], b->labels[i],
-                           classes);
+    int rc;
+    if ((rc = sl_labels_check("sl_train_run", b, classes)))
+        return rc;
+    for (unsigned i = 0; i < b->n; i++)
         f->h_labels[i] = b->labels[i];
-    }
     sl_exec *e = f->e;
     cudaStream_t s = sl_cuda_of(e)->stream;
-    int rc;
     if (b->ready_event &&
         (rc = SL_CUDA(cudaStreamWaitEvent(s, (cudaEvent_t)b->ready_event, 0))))
         return rc;

@@ -91,6 +91,13 @@ int sl_dev_feed_put(sl_dev_feed *f, const sl_batch *b, int classes, const void *
 /* Block until the GPU has read the last put's batch (release it after). */
 int sl_dev_feed_done(sl_dev_feed *f);
 
+/* Check a batch's labels against the model's classes (every path that
+ * feeds labels to a model: host, feed, eval): SL_EINVAL "fn: record R has
+ * label L, the model has K classes", with a hint at --label-offset when L
+ * is K (labels counted from 1, as in TensorFlow's ImageNet shards) or
+ * negative. Defined in eval.c. */
+int sl_labels_check(const char *fn, const sl_batch *b, int classes);
+
 /* --------------------------------------------------------------- loss */
 
 /* Softmax cross-entropy on the device without a host wait: acc (two device
