@@ -367,7 +367,12 @@ Test(train_strategy, cli_flags)
               strstr(out, "--ps-ranks") && strstr(out, "--comm-timeout"), "%s", out);
     free(out);
     out = NULL;
-    cr_assert_eq(tu_run(&out, "%s train --data /x --sync-bn 2>&1", tu_sluice()), 2);
+    cr_assert_eq(tu_run(&out, "%s train --data /x --strategy ps --sync-bn 2>&1", tu_sluice()),
+                 2);
+    cr_assert(strstr(out, "--sync-bn needs --strategy mirrored"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /x --no-overlap 2>&1", tu_sluice()), 2);
     cr_assert(strstr(out, "need --strategy mirrored"), "%s", out);
     free(out);
     out = NULL;
