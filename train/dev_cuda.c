@@ -127,16 +127,6 @@ int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
                                    sl_cuda_of(e)->stream));
 }
 
-int sl_dev_div(sl_exec *e, int64_t n, float *x, double d)
-{
-    if (!sl_dev_on_device(e)) {
-        for (int64_t i = 0; i < n; i++)
-            x[i] = (float)((double)x[i] / d);
-        return SL_OK;
-    }
-    return sl_div_cuda(e, n, x, d);
-}
-
 int sl_dev_sync(sl_exec *e)
 {
     if (!sl_dev_on_device(e))

@@ -69,9 +69,6 @@ int sl_dev_sync(sl_exec *e);
 /* dst = src, n bytes, both device memory (cuda: on the stream, not waited
  * for; host: a move). */
 int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes);
-/* x[i] = (float)((double)x[i] / d) for n f32 values (cuda: a kernel on the
- * stream; host: that loop). Sync-BN's sums -> means. */
-int sl_dev_div(sl_exec *e, int64_t n, float *x, double d);
 
 /* --------------------------------------------------------------- feed */
 

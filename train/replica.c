@@ -343,7 +343,7 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
         if (!c->no_overlap)
             sl_model_set_grad_hook(rep->m, on_grad_ready, rep);
         if (c->sync_bn) {
-            sl_bn_sync s = {bn_sync_sum, rep, r->world};
+            sl_bn_sync s = {bn_sync_sum, rep, r->world, rep->rank};
             if ((rc = sl_model_set_bn_sync(rep->m, &s)))
                 return rc;
         }

@@ -115,6 +115,8 @@ typedef struct sl_bn_sync {
     int (*allreduce_sum)(void *ctx, float *buf, int n);
     void *ctx;
     int world;          /* replicas (each with the same batch) */
+    int rank;           /* this replica, 0..world-1: its slot in the forward's all-reduce of
+                         * every replica's (mean, M2) (train_int.h bn_moments) */
 } sl_bn_sync;
 int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s);
 
