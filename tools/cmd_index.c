@@ -67,43 +67,40 @@ static void on_progress(void *arg, const char *shard, size_t done, size_t total,
 
 int cmd_index(int argc, char **argv)
 {
-    const char *split = NULL;
+    const char *split = NULL, *val;
     int force = 0, quiet = 0, rc = 0, npaths = 0;
+    char **paths = calloc((size_t)argc + 1, sizeof *paths);
+    if (!paths) {
+        cli_error(CMD, "out of memory");
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int missing = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            return 0;
+            goto done;
         } else if (!strcmp(a, "--force")) {
             force = 1;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             quiet = 1;
-        } else if (!strncmp(a, "--split=", 8)) {
-            split = a + 8;
-        } else if (!strcmp(a, "--split")) {
-            if (i + 1 >= argc) {
-                cli_error(CMD, "--split needs a value");
-                return 2;
-            }
-            split = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            cli_error(CMD, "unknown option '%s' (sluice index --help)", a);
-            return 2;
+        } else if ((val = cli_opt_value(argc, argv, &i, "--split", &missing))) {
+            split = val;
+        } else if (missing || (a[0] == '-' && a[1])) {
+            cli_error(CMD, missing ? "%s needs a value" : "unknown option '%s' (sluice index --help)",
+                      a);
+            rc = 2;
+            goto done;
         } else {
-            npaths++;
+            paths[npaths++] = argv[i];
         }
     }
     if (npaths == 0) {
         usage(stderr);
-        return 2;
+        rc = 2;
     }
-    for (int i = 1; i < argc && rc == 0; i++) {
-        const char *a = argv[i];
-        if (a[0] == '-' && a[1]) {
-            if (!strcmp(a, "--split"))
-                i++;
-            continue;
-        }
+    for (int i = 0; i < npaths && rc == 0; i++) {
+        const char *a = paths[i];
         sl_dataset ds;
         size_t written = 0, kept = 0;
         index_ctx c = {.tty = !quiet && cli_stderr_tty(), .path = a};
@@ -121,5 +118,7 @@ int cmd_index(int argc, char **argv)
         }
         sl_dataset_fini(&ds);
     }
+done:
+    free(paths);
     return rc;
 }

@@ -460,20 +460,18 @@ int cmd_inspect(int argc, char **argv)
     inspect_ctx c = {0};
 
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *val;
+        int missing = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (!strncmp(a, "--split=", 8)) {
-            split = a + 8;
-        } else if (!strcmp(a, "--split")) {
-            if (i + 1 >= argc) {
-                cli_error(CMD, "--split needs a value");
-                return 2;
-            }
-            split = argv[++i];
+        } else if ((val = cli_opt_value(argc, argv, &i, "--split", &missing))) {
+            split = val;
+        } else if (missing) {
+            cli_error(CMD, "--split needs a value");
+            return 2;
         } else if (a[0] == '-' && a[1]) {
             cli_error(CMD, "unknown option '%s' (sluice inspect --help)", a);
             return 2;

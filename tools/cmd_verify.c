@@ -340,23 +340,6 @@ bad:
     return -1;
 }
 
-/* "--opt VALUE" or "--opt=VALUE": the value, or NULL when argv[i] is not opt. */
-static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing)
-{
-    size_t n = strlen(opt);
-    if (strncmp(argv[*i], opt, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n])
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 int cmd_verify(int argc, char **argv)
 {
     verify_ctx c = {0};
@@ -378,9 +361,9 @@ int cmd_verify(int argc, char **argv)
             c.all = 1;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             c.quiet = 1;
-        } else if ((val = opt_value(argc, argv, &i, "--split", &missing))) {
+        } else if ((val = cli_opt_value(argc, argv, &i, "--split", &missing))) {
             split = val;
-        } else if ((val = opt_value(argc, argv, &i, "--label-range", &missing))) {
+        } else if ((val = cli_opt_value(argc, argv, &i, "--label-range", &missing))) {
             if (parse_range(val, &c.lo, &c.hi)) {
                 rc = 2;
                 goto done;

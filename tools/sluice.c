@@ -104,6 +104,22 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, int lo, int h
     return 0;
 }
 
+const char *cli_opt_value(int argc, char **argv, int *i, const char *opt, int *missing)
+{
+    size_t n = strlen(opt);
+    if (strncmp(argv[*i], opt, n))
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n])
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 int cli_stderr_tty(void) { return isatty(STDERR_FILENO); }
 
 const char *cli_bytes(char *buf, size_t cap, uint64_t b)
