@@ -157,8 +157,6 @@ int cmd_eval(int argc, char **argv)
         pf.cfg.split = es ? es : "test"; /* none: pf_check_data names what there is */
         sl_dataset_fini(&ds);
     }
-    if (pf_check_data(&pf))
-        return 2;
 
     sl_model_config mc = SL_MODEL_CONFIG_INIT;
     int image_size = 0, rc = sl_checkpoint_model_config(ckpt, &mc, &image_size);
@@ -186,7 +184,7 @@ int cmd_eval(int argc, char **argv)
 
     sl_model *m = NULL;
     sl_exec e;
-    int exec_ok = 0;
+    int exec_ok = 0, data_bad = 0;
     sl_eval_result er;
     sl_dtype act = sl_train_precision(&tc);
     /* the exec first: no GPU (or no CUDA in this build) fails before any
@@ -195,8 +193,14 @@ int cmd_eval(int argc, char **argv)
     if ((rc = sl_exec_init_on(&e, tc.backend, threads, gpu)))
         goto out;
     exec_ok = 1;
-    if ((rc = sl_exec_set_act(&e, act)) ||
-        (rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
+    if ((rc = sl_exec_set_act(&e, act)))
+        goto out;
+    /* the data after the flags' own errors (--precision on the cpu), before any work */
+    if (pf_check_data(&pf)) {
+        data_bad = 1;
+        goto out;
+    }
+    if ((rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
         (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, &e)) ||
         (rc = sl_eval_run(m, &e, d, &er)))
         goto out;
@@ -214,5 +218,5 @@ out:
     sl_model_destroy(m); /* before its exec: a placed model frees device memory */
     if (exec_ok)
         sl_exec_fini(&e);
-    return rc ? cli_fail(CMD, rc) : 0;
+    return data_bad ? 2 : rc ? cli_fail(CMD, rc) : 0;
 }

@@ -344,6 +344,7 @@ static int print_json(const sl_dataset *ds, const split_stats *st, const split_s
         cJSON *o = cJSON_AddObjectToObject(splits, ds->splits[i].name);
         cJSON_AddStringToObject(o, "format",
                                 ds->splits[i].format == SL_FORMAT_LMDB ? "lmdb" : "tfrecord");
+        cJSON_AddNumberToObject(o, "shards_without_index", (double)ds->splits[i].unindexed);
         json_stats(o, &st[i]);
         const sl_manifest_split *m = ds->splits[i].listed;
         if (m && ds->counts_listed) {
@@ -447,6 +448,11 @@ static void print_human(const sl_dataset *ds, const split_stats *st, const split
         if (listed_warnings(ds, i, &st[i], warn, sizeof warn))
             for (char *line = strtok(warn, "\n"); line; line = strtok(NULL, "\n"))
                 printf("warning: %s\n", line);
+    for (size_t i = 0; i < ds->nsplits; i++)
+        if (ds->splits[i].unindexed)
+            printf("note: %zu of %zu shards of %s have no index file (.idx): readers scan them; "
+                   "sluice index writes them\n", ds->splits[i].unindexed, ds->splits[i].nfiles,
+                   ds->splits[i].name);
 }
 
 /* ------------------------------------------------------------------ main */

@@ -180,6 +180,10 @@ Test(tf_layout, verify_inspect_index)
     has(out, "\"records\":\t24");
     has(out, "\"records\":\t10");
     has(out, "\"5\":\t6"); /* label K counted, as stored (no offset) */
+    has(out, "\"shards_without_index\":\t2");
+    free(out);
+    out = run(0, "inspect %s", g_data);
+    has(out, "note: 2 of 2 shards of train have no index file");
     free(out);
 
     out = run(0, "index %s", g_data);
