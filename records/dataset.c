@@ -319,6 +319,7 @@ static int open_single(sl_dataset *ds, sl_format fmt)
     sl_dataset_split *s = NULL;
     int rc;
     ds->kind = fmt == SL_FORMAT_LMDB ? SL_DATASET_LMDB : SL_DATASET_FILE;
+    free(ds->dir); /* an LMDB directory comes here with dir set to itself */
     if (!(ds->dir = dir_of(ds->path)))
         return oom();
     if ((rc = load_manifest(ds))) /* class names and label range, not counts */
