@@ -79,8 +79,8 @@ typedef struct sl_source_set {
     int64_t label_offset;     /* from dataset.json, 0 when absent */
 } sl_source_set;
 
-/* Open the shards of `split` under data (sl_dataset_shards; or data is a
- * glob pattern of shard files, or one .tfrecord file), keep those with
+/* Open the shards of `split` under data (sl_dataset_resolve: a directory's
+ * split, or every file of a glob pattern or of one file), keep those with
  * shard index % world == rank (SL_SPLIT_FILES; SL_SPLIT_RECORDS opens
  * rank 0 of 1, every shard, and lets the order split), load each
  * index file (or build it by scanning when the .idx is missing). SL_EINVAL

@@ -4,8 +4,8 @@
  *
  * A source set is built once at pipeline creation and is read-only after:
  *
- *   data (DIR | FILE.tfrecord)
- *     └─ sl_dataset_shards(DIR, split)         all shards, sorted by name
+ *   data (DIR | GLOB | FILE)
+ *     └─ sl_dataset_resolve(data)              all shards of the split, sorted by name
  *         └─ keep shard i when i % world == rank   (SL_SPLIT_FILES; the
  *             pipeline opens rank 0 of 1, every shard, for SL_SPLIT_RECORDS)
  *             └─ "<shard>.idx" (sl_index_load), or a scan (sl_index_build)
@@ -26,8 +26,6 @@
  * sl_source_set_locate may be called from any number of threads.
  */
 #include <errno.h>
-#include <glob.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,123 +35,31 @@
 
 static const char fn_open[] = "sl_source_set_open";
 
-static int has_suffix(const char *s, const char *suffix)
-{
-    size_t ls = strlen(s), lx = strlen(suffix);
-    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
-}
-
-/* label_offset of the dataset in dir: dataset.json's, 0 when there is none.
- * A manifest that exists but is damaged is an error (it may be the only
- * record of the offset; guessing 0 would shift every label). */
-static int read_label_offset(const char *dir, int64_t *out)
-{
-    sl_manifest m;
-    int rc = sl_manifest_load(dir, &m);
-    *out = 0;
-    if (rc == SL_ENOENT) {
-        sl_clear_error(); /* absent is fine: leave no misleading message */
-        return SL_OK;
-    }
-    if (rc)
-        return sl_fail(rc, "%s: %s", fn_open, sl_errmsg());
-    *out = m.label_offset;
-    sl_manifest_fini(&m);
-    return SL_OK;
-}
-
-/* data is a glob pattern ("data/train-*.tfrecord"): the matching files,
- * sorted (glob's order), each a regular file. The label offset comes from
- * the dataset.json beside the first match, if any. */
-static int list_glob(const char *pattern, char ***paths, size_t *n, int64_t *label_offset)
-{
-    glob_t g;
-    int grc = glob(pattern, GLOB_ERR, NULL, &g);
-    if (grc == GLOB_NOMATCH)
-        return sl_fail(SL_ENOENT, "%s: %s: no file matches", fn_open, pattern);
-    if (grc != 0)
-        return sl_fail(grc == GLOB_NOSPACE ? SL_ENOMEM : SL_EIO, "%s: %s: glob failed", fn_open,
-                       pattern);
-    int rc = SL_OK;
-    char **v = calloc(g.gl_pathc, sizeof *v);
-    size_t k = 0;
-    if (!v)
-        rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
-    for (; !rc && k < g.gl_pathc; k++) {
-        struct stat st;
-        if (stat(g.gl_pathv[k], &st) != 0 || !S_ISREG(st.st_mode))
-            rc = sl_fail(SL_EINVAL, "%s: %s: matches %s, which is not a shard file", fn_open,
-                         pattern, g.gl_pathv[k]);
-        else if (!(v[k] = strdup(g.gl_pathv[k])))
-            rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
-    }
-    if (!rc) {
-        char *dircopy = strdup(g.gl_pathv[0]);
-        rc = dircopy ? read_label_offset(dirname(dircopy), label_offset)
-                     : sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
-        free(dircopy);
-    }
-    if (rc) {
-        sl_paths_free(v, v ? g.gl_pathc : 0);
-        globfree(&g);
-        return rc;
-    }
-    *paths = v;
-    *n = g.gl_pathc;
-    globfree(&g);
-    return SL_OK;
-}
-
-/* The shard paths of data: a directory's split, a glob pattern, or the one
- * .tfrecord file (whose directory's dataset.json, if any, gives the label
- * offset). */
+/* The shard paths of data for split (records.h's sl_dataset_resolve: a
+ * directory's split, a glob's matches or the one file) and the label offset
+ * of dataset.json beside them (0 when there is none; a damaged one is an
+ * error: it may be the only record of the offset, and guessing 0 would shift
+ * every label). *paths is malloc'd (sl_paths_free). */
 static int list_shards(const char *data, const char *split, char ***paths, size_t *n,
                        int64_t *label_offset)
 {
-    struct stat st;
-    int rc;
-
-    if (strpbrk(data, "*?[") && stat(data, &st) != 0)
-        return list_glob(data, paths, n, label_offset);
-    if (stat(data, &st) != 0)
-        return sl_fail(errno == ENOENT || errno == ENOTDIR ? SL_ENOENT : SL_EIO, "%s: %s: %s",
-                       fn_open, data, strerror(errno));
-    if (S_ISDIR(st.st_mode)) {
-        if (!split || !*split)
-            return sl_fail(SL_EINVAL, "%s: %s: no split named", fn_open, data);
-        rc = sl_dataset_shards(data, split, paths, n);
-        if (rc)
-            return sl_fail(rc, "%s: %s", fn_open, sl_errmsg());
-        rc = read_label_offset(data, label_offset);
-        if (rc) {
-            sl_paths_free(*paths, *n);
-            *paths = NULL;
-            *n = 0;
-        }
-        return rc;
-    }
-    if (!S_ISREG(st.st_mode) || !has_suffix(data, ".tfrecord"))
-        return sl_fail(SL_EINVAL, "%s: %s: neither a dataset directory nor a .tfrecord file",
-                       fn_open, data);
-    char *dircopy = strdup(data);
-    char **v = malloc(sizeof *v);
-    char *p = strdup(data);
-    if (!dircopy || !v || !p) {
-        free(dircopy);
-        free(v);
-        free(p);
-        return sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
-    }
-    rc = read_label_offset(dirname(dircopy), label_offset);
-    free(dircopy);
+    sl_dataset ds;
+    const sl_dataset_split *s = NULL;
+    int rc = sl_dataset_resolve(data, NULL, &ds);
+    if (!rc)
+        rc = sl_dataset_reader_split(&ds, split, &s);
     if (rc) {
-        free(v);
-        free(p);
+        rc = sl_fail(rc, "%s: %s", fn_open, sl_errmsg());
+        sl_dataset_fini(&ds);
         return rc;
     }
-    v[0] = p;
-    *paths = v;
-    *n = 1;
+    sl_dataset_split *mine = &ds.splits[s - ds.splits]; /* its files move to the caller */
+    *paths = mine->files;
+    *n = mine->nfiles;
+    *label_offset = sl_dataset_label_offset(&ds);
+    mine->files = NULL;
+    mine->nfiles = 0;
+    sl_dataset_fini(&ds);
     return SL_OK;
 }
 

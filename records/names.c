@@ -2,7 +2,9 @@
  * records/names.c - where a dataset's files live.
  *
  *   DIR/NAME-00003-of-00016.tfrecord   TensorFlow's "%s-%05d-of-%05d" shard names
- *                                      (build_imagenet_data.py, tf.data docs)
+ *                                      (tf.data docs); sluice writes the suffix
+ *   DIR/NAME-00003-of-01024            the same without it, as TensorFlow's
+ *                                      build_imagenet_data.py writes ImageNet
  *   DIR/NAME.lmdb                      the LMDB store of a split (a directory)
  *
  * sl_dataset_shards trusts DIR/dataset.json when it lists the split as
@@ -77,33 +79,37 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Does name look like "SPLIT-<digits>-of-<digits>.tfrecord"? Digits, not
- * '*' as a shell glob would allow, so "train-x-of-y.tfrecord.tmp" and the
- * ".idx" files next to the shards never match. */
+size_t sl_shard_name_len(const char *base)
+{
+    static const char suffix[] = ".tfrecord";
+    size_t n = strlen(base), i;
+    if (n >= sizeof suffix - 1 && !strcmp(base + n - (sizeof suffix - 1), suffix))
+        n -= sizeof suffix - 1;
+    /* "-<digits>-of-<digits>" at the end, read backwards */
+    for (i = n; i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9'; i--)
+        ;
+    if (i == n || i < 4 || strncmp(base + i - 4, "-of-", 4))
+        return 0;
+    n = i - 4;
+    for (i = n; i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9'; i--)
+        ;
+    if (i == n || i < 2 || base[i - 1] != '-')
+        return 0;
+    return i - 1;
+}
+
+/* Is name a shard of split: "SPLIT-<digits>-of-<digits>", with or without
+ * ".tfrecord"? Digits, not '*' as a shell glob would allow, so
+ * "train-x-of-y.tfrecord.tmp" and the ".idx" files next to the shards never
+ * match. */
 static int shard_name_matches(const char *name, const char *split)
 {
     size_t ls = strlen(split);
-    static const char suffix[] = ".tfrecord";
-    const char *p;
-
-    if (strncmp(name, split, ls) != 0 || name[ls] != '-')
-        return 0;
-    p = name + ls + 1;
-    if (*p < '0' || *p > '9')
-        return 0;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    if (strncmp(p, "-of-", 4) != 0)
-        return 0;
-    p += 4;
-    if (*p < '0' || *p > '9')
-        return 0;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    return strcmp(p, suffix) == 0;
+    return sl_shard_name_len(name) == ls && strncmp(name, split, ls) == 0;
 }
 
-/* "DIR/SPLIT-*-of-*.tfrecord", sorted (zero-padded, so strcmp is numeric). */
+/* "DIR/SPLIT-*-of-*[.tfrecord]", regular files, sorted (zero-padded, so
+ * strcmp is numeric). */
 static int shards_by_listing(const char *dir, const char *split, path_list *l)
 {
     DIR *d = opendir(dir);
@@ -117,9 +123,15 @@ static int shards_by_listing(const char *dir, const char *split, path_list *l)
         if (!shard_name_matches(de->d_name, split))
             continue;
         char *p;
+        struct stat st;
         if (asprintf(&p, "%s/%s", dir, de->d_name) < 0) {
             closedir(d);
             return sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
+        }
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(p);
+            errno = 0;
+            continue;
         }
         if (list_push(l, p)) {
             free(p);
@@ -133,8 +145,8 @@ static int shards_by_listing(const char *dir, const char *split, path_list *l)
     if (e)
         return sl_fail(SL_EIO, "sl_dataset_shards: %s: readdir: %s", dir, strerror(e));
     if (l->n == 0)
-        return sl_fail(SL_ENOENT, "sl_dataset_shards: %s: no %s-*-of-*.tfrecord shards", dir,
-                       split);
+        return sl_fail(SL_ENOENT, "sl_dataset_shards: %s: no %s-*-of-* shards (.tfrecord or "
+                       "no suffix)", dir, split);
     qsort(l->v, l->n, sizeof *l->v, cmp_str);
     return SL_OK;
 }

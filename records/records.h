@@ -454,11 +454,116 @@ typedef struct sl_convert_result {
 int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res);
 
 /* --------------------------------------------------------- dataset walking */
-/* Shards of a split: from the manifest when present, else by globbing
- * "DIR/SPLIT-*-of-*.tfrecord". *paths is an array of malloc'd strings
- * (free with sl_paths_free). */
+/* Shards of a split: from the manifest when present, else by listing
+ * "DIR/SPLIT-*-of-*" with or without ".tfrecord". *paths is an array of
+ * malloc'd strings (free with sl_paths_free). */
 int sl_dataset_shards(const char *dir, const char *split, char ***paths, size_t *n);
 void sl_paths_free(char **paths, size_t n);
+/* Length of NAME when base (a file name, no directory) is a shard name
+ * "NAME-<digits>-of-<digits>", with or without ".tfrecord"; 0 otherwise. */
+size_t sl_shard_name_len(const char *base);
+
+/* -------------------------------------------------------- dataset paths */
+/*
+ * What a dataset PATH names, the one resolver every command (verify,
+ * inspect, profile, train, eval, index) and the pipeline go through:
+ *
+ *   SL_DATASET_MANIFEST  a directory with dataset.json: every split it lists
+ *                        (TFRecord: the shards it promises, each checked to
+ *                        exist by sl_dataset_shards; LMDB: DIR/NAME.lmdb),
+ *                        then named shard groups it does not list (as below;
+ *                        their `listed` is NULL)
+ *   SL_DATASET_DIR       a directory without one: shards named
+ *                        NAME-NNNNN-of-NNNNN, with or without ".tfrecord"
+ *                        (TensorFlow's build_imagenet_data.py writes
+ *                        train-00000-of-01024 and validation-00000-of-00128),
+ *                        grouped into split NAME; other *.tfrecord files into
+ *                        split "*"; NAME.lmdb stores (folders with data.mdb)
+ *   SL_DATASET_GLOB      a pattern with * ? or [ that names no existing path
+ *                        ("d/train-0000[0-3]*"): the regular files it
+ *                        matches, sorted, less index (.idx), temporary (.tmp)
+ *                        and dataset.json files, as one split
+ *   SL_DATASET_FILE      one file: a TFRecord shard, whatever its name
+ *   SL_DATASET_LMDB      an LMDB environment directory (it holds data.mdb)
+ *
+ * Splits named by a glob or a file are called as their shard name says
+ * ("train"), or "*". For those three kinds dataset.json beside the data, when
+ * there is one, still gives class names, num_classes and label_offset, but
+ * its counts do not apply (counts_listed is 0).
+ */
+typedef enum sl_dataset_kind {
+    SL_DATASET_MANIFEST = 0,
+    SL_DATASET_DIR,
+    SL_DATASET_GLOB,
+    SL_DATASET_FILE,
+    SL_DATASET_LMDB,
+} sl_dataset_kind;
+
+typedef struct sl_dataset_split {
+    char name[64];                   /* "train"; "*" for files without a split name */
+    sl_format format;
+    char **files;                    /* shard paths in order, or the one LMDB directory */
+    size_t nfiles;
+    size_t unindexed;                /* TFRecord shards without "<shard>.idx" beside them
+                                      * (readers scan those: sluice index writes them) */
+    const sl_manifest_split *listed; /* its dataset.json entry (in the sl_dataset's
+                                      * manifest); NULL when none */
+} sl_dataset_split;
+
+typedef struct sl_dataset {
+    char *path;            /* the PATH as given, without trailing slashes */
+    char *dir;             /* the folder of the data: path itself for the directory
+                            * kinds, else the one holding the file or the first match */
+    sl_dataset_kind kind;
+    int has_manifest;      /* manifest below was loaded from dir/dataset.json */
+    int counts_listed;     /* SL_DATASET_MANIFEST: the manifest's counts apply */
+    char *manifest_path;   /* "dir/dataset.json" when has_manifest */
+    sl_manifest manifest;  /* class names, num_classes, label_offset, splits */
+    sl_dataset_split *splits;
+    size_t nsplits;
+} sl_dataset;
+
+/* Resolve path into ds (caller-owned; release it with sl_dataset_fini, also
+ * after an error). only_split, when not NULL, keeps that split of a
+ * directory alone (SL_ENOENT naming the splits there when it has none); a
+ * glob or a file names its files itself and keeps them whatever only_split
+ * says. Errors: SL_ENOENT when path does not exist, a glob matches nothing
+ * or a directory holds no shards or store ("no dataset.json, shards
+ * NAME-NNNNN-of-NNNNN[.tfrecord] or LMDB store"); SL_ECORRUPT when
+ * dataset.json is unreadable; SL_EINVAL for a path that is neither file nor
+ * directory or a glob matching a non-file. Messages name the path. Lists
+ * directories and stats files; reads no shard. Reentrant. */
+int sl_dataset_resolve(const char *path, const char *only_split, sl_dataset *ds);
+/* Free what ds holds and zero it. NULL and a zeroed ds are no-ops. */
+void sl_dataset_fini(sl_dataset *ds);
+/* The split called name, NULL when ds has none. */
+const sl_dataset_split *sl_dataset_split_find(const sl_dataset *ds, const char *name);
+/* The TFRecord shards a reader of split `split` takes: that split of a
+ * directory; for a glob or a file its one split whatever its name.
+ * SL_ENOENT naming the splits there when a directory has no such split;
+ * SL_ENOTSUP when the split is an LMDB store. */
+int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
+                            const sl_dataset_split **out);
+/* The split to evaluate on when none is named: "test" when ds has it, else
+ * "validation" (TensorFlow's ImageNet name), else NULL. */
+const char *sl_dataset_eval_split(const sl_dataset *ds);
+/* dataset.json's label_offset, 0 without a manifest. */
+int64_t sl_dataset_label_offset(const sl_dataset *ds);
+/* The split names of ds as "a, b, c" into buf (truncated to cap). */
+void sl_dataset_split_names(const sl_dataset *ds, char *buf, size_t cap);
+
+/* ------------------------------------------------------------ index files */
+/* Write the DALI index "<shard>.idx" of every TFRecord shard in the split(s)
+ * of ds that has none (force: of every shard), by scanning the shard (CRCs
+ * checked), each written atomically (temp, fsync, rename). An index that
+ * exists but does not cover its shard exactly (stale or damaged) is
+ * rewritten. progress, when not NULL, is called after each shard. Counts
+ * go to *written, *kept (already right); NULL for none. Stops at the first
+ * error (a damaged shard is SL_ECORRUPT naming file, record and offset). */
+int sl_dataset_index(const sl_dataset *ds, int force,
+                     void (*progress)(void *arg, const char *shard, size_t done, size_t total,
+                                      int written),
+                     void *arg, size_t *written, size_t *kept);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_index(int argc, char **argv);
 
 /* Print "sluice <cmd>: <formatted>\n" to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -27,6 +28,10 @@ int cli_fail(const char *cmd, int rc);
  * "sluice <cmd>: --opt: bad value 'x'" and returns -1. */
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 int cli_parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out);
+/* "--opt VALUE" or "--opt=VALUE" at argv[*i]: the value (*i moved past it),
+ * or NULL when argv[*i] is not opt, or when its value is missing (then
+ * *missing = 1). For the commands that parse argv by hand. */
+const char *cli_opt_value(int argc, char **argv, int *i, const char *opt, int *missing);
 /* 1 if stderr is a terminal (progress lines are drawn only then). */
 int cli_stderr_tty(void);
 /* "1.23 GB" style byte count into buf. */

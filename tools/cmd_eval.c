@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "pipeline_flags.h"
+#include "records/records.h"
 #include "train/train.h"
 
 #define CMD "eval"
@@ -31,7 +32,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice eval --data DIR --checkpoint FILE.safetensors [--split test] [options]\n"
+            "usage: sluice eval --data DIR --checkpoint FILE.safetensors [--split NAME] [options]\n"
             "\n"
             "Evaluate a checkpoint on every record of a split (in order, eval transform: resize the\n"
             "shorter side, center crop) and print top-1, top-5 and the mean loss.\n"
@@ -54,7 +55,8 @@ static void usage(FILE *f)
     pf_usage(f);
     fprintf(f,
             "\n"
-            "(--split defaults to test here; --image-size defaults to the checkpoint's.)\n"
+            "(--split defaults to test here, or validation when the data has no test split;\n"
+            "--image-size defaults to the checkpoint's.)\n"
             "example:\n"
             "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors\n"
             "  sluice eval --data data/fmnist --checkpoint ck/a/ckpt-000001170.safetensors "
@@ -148,6 +150,13 @@ int cmd_eval(int argc, char **argv)
         pf.cfg.height = pf.cfg.width = 224;
     if (pf_finish(&pf))
         return 2;
+    if (!pf.split_given) { /* test, else validation (TensorFlow's ImageNet name) */
+        sl_dataset ds;
+        int r = sl_dataset_resolve(pf.cfg.data, NULL, &ds);
+        const char *es = r ? NULL : sl_dataset_eval_split(&ds);
+        pf.cfg.split = es ? es : "test"; /* none: pf_check_data names what there is */
+        sl_dataset_fini(&ds);
+    }
 
     sl_model_config mc = SL_MODEL_CONFIG_INIT;
     int image_size = 0, rc = sl_checkpoint_model_config(ckpt, &mc, &image_size);
@@ -175,7 +184,7 @@ int cmd_eval(int argc, char **argv)
 
     sl_model *m = NULL;
     sl_exec e;
-    int exec_ok = 0;
+    int exec_ok = 0, data_bad = 0;
     sl_eval_result er;
     sl_dtype act = sl_train_precision(&tc);
     /* the exec first: no GPU (or no CUDA in this build) fails before any
@@ -184,8 +193,14 @@ int cmd_eval(int argc, char **argv)
     if ((rc = sl_exec_init_on(&e, tc.backend, threads, gpu)))
         goto out;
     exec_ok = 1;
-    if ((rc = sl_exec_set_act(&e, act)) ||
-        (rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
+    if ((rc = sl_exec_set_act(&e, act)))
+        goto out;
+    /* the data after the flags' own errors (--precision on the cpu), before any work */
+    if (pf_check_data(&pf)) {
+        data_bad = 1;
+        goto out;
+    }
+    if ((rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
         (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, &e)) ||
         (rc = sl_eval_run(m, &e, d, &er)))
         goto out;
@@ -203,5 +218,5 @@ out:
     sl_model_destroy(m); /* before its exec: a placed model frees device memory */
     if (exec_ok)
         sl_exec_fini(&e);
-    return rc ? cli_fail(CMD, rc) : 0;
+    return data_bad ? 2 : rc ? cli_fail(CMD, rc) : 0;
 }

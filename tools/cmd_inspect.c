@@ -52,7 +52,7 @@ typedef struct split_stats {
 } split_stats;
 
 typedef struct inspect_ctx {
-    const dw_dataset *ds;
+    const sl_dataset *ds;
     split_stats *st; /* per split */
 } inspect_ctx;
 
@@ -236,7 +236,7 @@ static int on_file_error(void *arg, const dw_record *at, int rc, const char *wha
     return INSPECT_STOP;
 }
 
-static int on_file_end(void *arg, const dw_split *s, const char *file, uint64_t n, int clean)
+static int on_file_end(void *arg, const sl_dataset_split *s, const char *file, uint64_t n, int clean)
 {
     inspect_ctx *c = arg;
     (void)file;
@@ -248,7 +248,7 @@ static int on_file_end(void *arg, const dw_split *s, const char *file, uint64_t 
 
 /* ---------------------------------------------------------------- output */
 
-static const char *class_name(const dw_dataset *ds, int64_t label)
+static const char *class_name(const sl_dataset *ds, int64_t label)
 {
     const sl_manifest *m = &ds->manifest;
     int64_t k = label - m->label_offset;
@@ -260,7 +260,7 @@ static const char *class_name(const dw_dataset *ds, int64_t label)
 static double mean_of(const dim_stat *d) { return d->n ? d->sum / (double)d->n : 0.0; }
 
 /* Mismatch warnings of split i into warn (one per line), count returned. */
-static int listed_warnings(const dw_dataset *ds, size_t i, const split_stats *s, char *warn,
+static int listed_warnings(const sl_dataset *ds, size_t i, const split_stats *s, char *warn,
                            size_t cap)
 {
     const sl_manifest_split *m = ds->splits[i].listed;
@@ -321,7 +321,7 @@ static void json_stats(cJSON *o, const split_stats *s)
         cJSON_AddNumberToObject(o, "unknown_size", (double)s->no_size);
 }
 
-static int print_json(const dw_dataset *ds, const split_stats *st, const split_stats *total)
+static int print_json(const sl_dataset *ds, const split_stats *st, const split_stats *total)
 {
     char warn[2048];
     cJSON *root = cJSON_CreateObject();
@@ -344,6 +344,7 @@ static int print_json(const dw_dataset *ds, const split_stats *st, const split_s
         cJSON *o = cJSON_AddObjectToObject(splits, ds->splits[i].name);
         cJSON_AddStringToObject(o, "format",
                                 ds->splits[i].format == SL_FORMAT_LMDB ? "lmdb" : "tfrecord");
+        cJSON_AddNumberToObject(o, "shards_without_index", (double)ds->splits[i].unindexed);
         json_stats(o, &st[i]);
         const sl_manifest_split *m = ds->splits[i].listed;
         if (m && ds->counts_listed) {
@@ -366,7 +367,7 @@ static int print_json(const dw_dataset *ds, const split_stats *st, const split_s
     return 0;
 }
 
-static void print_labels(const dw_dataset *ds, const split_stats *s)
+static void print_labels(const sl_dataset *ds, const split_stats *s)
 {
     const label_hist *h = &s->labels;
     if (h->n == 0)
@@ -397,7 +398,7 @@ static void print_labels(const dw_dataset *ds, const split_stats *s)
     }
 }
 
-static void print_block(const dw_dataset *ds, const char *title, const char *fmt,
+static void print_block(const sl_dataset *ds, const char *title, const char *fmt,
                         const split_stats *s)
 {
     char b1[32], b2[32];
@@ -421,7 +422,7 @@ static void print_block(const dw_dataset *ds, const char *title, const char *fmt
     print_labels(ds, s);
 }
 
-static void print_human(const dw_dataset *ds, const split_stats *st, const split_stats *total)
+static void print_human(const sl_dataset *ds, const split_stats *st, const split_stats *total)
 {
     char warn[2048];
     printf("%s", ds->path);
@@ -447,6 +448,11 @@ static void print_human(const dw_dataset *ds, const split_stats *st, const split
         if (listed_warnings(ds, i, &st[i], warn, sizeof warn))
             for (char *line = strtok(warn, "\n"); line; line = strtok(NULL, "\n"))
                 printf("warning: %s\n", line);
+    for (size_t i = 0; i < ds->nsplits; i++)
+        if (ds->splits[i].unindexed)
+            printf("note: %zu of %zu shards of %s have no index file (.idx): readers scan them; "
+                   "sluice index writes them\n", ds->splits[i].unindexed, ds->splits[i].nfiles,
+                   ds->splits[i].name);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -455,25 +461,23 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL, *split = NULL;
     int json = 0, rc = 0;
-    dw_dataset ds;
+    sl_dataset ds;
     split_stats total = {0};
     inspect_ctx c = {0};
 
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *val;
+        int missing = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (!strncmp(a, "--split=", 8)) {
-            split = a + 8;
-        } else if (!strcmp(a, "--split")) {
-            if (i + 1 >= argc) {
-                cli_error(CMD, "--split needs a value");
-                return 2;
-            }
-            split = argv[++i];
+        } else if ((val = cli_opt_value(argc, argv, &i, "--split", &missing))) {
+            split = val;
+        } else if (missing) {
+            cli_error(CMD, "--split needs a value");
+            return 2;
         } else if (a[0] == '-' && a[1]) {
             cli_error(CMD, "unknown option '%s' (sluice inspect --help)", a);
             return 2;
@@ -489,7 +493,7 @@ int cmd_inspect(int argc, char **argv)
         return 2;
     }
 
-    if ((rc = dw_open(path, split, &ds))) {
+    if ((rc = sl_dataset_resolve(path, split, &ds))) {
         rc = cli_fail(CMD, rc);
         goto out;
     }
@@ -532,6 +536,6 @@ out:
             stats_fini(&c.st[i]);
     free(c.st);
     stats_fini(&total);
-    dw_close(&ds);
+    sl_dataset_fini(&ds);
     return rc;
 }

@@ -596,6 +596,8 @@ int cmd_profile(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (pf_check_data(&o.pf))
+        return 2;
 
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);

@@ -54,7 +54,9 @@ static void usage(FILE *f)
             "                        (default 0.08; 0.35 for images <= 32 px)\n"
             "  --crop-fraction F     eval: center crop of the resized image   (default 0.875; 1 for <= 32 px)\n"
             "  --no-flip             no random horizontal flip\n"
-            "  --eval-split NAME     evaluated after each epoch (default test; 'none' for none)\n"
+            "  --eval-split NAME     evaluated after each epoch; 'none' for none (default: test,\n"
+            "                        else validation, else none; with a glob or a file as\n"
+            "                        --data, looked for in its folder)\n"
             "  --threads N           compute threads (default: all cores)\n"
             "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
             "                        (default cpu)\n"
@@ -66,7 +68,9 @@ static void usage(FILE *f)
             "\n"
             "outputs:\n"
             "  --logdir D            TensorBoard events and metrics.jsonl\n"
-            "  --ckpt-dir D          checkpoints D/ckpt-<step>.{safetensors,json}\n"
+            "  --ckpt-dir D          checkpoints D/ckpt-<step>.{safetensors,json}; an error after\n"
+            "                        steps have run saves the last completed step there first\n"
+            "                        (without --ckpt-dir: in ./sluice-rescue)\n"
             "  --ckpt-every N        steps between checkpoints (default: every epoch and at the end)\n"
             "  --resume              continue from the newest checkpoint in --ckpt-dir\n"
             "  --log-every N         steps between progress lines (default: 10 per epoch)\n"
@@ -77,6 +81,7 @@ static void usage(FILE *f)
             "  --replicas N          mirrored: replica threads; ps: worker threads\n"
             "                        (default: one per core; under mpirun one per process)\n"
             "  --sync-bn             mirrored: batch-norm statistics over the global batch\n"
+            "                        (one replica: plain batch norm, accepted with a notice)\n"
             "  --bucket-mb M         mirrored: gradient all-reduce bucket size  (default 25)\n"
             "  --no-overlap          mirrored: all-reduce after backward instead of during it\n"
             "  --check-every N       mirrored: verify every N steps that all replicas hold\n"
@@ -98,7 +103,9 @@ static void usage(FILE *f)
             "\n"
             "examples:\n"
             "  sluice train --data data/fmnist --image-size 28 --epochs 5 --logdir runs/a --ckpt-dir ck/a\n"
-            "  sluice train --data data/imagenet --model resnet50 --batch 32 --max-steps 100\n");
+            "  sluice train --data data/imagenet --model resnet50 --batch 32 --max-steps 100\n"
+            "  sluice train --data /data/imagenet-tf --classes 1000 --label-offset 1   (TensorFlow's\n"
+            "      shards: train-00000-of-01024 ..., validation evaluated)\n");
 }
 
 enum {
@@ -324,9 +331,15 @@ static int parse(int argc, char **argv, train_opts *o)
     }
     if (pf_finish(&o->pf))
         return 2;
-    if (o->t.strategy != SL_STRATEGY_MIRRORED &&
-        (o->t.sync_bn || o->t.no_overlap || o->t.check_every)) {
-        cli_error(CMD, "--sync-bn, --no-overlap and --check-every need --strategy mirrored");
+    /* --sync-bn on one replica is plain batch norm (PyTorch and TensorFlow
+     * take it so): the trainer says so. Asynchronous ps workers share no
+     * batch to synchronize over. */
+    if (o->t.strategy == SL_STRATEGY_PS && o->t.sync_bn) {
+        cli_error(CMD, "--sync-bn needs --strategy mirrored (ps workers share no batch)");
+        return 2;
+    }
+    if (o->t.strategy != SL_STRATEGY_MIRRORED && (o->t.no_overlap || o->t.check_every)) {
+        cli_error(CMD, "--no-overlap and --check-every need --strategy mirrored");
         return 2;
     }
     if (o->t.strategy == SL_STRATEGY_SINGLE && o->t.replicas > 1) {
@@ -382,7 +395,7 @@ int cmd_train(int argc, char **argv)
     fprintf(stderr, "train: %lld steps in %.1f s, %.0f images/s", (long long)res.steps,
             res.seconds, res.images_per_sec);
     if (res.eval_top1 >= 0)
-        fprintf(stderr, ", %s top1 %.4f top5 %.4f", o.t.eval_split, res.eval_top1,
+        fprintf(stderr, ", %s top1 %.4f top5 %.4f", res.eval_split, res.eval_top1,
                 res.eval_top5);
     fprintf(stderr, "\n");
     if (res.world > 1 && o.t.strategy == SL_STRATEGY_MIRRORED)

@@ -7,7 +7,8 @@
  * image header (a JPEG the pipeline can decode, its size equal to
  * image/height x image/width when those are set), the label range (from
  * dataset.json's num_classes and label_offset, or --label-range). Per shard:
- * its DALI index file exists and lists exactly the offsets and sizes read.
+ * its DALI index file, when it has one, lists exactly the offsets and sizes
+ * read (shards without one, as TensorFlow writes them, are noted once).
  * Per split: the counts in dataset.json match what was read.
  *
  * Problems go to stdout as "<file>: record N @ OFFSET: <what>" (LMDB records
@@ -39,9 +40,10 @@ typedef struct verify_ctx {
     int range_given;     /* --label-range */
     int64_t lo, hi;      /* allowed stored labels, inclusive, when range_on */
     int range_on;
-    const dw_dataset *ds;
+    const sl_dataset *ds;
     split_count *counts; /* per split of ds */
     uint64_t problems, records, files;
+    uint64_t unindexed;  /* shards without an index file */
     /* The shard being read: its index file, loaded at file_begin. */
     char *idx_path;
     sl_index_entry *idx;
@@ -56,9 +58,12 @@ static void usage(FILE *f)
             "\n"
             "Reads every record and checks CRCs, Examples (image/encoded and\n"
             "image/class/label present), JPEG headers (and that their size matches\n"
-            "image/height and image/width), shard index files, label ranges and the\n"
-            "counts in dataset.json. PATH is a dataset directory, a directory of\n"
-            "*.tfrecord files, one .tfrecord file, or an LMDB store directory.\n"
+            "image/height and image/width), shard index files (when there are; shards\n"
+            "without one are noted: sluice index writes them), label ranges and the\n"
+            "counts in dataset.json. PATH is a dataset directory (with dataset.json, or\n"
+            "shards NAME-NNNNN-of-NNNNN with or without .tfrecord, as TensorFlow's\n"
+            "ImageNet converter writes them), a quoted glob, one shard, or an LMDB store\n"
+            "directory.\n"
             "\n"
             "  --split NAME          only this split\n"
             "  --all                 go on past problems, list them all and count them\n"
@@ -121,7 +126,7 @@ static void drop_index(verify_ctx *c)
     c->idx_checked = 0;
 }
 
-static int on_file_begin(void *arg, const dw_split *s, const char *file)
+static int on_file_begin(void *arg, const sl_dataset_split *s, const char *file)
 {
     verify_ctx *c = arg;
     drop_index(c);
@@ -132,10 +137,12 @@ static int on_file_begin(void *arg, const dw_split *s, const char *file)
         c->idx_path = NULL;
         return sl_fail(SL_ENOMEM, "verify: out of memory");
     }
-    FILE *f = fopen(c->idx_path, "r");
-    if (!f)
-        return problem_at(c, file, DW_NO_RECORD, 0, "index file %s is missing", c->idx_path);
-    fclose(f);
+    if (access(c->idx_path, F_OK) != 0) {
+        /* Not a problem: shards from other tools (TensorFlow's ImageNet
+         * converter) have none, and readers scan them; said once at the end. */
+        c->unindexed++;
+        return 0;
+    }
     int rc = sl_index_load(c->idx_path, &c->idx, &c->nidx);
     if (rc)
         return problem_at(c, c->idx_path, DW_NO_RECORD, 0, "bad index file: %s",
@@ -216,7 +223,7 @@ static int on_file_error(void *arg, const dw_record *at, int rc, const char *wha
     return problem_at(c, at->file, at->recno, at->offset, "%s", what);
 }
 
-static int on_file_end(void *arg, const dw_split *s, const char *file, uint64_t records,
+static int on_file_end(void *arg, const sl_dataset_split *s, const char *file, uint64_t records,
                        int clean)
 {
     verify_ctx *c = arg;
@@ -234,12 +241,12 @@ static int on_file_end(void *arg, const dw_split *s, const char *file, uint64_t 
 /* dataset.json's counts against what was read (only splits read whole). */
 static int check_counts(verify_ctx *c)
 {
-    const dw_dataset *ds = c->ds;
+    const sl_dataset *ds = c->ds;
     int rc;
     if (!ds->counts_listed)
         return 0;
     for (size_t i = 0; i < ds->nsplits; i++) {
-        const dw_split *s = &ds->splits[i];
+        const sl_dataset_split *s = &ds->splits[i];
         const split_count *sc = &c->counts[i];
         const sl_manifest_split *m = s->listed;
         if (!m || sc->incomplete)
@@ -267,8 +274,8 @@ static int check_counts(verify_ctx *c)
  * or 2 after printing why the PATH could not be opened. */
 static int verify_path(verify_ctx *c, const char *path, const char *split)
 {
-    dw_dataset ds;
-    int rc = dw_open(path, split, &ds);
+    sl_dataset ds;
+    int rc = sl_dataset_resolve(path, split, &ds);
     if (rc == SL_ECORRUPT) { /* dataset.json broken: a data problem */
         rc = problem_at(c, path, DW_NO_RECORD, 0, "%s", sl_errmsg());
         goto out;
@@ -311,7 +318,7 @@ out:
     free(c->counts);
     c->counts = NULL;
     c->ds = NULL;
-    dw_close(&ds);
+    sl_dataset_fini(&ds);
     return rc;
 }
 
@@ -331,23 +338,6 @@ static int parse_range(const char *s, int64_t *lo, int64_t *hi)
 bad:
     cli_error(CMD, "--label-range: bad value '%s' (want LO:HI with LO <= HI)", s ? s : "");
     return -1;
-}
-
-/* "--opt VALUE" or "--opt=VALUE": the value, or NULL when argv[i] is not opt. */
-static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing)
-{
-    size_t n = strlen(opt);
-    if (strncmp(argv[*i], opt, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n])
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
 }
 
 int cmd_verify(int argc, char **argv)
@@ -371,9 +361,9 @@ int cmd_verify(int argc, char **argv)
             c.all = 1;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             c.quiet = 1;
-        } else if ((val = opt_value(argc, argv, &i, "--split", &missing))) {
+        } else if ((val = cli_opt_value(argc, argv, &i, "--split", &missing))) {
             split = val;
-        } else if ((val = opt_value(argc, argv, &i, "--label-range", &missing))) {
+        } else if ((val = cli_opt_value(argc, argv, &i, "--label-range", &missing))) {
             if (parse_range(val, &c.lo, &c.hi)) {
                 rc = 2;
                 goto done;
@@ -403,6 +393,10 @@ int cmd_verify(int argc, char **argv)
         if (rc == VERIFY_STOP)
             break;
     }
+    if (c.unindexed && !c.quiet)
+        fprintf(stderr, "verify: note: %" PRIu64 " shard%s no index file (.idx): readers scan "
+                "%s each time; sluice index PATH writes them\n", c.unindexed,
+                c.unindexed == 1 ? " has" : "s have", c.unindexed == 1 ? "it" : "them");
     if (c.problems == 0) {
         if (!c.quiet)
             printf("ok: %" PRIu64 " records in %" PRIu64 " file%s\n", c.records, c.files,

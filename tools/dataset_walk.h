@@ -1,18 +1,7 @@
 /*
- * tools/dataset_walk.h - find the record files behind a PATH and walk every
- * record in them; shared by `sluice inspect` and `sluice verify`.
- *
- * A PATH is one of:
- *   (a) a directory with dataset.json: every split it lists (or one, by name);
- *       TFRecord splits through sl_dataset_shards(), LMDB splits at NAME.lmdb;
- *   (b) a directory of *.tfrecord files (and NAME.lmdb stores) without a
- *       manifest: files named NAME-00000-of-00004.tfrecord are grouped into
- *       split NAME, any other *.tfrecord file into split "*";
- *   (c) one .tfrecord file;
- *   (d) an LMDB environment directory (it holds data.mdb).
- * For (c) and (d) the dataset.json next to the file, when there is one, still
- * gives the class names, num_classes and label offset, but its counts are not
- * compared (only part of the dataset is being looked at).
+ * tools/dataset_walk.h - walk every record of a resolved dataset (records.h's
+ * sl_dataset_resolve: a directory with or without dataset.json, a glob, one
+ * shard, an LMDB store); shared by `sluice inspect` and `sluice verify`.
  *
  * Threading: single-threaded; callbacks run on the calling thread.
  */
@@ -29,36 +18,9 @@
 /* dw_record.recno in file_error when the file itself could not be opened. */
 #define DW_NO_RECORD UINT64_MAX
 
-typedef struct dw_split {
-    char name[64];                   /* "train"; "*" for loose files */
-    sl_format format;
-    char **files;                    /* shard paths, or the one LMDB directory */
-    size_t nfiles;
-    const sl_manifest_split *listed; /* its dataset.json entry; NULL when none */
-} dw_split;
-
-typedef struct dw_dataset {
-    char *path;           /* the PATH as given */
-    int has_manifest;     /* manifest below was loaded */
-    int counts_listed;    /* the whole directory was opened: manifest counts apply */
-    char *manifest_path;  /* ".../dataset.json" when has_manifest */
-    sl_manifest manifest; /* class names, num_classes, label_offset, splits */
-    dw_split *splits;
-    size_t nsplits;
-} dw_dataset;
-
-/* Resolve path into ds (caller-owned; release with dw_close even on error).
- * only_split, when not NULL, keeps that split alone (SL_ENOENT if there is no
- * such split). SL_ENOENT when path does not exist or holds no records files;
- * SL_ECORRUPT when dataset.json is unreadable. The message names the path. */
-int dw_open(const char *path, const char *only_split, dw_dataset *ds);
-void dw_close(dw_dataset *ds);
-/* Total number of files over all splits. */
-size_t dw_file_count(const dw_dataset *ds);
-
 /* One record (or, in file_error, the place where reading failed). */
 typedef struct dw_record {
-    const dw_split *split;
+    const sl_dataset_split *split;
     const char *file;    /* shard path or LMDB directory */
     size_t file_index;   /* index in split->files */
     uint64_t recno;      /* 0-based record number in the file */
@@ -70,7 +32,7 @@ typedef struct dw_record {
 /* Callbacks; any may be NULL. A non-zero return stops the walk and becomes
  * dw_walk's result. */
 typedef struct dw_visitor {
-    int (*file_begin)(void *arg, const dw_split *s, const char *file);
+    int (*file_begin)(void *arg, const sl_dataset_split *s, const char *file);
     int (*record)(void *arg, const dw_record *r);
     /* The file could not be opened (at->recno is DW_NO_RECORD, no data), or
      * reading stopped at a bad record: rc and a short description ("data CRC
@@ -80,7 +42,8 @@ typedef struct dw_visitor {
     int (*file_error)(void *arg, const dw_record *at, int rc, const char *what);
     /* After each file: records read from it, and whether it was read to its
      * end without error. */
-    int (*file_end)(void *arg, const dw_split *s, const char *file, uint64_t records, int clean);
+    int (*file_end)(void *arg, const sl_dataset_split *s, const char *file, uint64_t records,
+                    int clean);
     void *arg;
     /* When not NULL and stderr is a terminal: a progress line
      * "<progress>: N records, F/T files, B" redrawn a few times a second. */
@@ -90,7 +53,7 @@ typedef struct dw_visitor {
 /* Walk every split, file and record of ds in order. 0 when all were visited,
  * else the first non-zero callback result (or the read error when
  * file_error is NULL, with sl_errmsg() set). */
-int dw_walk(const dw_dataset *ds, const dw_visitor *v);
+int dw_walk(const sl_dataset *ds, const dw_visitor *v);
 
 /* The description part of a library message about file: what follows the
  * last "record N @ OFFSET: " (or "record N: "), else what follows a leading

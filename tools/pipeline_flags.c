@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "records/records.h"
 
 const struct option pf_long_opts[PF_NOPTS] = {
     {"data", required_argument, NULL, PF_OPT_DATA},
@@ -30,6 +31,7 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"rank", required_argument, NULL, PF_OPT_RANK},
     {"world", required_argument, NULL, PF_OPT_WORLD},
     {"device", required_argument, NULL, PF_OPT_DEVICE},
+    {"label-offset", required_argument, NULL, PF_OPT_LABEL_OFFSET},
 };
 
 void pf_init(pf_flags *f, const char *cmd)
@@ -161,6 +163,7 @@ int pf_parse(pf_flags *f, int code, const char *arg)
         if (!arg || !*arg)
             return bad(f, "--split", arg, "a split name such as train");
         c->split = arg;
+        f->split_given = 1;
         return 0;
     case PF_OPT_IMAGE_SIZE:
         if (parse_size(arg, &c->height, &c->width))
@@ -258,6 +261,11 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             return -1;
         c->device = v;
         return 0;
+    case PF_OPT_LABEL_OFFSET:
+        if (cli_parse_int(f->cmd, "--label-offset", arg, 0, 1 << 30, &v))
+            return -1;
+        c->label_offset = v;
+        return 0;
     }
     cli_error(f->cmd, "internal: option code %d is not a pipeline option", code);
     return -1;
@@ -281,12 +289,40 @@ int pf_finish(pf_flags *f)
     return 0;
 }
 
+static void pf_note_unindexed(FILE *out, const char *who, const sl_dataset_split *s)
+{
+    if (s->unindexed)
+        fprintf(out, "%s: note: %zu of %zu shards of %s have no index file (.idx): each is "
+                "scanned when opened; sluice index DIR writes them\n", who, s->unindexed,
+                s->nfiles, s->name);
+}
+
+int pf_check_data(pf_flags *f)
+{
+    sl_dataset ds;
+    const sl_dataset_split *s = NULL;
+    char who[64];
+    int rc = sl_dataset_resolve(f->cfg.data, NULL, &ds);
+    if (!rc)
+        rc = sl_dataset_reader_split(&ds, f->cfg.split, &s);
+    if (rc) {
+        cli_fail(f->cmd, rc);
+        sl_dataset_fini(&ds);
+        return -1;
+    }
+    snprintf(who, sizeof who, "sluice %s", f->cmd);
+    pf_note_unindexed(stderr, who, s);
+    sl_dataset_fini(&ds);
+    return 0;
+}
+
 void pf_usage(FILE *out)
 {
     fputs("input pipeline:\n"
-          "  --data DIR            dataset directory (dataset.json or NAME-*-of-*.tfrecord), a\n"
-          "                        quoted glob of shards ('d/train-0000[0-3]-*.tfrecord'), or one\n"
-          "                        .tfrecord file                                   (required)\n"
+          "  --data DIR            dataset directory (dataset.json, or shards NAME-NNNNN-of-NNNNN\n"
+          "                        with or without .tfrecord, as TensorFlow's ImageNet converter\n"
+          "                        writes them), a quoted glob of shards ('d/train-0000[0-3]-*'),\n"
+          "                        or one shard                                     (required)\n"
           "  --split NAME          split to read                                    (default train)\n"
           "  --image-size S|HxW    output size                                      (default 224)\n"
           "  --batch B             samples per batch                                (default 64)\n"
@@ -307,6 +343,8 @@ void pf_usage(FILE *out)
           "  --drop-remainder      drop the last partial batch\n"
           "  --on-error MODE       skip (refill the slot, count and list the record) or fail\n"
           "                                                                         (default skip)\n"
+          "  --label-offset N      subtracted from stored labels (TensorFlow's ImageNet shards\n"
+          "                        count from 1: --label-offset 1)  (default: dataset.json's, else 0)\n"
           "  --rank R --world N    read the shards i with i % N == R                (default 0 1)\n"
           "  --device D            CUDA device for pinned batches and copies; -1 = host only\n"
           "                        (default -1; with --backend cuda: the GPU, default 0)\n",

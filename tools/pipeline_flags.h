@@ -49,7 +49,8 @@ enum {
     PF_OPT_RANK,
     PF_OPT_WORLD,
     PF_OPT_DEVICE,
-    PF_OPT_LAST = PF_OPT_DEVICE,
+    PF_OPT_LABEL_OFFSET,
+    PF_OPT_LAST = PF_OPT_LABEL_OFFSET,
 };
 
 #define PF_NOPTS (PF_OPT_LAST - PF_OPT_FIRST + 1)
@@ -62,6 +63,7 @@ typedef struct pf_flags {
     sl_pipeline_config cfg;
     const char *cmd;          /* for messages: "sluice <cmd>: --batch: ..." */
     int shuffle_given;        /* --shuffle was on the command line */
+    int split_given;          /* --split was on the command line */
     int getopt_started;       /* pf_getopt has reset getopt's state */
 } pf_flags;
 
@@ -82,6 +84,11 @@ int pf_getopt(pf_flags *f, int argc, char **argv, const struct option *own);
 /* After all options: --data is required; --eval without --shuffle reads in
  * order (shuffle none, fixed file order). 0 or -1 (message printed). */
 int pf_finish(pf_flags *f);
+/* Resolve --data (records.h's sl_dataset_resolve) and check that it has the
+ * split to read, before any thread starts; say once on stderr when shards
+ * of it have no index file (the pipeline scans those). 0 or -1 (message
+ * printed). */
+int pf_check_data(pf_flags *f);
 /* The options block of a usage text, with defaults. */
 void pf_usage(FILE *out);
 /* Names for printing: "nchw-f32", "buffer:10000", ... (buf for the latter). */

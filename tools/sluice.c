@@ -19,6 +19,7 @@ static const struct {
     {"convert", cmd_convert, "convert images (folder, list, IDX) into TFRecord or LMDB shards"},
     {"inspect", cmd_inspect, "show records, shards, labels and image sizes of a dataset"},
     {"verify", cmd_verify, "check every CRC, Example and JPEG header; exit 1 on a problem"},
+    {"index", cmd_index, "write the .idx index files of shards that have none (TensorFlow's)"},
     {"profile", cmd_profile, "run the input pipeline alone: images/s, per-stage figures, bottleneck"},
     {"train", cmd_train, "train a ResNet from shards: progress, TensorBoard logs, checkpoints"},
     {"eval", cmd_eval, "top-1 and top-5 of a checkpoint on a split"},
@@ -101,6 +102,22 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, int lo, int h
     }
     *out = (int)v;
     return 0;
+}
+
+const char *cli_opt_value(int argc, char **argv, int *i, const char *opt, int *missing)
+{
+    size_t n = strlen(opt);
+    if (strncmp(argv[*i], opt, n))
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n])
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
 }
 
 int cli_stderr_tty(void) { return isatty(STDERR_FILENO); }

@@ -96,28 +96,6 @@ extern "C" int sl_cast_cuda(sl_exec *e, int64_t n, const void *src, sl_dtype st,
     });
 }
 
-// x[i] = (float)((double)x[i] / d): sync-BN's all-reduced sums to means
-// (model.c; the host path runs the same loop).
-__global__ void div_kernel(int64_t n, float *x, double d)
-{
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = (float)((double)x[i] / d);
-}
-
-extern "C" int sl_div_cuda(sl_exec *e, int64_t n, float *x, double d)
-{
-    const char *fn = "sl_div_cuda";
-    if (n < 0 || !(d != 0))
-        return sl_fail(SL_EINVAL, "%s: %lld elements divided by %g", fn, (long long)n, d);
-    sl_cuda_ctx *cx = NULL;
-    int rc = amp_ctx(fn, e, &cx);
-    if (rc || n == 0)
-        return rc;
-    div_kernel<<<amp_blocks(n), AMP_THREADS, 0, cx->stream>>>(n, x, d);
-    return AMP_LAUNCHED(fn, "div_kernel");
-}
-
 // ------------------------------------------------------------------ check
 
 __global__ void amp_check_kernel(int64_t n, const float *__restrict__ g, sl_amp_state *amp)

@@ -64,10 +64,9 @@ extern "C" int sl_cuda_launch_check(const char *kernel, const char *file, int li
 static int env_switch(const char *name, int dflt, int *out)
 {
     const char *v = getenv(name);
-    if (!v || !*v) {
-        *out = dflt;
+    *out = dflt; // on every path: gcc -O3 (Release) warns otherwise
+    if (!v || !*v)
         return SL_OK;
-    }
     if (strcmp(v, "0") && strcmp(v, "1"))
         return sl_fail(SL_EINVAL, "sl_cuda_ctx_create: %s=%s: want 0 or 1", name, v);
     *out = v[0] == '1';

@@ -152,8 +152,6 @@ int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *x, const fl
  * same type (a no-op). SL_EINVAL for n < 0 or a bad type; n == 0 is a
  * no-op. (amp_cuda.cu) */
 int sl_cast_cuda(sl_exec *e, int64_t n, const void *src, sl_dtype st, void *dst, sl_dtype dt);
-// x[i] = (float)((double)x[i] / d), n f32 values on ctx->stream (sl_dev_div).
-int sl_div_cuda(sl_exec *e, int64_t n, float *x, double d);
 
 /* Softmax cross-entropy as xent_fwd_bwd (f32 logits/dlogits, label smoothing), with NO host
  * synchronization: d_acc[0] += the batch's mean loss, d_acc[1] += its correct count (device

@@ -127,16 +127,6 @@ int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
                                    sl_cuda_of(e)->stream));
 }
 
-int sl_dev_div(sl_exec *e, int64_t n, float *x, double d)
-{
-    if (!sl_dev_on_device(e)) {
-        for (int64_t i = 0; i < n; i++)
-            x[i] = (float)((double)x[i] / d);
-        return SL_OK;
-    }
-    return sl_div_cuda(e, n, x, d);
-}
-
 int sl_dev_sync(sl_exec *e)
 {
     if (!sl_dev_on_device(e))
@@ -218,16 +208,13 @@ int sl_dev_feed_put(sl_dev_feed *f, const sl_batch *b, int classes, const void *
         return sl_fail(SL_EINVAL, "%s: batch %llu is %u x %dx%d, the feed takes %d x %dx%d", fn,
                        (unsigned long long)b->index, b->n, b->height, b->width, f->max_batch,
                        f->h, f->w);
-    for (unsigned i = 0; i < b->n; i++) {
-        if (b->labels[i] < 0 || b->labels[i] >= classes)
-            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
-                           "%d classes", (unsigned long long)b->record_ids[i], b->labels[i],
-                           classes);
+    int rc;
+    if ((rc = sl_labels_check("sl_train_run", b, classes)))
+        return rc;
+    for (unsigned i = 0; i < b->n; i++)
         f->h_labels[i] = b->labels[i];
-    }
     sl_exec *e = f->e;
     cudaStream_t s = sl_cuda_of(e)->stream;
-    int rc;
     if (b->ready_event &&
         (rc = SL_CUDA(cudaStreamWaitEvent(s, (cudaEvent_t)b->ready_event, 0))))
         return rc;

@@ -69,9 +69,6 @@ int sl_dev_sync(sl_exec *e);
 /* dst = src, n bytes, both device memory (cuda: on the stream, not waited
  * for; host: a move). */
 int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes);
-/* x[i] = (float)((double)x[i] / d) for n f32 values (cuda: a kernel on the
- * stream; host: that loop). Sync-BN's sums -> means. */
-int sl_dev_div(sl_exec *e, int64_t n, float *x, double d);
 
 /* --------------------------------------------------------------- feed */
 
@@ -90,6 +87,13 @@ int sl_dev_feed_put(sl_dev_feed *f, const sl_batch *b, int classes, const void *
                     const int32_t **labels);
 /* Block until the GPU has read the last put's batch (release it after). */
 int sl_dev_feed_done(sl_dev_feed *f);
+
+/* Check a batch's labels against the model's classes (every path that
+ * feeds labels to a model: host, feed, eval): SL_EINVAL "fn: record R has
+ * label L, the model has K classes", with a hint at --label-offset when L
+ * is K (labels counted from 1, as in TensorFlow's ImageNet shards) or
+ * negative. Defined in eval.c. */
+int sl_labels_check(const char *fn, const sl_batch *b, int classes);
 
 /* --------------------------------------------------------------- loss */
 

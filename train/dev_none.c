@@ -78,14 +78,6 @@ int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
     return SL_OK;
 }
 
-int sl_dev_div(sl_exec *e, int64_t n, float *x, double d)
-{
-    (void)e;
-    for (int64_t i = 0; i < n; i++)
-        x[i] = (float)((double)x[i] / d);
-    return SL_OK;
-}
-
 int sl_dev_sync(sl_exec *e)
 {
     (void)e;

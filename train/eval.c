@@ -52,6 +52,22 @@ static double row_xent(const float *row, int classes, int label)
     return log(s) + mx - (double)row[label];
 }
 
+int sl_labels_check(const char *fn, const sl_batch *b, int classes)
+{
+    for (unsigned i = 0; i < b->n; i++) {
+        int32_t l = b->labels[i];
+        if (l >= 0 && l < classes)
+            continue;
+        return sl_fail(SL_EINVAL, "%s: record %llu has label %d, the model has %d classes%s", fn,
+                       (unsigned long long)b->record_ids[i], l, classes,
+                       l == classes ? " (labels counted from 1, as in TensorFlow's ImageNet "
+                                      "shards? --label-offset 1)"
+                       : l < 0     ? " (--label-offset too large?)"
+                                   : "");
+    }
+    return SL_OK;
+}
+
 int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
                 sl_eval_result *res)
 {
@@ -100,16 +116,12 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
             goto out;
         const float *logits;
         int n = (int)b->n;
-        for (int i = 0; i < n; i++) {
-            labels[i] = b->labels[i];
-            if (labels[i] < 0 || labels[i] >= classes) {
-                sl_pipeline_release(p, b);
-                rc = sl_fail(SL_EINVAL, "sl_eval_run: record %llu has label %d, the model has "
-                             "%d classes", (unsigned long long)b->record_ids[i], labels[i],
-                             classes);
-                goto out;
-            }
+        if ((rc = sl_labels_check("sl_eval_run", b, classes))) {
+            sl_pipeline_release(p, b);
+            goto out;
         }
+        for (int i = 0; i < n; i++)
+            labels[i] = b->labels[i];
         if (dev) {
             /* dlogits holds the logits copied back */
             const void *x;

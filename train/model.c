@@ -37,9 +37,14 @@
  * Synchronized BN (sl_model_set_bn_sync; the mirrored strategy's --sync-bn,
  * PyTorch's SyncBatchNorm): W replicas, each with n of the W*n images, and
  * total = W * rows per BN. Per BN, in train mode:
- *   forward:  bn_sum -> all-reduce -> mean = sum/total; bn_sqdev_sum(mean)
- *             -> all-reduce -> var = sq/total; bn_fwd_apply (running stats
- *             with the global mean and var, so every replica keeps the same)
+ *   forward:  bn_moments (this replica's mean and M2 in its slot, the
+ *             others zero) -> one all-reduce of the W slots ->
+ *             bn_moments_merge (Chan's formula in double: the global mean
+ *             and var, the same bits on every replica) -> bn_fwd_apply
+ *             (running stats with them, so every replica keeps the same).
+ *             Not a variance from float sums: at 224 px a replica's BN has
+ *             ~50,000 rows a channel, and sums of that many floats lose the
+ *             digits a running variance keeps (train_int.h).
  *   backward: bn_bwd_reduce -> the LOCAL sum_dy, sum_dy_xhat are this
  *             replica's dbeta, dgamma; a copy of both (2c floats, one call)
  *             is all-reduced; bn_bwd_apply(global sums) -> dx.
@@ -62,6 +67,7 @@
  * weight after conv_bwd_filter. No grad is written twice, so each call
  * comes once and the grad it names is final.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/dev_int.h"
@@ -113,22 +119,58 @@ static int sync_sum(sl_model *m, const char *fn, const sl_cbn *c, float *buf, in
     return SL_OK;
 }
 
+/* The statistics slots for m->sync.world replicas, made in e's memory on
+ * first use (the world is known from sl_model_set_bn_sync on; e is the
+ * model's device exec when it is placed, whose memory destroy frees). */
+static int sync_slots(sl_model *m, sl_exec *e, const char *fn, float **out)
+{
+    int64_t need = (int64_t)m->sync.world * SL_BN_MOMENT_FLOATS * (m->sync_floats / 2);
+    if (m->sync_slots && m->sync_slots_floats >= need) {
+        *out = m->sync_slots;
+        return SL_OK;
+    }
+    if (m->dev_e && e != m->dev_e)
+        return sl_fail(SL_EINVAL, "%s: the model is placed on another exec", fn);
+    void *p = NULL;
+    int rc;
+    if (m->dev_e)
+        rc = sl_dev_alloc(e, (size_t)need * sizeof(float), &p);
+    else
+        rc = (p = calloc((size_t)need, sizeof(float))) ? SL_OK : SL_ENOMEM;
+    if (rc)
+        return sl_fail(rc, "%s: sync-BN statistics for %d replicas: %s", fn, m->sync.world,
+                       rc == SL_ENOMEM ? "out of memory" : sl_errmsg());
+    sl_model_sync_free(m);
+    m->sync_slots = p;
+    m->sync_slots_floats = need;
+    *out = p;
+    return SL_OK;
+}
+
+void sl_model_sync_free(sl_model *m)
+{
+    if (m->dev_e)
+        sl_dev_free(m->dev_e, m->sync_slots);
+    else
+        free(m->sync_slots);
+    m->sync_slots = NULL;
+    m->sync_slots_floats = 0;
+}
+
 /* Synchronized train-mode BN forward of c over rows of this replica: z
  * from y with the statistics of all replicas' rows. */
 static int bn_sync_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows)
 {
     const char *fn = "sl_model_forward";
-    int C = c->cout, rc;
-    double total = (double)rows * m->sync.world;
-    float *mean = m->sync_buf, *var = m->sync_buf + C;
-    OP(fn, c->bn_name, e->ops->bn_sum(e, rows, C, c->y, mean));
-    if ((rc = sync_sum(m, fn, c, mean, C)))
+    int C = c->cout, W = m->sync.world, rc;
+    double total = (double)rows * W;
+    float *mean = m->sync_buf, *var = m->sync_buf + C, *slots = NULL;
+    if ((rc = sync_slots(m, e, fn, &slots)))
         return rc;
-    OP(fn, c->bn_name, sl_dev_div(e, C, mean, total));
-    OP(fn, c->bn_name, e->ops->bn_sqdev_sum(e, rows, C, c->y, mean, var));
-    if ((rc = sync_sum(m, fn, c, var, C)))
+    OP(fn, c->bn_name, e->ops->bn_moments(e, rows, C, c->y, W, m->sync.rank, slots));
+    if ((rc = sync_sum(m, fn, c, slots, W * SL_BN_MOMENT_FLOATS * C)))
         return rc;
-    OP(fn, c->bn_name, sl_dev_div(e, C, var, total));
+    OP(fn, c->bn_name, e->ops->bn_moments_merge(e, rows, C, W, slots, mean, var));
     OP(fn, c->bn_name, e->ops->bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
                                             total, m->cfg.bn_momentum, m->cfg.bn_eps,
                                             c->rmean, c->rvar, c->z, c->smean, c->sinvstd));
@@ -438,6 +480,8 @@ int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s)
         return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: allreduce_sum is NULL");
     if (s && s->world < 1)
         return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: world %d < 1", s->world);
+    if (s && (s->rank < 0 || s->rank >= s->world))
+        return sl_fail(SL_EINVAL, "sl_model_set_bn_sync: rank %d of %d", s->rank, s->world);
     /* A backward must use the statistics its forward used: a change in
      * between makes that backward refuse to run. */
     m->train_n = 0;

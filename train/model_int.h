@@ -102,6 +102,11 @@ struct sl_model {
     sl_bn_sync sync;
     float *sync_buf, *h_sync_buf;
     int64_t sync_floats;
+    /* The forward's statistics slots, (world, SL_BN_MOMENT_FLOATS, widest
+     * BN's channels) floats, made by the first synchronized forward in the
+     * memory of its exec (device memory when placed: freed with dev_e). */
+    float *sync_slots;
+    int64_t sync_slots_floats;
 
     sl_grad_ready_fn hook; /* sl_model_set_grad_hook; NULL: none */
     void *hook_ctx;
@@ -121,5 +126,9 @@ struct sl_model {
     const float *x;      /* input of the last forward (the caller's buffer) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */
 };
+
+/* model.c: free the sync-BN statistics slots (sl_model_destroy; before the
+ * device arenas go, with dev_e). */
+void sl_model_sync_free(sl_model *m);
 
 #endif /* SL_MODEL_INT_H */

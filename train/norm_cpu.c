@@ -58,8 +58,9 @@ static void bn_apply(int64_t rows, int c, const float *x, const float *restrict 
 }
 
 /* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
- * bmean, s1, s2 (c): float scratch. */
-static void bn_stats(int64_t rows, int c, const float *restrict x, double *restrict mean,
+ * bmean, s1, s2 (c): float scratch. (train_int.h: norm_sync_cpu.c's
+ * bn_moments takes it too.) */
+void sl_bn_stats_cpu(int64_t rows, int c, const float *restrict x, double *restrict mean,
                      double *restrict m2, float *restrict bmean, float *restrict s1,
                      float *restrict s2)
 {
@@ -115,7 +116,7 @@ int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
                        sl_errmsg());
     double *mean = (double *)s, *m2 = mean + c;
     float *hi = (float *)(m2 + c), *lo = hi + c, *scale = lo + c;
-    bn_stats(rows, c, x, mean, m2, hi, lo, scale);
+    sl_bn_stats_cpu(rows, c, x, mean, m2, hi, lo, scale);
 
     double m = momentum;
     for (int ch = 0; ch < c; ch++) {

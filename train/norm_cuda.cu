@@ -476,6 +476,7 @@ static int bn_tmp(sl_cuda_ctx *cx, const char *fn, const bn_plan &p, int c, int 
 {
     size_t per = (size_t)p.gy * (size_t)c;
     size_t n = (size_t)nparts * per + (size_t)nstats * (size_t)c;
+    *parts = *stats = NULL; // set on every path: gcc -O3 (Release) warns otherwise
     double *d = (double *)sl_cuda_tmp(cx, n * sizeof(double));
     if (!d)
         return sl_fail(SL_ECUDA, "%s: %zu bytes of scratch for %d channels: %s", fn,

@@ -24,6 +24,7 @@
  * Per-channel scratch (a few c-sized arrays) comes from sl_exec_scratch.
  */
 #include <math.h>
+#include <string.h>
 
 #include "train/train_int.h"
 
@@ -242,4 +243,46 @@ int sl_bn_bwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
     }
     apply_bwd(rows, c, x, dy, mu, a, k, b, dx);
     return SL_OK;
+}
+
+/* This replica's moments through norm_cpu.c's statistics pass (blocked
+ * float partials merged in double: ~1e-7 relative at any row count, one
+ * trip over x), put as norm_sync_ref.c puts them. */
+int sl_bn_moments_cpu(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
+                      float *slots)
+{
+    const char *fn = "sl_bn_moments_cpu";
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    if (world < 1 || rank < 0 || rank >= world)
+        return sl_fail(SL_EINVAL, "%s: replica %d of %d", fn, rank, world);
+    double *mean = scratch(e, fn, c, 2, 3);
+    if (!mean)
+        return SL_ENOMEM;
+    double *m2 = mean + c;
+    float *f = (float *)(m2 + c);
+    sl_bn_stats_cpu(rows, c, x, mean, m2, f, f + c, f + 2 * c);
+    memset(slots, 0, (size_t)world * SL_BN_MOMENT_FLOATS * (size_t)c * sizeof(float));
+    float *mine = slots + (int64_t)rank * SL_BN_MOMENT_FLOATS * c;
+    for (int ch = 0; ch < c; ch++) {
+        mine[ch] = (float)mean[ch];
+        mine[c + ch] = (float)(mean[ch] - (double)mine[ch]);
+        mine[2 * c + ch] = (float)m2[ch];
+    }
+    return SL_OK;
+}
+
+/* world x c terms: nothing here for the cpu backend to do faster than the
+ * reference's double loop, which is therefore the cpu's too. */
+int sl_bn_moments_merge_cpu(sl_exec *e, int64_t rows, int c, int world, const float *slots,
+                            float *mean, float *var)
+{
+    const char *fn = "sl_bn_moments_merge_cpu";
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    if (world < 1)
+        return sl_fail(SL_EINVAL, "%s: %d replicas", fn, world);
+    return sl_bn_moments_merge_ref(e, rows, c, world, slots, mean, var);
 }

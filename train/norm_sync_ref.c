@@ -22,6 +22,16 @@
  * With one replica (rows == total) the pieces compute exactly what
  * bn_fwd_train / bn_bwd do (tests/train/test_norm_sync.c checks that and the
  * W-replica composition).
+ *
+ * The model's forward takes its statistics from bn_moments / merge rather
+ * than bn_sum / bn_sqdev_sum (train_int.h): each replica's mean and
+ * M2 in double, combined with Chan et al.'s pairwise formula, as PyTorch's
+ * SyncBatchNorm combines (count, mean, invstd):
+ *   n = n_a + n_b, d = mean_b - mean_a,
+ *   mean = mean_a + d*n_b/n, M2 = M2_a + M2_b + d^2*n_a*n_b/n.
+ * The float sums lose digits where a channel's rows are many (50,000 a
+ * replica at 224 px) and the values far from their mean's scale; the
+ * merge has no difference of large sums in it.
  */
 #include <math.h>
 
@@ -146,6 +156,75 @@ int sl_bn_bwd_apply_ref(sl_exec *e, int64_t rows, int c, const float *x, const f
             double xhat = (x[r * c + ch] - mean) * invstd;
             dx[r * c + ch] = (float)(k * (total * dy[r * c + ch] - sdy - xhat * sdyx));
         }
+    }
+    return SL_OK;
+}
+
+/* ------------------------------------------------------- moments (Chan) */
+
+/* d as the float pair hi + lo (hi = d rounded, lo = the rest rounded):
+ * ~48 significant bits through a float all-reduce that adds only zeros. */
+static void put_pair(double d, float *hi, float *lo)
+{
+    *hi = (float)d;
+    *lo = (float)(d - (double)*hi);
+}
+
+/* Shared argument checks of bn_moments and bn_moments_merge. */
+static int check_slots(const char *fn, int64_t rows, int c, int world, int rank)
+{
+    int rc = check_rows(fn, rows, c);
+    if (rc)
+        return rc;
+    if (world < 1 || rank < 0 || rank >= world)
+        return sl_fail(SL_EINVAL, "%s: replica %d of %d", fn, rank, world);
+    return SL_OK;
+}
+
+int sl_bn_moments_ref(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
+                      float *slots)
+{
+    (void)e;
+    int rc = check_slots("sl_bn_moments_ref", rows, c, world, rank);
+    if (rc)
+        return rc;
+    for (int64_t i = 0; i < (int64_t)world * SL_BN_MOMENT_FLOATS * c; i++)
+        slots[i] = 0;
+    float *mine = slots + (int64_t)rank * SL_BN_MOMENT_FLOATS * c;
+    for (int ch = 0; ch < c; ch++) {
+        double s = 0, q = 0;
+        for (int64_t r = 0; r < rows; r++)
+            s += x[r * c + ch];
+        double mean = rows ? s / (double)rows : 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            double d = x[r * c + ch] - mean;
+            q += d * d;
+        }
+        put_pair(mean, &mine[ch], &mine[c + ch]);
+        mine[2 * c + ch] = (float)q;
+    }
+    return SL_OK;
+}
+
+int sl_bn_moments_merge_ref(sl_exec *e, int64_t rows, int c, int world, const float *slots,
+                            float *mean, float *var)
+{
+    (void)e;
+    int rc = check_slots("sl_bn_moments_merge_ref", rows, c, world, 0);
+    if (rc)
+        return rc;
+    for (int ch = 0; ch < c; ch++) {
+        double n = 0, mu = 0, m2 = 0, nr = (double)rows;
+        for (int r = 0; r < world && rows > 0; r++) {
+            const float *s = slots + (int64_t)r * SL_BN_MOMENT_FLOATS * c;
+            double mr = (double)s[ch] + (double)s[c + ch], qr = s[2 * c + ch];
+            double tot = n + nr, d = mr - mu;
+            mu += d * (nr / tot);
+            m2 += qr + d * d * (n * nr / tot);
+            n = tot;
+        }
+        mean[ch] = (float)mu;
+        var[ch] = n > 0 ? (float)(m2 / n) : 0.0f;
     }
     return SL_OK;
 }

@@ -50,7 +50,8 @@
         .fc_bwd = sl_fc_bwd_##sfx, .xent_fwd_bwd = sl_xent_fwd_bwd_##sfx,                    \
         .bn_sum = sl_bn_sum_##sfx, .bn_sqdev_sum = sl_bn_sqdev_sum_##sfx,                    \
         .bn_fwd_apply = sl_bn_fwd_apply_##sfx, .bn_bwd_reduce = sl_bn_bwd_reduce_##sfx,      \
-        .bn_bwd_apply = sl_bn_bwd_apply_##sfx,                                               \
+        .bn_bwd_apply = sl_bn_bwd_apply_##sfx, .bn_moments = sl_bn_moments_##sfx,            \
+        .bn_moments_merge = sl_bn_moments_merge_##sfx,                                       \
     }
 
 const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL);
@@ -124,6 +125,12 @@ static int cu_bn_bwd_apply(sl_exec *e, int64_t r, int c, const float *x, const f
 { (void)e; (void)r; (void)c; (void)x; (void)dy; (void)g; (void)sm; (void)si; (void)sdy;
   (void)sdyx; (void)t; (void)dx; NOTSUP("bn_bwd_apply"); }
 
+static int cu_bn_moments(sl_exec *e, int64_t r, int c, const float *x, int w, int k, float *s)
+{ (void)e; (void)r; (void)c; (void)x; (void)w; (void)k; (void)s; NOTSUP("bn_moments"); }
+static int cu_bn_moments_merge(sl_exec *e, int64_t r, int c, int w, const float *s, float *m,
+                               float *v)
+{ (void)e; (void)r; (void)c; (void)w; (void)s; (void)m; (void)v; NOTSUP("bn_moments_merge"); }
+
 const sl_ops sl_ops_cuda = {
     .name = "cuda", .conv_fwd = cu_conv, .conv_bwd_data = cu_conv, .conv_bwd_filter = cu_conv,
     .bn_fwd_train = cu_bn_train, .bn_fwd_eval = cu_bn_eval, .bn_bwd = cu_bn_bwd,
@@ -132,6 +139,7 @@ const sl_ops sl_ops_cuda = {
     .gap_bwd = cu_gap, .fc_fwd = cu_fc_fwd, .fc_bwd = cu_fc_bwd, .xent_fwd_bwd = cu_xent,
     .bn_sum = cu_bn_sum, .bn_sqdev_sum = cu_bn_sqdev, .bn_fwd_apply = cu_bn_fwd_apply,
     .bn_bwd_reduce = cu_bn_bwd_reduce, .bn_bwd_apply = cu_bn_bwd_apply,
+    .bn_moments = cu_bn_moments, .bn_moments_merge = cu_bn_moments_merge,
 };
 #endif /* SLUICE_TRAIN_CUDA */
 

@@ -189,7 +189,8 @@ int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
 {
     const sl_run *r = rep->run;
     sl_pipeline_config ev = rep->data;
-    ev.split = r->cfg->eval_split;
+    ev.data = r->eval_data;   /* resolved before the first step (trainer.c) */
+    ev.split = r->eval_split;
     ev.transform = SL_TRANSFORM_EVAL;
     ev.shuffle = SL_SHUFFLE_NONE;
     ev.shuffle_files = 0;
@@ -342,7 +343,7 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
         if (!c->no_overlap)
             sl_model_set_grad_hook(rep->m, on_grad_ready, rep);
         if (c->sync_bn) {
-            sl_bn_sync s = {bn_sync_sum, rep, r->world};
+            sl_bn_sync s = {bn_sync_sum, rep, r->world, rep->rank};
             if ((rc = sl_model_set_bn_sync(rep->m, &s)))
                 return rc;
         }
@@ -412,13 +413,10 @@ int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *corre
         *loss = 0, *correct = 0; /* summed on the device: sl_replica_take */
         return grads_dev(rep, b);
     }
-    for (int i = 0; i < n; i++) {
+    if ((rc = sl_labels_check("sl_train_run", b, classes)))
+        return rc;
+    for (int i = 0; i < n; i++)
         rep->labels[i] = b->labels[i];
-        if (rep->labels[i] < 0 || rep->labels[i] >= classes)
-            return sl_fail(SL_EINVAL, "sl_train_run: record %llu has label %d, the model has "
-                           "%d classes", (unsigned long long)b->record_ids[i], rep->labels[i],
-                           classes);
-    }
     const float *logits;
     if ((rc = sl_model_forward(rep->m, &rep->e, (const float *)b->data, n, 1, &logits)) ||
         (rc = rep->e.ops->xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,

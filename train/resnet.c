@@ -539,6 +539,7 @@ void sl_model_destroy(sl_model *m)
 {
     if (!m)
         return;
+    sl_model_sync_free(m);
     if (m->dev_e) {
         sl_exec *e = m->dev_e;
         sl_dev_free(e, m->params), sl_dev_free(e, m->grads), sl_dev_free(e, m->bufs);

@@ -115,6 +115,8 @@ typedef struct sl_bn_sync {
     int (*allreduce_sum)(void *ctx, float *buf, int n);
     void *ctx;
     int world;          /* replicas (each with the same batch) */
+    int rank;           /* this replica, 0..world-1: its slot in the forward's all-reduce of
+                         * every replica's (mean, M2) (train_int.h bn_moments) */
 } sl_bn_sync;
 int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s);
 
@@ -302,10 +304,16 @@ typedef enum sl_strategy {
 const char *sl_strategy_name(sl_strategy s);
 int sl_strategy_parse(const char *name, sl_strategy *out);
 
+#define SL_EVAL_SPLIT_AUTO "auto"
+
 typedef struct sl_train_config {
     sl_pipeline_config data;     /* the train input (split, batch, image size, ...); batch is
                                   * the GLOBAL batch, split evenly over mirrored replicas */
-    const char *eval_split;      /* evaluated after each epoch; NULL or "" for none */
+    const char *eval_split;      /* evaluated after each epoch; NULL or "" for none;
+                                  * SL_EVAL_SPLIT_AUTO (the default): "test" if the data has
+                                  * it, else "validation", else none. Checked before the
+                                  * first step; with --data a glob or one file, looked for in
+                                  * its folder */
     sl_model_config model;
     sl_sgd_config sgd;
     sl_backend backend;
@@ -364,6 +372,7 @@ typedef struct sl_train_result {
                                   * pipeline's next batch (root replica) */
     int64_t amp_skipped;         /* f16: steps skipped for inf/nan gradients */
     double amp_scale;            /* f16: the loss scale at the end */
+    char eval_split[64];         /* the split evaluated after each epoch; "" for none */
 } sl_train_result;
 
 /* Config defaults for the data's dataset (image size from dataset.json) and
@@ -376,6 +385,11 @@ sl_dtype sl_train_precision(const sl_train_config *c);
 const char *sl_precision_name(sl_dtype t);
 int sl_precision_parse(const char *name, sl_dtype *out);
 
+/* Train. Errors before the first step (no such split or eval split, no
+ * classes, bad config) leave nothing behind. With the single and mirrored
+ * strategies an error after steps have run saves the last completed step
+ * as a checkpoint first (in ckpt_dir, else in ./sluice-rescue; progress
+ * says so) and the error message says where. */
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
 
 typedef struct sl_eval_result {

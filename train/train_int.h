@@ -233,7 +233,33 @@ typedef struct sl_ops {
                         const float *gamma, const float *save_mean, const float *save_invstd,
                         const float *sum_dy, const float *sum_dy_xhat, double total,
                         float *dx);
+
+    /* Sync-BN's forward statistics as PyTorch's SyncBatchNorm takes them
+     * (batch_norm_stats, batch_norm_gather_stats_with_counts): each
+     * replica's (count, mean, M2) combined with Chan et al.'s pairwise
+     * formula ("Updating formulae and a pairwise algorithm for computing
+     * sample variances", 1979), not a variance from float sums. One
+     * all-reduce of world slots of SL_BN_MOMENT_FLOATS x c floats, which
+     * stands in for an all-gather (the communicator has none): each
+     * replica fills its own slot and zeros the others, and a sum adds
+     * exact zeros, so every replica ends up with every slot bit for bit.
+     *   bn_moments:       slot `rank` of slots (world, 3, c) = this
+     *                     replica's mean as a float pair hi + lo (double
+     *                     accuracy across a float all-reduce) and M2 =
+     *                     sum_rows (x - mean)^2 (non-negative terms: a
+     *                     float keeps it to 2^-24); every other slot 0.
+     *   bn_moments_merge: the world slots, rows rows each, merged in slot
+     *                     order in double: mean[c] and the biased var[c] =
+     *                     M2 / (world*rows), as floats for bn_fwd_apply;
+     *                     the same bits on every replica. */
+    int (*bn_moments)(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
+                      float *slots);
+    int (*bn_moments_merge)(sl_exec *e, int64_t rows, int c, int world, const float *slots,
+                            float *mean, float *var);
 } sl_ops;
+
+/* Floats per channel in a sync-BN statistics slot: mean hi, mean lo, M2. */
+#define SL_BN_MOMENT_FLOATS 3
 
 
 /* The functions behind the tables, one set per backend file:
@@ -242,7 +268,8 @@ typedef struct sl_ops {
  *   norm_ref.c / norm_cpu.c      bn_fwd_train, bn_fwd_eval, bn_bwd
  *   act_ref.c / act_cpu.c        relu, add, maxpool, gap, xent
  *   norm_sync_ref.c / norm_sync_cpu.c  bn_sum, bn_sqdev_sum, bn_fwd_apply, bn_bwd_reduce,
- *                                      bn_bwd_apply
+ *                                      bn_bwd_apply, bn_moments, bn_moments_merge
+ *                                      (cuda: norm_cuda.cu, norm_sync_cuda.cu)
  * ops.c assembles sl_ops_ref / sl_ops_cpu / sl_ops_cuda from them. */
 #define SL_DECLARE_OPS(sfx)                                                                   \
     int sl_conv_fwd_##sfx(sl_exec *, const sl_conv_shape *, const float *, const float *,     \
@@ -282,10 +309,20 @@ typedef struct sl_ops {
                                const float *, const float *, float *, float *);               \
     int sl_bn_bwd_apply_##sfx(sl_exec *, int64_t, int, const float *, const float *,          \
                               const float *, const float *, const float *, const float *,     \
-                              const float *, double, float *);
+                              const float *, double, float *);                                \
+    int sl_bn_moments_##sfx(sl_exec *, int64_t, int, const float *, int, int, float *);       \
+    int sl_bn_moments_merge_##sfx(sl_exec *, int64_t, int, int, const float *, float *,       \
+                                  float *);
 
 SL_DECLARE_OPS(ref)
 SL_DECLARE_OPS(cpu)
+
+/* norm_cpu.c's statistics pass, shared with norm_sync_cpu.c's bn_moments:
+ * mean and m2 = sum (x - mean)^2 per channel of x (rows, c), in double
+ * (blocked float partials merged with Chan's update); bmean, s1, s2 (c)
+ * float scratch. rows 0 gives zeros. */
+void sl_bn_stats_cpu(int64_t rows, int c, const float *x, double *mean, double *m2,
+                     float *bmean, float *s1, float *s2);
 
 extern const sl_ops sl_ops_ref;
 extern const sl_ops sl_ops_cpu;

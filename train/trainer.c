@@ -103,7 +103,7 @@ void sl_train_config_init(sl_train_config *c)
     c->data = (sl_pipeline_config)SL_PIPELINE_CONFIG_INIT;
     c->data.layout = SL_LAYOUT_NHWC_F32;
     c->data.epochs = 0;
-    c->eval_split = "test";
+    c->eval_split = SL_EVAL_SPLIT_AUTO;
     c->model = (sl_model_config)SL_MODEL_CONFIG_INIT;
     c->model.classes = 0; /* from dataset.json */
     c->sgd = (sl_sgd_config)SL_SGD_CONFIG_INIT;
@@ -117,31 +117,103 @@ void sl_train_config_init(sl_train_config *c)
     c->max_staleness = -1;
 }
 
-/* Classes from dataset.json when the config leaves them at 0. */
-static int dataset_classes(const char *dir, int *classes)
+/* Say once that shards of split s have no index file (readers scan them). */
+static void note_unindexed(sl_run *r, const sl_dataset_split *s)
 {
-    sl_manifest mf;
-    int rc = sl_manifest_load(dir, &mf);
-    if (rc)
-        return sl_fail(rc, "sl_train_run: %s: the number of classes comes from %s (%s); "
-                       "or give it explicitly", dir, SL_MANIFEST_FILE, sl_errmsg());
-    *classes = (int)mf.num_classes;
-    sl_manifest_fini(&mf);
-    if (*classes < 1)
-        return sl_fail(SL_EINVAL, "sl_train_run: %s/%s says %d classes", dir, SL_MANIFEST_FILE,
-                       *classes);
-    return SL_OK;
+    if (r->is_root && s && s->unindexed)
+        fprintf(r->out, "train: note: %zu of %zu shards of %s have no index file (.idx): each "
+                "is scanned when opened; sluice index DIR writes them\n", s->unindexed,
+                s->nfiles, s->name);
+}
+
+/* The data, checked before the first step: the train split exists, the
+ * classes (dataset.json's when the config leaves them at 0), the eval split
+ * (SL_EVAL_SPLIT_AUTO: test, else validation, else none; a named one must
+ * exist), looked for beside the data when --data is a glob or one file.
+ * The root says once which split it evaluates and which shards have no
+ * index file. */
+static int resolve_data(sl_run *r)
+{
+    const sl_train_config *c = r->cfg;
+    sl_dataset ds, eds;
+    const sl_dataset *where = &ds;
+    const sl_dataset_split *tr = NULL, *ev = NULL;
+    const char *want = c->eval_split, *name = NULL;
+    int autopick = want && !strcmp(want, SL_EVAL_SPLIT_AUTO);
+    memset(&eds, 0, sizeof eds);
+    int rc = sl_dataset_resolve(r->data.data, NULL, &ds);
+    if (!rc)
+        rc = sl_dataset_reader_split(&ds, r->data.split, &tr);
+    if (rc) {
+        rc = sl_fail(rc, "sl_train_run: %s", sl_errmsg());
+        goto out;
+    }
+    r->classes = c->model.classes;
+    if (r->classes <= 0) {
+        if (!ds.has_manifest || ds.manifest.num_classes < 1) {
+            rc = sl_fail(SL_EINVAL, "sl_train_run: %s: the number of classes comes from %s/%s, "
+                         "which %s: give it (--classes K; TensorFlow's ImageNet shards: "
+                         "--classes 1000 --label-offset 1)", r->data.data, ds.dir,
+                         SL_MANIFEST_FILE, ds.has_manifest ? "says 0" : "is not there");
+            goto out;
+        }
+        r->classes = (int)ds.manifest.num_classes;
+    }
+    if (want && *want) {
+        if (ds.kind == SL_DATASET_GLOB || ds.kind == SL_DATASET_FILE) {
+            if ((rc = sl_dataset_resolve(ds.dir, NULL, &eds))) {
+                if (!autopick) {
+                    rc = sl_fail(rc, "sl_train_run: --eval-split %s: %s", want, sl_errmsg());
+                    goto out;
+                }
+                sl_clear_error(); /* a folder of odd files: nothing to evaluate */
+                rc = SL_OK;
+                sl_dataset_fini(&eds);
+            }
+            where = &eds;
+        }
+        name = autopick ? (where->nsplits ? sl_dataset_eval_split(where) : NULL) : want;
+        if (name && (rc = sl_dataset_reader_split(where, name, &ev))) {
+            rc = sl_fail(rc, "sl_train_run: --eval-split %s: %s", name, sl_errmsg());
+            goto out;
+        }
+    }
+    if (name) {
+        if (!(r->eval_data = strdup(where->path))) {
+            rc = sl_fail(SL_ENOMEM, "sl_train_run: out of memory");
+            goto out;
+        }
+        snprintf(r->res->eval_split, sizeof r->res->eval_split, "%s", ev->name);
+        r->eval_split = r->res->eval_split; /* outlives ds */
+    }
+    if (r->is_root && autopick) {
+        if (name)
+            fprintf(r->out, "train: evaluating split '%s' after each epoch%s (--eval-split NAME "
+                    "or none to choose)\n", name,
+                    strcmp(name, "test") ? " (there is no 'test' split)" : "");
+        else
+            fprintf(r->out, "train: no 'test' or 'validation' split beside %s: no evaluation "
+                    "(--eval-split NAME to name one)\n", r->data.data);
+    }
+    note_unindexed(r, tr);
+    note_unindexed(r, ev);
+out:
+    sl_dataset_fini(&eds);
+    sl_dataset_fini(&ds);
+    return rc;
 }
 
 /* ------------------------------------------------------------ checkpoints */
 
 /* The state JSON stored in a checkpoint (replica 0's pipeline state too:
  * world 1 resumes from it exactly, with its config checked). */
-static char *state_json(sl_run *r, sl_replica *rep, int64_t step)
+static char *state_json(sl_run *r, sl_replica *rep, int64_t step, const char *saved)
 {
     char ps[SL_PIPELINE_STATE_MAX];
     size_t plen = 0;
-    if (sl_pipeline_state_save(rep->p, ps, sizeof ps, &plen))
+    if (saved)
+        snprintf(ps, sizeof ps, "%s", saved);
+    else if (sl_pipeline_state_save(rep->p, ps, sizeof ps, &plen))
         return NULL;
     cJSON *j = cJSON_CreateObject();
     char *s = NULL;
@@ -166,19 +238,19 @@ static char *state_json(sl_run *r, sl_replica *rep, int64_t step)
     return s;
 }
 
-int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
+/* Save rep's state as the checkpoint of `step` in dir, with the pipeline
+ * state `ps` (NULL: the pipeline's state now). */
+static int save_checkpoint(sl_run *r, sl_replica *rep, const char *dir, int64_t step,
+                           const char *ps)
 {
-    if (!r->cfg->ckpt_dir)
-        return SL_OK;
     char prefix[sizeof r->res->checkpoint];
-    if (snprintf(prefix, sizeof prefix, "%s/ckpt-%09" PRId64, r->cfg->ckpt_dir, step) >=
-        (int)sizeof prefix)
+    if (snprintf(prefix, sizeof prefix, "%s/ckpt-%09" PRId64, dir, step) >= (int)sizeof prefix)
         return sl_fail(SL_EINVAL, "sl_train_run: checkpoint path too long");
     int rc;
     /* on a device: the state dict's host copies first */
     if ((rc = sl_model_pull(rep->m)) || (rep->dsgd && (rc = sl_dev_sgd_pull(rep->dsgd))))
         return rc;
-    char *st = state_json(r, rep, step);
+    char *st = state_json(r, rep, step, ps);
     if (!st)
         return sl_fail(SL_ENOMEM, "sl_train_run: checkpoint state: %s", sl_errmsg());
     rc = sl_checkpoint_save(prefix, rep->m, rep->o, rep->data.height, st);
@@ -186,7 +258,52 @@ int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
     if (rc)
         return rc;
     memcpy(r->res->checkpoint, prefix, sizeof prefix);
+    r->saved_step = step;
     return SL_OK;
+}
+
+int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
+{
+    if (!r->cfg->ckpt_dir)
+        return SL_OK;
+    return save_checkpoint(r, rep, r->cfg->ckpt_dir, step, NULL);
+}
+
+/* Where a checkpoint goes when an error stops the run and --ckpt-dir was
+ * not given: the weights of hours of steps are worth a folder the user did
+ * not ask for. */
+#define RESCUE_DIR "sluice-rescue"
+
+/* The root replica's loop failed with rc (its message in sl_errmsg()):
+ * save the last completed step, unless it is saved already, and keep where
+ * in r->rescue for the final message. The weights and momentum buffers are
+ * the last completed step's (they change only in its last phase, the SGD
+ * update); the pipeline state is the one noted after that step; BN running
+ * statistics are this replica's own (averaging them over replicas is a
+ * collective, which a failed run cannot do) and include the forward of a
+ * step that failed in its backward. sl_errmsg() is left as it was. */
+static void rescue_checkpoint(sl_run *r, sl_replica *rep)
+{
+    char msg[SL_ERRMSG_MAX];
+    int64_t step = r->done_step;
+    if (step <= r->step0)
+        return; /* no step of this run completed: nothing new to keep */
+    snprintf(msg, sizeof msg, "%s", sl_errmsg());
+    const char *dir = r->cfg->ckpt_dir ? r->cfg->ckpt_dir : RESCUE_DIR;
+    int rc = SL_OK;
+    if (r->saved_step != step &&
+        (rc = sl_mkdir_p(dir, "sl_train_run")) == SL_OK)
+        rc = save_checkpoint(r, rep, dir, step, r->done_state);
+    if (rc)
+        snprintf(r->rescue, sizeof r->rescue, "saving step %" PRId64 " failed too: %.1000s",
+                 step, sl_errmsg());
+    else
+        snprintf(r->rescue, sizeof r->rescue, "the last completed step, %" PRId64 ", is "
+                 "saved in %.3000s.safetensors: continue with --ckpt-dir %.1000s --resume",
+                 step, r->res->checkpoint, dir);
+    fprintf(r->out, "train: stopped by an error after step %" PRId64 "; %s\n", step, r->rescue);
+    fflush(r->out);
+    sl_fail(SL_EINVAL, "%s", msg); /* the original message back (the code is the caller's) */
 }
 
 /* Read the newest checkpoint's state: step, and how the pipelines restart.
@@ -296,8 +413,7 @@ static int log_progress(sl_run *r, sl_replica *rep, window *w, double *win_t, in
 
 int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
 {
-    const sl_train_config *c = r->cfg;
-    if (!c->eval_split || !*c->eval_split)
+    if (!r->eval_split)
         return SL_OK;
     sl_eval_result er;
     int rc = sl_replica_eval(rep, &er);
@@ -318,7 +434,7 @@ int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
 }
 
 /* The step loop of one replica; every replica runs it in lockstep. */
-static int replica_loop(sl_replica *rep)
+static int replica_steps(sl_replica *rep)
 {
     sl_run *r = rep->run;
     const sl_train_config *cfg = r->cfg;
@@ -364,6 +480,11 @@ static int replica_loop(sl_replica *rep)
             steady_images += n;
         }
         step++;
+        if (root) { /* what a checkpoint on error saves (rescue_checkpoint) */
+            r->done_step = step;
+            if ((rc = sl_pipeline_state_save(rep->p, r->done_state, sizeof r->done_state, NULL)))
+                return rc;
+        }
         images += n;
         w.loss += loss;
         w.correct += correct;
@@ -440,6 +561,14 @@ static int replica_loop(sl_replica *rep)
         r->res->amp_scale = scale;
     }
     return SL_OK;
+}
+
+static int replica_loop(sl_replica *rep)
+{
+    int rc = replica_steps(rep);
+    if (rc && rep->idx == 0 && rep->run->is_root)
+        rescue_checkpoint(rep->run, rep);
+    return rc;
 }
 
 static void *replica_thread(void *arg)
@@ -605,9 +734,11 @@ static int setup(sl_run *r)
         return rc;
     r->data.rank_split = r->world > 1 && r->data.shuffle != SL_SHUFFLE_BUFFER ? SL_SPLIT_RECORDS
                                                                             : SL_SPLIT_FILES;
-    r->classes = c->model.classes;
-    if (r->classes <= 0 && (rc = dataset_classes(r->data.data, &r->classes)))
+    if ((rc = resolve_data(r)))
         return rc;
+    if (c->sync_bn && r->world == 1 && r->is_root && c->strategy != SL_STRATEGY_PS)
+        fprintf(r->out, "train: --sync-bn with one replica: plain batch norm (there is nothing "
+                "to synchronize)\n");
     if (r->ps_server)
         return SL_OK; /* a ps server rank needs the model's shape, no data */
     for (int i = 0; i < r->nlocal; i++)
@@ -707,13 +838,15 @@ static void run_fini(sl_run *r)
     sl_comm_destroy(r->mpi);
     sl_comm_local_group_destroy(r->group);
     free(r->resume_prefix);
+    free(r->eval_data);
 }
 
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
 {
     memset(res, 0, sizeof *res);
     res->eval_top1 = res->eval_top5 = -1;
-    sl_run r = {.cfg = cfg, .out = cfg->progress ? cfg->progress : stderr, .res = res};
+    sl_run r = {.cfg = cfg, .out = cfg->progress ? cfg->progress : stderr, .res = res,
+                .saved_step = -1};
     r.t0 = sl_now_s();
     int rc = setup(&r);
     if (rc)
@@ -756,6 +889,11 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
         rc = sl_fail(r.rep[first].rc, "%s", r.rep[first].msg);
     }
 out:
+    if (rc && r.rescue[0]) {
+        char msg[SL_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", sl_errmsg());
+        rc = sl_fail(rc, "%.2000s (%s)", msg, r.rescue);
+    }
     if (rc && r.mpi) {
         /* Tell the other processes (they would otherwise wait out their
          * timeout), and keep MPI_Finalize from waiting for them. */

@@ -101,6 +101,14 @@ struct sl_run {
     FILE *out;
     double t0;
     sl_train_result *res;
+    /* the data, checked before the first step (trainer.c resolve_data) */
+    const char *eval_split;    /* the split evaluated after each epoch; NULL for none */
+    char *eval_data;           /* where it is read: --data, or a glob's or file's folder */
+    /* a checkpoint when an error stops the run (trainer.c rescue_checkpoint) */
+    int64_t done_step;         /* the last step the root replica completed */
+    char done_state[SL_PIPELINE_STATE_MAX]; /* its pipeline state after that step */
+    int64_t saved_step;        /* the step of the last checkpoint written; -1 none */
+    char rescue[4200];         /* where the rescue went (or why it failed); "" none */
 };
 
 double sl_now_s(void);

@@ -416,3 +416,54 @@ Test(tf_interop, we_read_a_tensorflow_imagenet_shard)
     free(shard);
     free(dir);
 }
+
+/* A directory of shards that TensorFlow wrote, named as its ImageNet
+ * converter names them (no suffix, no index files, no dataset.json, labels
+ * 1..K): verified, indexed and trained on as it is, its validation split
+ * evaluated. (tests/tools/test_tf_layout.c does the same everywhere, on
+ * shards written here.) */
+Test(tf_interop, we_train_on_a_tensorflow_imagenet_directory)
+{
+    const char *py = python_or_skip();
+    char *dir = tu_tmpdir(), *out = NULL;
+    static const struct { const char *name; int n, first; } shards[] = {
+        {"train-00000-of-00002", 12, 0},
+        {"train-00001-of-00002", 12, 12},
+        {"validation-00000-of-00001", 8, 100},
+    };
+    for (int s = 0; s < 3; s++) {
+        int rc = tu_run(&out, PY_TIMEOUT "'%s' '%s/tf_write_imagenet.py' '%s/%s' %d --classes 5 "
+                        "--first %d --no-json", py, SCRIPTS, dir, shards[s].name, shards[s].n,
+                        shards[s].first);
+        cr_assert_eq(rc, 0, "tf_write_imagenet failed (%d):\n%s", rc, out);
+        free(out);
+        out = NULL;
+    }
+    int rc = tu_run(&out, "%s verify %s --label-range 1:5 2>&1", tu_sluice(), dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "ok: 32 records in 3 files") && strstr(out, "3 shards have no index"),
+              "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "cd %s && %s train --data %s --classes 5 --label-offset 1 --image-size 16 "
+                "--batch 8 --width 4 --epochs 1 --threads 1 --ckpt-dir ck 2>&1", dir,
+                tu_sluice(), dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "evaluating split 'validation'") &&
+              strstr(out, "eval  epoch 1 step 3: top1") && strstr(out, "(8 images"), "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "%s index %s 2>&1", tu_sluice(), dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "wrote 3 index files"), "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "%s eval --data %s --checkpoint %s/ck/ckpt-000000003.safetensors "
+                "--label-offset 1 --threads 1 --json 2>&1", tu_sluice(), dir, dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"split\":\"validation\"") && strstr(out, "\"images\":8") &&
+              !strstr(out, "no index file"), "%s", out);
+    free(out);
+    tu_rmrf(dir);
+    free(dir);
+}

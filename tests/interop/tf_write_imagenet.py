@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Write a TFRecord shard the way TensorFlow's ImageNet converter does.
 
-    tf_write_imagenet.py OUT_FILE N
+    tf_write_imagenet.py OUT_FILE N [--classes K] [--first I] [--no-json]
 
 Writes N records with tf.io.TFRecordWriter. Each is a tf.train.Example with the
 full feature set of build_imagenet_data.py (_convert_to_example): image/height,
 image/width, image/colorspace "RGB", image/channels 3, image/class/label
-(1..1000, as TF's ImageNet shards), image/class/synset, image/class/text,
+(1..K, K = 1000 by default, as TF's ImageNet shards;
+record i's is 1 + ((I + i) * 37) % K), image/class/synset, image/class/text,
 image/object/bbox/{xmin,xmax,ymin,ymax} float lists, image/object/bbox/label
 int64 list, image/format "JPEG", image/filename, image/encoded (tf.io.encode_jpeg
 of a deterministic random image). Record i has 1 + i % 3 boxes.
 
 The expected values go to OUT_FILE.json: {"records": [{...}, ...]} with the
 floats as TensorFlow stores them (float32, written as their exact decimal so a
-reader can compare bit for bit), so sluice's reader can be checked against it.
+reader can compare bit for bit), so sluice's reader can be checked against it;
+--no-json leaves it out (a shard directory that must hold shards only).
 """
 import json
 import os
@@ -38,11 +40,16 @@ def _bytes(v):
 
 
 def main(argv):
-    if len(argv) != 3:
-        print("usage: tf_write_imagenet.py OUT_FILE N", file=sys.stderr)
-        return 2
-    out, n = argv[1], int(argv[2])
-    rng = np.random.RandomState(1234)
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("n", type=int)
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--no-json", action="store_true")
+    a = ap.parse_args(argv[1:])
+    out, n = a.out, a.n
+    rng = np.random.RandomState(1234 + a.first)
     expected = []
     with tf.io.TFRecordWriter(out) as w:
         for i in range(n):
@@ -50,8 +57,8 @@ def main(argv):
             wd = int(rng.randint(17, 90))
             pixels = rng.randint(0, 256, size=(h, wd, 3)).astype(np.uint8)
             encoded = tf.io.encode_jpeg(pixels, quality=90).numpy()
-            label = 1 + (i * 37) % 1000
-            synset = "n%08d" % (1440764 + i)
+            label = 1 + ((a.first + i) * 37) % a.classes
+            synset = "n%08d" % (1440764 + a.first + i)
             text = "class %d, with a comma and \u00e9" % label
             nbox = 1 + i % 3
             xmin = [float(np.float32(rng.uniform(0.0, 0.5))) for _ in range(nbox)]
@@ -83,6 +90,8 @@ def main(argv):
                 "xmin": xmin, "xmax": xmax, "ymin": ymin, "ymax": ymax,
                 "bbox_label": [label] * nbox, "encoded_len": len(encoded),
             })
+    if a.no_json:
+        return 0
     with open(out + ".json", "w") as f:
         # repr of a float32-exact double round-trips exactly through strtod/strtof
         json.dump({"records": expected}, f, indent=1, ensure_ascii=True)

@@ -20,6 +20,7 @@
 
 #include "testutil.h"
 #include "train/train.h"
+#include "train/train_int.h" /* SL_BN_MOMENT_FLOATS */
 
 enum { N = 6, H = 8, WD = 8, K = 5, WIDTH = 4, MAXW = 3 };
 
@@ -203,7 +204,7 @@ static void *replica_main(void *arg)
     const float *lg = NULL;
     int rc = SL_OK;
     if (r->sync) {
-        sl_bn_sync s = {test_allreduce, &r->ctx, r->ctx.t->world};
+        sl_bn_sync s = {test_allreduce, &r->ctx, r->ctx.t->world, r->ctx.rank};
         rc = sl_model_set_bn_sync(r->m, &s);
     }
     if (!rc)
@@ -241,7 +242,8 @@ static void run_replicas(replica *rep, int W, sl_backend be, int sync, const bat
                          int fail_rank, int fail_at)
 {
     int n = N / W;
-    team_init(t, W, 2 * 4 * WIDTH); /* 2 x the widest BN (4 x width) */
+    /* the forward's statistics slots: W x 3 x the widest BN (4 x width) */
+    team_init(t, W, W * SL_BN_MOMENT_FLOATS * 4 * WIDTH);
     pthread_t th[MAXW];
     for (int r = 0; r < W; r++) {
         replica *p = &rep[r];
@@ -352,9 +354,9 @@ static void sync_vs_single(sl_backend be, int W)
     run_replicas(rep, W, be, 1, &b, &t, 0, 0);
     for (int r = 0; r < W; r++) {
         cr_assert_eq(rep[r].rc, SL_OK, "rank %d: %s", r, rep[r].err);
-        /* 2 all-reduces per BN forward (sum, squared deviations), 1 of
+        /* 1 all-reduce per BN forward (every replica's mean and M2), 1 of
          * 2c floats per BN backward */
-        cr_assert_eq(rep[r].ctx.calls, 3 * nbn, "rank %d: %d all-reduces for %d BNs", r,
+        cr_assert_eq(rep[r].ctx.calls, 2 * nbn, "rank %d: %d all-reduces for %d BNs", r,
                      rep[r].ctx.calls, nbn);
     }
     diffs d = compare(single, slog, rep, W);
@@ -406,9 +408,9 @@ Test(train_model_sync, allreduce_failure_stops_every_replica)
     batch_init(&b);
     replica rep[MAXW];
     team t;
-    /* call 5: the third BN's sum (forward); call 2*21 + 2: the second BN
-     * backward (21 BNs, 2 all-reduces each in forward) */
-    int at[2] = {5, 44};
+    /* call 3: the third BN's statistics (forward); call 21 + 2: the second
+     * BN backward (21 BNs, one all-reduce each in forward) */
+    int at[2] = {3, 23};
     for (int k = 0; k < 2; k++) {
         run_replicas(rep, 3, SL_BACKEND_REF, 1, &b, &t, 1, at[k]);
         cr_assert_eq(rep[1].rc, SL_EIO, "rank 1: %d %s", rep[1].rc, rep[1].err);

@@ -492,3 +492,193 @@ Test(train_norm_sync, large_offset_accuracy)
     bn_in_free(&b);
     sl_exec_fini(&er);
 }
+
+/* ------------------------------------------------ moments (Chan merge) */
+
+/* What the model's synchronized forward does for its statistics (model.c
+ * bn_sync_fwd): each of W replicas (equal slices of rows) fills its slot,
+ * the slots are summed in rank order in float (the all-reduce), every
+ * replica merges them. mean, var (c) get replica 0's; every replica's must
+ * be the same bits. */
+static void run_moments(sl_exec *e, const float *x, int64_t rows, int c, int W, float *mean,
+                        float *var)
+{
+    int64_t per = (int64_t)SL_BN_MOMENT_FLOATS * c, n = (int64_t)W * per;
+    int64_t slice = rows / W;
+    cr_assert_eq(slice * W, rows, "rows must split evenly");
+    float *buf = falloc((int64_t)W * n), *sum = falloc(n), *m = falloc(c), *v = falloc(c);
+    for (int r = 0; r < W; r++) {
+        float *mine = buf + r * n;
+        for (int64_t i = 0; i < n; i++)
+            mine[i] = NAN; /* bn_moments writes every slot */
+        cr_assert_eq(e->ops->bn_moments(e, slice, c, x + (int64_t)r * slice * c, W, r, mine),
+                     SL_OK, "%s", sl_errmsg());
+        for (int q = 0; q < W; q++)
+            for (int64_t i = 0; i < per; i++)
+                if (q != r)
+                    cr_assert(mine[q * per + i] == 0.0f, "replica %d slot %d not zeroed", r, q);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float s = 0;
+        for (int r = 0; r < W; r++)
+            s += buf[r * n + i];
+        sum[i] = s;
+    }
+    for (int r = 0; r < W; r++) {
+        cr_assert_eq(e->ops->bn_moments_merge(e, slice, c, W, sum, r ? m : mean, r ? v : var),
+                     SL_OK, "%s", sl_errmsg());
+        if (r) {
+            cr_assert_eq(memcmp(m, mean, (size_t)c * 4), 0, "replica %d mean", r);
+            cr_assert_eq(memcmp(v, var, (size_t)c * 4), 0, "replica %d var", r);
+        }
+    }
+    free(buf), free(sum), free(m), free(v);
+}
+
+/* mean and biased variance of each channel of x in long double, two passes. */
+static void exact_stats(const float *x, int64_t rows, int c, double *mean, double *var)
+{
+    for (int ch = 0; ch < c; ch++) {
+        long double s = 0, q = 0;
+        for (int64_t r = 0; r < rows; r++)
+            s += x[r * c + ch];
+        long double mu = s / rows;
+        for (int64_t r = 0; r < rows; r++) {
+            long double d = x[r * c + ch] - mu;
+            q += d * d;
+        }
+        mean[ch] = (double)mu;
+        var[ch] = (double)(q / rows);
+    }
+}
+
+/* ref and cpu, 1..3 replicas, awkward shapes: the merged statistics are
+ * those of all the rows (long double), to float rounding; bn_fwd_apply
+ * with them gives bn_fwd_train's outputs on all the rows. */
+Test(train_norm_sync, moments_compose_to_stats_of_all_rows)
+{
+    static const int64_t rows[] = {6, 30, 1002, 256 * 7 * 7 * 3 + 6};
+    static const int cs[] = {1, 3, 17, 64, 129};
+    sl_backend backs[] = {SL_BACKEND_REF, SL_BACKEND_CPU};
+    for (int k = 0; k < 2; k++) {
+        sl_exec e, er;
+        exec_init(&e, backs[k]);
+        exec_init(&er, SL_BACKEND_REF);
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++)
+                for (int W = 1; W <= 3; W++) {
+                    int64_t R = rows[i];
+                    int c = cs[j];
+                    if (R * c > 1000000 && W != 2)
+                        continue; /* the big shape once: time under ASan */
+                    bn_in b;
+                    bn_in_random(&b, R, c, 11 + 7 * i + j + 100 * W, (float)j, 1.0f);
+                    float *mean = falloc(c), *var = falloc(c);
+                    double *em = malloc(sizeof(double) * c), *ev = malloc(sizeof(double) * c);
+                    cr_assert(em && ev);
+                    run_moments(&e, b.x, R, c, W, mean, var);
+                    exact_stats(b.x, R, c, em, ev);
+                    for (int ch = 0; ch < c; ch++) {
+                        double sd = sqrt(ev[ch]);
+                        cr_assert(fabs(mean[ch] - em[ch]) <= 1e-6 * sd + 6e-8 * fabs(em[ch]),
+                                  "%s W %d rows %lld c %d: mean[%d] %.9g want %.9g",
+                                  e.ops->name, W, (long long)R, c, ch, mean[ch], em[ch]);
+                        cr_assert(fabs(var[ch] - ev[ch]) <= 1e-6 * ev[ch],
+                                  "%s W %d rows %lld c %d: var[%d] %.9g want %.9g",
+                                  e.ops->name, W, (long long)R, c, ch, var[ch], ev[ch]);
+                    }
+                    /* the forward on the merged statistics is bn_fwd_train's */
+                    float *rm = fdup(b.rmean, c), *rv = fdup(b.rvar, c), *y = falloc(R * c),
+                          *sm = falloc(c), *si = falloc(c);
+                    float *rm2 = fdup(b.rmean, c), *rv2 = fdup(b.rvar, c), *y2 = falloc(R * c),
+                          *sm2 = falloc(c), *si2 = falloc(c);
+                    cr_assert_eq(er.ops->bn_fwd_train(&er, R, c, b.x, b.gamma, b.beta, 0.1f,
+                                                      1e-5f, rm, rv, y, sm, si), SL_OK);
+                    cr_assert_eq(e.ops->bn_fwd_apply(&e, R, c, b.x, b.gamma, b.beta, mean, var,
+                                                     (double)R, 0.1f, 1e-5f, rm2, rv2, y2, sm2,
+                                                     si2), SL_OK, "%s", sl_errmsg());
+                    assert_close(rv2, rv, c, 0, 1e-6, "running_var");
+                    assert_close(rm2, rm, c, 1e-7, 1e-6, "running_mean");
+                    assert_close(y2, y, R * c, 1e-5 * max_gi(b.gamma, si, c), 1e-5, "y");
+                    free(rm), free(rv), free(y), free(sm), free(si);
+                    free(rm2), free(rv2), free(y2), free(sm2), free(si2);
+                    free(mean), free(var), free(em), free(ev);
+                    bn_in_free(&b);
+                }
+        sl_exec_fini(&e);
+        sl_exec_fini(&er);
+    }
+}
+
+/* Data far from zero with many rows a replica (a 224 px BN: 50,176 rows a
+ * channel per image): Chan's merge keeps the variance to float rounding;
+ * a variance from float sums of the replicas (bn_sum -> mean ->
+ * bn_sqdev_sum around it, as the model did before) does not. */
+Test(train_norm_sync, moments_far_from_zero_beat_float_sums)
+{
+    const int64_t R = 2 * 50176;
+    const int c = 3, W = 2;
+    bn_in b;
+    bn_in_random(&b, R, c, 5, 3000.0f, 0.02f);
+    double em[3], ev[3];
+    exact_stats(b.x, R, c, em, ev);
+    sl_backend backs[] = {SL_BACKEND_REF, SL_BACKEND_CPU};
+    for (int k = 0; k < 2; k++) {
+        sl_exec e;
+        exec_init(&e, backs[k]);
+        float mean[3], var[3], part[2 * 3], fm[3], fv[3];
+        run_moments(&e, b.x, R, c, W, mean, var);
+        /* the float sums, added over the replicas as the all-reduce did */
+        for (int r = 0; r < W; r++)
+            cr_assert_eq(e.ops->bn_sum(&e, R / W, c, b.x + r * (R / W) * c, part + r * c), SL_OK);
+        for (int ch = 0; ch < c; ch++)
+            fm[ch] = (float)((part[ch] + part[c + ch]) / (double)R);
+        for (int r = 0; r < W; r++)
+            cr_assert_eq(e.ops->bn_sqdev_sum(&e, R / W, c, b.x + r * (R / W) * c, fm,
+                                             part + r * c), SL_OK);
+        double worst_m = 0, worst_f = 0;
+        for (int ch = 0; ch < c; ch++) {
+            fv[ch] = (float)((part[ch] + part[c + ch]) / (double)R);
+            worst_m = fmax(worst_m, fabs(var[ch] - ev[ch]) / ev[ch]);
+            worst_f = fmax(worst_f, fabs(fv[ch] - ev[ch]) / ev[ch]);
+        }
+        cr_log_info("%s: variance at mean/std ~ 1e5: Chan merge off by %.2g, float sums by %.2g",
+                    e.ops->name, worst_m, worst_f);
+        cr_assert_leq(worst_m, 1e-6, "%s: merged variance off by %g", e.ops->name, worst_m);
+        cr_assert_gt(worst_f, 10 * worst_m, "%s: float sums as good (%g vs %g)?", e.ops->name,
+                     worst_f, worst_m);
+        sl_exec_fini(&e);
+    }
+    bn_in_free(&b);
+}
+
+Test(train_norm_sync, moments_bad_arguments)
+{
+    float x[6] = {1, 2, 3, 4, 5, 6}, slots[18], mean[3], var[3];
+    sl_backend backs[] = {SL_BACKEND_REF, SL_BACKEND_CPU};
+    for (int k = 0; k < 2; k++) {
+        sl_exec e;
+        exec_init(&e, backs[k]);
+        const sl_ops *o = e.ops;
+        cr_assert_eq(o->bn_moments(&e, 2, 3, x, 2, 2, slots), SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "bn_moments") && strstr(sl_errmsg(), o->name) &&
+                  strstr(sl_errmsg(), "replica 2 of 2"), "%s", sl_errmsg());
+        cr_assert_eq(o->bn_moments(&e, 2, 3, x, 0, 0, slots), SL_EINVAL);
+        cr_assert_eq(o->bn_moments(&e, 2, 0, x, 1, 0, slots), SL_EINVAL);
+        cr_assert_eq(o->bn_moments_merge(&e, -1, 3, 1, slots, mean, var), SL_EINVAL);
+        cr_assert_eq(o->bn_moments_merge(&e, 2, 3, 0, slots, mean, var), SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "bn_moments_merge"), "%s", sl_errmsg());
+        /* no rows anywhere: zeros (bn_fwd_apply refuses the total later) */
+        cr_assert_eq(o->bn_moments(&e, 0, 3, x, 2, 1, slots), SL_OK, "%s", sl_errmsg());
+        for (int i = 0; i < 18; i++)
+            cr_assert(slots[i] == 0.0f);
+        cr_assert_eq(o->bn_moments_merge(&e, 0, 3, 2, slots, mean, var), SL_OK);
+        cr_assert(mean[0] == 0 && var[0] == 0);
+        sl_exec_fini(&e);
+    }
+#ifndef SLUICE_TRAIN_CUDA
+    cr_assert_eq(sl_ops_cuda.bn_moments(NULL, 2, 3, x, 1, 0, slots), SL_ENOTSUP);
+    cr_assert(strstr(sl_errmsg(), "bn_moments"), "%s", sl_errmsg());
+    cr_assert_eq(sl_ops_cuda.bn_moments_merge(NULL, 2, 3, 1, slots, mean, var), SL_ENOTSUP);
+#endif
+}

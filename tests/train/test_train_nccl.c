@@ -155,8 +155,9 @@ Test(train_nccl, mirrored_cuda_matches_cpu)
     free(tmp);
 }
 
-/* --sync-bn on the GPU: each BN's sums all-reduced through NCCL on the
- * exec's stream, in device memory (sl_dev_div turns them into means there):
+/* --sync-bn on the GPU: each BN's statistics slots (train_int.h
+ * bn_moments) and backward sums all-reduced through NCCL on the exec's
+ * stream, in device memory (bn_moments_merge combines them there):
  * the losses of the cpu's sync-BN (MPI, host sums), replicas in sync. At
  * lr 0.2 (not ARGS' 0.8, where sync-BN's 12 steps are chaotic enough that
  * fp32 rounding grows to 5e-4): 6e-5 seen. */

@@ -38,7 +38,7 @@ build() {
     rm -f "$OUT/emu_tests" "$OUT/sluice" "$OUT/selftest" # no stale binary after a failed build
     if [ -z "${SKIP_CMAKE:-}" ]; then
         echo "== cmake (CUDA OFF) $OFF"
-        cmake -S "$REPO" -B "$OFF" -DSLUICE_WITH_CUDA=OFF >/dev/null
+        cmake -S "$REPO" -B "$OFF" -DSLUICE_WITH_CUDA=OFF -DSLUICE_WERROR=ON >/dev/null
         cmake --build "$OFF" -j2 >"$OUT/build-off.log" 2>&1 ||
             { grep -E "error|Error" "$OUT/build-off.log" | head -20; return 1; }
     fi
@@ -47,7 +47,8 @@ build() {
     for f in emu emu_rt emu_dnn emu_blas emu_nccl; do $CXX -c "$EMU/$f.cpp" -o $f.o & done; wait
     echo "== .cu -> host C++"
     cu="$REPO/train/act_cuda.cu $REPO/train/amp_cuda.cu $REPO/train/conv_cuda.cu $REPO/train/cuda_ctx.cu \
-        $REPO/train/linear_cuda.cu $REPO/train/norm_cuda.cu $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu"
+        $REPO/train/linear_cuda.cu $REPO/train/norm_cuda.cu $REPO/train/norm_sync_cuda.cu \
+        $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu"
     cuobjs=""
     for f in $cu; do
         b=$(basename "$f" .cu)
@@ -72,7 +73,7 @@ build() {
     cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o ops.c.o
     ar d libsl_train.a replica.c.o
     ar r libsl_train.a ops.o dev_cuda.o replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
-        linear_cuda.emu.o norm_cuda.emu.o sgd_cuda.emu.o 2>/dev/null
+        linear_cuda.emu.o norm_cuda.emu.o norm_sync_cuda.emu.o sgd_cuda.emu.o 2>/dev/null
     rm -f libsl_collectives.a
     cp "$OFF/libsl_collectives.a" libsl_collectives.a; ar d libsl_collectives.a nccl_none.c.o comm.c.o
     ar r libsl_collectives.a nccl.o comm.o 2>/dev/null

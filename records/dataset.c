@@ -1,0 +1,494 @@
+/*
+ * records/dataset.c - resolve a dataset PATH into splits and files
+ * (records.h, "dataset paths"): a directory with or without dataset.json,
+ * a glob, one shard, an LMDB store.
+ *
+ * Directories are listed with readdir and sorted (shard names are
+ * zero-padded, so the byte order is the shard order); nothing is read but
+ * dataset.json. Each TFRecord shard is stat'ed for its "<shard>.idx" so the
+ * commands can say once that shards without one will be scanned.
+ *
+ * Threading: reentrant; ds belongs to the caller.
+ */
+#include "records_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char fn_res[] = "sl_dataset_resolve";
+
+static int is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int has_suffix(const char *s, const char *suffix)
+{
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+static const char *base_of(const char *p)
+{
+    const char *slash = strrchr(p, '/');
+    return slash ? slash + 1 : p;
+}
+
+/* Directory part of p ("." when it has none). */
+static char *dir_of(const char *p)
+{
+    const char *slash = strrchr(p, '/');
+    if (!slash)
+        return strdup(".");
+    if (slash == p)
+        return strdup("/");
+    return strndup(p, (size_t)(slash - p));
+}
+
+static int oom(void) { return sl_fail(SL_ENOMEM, "%s: out of memory", fn_res); }
+
+/* The split a shard file belongs to by its name: NAME of
+ * "NAME-NNNNN-of-NNNNN[.tfrecord]", else "*". */
+static void split_of(const char *path, char *out, size_t cap)
+{
+    const char *b = base_of(path);
+    size_t n = sl_shard_name_len(b);
+    if (n == 0 || n + 1 > cap)
+        snprintf(out, cap, "*");
+    else
+        snprintf(out, cap, "%.*s", (int)n, b);
+}
+
+static int add_split(sl_dataset *ds, const char *name, sl_format fmt, sl_dataset_split **out)
+{
+    sl_dataset_split *s = realloc(ds->splits, (ds->nsplits + 1) * sizeof *s);
+    if (!s)
+        return oom();
+    ds->splits = s;
+    s = &ds->splits[ds->nsplits++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->format = fmt;
+    *out = s;
+    return SL_OK;
+}
+
+static int add_file(sl_dataset_split *s, const char *file)
+{
+    char **f = realloc(s->files, (s->nfiles + 1) * sizeof *f);
+    if (!f)
+        return oom();
+    s->files = f;
+    if (!(f[s->nfiles] = strdup(file)))
+        return oom();
+    s->nfiles++;
+    return SL_OK;
+}
+
+static sl_dataset_split *find_split(sl_dataset *ds, const char *name, sl_format fmt)
+{
+    for (size_t i = 0; i < ds->nsplits; i++)
+        if (ds->splits[i].format == fmt && !strcmp(ds->splits[i].name, name))
+            return &ds->splits[i];
+    return NULL;
+}
+
+/* Load dir/dataset.json into ds when it exists; absent is fine. */
+static int load_manifest(sl_dataset *ds)
+{
+    char *mp = sl_path_join(ds->dir, SL_MANIFEST_FILE);
+    if (!mp)
+        return oom();
+    if (!is_file(mp)) {
+        free(mp);
+        return SL_OK;
+    }
+    int rc = sl_manifest_load(ds->dir, &ds->manifest);
+    if (rc) {
+        /* sl_manifest_load's message already names the file */
+        rc = sl_fail(rc == SL_ENOENT ? SL_ECORRUPT : rc, "%s", sl_errmsg());
+        free(mp);
+        return rc;
+    }
+    ds->manifest_path = mp;
+    ds->has_manifest = 1;
+    return SL_OK;
+}
+
+/* ------------------------------------------------------------ PATH kinds */
+
+/* Is name one of the first n splits of ds? */
+static int is_listed(const sl_dataset *ds, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(ds->splits[i].name, name))
+            return 1;
+    return 0;
+}
+
+static int list_dir(sl_dataset *ds, const char *only, int extra);
+
+/* A directory with dataset.json: its splits, then shards of splits it does
+ * not list. */
+static int open_manifest_dir(sl_dataset *ds, const char *only)
+{
+    int rc = load_manifest(ds);
+    if (rc)
+        return rc;
+    ds->kind = SL_DATASET_MANIFEST;
+    ds->counts_listed = 1;
+    for (size_t i = 0; i < ds->manifest.nsplits; i++) {
+        const sl_manifest_split *ms = &ds->manifest.splits[i];
+        sl_dataset_split *s = NULL;
+        if (only && strcmp(ms->name, only))
+            continue;
+        if ((rc = add_split(ds, ms->name, ms->format, &s)))
+            return rc;
+        s->listed = ms;
+        if (ms->format == SL_FORMAT_LMDB) {
+            char p[4096];
+            if ((rc = sl_lmdb_path(p, sizeof p, ds->dir, ms->name)) || (rc = add_file(s, p)))
+                return rc;
+        } else if ((rc = sl_dataset_shards(ds->dir, ms->name, &s->files, &s->nfiles))) {
+            if (rc != SL_ENOENT)
+                return sl_fail(rc, "%s: %s: split %s: %s", fn_res, ds->dir, ms->name,
+                               sl_errmsg());
+            /* A listed shard is missing (or none are listed). Take the names
+             * dataset.json promises, so that a walk reports each missing file
+             * where it belongs (for verify a data problem, not a usage error)
+             * and still reads the shards that are there; a reader fails on
+             * the first missing one, by name. */
+            sl_clear_error();
+            for (uint32_t k = 0; k < ms->shards; k++) {
+                char p[4096];
+                if ((rc = sl_shard_path(p, sizeof p, ds->dir, ms->name, k, ms->shards)) ||
+                    (rc = add_file(s, p)))
+                    return rc;
+            }
+        }
+    }
+    return list_dir(ds, only, 1);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The directory's shards by name, then its NAME.lmdb stores, as splits of
+ * ds. extra: ds already holds dataset.json's splits; add only the named
+ * groups it does not list (a split converted by another tool beside them),
+ * not loose "*" files. */
+static int list_dir(sl_dataset *ds, const char *only, int extra)
+{
+    DIR *d = opendir(ds->dir);
+    char **names = NULL;
+    size_t n = 0, cap = 0, listed = ds->nsplits;
+    int rc = SL_OK;
+    struct dirent *de;
+    if (!d)
+        return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s: %s", fn_res, ds->dir,
+                       strerror(errno));
+    errno = 0;
+    while ((de = readdir(d))) {
+        const char *b = de->d_name;
+        if (b[0] == '.' || !(sl_shard_name_len(b) || has_suffix(b, ".tfrecord") ||
+                             has_suffix(b, ".lmdb")))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) {
+                rc = oom();
+                goto out;
+            }
+            names = nn;
+        }
+        if (!(names[n] = sl_path_join(ds->dir, b))) {
+            rc = oom();
+            goto out;
+        }
+        n++;
+        errno = 0;
+    }
+    if (errno) {
+        rc = sl_fail(SL_EIO, "%s: %s: readdir: %s", fn_res, ds->dir, strerror(errno));
+        goto out;
+    }
+    if (n)
+        qsort(names, n, sizeof *names, cmp_str);
+    for (int pass = 0; pass < 2 && !rc; pass++) { /* shards first, then stores */
+        for (size_t i = 0; i < n && !rc; i++) {
+            struct stat st;
+            char name[64];
+            sl_dataset_split *s = NULL;
+            int lmdb = has_suffix(names[i], ".lmdb");
+            if (lmdb != pass || stat(names[i], &st) != 0)
+                continue;
+            if (lmdb) {
+                char *mdb = sl_path_join(names[i], "data.mdb");
+                if (!mdb) {
+                    rc = oom();
+                    break;
+                }
+                int ok = S_ISDIR(st.st_mode) && is_file(mdb);
+                free(mdb);
+                const char *b = base_of(names[i]);
+                snprintf(name, sizeof name, "%.*s", (int)(strlen(b) - 5), b);
+                if (!ok || (only && strcmp(name, only)) || (extra && is_listed(ds, listed, name)))
+                    continue;
+                if (!(rc = add_split(ds, name, SL_FORMAT_LMDB, &s)))
+                    rc = add_file(s, names[i]);
+                continue;
+            }
+            if (!S_ISREG(st.st_mode))
+                continue;
+            split_of(names[i], name, sizeof name);
+            if ((only && strcmp(name, only)) ||
+                (extra && (!strcmp(name, "*") || is_listed(ds, listed, name))))
+                continue;
+            s = find_split(ds, name, SL_FORMAT_TFRECORD);
+            if (!s && (rc = add_split(ds, name, SL_FORMAT_TFRECORD, &s)))
+                break;
+            rc = add_file(s, names[i]);
+        }
+    }
+out:
+    closedir(d);
+    sl_paths_free(names, n);
+    if (!rc && ds->nsplits == 0 && !only && !extra)
+        rc = sl_fail(SL_ENOENT, "%s: %s: no %s, shards NAME-NNNNN-of-NNNNN[.tfrecord], "
+                     "*.tfrecord files or LMDB store", fn_res, ds->dir, SL_MANIFEST_FILE);
+    return rc;
+}
+
+/* A glob pattern: its regular files, less index, temporary and manifest
+ * files, as one split. */
+static int open_glob(sl_dataset *ds)
+{
+    glob_t g;
+    sl_dataset_split *s = NULL;
+    int rc = SL_OK, grc = glob(ds->path, GLOB_ERR, NULL, &g);
+    ds->kind = SL_DATASET_GLOB;
+    if (grc == GLOB_NOMATCH)
+        return sl_fail(SL_ENOENT, "%s: %s: no file matches", fn_res, ds->path);
+    if (grc != 0)
+        return sl_fail(grc == GLOB_NOSPACE ? SL_ENOMEM : SL_EIO, "%s: %s: glob failed", fn_res,
+                       ds->path);
+    for (size_t i = 0; i < g.gl_pathc && !rc; i++) {
+        const char *p = g.gl_pathv[i], *b = base_of(p);
+        char name[64];
+        if (has_suffix(b, ".idx") || has_suffix(b, ".tmp") || !strcmp(b, SL_MANIFEST_FILE))
+            continue;
+        if (!is_file(p)) {
+            rc = sl_fail(SL_EINVAL, "%s: %s: matches %s, which is not a shard file", fn_res,
+                         ds->path, p);
+            break;
+        }
+        split_of(p, name, sizeof name);
+        if (!s) {
+            if (!(ds->dir = dir_of(p))) {
+                rc = oom();
+                break;
+            }
+            rc = add_split(ds, name, SL_FORMAT_TFRECORD, &s);
+        } else if (strcmp(s->name, name)) {
+            snprintf(s->name, sizeof s->name, "*"); /* several splits matched */
+        }
+        if (!rc)
+            rc = add_file(s, p);
+    }
+    globfree(&g);
+    if (!rc && !s)
+        rc = sl_fail(SL_ENOENT, "%s: %s: matches only index, temporary or %s files", fn_res,
+                     ds->path, SL_MANIFEST_FILE);
+    return rc ? rc : load_manifest(ds);
+}
+
+/* One shard file or one LMDB directory. */
+static int open_single(sl_dataset *ds, sl_format fmt)
+{
+    char name[64];
+    sl_dataset_split *s = NULL;
+    int rc;
+    ds->kind = fmt == SL_FORMAT_LMDB ? SL_DATASET_LMDB : SL_DATASET_FILE;
+    free(ds->dir); /* an LMDB directory comes here with dir set to itself */
+    if (!(ds->dir = dir_of(ds->path)))
+        return oom();
+    if ((rc = load_manifest(ds))) /* class names and label range, not counts */
+        return rc;
+    if (fmt == SL_FORMAT_LMDB) {
+        const char *b = base_of(ds->path);
+        size_t n = strlen(b);
+        if (n > 5 && !strcmp(b + n - 5, ".lmdb"))
+            n -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)n, b);
+    } else {
+        split_of(ds->path, name, sizeof name);
+    }
+    if ((rc = add_split(ds, name, fmt, &s)))
+        return rc;
+    return add_file(s, ds->path);
+}
+
+/* Count the TFRecord shards without an index file beside them. */
+static int count_unindexed(sl_dataset *ds)
+{
+    for (size_t i = 0; i < ds->nsplits; i++) {
+        sl_dataset_split *s = &ds->splits[i];
+        if (s->format != SL_FORMAT_TFRECORD)
+            continue;
+        for (size_t k = 0; k < s->nfiles; k++) {
+            char *idx = sl_str_cat(s->files[k], ".idx");
+            if (!idx)
+                return oom();
+            s->unindexed += !is_file(idx);
+            free(idx);
+        }
+    }
+    return SL_OK;
+}
+
+int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
+{
+    struct stat st;
+    int rc;
+    char *mdb = NULL, *mf = NULL;
+
+    if (!ds)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn_res);
+    memset(ds, 0, sizeof *ds);
+    sl_manifest_init(&ds->manifest);
+    if (!path || !*path)
+        return sl_fail(SL_EINVAL, "%s: no dataset path", fn_res);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    if (!(ds->path = strndup(path, n)))
+        return oom();
+    if (stat(ds->path, &st) != 0) {
+        int e = errno;
+        if (strpbrk(ds->path, "*?["))
+            rc = open_glob(ds);
+        else
+            rc = sl_fail(e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO, "%s: %s", path,
+                         strerror(e));
+        goto out;
+    }
+    if (S_ISREG(st.st_mode)) {
+        rc = open_single(ds, SL_FORMAT_TFRECORD);
+        goto out;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        rc = sl_fail(SL_EINVAL, "%s: not a file or directory", path);
+        goto out;
+    }
+    if (!(ds->dir = strdup(ds->path)) || !(mdb = sl_path_join(ds->path, "data.mdb")) ||
+        !(mf = sl_path_join(ds->path, SL_MANIFEST_FILE))) {
+        rc = oom();
+        goto out;
+    }
+    if (is_file(mdb))
+        rc = open_single(ds, SL_FORMAT_LMDB);
+    else if (is_file(mf))
+        rc = open_manifest_dir(ds, only);
+    else {
+        ds->kind = SL_DATASET_DIR;
+        rc = list_dir(ds, only, 0);
+    }
+    if (!rc && only && ds->kind != SL_DATASET_LMDB && ds->nsplits == 0) {
+        /* name the splits there are */
+        sl_dataset all;
+        char names[512] = "none";
+        if (sl_dataset_resolve(ds->path, NULL, &all) == SL_OK)
+            sl_dataset_split_names(&all, names, sizeof names);
+        sl_dataset_fini(&all);
+        rc = sl_fail(SL_ENOENT, "%s: no split '%s' (%s has: %s)", path, only,
+                     ds->has_manifest ? SL_MANIFEST_FILE : "the folder", names);
+    }
+out:
+    free(mdb);
+    free(mf);
+    if (!rc)
+        rc = count_unindexed(ds);
+    return rc;
+}
+
+void sl_dataset_fini(sl_dataset *ds)
+{
+    if (!ds)
+        return;
+    for (size_t i = 0; i < ds->nsplits; i++)
+        sl_paths_free(ds->splits[i].files, ds->splits[i].nfiles);
+    free(ds->splits);
+    free(ds->path);
+    free(ds->dir);
+    free(ds->manifest_path);
+    sl_manifest_fini(&ds->manifest);
+    memset(ds, 0, sizeof *ds);
+}
+
+const sl_dataset_split *sl_dataset_split_find(const sl_dataset *ds, const char *name)
+{
+    for (size_t i = 0; ds && name && i < ds->nsplits; i++)
+        if (!strcmp(ds->splits[i].name, name))
+            return &ds->splits[i];
+    return NULL;
+}
+
+void sl_dataset_split_names(const sl_dataset *ds, char *buf, size_t cap)
+{
+    size_t used = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < ds->nsplits && used < cap; i++) {
+        int w = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", ds->splits[i].name);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
+                            const sl_dataset_split **out)
+{
+    static const char fn[] = "sl_dataset_reader_split";
+    const sl_dataset_split *s;
+    *out = NULL;
+    if (ds->kind == SL_DATASET_GLOB || ds->kind == SL_DATASET_FILE) {
+        s = &ds->splits[0]; /* the path chose the files */
+    } else if (!(s = sl_dataset_split_find(ds, split))) {
+        char names[512];
+        sl_dataset_split_names(ds, names, sizeof names);
+        return sl_fail(SL_ENOENT, "%s: %s: no split '%s' (%s has: %s)", fn, ds->path,
+                       split ? split : "(none)",
+                       ds->has_manifest ? SL_MANIFEST_FILE : "the folder", names);
+    }
+    if (s->format != SL_FORMAT_TFRECORD)
+        return sl_fail(SL_ENOTSUP, "%s: %s: split '%s' is an LMDB store; this reader takes "
+                       "TFRecord shards (convert with --format tfrecord)", fn, ds->path, s->name);
+    *out = s;
+    return SL_OK;
+}
+
+int64_t sl_dataset_label_offset(const sl_dataset *ds)
+{
+    return ds->has_manifest ? ds->manifest.label_offset : 0;
+}
+
+const char *sl_dataset_eval_split(const sl_dataset *ds)
+{
+    static const char *const names[] = {"test", "validation"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (sl_dataset_split_find(ds, names[i]))
+            return names[i];
+    return NULL;
+}
