@@ -128,11 +128,16 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         return sl_fail(SL_ENOMEM, "sl_cuda_ctx_create: out of memory");
     c->device = device;
     c->tf32 = tf32;
+    c->sms = 132; // an H100 SXM's, if the query below fails
     c->fuse = fuse;
     // Each step names the call that failed; a failed create leaves the
     // handle NULL so that destroy frees only what exists.
     if ((rc = SL_CUDA(cudaSetDevice(device))))
         goto fail;
+    if ((rc = SL_CUDA(cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device))))
+        goto fail;
+    if (c->sms < 1)
+        c->sms = 1;
     if ((rc = SL_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)))) {
         c->stream = NULL;
         goto fail;

@@ -69,6 +69,8 @@ typedef struct sl_cuda_ctx {
     cublasHandle_t cublas;
     int tf32;                  /* tensor-core TF32 allowed (SLUICE_CUDA_TF32 != 0) */
     int fuse;                  /* the fused BN slots in the exec's table (SLUICE_CUDA_FUSE != 0) */
+    int sms;                   /* the device's multiprocessors (grids of the bandwidth-bound
+                                  kernels are sized for them: 132 on an H100 SXM) */
     void *d_ws;                /* cuDNN / cuBLAS workspace, grown on demand */
     size_t ws_cap;
     void *d_tmp;               /* small device scratch for op internals (reductions) */
@@ -240,6 +242,47 @@ static inline int sl_act_switch(const char *fn, sl_dtype act, F f)
     }
     return sl_fail(SL_EINVAL, "%s: activation type %d is none of f32, bf16, f16", fn, (int)act);
 }
+
+/* V consecutive elements of type T to and from f32: one 16-byte load or
+ * store when V * sizeof(T) == 16 (8 bf16 / f16, 4 floats: the pointer must
+ * then be 16-byte aligned, which sl_vec_ok checks on the host), else V
+ * scalar accesses (V == 1: the path for channel counts that are no
+ * multiple of the vector width). */
+template <typename T, int V>
+static __device__ __forceinline__ void sl_ldv(const T *p, float (&f)[V])
+{
+    if constexpr (V * sizeof(T) == 16) {
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        const T *e = reinterpret_cast<const T *>(&u);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            f[v] = sl_ld(e + v);
+    } else {
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            f[v] = sl_ld(p + v);
+    }
+}
+template <typename T, int V>
+static __device__ __forceinline__ void sl_stv(T *p, const float (&f)[V])
+{
+    if constexpr (V * sizeof(T) == 16) {
+        uint4 u;
+        T *e = reinterpret_cast<T *>(&u);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            sl_st(e + v, f[v]);
+        *reinterpret_cast<uint4 *>(p) = u;
+    } else {
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            sl_st(p + v, f[v]);
+    }
+}
+/* Elements of T per 16-byte vector. */
+template <typename T> static constexpr int sl_vw() { return (int)(16 / sizeof(T)); }
+/* p is NULL or 16-byte aligned (host side: may the vector path take it). */
+static inline bool sl_vec_ok(const void *p) { return ((uintptr_t)p & 15) == 0; }
 #endif /* __CUDACC__ */
 
 #endif /* SLUICE_TRAIN_CUDA */
