@@ -404,11 +404,13 @@ int cmd_train(int argc, char **argv)
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
                "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
                "\"backend\": \"%s\", \"precision\": \"%s\", \"synthetic\": %s, "
-               "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld}\n",
+               "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld, "
+               "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
-               o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped);
+               o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped,
+               res.peak_device_mib, res.device_used_mib);
         fflush(stdout);
     }
     return 0;

@@ -53,17 +53,11 @@ int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
     int rc;
     if ((rc = SL_CUDA(cudaSetDevice(c->device))))
         return rc;
-    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
-        (void)cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        (void)cudaMemGetInfo(&fr, &tot);
-        return sl_fail(SL_ENOMEM, "sl_dev_alloc: cudaMalloc of %.1f MiB on device %d failed "
-                       "(%.1f of %.1f GiB free): lower --batch", bytes / 1048576.0, c->device,
-                       fr / 1073741824.0, tot / 1073741824.0);
-    }
+    if ((rc = sl_cuda_malloc(c, bytes, &p)))
+        return sl_fail(rc, "sl_dev_alloc: %s", sl_errmsg());
     if ((rc = SL_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 64, c->stream))) ||
         (rc = SL_CUDA(cudaStreamSynchronize(c->stream)))) {
-        cudaFree(p);
+        sl_cuda_free(c, p);
         return rc;
     }
     *out = p;
@@ -75,9 +69,24 @@ void sl_dev_free(sl_exec *e, void *p)
     if (!p)
         return;
     if (sl_dev_on_device(e))
-        cudaFree(p);
+        sl_cuda_free(sl_cuda_of(e), p);
     else
         free(p);
+}
+
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!sl_dev_on_device(e))
+        return SL_OK;
+    sl_cuda_ctx *c = sl_cuda_of(e);
+    size_t fr = 0, tot = 0;
+    int rc;
+    if ((rc = SL_CUDA(cudaSetDevice(c->device))) || (rc = SL_CUDA(cudaMemGetInfo(&fr, &tot))))
+        return rc;
+    out->live = c->mem_live, out->peak = c->mem_peak;
+    out->device_used = tot - fr, out->device_total = tot;
+    return SL_OK;
 }
 
 /* A copy on e's stream, waited for (a plain move for host execs). */

@@ -66,6 +66,36 @@ int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes);
 int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt);
 /* Wait for everything queued on e. */
 int sl_dev_sync(sl_exec *e);
+/* Device memory of e (all zero for host execs): the bytes e's context has
+ * allocated (model, optimizer, feed, cuDNN workspace, scratch: everything
+ * sl_dev_alloc and the op files' buffers take) now and at most, and the
+ * device's used and total bytes by cudaMemGetInfo (which also counts the
+ * CUDA context, cuDNN's and cuBLAS's own buffers and the pipeline's). */
+typedef struct sl_dev_mem_info {
+    size_t live, peak, device_used, device_total;
+} sl_dev_mem_info;
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out);
+
+/* --------------------------------------------------------- memory plan */
+
+/* What one replica of the device trainer allocates with sl_dev_alloc and
+ * its exec's context, for model cfg at batch (h x w images, activations
+ * of act), computed without a device (dev_plan.c): the budget issue 14
+ * holds ResNet-50 at batch 256 to (PyTorch eager's 11.0 GiB), and what
+ * sl_dev_mem's peak reaches (the workspace and scratch as bounds: the cap
+ * ws_max, SLUICE_CUDNN_WS_MB's, and the largest op scratch on a device of
+ * sms multiprocessors). */
+typedef struct sl_dev_plan {
+    size_t model;     /* sl_model_place: params, grads, compute weights, BN buffers,
+                         activations, argmax */
+    size_t optimizer; /* momentum buffers, their table, the learning rate */
+    size_t io;        /* the feed's input batch and labels, dlogits, the loss sums */
+    size_t workspace; /* the cuDNN workspace cap */
+    size_t scratch;   /* the context's op scratch, at most */
+    size_t total;
+} sl_dev_plan;
+int sl_dev_plan_train(const sl_model_config *cfg, int batch, int h, int w, sl_dtype act,
+                      size_t ws_max, int sms, sl_dev_plan *out);
 /* dst = src, n bytes, both device memory (cuda: on the stream, not waited
  * for; host: a move). */
 int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes);

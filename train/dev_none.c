@@ -48,6 +48,13 @@ void sl_dev_free(sl_exec *e, void *p)
     free(p);
 }
 
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+{
+    (void)e;
+    memset(out, 0, sizeof *out);
+    return SL_OK;
+}
+
 int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
 {
     (void)e;

@@ -364,6 +364,10 @@ typedef struct sl_train_result {
                                   * pipeline's next batch (root replica) */
     int64_t amp_skipped;         /* f16: steps skipped for inf/nan gradients */
     double amp_scale;            /* f16: the loss scale at the end */
+    double peak_device_mib;      /* GPU: the most device memory the root replica's exec held
+                                  * (model, optimizer, input, workspaces; MiB); 0 on a CPU */
+    double device_used_mib;      /* GPU: the device's used memory at the end (cudaMemGetInfo:
+                                  * also the CUDA context, libraries, the pipeline; MiB) */
 } sl_train_result;
 
 /* Config defaults for the data's dataset (image size from dataset.json) and
