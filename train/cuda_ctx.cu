@@ -12,8 +12,9 @@
 //   tensor-core kernels; 0 gives CUBLAS_DEFAULT_MATH (fp32 FMA for SGEMM)
 //   and CUDNN_FMA_MATH convolutions, the math the tests against the ref
 //   backend need.
-//   Memory: the workspace (cuDNN's algorithms, capped by SLUICE_CUDNN_WS_MB)
-//   and the scratch grow to the largest request and stay: a few growths in
+//   Memory: the workspace (cuDNN's algorithms, capped by SLUICE_CUDNN_WS_MB;
+//   cuBLAS's too, SL_CUBLAS_WS_MB at least, so that it never allocates in a
+//   captured CUDA graph) and the scratch grow to the largest request and stay: a few growths in
 //   the first step, none after. Growing syncs the stream first, since
 //   kernels in flight may still read the old buffer. Every allocation of
 //   the context and of sl_dev_alloc goes through sl_cuda_malloc, which
@@ -125,12 +126,13 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
 extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
 {
     *out = NULL;
-    int tf32 = 1, find = 0, det = 1, fuse = 1, rc; // set below; initialized for gcc -O3
+    int tf32 = 1, find = 0, det = 1, fuse = 1, graph = 1, rc; // set below; initialized for gcc -O3
     size_t ws_max = 0;
     if ((rc = env_switch("SLUICE_CUDA_TF32", 1, &tf32)) ||
         (rc = env_switch("SLUICE_CUDNN_FIND", 0, &find)) ||
         (rc = env_switch("SLUICE_CUDNN_DETERMINISTIC", 1, &det)) ||
         (rc = env_switch("SLUICE_CUDA_FUSE", 1, &fuse)) ||
+        (rc = env_switch("SLUICE_CUDA_GRAPH", 1, &graph)) ||
         (rc = env_mib("SLUICE_CUDNN_WS_MB", SL_CUDNN_WS_MB_DEFAULT, &ws_max)))
         return rc;
     int count = 0;
@@ -151,6 +153,7 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
     c->tf32 = tf32;
     c->sms = 132; // an H100 SXM's, if the query below fails
     c->fuse = fuse;
+    c->graph = graph;
     c->ws_max = ws_max;
     // Each step names the call that failed; a failed create leaves the
     // handle NULL so that destroy frees only what exists.
@@ -178,6 +181,12 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         (rc = SL_CUBLAS(cublasSetMathMode(c->cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                           : CUBLAS_DEFAULT_MATH))))
         goto fail;
+    // cuBLAS shares the workspace (same stream, one call at a time): with a
+    // workspace of its own it may allocate inside a CUDA graph capture.
+    if (!sl_cuda_workspace(c, (size_t)SL_CUBLAS_WS_MB << 20)) {
+        rc = SL_ECUDA;
+        goto fail;
+    }
     if ((rc = SL_CUDA(cudaHostAlloc(&c->h_pinned, SL_CUDA_PINNED_BYTES, cudaHostAllocDefault)))) {
         c->h_pinned = NULL;
         goto fail;
@@ -265,7 +274,12 @@ fail:
 
 extern "C" void *sl_cuda_workspace(sl_cuda_ctx *c, size_t bytes)
 {
-    return grow(c, &c->d_ws, &c->ws_cap, bytes, "workspace");
+    void *old = c->d_ws;
+    void *p = grow(c, &c->d_ws, &c->ws_cap, bytes, "workspace");
+    if (p && p != old && c->cublas &&
+        SL_CUBLAS(cublasSetWorkspace(c->cublas, c->d_ws, c->ws_cap)))
+        return NULL;
+    return p;
 }
 
 extern "C" void *sl_cuda_tmp(sl_cuda_ctx *c, size_t bytes)

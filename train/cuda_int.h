@@ -73,6 +73,7 @@ typedef struct sl_cuda_ctx {
     cublasHandle_t cublas;
     int tf32;                  /* tensor-core TF32 allowed (SLUICE_CUDA_TF32 != 0) */
     int fuse;                  /* the fused BN slots in the exec's table (SLUICE_CUDA_FUSE != 0) */
+    int graph;                 /* the trainer may capture its step (SLUICE_CUDA_GRAPH != 0) */
     int sms;                   /* the device's multiprocessors (grids of the bandwidth-bound
                                   kernels are sized for them: 132 on an H100 SXM) */
     void *d_ws;                /* cuDNN / cuBLAS workspace, grown on demand */
@@ -95,12 +96,13 @@ typedef struct sl_cuda_ctx {
 
 #define SL_CUDA_PINNED_BYTES 4096
 #define SL_CUDNN_WS_MB_DEFAULT 256
+#define SL_CUBLAS_WS_MB 32 /* NVIDIA's recommendation for Hopper's cuBLAS workspace */
 
 /* Create the context on device (cudaSetDevice, stream, handles bound to the
  * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call, or
  * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
  * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC /
- * SLUICE_CUDA_FUSE value (read here, 0 or 1) or SLUICE_CUDNN_WS_MB (a
+ * SLUICE_CUDA_FUSE / SLUICE_CUDA_GRAPH value (read here, 0 or 1) or SLUICE_CUDNN_WS_MB (a
  * whole number of MiB, default SL_CUDNN_WS_MB_DEFAULT). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */

@@ -142,8 +142,21 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
                       sl_dev_sgd **out);
 void sl_dev_sgd_destroy(sl_dev_sgd *d);
 /* One step with learning rate lr over the model's device grads; then the
- * model's compute copy of the weights is refreshed (sl_model_refresh). */
+ * model's compute copy of the weights is refreshed (sl_model_refresh).
+ * = sl_dev_sgd_set_lr + sl_dev_sgd_enqueue + sl_dev_sgd_count. */
 int sl_dev_sgd_step(sl_dev_sgd *d, float lr);
+/* The pieces, for a step captured into a CUDA graph: set_lr copies lr into
+ * the device float the kernel reads (through a ring of pinned slots, each
+ * reused once the device has read it: the host runs at most that many
+ * steps ahead); it is a plain copy, so it stays out of a capture. enqueue
+ * queues the step (loss-scale check, update, scale update, refresh):
+ * graph-capturable, no host counter moves. count advances the host's step
+ * counter (the first step's momentum rule reads it at enqueue). */
+int sl_dev_sgd_set_lr(sl_dev_sgd *d, float lr);
+int sl_dev_sgd_enqueue(sl_dev_sgd *d);
+void sl_dev_sgd_count(sl_dev_sgd *d);
+/* The optimizer's step counter (its first step is step 0). */
+int64_t sl_dev_sgd_steps(const sl_dev_sgd *d);
 /* The loss scale's device float for xent (NULL unless fp16). */
 const float *sl_dev_sgd_scale(sl_dev_sgd *d);
 /* Steps skipped for inf/nan gradients (fp16), read from the device. */
@@ -152,5 +165,33 @@ int sl_dev_sgd_skipped(sl_dev_sgd *d, int64_t *skipped, float *scale);
  * back (after loading one). */
 int sl_dev_sgd_pull(sl_dev_sgd *d);
 int sl_dev_sgd_push(sl_dev_sgd *d);
+
+/* --------------------------------------------------------- CUDA graphs */
+
+/* A training step captured once and replayed (cudaStreamBeginCapture /
+ * EndCapture / cudaGraphLaunch on the exec's stream): one launch instead of
+ * a thousand, no host work between kernels. The capture is the calling
+ * thread's (cudaStreamCaptureModeThreadLocal: the pipeline's threads keep
+ * copying meanwhile); anything the driver does not allow in it (a host
+ * sync, cudaMalloc, a copy from pageable memory) makes the capture fail,
+ * and the caller runs the step uncaptured instead.
+ *   sl_dev_graph_wanted  SLUICE_CUDA_GRAPH (0 or 1; default 1) on a cuda
+ *                        exec, read when its context was made; 0 on a host
+ *   sl_dev_capture_begin begin capturing e's stream
+ *   sl_dev_capture_end   end it; with ok (the captured calls succeeded) and
+ *                        a capture the driver kept, instantiate it into
+ *                        *out; else *out = NULL and SL_ECUDA saying why
+ *                        (the work queued while capturing did not run)
+ *   sl_dev_graph_launch  queue one replay on e's stream
+ *   sl_dev_graph_stale   the scratch or workspace moved since the capture
+ *                        (the graph holds their old addresses)
+ * Threading: an exec's thread. */
+typedef struct sl_dev_graph sl_dev_graph;
+int sl_dev_graph_wanted(sl_exec *e);
+int sl_dev_capture_begin(sl_exec *e);
+int sl_dev_capture_end(sl_exec *e, int ok, sl_dev_graph **out);
+int sl_dev_graph_launch(sl_dev_graph *g);
+int sl_dev_graph_stale(const sl_dev_graph *g);
+void sl_dev_graph_destroy(sl_dev_graph *g); /* NULL is a no-op */
 
 #endif /* SL_DEV_INT_H */

@@ -424,6 +424,14 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     return cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);
 }
 
+void sl_model_note_replay(sl_model *m, const float *x, int n)
+{
+    m->x = x;
+    m->train_n = n;
+    for (int i = 0; i < m->ncbn; i++)
+        (*m->cbn[i].nbt)++; /* as cbn_fwd counts a train forward */
+}
+
 /* -------------------------------------------------------------- accessors */
 
 const sl_model_config *sl_model_config_of(const sl_model *m) { return &m->cfg; }

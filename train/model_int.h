@@ -59,6 +59,12 @@ typedef struct sl_model_bytes {
 int sl_model_plan_bytes(const sl_model_config *cfg, int max_batch, int h, int w,
                         size_t act_size, int acc, sl_model_mem *out);
 
+/* A train forward + backward of n images at x ran as a replayed CUDA
+ * graph (captured from sl_model_forward / sl_model_backward): the host
+ * side of those calls again (each BN's num_batches_tracked, the batch and
+ * input the next backward and checkpoint see). (model.c) */
+void sl_model_note_replay(sl_model *m, const float *x, int n);
+
 /* One convolution (no bias) followed by batch norm and, when relu, a ReLU. */
 typedef struct sl_cbn {
     char conv_name[32];  /* "layer1.0.conv1", "layer2.0.downsample.0" */

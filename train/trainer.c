@@ -443,6 +443,7 @@ static int replica_loop(sl_replica *rep)
             return rc;
         r->res->peak_device_mib = mi.peak / 1048576.0;
         r->res->device_used_mib = mi.device_used / 1048576.0;
+        sl_replica_graph_report(rep, r->res);
     }
     return SL_OK;
 }

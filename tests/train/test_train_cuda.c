@@ -611,6 +611,79 @@ Test(train_gpu, cuda_run_logs_cpu_losses)
     free(tmp);
 }
 
+/* A whole file's bytes (malloc'd), or fail the test. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    cr_assert(b && fread(b, 1, (size_t)n, f) == (size_t)n, "%s", path);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* The steady step as a CUDA graph (captured on the second step and
+ * replayed after: SLUICE_CUDA_GRAPH=1, the default) against the step run
+ * uncaptured (=0), and against captures the driver refuses
+ * (EMU_CAPTURE_FAIL, the emulator's fault injection: after three tries the
+ * step runs uncaptured): the same loss at every logged step and
+ * byte-identical checkpoints (weights, momentum, BN running statistics and
+ * num_batches_tracked, the optimizer's step: the host's share of a
+ * replayed step), the JSON line saying which ran. The cosine schedule
+ * moves the learning rate every step (a graph reads it from device
+ * memory; one that kept the captured value would drift). */
+Test(train_gpu, cuda_graph_matches_uncaptured)
+{
+    if (!tg_has_gpu())
+        cr_skip_test("no cuda device");
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    static const char *env[3] = {"SLUICE_CUDA_GRAPH=0", "SLUICE_CUDA_GRAPH=1",
+                                 "SLUICE_CUDA_GRAPH=1 EMU_CAPTURE_FAIL=1"};
+    static const char *want[3] = {"\"cuda_graph\": \"off\"", "\"cuda_graph\": \"on\"",
+                                  "\"cuda_graph\": \"fallback\""};
+    tg_losses l[3];
+    char *ck[3];
+    size_t cklen[3];
+    for (int k = 0; k < 3; k++) {
+        int rc = tu_run(&out, "%s %s train --data %s --image-size 16 --model resnet20 --width 4 "
+                        "--classes 10 --batch 8 --max-steps 12 --log-every 2 --shuffle global "
+                        "--seed 3 --eval-split none --lr 3.2 --backend cuda --precision bf16 "
+                        "--logdir %s/log%d --ckpt-dir %s/ck%d --json 2>&1", env[k], tu_sluice(),
+                        d.dir, tmp, k, tmp, k);
+        cr_assert_eq(rc, 0, "%s", out);
+        cr_assert(strstr(out, want[k]), "%s: want %s: %s", env[k], want[k], out);
+        if (k == 1)
+            cr_expect(strstr(out, "\"cuda_graph_replays\": 11"), "captured at step 2 of 12: %s",
+                      out);
+        free(out);
+        out = NULL;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/log%d", tmp, k);
+        tg_read_losses(path, &l[k]);
+        snprintf(path, sizeof path, "%s/ck%d/ckpt-000000012.safetensors", tmp, k);
+        ck[k] = slurp(path, &cklen[k]);
+    }
+    for (int k = 1; k < 3; k++) {
+        same_steps(&l[0], &l[k], 6, 12);
+        for (int i = 0; i < l[0].n; i++)
+            cr_expect_eq(l[k].v[i], l[0].v[i], "%s: step %ld: loss %.9g, uncaptured %.9g",
+                         env[k], l[0].step[i], l[k].v[i], l[0].v[i]);
+        cr_expect(cklen[k] == cklen[0] && memcmp(ck[k], ck[0], cklen[0]) == 0,
+                  "%s: the checkpoint differs from the uncaptured run's", env[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        free(ck[k]);
+    pl_dataset_free(&d);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
 /* --device picks the GPU that trains (not only the pipeline's copies): an
  * ordinal past the machine's fails at startup naming it, and with two
  * devices --device 1 trains on device 1 (the emulator has two with
