@@ -59,6 +59,18 @@
 //     the chosen one's bytes come from sl_cuda_workspace (grown, shared by
 //     every conv of the context: they run one at a time on its stream).
 //
+// The stem on tensor cores (SLUICE_CUDA_STEM_PAD=4 or 8, off by default:
+// only a measurement can say whether it pays). A bf16 / f16 convolution of
+// fewer input channels (ResNet's stem: 3) runs as one of that many, the
+// input and the weights copied with zero channels appended (pad_kernel)
+// into ctx->d_pad, so cuDNN can take its tensor-core kernels, which want c
+// a multiple of 4 or 8 (the stem then costs about what a 64-channel layer
+// does, not the scalar-ish kernels of c = 3). The zeros add nothing to any
+// output; the weight gradient of the padded channels is computed and
+// dropped (slice_kernel keeps the first c), and so is the data gradient's.
+// The padded input is made again for backward-filter rather than kept (a
+// pass over n*h*w*P elements, not P*2 bytes per pixel held all step).
+//
 // Threading: the cache belongs to its context (one thread at a time).
 #include <cuda_runtime.h>
 
@@ -571,10 +583,111 @@ fail:
                    shape_text(sh, act, s, sizeof s), sl_errmsg());
 }
 
+// ------------------------------------------------------------ padded stem
+// dst (rows, P) = src (rows, c) with P - c zero channels appended.
+template <typename T>
+__global__ void pad_kernel(int64_t rows, int c, int P, const T *__restrict__ src,
+                           T *__restrict__ dst)
+{
+    int64_t n = rows * P;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / P;
+        int j = (int)(i - r * P);
+        if (j < c)
+            dst[i] = src[r * c + j];
+        else
+            sl_st(dst + i, 0.0f);
+    }
+}
+
+// dst (rows, c) = (acc ? dst + : ) the first c channels of src (rows, P),
+// the sum in f32 rounded to T once.
+template <typename T>
+__global__ void slice_kernel(int64_t rows, int c, int P, const T *__restrict__ src,
+                             T *__restrict__ dst, int acc)
+{
+    int64_t n = rows * c;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / c;
+        int j = (int)(i - r * c);
+        float v = sl_ld(src + r * P + j);
+        sl_st(dst + i, acc ? v + sl_ld(dst + i) : v);
+    }
+}
+
+static unsigned pad_blocks(int64_t n)
+{
+    int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+// The convolution on P-channel copies (the file's top comment): the caller
+// checked that c < P and the type is bf16 / f16.
+static int conv_padded(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_args a,
+                       float beta)
+{
+    sl_cuda_ctx *c = sl_cuda_of(ex);
+    int P = c->stem_pad;
+    sl_conv_shape ps = *sh;
+    ps.c = P;
+    int64_t px = (int64_t)sh->n * sh->h * sh->w, pw = (int64_t)sh->k * sh->r * sh->s;
+    int cin = sh->c; // (no "->" in a launch's <<< >>>: tools/cuda-emu/conv.py splits at '>')
+    size_t xb = (size_t)px * P * 2, wb = ((size_t)pw * P * 2 + 255) & ~(size_t)255;
+    size_t db = dir == SL_CONV_BWD_FILTER ? (size_t)pw * P * sizeof(float) : 0;
+    char *buf = (char *)sl_cuda_pad(c, wb + xb + db);
+    if (!buf)
+        return SL_ECUDA;
+    void *wp = buf, *xp = buf + wb, *dwp = buf + wb + xb;
+    cudaStream_t s = c->stream;
+    return sl_act_switch("conv_padded", ex->act, [&](auto t) -> int {
+        using T = decltype(t);
+        int rc;
+        switch (dir) {
+        case SL_CONV_FWD:
+            pad_kernel<T><<<pad_blocks(px * P), 256, 0, s>>>(px, cin, P, (const T *)a.a, (T *)xp);
+            if ((rc = SL_LAUNCHED("pad_kernel")))
+                return rc;
+            pad_kernel<T><<<pad_blocks(pw * P), 256, 0, s>>>(pw, cin, P, (const T *)a.b, (T *)wp);
+            if ((rc = SL_LAUNCHED("pad_kernel")))
+                return rc;
+            return conv_run(ex, &ps, dir, conv_args{xp, wp, a.out}, 0.0f, a.out);
+        case SL_CONV_BWD_FILTER:
+            pad_kernel<T><<<pad_blocks(px * P), 256, 0, s>>>(px, cin, P, (const T *)a.a, (T *)xp);
+            if ((rc = SL_LAUNCHED("pad_kernel")) ||
+                (rc = conv_run(ex, &ps, dir, conv_args{xp, a.b, dwp}, 0.0f, dwp)))
+                return rc;
+            slice_kernel<float><<<pad_blocks(pw * cin), 256, 0, s>>>(
+                pw, cin, P, (const float *)dwp, (float *)a.out, 0);
+            return SL_LAUNCHED("slice_kernel<f32>");
+        case SL_CONV_BWD_DATA:
+            pad_kernel<T><<<pad_blocks(pw * P), 256, 0, s>>>(pw, cin, P, (const T *)a.a, (T *)wp);
+            if ((rc = SL_LAUNCHED("pad_kernel")) ||
+                (rc = conv_run(ex, &ps, dir, conv_args{wp, a.b, xp}, 0.0f, xp)))
+                return rc;
+            slice_kernel<T><<<pad_blocks(px * cin), 256, 0, s>>>(px, cin, P, (const T *)xp,
+                                                                  (T *)a.out, beta != 0.0f);
+            return SL_LAUNCHED("slice_kernel");
+        }
+        return sl_fail(SL_EINVAL, "conv_padded: direction %d", (int)dir);
+    });
+}
+
+// The padded path for this call (the file's top comment).
+static bool padded(const sl_exec *ex, const sl_conv_shape *sh)
+{
+    const sl_cuda_ctx *c = sl_cuda_of((sl_exec *)ex);
+    return c && c->stem_pad && sh->c < c->stem_pad &&
+           (ex->act == SL_DTYPE_BF16 || ex->act == SL_DTYPE_F16);
+}
+
 // x (n,h,w,c), w (k,r,s,c) -> y (n,p,q,k); device pointers.
 extern "C" int sl_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
                                 const float *d_w, float *d_y)
 {
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_FWD, conv_args{d_x, d_w, d_y}, 0.0f);
     return conv_run(e, sh, SL_CONV_FWD, conv_args{d_x, d_w, d_y}, 0.0f, d_y);
 }
 
@@ -582,6 +695,8 @@ extern "C" int sl_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float
 extern "C" int sl_conv_bwd_data_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_dy,
                                      const float *d_w, float *d_dx)
 {
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 0.0f);
     return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 0.0f, d_dx);
 }
 
@@ -590,6 +705,8 @@ extern "C" int sl_conv_bwd_data_cuda(sl_exec *e, const sl_conv_shape *sh, const 
 extern "C" int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_dy,
                                          const float *d_w, float *d_dx, float *d_tmp)
 {
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 1.0f);
     return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 1.0f, d_tmp);
 }
 
@@ -598,5 +715,7 @@ extern "C" int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, co
 extern "C" int sl_conv_bwd_filter_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
                                        const float *d_dy, float *d_dw)
 {
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_BWD_FILTER, conv_args{d_x, d_dy, d_dw}, 0.0f);
     return conv_run(e, sh, SL_CONV_BWD_FILTER, conv_args{d_x, d_dy, d_dw}, 0.0f, d_dw);
 }

@@ -114,6 +114,7 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
         (void)cublasDestroy(c->cublas);
     sl_cuda_free(c, c->d_ws);
     sl_cuda_free(c, c->d_tmp);
+    sl_cuda_free(c, c->d_pad);
     free(c->blocks);
     if (c->h_pinned)
         (void)cudaFreeHost(c->h_pinned);
@@ -135,6 +136,14 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         (rc = env_switch("SLUICE_CUDA_GRAPH", 1, &graph)) ||
         (rc = env_mib("SLUICE_CUDNN_WS_MB", SL_CUDNN_WS_MB_DEFAULT, &ws_max)))
         return rc;
+    const char *sp = getenv("SLUICE_CUDA_STEM_PAD");
+    int stem_pad = 0;
+    if (sp && *sp) {
+        if (strcmp(sp, "0") && strcmp(sp, "4") && strcmp(sp, "8"))
+            return sl_fail(SL_EINVAL, "sl_cuda_ctx_create: SLUICE_CUDA_STEM_PAD=%s: want 0, 4 "
+                           "or 8", sp);
+        stem_pad = atoi(sp);
+    }
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count <= 0) {
@@ -155,6 +164,7 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
     c->fuse = fuse;
     c->graph = graph;
     c->ws_max = ws_max;
+    c->stem_pad = stem_pad;
     // Each step names the call that failed; a failed create leaves the
     // handle NULL so that destroy frees only what exists.
     if ((rc = SL_CUDA(cudaSetDevice(device))))
@@ -285,4 +295,9 @@ extern "C" void *sl_cuda_workspace(sl_cuda_ctx *c, size_t bytes)
 extern "C" void *sl_cuda_tmp(sl_cuda_ctx *c, size_t bytes)
 {
     return grow(c, &c->d_tmp, &c->tmp_cap, bytes, "tmp");
+}
+
+extern "C" void *sl_cuda_pad(sl_cuda_ctx *c, size_t bytes)
+{
+    return grow(c, &c->d_pad, &c->pad_cap, bytes, "pad");
 }

@@ -81,6 +81,11 @@ typedef struct sl_cuda_ctx {
     size_t ws_max;             /* the most one convolution may take (SLUICE_CUDNN_WS_MB) */
     void *d_tmp;               /* small device scratch for op internals (reductions) */
     size_t tmp_cap;
+    int stem_pad;              /* SLUICE_CUDA_STEM_PAD: 0, or 4 / 8: convolutions of fewer input
+                                  channels in bf16 / f16 run on that many, zero-padded (tensor
+                                  cores want c a multiple of 4 or 8; conv_cuda.cu) */
+    void *d_pad;               /* their padded copies, grown on demand */
+    size_t pad_cap;
     void *h_pinned;            /* SL_CUDA_PINNED_BYTES of pinned host memory (xent's loss
                                   and count) */
     /* Device memory this context allocated (sl_cuda_malloc: the workspace,
@@ -103,7 +108,8 @@ typedef struct sl_cuda_ctx {
  * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
  * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC /
  * SLUICE_CUDA_FUSE / SLUICE_CUDA_GRAPH value (read here, 0 or 1) or SLUICE_CUDNN_WS_MB (a
- * whole number of MiB, default SL_CUDNN_WS_MB_DEFAULT). */
+ * whole number of MiB, default SL_CUDNN_WS_MB_DEFAULT) or SLUICE_CUDA_STEM_PAD
+ * (0, 4 or 8). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
 /* The context of a cuda sl_exec. */
@@ -118,6 +124,7 @@ void sl_cuda_free(sl_cuda_ctx *c, void *p);
  * cudaMalloc after a stream sync); NULL with sl_fail(SL_ECUDA) on failure. */
 void *sl_cuda_workspace(sl_cuda_ctx *c, size_t bytes);
 void *sl_cuda_tmp(sl_cuda_ctx *c, size_t bytes);
+void *sl_cuda_pad(sl_cuda_ctx *c, size_t bytes); /* conv_cuda.cu's padded stem buffers */
 /* cuDNN / cuBLAS status checks in SL_CUDA's style (call text, file, line,
  * the library's error string). */
 int sl_cudnn_check(cudnnStatus_t s, const char *call, const char *file, int line);

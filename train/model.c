@@ -42,7 +42,8 @@
  * out = relu(bn_last(y) + s) in one op, written to z_last as above.
  * Backward (without sync-BN) runs relu_bwd + bn_bwd as one bn_bwd_act,
  * which leaves the masked dz in place: A, for the block's last cbn, then
- * feeds the shortcut as above; the cbn's dx is written over y. The values are the unfused ops' bit for bit
+ * feeds the shortcut as above; the cbn's dx is written over y. The values
+ * are the unfused ops' bit for bit
  * (train_int.h); eval forwards and sync-BN keep the unfused ops.
  *
  * The input x of a train forward is not copied: it must stay unchanged
@@ -394,7 +395,9 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     if (!same_memory(m, e))
         return sl_fail(SL_EINVAL, "%s: the model and the exec are not on the same device", fn);
     if (n < 1)
-        return sl_fail(SL_EINVAL, "%s: the last forward was not a train forward", fn);
+        return sl_fail(SL_EINVAL, "%s: no train forward since the last backward (a backward "
+                       "consumes the activations it reads)", fn);
+    m->train_n = 0; /* each y will hold its gradient, whatever happens below */
     float *A = m->ghead;
     /* head: logits = fc(gap(out)) */
     OP(fn, "fc", e->ops->fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
@@ -419,9 +422,11 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
             OP(fn, "maxpool", e->ops->relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
                                                A));
         OP(fn, "maxpool", e->ops->maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
-        return cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
+        rc = cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
+    } else {
+        rc = cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);
     }
-    return cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);
+    return rc;
 }
 
 void sl_model_note_replay(sl_model *m, const float *x, int n)

@@ -289,6 +289,19 @@ __global__ void bn_eval_prep_kernel(int c, const float *__restrict__ gamma,
     ap[ch] = make_float4(running_mean[ch], 0.0f, (float)((double)gamma[ch] * invstd), beta[ch]);
 }
 
+// The float4 constants of vector column vc's V channels, unpacked into
+// registers (an elementwise pass reads them once).
+template <int V>
+__device__ __forceinline__ void bn_consts(const float4 *__restrict__ k, int vc, float (&a)[V],
+                                          float (&b)[V], float (&c)[V], float (&d)[V])
+{
+    #pragma unroll
+    for (int v = 0; v < V; v++) {
+        float4 q = k[vc * V + v];
+        a[v] = q.x, b[v] = q.y, c[v] = q.z, d[v] = q.w;
+    }
+}
+
 // Sync-BN forward: the all-reduced mean and biased var given (train_int.h).
 // mean / var may alias save_mean / save_invstd: both are read first.
 __global__ void bn_sync_prep_kernel(int c, const float *__restrict__ gamma,
@@ -324,11 +337,7 @@ __global__ void __launch_bounds__(BN_THREADS)
     if (!w.live)
         return;
     float K[V], md[V], sc[V], bt[V];
-    #pragma unroll
-    for (int v = 0; v < V; v++) {
-        float4 a = ap[w.vc * V + v];
-        K[v] = a.x, md[v] = a.y, sc[v] = a.z, bt[v] = a.w;
-    }
+    bn_consts<V>(ap, w.vc, K, md, sc, bt);
     int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
     #pragma unroll 4
     for (int64_t row = (int64_t)blockIdx.y * p.k + w.lane; row < rows; row += step) {
@@ -551,11 +560,7 @@ __global__ void __launch_bounds__(BN_THREADS)
     if (!w.live)
         return;
     float mu[V], A[V], B[V], C[V];
-    #pragma unroll
-    for (int v = 0; v < V; v++) {
-        float4 k = coef[w.vc * V + v];
-        mu[v] = k.x, A[v] = k.y, B[v] = k.z, C[v] = k.w;
-    }
+    bn_consts<V>(coef, w.vc, mu, A, B, C);
     int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
     #pragma unroll 4
     for (int64_t r = (int64_t)blockIdx.y * p.k + w.lane; r < rows; r += step) {

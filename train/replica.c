@@ -383,8 +383,6 @@ void sl_replica_fini(sl_replica *rep)
 
 /* ------------------------------------------------------------------- step */
 
-/* The device step's forward and backward: input from the feed (once, with
- * --synthetic), the loss summed on the device. */
 /* The device step after the input is in place: forward, the loss summed
  * on the device, backward, and with sgd the optimizer (queued; no host
  * sync, no host counter but num_batches_tracked: capturable once warm). */
@@ -528,8 +526,9 @@ static int step_graph(sl_replica *rep, const sl_batch *b, float lr)
         } else if (rep->graph_tries >= 3) {
             rep->graph_off = 1;
             snprintf(rep->graph_why, sizeof rep->graph_why, "fallback: %s", sl_errmsg());
-            fprintf(stderr, "train: replica %d: CUDA graph capture failed 3 times, the step "
-                    "runs uncaptured: %s\n", rep->rank, sl_errmsg());
+            if (rep->run->out)
+                fprintf(rep->run->out, "train: replica %d: CUDA graph capture failed 3 times, "
+                        "the step runs uncaptured: %s\n", rep->rank, sl_errmsg());
         }
     }
     if (!done && (rc = body_dev(rep, n, 1)))

@@ -200,6 +200,7 @@ GPU_TEST(bf16_measured_ranking_matches_ref)
 GPU_TEST(cache_key_includes_type)
 GPU_TEST(bwd_data_acc_adds_to_dx)
 GPU_TEST(workspace_cap_from_env)
+GPU_TEST(stem_padded_matches_unpadded)
 
 #else /* SLUICE_TRAIN_CUDA */
 
@@ -930,6 +931,96 @@ Test(train_conv_cuda, workspace_cap_from_env)
     cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "SLUICE_CUDNN_WS_MB=lots"), "%s", sl_errmsg());
     unsetenv("SLUICE_CUDNN_WS_MB");
+}
+
+/* SLUICE_CUDA_STEM_PAD=4 / 8: a bf16 / f16 convolution of 3 input channels
+ * runs on zero-padded copies of 4 / 8 (the cache holds that shape) and
+ * gives what the plain one gives: forward, both backwards and the
+ * accumulating backward-data, to the rounding of the output type (the
+ * zeros add nothing; the sum runs in another order; the padded dgrad is
+ * rounded before it is added). f32 and c >= P are
+ * left alone; a bad value is refused. */
+Test(train_conv_cuda, stem_padded_matches_unpadded)
+{
+    need_gpu();
+    sl_conv_shape sh;
+    cr_assert_eq(sl_conv_shape_init(&sh, 2, 20, 18, 3, 16, 7, 7, 2, 3), SL_OK);
+    size_t nx = nx_of(&sh), ny = ny_of(&sh), nw = nw_of(&sh);
+    float *x = alloc_f(nx), *w = alloc_f(nw), *dy = alloc_f(ny), *dx0 = alloc_f(nx);
+    uint64_t st = 77;
+    fill(x, nx, &st), fill(w, nw, &st), fill(dy, ny, &st), fill(dx0, nx, &st);
+    static const sl_dtype ts[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
+    static const char *pads[3] = {"0", "4", "8"};
+    float *out[3][4];
+    size_t cnt[4] = {ny, nw, nx, nx};
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = ts[k];
+        float *xr = fdup(x, nx), *wr = fdup(w, nw), *dyr = fdup(dy, ny), *dxr = fdup(dx0, nx);
+        tg_round_all(xr, nx, t), tg_round_all(wr, nw, t), tg_round_all(dyr, ny, t);
+        tg_round_all(dxr, nx, t);
+        for (int p = 0; p < 3; p++) {
+            cr_assert_eq(setenv("SLUICE_CUDA_STEM_PAD", pads[p], 1), 0);
+            sl_exec e;
+            cuda_init(&e, "0", NULL);
+            tg_set_act(&e, t);
+            cr_assert_eq(sl_cuda_of(&e)->stem_pad, atoi(pads[p]));
+            void *dx_ = tg_upa(xr, nx, t), *dw_ = tg_upa(wr, nw, t), *ddy = tg_upa(dyr, ny, t);
+            void *dy_ = tg_newa(ny, t), *ddx = tg_newa(nx, t), *dacc = tg_upa(dxr, nx, t);
+            float *dgw = tg_newf(nw);
+            tg_ready();
+            cr_assert_eq(e.ops->conv_fwd(&e, &sh, dx_, dw_, dy_), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(e.ops->conv_bwd_filter(&e, &sh, dx_, ddy, dgw), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(e.ops->conv_bwd_data(&e, &sh, ddy, dw_, ddx), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(e.ops->conv_bwd_data_acc(&e, &sh, ddy, dw_, dacc, NULL), SL_OK, "%s",
+                         sl_errmsg());
+            for (int j = 0; j < 4; j++)
+                out[p][j] = alloc_f(cnt[j]);
+            tg_downa(out[p][0], dy_, ny, t), tg_downf(out[p][1], dgw, nw);
+            tg_downa(out[p][2], ddx, nx, t), tg_downa(out[p][3], dacc, nx, t);
+            sl_conv_shape ps = sh;
+            ps.c = p ? atoi(pads[p]) : 3;
+            sl_conv_algo_info in;
+            cr_assert_eq(sl_conv_algo_lookup(sl_cuda_of(&e), &ps, t, SL_CONV_FWD, &in), SL_OK,
+                         "STEM_PAD=%s: the convolution ran on %d channels", pads[p], ps.c);
+            void *d[] = {dx_, dw_, ddy, dy_, ddx, dacc, dgw};
+            for (size_t q = 0; q < sizeof d / sizeof d[0]; q++)
+                tg_free(d[q]);
+            sl_exec_fini(&e);
+        }
+        static const char *what[4] = {"y", "dw", "dx", "dx accumulated"};
+        double ulp = t == SL_DTYPE_BF16 ? 0.0078125 : 0.0009765625;
+        for (int p = 1; p < 3; p++)
+            for (int j = 0; j < 4; j++)
+                for (size_t i = 0; i < cnt[j]; i++) {
+                    /* dx accumulated: the padded path rounds the convolution to t
+                     * before the add (twice in all), so an ulp of each term */
+                    double a = out[p][j][i], b = out[0][j][i];
+                    double m = j == 3 ? fabs(out[0][2][i]) + fabs(dxr[i]) : j == 1 ? 0 : fabs(b);
+                    cr_assert(fabs(a - b) <= 1e-5 + 1e-5 * fabs(b) + ulp * m,
+                              "%s STEM_PAD=%s %s[%zu]: %.7g, unpadded %.7g", tg_type_name(t),
+                              pads[p], what[j], i, a, b);
+                }
+        for (int p = 0; p < 3; p++)
+            for (int j = 0; j < 4; j++)
+                free(out[p][j]);
+        free(xr), free(wr), free(dyr), free(dxr);
+    }
+    /* f32 keeps the plain path; a bad value is refused */
+    cr_assert_eq(setenv("SLUICE_CUDA_STEM_PAD", "4", 1), 0);
+    sl_exec e;
+    cuda_init(&e, "0", NULL);
+    float *d = dev_alloc(nx + nw + ny);
+    cr_assert_eq(e.ops->conv_fwd(&e, &sh, d, d + nx, d + nx + nw), SL_OK, "%s", sl_errmsg());
+    sl_conv_algo_info in;
+    cr_assert_eq(sl_conv_algo_lookup(sl_cuda_of(&e), &sh, SL_DTYPE_F32, SL_CONV_FWD, &in), SL_OK);
+    cr_assert_eq(cudaStreamSynchronize(sl_cuda_of(&e)->stream), cudaSuccess);
+    cudaFree(d);
+    sl_exec_fini(&e);
+    cr_assert_eq(setenv("SLUICE_CUDA_STEM_PAD", "3", 1), 0);
+    cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "SLUICE_CUDA_STEM_PAD=3"), "%s", sl_errmsg());
+    unsetenv("SLUICE_CUDA_STEM_PAD");
+    free(x), free(w), free(dy), free(dx0);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */
