@@ -409,6 +409,8 @@ int cmd_train(int argc, char **argv)
     if (o.t.logdir)
         fprintf(stderr, "train: logs in %s (tensorboard --logdir %s; metrics.jsonl)\n",
                 o.t.logdir, o.t.logdir);
+    if (o.t.backend == SL_BACKEND_CUDA && res.cuda_graph[0])
+        fprintf(stderr, "train: CUDA graph: %s (%s)\n", res.cuda_graph, res.cuda_graph_why);
     if (res.amp_skipped > 0)
         fprintf(stderr, "train: fp16: %lld steps skipped for inf/nan gradients, loss scale %g\n",
                 (long long)res.amp_skipped, res.amp_scale);
@@ -417,11 +419,15 @@ int cmd_train(int argc, char **argv)
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
                "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
                "\"backend\": \"%s\", \"precision\": \"%s\", \"synthetic\": %s, "
-               "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld}\n",
+               "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld, "
+               "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
+               "\"cuda_graph_replays\": %lld}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
-               o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped);
+               o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped,
+               res.peak_device_mib, res.device_used_mib, res.cuda_graph,
+               (long long)res.cuda_graph_replays);
         fflush(stdout);
     }
     return 0;

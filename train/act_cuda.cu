@@ -13,15 +13,20 @@
 // rounded to nearest even - the tests hold them to that bit for bit.
 //
 // DESIGN
-//   Elementwise ops are grid-stride loops (at most 8192 blocks of 256; the
-//   loop covers the rest), 64-bit indices.
-//   Max pool forward: one thread per output (n, p, q, c), consecutive threads
+//   Elementwise ops (relu, relu_bwd, add: one act_kernel) are grid-stride
+//   loops (at most 8192 blocks of 256; the loop covers the rest), 64-bit
+//   indices, over 16-byte vectors (8 bf16 / f16, 4 f32) when every pointer
+//   is 16-byte aligned, then a scalar tail: they run at memory bandwidth
+//   (issue 14; with the fused BN ops and the backward's accumulating
+//   dgrad, the model's training step calls none of them).
+//   Max pool forward: one thread per output pixel and V channels (V = the
+//   vector width when c is a multiple of it, else 1), consecutive threads
 //   on consecutive channels (coalesced); taps scanned r then s with ref's
 //   rule (strictly greater wins, a first NaN wins over numbers), so y and the
 //   int32 argmax equal ref's exactly.
-//   Max pool backward is a gather, not a scatter: one thread per x element
-//   walks the outputs whose windows hold it (p ascending, then q) and adds
-//   dy[o] where argmax[o] is this element. No atomics, no zeroing pass, and
+//   Max pool backward is a gather, not a scatter: one thread per x pixel and V
+//   channels walks the outputs whose windows hold it (p ascending, then q)
+//   and adds dy[o] where argmax[o] is this element. No atomics, no zeroing pass, and
 //   the additions happen in ref's order (ref scatters in increasing o), so dx
 //   equals ref's bit for bit. The contract this relies on: argmax comes from
 //   maxpool_fwd of the same shape (an index outside its own window would not
@@ -47,6 +52,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <initializer_list>
 
 #include "train/cuda_int.h"
 
@@ -82,36 +89,54 @@ static int act_launched(const char *fn, int rc)
 
 // ------------------------------------------------------------- elementwise
 
-// y = max(x, 0), NaN passing (x < 0 ? 0 : x, as torch.relu and ref).
-// Exact in every type (the value or 0 is stored).
+// The vector part of an n-element pass: when every pointer is 16-byte
+// aligned, nv = n / V vectors of V = sl_vw<T>() elements go through
+// 16-byte loads and stores, and the last n - nv*V elements (fewer than V)
+// are taken one by one; otherwise nv = 0 and every element is.
+struct act_split {
+    int64_t nv; // vectors
+    int V;      // their width (1: no vector part)
+};
 template <typename T>
-__global__ void relu_fwd_kernel(int64_t n, const T *x, T *y)
+static act_split act_split_of(int64_t n, std::initializer_list<const void *> ps)
 {
-    GRID_STRIDE(i, n)
-    {
-        float v = sl_ld(x + i);
-        sl_st(y + i, v < 0.0f ? 0.0f : v);
-    }
+    bool ok = true;
+    for (const void *p : ps)
+        ok = ok && sl_vec_ok(p);
+    act_split s;
+    s.V = ok ? sl_vw<T>() : 1;
+    s.nv = ok ? n / s.V : 0;
+    return s;
 }
 
-// dx = dy where y > 0 else 0.
-template <typename T>
-__global__ void relu_bwd_kernel(int64_t n, const T *y, const T *dy, T *dx)
+// OP 0: y = max(a, 0), NaN passing (a < 0 ? 0 : a, as torch.relu and ref:
+// exact in every type). OP 1: y = b where a > 0 else 0 (relu_bwd: a the
+// forward's output, b the gradient). OP 2: y = a + b, the f32 sum rounded
+// to T. Vectors [0, nv) of V elements, then the scalar tail [nv*V, n).
+// y may alias a or b (each element is read before it is written).
+template <int OP>
+__device__ __forceinline__ float act_op(float a, float b)
 {
-    GRID_STRIDE(i, n)
-    {
-        float g = sl_ld(dy + i);
-        sl_st(dx + i, sl_ld(y + i) > 0.0f ? g : 0.0f);
-    }
+    return OP == 0 ? (a < 0.0f ? 0.0f : a) : OP == 1 ? (a > 0.0f ? b : 0.0f) : a + b;
 }
-
-// y = a + b: the f32 sum, rounded to T.
-template <typename T>
-__global__ void add_kernel(int64_t n, const T *a, const T *b, T *y)
+template <int OP, typename T, int V>
+__global__ void act_kernel(int64_t n, int64_t nv, const T *a, const T *b, T *y)
 {
-    GRID_STRIDE(i, n)
+    GRID_STRIDE(i, nv)
     {
-        sl_st(y + i, sl_ld(a + i) + sl_ld(b + i));
+        float av[V], bv[V];
+        sl_ldv<T, V>(a + i * V, av);
+        if (OP != 0)
+            sl_ldv<T, V>(b + i * V, bv);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            av[v] = act_op<OP>(av[v], OP != 0 ? bv[v] : 0.0f);
+        sl_stv<T, V>(y + i * V, av);
+    }
+    GRID_STRIDE(j, n - nv * V)
+    {
+        int64_t i = nv * V + j;
+        sl_st(y + i, act_op<OP>(sl_ld(a + i), OP != 0 ? sl_ld(b + i) : 0.0f));
     }
 }
 
@@ -122,49 +147,44 @@ static int elementwise_check(const char *fn, sl_exec *e, int64_t n, sl_cuda_ctx 
     return act_ctx(fn, e, cx);
 }
 
-extern "C" int sl_relu_fwd_cuda(sl_exec *e, int64_t n, const float *x, float *y)
+// One elementwise op over n elements (n == 0: nothing).
+template <int OP>
+static int act_run(const char *fn, const char *kernel, sl_exec *e, int64_t n, const float *a,
+                   const float *b, float *y)
 {
-    const char *fn = "sl_relu_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc = elementwise_check(fn, e, n, &cx);
     if (rc || n == 0)
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        relu_fwd_kernel<T><<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, (const T *)x, (T *)y);
-        return ACT_LAUNCHED(fn, "relu_fwd_kernel");
+        act_split sp = act_split_of<T>(n, {a, b, y});
+        int64_t work = sp.nv > n - sp.nv * sp.V ? sp.nv : n - sp.nv * sp.V;
+        unsigned g = act_blocks(work);
+        if (sp.V > 1)
+            act_kernel<OP, T, sl_vw<T>()><<<g, ACT_THREADS, 0, cx->stream>>>(
+                n, sp.nv, (const T *)a, (const T *)b, (T *)y);
+        else
+            act_kernel<OP, T, 1><<<g, ACT_THREADS, 0, cx->stream>>>(n, 0, (const T *)a,
+                                                                    (const T *)b, (T *)y);
+        return ACT_LAUNCHED(fn, kernel);
     });
+}
+
+extern "C" int sl_relu_fwd_cuda(sl_exec *e, int64_t n, const float *x, float *y)
+{
+    return act_run<0>("sl_relu_fwd_cuda", "act_kernel<relu_fwd>", e, n, x, nullptr, y);
 }
 
 extern "C" int sl_relu_bwd_cuda(sl_exec *e, int64_t n, const float *y, const float *dy,
                                 float *dx)
 {
-    const char *fn = "sl_relu_bwd_cuda";
-    sl_cuda_ctx *cx = NULL;
-    int rc = elementwise_check(fn, e, n, &cx);
-    if (rc || n == 0)
-        return rc;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        relu_bwd_kernel<T><<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(
-            n, (const T *)y, (const T *)dy, (T *)dx);
-        return ACT_LAUNCHED(fn, "relu_bwd_kernel");
-    });
+    return act_run<1>("sl_relu_bwd_cuda", "act_kernel<relu_bwd>", e, n, y, dy, dx);
 }
 
 extern "C" int sl_add_cuda(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
 {
-    const char *fn = "sl_add_cuda";
-    sl_cuda_ctx *cx = NULL;
-    int rc = elementwise_check(fn, e, n, &cx);
-    if (rc || n == 0)
-        return rc;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        add_kernel<T><<<act_blocks(n), ACT_THREADS, 0, cx->stream>>>(n, (const T *)a,
-                                                                    (const T *)b, (T *)y);
-        return ACT_LAUNCHED(fn, "add_kernel");
-    });
+    return act_run<2>("sl_add_cuda", "act_kernel<add>", e, n, a, b, y);
 }
 
 // ---------------------------------------------------------------- max pool
@@ -177,23 +197,26 @@ __device__ __forceinline__ bool pool_better(float v, float best)
 }
 
 // x (n, h, w, c) -> y (n, p, q, c), argmax the flat index into x (< 2^31,
-// checked on the host). One thread per output. y is one of the x values:
-// exact in every type.
-template <typename T>
+// checked on the host). One thread per output pixel and V consecutive
+// channels (16-byte loads when V > 1), taps scanned r then s. y is one of
+// the x values: exact in every type.
+template <typename T, int V>
 __global__ void maxpool_fwd_kernel(sl_pool_shape sh, const T *__restrict__ x, T *__restrict__ y,
                                    int32_t *__restrict__ argmax)
 {
-    int64_t ny = (int64_t)sh.n * sh.p * sh.q * sh.c;
+    int cv = sh.c / V;
+    int64_t ny = (int64_t)sh.n * sh.p * sh.q * cv;
     GRID_STRIDE(o, ny)
     {
-        int ch = (int)(o % sh.c);
-        int64_t t = o / sh.c;
+        int ch = (int)(o % cv) * V;
+        int64_t pix = o / cv, t = pix;
         int q = (int)(t % sh.q);
         t /= sh.q;
         int p = (int)(t % sh.p);
         int n = (int)(t / sh.p);
-        float best = 0.0f;
-        int64_t idx = -1;
+        float best[V];
+        int32_t idx[V];
+        bool first = true;
         for (int r = 0; r < sh.r; r++) {
             int ih = p * sh.stride - sh.pad + r;
             if (ih < 0 || ih >= sh.h)
@@ -203,35 +226,44 @@ __global__ void maxpool_fwd_kernel(sl_pool_shape sh, const T *__restrict__ x, T 
                 if (iw < 0 || iw >= sh.w)
                     continue;
                 int64_t i = (((int64_t)n * sh.h + ih) * sh.w + iw) * sh.c + ch;
-                float v = sl_ld(x + i);
-                if (idx < 0 || pool_better(v, best)) {
-                    best = v;
-                    idx = i;
-                }
+                float v8[V];
+                sl_ldv<T, V>(x + i, v8);
+                #pragma unroll
+                for (int v = 0; v < V; v++)
+                    if (first || pool_better(v8[v], best[v])) {
+                        best[v] = v8[v];
+                        idx[v] = (int32_t)(i + v);
+                    }
+                first = false;
             }
         }
         // The host checked that every window has an in-bounds tap.
-        sl_st(y + o, best);
-        argmax[o] = (int32_t)idx;
+        int64_t yo = pix * sh.c + ch;
+        sl_stv<T, V>(y + yo, best);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            argmax[yo + v] = idx[v];
     }
 }
 
 // dx[i] = sum of dy[o] over the outputs o whose window holds i and whose
 // argmax is i, added in f32 in increasing o (ref's scatter order), rounded
-// to T once at the end.
-template <typename T>
+// to T once at the end. One thread per input pixel and V channels.
+template <typename T, int V>
 __global__ void maxpool_bwd_kernel(sl_pool_shape sh, const T *__restrict__ dy,
                                    const int32_t *__restrict__ argmax, T *__restrict__ dx)
 {
-    int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c;
-    GRID_STRIDE(i, nx)
+    int cv = sh.c / V;
+    int64_t nx = (int64_t)sh.n * sh.h * sh.w * cv;
+    GRID_STRIDE(k, nx)
     {
-        int ch = (int)(i % sh.c);
-        int64_t t = i / sh.c;
+        int ch = (int)(k % cv) * V;
+        int64_t t = k / cv;
         int iw = (int)(t % sh.w);
         t /= sh.w;
         int ih = (int)(t % sh.h);
         int n = (int)(t / sh.h);
+        int64_t i = (((int64_t)n * sh.h + ih) * sh.w + iw) * sh.c + ch;
         // Outputs p with p*stride - pad <= ih <= p*stride - pad + r - 1.
         int hi_p = (ih + sh.pad) / sh.stride;
         int lo_num = ih + sh.pad - sh.r + 1;
@@ -243,14 +275,21 @@ __global__ void maxpool_bwd_kernel(sl_pool_shape sh, const T *__restrict__ dy,
             hi_p = sh.p - 1;
         if (hi_q > sh.q - 1)
             hi_q = sh.q - 1;
-        float acc = 0.0f;
+        float acc[V];
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            acc[v] = 0.0f;
         for (int p = lo_p; p <= hi_p; p++)
             for (int q = lo_q; q <= hi_q; q++) {
                 int64_t o = (((int64_t)n * sh.p + p) * sh.q + q) * sh.c + ch;
-                if (argmax[o] == (int32_t)i)
-                    acc += sl_ld(dy + o);
+                float g[V];
+                sl_ldv<T, V>(dy + o, g);
+                #pragma unroll
+                for (int v = 0; v < V; v++)
+                    if (argmax[o + v] == (int32_t)(i + v))
+                        acc[v] += g[v];
             }
-        sl_st(dx + i, acc);
+        sl_stv<T, V>(dx + i, acc);
     }
 }
 
@@ -270,6 +309,17 @@ static int pool_check(const char *fn, const sl_pool_shape *sh)
     return SL_OK;
 }
 
+// The vector width of a pool call: V when c is a multiple of it and every
+// pointer (argmax included: V int32s) is 16-byte aligned, else 1.
+template <typename T>
+static bool pool_vec(const sl_pool_shape *sh, std::initializer_list<const void *> ps)
+{
+    bool ok = sh->c % sl_vw<T>() == 0;
+    for (const void *p : ps)
+        ok = ok && sl_vec_ok(p);
+    return ok;
+}
+
 extern "C" int sl_maxpool_fwd_cuda(sl_exec *e, const sl_pool_shape *sh, const float *x,
                                    float *y, int32_t *argmax)
 {
@@ -281,8 +331,13 @@ extern "C" int sl_maxpool_fwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     int64_t ny = (int64_t)sh->n * sh->p * sh->q * sh->c;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        maxpool_fwd_kernel<T><<<act_blocks(ny), ACT_THREADS, 0, cx->stream>>>(
-            *sh, (const T *)x, (T *)y, argmax);
+        constexpr int VW = sl_vw<T>();
+        if (pool_vec<T>(sh, {x, y, argmax}))
+            maxpool_fwd_kernel<T, VW><<<act_blocks(ny / VW), ACT_THREADS, 0, cx->stream>>>(
+                *sh, (const T *)x, (T *)y, argmax);
+        else
+            maxpool_fwd_kernel<T, 1><<<act_blocks(ny), ACT_THREADS, 0, cx->stream>>>(
+                *sh, (const T *)x, (T *)y, argmax);
         return ACT_LAUNCHED(fn, "maxpool_fwd_kernel");
     });
 }
@@ -298,8 +353,13 @@ extern "C" int sl_maxpool_bwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     int64_t nx = (int64_t)sh->n * sh->h * sh->w * sh->c;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        maxpool_bwd_kernel<T><<<act_blocks(nx), ACT_THREADS, 0, cx->stream>>>(
-            *sh, (const T *)dy, argmax, (T *)dx);
+        constexpr int VW = sl_vw<T>();
+        if (pool_vec<T>(sh, {dy, argmax, dx}))
+            maxpool_bwd_kernel<T, VW><<<act_blocks(nx / VW), ACT_THREADS, 0, cx->stream>>>(
+                *sh, (const T *)dy, argmax, (T *)dx);
+        else
+            maxpool_bwd_kernel<T, 1><<<act_blocks(nx), ACT_THREADS, 0, cx->stream>>>(
+                *sh, (const T *)dy, argmax, (T *)dx);
         return ACT_LAUNCHED(fn, "maxpool_bwd_kernel");
     });
 }

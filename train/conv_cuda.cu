@@ -5,8 +5,10 @@
 // Layouts (train_int.h): x (n, h, w, c) and y (n, p, q, k) are cuDNN NHWC
 // tensors; the weight (k, r, s, c), our OHWI, is cuDNN's NHWC filter
 // format (KRSC), so nothing is transposed. Cross-correlation (no kernel
-// flip), as PyTorch's Conv2d and conv_ref.c. beta = 0 in every call:
-// cuDNN then never reads the output, which is overwritten as the op table
+// flip), as PyTorch's Conv2d and conv_ref.c. beta = 0 in every call but
+// the accumulating backward-data (conv_bwd_data_acc: dx += ..., beta = 1,
+// the model's residual-gradient add folded into cuDNN's epilogue): cuDNN
+// then never reads the output, which is overwritten as the op table
 // requires (a NaN left there does not leak in).
 //
 // Element type (train_int.h's table): x, w, y, dy, dx are in e->act; dw is
@@ -29,6 +31,9 @@
 //     with SLUICE_CUDNN_FIND=1 the measured ranking of cudnnFind*Ex, run
 //     on the caller's buffers (it writes the output, which the real call
 //     then overwrites) with a workspace as large as the biggest candidate.
+//     An accumulating backward-data call searches with its tmp buffer as
+//     the output (the search must not overwrite dx), or, given none, takes
+//     the heuristic ranking for that shape.
 //   - Preference: the first deterministic candidate in rank order, then
 //     any. Backward-filter and backward-data have non-deterministic
 //     algorithms (atomics); a deterministic one makes runs reproduce. The
@@ -48,9 +53,23 @@
 //     data has its 8 / 11 bits already; TF32 is about f32 data), and each
 //     algorithm runs with the math type it was ranked with, ALLOW_CONVERSION
 //     included: there is no f32 data to down-convert.
-//   - Workspace: an algorithm needing more than ws_limit() is passed over;
+//   - Workspace: an algorithm needing more than ws_limit() is passed over:
+//     the context's cap (SLUICE_CUDNN_WS_MB, default 256 MiB: part of the
+//     memory plan, train/dev_plan.c) or half of what the device has free;
 //     the chosen one's bytes come from sl_cuda_workspace (grown, shared by
 //     every conv of the context: they run one at a time on its stream).
+//
+// The stem on tensor cores (SLUICE_CUDA_STEM_PAD=4 or 8, off by default:
+// only a measurement can say whether it pays). A bf16 / f16 convolution of
+// fewer input channels (ResNet's stem: 3) runs as one of that many, the
+// input and the weights copied with zero channels appended (pad_kernel)
+// into ctx->d_pad, so cuDNN can take its tensor-core kernels, which want c
+// a multiple of 4 or 8 (the stem then costs about what a 64-channel layer
+// does, not the scalar-ish kernels of c = 3). The zeros add nothing to any
+// output; the weight gradient of the padded channels is computed and
+// dropped (slice_kernel keeps the first c), and so is the data gradient's.
+// The padded input is made again for backward-filter rather than kept (a
+// pass over n*h*w*P elements, not P*2 bytes per pixel held all step).
 //
 // Threading: the cache belongs to its context (one thread at a time).
 #include <cuda_runtime.h>
@@ -68,9 +87,6 @@ static_assert((int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= (int)MAX_CANDS &&
                   (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= (int)MAX_CANDS,
               "MAX_CANDS holds every algorithm of a direction");
 static const char *const dir_name[NDIR] = {"fwd", "bwd_data", "bwd_filter"};
-
-// Workspace one convolution may use; less when the device has less free.
-static const size_t WS_MAX = (size_t)1 << 30;
 
 typedef struct conv_entry {
     sl_conv_shape key;
@@ -305,8 +321,9 @@ fail:
 }
 
 // ------------------------------------------------------------------ search
-// Largest workspace a convolution may take: WS_MAX, or half of what the
-// device could give it (free memory plus the workspace already held).
+// Largest workspace a convolution may take: the context's cap, or half of
+// what the device could give it (free memory plus the workspace already
+// held).
 static int ws_limit(sl_cuda_ctx *c, size_t *limit)
 {
     size_t free_b = 0, total_b = 0;
@@ -314,7 +331,7 @@ static int ws_limit(sl_cuda_ctx *c, size_t *limit)
     if (rc)
         return rc;
     size_t avail = (free_b + c->ws_cap) / 2;
-    *limit = avail < WS_MAX ? avail : WS_MAX;
+    *limit = avail < c->ws_max ? avail : c->ws_max;
     return SL_OK;
 }
 
@@ -419,7 +436,7 @@ static cudnnStatus_t ws_size(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, int
 
 // Rank the candidates for (e, dir) and keep the first that is deterministic
 // (else the first at all), runs with the context's math and fits the
-// workspace limit.
+// workspace limit. a->out NULL: no buffer to measure on (heuristic only).
 static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_args *a)
 {
     int lowp = e->act != SL_DTYPE_F32; // bf16 / f16: tensor cores whatever tf32 says
@@ -431,7 +448,7 @@ static int search(sl_cuda_ctx *c, conv_entry *e, sl_conv_dir dir, const conv_arg
     if ((rc = ws_limit(c, &limit)) || (rc = SL_CUDNN(cudnnSetConvolutionMathType(e->cd, want))) ||
         (rc = rank_heuristic(c, e, dir, cands, &n)))
         return rc;
-    if (c->algos->find && n > 0) {
+    if (c->algos->find && n > 0 && a->out) {
         size_t need = 0; // room for the biggest candidate that may be chosen at all
         for (int i = 0; i < n; i++)
             if (cands[i].memory <= limit && cands[i].memory > need)
@@ -493,14 +510,17 @@ static int plan(sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype act, sl_conv_d
 // bf16 / f16 backward-filter runs cuDNN into the context's tmp buffer (nw
 // elements of the type; a.out points there, dw keeps the caller's f32
 // array) and then widens that into dw with sl_cast_cuda, on the same
-// stream.
-static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_args a)
+// stream. beta: 0 (overwrite) or 1 (accumulate: backward-data only);
+// search_out: where an algorithm search of this call may write its output
+// (a.out for beta 0; the caller's scratch or NULL for beta 1).
+static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_args a,
+                    float beta, void *search_out)
 {
     sl_cuda_ctx *c = sl_cuda_of(ex);
     sl_dtype act = ex->act;
     conv_entry *e = NULL;
     void *ws = NULL, *dw = NULL;
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f;
     int64_t nw = (int64_t)sh->k * sh->r * sh->s * sh->c;
     int rc;
     if ((int)act < 0 || act > SL_DTYPE_LAST) {
@@ -516,9 +536,14 @@ static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_
             rc = SL_ECUDA;
             goto fail;
         }
+        search_out = a.out;
     }
-    if ((rc = plan(c, sh, act, dir, &a, &e)))
-        goto fail;
+    {
+        conv_args sa = a;
+        sa.out = search_out;
+        if ((rc = plan(c, sh, act, dir, &sa, &e)))
+            goto fail;
+    }
     {
         const sl_conv_algo_info *in = &e->info[dir];
         if (in->ws_bytes && !(ws = sl_cuda_workspace(c, in->ws_bytes))) {
@@ -532,17 +557,17 @@ static int conv_run(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_
         case SL_CONV_FWD:
             rc = SL_CUDNN(cudnnConvolutionForward(c->cudnn, &one, e->xd, a.a, e->wd, a.b, e->cd,
                                                   (cudnnConvolutionFwdAlgo_t)in->algo, ws,
-                                                  in->ws_bytes, &zero, e->yd, a.out));
+                                                  in->ws_bytes, &beta, e->yd, a.out));
             break;
         case SL_CONV_BWD_DATA:
             rc = SL_CUDNN(cudnnConvolutionBackwardData(
                 c->cudnn, &one, e->wd, a.a, e->yd, a.b, e->cd,
-                (cudnnConvolutionBwdDataAlgo_t)in->algo, ws, in->ws_bytes, &zero, e->xd, a.out));
+                (cudnnConvolutionBwdDataAlgo_t)in->algo, ws, in->ws_bytes, &beta, e->xd, a.out));
             break;
         case SL_CONV_BWD_FILTER:
             rc = SL_CUDNN(cudnnConvolutionBackwardFilter(
                 c->cudnn, &one, e->xd, a.a, e->yd, a.b, e->cd,
-                (cudnnConvolutionBwdFilterAlgo_t)in->algo, ws, in->ws_bytes, &zero, e->wd,
+                (cudnnConvolutionBwdFilterAlgo_t)in->algo, ws, in->ws_bytes, &beta, e->wd,
                 a.out));
             break;
         }
@@ -558,18 +583,131 @@ fail:
                    shape_text(sh, act, s, sizeof s), sl_errmsg());
 }
 
+// ------------------------------------------------------------ padded stem
+// dst (rows, P) = src (rows, c) with P - c zero channels appended.
+template <typename T>
+__global__ void pad_kernel(int64_t rows, int c, int P, const T *__restrict__ src,
+                           T *__restrict__ dst)
+{
+    int64_t n = rows * P;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / P;
+        int j = (int)(i - r * P);
+        if (j < c)
+            dst[i] = src[r * c + j];
+        else
+            sl_st(dst + i, 0.0f);
+    }
+}
+
+// dst (rows, c) = (acc ? dst + : ) the first c channels of src (rows, P),
+// the sum in f32 rounded to T once.
+template <typename T>
+__global__ void slice_kernel(int64_t rows, int c, int P, const T *__restrict__ src,
+                             T *__restrict__ dst, int acc)
+{
+    int64_t n = rows * c;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / c;
+        int j = (int)(i - r * c);
+        float v = sl_ld(src + r * P + j);
+        sl_st(dst + i, acc ? v + sl_ld(dst + i) : v);
+    }
+}
+
+static unsigned pad_blocks(int64_t n)
+{
+    int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+// The convolution on P-channel copies (the file's top comment): the caller
+// checked that c < P and the type is bf16 / f16.
+static int conv_padded(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, conv_args a,
+                       float beta)
+{
+    sl_cuda_ctx *c = sl_cuda_of(ex);
+    int P = c->stem_pad;
+    sl_conv_shape ps = *sh;
+    ps.c = P;
+    int64_t px = (int64_t)sh->n * sh->h * sh->w, pw = (int64_t)sh->k * sh->r * sh->s;
+    int cin = sh->c; // (no "->" in a launch's <<< >>>: tools/cuda-emu/conv.py splits at '>')
+    size_t xb = (size_t)px * P * 2, wb = ((size_t)pw * P * 2 + 255) & ~(size_t)255;
+    size_t db = dir == SL_CONV_BWD_FILTER ? (size_t)pw * P * sizeof(float) : 0;
+    char *buf = (char *)sl_cuda_pad(c, wb + xb + db);
+    if (!buf)
+        return SL_ECUDA;
+    void *wp = buf, *xp = buf + wb, *dwp = buf + wb + xb;
+    cudaStream_t s = c->stream;
+    return sl_act_switch("conv_padded", ex->act, [&](auto t) -> int {
+        using T = decltype(t);
+        int rc;
+        switch (dir) {
+        case SL_CONV_FWD:
+            pad_kernel<T><<<pad_blocks(px * P), 256, 0, s>>>(px, cin, P, (const T *)a.a, (T *)xp);
+            if ((rc = SL_LAUNCHED("pad_kernel")))
+                return rc;
+            pad_kernel<T><<<pad_blocks(pw * P), 256, 0, s>>>(pw, cin, P, (const T *)a.b, (T *)wp);
+            if ((rc = SL_LAUNCHED("pad_kernel")))
+                return rc;
+            return conv_run(ex, &ps, dir, conv_args{xp, wp, a.out}, 0.0f, a.out);
+        case SL_CONV_BWD_FILTER:
+            pad_kernel<T><<<pad_blocks(px * P), 256, 0, s>>>(px, cin, P, (const T *)a.a, (T *)xp);
+            if ((rc = SL_LAUNCHED("pad_kernel")) ||
+                (rc = conv_run(ex, &ps, dir, conv_args{xp, a.b, dwp}, 0.0f, dwp)))
+                return rc;
+            slice_kernel<float><<<pad_blocks(pw * cin), 256, 0, s>>>(
+                pw, cin, P, (const float *)dwp, (float *)a.out, 0);
+            return SL_LAUNCHED("slice_kernel<f32>");
+        case SL_CONV_BWD_DATA:
+            pad_kernel<T><<<pad_blocks(pw * P), 256, 0, s>>>(pw, cin, P, (const T *)a.a, (T *)wp);
+            if ((rc = SL_LAUNCHED("pad_kernel")) ||
+                (rc = conv_run(ex, &ps, dir, conv_args{wp, a.b, xp}, 0.0f, xp)))
+                return rc;
+            slice_kernel<T><<<pad_blocks(px * cin), 256, 0, s>>>(px, cin, P, (const T *)xp,
+                                                                  (T *)a.out, beta != 0.0f);
+            return SL_LAUNCHED("slice_kernel");
+        }
+        return sl_fail(SL_EINVAL, "conv_padded: direction %d", (int)dir);
+    });
+}
+
+// The padded path for this call (the file's top comment).
+static bool padded(const sl_exec *ex, const sl_conv_shape *sh)
+{
+    const sl_cuda_ctx *c = sl_cuda_of((sl_exec *)ex);
+    return c && c->stem_pad && sh->c < c->stem_pad &&
+           (ex->act == SL_DTYPE_BF16 || ex->act == SL_DTYPE_F16);
+}
+
 // x (n,h,w,c), w (k,r,s,c) -> y (n,p,q,k); device pointers.
 extern "C" int sl_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
                                 const float *d_w, float *d_y)
 {
-    return conv_run(e, sh, SL_CONV_FWD, conv_args{d_x, d_w, d_y});
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_FWD, conv_args{d_x, d_w, d_y}, 0.0f);
+    return conv_run(e, sh, SL_CONV_FWD, conv_args{d_x, d_w, d_y}, 0.0f, d_y);
 }
 
 // dy (n,p,q,k), w (k,r,s,c) -> dx (n,h,w,c).
 extern "C" int sl_conv_bwd_data_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_dy,
                                      const float *d_w, float *d_dx)
 {
-    return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx});
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 0.0f);
+    return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 0.0f, d_dx);
+}
+
+// dx += the same (beta = 1); d_tmp (dx's size, may be NULL) takes the
+// output of a measured algorithm search.
+extern "C" int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_dy,
+                                         const float *d_w, float *d_dx, float *d_tmp)
+{
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 1.0f);
+    return conv_run(e, sh, SL_CONV_BWD_DATA, conv_args{d_w, d_dy, d_dx}, 1.0f, d_tmp);
 }
 
 // x (n,h,w,c), dy (n,p,q,k) -> dw (k,r,s,c) = sum over n, p, q of dy x patch;
@@ -577,5 +715,7 @@ extern "C" int sl_conv_bwd_data_cuda(sl_exec *e, const sl_conv_shape *sh, const 
 extern "C" int sl_conv_bwd_filter_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d_x,
                                        const float *d_dy, float *d_dw)
 {
-    return conv_run(e, sh, SL_CONV_BWD_FILTER, conv_args{d_x, d_dy, d_dw});
+    if (padded(e, sh))
+        return conv_padded(e, sh, SL_CONV_BWD_FILTER, conv_args{d_x, d_dy, d_dw}, 0.0f);
+    return conv_run(e, sh, SL_CONV_BWD_FILTER, conv_args{d_x, d_dy, d_dw}, 0.0f, d_dw);
 }

@@ -61,6 +61,10 @@ extern "C" {
 #endif
 
 typedef struct sl_conv_algo_cache sl_conv_algo_cache; /* conv_cuda.cu */
+struct sl_cuda_block {
+    void *p;
+    size_t bytes;
+};
 
 typedef struct sl_cuda_ctx {
     int device;
@@ -69,30 +73,58 @@ typedef struct sl_cuda_ctx {
     cublasHandle_t cublas;
     int tf32;                  /* tensor-core TF32 allowed (SLUICE_CUDA_TF32 != 0) */
     int fuse;                  /* the fused BN slots in the exec's table (SLUICE_CUDA_FUSE != 0) */
+    int graph;                 /* the trainer may capture its step (SLUICE_CUDA_GRAPH != 0) */
+    int sms;                   /* the device's multiprocessors (grids of the bandwidth-bound
+                                  kernels are sized for them: 132 on an H100 SXM) */
     void *d_ws;                /* cuDNN / cuBLAS workspace, grown on demand */
     size_t ws_cap;
+    size_t ws_max;             /* the most one convolution may take (SLUICE_CUDNN_WS_MB) */
     void *d_tmp;               /* small device scratch for op internals (reductions) */
     size_t tmp_cap;
+    int stem_pad;              /* SLUICE_CUDA_STEM_PAD: 0, or 4 / 8: convolutions of fewer input
+                                  channels in bf16 / f16 run on that many, zero-padded (tensor
+                                  cores want c a multiple of 4 or 8; conv_cuda.cu) */
+    void *d_pad;               /* their padded copies, grown on demand */
+    size_t pad_cap;
     void *h_pinned;            /* SL_CUDA_PINNED_BYTES of pinned host memory (xent's loss
                                   and count) */
+    /* Device memory this context allocated (sl_cuda_malloc: the workspace,
+     * tmp, and sl_dev_alloc's model, optimizer and feed buffers): bytes
+     * live now and at most, and the allocations with their sizes. */
+    size_t mem_live, mem_peak;
+    struct sl_cuda_block *blocks;
+    int nblocks, cap_blocks;
+    unsigned mem_gen;          /* bumped when the workspace or tmp moves (a captured
+                                  CUDA graph holds their old addresses) */
     sl_conv_algo_cache *algos; /* conv_cuda.cu's per-shape algorithm choices */
 } sl_cuda_ctx;
 
 #define SL_CUDA_PINNED_BYTES 4096
+#define SL_CUDNN_WS_MB_DEFAULT 256
+#define SL_CUBLAS_WS_MB 32 /* NVIDIA's recommendation for Hopper's cuBLAS workspace */
 
 /* Create the context on device (cudaSetDevice, stream, handles bound to the
  * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call, or
  * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
  * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC /
- * SLUICE_CUDA_FUSE value (read here, 0 or 1). */
+ * SLUICE_CUDA_FUSE / SLUICE_CUDA_GRAPH value (read here, 0 or 1) or SLUICE_CUDNN_WS_MB (a
+ * whole number of MiB, default SL_CUDNN_WS_MB_DEFAULT) or SLUICE_CUDA_STEM_PAD
+ * (0, 4 or 8). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
 /* The context of a cuda sl_exec. */
 static inline sl_cuda_ctx *sl_cuda_of(sl_exec *e) { return (sl_cuda_ctx *)e->cuda; }
+/* cudaMalloc / cudaFree with the context's accounting (mem_live,
+ * mem_peak): *out = NULL and SL_ENOMEM naming the size and what the device
+ * has free when it fails. Free of NULL is a no-op; of a pointer this
+ * context did not allocate, plain cudaFree. */
+int sl_cuda_malloc(sl_cuda_ctx *c, size_t bytes, void **out);
+void sl_cuda_free(sl_cuda_ctx *c, void *p);
 /* Device workspace / scratch of at least bytes (grown with cudaFree +
  * cudaMalloc after a stream sync); NULL with sl_fail(SL_ECUDA) on failure. */
 void *sl_cuda_workspace(sl_cuda_ctx *c, size_t bytes);
 void *sl_cuda_tmp(sl_cuda_ctx *c, size_t bytes);
+void *sl_cuda_pad(sl_cuda_ctx *c, size_t bytes); /* conv_cuda.cu's padded stem buffers */
 /* cuDNN / cuBLAS status checks in SL_CUDA's style (call text, file, line,
  * the library's error string). */
 int sl_cudnn_check(cudnnStatus_t s, const char *call, const char *file, int line);
@@ -132,7 +164,7 @@ int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype 
                         sl_conv_dir dir, sl_conv_algo_info *out);
 
 SL_DECLARE_OPS(cuda)
-/* The fused slots of train_int.h (cuda only; norm_cuda.cu). */
+/* The fused BN slots of train_int.h (cuda only; norm_cuda.cu). */
 int sl_bn_fwd_train_act_cuda(sl_exec *e, int64_t rows, int c, const float *x,
                              const float *gamma, const float *beta, float momentum, float eps,
                              float *running_mean, float *running_var, const float *r, int relu,
@@ -140,6 +172,9 @@ int sl_bn_fwd_train_act_cuda(sl_exec *e, int64_t rows, int c, const float *x,
 int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *z, float *dz,
                        const float *gamma, const float *save_mean, const float *save_invstd,
                        float *dx, float *dgamma, float *dbeta);
+/* The accumulating backward-data slot (conv_cuda.cu). */
+int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *dy,
+                              const float *w, float *dx, float *tmp);
 
 /* ------------------------------------------------------ mixed precision */
 /* Each enqueues its kernels on ctx->stream and returns without waiting for
@@ -238,6 +273,47 @@ static inline int sl_act_switch(const char *fn, sl_dtype act, F f)
     }
     return sl_fail(SL_EINVAL, "%s: activation type %d is none of f32, bf16, f16", fn, (int)act);
 }
+
+/* V consecutive elements of type T to and from f32: one 16-byte load or
+ * store when V * sizeof(T) == 16 (8 bf16 / f16, 4 floats: the pointer must
+ * then be 16-byte aligned, which sl_vec_ok checks on the host), else V
+ * scalar accesses (V == 1: the path for channel counts that are no
+ * multiple of the vector width). */
+template <typename T, int V>
+static __device__ __forceinline__ void sl_ldv(const T *p, float (&f)[V])
+{
+    if constexpr (V * sizeof(T) == 16) {
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        const T *e = reinterpret_cast<const T *>(&u);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            f[v] = sl_ld(e + v);
+    } else {
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            f[v] = sl_ld(p + v);
+    }
+}
+template <typename T, int V>
+static __device__ __forceinline__ void sl_stv(T *p, const float (&f)[V])
+{
+    if constexpr (V * sizeof(T) == 16) {
+        uint4 u;
+        T *e = reinterpret_cast<T *>(&u);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            sl_st(e + v, f[v]);
+        *reinterpret_cast<uint4 *>(p) = u;
+    } else {
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            sl_st(p + v, f[v]);
+    }
+}
+/* Elements of T per 16-byte vector. */
+template <typename T> static constexpr int sl_vw() { return (int)(16 / sizeof(T)); }
+/* p is NULL or 16-byte aligned (host side: may the vector path take it). */
+static inline bool sl_vec_ok(const void *p) { return ((uintptr_t)p & 15) == 0; }
 #endif /* __CUDACC__ */
 
 #endif /* SLUICE_TRAIN_CUDA */

@@ -53,17 +53,11 @@ int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
     int rc;
     if ((rc = SL_CUDA(cudaSetDevice(c->device))))
         return rc;
-    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
-        (void)cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        (void)cudaMemGetInfo(&fr, &tot);
-        return sl_fail(SL_ENOMEM, "sl_dev_alloc: cudaMalloc of %.1f MiB on device %d failed "
-                       "(%.1f of %.1f GiB free): lower --batch", bytes / 1048576.0, c->device,
-                       fr / 1073741824.0, tot / 1073741824.0);
-    }
+    if ((rc = sl_cuda_malloc(c, bytes, &p)))
+        return sl_fail(rc, "sl_dev_alloc: %s", sl_errmsg());
     if ((rc = SL_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 64, c->stream))) ||
         (rc = SL_CUDA(cudaStreamSynchronize(c->stream)))) {
-        cudaFree(p);
+        sl_cuda_free(c, p);
         return rc;
     }
     *out = p;
@@ -75,9 +69,24 @@ void sl_dev_free(sl_exec *e, void *p)
     if (!p)
         return;
     if (sl_dev_on_device(e))
-        cudaFree(p);
+        sl_cuda_free(sl_cuda_of(e), p);
     else
         free(p);
+}
+
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!sl_dev_on_device(e))
+        return SL_OK;
+    sl_cuda_ctx *c = sl_cuda_of(e);
+    size_t fr = 0, tot = 0;
+    int rc;
+    if ((rc = SL_CUDA(cudaSetDevice(c->device))) || (rc = SL_CUDA(cudaMemGetInfo(&fr, &tot))))
+        return rc;
+    out->live = c->mem_live, out->peak = c->mem_peak;
+    out->device_used = tot - fr, out->device_total = tot;
+    return SL_OK;
 }
 
 /* A copy on e's stream, waited for (a plain move for host execs). */
@@ -277,7 +286,16 @@ struct sl_dev_sgd {
     int64_t *step;            /* o's "optimizer.step" */
     float *d_mom_arena;
     sl_amp_state *d_amp;      /* fp16 loss scaling; NULL otherwise */
+    float *d_lr;              /* the learning rate the kernel reads */
+    float *h_lr;              /* LR_SLOTS pinned staging slots of it, in turn */
+    cudaEvent_t lr_done[8];   /* recorded after each slot's copy */
+    int lr_events, lr_next;
 };
+
+/* Pinned slots of the learning rate: the host runs at most this many
+ * steps ahead of the device (sl_dev_sgd_set_lr waits for the copy that
+ * last used the slot). */
+#define LR_SLOTS 4
 
 /* The loss scale torch.cuda.amp.GradScaler starts from, and its rules. */
 #define AMP_INIT_SCALE 65536.0f
@@ -339,8 +357,15 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
     }
     if ((rc = sl_dev_alloc(e, (size_t)(d->n > 0 ? d->n : 1) * sizeof *ht, (void **)&d->d_t)) ||
         (rc = sl_dev_copy_in(e, d->d_t, ht, (size_t)d->n * sizeof *ht)) ||
+        (rc = sl_dev_alloc(e, sizeof(float), (void **)&d->d_lr)) ||
+        (rc = SL_CUDA(cudaHostAlloc((void **)&d->h_lr, LR_SLOTS * sizeof(float),
+                                    cudaHostAllocDefault))) ||
         (rc = sl_dev_sgd_push(d)))
         goto fail;
+    for (; d->lr_events < LR_SLOTS; d->lr_events++)
+        if ((rc = SL_CUDA(cudaEventCreateWithFlags(&d->lr_done[d->lr_events],
+                                                   cudaEventDisableTiming))))
+            goto fail;
     if (e->act == SL_DTYPE_F16) {
         sl_amp_state a = {AMP_INIT_SCALE, 0, 0, 0};
         if ((rc = sl_dev_alloc(e, sizeof a, (void **)&d->d_amp)) ||
@@ -360,6 +385,13 @@ void sl_dev_sgd_destroy(sl_dev_sgd *d)
 {
     if (!d)
         return;
+    for (int i = 0; i < d->lr_events; i++) {
+        (void)cudaEventSynchronize(d->lr_done[i]);
+        cudaEventDestroy(d->lr_done[i]);
+    }
+    if (d->h_lr)
+        cudaFreeHost(d->h_lr);
+    sl_dev_free(d->e, d->d_lr);
     sl_dev_free(d->e, d->d_t);
     sl_dev_free(d->e, d->d_mom_arena);
     sl_dev_free(d->e, d->d_amp);
@@ -369,24 +401,55 @@ void sl_dev_sgd_destroy(sl_dev_sgd *d)
     free(d);
 }
 
-int sl_dev_sgd_step(sl_dev_sgd *d, float lr)
+int sl_dev_sgd_set_lr(sl_dev_sgd *d, float lr)
+{
+    if (!(lr >= 0.0f) || lr > 1e30f)
+        return sl_fail(SL_EINVAL, "sl_dev_sgd_set_lr: bad learning rate %g", (double)lr);
+    cudaStream_t s = sl_cuda_of(d->e)->stream;
+    int k = d->lr_next, rc;
+    d->lr_next = (k + 1) % LR_SLOTS;
+    /* the slot's last copy has run (or was never recorded: complete) */
+    if ((rc = SL_CUDA(cudaEventSynchronize(d->lr_done[k]))))
+        return rc;
+    d->h_lr[k] = lr;
+    if ((rc = SL_CUDA(cudaMemcpyAsync(d->d_lr, &d->h_lr[k], sizeof(float),
+                                      cudaMemcpyHostToDevice, s))) ||
+        (rc = SL_CUDA(cudaEventRecord(d->lr_done[k], s))))
+        return rc;
+    return SL_OK;
+}
+
+int sl_dev_sgd_enqueue(sl_dev_sgd *d)
 {
     sl_exec *e = d->e;
     sl_model *m = d->m;
     int rc;
     if (d->d_amp && (rc = sl_amp_check_cuda(e, m->grads, m->arena_floats, d->d_amp)))
         return rc;
-    if ((rc = sl_sgd_step_cuda(e, d->d_t, d->n, lr, d->cfg.momentum, d->cfg.weight_decay,
-                               d->cfg.nesterov, *d->step == 0, d->d_amp)))
+    if ((rc = sl_sgd_step_cuda_lr(e, d->d_t, d->n, d->d_lr, d->cfg.momentum,
+                                  d->cfg.weight_decay, d->cfg.nesterov, *d->step == 0,
+                                  d->d_amp)))
         return rc;
     if (d->d_amp &&
         (rc = sl_amp_update_cuda(e, d->d_amp, AMP_GROWTH, AMP_BACKOFF, AMP_INTERVAL)))
         return rc;
-    /* A skipped fp16 step still counts (torch's optimizer.step is not
-     * called then, but the momentum buffers start at zero, so buf = g on
-     * the first applied step either way). */
-    (*d->step)++;
     return sl_model_refresh(m);
+}
+
+/* A skipped fp16 step still counts (torch's optimizer.step is not called
+ * then, but the momentum buffers start at zero, so buf = g on the first
+ * applied step either way). */
+void sl_dev_sgd_count(sl_dev_sgd *d) { (*d->step)++; }
+
+int64_t sl_dev_sgd_steps(const sl_dev_sgd *d) { return *d->step; }
+
+int sl_dev_sgd_step(sl_dev_sgd *d, float lr)
+{
+    int rc;
+    if ((rc = sl_dev_sgd_set_lr(d, lr)) || (rc = sl_dev_sgd_enqueue(d)))
+        return rc;
+    sl_dev_sgd_count(d);
+    return SL_OK;
 }
 
 const float *sl_dev_sgd_scale(sl_dev_sgd *d) { return d && d->d_amp ? &d->d_amp->scale : NULL; }
@@ -424,4 +487,74 @@ int sl_dev_sgd_push(sl_dev_sgd *d)
             return rc;
     }
     return SL_OK;
+}
+
+/* -------------------------------------------------------- CUDA graphs */
+
+struct sl_dev_graph {
+    sl_exec *e;
+    cudaGraphExec_t exec;
+    unsigned gen; /* the context's mem_gen at the capture */
+};
+
+int sl_dev_graph_wanted(sl_exec *e) { return sl_dev_on_device(e) && sl_cuda_of(e)->graph; }
+
+int sl_dev_capture_begin(sl_exec *e)
+{
+    if (!sl_dev_on_device(e))
+        return sl_fail(SL_ENOTSUP, "sl_dev_capture_begin: %s backend", sl_backend_name(e->backend));
+    int rc = SL_CUDA(cudaStreamBeginCapture(sl_cuda_of(e)->stream,
+                                            cudaStreamCaptureModeThreadLocal));
+    return rc ? sl_fail(rc, "sl_dev_capture_begin: %s", sl_errmsg()) : SL_OK;
+}
+
+int sl_dev_capture_end(sl_exec *e, int ok, sl_dev_graph **out)
+{
+    *out = NULL;
+    sl_cuda_ctx *c = sl_cuda_of(e);
+    cudaGraph_t g = NULL;
+    cudaError_t ce = cudaStreamEndCapture(c->stream, &g);
+    int rc;
+    if (ce != cudaSuccess || !g) {
+        (void)cudaGetLastError();
+        if (g)
+            cudaGraphDestroy(g);
+        return sl_fail(SL_ECUDA, "sl_dev_capture_end: cudaStreamEndCapture: %s%s",
+                       cudaGetErrorString(ce), ok ? "" : " (after a failed call)");
+    }
+    if (!ok) {
+        cudaGraphDestroy(g);
+        return sl_fail(SL_ECUDA, "sl_dev_capture_end: a call failed while capturing");
+    }
+    sl_dev_graph *dg = calloc(1, sizeof *dg);
+    if (!dg) {
+        cudaGraphDestroy(g);
+        return sl_fail(SL_ENOMEM, "sl_dev_capture_end: out of memory");
+    }
+    rc = SL_CUDA(cudaGraphInstantiate(&dg->exec, g, 0));
+    cudaGraphDestroy(g);
+    if (rc) {
+        free(dg);
+        return sl_fail(rc, "sl_dev_capture_end: %s", sl_errmsg());
+    }
+    dg->e = e;
+    dg->gen = c->mem_gen;
+    *out = dg;
+    return SL_OK;
+}
+
+int sl_dev_graph_launch(sl_dev_graph *g)
+{
+    return SL_CUDA(cudaGraphLaunch(g->exec, sl_cuda_of(g->e)->stream));
+}
+
+int sl_dev_graph_stale(const sl_dev_graph *g) { return g->gen != sl_cuda_of(g->e)->mem_gen; }
+
+void sl_dev_graph_destroy(sl_dev_graph *g)
+{
+    if (!g)
+        return;
+    (void)cudaStreamSynchronize(sl_cuda_of(g->e)->stream); /* no replay in flight */
+    cudaGraphExecDestroy(g->exec);
+    free(g);
 }

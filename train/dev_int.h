@@ -66,6 +66,36 @@ int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes);
 int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt);
 /* Wait for everything queued on e. */
 int sl_dev_sync(sl_exec *e);
+/* Device memory of e (all zero for host execs): the bytes e's context has
+ * allocated (model, optimizer, feed, cuDNN workspace, scratch: everything
+ * sl_dev_alloc and the op files' buffers take) now and at most, and the
+ * device's used and total bytes by cudaMemGetInfo (which also counts the
+ * CUDA context, cuDNN's and cuBLAS's own buffers and the pipeline's). */
+typedef struct sl_dev_mem_info {
+    size_t live, peak, device_used, device_total;
+} sl_dev_mem_info;
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out);
+
+/* --------------------------------------------------------- memory plan */
+
+/* What one replica of the device trainer allocates with sl_dev_alloc and
+ * its exec's context, for model cfg at batch (h x w images, activations
+ * of act), computed without a device (dev_plan.c): the budget issue 14
+ * holds ResNet-50 at batch 256 to (PyTorch eager's 11.0 GiB), and what
+ * sl_dev_mem's peak reaches (the workspace and scratch as bounds: the cap
+ * ws_max, SLUICE_CUDNN_WS_MB's, and the largest op scratch on a device of
+ * sms multiprocessors). */
+typedef struct sl_dev_plan {
+    size_t model;     /* sl_model_place: params, grads, compute weights, BN buffers,
+                         activations, argmax */
+    size_t optimizer; /* momentum buffers, their table, the learning rate */
+    size_t io;        /* the feed's input batch and labels, dlogits, the loss sums */
+    size_t workspace; /* the cuDNN workspace cap */
+    size_t scratch;   /* the context's op scratch, at most */
+    size_t total;
+} sl_dev_plan;
+int sl_dev_plan_train(const sl_model_config *cfg, int batch, int h, int w, sl_dtype act,
+                      size_t ws_max, int sms, sl_dev_plan *out);
 /* dst = src, n bytes, both device memory (cuda: on the stream, not waited
  * for; host: a move). */
 int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes);
@@ -116,8 +146,21 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
                       sl_dev_sgd **out);
 void sl_dev_sgd_destroy(sl_dev_sgd *d);
 /* One step with learning rate lr over the model's device grads; then the
- * model's compute copy of the weights is refreshed (sl_model_refresh). */
+ * model's compute copy of the weights is refreshed (sl_model_refresh).
+ * = sl_dev_sgd_set_lr + sl_dev_sgd_enqueue + sl_dev_sgd_count. */
 int sl_dev_sgd_step(sl_dev_sgd *d, float lr);
+/* The pieces, for a step captured into a CUDA graph: set_lr copies lr into
+ * the device float the kernel reads (through a ring of pinned slots, each
+ * reused once the device has read it: the host runs at most that many
+ * steps ahead); it is a plain copy, so it stays out of a capture. enqueue
+ * queues the step (loss-scale check, update, scale update, refresh):
+ * graph-capturable, no host counter moves. count advances the host's step
+ * counter (the first step's momentum rule reads it at enqueue). */
+int sl_dev_sgd_set_lr(sl_dev_sgd *d, float lr);
+int sl_dev_sgd_enqueue(sl_dev_sgd *d);
+void sl_dev_sgd_count(sl_dev_sgd *d);
+/* The optimizer's step counter (its first step is step 0). */
+int64_t sl_dev_sgd_steps(const sl_dev_sgd *d);
 /* The loss scale's device float for xent (NULL unless fp16). */
 const float *sl_dev_sgd_scale(sl_dev_sgd *d);
 /* Steps skipped for inf/nan gradients (fp16), read from the device. */
@@ -126,5 +169,33 @@ int sl_dev_sgd_skipped(sl_dev_sgd *d, int64_t *skipped, float *scale);
  * back (after loading one). */
 int sl_dev_sgd_pull(sl_dev_sgd *d);
 int sl_dev_sgd_push(sl_dev_sgd *d);
+
+/* --------------------------------------------------------- CUDA graphs */
+
+/* A training step captured once and replayed (cudaStreamBeginCapture /
+ * EndCapture / cudaGraphLaunch on the exec's stream): one launch instead of
+ * a thousand, no host work between kernels. The capture is the calling
+ * thread's (cudaStreamCaptureModeThreadLocal: the pipeline's threads keep
+ * copying meanwhile); anything the driver does not allow in it (a host
+ * sync, cudaMalloc, a copy from pageable memory) makes the capture fail,
+ * and the caller runs the step uncaptured instead.
+ *   sl_dev_graph_wanted  SLUICE_CUDA_GRAPH (0 or 1; default 1) on a cuda
+ *                        exec, read when its context was made; 0 on a host
+ *   sl_dev_capture_begin begin capturing e's stream
+ *   sl_dev_capture_end   end it; with ok (the captured calls succeeded) and
+ *                        a capture the driver kept, instantiate it into
+ *                        *out; else *out = NULL and SL_ECUDA saying why
+ *                        (the work queued while capturing did not run)
+ *   sl_dev_graph_launch  queue one replay on e's stream
+ *   sl_dev_graph_stale   the scratch or workspace moved since the capture
+ *                        (the graph holds their old addresses)
+ * Threading: an exec's thread. */
+typedef struct sl_dev_graph sl_dev_graph;
+int sl_dev_graph_wanted(sl_exec *e);
+int sl_dev_capture_begin(sl_exec *e);
+int sl_dev_capture_end(sl_exec *e, int ok, sl_dev_graph **out);
+int sl_dev_graph_launch(sl_dev_graph *g);
+int sl_dev_graph_stale(const sl_dev_graph *g);
+void sl_dev_graph_destroy(sl_dev_graph *g); /* NULL is a no-op */
 
 #endif /* SL_DEV_INT_H */

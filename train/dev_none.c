@@ -48,6 +48,13 @@ void sl_dev_free(sl_exec *e, void *p)
     free(p);
 }
 
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+{
+    (void)e;
+    memset(out, 0, sizeof *out);
+    return SL_OK;
+}
+
 int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
 {
     (void)e;
@@ -164,3 +171,57 @@ int sl_dev_sgd_push(sl_dev_sgd *d)
     (void)d;
     return NOTSUP("sl_dev_sgd_push");
 }
+
+int sl_dev_sgd_set_lr(sl_dev_sgd *d, float lr)
+{
+    (void)d, (void)lr;
+    return NOTSUP("sl_dev_sgd_set_lr");
+}
+
+int sl_dev_sgd_enqueue(sl_dev_sgd *d)
+{
+    (void)d;
+    return NOTSUP("sl_dev_sgd_enqueue");
+}
+
+void sl_dev_sgd_count(sl_dev_sgd *d) { (void)d; }
+
+int64_t sl_dev_sgd_steps(const sl_dev_sgd *d)
+{
+    (void)d;
+    return 0;
+}
+
+/* No CUDA graphs without the cuda backend: the trainer never asks. */
+int sl_dev_graph_wanted(sl_exec *e)
+{
+    (void)e;
+    return 0;
+}
+
+int sl_dev_capture_begin(sl_exec *e)
+{
+    (void)e;
+    return NOTSUP("sl_dev_capture_begin");
+}
+
+int sl_dev_capture_end(sl_exec *e, int ok, sl_dev_graph **out)
+{
+    (void)e, (void)ok;
+    *out = NULL;
+    return NOTSUP("sl_dev_capture_end");
+}
+
+int sl_dev_graph_launch(sl_dev_graph *g)
+{
+    (void)g;
+    return NOTSUP("sl_dev_graph_launch");
+}
+
+int sl_dev_graph_stale(const sl_dev_graph *g)
+{
+    (void)g;
+    return 1;
+}
+
+void sl_dev_graph_destroy(sl_dev_graph *g) { (void)g; }

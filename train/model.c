@@ -10,16 +10,30 @@
  *   out = relu(bn_last(conv_last(.)) + s)         s = bn_ds(conv_ds(in)) or in
  * with out written over z_last, so each BN output is kept once.
  *
- * Backward keeps three activation-gradient buffers A, B, C (the size of the
- * largest activation) instead of one per activation:
- *   A = d(block output); relu_bwd in place (it needs only the output)
- *   main path, last to first:  bn_bwd(dz -> B), conv_bwd_filter(B),
- *                              conv_bwd_data(B -> C), relu_bwd(C) in place
- *   shortcut:  downsample: bn_bwd(A -> B), conv_bwd_filter(B),
- *              conv_bwd_data(B -> A); identity: A as it is
- *   A = A + C = d(block input), the next (earlier) block's d(output).
+ * Backward writes each BN's input gradient d(y) over y itself (y is read
+ * by the BN backward only: the conv's weight gradient reads the conv's
+ * input, its data gradient d(y)), and keeps the other activation
+ * gradients in buffers that model_int.h places in the memory of blocks
+ * backward is done with. Per block, A = d(block output) in:
+ *   last cbn:  relu_bwd on A in place (the shortcut reads the masked A),
+ *              bn_bwd(A -> y), conv_bwd_filter, conv_bwd_data(y -> gd)
+ *   downsample (if any): bn_bwd(A -> y_ds), conv_bwd_filter,
+ *              conv_bwd_data(y_ds -> gout): the shortcut's d(block input)
+ *              (identity: gout is A itself)
+ *   main path, last but one to first: relu_bwd(gd) in place, bn_bwd(gd ->
+ *              y), conv_bwd_filter, conv_bwd_data(y -> gd), except the
+ *              first cbn's: gout += conv_bwd_data(y) = d(block input), the
+ *              next (earlier) block's d(output).
  * The gradient of a tensor used twice (the block input) is the sum of its
- * two paths, taken with ops->add since ops overwrite their outputs.
+ * two paths: += with conv_bwd_data_acc where the table has it (cuda:
+ * cuDNN's beta = 1, no separate pass), else conv_bwd_data into gd and
+ * ops->add(gout, gd), the order the sum always had. The stem after a max
+ * pool: relu_bwd(pool output, A) in place (relu(maxpool(v)) =
+ * maxpool(relu(v)), and every input a pool output routes its gradient to
+ * holds that output's value, so this is the stem ReLU's own mask, bit for
+ * bit), max-pool backward into gpool, the stem's bn_bwd without a ReLU.
+ * The stem's z and each downsample's z live in scratch during the forward
+ * (model_int.h's ztemp).
  *
  * Fused batch norm (a table with bn_fwd_train_act / bn_bwd_act: cuda,
  * unless SLUICE_CUDA_FUSE=0). A train forward without sync-BN runs
@@ -28,7 +42,8 @@
  * out = relu(bn_last(y) + s) in one op, written to z_last as above.
  * Backward (without sync-BN) runs relu_bwd + bn_bwd as one bn_bwd_act,
  * which leaves the masked dz in place: A, for the block's last cbn, then
- * feeds the shortcut as above. The values are the unfused ops' bit for bit
+ * feeds the shortcut as above; the cbn's dx is written over y. The values
+ * are the unfused ops' bit for bit
  * (train_int.h); eval forwards and sync-BN keep the unfused ops.
  *
  * The input x of a train forward is not copied: it must stay unchanged
@@ -61,8 +76,9 @@
  *
  * The grad-ready hook (sl_model_set_grad_hook) is called for each trainable
  * tensor right after the op that writes its grad, in backward order: fc
- * weight and bias after fc_bwd; per cbn (blocks last to first, each main
- * path last to first, then the downsample, the stem last) BN weight and
+ * weight and bias after fc_bwd; per cbn (blocks last to first; in a block
+ * the last cbn, the downsample, then the rest of the main path last to
+ * first; the stem last) BN weight and
  * bias after the BN backward (and its all-reduce when synchronized), conv
  * weight after conv_bwd_filter. No grad is written twice, so each call
  * comes once and the grad it names is final.
@@ -342,64 +358,74 @@ static int grad_ready(sl_model *m, int t)
     return SL_OK;
 }
 
+/* What cbn_bwd does with the gradient of the cbn's input. */
+enum { DX_NONE, DX_SET, DX_ADD };
+
 /* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when relu
- * (the cbn's own ReLU, or the block output's for its last cbn); tmp = d(y)
- * by bn_bwd (dgamma, dbeta into the grads); dw; dx = d(input) when dx is
- * not NULL. dx may be dz: bn_bwd has consumed dz before conv_bwd_data
- * writes. Without sync-BN, bn_bwd_act (when the table has it) does the
- * mask and bn_bwd in one op, the masked dz left in dz all the same. */
-static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *tmp,
-                   float *dx)
+ * (the cbn's own ReLU, or the block output's for its last cbn); d(y) by the
+ * BN backward, written over y (dgamma, dbeta into the grads); dw; then
+ * d(input): DX_SET dx = conv_bwd_data(d(y)), DX_ADD dx += it (tmp: a free
+ * buffer of dx's size), DX_NONE nothing. dx may be dz: the BN backward has
+ * consumed dz before conv_bwd_data writes. Without sync-BN, bn_bwd_act
+ * (when the table has it) does the mask and bn_bwd in one op, the masked dz
+ * left in dz all the same. */
+static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *dx,
+                   int how, float *tmp)
 {
     const char *fn = "sl_model_backward";
     int64_t rows = (int64_t)n * c->p * c->q;
     int rc;
     if (relu && !m->sync_on && e->ops->bn_bwd_act) {
         OP(fn, c->bn_name, e->ops->bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
-                                              c->smean, c->sinvstd, tmp, c->ggamma, c->gbeta));
+                                              c->smean, c->sinvstd, c->y, c->ggamma, c->gbeta));
     } else {
         if (relu)
             OP(fn, c->bn_name, e->ops->relu_bwd(e, rows * c->cout, c->z, dz, dz));
         if (m->sync_on) {
-            if ((rc = bn_sync_bwd(m, e, c, rows, dz, tmp)))
+            if ((rc = bn_sync_bwd(m, e, c, rows, dz, c->y)))
                 return rc;
         } else {
             OP(fn, c->bn_name, e->ops->bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
-                                              c->sinvstd, tmp, c->ggamma, c->gbeta));
+                                              c->sinvstd, c->y, c->ggamma, c->gbeta));
         }
     }
     if ((rc = grad_ready(m, c->tensor + 1)) || (rc = grad_ready(m, c->tensor + 2)))
         return rc;
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, e->ops->conv_bwd_filter(e, &sh, input_of(m, c), tmp, c->gw));
+    OP(fn, c->conv_name, e->ops->conv_bwd_filter(e, &sh, input_of(m, c), c->y, c->gw));
     if ((rc = grad_ready(m, c->tensor)))
         return rc;
-    if (dx)
-        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, tmp, c->wc, dx));
+    if (how == DX_SET)
+        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, c->y, c->wc, dx));
+    else if (how == DX_ADD && e->ops->conv_bwd_data_acc)
+        OP(fn, c->conv_name, e->ops->conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp));
+    else if (how == DX_ADD) {
+        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, c->y, c->wc, tmp));
+        OP(fn, c->conv_name, e->ops->add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx));
+    }
     return SL_OK;
 }
 
-/* A = d(block output) in, d(block input) out; B and C are scratch. */
-static int block_bwd(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A, float *B,
-                     float *C)
+/* A = d(block output) in; d(block input) out in b->gout (A itself for an
+ * identity block); b->gd the chain through the main path (the top comment
+ * gives the order). */
+static int block_bwd(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A)
 {
-    const char *fn = "sl_model_backward";
     /* the block output's ReLU is undone on A in place (the shortcut reads it) */
     sl_cbn *last = &m->cbn[b->first + b->nconv - 1];
-    int rc = cbn_bwd(m, e, last, n, 1, A, B, C);
-    for (int j = b->nconv - 2; !rc && j >= 0; j--) {
-        sl_cbn *c = &m->cbn[b->first + j];
-        rc = cbn_bwd(m, e, c, n, c->relu, C, B, C);
-    }
+    int rc = cbn_bwd(m, e, last, n, 1, A, b->gd, DX_SET, NULL);
     if (!rc && b->ds >= 0)
-        rc = cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, B, A);
-    if (rc)
-        return rc;
-    const sl_cbn *first = &m->cbn[b->first];
-    int64_t in_cnt = (int64_t)n * first->ih * first->iw * first->cin;
-    OP(fn, first->conv_name, e->ops->add(e, in_cnt, A, C, A));
-    return SL_OK;
+        rc = cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, b->gout, DX_SET, NULL);
+    for (int j = b->nconv - 2; !rc && j >= 1; j--) {
+        sl_cbn *c = &m->cbn[b->first + j];
+        rc = cbn_bwd(m, e, c, n, c->relu, b->gd, b->gd, DX_SET, NULL);
+    }
+    if (!rc) {
+        sl_cbn *first = &m->cbn[b->first];
+        rc = cbn_bwd(m, e, first, n, first->relu, b->gd, b->gout, DX_ADD, b->gtmp);
+    }
+    return rc;
 }
 
 int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
@@ -411,8 +437,10 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     if (!same_memory(m, e))
         return sl_fail(SL_EINVAL, "%s: the model and the exec are not on the same device", fn);
     if (n < 1)
-        return sl_fail(SL_EINVAL, "%s: the last forward was not a train forward", fn);
-    float *A = m->gbuf[0], *B = m->gbuf[1], *C = m->gbuf[2];
+        return sl_fail(SL_EINVAL, "%s: no train forward since the last backward (a backward "
+                       "consumes the activations it reads)", fn);
+    m->train_n = 0; /* each y will hold its gradient, whatever happens below */
+    float *A = m->ghead;
     /* head: logits = fc(gap(out)) */
     OP(fn, "fc", e->ops->fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
                                 m->dpooled, m->fc_gw, m->fc_gb));
@@ -421,19 +449,34 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
         return rc;
     OP(fn, "avgpool", e->ops->gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
     for (int b = m->nblock - 1; b >= 0; b--) {
-        rc = block_bwd(m, e, &m->blk[b], n, A, B, C);
-        if (rc)
+        if ((rc = block_bwd(m, e, &m->blk[b], n, A)))
             return rc;
+        A = m->blk[b].gout;
     }
     /* stem: A = d(max-pool output) or d(stem z) */
     sl_cbn *stem = &m->cbn[0];
+    int how = dx ? DX_SET : DX_NONE;
     if (m->stem_pool) {
         sl_pool_shape ps;
         OP(fn, "maxpool", sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1));
-        OP(fn, "maxpool", e->ops->maxpool_bwd(e, &ps, A, m->pool_arg, B));
-        return cbn_bwd(m, e, stem, n, stem->relu, B, C, dx);
+        /* the stem's ReLU mask, taken at the pool output (the top comment) */
+        if (stem->relu)
+            OP(fn, "maxpool", e->ops->relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
+                                               A));
+        OP(fn, "maxpool", e->ops->maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
+        rc = cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
+    } else {
+        rc = cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);
     }
-    return cbn_bwd(m, e, stem, n, stem->relu, A, B, dx);
+    return rc;
+}
+
+void sl_model_note_replay(sl_model *m, const float *x, int n)
+{
+    m->x = x;
+    m->train_n = n;
+    for (int i = 0; i < m->ncbn; i++)
+        (*m->cbn[i].nbt)++; /* as cbn_fwd counts a train forward */
 }
 
 /* -------------------------------------------------------------- accessors */

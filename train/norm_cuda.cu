@@ -1,183 +1,215 @@
 // train/norm_cuda.cu - batch norm, cuda backend: training forward, eval
-// forward, backward, and the five synchronized-BN pieces (train_int.h gives
-// the contract; norm_ref.c and norm_sync_ref.c are the oracles, and
-// tests/train/test_ops_cuda.c holds these kernels to them).
+// forward, backward, the fused BN+add+ReLU forward and ReLU+BN backward,
+// and the five synchronized-BN pieces (train_int.h gives the contract;
+// norm_ref.c and norm_sync_ref.c are the oracles, and
+// tests/train/test_norm_cuda.c holds these kernels to them).
 //
-// Layout: x, y, dy, dx are (rows, c), rows = n*h*w (NHWC flattened, c
-// fastest); every per-channel array is (c). All pointers are device memory.
-// Element type: x, y, dy, dx are in e->act (f32, bf16 or f16); gamma,
-// beta, the running, saved and summed statistics, dgamma and dbeta are
-// always f32 (train_int.h's table). The kernels touching rows are
-// templates on the element type T: each element is widened on load (exact)
-// and every sum and formula runs in double as before, the result rounded
-// to f32 and then to T on the store - ref's f32 value rounded to T.
-// cuDNN's legacy batch norm would take half x with f32 statistics too
-// (cudnnDeriveBNTensorDescriptor gives a float descriptor for half data),
-// but these kernels also serve the sync-BN pieces, which cuDNN has no
-// counterpart for, they are deterministic, and one code path keeps every
-// type in step with norm_ref.c; so they stay.
+// Layout: x, y, dy, dx, r, z, dz are (rows, c), rows = n*h*w (NHWC
+// flattened, c fastest); every per-channel array is (c). All pointers are
+// device memory. Element type: the row tensors are in e->act (f32, bf16 or
+// f16); gamma, beta, the running, saved and summed statistics, dgamma and
+// dbeta are always f32 (train_int.h's table). The kernels are templates on
+// the element type T and the vector width V.
 //
-// DESIGN
-//   Reductions (per-channel sums over rows) are two-level and deterministic:
-//   no atomics, the same order every run.
-//   - bn_reduce_kernel: grid (tiles, gy). A block of 256 threads covers a
-//     tile of cw = min(c, 256) channels and k = 256/cw rows at a time, so a
-//     block reads k*cw contiguous floats per step (coalesced for any c: c = 3
-//     reads 85 rows of 3, c = 2048 eight tiles of 256). Block y walks rows
-//     y*k, y*k + gy*k, ...; each thread accumulates in double, the block adds
-//     its k row lanes (a tree in shared memory) and writes one partial per
-//     channel: part[y*c + ch]. gy is at most 1024/tiles, so about 1024 blocks
-//     cover the GPU whatever the shape, and a thread sums rows/(k*gy) values
-//     (3.2M rows of 64 channels: ~780 per thread).
-//   - a finishing kernel with one warp per channel adds the gy partials
-//     (strided over lanes, then a shuffle tree) and applies the formula.
-//   Training statistics take ONE pass over x (bn_stats_kernel): each thread
-//   keeps (count, mean, M2) of its rows in double; the block, then the
-//   finishing warp, merge them with Chan, Golub and LeVeque's pairwise
-//   update (1979): n = na + nb, d = mb - ma, mean = ma + d*nb/n, M2 = M2a +
-//   M2b + d^2*na*nb/n, in a fixed tree (deterministic). Within a thread it
-//   is not Welford's update (a double division per element, ~10 FP64 ops:
-//   about all an H100 has per bf16 element at full HBM rate, 34 TFLOP/s vs
-//   1.7e12 elements/s) but sums shifted by the thread's first value K,
-//   s1 = sum (x - K), s2 = sum (x - K)^2, mean = K + s1/n, M2 = s2 - s1^2/n.
-//   Its cancellation is (K - mean)^2/var <= n - 1 (Samuelson's inequality:
-//   K is one of the n values), so ~10^3 units of 2^-53 at most, where a sum
-//   of squares minus a squared sum loses everything on data far from zero
-//   (x ~ 1000, small noise: bn_large_rows_far_from_zero). norm_ref.c's two
-//   passes (mean, then squared deviations) agree to a few ulp of double.
-//   The sync-BN pieces keep two passes (bn_sum, then bn_sqdev_sum around
-//   the global mean: the model all-reduces in between).
+// DESIGN (issue 14: these passes move most of a ResNet step's bytes, so
+// they must run at memory bandwidth)
+//   Arithmetic: every per-element operation is f32 (no double on the hot
+//   path: an H100 has 1/64 of its f32 rate in f64 and a bf16 element
+//   arrives every 0.3 ns per SM). The per-channel finishing kernels (a few
+//   hundred partials per channel) combine in double: they are not hot, and
+//   the saved statistics and running update then come out as norm_ref.c's
+//   to an ulp or two.
+//   Vector loads: a thread owns V consecutive channels (V = 8 for bf16 /
+//   f16, 4 for f32: one 16-byte load or store per row, sl_ldv / sl_stv in
+//   cuda_int.h) when c is a multiple of V and every row pointer is 16-byte
+//   aligned; otherwise V = 1 (a scalar path for c = 3, 17, 513, ...).
+//   The cut of a (rows, c) pass (bn_plan): cv = c/V vector columns; a
+//   block of 256 threads covers a tile of cw = min(cv, 256) of them and k =
+//   256/cw row lanes, so a block reads k*cw*16 contiguous bytes per row
+//   step (c = 64 bf16: 32 rows of 128 bytes; c = 2048: one row of 4 KiB).
+//   Grid (tiles, gy): gy row blocks, sized for the device (ctx->sms): a
+//   reduction about 4 blocks of 256 per SM (1,024 threads: with four
+//   16-byte loads in flight each, 64 KiB per SM, over the ~18 KiB that
+//   HBM3's latency x bandwidth asks of each of 132 SMs), an elementwise
+//   pass 8. Block y walks rows y*k + lane, then + gy*k, ...
+//   Statistics in one read of x (bn_stats_kernel): each thread runs
+//   Welford's update (count, mean, M2) in f32 over its rows, on x - K with
+//   K the channel's value in row 0 (the same shift for every thread of a
+//   channel, so partial means are small numbers in one frame and combine
+//   without the cancellation of means near 1000 with a spread of 0.01;
+//   the shift's own error is eps*|x - K| <= eps*range, and Samuelson's
+//   inequality bounds range/std by 2*sqrt(rows)). The count is the same for
+//   the V channels of a thread: one division per row. The k row lanes of a
+//   block merge with Chan, Golub and LeVeque's pairwise update (1979: n =
+//   na + nb, d = mb - ma, mean = ma + d*nb/n, M2 = M2a + M2b + d^2*na*nb/n)
+//   in a fixed tree; a finishing kernel, one warp per channel, merges the
+//   gy partials (lanes walk y in order, then a shuffle tree), in double.
+//   Deterministic: no atomics, the same order every run.
+//   The elementwise passes read per-channel constants made by the
+//   finishing kernels (a float4 per channel) once into registers:
+//     forward  y = ((x - K) - md)*scale + beta, md = mean - K, scale =
+//              gamma*invstd (x - K exact for x near K, so data far from
+//              zero keeps its spread);
+//     backward dx = A*dy - B*(x - mean) - C, A = gamma*invstd,
+//              B = A*invstd*sum(dy*xhat)/N, C = A*sum(dy)/N: norm_ref.c's
+//              gamma*invstd/N * (N*dy - sum dy - xhat*sum(dy*xhat)) expanded.
 //   Fused ops (train_int.h): bn_fwd_train_act adds r and applies the ReLU in
 //   the y pass; bn_bwd_act masks dz with z > 0 in the reduction pass and
 //   writes the masked dz back there (the model feeds it to the shortcut),
 //   the dx pass reads it. Intermediates are rounded to T where the unfused
 //   ops store them: the fused ops give the bits of bn_fwd_train -> add ->
 //   relu_fwd and of relu_bwd -> bn_bwd on this backend.
-//   Passes over a (rows, c) tensor (R: one read, W: one write):
-//     bn_fwd_train       2R+1W (stats, y)          was 3R+1W (sum, sqdev, y)
-//     bn + relu          fused 2R+1W = 3           was 3R+1W + 1R+1W = 6
-//     bn + add + relu    fused 3R+1W = 4 (x, r)    was 4 + 2R+1W + 2 = 9
-//     relu_bwd + bn_bwd  fused 3R+1W (x, dz, z; masked dz) + 2R+1W (dx) = 7,
-//                        was 2R+1W + 2R + 2R+1W = 8
-//   The elementwise passes (y, dx) compute in double too, in ref's order; the
-//   GPU is memory-bound here (a few FP64 operations per 8 bytes moved), and
-//   the results then differ from ref only by the summation order.
-//   Scratch: partials and per-channel double statistics live in the
-//   context's tmp buffer (sl_cuda_tmp), (3*gy + 2)*c doubles at most.
-//   Every kernel runs on ctx->stream; nothing synchronizes the host.
-//   Aliasing: y may be x or r, dx may be dy or dz (every elementwise kernel
-//   reads element i before writing it, and nothing reads it after);
+//   Bytes per element of a (rows, c) tensor in T (2 for bf16), each pass
+//   once over it:
+//     bn_fwd_train        read x (stats); read x, write y           3 x 2
+//     + add + relu fused  read x; read x, r, write y                4 x 2
+//     relu_bwd + bn_bwd   read x, z, dz, write dz; read x, dz,      7 x 2
+//     fused               write dx
+//   perf/gpu_bytes prints them for ResNet-50 with the time each takes at
+//   75% and 100% of an H100's / H200's bandwidth.
+//   Scratch (sl_cuda_tmp): the partials, (2 or 3)*gy*c floats + gy counts,
+//   and c float4 constants.
+//   Every kernel runs on ctx->stream; nothing synchronizes the host (the
+//   step can be captured into a CUDA graph).
+//   Aliasing: y may be x or r, dx may be dy, dz or x (every elementwise
+//   kernel reads element i before writing it, and nothing reads it after);
 //   bn_fwd_apply's mean / var may be save_mean / save_invstd (read first).
 #include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdint.h>
+#include <initializer_list>
+#include <type_traits>
 
 #include "train/cuda_int.h"
 
-enum { BN_THREADS = 256, BN_TARGET_BLOCKS = 1024, BN_FIN_THREADS = 256 };
-
-// The cut of a (rows, c) pass: channel tiles of cw channels, k row lanes per
-// block, gy row blocks (the partials per channel).
-struct bn_plan {
-    int cw, k, tiles, gy;
+enum {
+    BN_THREADS = 256,
+    BN_BLOCKS_PER_SM = 4,       // reductions: gy*tiles about this many blocks per SM
+    BN_APPLY_BLOCKS_PER_SM = 8, // elementwise passes
+    BN_FIN_THREADS = 256,
 };
 
-static bn_plan bn_plan_make(int64_t rows, int c)
+// The cut of a (rows, c) pass (the file's DESIGN).
+struct bn_plan {
+    int cv, cw, k, tiles, gy;
+};
+
+static bn_plan bn_plan_make(int64_t rows, int c, int V, int max_blocks)
 {
     bn_plan p;
-    p.cw = c < BN_THREADS ? c : BN_THREADS;
+    p.cv = c / V;
+    p.cw = p.cv < BN_THREADS ? p.cv : BN_THREADS;
     p.k = BN_THREADS / p.cw;
-    p.tiles = (int)(((int64_t)c + p.cw - 1) / p.cw);
+    p.tiles = (p.cv + p.cw - 1) / p.cw;
     int64_t need = (rows + p.k - 1) / p.k; // row blocks that have a row
-    int64_t cap = BN_TARGET_BLOCKS / p.tiles;
+    int64_t cap = max_blocks / p.tiles;
     if (cap < 1)
         cap = 1;
     int64_t gy = need < cap ? need : cap;
-    p.gy = (int)(gy < 1 ? 1 : gy);
+    p.gy = (int)(gy < 1 ? 1 : gy > 65535 ? 65535 : gy);
     return p;
 }
 
-// What bn_reduce_kernel sums per channel.
-enum { BN_SUM = 0, BN_SQDEV = 1, BN_DY = 2, BN_DY_MASK = 3 };
-
-// MODE BN_SUM:     part0 = sum x
-//      BN_SQDEV:   part0 = sum (x - mean)^2
-//      BN_DY:      part0 = sum dy, part1 = sum dy*(x - mean)*invstd
-//      BN_DY_MASK: dz := (z > 0 ? dz : 0) in place (relu_bwd's mask, exact in
-//                  T), then BN_DY's sums of the masked dz; dz is read and
-//                  written through dzm (dy unused: it would alias dzm).
-// M: the mean's type (double from this file's own pass, float from a caller).
-// part0, part1: (gy, c) doubles.
-// T: the element type of x, dy, z and dzm.
-template <int MODE, typename M, typename T>
-__global__ void bn_reduce_kernel(int64_t rows, int c, bn_plan p, const T *__restrict__ x,
-                                 const T *__restrict__ dy, const M *__restrict__ mean,
-                                 const float *__restrict__ invstd, double *__restrict__ part0,
-                                 double *__restrict__ part1, const T *__restrict__ z, T *dzm)
+// v rounded to T and widened back (f32: v): what a store and a load give.
+template <typename T>
+__device__ __forceinline__ float bn_round(float v)
 {
-    enum { TWO = MODE == BN_DY || MODE == BN_DY_MASK };
-    __shared__ double sa[BN_THREADS];
-    __shared__ double sb[TWO ? BN_THREADS : 1];
+    T h;
+    sl_st(&h, v);
+    return sl_ld(&h);
+}
+
+// This thread's place in a plan: row lane, vector column; false when it
+// has no columns (a partial last tile, or lanes past k).
+struct bn_pos {
+    int lane, vc;
+    bool live;
+};
+__device__ __forceinline__ bn_pos bn_where(const bn_plan &p)
+{
+    bn_pos w;
+    w.lane = (int)threadIdx.x / p.cw;
+    w.vc = (int)blockIdx.x * p.cw + ((int)threadIdx.x - w.lane * p.cw);
+    w.live = w.lane < p.k && w.vc < p.cv;
+    return w;
+}
+
+// ------------------------------------------------------------ statistics
+
+// Per channel and row block y: Welford's (mean, M2) of the block's rows of
+// x - K into pm, pq ((gy, c) floats), the block's row count into pn[y].
+// K = x[0, ch] (the DESIGN's shift).
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_stats_kernel(int64_t rows, int c, bn_plan p, const T *__restrict__ x,
+                    float *__restrict__ pn, float *__restrict__ pm, float *__restrict__ pq)
+{
+    __shared__ float sn[BN_THREADS], sm[V][BN_THREADS], sq[V][BN_THREADS];
     int t = threadIdx.x;
-    int lane = t / p.cw, cl = t - lane * p.cw;
-    int ch = blockIdx.x * p.cw + cl;
-    double a = 0, b = 0;
-    if (lane < p.k && ch < c) {
-        double mu = 0, is = 0;
-        if (MODE != BN_SUM)
-            mu = (double)mean[ch];
-        if (TWO)
-            is = (double)invstd[ch];
+    bn_pos w = bn_where(p);
+    float n = 0.0f, m[V], q[V];
+    #pragma unroll
+    for (int v = 0; v < V; v++)
+        m[v] = q[v] = 0.0f;
+    if (w.live) {
+        const T *xc = x + (int64_t)w.vc * V;
+        float K[V];
+        sl_ldv<T, V>(xc, K);
         int64_t step = (int64_t)gridDim.y * p.k;
-        #pragma unroll 4 // independent loads in flight (latency, not FLOPs, bounds these loops)
-        for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
-            int64_t i = r * c + ch;
-            double v = sl_ld(x + i);
-            if (MODE == BN_SUM) {
-                a += v;
-            } else if (MODE == BN_SQDEV) {
-                double d = v - mu;
-                a += d * d;
-            } else {
-                float gf;
-                if (MODE == BN_DY_MASK) {
-                    gf = sl_ld(z + i) > 0.0f ? sl_ld(dzm + i) : 0.0f;
-                    sl_st(dzm + i, gf);
-                } else {
-                    gf = sl_ld(dy + i);
-                }
-                double g = gf;
-                a += g;
-                b += g * (v - mu) * is;
+        #pragma unroll 4 // independent loads in flight: latency, not FLOPs, bounds this loop
+        for (int64_t r = (int64_t)blockIdx.y * p.k + w.lane; r < rows; r += step) {
+            float xv[V];
+            sl_ldv<T, V>(xc + r * c, xv);
+            n += 1.0f;
+            float inv = 1.0f / n;
+            #pragma unroll
+            for (int v = 0; v < V; v++) {
+                float d = xv[v] - K[v], e = d - m[v];
+                m[v] += e * inv;
+                q[v] += e * (d - m[v]);
             }
         }
     }
-    sa[t] = a;
-    if (TWO)
-        sb[t] = b;
+    if (w.lane < p.k) {
+        sn[t] = n;
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            sm[v][t] = m[v], sq[v][t] = q[v];
+    }
     __syncthreads();
-    // Tree over the k row lanes: lanes [0, n-h) add lanes [h, n).
-    for (int n = p.k; n > 1;) {
-        int h = (n + 1) / 2;
-        if (lane < n - h) {
-            sa[t] += sa[t + h * p.cw];
-            if (TWO)
-                sb[t] += sb[t + h * p.cw];
+    // Tree over the k row lanes: lanes [0, n-h) merge lanes [h, n).
+    for (int k = p.k; k > 1;) {
+        int h = (k + 1) / 2;
+        if (w.lane < k - h) {
+            int o = t + h * p.cw;
+            float na = sn[t], nb = sn[o];
+            if (nb > 0.0f) {
+                float tot = na + nb, f = nb / tot, g = na * f;
+                #pragma unroll
+                for (int v = 0; v < V; v++) {
+                    float d = sm[v][o] - sm[v][t];
+                    sm[v][t] += d * f;
+                    sq[v][t] += sq[v][o] + d * d * g;
+                }
+                sn[t] = tot;
+            }
         }
         __syncthreads();
-        n = h;
+        k = h;
     }
-    if (lane == 0 && ch < c) {
-        part0[(int64_t)blockIdx.y * c + ch] = sa[t];
-        if (TWO)
-            part1[(int64_t)blockIdx.y * c + ch] = sb[t];
+    if (w.lane == 0 && w.vc < p.cv) {
+        int64_t o = (int64_t)blockIdx.y * c + (int64_t)w.vc * V;
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            pm[o + v] = sm[v][t], pq[o + v] = sq[v][t];
+        if (blockIdx.x == 0 && t == 0)
+            pn[blockIdx.y] = sn[0]; // every column of a block covers the same rows
     }
 }
 
-// Chan's pairwise merge of (nb, mb, qb) into (n, m, q): count, mean, M2 =
-// sum of squared deviations from the mean (the file's DESIGN). Either side
-// may be empty.
+// Chan's pairwise merge of (nb, mb, qb) into (n, m, q) in double; either
+// side may be empty.
 __device__ __forceinline__ void bn_chan(double &n, double &m, double &q, double nb, double mb,
                                         double qb)
 {
@@ -193,70 +225,6 @@ __device__ __forceinline__ void bn_chan(double &n, double &m, double &q, double 
     n = t;
 }
 
-// One pass of training statistics: per channel and row block y,
-// (count, mean, M2) of the block's rows into pn, pm, pq ((gy, c) doubles).
-// Same cut of the rows as bn_reduce_kernel. Each thread: shifted sums
-// around its first value (DESIGN), then the k row lanes merge in a fixed
-// tree.
-template <typename T>
-__global__ void bn_stats_kernel(int64_t rows, int c, bn_plan p, const T *__restrict__ x,
-                                double *__restrict__ pn, double *__restrict__ pm,
-                                double *__restrict__ pq)
-{
-    __shared__ double sn[BN_THREADS], sm[BN_THREADS], sq[BN_THREADS];
-    int t = threadIdx.x;
-    int lane = t / p.cw, cl = t - lane * p.cw;
-    int ch = blockIdx.x * p.cw + cl;
-    double n = 0, m = 0, q = 0;
-    int64_t r = (int64_t)blockIdx.y * p.k + lane;
-    if (lane < p.k && ch < c && r < rows) {
-        int64_t step = (int64_t)gridDim.y * p.k;
-        double k = sl_ld(x + r * c + ch), s1 = 0, s2 = 0;
-        int64_t cnt = 1;
-        #pragma unroll 4 // independent loads in flight (latency, not FLOPs, bounds these loops)
-        for (r += step; r < rows; r += step, cnt++) {
-            double d = (double)sl_ld(x + r * c + ch) - k;
-            s1 += d;
-            s2 += d * d;
-        }
-        n = (double)cnt;
-        m = k + s1 / n;
-        q = s2 - s1 * (s1 / n);
-        if (q < 0) // rounding of an (almost) constant run
-            q = 0;
-    }
-    sn[t] = n, sm[t] = m, sq[t] = q;
-    __syncthreads();
-    for (int w = p.k; w > 1;) {
-        int h = (w + 1) / 2;
-        if (lane < w - h) {
-            int o = t + h * p.cw;
-            double a = sn[t], b = sm[t], e = sq[t];
-            bn_chan(a, b, e, sn[o], sm[o], sq[o]);
-            sn[t] = a, sm[t] = b, sq[t] = e;
-        }
-        __syncthreads();
-        w = h;
-    }
-    if (lane == 0 && ch < c) {
-        int64_t o = (int64_t)blockIdx.y * c + ch;
-        pn[o] = sn[t], pm[o] = sm[t], pq[o] = sq[t];
-    }
-}
-
-// Sum of channel ch's gy partials by one warp (lanes stride over y, then a
-// shuffle tree); the total is in lane 0.
-__device__ __forceinline__ double bn_warp_total(const double *part, int gy, int c, int ch,
-                                                int lane)
-{
-    double s = 0;
-    for (int y = lane; y < gy; y += 32)
-        s += part[(int64_t)y * c + ch];
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_down_sync(0xffffffffu, s, o);
-    return s;
-}
-
 // One warp per channel: the warp's channel, or -1 past c (whole warps exit
 // together, so the shuffles see all 32 lanes).
 __device__ __forceinline__ int bn_warp_channel(int c)
@@ -265,17 +233,18 @@ __device__ __forceinline__ int bn_warp_channel(int c)
     return w < c ? (int)w : -1;
 }
 
-// bn_stats_kernel's gy partials of a channel merged by one warp (lanes walk
-// y in order, then a shuffle tree); from the merged M2: invstd (double, for
-// the y pass), the saved statistics and PyTorch's running update (unbiased
-// variance), as norm_ref.c.
-__global__ void bn_stats_fin_kernel(int64_t rows, int c, int gy, const double *__restrict__ pn,
-                                    const double *__restrict__ pm,
-                                    const double *__restrict__ pq, float momentum, float eps,
-                                    double *__restrict__ mu, double *__restrict__ is,
+// bn_stats_kernel's gy partials of a channel merged by one warp; from the
+// merged M2: the saved statistics and PyTorch's running update (unbiased
+// variance) as norm_ref.c, and the y pass's constants ap[ch] = (K, md,
+// scale, beta).
+template <typename T>
+__global__ void bn_stats_fin_kernel(int64_t rows, int c, int gy, const T *__restrict__ x,
+                                    const float *__restrict__ pn, const float *__restrict__ pm,
+                                    const float *__restrict__ pq, const float *__restrict__ gamma,
+                                    const float *__restrict__ beta, float momentum, float eps,
                                     float *__restrict__ running_mean,
                                     float *__restrict__ running_var, float *__restrict__ save_mean,
-                                    float *__restrict__ save_invstd)
+                                    float *__restrict__ save_invstd, float4 *__restrict__ ap)
 {
     int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
     if (ch < 0)
@@ -283,7 +252,7 @@ __global__ void bn_stats_fin_kernel(int64_t rows, int c, int gy, const double *_
     double n = 0, m = 0, q = 0;
     for (int y = lane; y < gy; y += 32) {
         int64_t o = (int64_t)y * c + ch;
-        bn_chan(n, m, q, pn[o], pm[o], pq[o]);
+        bn_chan(n, m, q, pn[y], pm[o], pq[o]);
     }
     for (int o = 16; o > 0; o >>= 1) {
         double nb = __shfl_down_sync(0xffffffffu, n, o);
@@ -293,37 +262,54 @@ __global__ void bn_stats_fin_kernel(int64_t rows, int c, int gy, const double *_
     }
     if (lane != 0)
         return;
-    double var = q / (double)rows;
+    if (q < 0) // rounding of an (almost) constant channel
+        q = 0;
+    float K = sl_ld(x + ch);
+    double mean = (double)K + m, var = q / (double)rows;
     double invstd = 1.0 / sqrt(var + (double)eps);
-    double mom = momentum;
-    double unbiased = q / (double)(rows - 1);
-    running_mean[ch] = (float)((1.0 - mom) * running_mean[ch] + mom * m);
+    double mom = momentum, unbiased = q / (double)(rows - 1);
+    running_mean[ch] = (float)((1.0 - mom) * running_mean[ch] + mom * mean);
     running_var[ch] = (float)((1.0 - mom) * running_var[ch] + mom * unbiased);
-    save_mean[ch] = (float)m;
+    save_mean[ch] = (float)mean;
     save_invstd[ch] = (float)invstd;
-    mu[ch] = m;
-    is[ch] = invstd;
+    ap[ch] = make_float4(K, (float)m, (float)((double)gamma[ch] * invstd), beta[ch]);
 }
 
-// Eval: the running statistics as (mu, is).
-__global__ void bn_eval_prep_kernel(int c, const float *__restrict__ running_mean,
+// Eval: the running statistics as the y pass's constants.
+__global__ void bn_eval_prep_kernel(int c, const float *__restrict__ gamma,
+                                    const float *__restrict__ beta,
+                                    const float *__restrict__ running_mean,
                                     const float *__restrict__ running_var, float eps,
-                                    double *__restrict__ mu, double *__restrict__ is)
+                                    float4 *__restrict__ ap)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c)
         return;
-    mu[ch] = running_mean[ch];
-    is[ch] = 1.0 / sqrt((double)running_var[ch] + (double)eps);
+    double invstd = 1.0 / sqrt((double)running_var[ch] + (double)eps);
+    ap[ch] = make_float4(running_mean[ch], 0.0f, (float)((double)gamma[ch] * invstd), beta[ch]);
+}
+
+// The float4 constants of vector column vc's V channels, unpacked into
+// registers (an elementwise pass reads them once).
+template <int V>
+__device__ __forceinline__ void bn_consts(const float4 *__restrict__ k, int vc, float (&a)[V],
+                                          float (&b)[V], float (&c)[V], float (&d)[V])
+{
+    #pragma unroll
+    for (int v = 0; v < V; v++) {
+        float4 q = k[vc * V + v];
+        a[v] = q.x, b[v] = q.y, c[v] = q.z, d[v] = q.w;
+    }
 }
 
 // Sync-BN forward: the all-reduced mean and biased var given (train_int.h).
 // mean / var may alias save_mean / save_invstd: both are read first.
-__global__ void bn_sync_prep_kernel(int c, const float *mean, const float *var, double total,
-                                    float momentum, float eps, float *__restrict__ running_mean,
+__global__ void bn_sync_prep_kernel(int c, const float *__restrict__ gamma,
+                                    const float *__restrict__ beta, const float *mean,
+                                    const float *var, double total, float momentum, float eps,
+                                    float *__restrict__ running_mean,
                                     float *__restrict__ running_var, float *save_mean,
-                                    float *save_invstd, double *__restrict__ mu,
-                                    double *__restrict__ is)
+                                    float *save_invstd, float4 *__restrict__ ap)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c)
@@ -334,116 +320,258 @@ __global__ void bn_sync_prep_kernel(int c, const float *mean, const float *var, 
     running_var[ch] = (float)((1.0 - m) * running_var[ch] + m * v * total / (total - 1.0));
     save_mean[ch] = (float)u;
     save_invstd[ch] = (float)invstd;
-    mu[ch] = u;
-    is[ch] = invstd;
+    ap[ch] = make_float4((float)u, 0.0f, (float)((double)gamma[ch] * invstd), beta[ch]);
 }
 
-// v rounded to T and widened back (f32: v): the value a store of v to T
-// and a load give.
-template <typename T>
-__device__ __forceinline__ float bn_round(float v)
+// y = ((x - K) - md)*scale + beta with ap[ch] = (K, md, scale, beta); with r
+// (not NULL): y = T(y) + r in f32 as add_kernel; with relu: y = max(T(y),
+// 0) as relu_fwd_kernel (NaN passes). Rounding to T where the unfused ops
+// store keeps the fused result the bits of bn -> add -> relu. y may be x
+// or r.
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_apply_kernel(int64_t rows, int c, bn_plan p, const T *x, const float4 *__restrict__ ap,
+                    const T *r, int relu, T *y)
 {
-    T h;
-    sl_st(&h, v);
-    return sl_ld(&h);
-}
-
-// y = gamma*(x - mu)*is + beta, in double as norm_ref.c (then f32, then T);
-// with r (not NULL): y = T(y) + r in f32 as add_kernel; with relu: y =
-// max(T(y), 0) as relu_fwd_kernel (NaN passes). Rounding to T where the
-// unfused ops store keeps the fused result the bits of bn -> add -> relu.
-// Same grid as the reduction (every thread keeps one channel's constants in
-// registers). y may be x or r.
-template <typename T>
-__global__ void bn_apply_kernel(int64_t rows, int c, bn_plan p, const T *x,
-                                const float *__restrict__ gamma, const float *__restrict__ beta,
-                                const double *__restrict__ mu, const double *__restrict__ is,
-                                const T *r, int relu, T *y)
-{
-    int t = threadIdx.x;
-    int lane = t / p.cw, cl = t - lane * p.cw;
-    int ch = blockIdx.x * p.cw + cl;
-    if (lane >= p.k || ch >= c)
+    bn_pos w = bn_where(p);
+    if (!w.live)
         return;
-    double g = gamma[ch], b = beta[ch], m = mu[ch], s = is[ch];
-    int64_t step = (int64_t)gridDim.y * p.k;
-    #pragma unroll 4 // independent loads in flight (latency, not FLOPs, bounds these loops)
-    for (int64_t row = (int64_t)blockIdx.y * p.k + lane; row < rows; row += step) {
-        int64_t i = row * c + ch;
-        float v = (float)(g * ((double)sl_ld(x + i) - m) * s + b);
-        if (r)
-            v = bn_round<T>(v) + sl_ld(r + i);
-        if (relu) {
-            v = bn_round<T>(v);
-            v = v < 0.0f ? 0.0f : v;
+    float K[V], md[V], sc[V], bt[V];
+    bn_consts<V>(ap, w.vc, K, md, sc, bt);
+    int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
+    #pragma unroll 4
+    for (int64_t row = (int64_t)blockIdx.y * p.k + w.lane; row < rows; row += step) {
+        int64_t i = row * c + col;
+        float v8[V];
+        sl_ldv<T, V>(x + i, v8);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            v8[v] = ((v8[v] - K[v]) - md[v]) * sc[v] + bt[v];
+        if (r) {
+            float rv[V];
+            sl_ldv<T, V>(r + i, rv);
+            #pragma unroll
+            for (int v = 0; v < V; v++)
+                v8[v] = bn_round<T>(v8[v]) + rv[v];
         }
-        sl_st(y + i, v);
+        if (relu) {
+            #pragma unroll
+            for (int v = 0; v < V; v++) {
+                float u = bn_round<T>(v8[v]);
+                v8[v] = u < 0.0f ? 0.0f : u;
+            }
+        }
+        sl_stv<T, V>(y + i, v8);
     }
 }
 
-// The backward sums (double, for dx) and dgamma = sum dy*xhat, dbeta = sum dy.
-__global__ void bn_bwd_sums_kernel(int c, int gy, const double *__restrict__ part0,
-                                   const double *__restrict__ part1, double *__restrict__ sdy,
-                                   double *__restrict__ sdyx, float *__restrict__ dgamma,
-                                   float *__restrict__ dbeta)
+// --------------------------------------------------------------- backward
+
+// What bn_reduce_kernel sums per channel.
+enum { BN_SUM = 0, BN_SQDEV = 1, BN_DY = 2, BN_DY_MASK = 3 };
+
+// MODE BN_SUM:     p0 = sum x
+//      BN_SQDEV:   p0 = sum (x - mean)^2
+//      BN_DY:      p0 = sum dy, p1 = sum dy*(x - mean)
+//      BN_DY_MASK: dz := (z > 0 ? dz : 0) in place (relu_bwd's mask, exact in
+//                  T), then BN_DY's sums of the masked dz; dz is read and
+//                  written through dzm (dy unused: it would alias dzm).
+// p0, p1: (gy, c) f32 partials, the row lanes added in a fixed tree.
+template <int MODE, typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_reduce_kernel(int64_t rows, int c, bn_plan p, const T *__restrict__ x,
+                     const T *__restrict__ dy, const float *__restrict__ mean,
+                     const T *__restrict__ z, T *dzm, float *__restrict__ p0,
+                     float *__restrict__ p1)
+{
+    enum { TWO = MODE >= BN_DY };
+    __shared__ float s0[V][BN_THREADS], s1[TWO ? V : 1][BN_THREADS];
+    int t = threadIdx.x;
+    bn_pos w = bn_where(p);
+    float a[V], b[V];
+    #pragma unroll
+    for (int v = 0; v < V; v++)
+        a[v] = b[v] = 0.0f;
+    if (w.live) {
+        int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
+        float mu[V];
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            mu[v] = MODE == BN_SUM ? 0.0f : mean[col + v];
+        #pragma unroll 4
+        for (int64_t r = (int64_t)blockIdx.y * p.k + w.lane; r < rows; r += step) {
+            int64_t i = r * c + col;
+            float xv[V];
+            sl_ldv<T, V>(x + i, xv);
+            if (MODE == BN_SUM) {
+                #pragma unroll
+                for (int v = 0; v < V; v++)
+                    a[v] += xv[v];
+            } else if (MODE == BN_SQDEV) {
+                #pragma unroll
+                for (int v = 0; v < V; v++) {
+                    float d = xv[v] - mu[v];
+                    a[v] += d * d;
+                }
+            } else {
+                float g[V];
+                if (MODE == BN_DY_MASK) {
+                    float zv[V];
+                    sl_ldv<T, V>(z + i, zv);
+                    sl_ldv<T, V>(dzm + i, g);
+                    #pragma unroll
+                    for (int v = 0; v < V; v++)
+                        g[v] = zv[v] > 0.0f ? g[v] : 0.0f;
+                    sl_stv<T, V>(dzm + i, g);
+                } else {
+                    sl_ldv<T, V>(dy + i, g);
+                }
+                #pragma unroll
+                for (int v = 0; v < V; v++) {
+                    a[v] += g[v];
+                    b[v] += g[v] * (xv[v] - mu[v]);
+                }
+            }
+        }
+    }
+    if (w.lane < p.k) {
+        #pragma unroll
+        for (int v = 0; v < V; v++) {
+            s0[v][t] = a[v];
+            if (TWO)
+                s1[TWO ? v : 0][t] = b[v];
+        }
+    }
+    __syncthreads();
+    for (int k = p.k; k > 1;) {
+        int h = (k + 1) / 2;
+        if (w.lane < k - h) {
+            int o = t + h * p.cw;
+            #pragma unroll
+            for (int v = 0; v < V; v++) {
+                s0[v][t] += s0[v][o];
+                if (TWO)
+                    s1[TWO ? v : 0][t] += s1[TWO ? v : 0][o];
+            }
+        }
+        __syncthreads();
+        k = h;
+    }
+    if (w.lane == 0 && w.vc < p.cv) {
+        int64_t o = (int64_t)blockIdx.y * c + (int64_t)w.vc * V;
+        #pragma unroll
+        for (int v = 0; v < V; v++) {
+            p0[o + v] = s0[v][t];
+            if (TWO)
+                p1[o + v] = s1[TWO ? v : 0][t];
+        }
+    }
+}
+
+// Sum of channel ch's gy partials by one warp (lanes stride over y, then a
+// shuffle tree), in double; the total is in lane 0.
+__device__ __forceinline__ double bn_warp_total(const float *part, int gy, int c, int ch,
+                                                int lane)
+{
+    double s = 0;
+    for (int y = lane; y < gy; y += 32)
+        s += part[(int64_t)y * c + ch];
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_down_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// The dx pass's constants coef[ch] = (mean, A, B, C) from the sums (the
+// file's DESIGN), in double.
+__device__ __forceinline__ float4 bn_coef(double gamma, double mean, double invstd, double sdy,
+                                          double sdyx, double total)
+{
+    double a = gamma * invstd;
+    return make_float4((float)mean, (float)a, (float)(a * invstd * sdyx / total),
+                       (float)(a * sdy / total));
+}
+
+// bn_bwd's sums: dgamma = sum dy*xhat = invstd*sum dy*(x - mean), dbeta =
+// sum dy (either may be NULL), and the dx pass's constants.
+__global__ void bn_bwd_fin_kernel(int c, int gy, const float *__restrict__ p0,
+                                  const float *__restrict__ p1, double total,
+                                  const float *__restrict__ gamma,
+                                  const float *__restrict__ save_mean,
+                                  const float *__restrict__ save_invstd,
+                                  float *__restrict__ dgamma, float *__restrict__ dbeta,
+                                  float4 *__restrict__ coef)
 {
     int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
     if (ch < 0)
         return;
-    double a = bn_warp_total(part0, gy, c, ch, lane);
-    double b = bn_warp_total(part1, gy, c, ch, lane);
+    double sdy = bn_warp_total(p0, gy, c, ch, lane);
+    double sdxc = bn_warp_total(p1, gy, c, ch, lane);
     if (lane != 0)
         return;
-    sdy[ch] = a;
-    sdyx[ch] = b;
+    double is = save_invstd[ch], sdyx = sdxc * is;
     if (dgamma)
-        dgamma[ch] = (float)b;
+        dgamma[ch] = (float)sdyx;
     if (dbeta)
-        dbeta[ch] = (float)a;
+        dbeta[ch] = (float)sdy;
+    coef[ch] = bn_coef(gamma[ch], save_mean[ch], is, sdy, sdyx, total);
 }
 
-// A piece's per-channel sums as floats (bn_sum, bn_sqdev_sum, bn_bwd_reduce).
-__global__ void bn_sums_out_kernel(int c, int gy, const double *__restrict__ part0,
-                                   const double *__restrict__ part1, float *__restrict__ out0,
+// A sync piece's per-channel sums as floats: out0 = sum p0, out1 = sum p1
+// times invstd (bn_bwd_reduce's sum dy*xhat); out1 may be NULL.
+__global__ void bn_sums_out_kernel(int c, int gy, const float *__restrict__ p0,
+                                   const float *__restrict__ p1,
+                                   const float *__restrict__ invstd, float *__restrict__ out0,
                                    float *__restrict__ out1)
 {
     int ch = bn_warp_channel(c), lane = threadIdx.x & 31;
     if (ch < 0)
         return;
-    double a = bn_warp_total(part0, gy, c, ch, lane);
-    double b = part1 ? bn_warp_total(part1, gy, c, ch, lane) : 0.0;
+    double a = bn_warp_total(p0, gy, c, ch, lane);
+    double b = out1 ? bn_warp_total(p1, gy, c, ch, lane) : 0.0;
     if (lane != 0)
         return;
     out0[ch] = (float)a;
     if (out1)
-        out1[ch] = (float)b;
+        out1[ch] = (float)(b * (double)invstd[ch]);
 }
 
-// dx = gamma*invstd/total * (total*dy - sdy - xhat*sdyx), xhat = (x - mean)*invstd,
-// in double as norm_ref.c / norm_sync_ref.c. S: the sums' type (double from
-// bn_bwd's own reduction, float from an all-reduce); T: x, dy, dx.
-template <typename S, typename T>
-__global__ void bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const T *x, const T *dy,
-                                    const float *__restrict__ gamma,
-                                    const float *__restrict__ save_mean,
-                                    const float *__restrict__ save_invstd,
-                                    const S *__restrict__ sum_dy, const S *__restrict__ sum_dyx,
-                                    double total, T *dx)
+// Sync-BN backward apply: the constants from the all-reduced sums.
+__global__ void bn_bwd_prep_kernel(int c, const float *__restrict__ gamma,
+                                   const float *__restrict__ save_mean,
+                                   const float *__restrict__ save_invstd,
+                                   const float *__restrict__ sum_dy,
+                                   const float *__restrict__ sum_dyx, double total,
+                                   float4 *__restrict__ coef)
 {
-    int t = threadIdx.x;
-    int lane = t / p.cw, cl = t - lane * p.cw;
-    int ch = blockIdx.x * p.cw + cl;
-    if (lane >= p.k || ch >= c)
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
         return;
-    double mean = save_mean[ch], invstd = save_invstd[ch];
-    double sdy = sum_dy[ch], sdyx = sum_dyx[ch];
-    double k = (double)gamma[ch] * invstd / total;
-    int64_t step = (int64_t)gridDim.y * p.k;
-    #pragma unroll 4 // independent loads in flight (latency, not FLOPs, bounds these loops)
-    for (int64_t r = (int64_t)blockIdx.y * p.k + lane; r < rows; r += step) {
-        int64_t i = r * c + ch;
-        double xhat = ((double)sl_ld(x + i) - mean) * invstd;
-        sl_st(dx + i, (float)(k * (total * (double)sl_ld(dy + i) - sdy - xhat * sdyx)));
+    coef[ch] = bn_coef(gamma[ch], save_mean[ch], save_invstd[ch], sum_dy[ch], sum_dyx[ch], total);
+}
+
+// dx = A*dy - B*(x - mean) - C with coef[ch] = (mean, A, B, C). x, dy and
+// dx may alias (dx written over x: the model's in-place backward).
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const T *x, const T *dy,
+                        const float4 *__restrict__ coef, T *dx)
+{
+    bn_pos w = bn_where(p);
+    if (!w.live)
+        return;
+    float mu[V], A[V], B[V], C[V];
+    bn_consts<V>(coef, w.vc, mu, A, B, C);
+    int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
+    #pragma unroll 4
+    for (int64_t r = (int64_t)blockIdx.y * p.k + w.lane; r < rows; r += step) {
+        int64_t i = r * c + col;
+        float xv[V], g[V];
+        sl_ldv<T, V>(x + i, xv);
+        sl_ldv<T, V>(dy + i, g);
+        #pragma unroll
+        for (int v = 0; v < V; v++)
+            g[v] = (A[v] * g[v] - C[v]) - B[v] * (xv[v] - mu[v]);
+        sl_stv<T, V>(dx + i, g);
     }
 }
 
@@ -470,19 +598,27 @@ static int bn_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
     return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
 }
 
-// Scratch: nparts (gy, c) partial arrays, then nstats (c) double arrays.
-static int bn_tmp(sl_cuda_ctx *cx, const char *fn, const bn_plan &p, int c, int nparts,
-                  int nstats, double **parts, double **stats)
+// The scratch of one call: nparts (gy, c) partial arrays, gy counts, and c
+// float4 constants.
+struct bn_scratch {
+    float *part[3];
+    float *cnt;
+    float4 *k;
+};
+
+static int bn_tmp(sl_cuda_ctx *cx, const char *fn, int gy, int c, int nparts, bn_scratch *s)
 {
-    size_t per = (size_t)p.gy * (size_t)c;
-    size_t n = (size_t)nparts * per + (size_t)nstats * (size_t)c;
-    *parts = *stats = NULL; // set on every path: gcc -O3 (Release) warns otherwise
-    double *d = (double *)sl_cuda_tmp(cx, n * sizeof(double));
+    size_t per = (size_t)gy * (size_t)c, k_off = (size_t)nparts * per + (size_t)gy;
+    k_off = (k_off + 3) & ~(size_t)3; // float4 alignment
+    size_t bytes = (k_off + 4 * (size_t)c) * sizeof(float);
+    float *d = (float *)sl_cuda_tmp(cx, bytes);
     if (!d)
-        return sl_fail(SL_ECUDA, "%s: %zu bytes of scratch for %d channels: %s", fn,
-                       n * sizeof(double), c, sl_errmsg());
-    *parts = d;
-    *stats = d + (size_t)nparts * per;
+        return sl_fail(SL_ECUDA, "%s: %zu bytes of scratch for %d channels: %s", fn, bytes, c,
+                       sl_errmsg());
+    for (int i = 0; i < 3; i++)
+        s->part[i] = i < nparts ? d + (size_t)i * per : nullptr;
+    s->cnt = d + (size_t)nparts * per;
+    s->k = (float4 *)(d + k_off);
     return SL_OK;
 }
 
@@ -498,6 +634,39 @@ static int bn_launch_fail(const char *fn, int rc, int64_t rows, int c)
         if (rc_)                                                                              \
             return bn_launch_fail(fn, rc_, rows, c);                                          \
     } while (0)
+
+// f(std::integral_constant<int, V>()) with V = sl_vw<T>() when c is a
+// multiple of it and every pointer in ps is 16-byte aligned (or NULL),
+// else V = 1.
+template <typename T, typename F>
+static int bn_vec(int c, std::initializer_list<const void *> ps, F f)
+{
+    bool vec = c % sl_vw<T>() == 0;
+    for (const void *p : ps)
+        vec = vec && sl_vec_ok(p);
+    if (vec)
+        return f(std::integral_constant<int, sl_vw<T>()>());
+    return f(std::integral_constant<int, 1>());
+}
+
+// The reduction and elementwise plans of one call on cx's device.
+static bn_plan bn_plan_reduce(const sl_cuda_ctx *cx, int64_t rows, int c, int V)
+{
+    return bn_plan_make(rows, c, V, cx->sms * BN_BLOCKS_PER_SM);
+}
+static bn_plan bn_plan_apply(const sl_cuda_ctx *cx, int64_t rows, int c, int V)
+{
+    return bn_plan_make(rows, c, V, cx->sms * BN_APPLY_BLOCKS_PER_SM);
+}
+static dim3 bn_grid(const bn_plan &p) { return dim3((unsigned)p.tiles, (unsigned)p.gy); }
+
+// At least the gy of any reduction plan of (rows, c) on cx (the count of
+// partials the scratch holds): the block cap, or rows when fewer.
+static int bn_gy_max(const sl_cuda_ctx *cx, int64_t rows)
+{
+    int64_t cap = (int64_t)cx->sms * BN_BLOCKS_PER_SM;
+    return (int)(rows < 1 ? 1 : rows < cap ? rows : cap);
+}
 
 // As norm_ref.c: training-mode statistics need two rows per channel.
 static int bn_check_train(const char *fn, int64_t rows, int c)
@@ -531,6 +700,21 @@ static int bn_check_total(const char *fn, int64_t rows, int c, double total, dou
     return SL_OK;
 }
 
+// The y pass with the constants in k (every caller's last step).
+template <typename T>
+static int bn_apply_run(const char *fn, sl_cuda_ctx *cx, int64_t rows, int c, const float *x,
+                        const float4 *k, const float *r, int relu, float *y)
+{
+    return bn_vec<T>(c, {x, r, y}, [&](auto vw) -> int {
+        constexpr int V = decltype(vw)::value;
+        bn_plan pa = bn_plan_apply(cx, rows, c, V);
+        bn_apply_kernel<T, V><<<bn_grid(pa), BN_THREADS, 0, cx->stream>>>(
+            rows, c, pa, (const T *)x, k, (const T *)r, relu, (T *)y);
+        BN_LAUNCHED("bn_apply_kernel");
+        return SL_OK;
+    });
+}
+
 // bn_fwd_train and bn_fwd_train_act: the one-pass statistics, their
 // finish, then the y pass (with r and the ReLU when asked).
 static int bn_fwd_train_run(const char *fn, sl_exec *e, int64_t rows, int c, const float *x,
@@ -542,27 +726,25 @@ static int bn_fwd_train_run(const char *fn, sl_exec *e, int64_t rows, int c, con
     int rc;
     if ((rc = bn_check_train(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
         return rc;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 3, 2, &part, &st)))
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
         return rc;
-    size_t per = (size_t)p.gy * c;
-    double *pn = part, *pm = part + per, *pq = part + 2 * per, *mu = st, *is = st + c;
-    cudaStream_t s = cx->stream;
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    cudaStream_t st = cx->stream;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        const T *xt = (const T *)x;
-        bn_stats_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, xt, pn, pm, pq);
-        BN_LAUNCHED("bn_stats_kernel");
-        bn_stats_fin_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(
-            rows, c, p.gy, pn, pm, pq, momentum, eps, mu, is, running_mean, running_var,
-            save_mean, save_invstd);
-        BN_LAUNCHED("bn_stats_fin_kernel");
-        bn_apply_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, xt, gamma, beta, mu, is,
-                                                       (const T *)r, relu, (T *)y);
-        BN_LAUNCHED("bn_apply_kernel");
-        return SL_OK;
+        int rc2 = bn_vec<T>(c, {x}, [&](auto vw) -> int {
+            constexpr int V = decltype(vw)::value;
+            bn_plan p = bn_plan_reduce(cx, rows, c, V);
+            bn_stats_kernel<T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(rows, c, p, (const T *)x,
+                                                                     s.cnt, s.part[0], s.part[1]);
+            BN_LAUNCHED("bn_stats_kernel");
+            bn_stats_fin_kernel<T><<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
+                rows, c, p.gy, (const T *)x, s.cnt, s.part[0], s.part[1], gamma, beta, momentum,
+                eps, running_mean, running_var, save_mean, save_invstd, s.k);
+            BN_LAUNCHED("bn_stats_fin_kernel");
+            return SL_OK;
+        });
+        return rc2 ? rc2 : bn_apply_run<T>(fn, cx, rows, c, x, s.k, r, relu, y);
     });
 }
 
@@ -601,21 +783,29 @@ extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float 
         return rc;
     if (rows == 0)
         return SL_OK;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 0, 2, &part, &st)))
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
         return rc;
-    double *mu = st, *is = st + c;
-    cudaStream_t s = cx->stream;
-    bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, s>>>(c, running_mean,
-                                                                      running_var, eps, mu, is);
+    bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
+        c, gamma, beta, running_mean, running_var, eps, s.k);
     BN_LAUNCHED("bn_eval_prep_kernel");
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        bn_apply_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, (const T *)x, gamma, beta, mu,
-                                                       is, nullptr, 0, (T *)y);
-        BN_LAUNCHED("bn_apply_kernel");
+        return bn_apply_run<T>(fn, cx, rows, c, x, s.k, nullptr, 0, y);
+    });
+}
+
+// The dx pass with the constants in k.
+template <typename T>
+static int bn_bwd_apply_run(const char *fn, sl_cuda_ctx *cx, int64_t rows, int c, const float *x,
+                            const float *dy, const float4 *k, float *dx)
+{
+    return bn_vec<T>(c, {x, dy, dx}, [&](auto vw) -> int {
+        constexpr int V = decltype(vw)::value;
+        bn_plan pa = bn_plan_apply(cx, rows, c, V);
+        bn_bwd_apply_kernel<T, V><<<bn_grid(pa), BN_THREADS, 0, cx->stream>>>(
+            rows, c, pa, (const T *)x, (const T *)dy, k, (T *)dx);
+        BN_LAUNCHED("bn_bwd_apply_kernel");
         return SL_OK;
     });
 }
@@ -633,33 +823,33 @@ static int bn_bwd_run(const char *fn, sl_exec *e, int64_t rows, int c, const flo
         return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
     if ((rc = bn_ctx(fn, e, &cx)))
         return rc;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 2, 2, &part, &st)))
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
         return rc;
-    double *part1 = part + (size_t)p.gy * c, *sdy = st, *sdyx = st + c;
-    cudaStream_t s = cx->stream;
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    cudaStream_t st = cx->stream;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        const T *xt = (const T *)x, *dyt = (const T *)dy;
-        if (z) {
-            bn_reduce_kernel<BN_DY_MASK, float, T><<<grid, BN_THREADS, 0, s>>>(
-                rows, c, p, xt, nullptr, save_mean, save_invstd, part, part1, (const T *)z,
-                (T *)dz);
-            BN_LAUNCHED("bn_reduce_kernel<dy_mask>");
-        } else {
-            bn_reduce_kernel<BN_DY, float, T><<<grid, BN_THREADS, 0, s>>>(
-                rows, c, p, xt, dyt, save_mean, save_invstd, part, part1, nullptr, nullptr);
-            BN_LAUNCHED("bn_reduce_kernel<dy>");
-        }
-        bn_bwd_sums_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1, sdy,
-                                                                        sdyx, dgamma, dbeta);
-        BN_LAUNCHED("bn_bwd_sums_kernel");
-        bn_bwd_apply_kernel<double, T><<<grid, BN_THREADS, 0, s>>>(
-            rows, c, p, xt, dyt, gamma, save_mean, save_invstd, sdy, sdyx, (double)rows, (T *)dx);
-        BN_LAUNCHED("bn_bwd_apply_kernel<double>");
-        return SL_OK;
+        int rc2 = bn_vec<T>(c, {x, z, dy}, [&](auto vw) -> int {
+            constexpr int V = decltype(vw)::value;
+            bn_plan p = bn_plan_reduce(cx, rows, c, V);
+            if (z) {
+                bn_reduce_kernel<BN_DY_MASK, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
+                    rows, c, p, (const T *)x, nullptr, save_mean, (const T *)z, (T *)dz,
+                    s.part[0], s.part[1]);
+                BN_LAUNCHED("bn_reduce_kernel<dy_mask>");
+            } else {
+                bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
+                    rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr,
+                    s.part[0], s.part[1]);
+                BN_LAUNCHED("bn_reduce_kernel<dy>");
+            }
+            bn_bwd_fin_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
+                c, p.gy, s.part[0], s.part[1], (double)rows, gamma, save_mean, save_invstd,
+                dgamma, dbeta, s.k);
+            BN_LAUNCHED("bn_bwd_fin_kernel");
+            return SL_OK;
+        });
+        return rc2 ? rc2 : bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, s.k, dx);
     });
 }
 
@@ -685,44 +875,52 @@ extern "C" int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *
 
 // ------------------------------------------------------------ sync-BN pieces
 
-// Per-channel sum of x (KIND BN_SUM) or of (x - mean)^2 (BN_SQDEV) over
-// the rows, into out (c) on the device: the two-level reduction of
-// bn_reduce_kernel, then one value per channel.
-template <int KIND>
+// Per-channel sums over the rows into out0 (and out1) on the device: MODE
+// BN_SUM (sum x), BN_SQDEV (sum (x - mean)^2) or BN_DY (sum dy and sum
+// dy*xhat, xhat = (x - mean)*invstd).
+template <int MODE>
 static int bn_channel_sums(const char *fn, sl_exec *e, int64_t rows, int c, const float *x,
-                           const float *mean, float *out)
+                           const float *dy, const float *mean, const float *invstd, float *out0,
+                           float *out1)
 {
     sl_cuda_ctx *cx = NULL;
     int rc;
     if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
         return rc;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 1, 0, &part, &st)))
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
         return rc;
-    cudaStream_t s = cx->stream;
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    cudaStream_t st = cx->stream;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        bn_reduce_kernel<KIND, float, T><<<grid, BN_THREADS, 0, s>>>(
-            rows, c, p, (const T *)x, nullptr, mean, nullptr, part, nullptr, nullptr, nullptr);
-        BN_LAUNCHED(KIND == BN_SUM ? "bn_reduce_kernel<sum>" : "bn_reduce_kernel<sqdev>");
-        bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, nullptr,
-                                                                        out, nullptr);
-        BN_LAUNCHED("bn_sums_out_kernel");
-        return SL_OK;
+        return bn_vec<T>(c, {x, dy}, [&](auto vw) -> int {
+            constexpr int V = decltype(vw)::value;
+            bn_plan p = bn_plan_reduce(cx, rows, c, V);
+            bn_reduce_kernel<MODE, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
+                rows, c, p, (const T *)x, (const T *)dy, mean, nullptr, nullptr, s.part[0],
+                s.part[1]);
+            BN_LAUNCHED(MODE == BN_SUM     ? "bn_reduce_kernel<sum>"
+                        : MODE == BN_SQDEV ? "bn_reduce_kernel<sqdev>"
+                                           : "bn_reduce_kernel<dy>");
+            bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
+                c, p.gy, s.part[0], s.part[1], invstd, out0, out1);
+            BN_LAUNCHED("bn_sums_out_kernel");
+            return SL_OK;
+        });
     });
 }
 
 extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
 {
-    return bn_channel_sums<BN_SUM>("sl_bn_sum_cuda", e, rows, c, x, nullptr, sum);
+    return bn_channel_sums<BN_SUM>("sl_bn_sum_cuda", e, rows, c, x, nullptr, nullptr, nullptr,
+                                   sum, nullptr);
 }
 
 extern "C" int sl_bn_sqdev_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x,
                                     const float *mean, float *sq)
 {
-    return bn_channel_sums<BN_SQDEV>("sl_bn_sqdev_sum_cuda", e, rows, c, x, mean, sq);
+    return bn_channel_sums<BN_SQDEV>("sl_bn_sqdev_sum_cuda", e, rows, c, x, nullptr, mean,
+                                     nullptr, sq, nullptr);
 }
 
 extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -736,25 +934,18 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
     int rc;
     if ((rc = bn_check_total(fn, rows, c, total, 2.0)) || (rc = bn_ctx(fn, e, &cx)))
         return rc;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 0, 2, &part, &st)))
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
         return rc;
-    double *mu = st, *is = st + c;
-    cudaStream_t s = cx->stream;
-    bn_sync_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, s>>>(
-        c, mean, var, total, momentum, eps, running_mean, running_var, save_mean, save_invstd,
-        mu, is);
+    bn_sync_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
+        c, gamma, beta, mean, var, total, momentum, eps, running_mean, running_var, save_mean,
+        save_invstd, s.k);
     BN_LAUNCHED("bn_sync_prep_kernel");
     if (rows == 0)
         return SL_OK;
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        bn_apply_kernel<T><<<grid, BN_THREADS, 0, s>>>(rows, c, p, (const T *)x, gamma, beta, mu,
-                                                       is, nullptr, 0, (T *)y);
-        BN_LAUNCHED("bn_apply_kernel");
-        return SL_OK;
+        return bn_apply_run<T>(fn, cx, rows, c, x, s.k, nullptr, 0, y);
     });
 }
 
@@ -763,29 +954,8 @@ extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const floa
                                      const float *save_invstd, float *sum_dy,
                                      float *sum_dy_xhat)
 {
-    const char *fn = "sl_bn_bwd_reduce_cuda";
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
-        return rc;
-    bn_plan p = bn_plan_make(rows, c);
-    double *part, *st;
-    if ((rc = bn_tmp(cx, fn, p, c, 2, 0, &part, &st)))
-        return rc;
-    double *part1 = part + (size_t)p.gy * c;
-    cudaStream_t s = cx->stream;
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        bn_reduce_kernel<BN_DY, float, T><<<grid, BN_THREADS, 0, s>>>(
-            rows, c, p, (const T *)x, (const T *)dy, save_mean, save_invstd, part, part1,
-            nullptr, nullptr);
-        BN_LAUNCHED("bn_reduce_kernel<dy>");
-        bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, s>>>(c, p.gy, part, part1,
-                                                                        sum_dy, sum_dy_xhat);
-        BN_LAUNCHED("bn_sums_out_kernel");
-        return SL_OK;
-    });
+    return bn_channel_sums<BN_DY>("sl_bn_bwd_reduce_cuda", e, rows, c, x, dy, save_mean,
+                                  save_invstd, sum_dy, sum_dy_xhat);
 }
 
 extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -800,14 +970,14 @@ extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
         return rc;
     if (rows == 0)
         return SL_OK;
-    bn_plan p = bn_plan_make(rows, c);
-    dim3 grid((unsigned)p.tiles, (unsigned)p.gy);
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
+        return rc;
+    bn_bwd_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
+        c, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, s.k);
+    BN_LAUNCHED("bn_bwd_prep_kernel");
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
-        bn_bwd_apply_kernel<float, T><<<grid, BN_THREADS, 0, cx->stream>>>(
-            rows, c, p, (const T *)x, (const T *)dy, gamma, save_mean, save_invstd, sum_dy,
-            sum_dy_xhat, total, (T *)dx);
-        BN_LAUNCHED("bn_bwd_apply_kernel<float>");
-        return SL_OK;
+        return bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, s.k, dx);
     });
 }

@@ -6,9 +6,9 @@
  * the *_cuda.cu functions and sl_exec_init makes their context
  * (cuda_int.h): device 0, or SLUICE_CUDA_DEVICE. Without it the cuda slots
  * return SL_ENOTSUP and sl_exec_init refuses SL_BACKEND_CUDA. The fused
- * batch-norm slots (bn_fwd_train_act, bn_bwd_act) are in the cuda table
- * only; SLUICE_CUDA_FUSE=0, read by sl_cuda_ctx_create, gives a cuda exec the
- * same table without them (the model then runs the unfused ops).
+ * slots (bn_fwd_train_act, bn_bwd_act, conv_bwd_data_acc) are in the cuda
+ * table only; SLUICE_CUDA_FUSE=0, read by sl_cuda_ctx_create, gives a cuda
+ * exec the same table without them (the model then runs the unfused ops).
  *
  * Threading (cpu backend). The FLOPs are in SGEMM (im2col convs and 1x1
  * convs as plain GEMMs), so the cpu backend threads through OpenBLAS
@@ -37,13 +37,13 @@
 #include "train/cuda_int.h"
 #endif
 
-/* fwd_act, bwd_act: the fused batch-norm slots (cuda only; NULL elsewhere). */
-#define OPS_TABLE(sfx, fwd_act, bwd_act)                                                     \
+/* fwd_act, bwd_act, dgrad_acc: the fused slots (cuda only; NULL elsewhere). */
+#define OPS_TABLE(sfx, fwd_act, bwd_act, dgrad_acc)                                          \
     {                                                                                        \
         .name = #sfx, .conv_fwd = sl_conv_fwd_##sfx, .conv_bwd_data = sl_conv_bwd_data_##sfx, \
         .conv_bwd_filter = sl_conv_bwd_filter_##sfx, .bn_fwd_train = sl_bn_fwd_train_##sfx,  \
         .bn_fwd_eval = sl_bn_fwd_eval_##sfx, .bn_bwd = sl_bn_bwd_##sfx,                      \
-        .bn_fwd_train_act = fwd_act, .bn_bwd_act = bwd_act,                                     \
+        .bn_fwd_train_act = fwd_act, .bn_bwd_act = bwd_act, .conv_bwd_data_acc = dgrad_acc,     \
         .relu_fwd = sl_relu_fwd_##sfx, .relu_bwd = sl_relu_bwd_##sfx, .add = sl_add_##sfx,   \
         .maxpool_fwd = sl_maxpool_fwd_##sfx, .maxpool_bwd = sl_maxpool_bwd_##sfx,            \
         .gap_fwd = sl_gap_fwd_##sfx, .gap_bwd = sl_gap_bwd_##sfx, .fc_fwd = sl_fc_fwd_##sfx, \
@@ -54,14 +54,16 @@
         .bn_moments_merge = sl_bn_moments_merge_##sfx,                                       \
     }
 
-const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL);
-const sl_ops sl_ops_cpu = OPS_TABLE(cpu, NULL, NULL);
+const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL, NULL);
+const sl_ops sl_ops_cpu = OPS_TABLE(cpu, NULL, NULL, NULL);
 
 #ifdef SLUICE_TRAIN_CUDA
-/* The cuda table with the fused BN slots (train_int.h), and without them
- * for SLUICE_CUDA_FUSE=0 (A/B runs: perf/train-gpu). */
-const sl_ops sl_ops_cuda = OPS_TABLE(cuda, sl_bn_fwd_train_act_cuda, sl_bn_bwd_act_cuda);
-static const sl_ops sl_ops_cuda_unfused = OPS_TABLE(cuda, NULL, NULL);
+/* The cuda table with the fused slots (train_int.h: BN + add + ReLU, ReLU +
+ * BN backward, the accumulating backward-data), and without them for
+ * SLUICE_CUDA_FUSE=0 (A/B runs: perf/train-gpu). */
+const sl_ops sl_ops_cuda = OPS_TABLE(cuda, sl_bn_fwd_train_act_cuda, sl_bn_bwd_act_cuda,
+                                     sl_conv_bwd_data_acc_cuda);
+static const sl_ops sl_ops_cuda_unfused = OPS_TABLE(cuda, NULL, NULL, NULL);
 #else
 /* The cuda slots in a build without it: present, named, and honest about
  * being empty. */

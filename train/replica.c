@@ -337,6 +337,16 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
             return sl_fail(rc, "sl_train_run: replica %d: gradients on GPU %d need NCCL: %s",
                            rep->rank, cc.device, sl_errmsg());
     }
+    if (rep->dev && !sl_dev_graph_wanted(&rep->e)) {
+        rep->graph_off = 1;
+        snprintf(rep->graph_why, sizeof rep->graph_why, "SLUICE_CUDA_GRAPH=0");
+    } else if (rep->dev && (rep->comm || c->sync_bn)) {
+        /* the gradient buckets' all-reduces are started and waited for by
+         * the host (sl_comm_wait) while backward runs */
+        rep->graph_off = 1;
+        snprintf(rep->graph_why, sizeof rep->graph_why,
+                 "%d replicas: the all-reduces are waited for by the host", r->world);
+    }
     if (rep->comm && c->strategy == SL_STRATEGY_MIRRORED) {
         if ((rc = make_buckets(rep)))
             return rc;
@@ -353,6 +363,7 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
 
 void sl_replica_fini(sl_replica *rep)
 {
+    sl_dev_graph_destroy(rep->graph);
     if (rep->gcomm && rep->gcomm != rep->comm)
         sl_comm_destroy(rep->gcomm);
     sl_dev_feed_destroy(rep->feed);
@@ -373,22 +384,33 @@ void sl_replica_fini(sl_replica *rep)
 
 /* ------------------------------------------------------------------- step */
 
+/* The device step after the input is in place: forward, the loss summed
+ * on the device, backward, and with sgd the optimizer (queued; no host
+ * sync, no host counter but num_batches_tracked: capturable once warm). */
+static int body_dev(sl_replica *rep, int n, int sgd)
+{
+    const sl_train_config *c = rep->run->cfg;
+    const float *logits;
+    int rc;
+    if ((rc = sl_model_forward(rep->m, &rep->e, rep->x, n, 1, &logits)) ||
+        (rc = sl_dev_xent_acc(&rep->e, n, rep->run->classes, logits, rep->d_labels,
+                              c->label_smoothing, sl_dev_sgd_scale(rep->dsgd), rep->dlogits,
+                              rep->d_acc)) ||
+        (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)) ||
+        (sgd && (rc = sl_dev_sgd_enqueue(rep->dsgd))))
+        return rc;
+    return SL_OK;
+}
+
 /* The device step's forward and backward: input from the feed (once, with
  * --synthetic), the loss summed on the device. */
 static int grads_dev(sl_replica *rep, const sl_batch *b)
 {
-    const sl_train_config *c = rep->run->cfg;
-    int classes = rep->run->classes, n = (int)b->n, rc;
-    if (!(c->synthetic && rep->x) &&
-        (rc = sl_dev_feed_put(rep->feed, b, classes, &rep->x, &rep->d_labels)))
+    int rc;
+    if (!(rep->run->cfg->synthetic && rep->x) &&
+        (rc = sl_dev_feed_put(rep->feed, b, rep->run->classes, &rep->x, &rep->d_labels)))
         return rc;
-    const float *logits;
-    if ((rc = sl_model_forward(rep->m, &rep->e, rep->x, n, 1, &logits)) ||
-        (rc = sl_dev_xent_acc(&rep->e, n, classes, logits, rep->d_labels, c->label_smoothing,
-                              sl_dev_sgd_scale(rep->dsgd), rep->dlogits, rep->d_acc)) ||
-        (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)))
-        return rc;
-    return SL_OK;
+    return body_dev(rep, (int)b->n, 0);
 }
 
 int sl_replica_take(sl_replica *rep, double out[2])
@@ -430,13 +452,126 @@ int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *corre
     return SL_OK;
 }
 
+/* ---------------------------------------------------------- CUDA graph */
+
+/* Capture body_dev into rep->graph and queue its first replay; on any
+ * failure (the driver refused a call, a buffer moved, a call failed) the
+ * host state the capture advanced is put back and SL_ECUDA says why: the
+ * caller runs the step uncaptured (nothing queued ran). */
+static int capture(sl_replica *rep, int n)
+{
+    sl_model *m = rep->m;
+    int64_t *nbt = malloc(sizeof *nbt * (size_t)m->ncbn);
+    if (!nbt)
+        return sl_fail(SL_ENOMEM, "capture: %d counters", m->ncbn);
+    memcpy(nbt, m->nbts, sizeof *nbt * (size_t)m->ncbn);
+    rep->graph_tries++;
+    int rc = sl_dev_capture_begin(&rep->e);
+    if (!rc) {
+        int body = body_dev(rep, n, 1);
+        char why[SL_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", body ? sl_errmsg() : "");
+        rc = sl_dev_capture_end(&rep->e, body == SL_OK, &rep->graph);
+        if (rc && body)
+            rc = sl_fail(rc, "%s: %s", sl_errmsg(), why);
+    }
+    if (!rc)
+        rc = sl_dev_graph_launch(rep->graph);
+    if (rc) {
+        memcpy(m->nbts, nbt, sizeof *nbt * (size_t)m->ncbn);
+        m->train_n = 0;
+        sl_dev_graph_destroy(rep->graph);
+        rep->graph = NULL;
+    } else {
+        rep->graph_n = n, rep->graph_x = rep->x;
+        rep->graph_replays++; /* the capture's work runs as the graph's first launch */
+    }
+    free(nbt);
+    return rc;
+}
+
+/* The device step of a single replica (no all-reduce) with its CUDA graph:
+ * captured on the second step of the process (the first chose cuDNN's
+ * algorithms and grew every buffer; the optimizer's first-step rule is
+ * behind it) and replayed after, with the learning rate copied in before
+ * each launch. A graph whose buffers moved (an eval of another batch size
+ * grew the workspace) is captured again; a batch of another size (a last
+ * short batch) runs uncaptured; three failed captures turn it off
+ * (fallback: the step as before). */
+static int step_graph(sl_replica *rep, const sl_batch *b, float lr)
+{
+    int n = (int)b->n, rc;
+    if (!(rep->run->cfg->synthetic && rep->x) &&
+        (rc = sl_dev_feed_put(rep->feed, b, rep->run->classes, &rep->x, &rep->d_labels)))
+        return rc;
+    if ((rc = sl_dev_sgd_set_lr(rep->dsgd, lr)))
+        return rc;
+    if (rep->graph && (sl_dev_graph_stale(rep->graph) || rep->graph_x != rep->x)) {
+        sl_dev_graph_destroy(rep->graph); /* its buffers moved: capture again */
+        rep->graph = NULL;
+    }
+    int done = 0;
+    if (rep->graph && rep->graph_n == n) {
+        if ((rc = sl_dev_graph_launch(rep->graph)))
+            return rc;
+        sl_model_note_replay(rep->m, rep->x, n);
+        rep->graph_replays++;
+        done = 1;
+    } else if (!rep->graph && !rep->graph_off && rep->dev_steps >= 1 &&
+               sl_dev_sgd_steps(rep->dsgd) >= 1) {
+        if ((rc = capture(rep, n)) == SL_OK) {
+            done = 1;
+        } else if (rep->graph_tries >= 3) {
+            rep->graph_off = 1;
+            snprintf(rep->graph_why, sizeof rep->graph_why, "fallback: %s", sl_errmsg());
+            if (rep->run->out)
+                fprintf(rep->run->out, "train: replica %d: CUDA graph capture failed 3 times, "
+                        "the step runs uncaptured: %s\n", rep->rank, sl_errmsg());
+        }
+    }
+    if (!done && (rc = body_dev(rep, n, 1)))
+        return rc;
+    sl_dev_sgd_count(rep->dsgd);
+    rep->dev_steps++;
+    return sl_dev_feed_done(rep->feed);
+}
+
+void sl_replica_graph_report(const sl_replica *rep, sl_train_result *res)
+{
+    res->cuda_graph_replays = rep->graph_replays;
+    if (!rep->dev) {
+        snprintf(res->cuda_graph, sizeof res->cuda_graph, "off");
+        snprintf(res->cuda_graph_why, sizeof res->cuda_graph_why, "%s backend",
+                 sl_backend_name(rep->e.backend));
+    } else if (rep->graph_replays > 0 && !rep->graph_off) {
+        snprintf(res->cuda_graph, sizeof res->cuda_graph, "on");
+        snprintf(res->cuda_graph_why, sizeof res->cuda_graph_why, "%lld of %lld steps launched as the graph",
+                 (long long)rep->graph_replays, (long long)rep->dev_steps);
+    } else {
+        snprintf(res->cuda_graph, sizeof res->cuda_graph, "%s",
+                 strncmp(rep->graph_why, "fallback", 8) ? "off" : "fallback");
+        snprintf(res->cuda_graph_why, sizeof res->cuda_graph_why, "%s",
+                 rep->graph_why[0] ? rep->graph_why : "the run ended before a capture");
+    }
+}
+
+/* ------------------------------------------------------------------- step */
+
 int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, int *correct)
 {
     double t0 = sl_now_s();
+    int rc;
+    if (rep->dev && !rep->graph_off) {
+        *loss = 0, *correct = 0; /* summed on the device: sl_replica_take */
+        if ((rc = step_graph(rep, b, lr)))
+            return rc;
+        rep->step_s += sl_now_s() - t0;
+        return SL_OK;
+    }
     rep->started = 0;
     for (int k = 0; k < rep->nbk; k++)
         rep->bk[k].pending = rep->bk[k].tensors;
-    int rc = sl_replica_grads(rep, b, loss, correct);
+    rc = sl_replica_grads(rep, b, loss, correct);
     if (rep->comm && rep->nbk > 0) {
         /* wait even after a failed backward: started requests own the buffers */
         int r2 = finish_buckets(rep);
@@ -450,6 +585,7 @@ int sl_replica_step(sl_replica *rep, const sl_batch *b, float lr, float *loss, i
          * it (sl_dev_feed_done: the host stays one step ahead at most) */
         if ((rc = sl_dev_sgd_step(rep->dsgd, lr)) || (rc = sl_dev_feed_done(rep->feed)))
             return rc;
+        rep->dev_steps++;
     } else if ((rc = sl_sgd_step(rep->o, lr))) {
         return rc;
     }

@@ -108,6 +108,7 @@ static int plan(sl_model *m, const arch_desc *a)
         if (rc)
             return sl_fail(rc, "sl_model_create: maxpool: %s", sl_errmsg());
         m->stem_pool = 1;
+        m->cbn[0].ztemp = 1; /* read by the pool only (model_int.h) */
         m->pool_h = h = ps.p, m->pool_w = w = ps.q;
         in = -1;
     }
@@ -143,6 +144,8 @@ static int plan(sl_model *m, const arch_desc *a)
                 blk->ds = m->ncbn;
                 rc = add_cbn(m, pfx, "downsample.0", "downsample.1", in, inplanes, planes * exp,
                              1, stride, 0, h, w, 0);
+                if (!rc)
+                    m->cbn[blk->ds].ztemp = 1; /* read by the shortcut add only */
             }
             if (rc)
                 return rc;
@@ -165,26 +168,150 @@ static int plan(sl_model *m, const arch_desc *a)
 
 /* Floats rounded up to 64 bytes, so every tensor starts aligned. */
 static int64_t al(int64_t n) { return (n + 15) & ~(int64_t)15; }
+/* Bytes rounded up to 64. */
+static size_t alb(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* Floats each arena needs. */
+/* Arena sizes: params and bufs in floats, the activations in bytes. */
 typedef struct arena_use {
-    int64_t params, bufs, acts;
+    int64_t params, bufs;
+    size_t acts;
 } arena_use;
 
-/* Walk the plan and either count (m->params still NULL) or hand out
- * pointers from the arenas; u gets the sizes. */
-static void layout(sl_model *m, arena_use *u)
+/* A half-open byte range of the activation arena. */
+typedef struct span {
+    size_t lo, hi;
+} span;
+
+/* The first 64-byte aligned offset >= lo where need bytes fit below hi
+ * without touching any of the nb busy spans; SIZE_MAX when none does. */
+static size_t fit(size_t lo, size_t hi, size_t need, const span *busy, int nb)
 {
-    int64_t P = 0, B = 0, A = 0, nb = m->max_batch, big = 0;
-    int assign = m->params != NULL;
+    size_t at = alb(lo);
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int k = 0; k < nb; k++)
+            if (busy[k].lo < at + need && at < busy[k].hi) {
+                at = alb(busy[k].hi);
+                moved = 1;
+            }
+    }
+    return hi >= need && at <= hi - need ? at : SIZE_MAX;
+}
+
+/* need bytes in the dead span [lo, hi) if they fit there, else in the tail
+ * (the arena's end, [tail, *tail_end) so far, grown as needed); the busy
+ * spans avoided in both. */
+/* SLUICE_MODEL_GRAD_TAIL=1: every scratch and gradient buffer in the tail,
+ * none in memory an activation also uses (tests compare the two layouts
+ * bit for bit). */
+static int tail_only(void)
+{
+    const char *v = getenv("SLUICE_MODEL_GRAD_TAIL");
+    return v && strcmp(v, "1") == 0;
+}
+
+static size_t place(size_t lo, size_t hi, size_t need, const span *busy, int nb, size_t tail,
+                    size_t *tail_end)
+{
+    size_t at = tail_only() ? SIZE_MAX : fit(lo, hi, need, busy, nb);
+    if (at == SIZE_MAX) {
+        at = fit(tail, SIZE_MAX, need, busy, nb);
+        if (at + need > *tail_end)
+            *tail_end = at + need;
+    }
+    return at;
+}
+
+/* Bytes of cbn i's activation (y or z) at the model's batch. */
+static size_t act_bytes(const sl_model *m, int i, size_t asz)
+{
+    const sl_cbn *c = &m->cbn[i];
+    return (size_t)m->max_batch * c->p * c->q * c->cout * asz;
+}
+
+/* Offsets of the scratch and gradient buffers (model_int.h's "grads"). */
+typedef struct grad_plan {
+    size_t head, pool, stemz; /* ghead, gpool, the pooled stem's z */
+    size_t *gd, *gout, *gtmp, *dsz; /* per block; gtmp SIZE_MAX: none */
+} grad_plan;
+
+/* Place them for blocks whose memory spans [bstart[b], bend[b]); every
+ * block after b is dead while b's backward runs, and not yet written while
+ * b's forward runs. Returns the arena's size (the tail's end). */
+static size_t plan_grads(const sl_model *m, size_t asz, const size_t *bstart, const size_t *bend,
+                         size_t tail, grad_plan *g)
+{
+    size_t tail_end = tail, end = bend[m->nblock - 1];
+    const sl_block *lb = &m->blk[m->nblock - 1];
+    span ain = {0, 0};
+    ain.lo = g->head = place(0, 0, act_bytes(m, lb->first + lb->nconv - 1, asz), NULL, 0, tail,
+                             &tail_end);
+    ain.hi = ain.lo + act_bytes(m, lb->first + lb->nconv - 1, asz);
+    for (int b = m->nblock - 1; b >= 0; b--) {
+        const sl_block *k = &m->blk[b];
+        const sl_cbn *f = &m->cbn[k->first];
+        size_t in = (size_t)m->max_batch * f->ih * f->iw * f->cin * asz, dsz = 0;
+        for (int j = 0; j + 1 < k->nconv; j++)
+            dsz = act_bytes(m, k->first + j, asz) > dsz ? act_bytes(m, k->first + j, asz) : dsz;
+        if (!m->acc && in > dsz) /* conv_bwd_data into gd, then add */
+            dsz = in;
+        span busy[3] = {ain};
+        g->gd[b] = place(bend[b], end, dsz, busy, 1, tail, &tail_end);
+        busy[1] = (span){g->gd[b], g->gd[b] + dsz};
+        if (k->ds >= 0)
+            g->gout[b] = place(bend[b], end, in, busy, 2, tail, &tail_end);
+        else
+            g->gout[b] = ain.lo; /* accumulated in place */
+        busy[2] = (span){g->gout[b], g->gout[b] + in};
+        /* a measured search's output: only where it is free anyway */
+        g->gtmp[b] = !m->acc ? g->gd[b] : tail_only() ? SIZE_MAX : fit(bend[b], end, in, busy, 3);
+        ain = busy[2];
+        /* forward: a downsample's z, in blocks not yet written */
+        if (k->ds >= 0)
+            g->dsz[b] = place(bend[b], end, act_bytes(m, k->ds, asz), NULL, 0, tail, &tail_end);
+    }
+    if (m->stem_pool) {
+        g->pool = place(bstart[0], end, act_bytes(m, 0, asz), &ain, 1, tail, &tail_end);
+        g->stemz = place(bstart[0], end, act_bytes(m, 0, asz), NULL, 0, tail, &tail_end);
+    }
+    return alb(tail_end);
+}
+
+/* Walk the plan and count the arenas into u, or (assign) also hand out
+ * pointers from them; asz: bytes of one activation element (4 on the host,
+ * the exec's on a device). Activations in forward order (stem, pool, each
+ * block's units, the head's f32 tensors), then the tail of plan_grads.
+ * SL_ENOMEM when the plan's tables cannot be allocated. */
+static int layout(sl_model *m, arena_use *u, size_t asz, int assign)
+{
+    int64_t P = 0, B = 0, nb = m->max_batch;
+    size_t A = 0;
+    size_t *tabs = calloc((size_t)m->nblock * 6, sizeof *tabs);
+    if (!tabs)
+        return sl_fail(SL_ENOMEM, "sl_model: the memory plan of %d blocks", m->nblock);
+    size_t *bstart = tabs, *bend = tabs + m->nblock;
+    grad_plan g = {0, 0, 0, tabs + 2 * m->nblock, tabs + 3 * m->nblock, tabs + 4 * m->nblock,
+                   tabs + 5 * m->nblock};
 #define TAKE(ptr, arena, off, n)                          \
     do {                                                  \
         if (assign)                                       \
             (ptr) = m->arena + (off);                     \
         (off) += al(n);                                   \
     } while (0)
+#define TAKEA(ptr, elems, esz)                            \
+    do {                                                  \
+        if (assign)                                       \
+            (ptr) = (void *)(m->acts + A);                \
+        A += alb((size_t)(elems) * (esz));                \
+    } while (0)
+    int blk = -1; /* the block cbn i belongs to (-1: the stem) */
     for (int i = 0; i < m->ncbn; i++) {
         sl_cbn *c = &m->cbn[i];
+        for (int b = 0; b < m->nblock; b++)
+            if (i == m->blk[b].first) {
+                blk = b;
+                bstart[b] = A;
+            }
         int64_t wn = (int64_t)c->cout * c->r * c->r * c->cin, an = nb * c->p * c->q * c->cout;
         if (assign) {
             c->gw = m->grads + P;
@@ -199,9 +326,13 @@ static void layout(sl_model *m, arena_use *u)
         TAKE(c->rvar, bufs, B, c->cout);
         TAKE(c->smean, bufs, B, c->cout);
         TAKE(c->sinvstd, bufs, B, c->cout);
-        TAKE(c->y, acts, A, an);
-        TAKE(c->z, acts, A, an);
-        big = an > big ? an : big;
+        TAKEA(c->y, an, asz);
+        if (!c->ztemp)
+            TAKEA(c->z, an, asz);
+        if (i == 0 && m->stem_pool)
+            TAKEA(m->pool_y, nb * m->pool_h * m->pool_w * c->cout, asz);
+        if (blk >= 0)
+            bend[blk] = A;
     }
     int64_t fw = (int64_t)m->cfg.classes * m->feat;
     if (assign) {
@@ -210,19 +341,31 @@ static void layout(sl_model *m, arena_use *u)
     }
     TAKE(m->fc_w, params, P, fw);
     TAKE(m->fc_b, params, P, m->cfg.classes);
-    if (m->stem_pool) {
-        int64_t pn = nb * m->pool_h * m->pool_w * m->cbn[0].cout;
-        TAKE(m->pool_y, acts, A, pn);
-        big = pn > big ? pn : big;
-    }
-    TAKE(m->pooled, acts, A, nb * m->feat);
-    TAKE(m->dpooled, acts, A, nb * m->feat);
-    TAKE(m->logits, acts, A, nb * m->cfg.classes);
-    for (int g = 0; g < 3; g++)
-        TAKE(m->gbuf[g], acts, A, big);
+    TAKEA(m->pooled, nb * m->feat, sizeof(float));
+    TAKEA(m->dpooled, nb * m->feat, sizeof(float));
+    TAKEA(m->logits, nb * m->cfg.classes, sizeof(float));
 #undef TAKE
-    m->gbuf_numel = big;
-    u->params = P, u->bufs = B, u->acts = A;
+#undef TAKEA
+    u->params = P, u->bufs = B;
+    u->acts = plan_grads(m, asz, bstart, bend, A, &g);
+    if (assign) {
+#define AT(off) ((float *)(void *)(m->acts + (off)))
+        m->ghead = AT(g.head);
+        for (int b = 0; b < m->nblock; b++) {
+            sl_block *k = &m->blk[b];
+            k->gd = AT(g.gd[b]), k->gout = AT(g.gout[b]);
+            k->gtmp = g.gtmp[b] == SIZE_MAX ? NULL : AT(g.gtmp[b]);
+            if (k->ds >= 0)
+                m->cbn[k->ds].z = AT(g.dsz[b]);
+        }
+        if (m->stem_pool) {
+            m->gpool = AT(g.pool);
+            m->cbn[0].z = AT(g.stemz);
+        }
+#undef AT
+    }
+    free(tabs);
+    return SL_OK;
 }
 
 static float *falloc(int64_t n)
@@ -353,11 +496,12 @@ static void build_state_dict(sl_model *m)
 
 /* ------------------------------------------------------------- create */
 
-int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_model **out)
+/* A model of cfg with its plan (units, blocks, sync-BN's buffer size) and
+ * no arenas: sl_model_create's first half, and all sl_model_plan_bytes
+ * needs. */
+static int model_new(const char *fn, const sl_model_config *cfg, int max_batch, int h, int w,
+                     sl_model **out)
 {
-    const char *fn = "sl_model_create";
-    if (!cfg || !out)
-        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     *out = NULL;
     if ((int)cfg->arch < 0 || (int)cfg->arch >= N_ARCH)
         return sl_fail(SL_EINVAL, "%s: unknown architecture %d", fn, (int)cfg->arch);
@@ -371,12 +515,10 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     if (max_batch < 1 || h < 1 || w < 1 || h > 65536 || w > 65536)
         return sl_fail(SL_EINVAL, "%s: %s: bad max_batch %d or input %dx%d", fn, a->name,
                        max_batch, h, w);
-
-    int rc = SL_ENOMEM, nblocks = 0, stages = a->stages;
+    int rc, nblocks = 0, stages = a->stages;
     for (int s = 0; s < stages; s++)
         nblocks += a->blocks[s];
     int cap = 1 + nblocks * (a->bottleneck ? 3 : 2) + stages; /* at most one ds per stage */
-    float *tmp = NULL;
     sl_model *m = calloc(1, sizeof *m);
     if (!m)
         return sl_fail(SL_ENOMEM, "%s: model struct", fn);
@@ -386,35 +528,69 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     m->max_batch = max_batch, m->h = h, m->w = w;
     m->cbn = calloc((size_t)cap, sizeof *m->cbn);
     m->blk = calloc((size_t)nblocks, sizeof *m->blk);
-    if (!m->cbn || !m->blk)
-        goto fail_nomem;
-    rc = plan(m, a);
-    if (rc)
-        goto fail;
+    if (!m->cbn || !m->blk) {
+        sl_model_destroy(m);
+        return sl_fail(SL_ENOMEM, "%s: %s: the plan's tables", fn, a->name);
+    }
+    if ((rc = plan(m, a))) {
+        sl_model_destroy(m);
+        return rc;
+    }
+    int64_t cmax = 1;
+    for (int i = 0; i < m->ncbn; i++)
+        cmax = m->cbn[i].cout > cmax ? m->cbn[i].cout : cmax;
+    m->sync_floats = 2 * cmax;
+    *out = m;
+    return SL_OK;
+}
 
+/* Bytes of the argmax of the stem's max pool. */
+static size_t argmax_bytes(const sl_model *m)
+{
+    return m->stem_pool ? (size_t)m->max_batch * m->pool_h * m->pool_w * m->cbn[0].cout *
+                              sizeof(int32_t)
+                        : 0;
+}
+
+int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_model **out)
+{
+    const char *fn = "sl_model_create";
+    if (!cfg || !out)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    *out = NULL;
+    sl_model *m = NULL;
+    int rc = model_new(fn, cfg, max_batch, h, w, &m);
+    if (rc)
+        return rc;
+    float *tmp = NULL;
     arena_use u;
-    layout(m, &u); /* count */
+    if ((rc = layout(m, &u, sizeof(float), 0))) { /* count */
+        sl_model_destroy(m);
+        return rc;
+    }
     m->params = falloc(u.params);
     m->grads = falloc(u.params);
     m->bufs = falloc(u.bufs);
-    m->acts = falloc(u.acts);
+    m->acts = (char *)falloc((int64_t)(u.acts / sizeof(float)));
     m->nbts = calloc((size_t)m->ncbn, sizeof *m->nbts);
-    m->pool_arg = m->stem_pool ? calloc((size_t)max_batch * m->pool_h * m->pool_w *
-                                        m->cbn[0].cout, sizeof *m->pool_arg) : NULL;
+    m->pool_arg = m->stem_pool ? malloc(argmax_bytes(m)) : NULL;
     m->tensors = calloc((size_t)m->ncbn * 6 + 2, sizeof *m->tensors);
     m->names = calloc((size_t)m->ncbn * 6 + 2, sizeof *m->names);
-    int64_t wmax = (int64_t)m->cfg.classes * m->feat, cmax = 1;
+    int64_t wmax = (int64_t)m->cfg.classes * m->feat;
     for (int i = 0; i < m->ncbn; i++) {
         int64_t wn = (int64_t)m->cbn[i].cout * m->cbn[i].cin * m->cbn[i].r * m->cbn[i].r;
         wmax = wn > wmax ? wn : wmax;
-        cmax = m->cbn[i].cout > cmax ? m->cbn[i].cout : cmax;
     }
     tmp = falloc(wmax + 1);
-    m->sync_floats = 2 * cmax;
     m->sync_buf = falloc(m->sync_floats);
     if (!m->params || !m->grads || !m->bufs || !m->acts || !m->nbts || !tmp ||
-        (m->stem_pool && !m->pool_arg) || !m->tensors || !m->names || !m->sync_buf)
-        goto fail_nomem;
+        (m->stem_pool && !m->pool_arg) || !m->tensors || !m->names || !m->sync_buf) {
+        rc = sl_fail(SL_ENOMEM, "%s: %s: batch %d at %dx%d: out of memory", fn,
+                     sl_arch_name(cfg->arch), max_batch, h, w);
+        free(tmp);
+        sl_model_destroy(m);
+        return rc;
+    }
     /* Padding between tensors stays zero in both arenas (a flat all-reduce
      * or optimizer pass over them then sees zeros there). The activation
      * arena is left untouched: every activation is written before it is
@@ -422,29 +598,49 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     memset(m->params, 0, (size_t)u.params * sizeof(float));
     memset(m->grads, 0, (size_t)u.params * sizeof(float));
     memset(m->bufs, 0, (size_t)u.bufs * sizeof(float));
-    layout(m, &u); /* assign */
+    if ((rc = layout(m, &u, sizeof(float), 1))) { /* assign */
+        free(tmp);
+        sl_model_destroy(m);
+        return rc;
+    }
     m->arena_floats = u.params;
     m->bufs_floats = u.bufs;
-    m->acts_floats = u.acts;
+    m->acts_bytes = u.acts;
     for (int i = 0; i < m->ncbn; i++)
         m->cbn[i].wc = m->cbn[i].w;
     init_weights(m, tmp);
     build_state_dict(m);
-    m->bytes = (size_t)(2 * u.params + u.bufs + u.acts) * sizeof(float) +
-               (size_t)m->ncbn * sizeof(int64_t) +
-               (m->stem_pool ? (size_t)max_batch * m->pool_h * m->pool_w * m->cbn[0].cout *
-                                   sizeof(int32_t) : 0);
+    m->bytes = (size_t)(2 * u.params + u.bufs) * sizeof(float) + u.acts +
+               (size_t)m->ncbn * sizeof(int64_t) + argmax_bytes(m);
     free(tmp);
     *out = m;
     return SL_OK;
+}
 
-fail_nomem:
-    rc = sl_fail(SL_ENOMEM, "%s: %s: batch %d at %dx%d: out of memory", fn, a->name, max_batch,
-                 h, w);
-fail:
-    free(tmp);
+int sl_model_plan_bytes(const sl_model_config *cfg, int max_batch, int h, int w,
+                        size_t act_size, int acc, sl_model_mem *out)
+{
+    sl_model *m = NULL;
+    if (!cfg || !out || (act_size != 2 && act_size != 4))
+        return sl_fail(SL_EINVAL, "sl_model_plan_bytes: NULL argument or %zu-byte activations",
+                       act_size);
+    int rc = model_new("sl_model_plan_bytes", cfg, max_batch, h, w, &m);
+    if (rc)
+        return rc;
+    arena_use u;
+    m->acc = acc != 0;
+    if ((rc = layout(m, &u, act_size, 0))) {
+        sl_model_destroy(m);
+        return rc;
+    }
+    /* sl_model_place: params, grads (f32) and the compute copy in the
+     * activation type; bufs and the sync buffer; activations and argmax */
+    out->param_floats = u.params;
+    out->params = (size_t)u.params * (2 * sizeof(float) + (act_size == 4 ? 0 : act_size));
+    out->bufs = (size_t)(u.bufs + m->sync_floats) * sizeof(float);
+    out->acts = u.acts + argmax_bytes(m);
     sl_model_destroy(m);
-    return rc;
+    return SL_OK;
 }
 
 /* ------------------------------------------------------------- placing */
@@ -459,23 +655,30 @@ int sl_model_place(sl_model *m, sl_exec *e)
     if (m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is on a device already", fn);
     size_t asz = sl_exec_act_size(e), pb = (size_t)m->arena_floats * sizeof(float);
-    int64_t npool = m->stem_pool ? (int64_t)m->max_batch * m->pool_h * m->pool_w *
-                                       m->cbn[0].cout : 0;
-    float *dp = NULL, *dg = NULL, *db = NULL, *da = NULL, *ds = NULL;
+    arena_use u;
+    int rc, host_acc = m->acc;
+    /* the device's activation arena: asz-byte elements, laid out for its table */
+    m->acc = e->ops && e->ops->conv_bwd_data_acc;
+    if ((rc = layout(m, &u, asz, 0))) {
+        m->acc = host_acc;
+        return rc;
+    }
+    float *dp = NULL, *dg = NULL, *db = NULL, *ds = NULL;
+    char *da = NULL;
     int32_t *darg = NULL;
     void *dwc = NULL;
-    int rc;
     if ((rc = sl_dev_alloc(e, pb, (void **)&dp)) || (rc = sl_dev_alloc(e, pb, (void **)&dg)) ||
         (rc = sl_dev_alloc(e, (size_t)m->bufs_floats * sizeof(float), (void **)&db)) ||
-        (rc = sl_dev_alloc(e, (size_t)m->acts_floats * sizeof(float), (void **)&da)) ||
+        (rc = sl_dev_alloc(e, u.acts, (void **)&da)) ||
         (rc = sl_dev_alloc(e, (size_t)m->sync_floats * sizeof(float), (void **)&ds)) ||
-        (npool && (rc = sl_dev_alloc(e, (size_t)npool * sizeof(int32_t), (void **)&darg))) ||
+        (m->stem_pool && (rc = sl_dev_alloc(e, argmax_bytes(m), (void **)&darg))) ||
         (e->act != SL_DTYPE_F32 &&
          (rc = sl_dev_alloc(e, (size_t)m->arena_floats * asz, &dwc))) ||
         (rc = sl_dev_copy_in(e, dp, m->params, pb)) ||
         (rc = sl_dev_copy_in(e, db, m->bufs, (size_t)m->bufs_floats * sizeof(float)))) {
         sl_dev_free(e, dp), sl_dev_free(e, dg), sl_dev_free(e, db), sl_dev_free(e, da);
         sl_dev_free(e, darg), sl_dev_free(e, dwc), sl_dev_free(e, ds);
+        m->acc = host_acc;
         return sl_fail(rc, "%s: %s %s batch %d at %dx%d: %s", fn, sl_arch_name(m->cfg.arch),
                        sl_backend_name(e->backend), m->max_batch, m->h, m->w, sl_errmsg());
     }
@@ -488,14 +691,15 @@ int sl_model_place(sl_model *m, sl_exec *e)
     m->h_sync_buf = m->sync_buf, m->sync_buf = ds; /* sync-BN's all-reduces: on the device */
     m->wc_arena = dwc;
     m->dev_e = e;
-    arena_use u;
-    layout(m, &u); /* every pointer again, now into the device arenas */
+    m->acts_bytes = u.acts;
+    if ((rc = layout(m, &u, asz, 1))) /* every pointer again, now into the device arenas */
+        return rc; /* only the plan's small table can fail: the counting pass made it */
     for (int i = 0; i < m->ncbn; i++) {
         sl_cbn *c = &m->cbn[i];
         c->wc = dwc ? (float *)((char *)dwc + (size_t)(c->w - m->params) * asz) : c->w;
     }
-    m->bytes = (size_t)(2 * u.params + u.bufs + u.acts) * sizeof(float) +
-               (dwc ? (size_t)u.params * asz : 0) + (size_t)npool * sizeof(int32_t);
+    m->bytes = (size_t)(2 * u.params + u.bufs + m->sync_floats) * sizeof(float) + u.acts +
+               (dwc ? (size_t)u.params * asz : 0) + argmax_bytes(m);
     m->train_n = 0;
     return sl_model_refresh(m);
 }

@@ -36,11 +36,15 @@ __device__ __forceinline__ float sgd_grad(const float *__restrict__ grad, int64_
 // One step of every tensor in tab (blockIdx.y picks the tensor). first:
 // buf = g, torch's buffer starting as a copy of the gradient. UNSCALE: amp
 // holds the loss scale (skip on found_inf, else divide by the scale).
+// d_lr: NULL, or the learning rate in device memory (read instead of lr:
+// a captured CUDA graph replays with the value the host wrote there).
 template <bool UNSCALE>
-__global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, float lr, float mom,
-                                float wd_all, int nesterov, int first,
-                                const sl_amp_state *__restrict__ amp)
+__global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, float lr,
+                                const float *__restrict__ d_lr, float mom, float wd_all,
+                                int nesterov, int first, const sl_amp_state *__restrict__ amp)
 {
+    if (d_lr)
+        lr = *d_lr;
     float scale = 1.0f;
     if (UNSCALE) {
         if (amp->found_inf)
@@ -78,11 +82,11 @@ __global__ void sgd_step_kernel(const sl_sgd_cuda_tensor *__restrict__ tab, floa
     }
 }
 
-extern "C" int sl_sgd_step_cuda(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, float lr,
-                                float momentum, float wd, int nesterov, int first_step,
-                                const sl_amp_state *d_amp)
+// Both entry points: lr or d_lr (the other 0 / NULL).
+static int sgd_launch(const char *fn, sl_exec *e, const sl_sgd_cuda_tensor *t, int n, float lr,
+                      const float *d_lr, float momentum, float wd, int nesterov, int first_step,
+                      const sl_amp_state *d_amp)
 {
-    const char *fn = "sl_sgd_step_cuda";
     if (n < 0 || n > SGD_MAX_TENSORS || (n > 0 && !t))
         return sl_fail(SL_EINVAL, "%s: %d tensors (table %p): want 0..%d and a table", fn, n,
                        (const void *)t, SGD_MAX_TENSORS);
@@ -104,14 +108,32 @@ extern "C" int sl_sgd_step_cuda(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, 
     dim3 grid(SGD_BLOCKS_X, (unsigned)n);
     if (d_amp) {
         sgd_step_kernel<true><<<grid, SGD_THREADS, 0, cx->stream>>>(
-            t, lr, momentum, wd, nesterov != 0, first_step != 0, d_amp);
+            t, lr, d_lr, momentum, wd, nesterov != 0, first_step != 0, d_amp);
         rc = SL_LAUNCHED("sgd_step_kernel<unscale>");
     } else {
         sgd_step_kernel<false><<<grid, SGD_THREADS, 0, cx->stream>>>(
-            t, lr, momentum, wd, nesterov != 0, first_step != 0, nullptr);
+            t, lr, d_lr, momentum, wd, nesterov != 0, first_step != 0, nullptr);
         rc = SL_LAUNCHED("sgd_step_kernel");
     }
     if (rc)
         return sl_fail(rc, "%s: %d tensors: %s", fn, n, sl_errmsg());
     return SL_OK;
+}
+
+extern "C" int sl_sgd_step_cuda(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, float lr,
+                                float momentum, float wd, int nesterov, int first_step,
+                                const sl_amp_state *d_amp)
+{
+    return sgd_launch("sl_sgd_step_cuda", e, t, n, lr, nullptr, momentum, wd, nesterov,
+                      first_step, d_amp);
+}
+
+extern "C" int sl_sgd_step_cuda_lr(sl_exec *e, const sl_sgd_cuda_tensor *t, int n,
+                                   const float *d_lr, float momentum, float wd, int nesterov,
+                                   int first_step, const sl_amp_state *d_amp)
+{
+    if (!d_lr)
+        return sl_fail(SL_EINVAL, "sl_sgd_step_cuda_lr: no learning rate");
+    return sgd_launch("sl_sgd_step_cuda_lr", e, t, n, 0.0f, d_lr, momentum, wd, nesterov,
+                      first_step, d_amp);
 }

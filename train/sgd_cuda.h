@@ -67,6 +67,13 @@ typedef struct sl_sgd_cuda_tensor {
  * backend only (SLUICE_TRAIN_CUDA). */
 int sl_sgd_step_cuda(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, float lr, float momentum,
                      float wd, int nesterov, int first_step, const sl_amp_state *d_amp);
+/* The same with the learning rate read by the kernel from d_lr (one device
+ * float): a step captured into a CUDA graph then replays with whatever
+ * the host has copied there since (the trainer's schedule). The value is
+ * not checked (the host checks it before the copy). */
+int sl_sgd_step_cuda_lr(sl_exec *e, const sl_sgd_cuda_tensor *t, int n, const float *d_lr,
+                        float momentum, float wd, int nesterov, int first_step,
+                        const sl_amp_state *d_amp);
 
 #ifdef __cplusplus
 }

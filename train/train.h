@@ -373,6 +373,14 @@ typedef struct sl_train_result {
     int64_t amp_skipped;         /* f16: steps skipped for inf/nan gradients */
     double amp_scale;            /* f16: the loss scale at the end */
     char eval_split[64];         /* the split evaluated after each epoch; "" for none */
+    double peak_device_mib;      /* GPU: the most device memory the root replica's exec held
+                                  * (model, optimizer, input, workspaces; MiB); 0 on a CPU */
+    double device_used_mib;      /* GPU: the device's used memory at the end (cudaMemGetInfo:
+                                  * also the CUDA context, libraries, the pipeline; MiB) */
+    char cuda_graph[16];         /* GPU: the step as a CUDA graph: "on", "off" or "fallback"
+                                  * (a capture failed: the step ran uncaptured) */
+    char cuda_graph_why[200];    /* its detail: replays, or why off / fallback */
+    int64_t cuda_graph_replays;  /* steps run as graph replays (root replica) */
 } sl_train_result;
 
 /* Config defaults for the data's dataset (image size from dataset.json) and

@@ -167,6 +167,14 @@ typedef struct sl_ops {
     int (*bn_bwd_act)(sl_exec *e, int64_t rows, int c, const float *x, const float *z,
                       float *dz, const float *gamma, const float *save_mean,
                       const float *save_invstd, float *dx, float *dgamma, float *dbeta);
+    /* dx += conv_transpose(dy, w), accumulated into dx (cuda only: cuDNN's
+     * beta = 1; NULL in ref and cpu and with SLUICE_CUDA_FUSE=0, where the
+     * model runs conv_bwd_data into a buffer and add). The model folds the
+     * residual-gradient add into the block's first conv with it. tmp: NULL
+     * or a buffer of dx's size whose contents may be destroyed (a measured
+     * algorithm search writes its output there rather than over dx). */
+    int (*conv_bwd_data_acc)(sl_exec *e, const sl_conv_shape *sh, const float *dy,
+                             const float *w, float *dx, float *tmp);
 
     /* y = max(x, 0) over n elements (y may alias x). */
     int (*relu_fwd)(sl_exec *e, int64_t n, const float *x, float *y);

@@ -559,6 +559,12 @@ static int replica_steps(sl_replica *rep)
         if (rep->dsgd && (rc = sl_dev_sgd_skipped(rep->dsgd, &r->res->amp_skipped, &scale)))
             return rc;
         r->res->amp_scale = scale;
+        sl_dev_mem_info mi;
+        if ((rc = sl_dev_mem(&rep->e, &mi)))
+            return rc;
+        r->res->peak_device_mib = mi.peak / 1048576.0;
+        r->res->device_used_mib = mi.device_used / 1048576.0;
+        sl_replica_graph_report(rep, r->res);
     }
     return SL_OK;
 }

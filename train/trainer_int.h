@@ -70,6 +70,15 @@ typedef struct sl_replica {
     int *bucket_of;            /* per state-dict tensor: its bucket, -1 for buffers */
     int started;               /* buckets started in this backward */
     int *start_order;          /* bucket indices in the order they were started */
+    /* the device step as a CUDA graph (replica.c's step_graph) */
+    sl_dev_graph *graph;       /* captured and replayed; NULL before (or off) */
+    int graph_off;             /* no capture: graph_why says why */
+    int graph_tries;           /* captures attempted */
+    int graph_n;               /* the batch size it holds */
+    const void *graph_x;       /* the input it reads */
+    int64_t dev_steps;         /* device steps run by this process */
+    int64_t graph_replays;
+    char graph_why[200];
     double comm_wait_s;        /* time in all-reduce waits this window */
     double step_s;             /* time in steps this window */
     pthread_t thread;
@@ -138,6 +147,9 @@ int sl_replica_sum(sl_replica *rep, float *v, int n);
 /* Average the BN running statistics over replicas (no-op for world 1 and
  * with sync-BN, where they are identical already). */
 int sl_replica_sync_buffers(sl_replica *rep);
+/* What became of the CUDA graph of rep's device step: "on" (replays
+ * counted), "off" or "fallback" (why), as the --json line says them. */
+void sl_replica_graph_report(const sl_replica *rep, sl_train_result *res);
 /* Evaluate on the eval split, each replica its share of the records;
  * the result (images, top1, top5, loss) is over all of them. */
 int sl_replica_eval(sl_replica *rep, sl_eval_result *er);

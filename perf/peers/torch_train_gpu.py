@@ -5,6 +5,7 @@
                               [--warmup 10] [--steps 30] [--reps 1] [--lr 0.1]
                               [--label-smoothing 0.1] [--sgd foreach|fused]
                               [--no-tf32] [--seed 1] [--device 0] [--cpu]
+                              [--compile] [--profile FILE]
 
 The same step as sluice's (perf/train-gpu runs both): torchvision's model
 (weights=None, zero_init_residual=True as sluice's default), one fixed
@@ -19,6 +20,15 @@ as sluice scales it), torch.backends.cudnn.benchmark on.
               unless --no-tf32
 --layout channels_last (default) converts the model and the batch to NHWC in
 memory, as sluice holds activations.
+--compile runs torch.compile(model) (default mode, inductor): the compile
+happens in the first warmup steps, whose time is reported ("compile_s": the
+first warmup step, "warmup_s": all of them) and kept out of images/s (the
+timed steps come after the warmup, as without it).
+--profile FILE: after the timed steps, torch.profiler over 3 more steps;
+FILE gets one JSON object: {"steps": 3, "kernels": [{"name", "calls_per_step",
+"ms_per_step"}, ...]} per CUDA kernel (device time; with --cpu, per CPU op),
+largest first (perf/train-gpu --profile puts it beside Nsight Compute's
+table of sluice).
 
 Validates first: every warmup loss finite and the last one below the first
 (the net learns the fixed batch). Then --reps repetitions of --steps steps,
@@ -61,6 +71,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--cpu", action="store_true", help="check this script without a GPU")
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model)")
+    ap.add_argument("--profile", metavar="FILE", help="torch.profiler table of 3 steps -> FILE")
     a = ap.parse_args()
     if a.warmup < 2 or a.steps < 1 or a.reps < 1 or a.batch < 1:
         sys.exit("torch_train_gpu: --warmup >= 2, --steps >= 1, --reps >= 1, --batch >= 1")
@@ -90,7 +102,10 @@ def main():
     model = getattr(torchvision.models, a.arch)(weights=None, zero_init_residual=True,
                                                 num_classes=a.classes)
     model = model.to(dev, memory_format=fmt).train()
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr * a.batch / 256, momentum=0.9,
+    params = list(model.parameters())
+    if a.compile:
+        model = torch.compile(model)
+    opt = torch.optim.SGD(params, lr=a.lr * a.batch / 256, momentum=0.9,
                           weight_decay=5e-5, **({"fused": True} if a.sgd == "fused" else {"foreach": True}))
     crit = torch.nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)
     scaler = torch.amp.GradScaler(dtype) if a.amp == "fp16" else None
@@ -121,9 +136,13 @@ def main():
         return loss.detach()
 
     losses = []
+    t_warm = time.perf_counter()
+    compile_s = None
     for i in range(a.warmup):
         ts = time.perf_counter()
         loss = step().item()
+        if i == 0:
+            compile_s = time.perf_counter() - ts
         losses.append(loss)
         print(f"torch_train_gpu: warmup step {i}: loss {loss:.5f}, {time.perf_counter() - ts:.3f} s",
               file=sys.stderr)
@@ -132,6 +151,7 @@ def main():
     if not losses[-1] < losses[0]:
         sys.exit(f"torch_train_gpu: validation: the loss did not fall over the warmup "
                  f"({losses[0]} -> {losses[-1]})")
+    warmup_s = time.perf_counter() - t_warm
 
     ips, secs = [], []
     for r in range(a.reps):
@@ -151,8 +171,13 @@ def main():
         print(f"torch_train_gpu: rep {r}: {a.steps} steps in {sec:.3f} s, {ips[-1]:.1f} images/s, "
               f"loss {rl[-1]:.5f}", file=sys.stderr)
 
+    if a.profile:
+        profile(a.profile, step, sync, a.cpu)
+
     print(json.dumps({
-        "system": f"torch-{dtype}-{a.amp}", "arch": a.arch, "batch": a.batch,
+        "system": f"torch-{dtype}-{a.amp}" + ("-compile" if a.compile else ""), "arch": a.arch,
+        "batch": a.batch, "compile": a.compile,
+        "compile_s": round(compile_s, 2) if a.compile else None, "warmup_s": round(warmup_s, 2),
         "image_size": a.image_size, "classes": a.classes, "amp": a.amp, "layout": a.layout,
         "sgd": a.sgd, "tf32": not a.cpu and not a.no_tf32 and a.amp == "none",
         "warmup": a.warmup, "steps": a.steps, "reps": a.reps,
@@ -167,6 +192,36 @@ def main():
         "capability": "" if a.cpu else ".".join(map(str, torch.cuda.get_device_capability(dev))),
     }), flush=True)
     return 0
+
+
+def profile(path, step, sync, cpu):
+    """torch.profiler over 3 steps: per kernel (CUDA) or op (CPU), calls and ms per step."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    steps = 3
+    act = [ProfilerActivity.CPU] if cpu else [ProfilerActivity.CUDA]
+    sync()
+    with prof(activities=act) as p:
+        for _ in range(steps):
+            step()
+        sync()
+    rows = {}
+    for e in p.events():
+        dev = getattr(e, "device_type", None)
+        if not cpu and (dev is None or "CUDA" not in str(dev)):
+            continue
+        # a kernel's own duration on the device; a CPU op's self time (ops nest)
+        us = e.self_cpu_time_total if cpu else e.time_range.elapsed_us()
+        r = rows.setdefault(e.name, [0, 0.0])
+        r[0] += 1
+        r[1] += us / 1000.0
+    ks = sorted(({"name": k, "calls_per_step": round(v[0] / steps, 2),
+                  "ms_per_step": round(v[1] / steps, 4)} for k, v in rows.items()),
+                key=lambda r: -r["ms_per_step"])
+    with open(path, "w") as f:
+        json.dump({"steps": steps, "device": "cpu" if cpu else "cuda", "kernels": ks}, f)
+    tot = sum(r["ms_per_step"] for r in ks)
+    print(f"torch_train_gpu: profile: {len(ks)} kernels, {tot:.2f} ms per step -> {path}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

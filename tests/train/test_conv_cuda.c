@@ -198,6 +198,9 @@ GPU_TEST(f16_matches_ref)
 GPU_TEST(bf16_f16_golden_values)
 GPU_TEST(bf16_measured_ranking_matches_ref)
 GPU_TEST(cache_key_includes_type)
+GPU_TEST(bwd_data_acc_adds_to_dx)
+GPU_TEST(workspace_cap_from_env)
+GPU_TEST(stem_padded_matches_unpadded)
 
 #else /* SLUICE_TRAIN_CUDA */
 
@@ -837,6 +840,187 @@ Test(train_conv_cuda, cache_key_includes_type)
     cr_assert_eq(cudaStreamSynchronize(c->stream), cudaSuccess);
     tg_free(d);
     sl_exec_fini(&e);
+}
+
+/* conv_bwd_data_acc: dx += conv_transpose(dy, w) (the model's residual-
+ * gradient add folded into cuDNN, beta = 1): against conv_bwd_data plus
+ * dx in f32 and bf16; with SLUICE_CUDNN_FIND=1 a measured search writes
+ * into tmp, never over dx (with tmp NULL: the heuristic ranking), and the
+ * slot is the fused table's only. */
+Test(train_conv_cuda, bwd_data_acc_adds_to_dx)
+{
+    need_gpu();
+    static const char *finds[2] = {"0", "1"};
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 2; k++) {
+            sl_dtype t = k ? SL_DTYPE_BF16 : SL_DTYPE_F32;
+            for (int with_tmp = 0; with_tmp < 2; with_tmp++) {
+                sl_exec e;
+                cuda_init(&e, "0", finds[f]);
+                tg_set_act(&e, t);
+                cr_assert_not_null(e.ops->conv_bwd_data_acc);
+                sl_conv_shape sh;
+                cr_assert_eq(sl_conv_shape_init(&sh, 3, 9, 7, 16, 24, 3, 3, 2, 1), SL_OK);
+                size_t nx = nx_of(&sh), ny = ny_of(&sh), nw = nw_of(&sh);
+                float *w = alloc_f(nw), *dy = alloc_f(ny), *dx0 = alloc_f(nx);
+                float *got = alloc_f(nx), *want = alloc_f(nx), *conv = alloc_f(nx);
+                uint64_t st = 41 + k;
+                fill(w, nw, &st), fill(dy, ny, &st), fill(dx0, nx, &st);
+                tg_round_all(w, nw, t), tg_round_all(dy, ny, t), tg_round_all(dx0, nx, t);
+                void *dw = tg_upa(w, nw, t), *ddy = tg_upa(dy, ny, t), *ddx = tg_upa(dx0, nx, t);
+                void *dc = tg_newa(nx, t), *dtmp = with_tmp ? tg_newa(nx, t) : NULL;
+                tg_ready();
+                cr_assert_eq(e.ops->conv_bwd_data_acc(&e, &sh, ddy, dw, ddx, dtmp), SL_OK, "%s",
+                             sl_errmsg());
+                cr_assert_eq(e.ops->conv_bwd_data(&e, &sh, ddy, dw, dc), SL_OK, "%s",
+                             sl_errmsg());
+                tg_downa(got, ddx, nx, t), tg_downa(conv, dc, nx, t);
+                /* the sum in f32 of cuDNN's f32 result and dx, rounded once: within
+                 * an ulp of t of the rounded conv plus dx */
+                double ulp = t == SL_DTYPE_F32 ? 1e-6 : 0.0078125;
+                for (size_t i = 0; i < nx; i++) {
+                    want[i] = conv[i] + dx0[i];
+                    double tol = 1e-5 + ulp * (fabs(conv[i]) + fabs(want[i]));
+                    cr_assert(fabs((double)got[i] - want[i]) <= tol,
+                              "%s find %s tmp %d: dx[%zu] %.7g, want %.7g + %.7g", tg_type_name(t),
+                              finds[f], with_tmp, i, got[i], conv[i], dx0[i]);
+                }
+                tg_free(dw), tg_free(ddy), tg_free(ddx), tg_free(dc), tg_free(dtmp);
+                free(w), free(dy), free(dx0), free(got), free(want), free(conv);
+                sl_exec_fini(&e);
+            }
+        }
+    cr_assert_eq(setenv("SLUICE_CUDA_FUSE", "0", 1), 0);
+    sl_exec e;
+    cuda_init(&e, "0", NULL);
+    cr_assert_null(e.ops->conv_bwd_data_acc, "the unfused table adds with ops->add");
+    sl_exec_fini(&e);
+    unsetenv("SLUICE_CUDA_FUSE");
+}
+
+/* SLUICE_CUDNN_WS_MB caps an algorithm's workspace (default 256 MiB): 0
+ * leaves only the algorithms that need none; a bad value is refused. */
+Test(train_conv_cuda, workspace_cap_from_env)
+{
+    need_gpu();
+    sl_exec e;
+    unsetenv("SLUICE_CUDNN_WS_MB");
+    cuda_init(&e, "0", NULL);
+    cr_assert_eq(sl_cuda_of(&e)->ws_max, (size_t)256 << 20);
+    sl_exec_fini(&e);
+    cr_assert_eq(setenv("SLUICE_CUDNN_WS_MB", "0", 1), 0);
+    cuda_init(&e, "0", NULL);
+    sl_cuda_ctx *c = sl_cuda_of(&e);
+    cr_assert_eq(c->ws_max, (size_t)0);
+    sl_conv_shape sh;
+    cr_assert_eq(sl_conv_shape_init(&sh, 2, 8, 8, 8, 8, 3, 3, 1, 1), SL_OK);
+    float *d = dev_alloc(4096);
+    for (int dir = 0; dir < 3; dir++) {
+        int rc = dir == 0   ? e.ops->conv_fwd(&e, &sh, d, d + 2048, d + 1024)
+                 : dir == 1 ? e.ops->conv_bwd_data(&e, &sh, d + 1024, d + 2048, d)
+                            : e.ops->conv_bwd_filter(&e, &sh, d, d + 1024, d + 2048);
+        cr_assert_eq(rc, SL_OK, "%s", sl_errmsg());
+        sl_conv_algo_info in;
+        cr_assert_eq(sl_conv_algo_lookup(c, &sh, SL_DTYPE_F32, (sl_conv_dir)dir, &in), SL_OK);
+        cr_assert_eq(in.ws_bytes, (size_t)0, "direction %d took %zu bytes", dir, in.ws_bytes);
+    }
+    cr_assert_eq(cudaStreamSynchronize(c->stream), cudaSuccess);
+    cudaFree(d);
+    sl_exec_fini(&e);
+    cr_assert_eq(setenv("SLUICE_CUDNN_WS_MB", "lots", 1), 0);
+    cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "SLUICE_CUDNN_WS_MB=lots"), "%s", sl_errmsg());
+    unsetenv("SLUICE_CUDNN_WS_MB");
+}
+
+/* SLUICE_CUDA_STEM_PAD=4 / 8: a bf16 / f16 convolution of 3 input channels
+ * runs on zero-padded copies of 4 / 8 (the cache holds that shape) and
+ * gives what the plain one gives: forward, both backwards and the
+ * accumulating backward-data, to the rounding of the output type (the
+ * zeros add nothing; the sum runs in another order; the padded dgrad is
+ * rounded before it is added). f32 and c >= P are
+ * left alone; a bad value is refused. */
+Test(train_conv_cuda, stem_padded_matches_unpadded)
+{
+    need_gpu();
+    sl_conv_shape sh;
+    cr_assert_eq(sl_conv_shape_init(&sh, 2, 20, 18, 3, 16, 7, 7, 2, 3), SL_OK);
+    size_t nx = nx_of(&sh), ny = ny_of(&sh), nw = nw_of(&sh);
+    float *x = alloc_f(nx), *w = alloc_f(nw), *dy = alloc_f(ny), *dx0 = alloc_f(nx);
+    uint64_t st = 77;
+    fill(x, nx, &st), fill(w, nw, &st), fill(dy, ny, &st), fill(dx0, nx, &st);
+    static const sl_dtype ts[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
+    static const char *pads[3] = {"0", "4", "8"};
+    float *out[3][4];
+    size_t cnt[4] = {ny, nw, nx, nx};
+    for (int k = 0; k < 2; k++) {
+        sl_dtype t = ts[k];
+        float *xr = fdup(x, nx), *wr = fdup(w, nw), *dyr = fdup(dy, ny), *dxr = fdup(dx0, nx);
+        tg_round_all(xr, nx, t), tg_round_all(wr, nw, t), tg_round_all(dyr, ny, t);
+        tg_round_all(dxr, nx, t);
+        for (int p = 0; p < 3; p++) {
+            cr_assert_eq(setenv("SLUICE_CUDA_STEM_PAD", pads[p], 1), 0);
+            sl_exec e;
+            cuda_init(&e, "0", NULL);
+            tg_set_act(&e, t);
+            cr_assert_eq(sl_cuda_of(&e)->stem_pad, atoi(pads[p]));
+            void *dx_ = tg_upa(xr, nx, t), *dw_ = tg_upa(wr, nw, t), *ddy = tg_upa(dyr, ny, t);
+            void *dy_ = tg_newa(ny, t), *ddx = tg_newa(nx, t), *dacc = tg_upa(dxr, nx, t);
+            float *dgw = tg_newf(nw);
+            tg_ready();
+            cr_assert_eq(e.ops->conv_fwd(&e, &sh, dx_, dw_, dy_), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(e.ops->conv_bwd_filter(&e, &sh, dx_, ddy, dgw), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(e.ops->conv_bwd_data(&e, &sh, ddy, dw_, ddx), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(e.ops->conv_bwd_data_acc(&e, &sh, ddy, dw_, dacc, NULL), SL_OK, "%s",
+                         sl_errmsg());
+            for (int j = 0; j < 4; j++)
+                out[p][j] = alloc_f(cnt[j]);
+            tg_downa(out[p][0], dy_, ny, t), tg_downf(out[p][1], dgw, nw);
+            tg_downa(out[p][2], ddx, nx, t), tg_downa(out[p][3], dacc, nx, t);
+            sl_conv_shape ps = sh;
+            ps.c = p ? atoi(pads[p]) : 3;
+            sl_conv_algo_info in;
+            cr_assert_eq(sl_conv_algo_lookup(sl_cuda_of(&e), &ps, t, SL_CONV_FWD, &in), SL_OK,
+                         "STEM_PAD=%s: the convolution ran on %d channels", pads[p], ps.c);
+            void *d[] = {dx_, dw_, ddy, dy_, ddx, dacc, dgw};
+            for (size_t q = 0; q < sizeof d / sizeof d[0]; q++)
+                tg_free(d[q]);
+            sl_exec_fini(&e);
+        }
+        static const char *what[4] = {"y", "dw", "dx", "dx accumulated"};
+        double ulp = t == SL_DTYPE_BF16 ? 0.0078125 : 0.0009765625;
+        for (int p = 1; p < 3; p++)
+            for (int j = 0; j < 4; j++)
+                for (size_t i = 0; i < cnt[j]; i++) {
+                    /* dx accumulated: the padded path rounds the convolution to t
+                     * before the add (twice in all), so an ulp of each term */
+                    double a = out[p][j][i], b = out[0][j][i];
+                    double m = j == 3 ? fabs(out[0][2][i]) + fabs(dxr[i]) : j == 1 ? 0 : fabs(b);
+                    cr_assert(fabs(a - b) <= 1e-5 + 1e-5 * fabs(b) + ulp * m,
+                              "%s STEM_PAD=%s %s[%zu]: %.7g, unpadded %.7g", tg_type_name(t),
+                              pads[p], what[j], i, a, b);
+                }
+        for (int p = 0; p < 3; p++)
+            for (int j = 0; j < 4; j++)
+                free(out[p][j]);
+        free(xr), free(wr), free(dyr), free(dxr);
+    }
+    /* f32 keeps the plain path; a bad value is refused */
+    cr_assert_eq(setenv("SLUICE_CUDA_STEM_PAD", "4", 1), 0);
+    sl_exec e;
+    cuda_init(&e, "0", NULL);
+    float *d = dev_alloc(nx + nw + ny);
+    cr_assert_eq(e.ops->conv_fwd(&e, &sh, d, d + nx, d + nx + nw), SL_OK, "%s", sl_errmsg());
+    sl_conv_algo_info in;
+    cr_assert_eq(sl_conv_algo_lookup(sl_cuda_of(&e), &sh, SL_DTYPE_F32, SL_CONV_FWD, &in), SL_OK);
+    cr_assert_eq(cudaStreamSynchronize(sl_cuda_of(&e)->stream), cudaSuccess);
+    cudaFree(d);
+    sl_exec_fini(&e);
+    cr_assert_eq(setenv("SLUICE_CUDA_STEM_PAD", "3", 1), 0);
+    cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CUDA, 1), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "SLUICE_CUDA_STEM_PAD=3"), "%s", sl_errmsg());
+    unsetenv("SLUICE_CUDA_STEM_PAD");
+    free(x), free(w), free(dy), free(dx0);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

@@ -604,9 +604,15 @@ static void hook_case(int sync)
     cr_assert_str_eq(t[h.order[h.ncalls - 1]].name, "conv1.weight");
     cr_assert_str_eq(t[h.order[h.ncalls - 2]].name, "bn1.bias");
 
-    /* a non-zero return stops backward with that code, and no call follows */
+    /* a non-zero return stops backward with that code, and no call follows
+     * (each backward needs a forward of its own: it writes each BN's input
+     * gradient over its input; without one it refuses) */
     memset(&h.calls, 0, sizeof h.calls);
     h.ncalls = 0, h.stop_at = 7;
+    cr_assert_eq(sl_model_backward(m, &e, dl1, NULL), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "no train forward since the last backward"), "%s", sl_errmsg());
+    cr_assert_eq(h.ncalls, 0);
+    cr_assert_eq(sl_model_forward(m, &e, x2, N, 1, &lg), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(sl_model_backward(m, &e, dl1, NULL), SL_ECANCELED);
     cr_assert_eq(h.ncalls, 7);
     cr_assert(strstr(sl_errmsg(), "grad-ready hook") && strstr(sl_errmsg(), "stop requested") &&
@@ -614,6 +620,7 @@ static void hook_case(int sync)
     /* removed: backward runs again with no calls */
     sl_model_set_grad_hook(m, NULL, &h);
     h.ncalls = 0;
+    cr_assert_eq(sl_model_forward(m, &e, x2, N, 1, &lg), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(sl_model_backward(m, &e, dl1, NULL), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(h.ncalls, 0);
     for (int i = 0; i < count; i++)

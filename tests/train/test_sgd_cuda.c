@@ -191,6 +191,42 @@ Test(train_sgd_cuda, golden_three_steps)
     tg_close(&eg);
 }
 
+/* sl_sgd_step_cuda_lr (the learning rate read from device memory: what a
+ * captured CUDA graph replays with) gives the bits of sl_sgd_step_cuda, and
+ * follows a new value written between two launches of the same call. */
+Test(train_sgd_cuda, lr_from_device_equals_value)
+{
+    static const float lrs[3] = {0.5f, 0.125f, 0.3f};
+    sl_exec eg;
+    tg_open(&eg, NULL);
+    float one[5] = {1, 1, 1, 1, 1}, g[5] = {0.5f, -0.25f, 0.1f, 3, -2};
+    float *wa = tg_upf(one, 5), *wb = tg_upf(one, 5), *gr = tg_upf(g, 5), *ma = tg_newf(5),
+          *mb = tg_newf(5), *dlr = tg_newf(1);
+    sl_sgd_cuda_tensor ta = {wa, gr, ma, 5, 1}, tb = {wb, gr, mb, 5, 1};
+    sl_sgd_cuda_tensor *da = tg_up(&ta, 1, sizeof ta), *db = tg_up(&tb, 1, sizeof tb);
+    tg_ready();
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(cudaMemcpy(dlr, &lrs[s], sizeof(float), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+        tg_ready();
+        cr_assert_eq(sl_sgd_step_cuda(&eg, da, 1, lrs[s], 0.9f, 0.1f, 0, s == 0, NULL), SL_OK,
+                     "%s", sl_errmsg());
+        cr_assert_eq(sl_sgd_step_cuda_lr(&eg, db, 1, dlr, 0.9f, 0.1f, 0, s == 0, NULL), SL_OK,
+                     "%s", sl_errmsg());
+        float ha[5], hb[5];
+        tg_downf(ha, wa, 5), tg_downf(hb, wb, 5);
+        cr_assert(memcmp(ha, hb, sizeof ha) == 0, "step %d (lr %g): %.9g vs %.9g", s,
+                  (double)lrs[s], (double)ha[0], (double)hb[0]);
+        tg_downf(ha, ma, 5), tg_downf(hb, mb, 5);
+        cr_assert(memcmp(ha, hb, sizeof ha) == 0, "step %d: momentum", s);
+    }
+    cr_assert_eq(sl_sgd_step_cuda_lr(&eg, db, 1, NULL, 0.9f, 0.1f, 0, 0, NULL), SL_EINVAL);
+    void *d[] = {wa, wb, gr, ma, mb, dlr, da, db};
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        tg_free(d[k]);
+    tg_close(&eg);
+}
+
 /* ------------------------------------------------------ loss scaling */
 
 /* Two identical model-like sets: A steps with a loss-scale state on grads

@@ -440,8 +440,138 @@ Test(train_gpu, synthetic_json)
               "images_per_sec_steady %.1f against the progress lines' %.1f..%.1f img/s: %s",
               steady, lo, hi, out);
     cr_expect(strstr(out, "\"precision\": \"bf16\""), "%s", out);
+    /* the device memory it reports is the plan's: every byte but the cuDNN
+     * workspace and the op scratch is known in advance, and those stay
+     * under their bounds */
+    j = strstr(out, "\"peak_device_mib\": ");
+    cr_assert(j, "%s", out);
+    double peak = atof(j + strlen("\"peak_device_mib\": ")) * 1048576.0;
+    sl_model_config mc = SL_MODEL_CONFIG_INIT;
+    mc.arch = SL_ARCH_RESNET18, mc.classes = 10;
+    sl_dev_plan pl;
+    cr_assert_eq(sl_dev_plan_train(&mc, 16, 32, 32, SL_DTYPE_BF16, (size_t)256 << 20, 132, &pl),
+                 SL_OK, "%s", sl_errmsg());
+    double fixed = (double)(pl.model + pl.optimizer + pl.io);
+    cr_log_info("peak %.0f bytes; plan: fixed %.0f, workspace <= %zu, scratch <= %zu", peak,
+                fixed, pl.workspace, pl.scratch);
+    cr_expect(peak >= fixed - 0.1 * 1048576 && peak <= (double)pl.total + 0.1 * 1048576,
+              "peak_device_mib %.1f outside the plan's [%.1f, %.1f] MiB: %s", peak / 1048576,
+              fixed / 1048576, pl.total / 1048576.0, out);
     free(out);
     pl_dataset_free(&d);
+}
+
+/* The input gradient-free grads of one train step of arch (width w, n
+ * images of hw x hw) on exec e, with backward's buffers placed in memory
+ * activations also use (tail 0, the default) or all in the arena's tail
+ * (tail 1, SLUICE_MODEL_GRAD_TAIL=1): *grads gets the grads arena (*cnt
+ * floats) and the logits' sum, so a forward that read a clobbered
+ * activation shows too. */
+static void lean_step(sl_exec *e, sl_arch arch, int w, int n, int hw, int tail, float **grads,
+                      size_t *cnt)
+{
+    cr_assert_eq(setenv("SLUICE_MODEL_GRAD_TAIL", tail ? "1" : "0", 1), 0);
+    sl_model_config mc = SL_MODEL_CONFIG_INIT;
+    mc.arch = arch, mc.width = w, mc.classes = CLASSES, mc.seed = 5;
+    mc.zero_init_residual = 0;
+    sl_model *m;
+    cr_assert_eq(sl_model_create(&mc, n, hw, hw, &m), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_model_place(m, e), SL_OK, "%s", sl_errmsg());
+    unsetenv("SLUICE_MODEL_GRAD_TAIL");
+    int64_t nx = (int64_t)n * hw * hw * 3;
+    float *hx = malloc((size_t)nx * sizeof(float)), *x32 = NULL, *dl = NULL;
+    int32_t hl[16], *dlab = NULL;
+    void *x = NULL;
+    uint64_t st = 23;
+    cr_assert(hx);
+    for (int64_t i = 0; i < nx; i++)
+        hx[i] = (float)((tu_rand(&st) >> 11) * 0x1p-53) * 4.0f - 2.0f;
+    for (int i = 0; i < n; i++)
+        hl[i] = (int32_t)(tu_rand(&st) % CLASSES);
+    cr_assert_eq(sl_dev_alloc(e, (size_t)nx * 4, (void **)&x32), SL_OK);
+    cr_assert_eq(sl_dev_alloc(e, (size_t)nx * sl_exec_act_size(e), &x), SL_OK);
+    cr_assert_eq(sl_dev_alloc(e, (size_t)n * 4, (void **)&dlab), SL_OK);
+    cr_assert_eq(sl_dev_alloc(e, (size_t)n * CLASSES * 4, (void **)&dl), SL_OK);
+    cr_assert_eq(sl_dev_copy_in(e, x32, hx, (size_t)nx * 4), SL_OK);
+    cr_assert_eq(sl_dev_copy_in(e, dlab, hl, (size_t)n * 4), SL_OK);
+    cr_assert_eq(sl_dev_cast(e, nx, x32, x, e->act), SL_OK, "%s", sl_errmsg());
+    const float *logits;
+    float loss;
+    cr_assert_eq(sl_model_forward(m, e, x, n, 1, &logits), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e->ops->xent_fwd_bwd(e, n, CLASSES, logits, dlab, 0.1f, &loss, dl, NULL), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(sl_model_backward(m, e, dl, NULL), SL_OK, "%s", sl_errmsg());
+    float *params, *g;
+    sl_model_arenas(m, &params, &g, cnt);
+    *grads = malloc((*cnt + 1) * sizeof(float));
+    cr_assert(*grads);
+    cr_assert_eq(sl_dev_copy_out(e, *grads, g, *cnt * sizeof(float)), SL_OK);
+    (*grads)[*cnt] = loss;
+    sl_dev_free(e, x32), sl_dev_free(e, x), sl_dev_free(e, dlab), sl_dev_free(e, dl);
+    sl_model_destroy(m);
+    free(hx);
+}
+
+/* Backward's gradient buffers in the memory of blocks backward is done
+ * with, and the forward's scratch in blocks not yet written (model_int.h),
+ * change nothing: the loss and every gradient are the bits of the layout
+ * that shares no memory, for the three architectures on the cpu backend
+ * and for ResNet-50 in bf16 on cuda (where conv_bwd_data_acc also takes
+ * its search scratch from there). */
+Test(train_gpu, grad_buffers_in_dead_memory_change_nothing)
+{
+    static const struct { sl_arch arch; int w, n, hw; } nets[] = {
+        {SL_ARCH_RESNET50, 4, 2, 64}, {SL_ARCH_RESNET18, 4, 2, 64}, {SL_ARCH_RESNET20, 4, 3, 16}};
+    for (int k = 0; k < 4; k++) {
+        int cuda = k == 3;
+        sl_exec e;
+        if (cuda) {
+            if (!tg_has_gpu()) {
+                cr_log_info("no cuda device: the cuda half skipped");
+                break;
+            }
+            gpu_exec_or_skip(&e, SL_DTYPE_BF16);
+        } else {
+            cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CPU, 1), SL_OK);
+        }
+        int a = cuda ? 0 : k, w = cuda ? 8 : nets[a].w;
+        float *g0, *g1;
+        size_t c0, c1;
+        lean_step(&e, nets[a].arch, w, nets[a].n, nets[a].hw, 1, &g0, &c0);
+        lean_step(&e, nets[a].arch, w, nets[a].n, nets[a].hw, 0, &g1, &c1);
+        cr_assert_eq(c0, c1);
+        cr_log_info("%s %s: loss %.6f, %zu grads", sl_arch_name(nets[a].arch),
+                    sl_backend_name(e.backend), g0[c0], c0);
+        for (size_t i = 0; i <= c0; i++)
+            cr_assert(memcmp(&g0[i], &g1[i], sizeof(float)) == 0,
+                      "%s: %s %zu: %.9g with shared memory, %.9g with the tail only",
+                      sl_arch_name(nets[a].arch), i == c0 ? "loss" : "grad", i, g1[i], g0[i]);
+        free(g0), free(g1);
+        sl_exec_fini(&e);
+    }
+}
+
+/* Issue 14's budget, from the plan (no device needed): ResNet-50 at batch
+ * 256, 224x224, bf16, trains in no more device memory than PyTorch eager's
+ * peak for the same step, 11.0 GiB (torch.cuda.max_memory_allocated on an
+ * H100, /work/shared/gpu/2026-11-26), workspace cap and op scratch
+ * included. The plan is held to the real allocations by synthetic_json. */
+Test(train_gpu, resnet50_batch256_plan_within_pytorch_peak)
+{
+    sl_model_config mc = SL_MODEL_CONFIG_INIT;
+    mc.arch = SL_ARCH_RESNET50, mc.classes = 1000;
+    sl_dev_plan pl;
+    cr_assert_eq(sl_dev_plan_train(&mc, 256, 224, 224, SL_DTYPE_BF16, (size_t)256 << 20, 132,
+                                   &pl), SL_OK, "%s", sl_errmsg());
+    double gib = 1073741824.0;
+    cr_log_info("resnet50 b256 bf16 plan: model %.3f, optimizer %.3f, io %.3f, workspace %.3f, "
+                "scratch %.3f; total %.3f GiB", pl.model / gib, pl.optimizer / gib, pl.io / gib,
+                pl.workspace / gib, pl.scratch / gib, pl.total / gib);
+    cr_expect_leq(pl.total / gib, 11.0, "%.3f GiB planned", pl.total / gib);
+    /* what the layout keeps per image: y for every unit, z for all but the
+     * downsamples and the pooled stem, in 2 bytes; the two gradient
+     * buffers of the stem's 112x112x64 */
+    cr_expect_gt(pl.model / gib, 9.0, "the plan lost activations: %.3f GiB", pl.model / gib);
 }
 
 /* The GPU feed (pinned ring -> copy stream -> event -> normalize on the
@@ -476,6 +606,79 @@ Test(train_gpu, cuda_run_logs_cpu_losses)
         cr_expect_leq(fabs(l[1].v[i] - l[0].v[i]), 1e-4 + 1e-3 * fabs(l[0].v[i]), "step %ld",
                       l[0].step[i]);
     }
+    pl_dataset_free(&d);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* A whole file's bytes (malloc'd), or fail the test. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    cr_assert(b && fread(b, 1, (size_t)n, f) == (size_t)n, "%s", path);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* The steady step as a CUDA graph (captured on the second step and
+ * replayed after: SLUICE_CUDA_GRAPH=1, the default) against the step run
+ * uncaptured (=0), and against captures the driver refuses
+ * (EMU_CAPTURE_FAIL, the emulator's fault injection: after three tries the
+ * step runs uncaptured): the same loss at every logged step and
+ * byte-identical checkpoints (weights, momentum, BN running statistics and
+ * num_batches_tracked, the optimizer's step: the host's share of a
+ * replayed step), the JSON line saying which ran. The cosine schedule
+ * moves the learning rate every step (a graph reads it from device
+ * memory; one that kept the captured value would drift). */
+Test(train_gpu, cuda_graph_matches_uncaptured)
+{
+    if (!tg_has_gpu())
+        cr_skip_test("no cuda device");
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    static const char *env[3] = {"SLUICE_CUDA_GRAPH=0", "SLUICE_CUDA_GRAPH=1",
+                                 "SLUICE_CUDA_GRAPH=1 EMU_CAPTURE_FAIL=1"};
+    static const char *want[3] = {"\"cuda_graph\": \"off\"", "\"cuda_graph\": \"on\"",
+                                  "\"cuda_graph\": \"fallback\""};
+    tg_losses l[3];
+    char *ck[3];
+    size_t cklen[3];
+    for (int k = 0; k < 3; k++) {
+        int rc = tu_run(&out, "%s %s train --data %s --image-size 16 --model resnet20 --width 4 "
+                        "--classes 10 --batch 8 --max-steps 12 --log-every 2 --shuffle global "
+                        "--seed 3 --eval-split none --lr 3.2 --backend cuda --precision bf16 "
+                        "--logdir %s/log%d --ckpt-dir %s/ck%d --json 2>&1", env[k], tu_sluice(),
+                        d.dir, tmp, k, tmp, k);
+        cr_assert_eq(rc, 0, "%s", out);
+        cr_assert(strstr(out, want[k]), "%s: want %s: %s", env[k], want[k], out);
+        if (k == 1)
+            cr_expect(strstr(out, "\"cuda_graph_replays\": 11"), "captured at step 2 of 12: %s",
+                      out);
+        free(out);
+        out = NULL;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/log%d", tmp, k);
+        tg_read_losses(path, &l[k]);
+        snprintf(path, sizeof path, "%s/ck%d/ckpt-000000012.safetensors", tmp, k);
+        ck[k] = slurp(path, &cklen[k]);
+    }
+    for (int k = 1; k < 3; k++) {
+        same_steps(&l[0], &l[k], 6, 12);
+        for (int i = 0; i < l[0].n; i++)
+            cr_expect_eq(l[k].v[i], l[0].v[i], "%s: step %ld: loss %.9g, uncaptured %.9g",
+                         env[k], l[0].step[i], l[k].v[i], l[0].v[i]);
+        cr_expect(cklen[k] == cklen[0] && memcmp(ck[k], ck[0], cklen[0]) == 0,
+                  "%s: the checkpoint differs from the uncaptured run's", env[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        free(ck[k]);
     pl_dataset_free(&d);
     tu_rmrf(tmp);
     free(tmp);

@@ -32,10 +32,10 @@ def split_top(t, angle=True):
     parts.append(cur.strip())
     return parts
 
-# EMU_BN_BLOCKS: a smaller BN_TARGET_BLOCKS for speed (norm_cuda.cu's kernels
-# take any gy; only the summation order changes). Unset: the file as it is.
+# EMU_BN_BLOCKS: fewer reduction blocks per SM for speed (norm_cuda.cu's
+# kernels take any gy; only the summation order changes). Unset: the file as it is.
 if os.environ.get('EMU_BN_BLOCKS'):
-    s, nsub = re.subn(r'BN_TARGET_BLOCKS = \d+', 'BN_TARGET_BLOCKS = ' + os.environ['EMU_BN_BLOCKS'], s)
+    s, nsub = re.subn(r'BN_BLOCKS_PER_SM = \d+', 'BN_BLOCKS_PER_SM = ' + os.environ['EMU_BN_BLOCKS'], s)
 out = []; i = 0
 while True:
     j = s.find('<<<', i)

@@ -15,6 +15,7 @@ using std::isnan;
 #define __global__
 #define __shared__ static
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 void emu_sync();

@@ -1,6 +1,8 @@
 // emu_blas.cpp - the cuBLAS subset linear_cuda.cu uses: handles bound to a
-// stream, math mode (TF32 rounds the inputs to 10 mantissa bits), SGEMM
-// (OpenBLAS) with pointer and extent checks, queued on the handle's stream.
+// stream, math mode (TF32 rounds the inputs to 10 mantissa bits), a user
+// workspace (cublasSetWorkspace: checked live at every call, scribbled on),
+// SGEMM (OpenBLAS) with pointer and extent checks, queued on the handle's
+// stream.
 #include "emu.h"
 #include "emu_core.h"
 #include <cublas_v2.h>
@@ -11,7 +13,7 @@
 #include <vector>
 
 using namespace emu;
-struct cublasContext { cudaStream_t stream; cublasMath_t math; int dead; };
+struct cublasContext { cudaStream_t stream; cublasMath_t math; int dead; void *ws; size_t ws_bytes; };
 static std::set<cublasContext *> handles;
 static bool live(cublasContext *h) { return h && handles.count(h) && !h->dead; }
 
@@ -19,7 +21,7 @@ extern "C" {
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
 {
     EMU_LOCK; emu::init();
-    *h = new cublasContext{NULL, CUBLAS_DEFAULT_MATH, 0};
+    *h = new cublasContext{NULL, CUBLAS_DEFAULT_MATH, 0, NULL, 0};
     handles.insert(*h);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -41,6 +43,18 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasGetStream_v2(cublasHandle_t h, cudaStream_t *s) { *s = h->stream; return CUBLAS_STATUS_SUCCESS; }
+// The workspace cuBLAS is to use (so that it never allocates, e.g. in a
+// CUDA graph capture): device memory of that extent; every SGEMM checks it
+// is still live (a workspace freed and not replaced is a use after free).
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *ws, size_t bytes)
+{
+    EMU_LOCK; emu::init();
+    if (!live(h)) { report("cublasSetWorkspace: bad handle"); return CUBLAS_STATUS_NOT_INITIALIZED; }
+    if (bytes && !check_range("cublasSetWorkspace", "workspace", ws, bytes, DEVICE)) return CUBLAS_STATUS_INVALID_VALUE;
+    h->ws = bytes ? ws : NULL;
+    h->ws_bytes = bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
 {
     EMU_LOCK;
@@ -82,8 +96,11 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOper
         ok &= check_range(api, "B", B, ((size_t)ldb * (bcols - 1) + brows) * 4, DEVICE);
     }
     ok &= check_range(api, "C", C, ((size_t)ldc * (n - 1) + m) * 4, DEVICE);
+    if (h->ws) ok &= check_range(api, "the workspace (cublasSetWorkspace)", h->ws, h->ws_bytes, DEVICE);
     if (!ok) return CUBLAS_STATUS_INVALID_VALUE;
     float al = *alpha, be = *beta;
+    void *ws = h->ws;
+    size_t wsb = h->ws_bytes;
     bool t32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
     bool sok;
     Stream *s = stream_of(h->stream, api, &sok);
@@ -98,6 +115,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOper
             for (auto &v : tb32) v = tf32(v);
             a = ta32.data(), b = tb32.data();
         }
+        if (ws) memset(ws, 0x5a, wsb < 4096 ? wsb : 4096); // cuBLAS scribbles on it
         if (be == 0.0f) // C is not read (NaN there must not leak)
             for (int j = 0; j < n; j++) for (int i = 0; i < m; i++) C[i + (size_t)j * ldc] = 0.0f;
         if (k)

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cblas.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -33,7 +34,7 @@ static thread_local cudaError_t last_err = cudaSuccess;
 struct Alloc { uintptr_t page, base; size_t size, cap; Kind kind; bool live; long id; };
 static std::map<uintptr_t, Alloc> allocs; // by base (device: live and dead; pinned: live)
 static long next_id;
-static size_t live_bytes;
+static size_t live_bytes, peak_bytes;
 static int open_depth;
 
 bool lazy() { return lazy_mode; }
@@ -190,14 +191,16 @@ bool check_range(const char *api, const char *what, const void *p, size_t n, Kin
 struct Op { std::function<void()> fn; const char *what; std::function<bool(bool)> step; };
 struct Stream {
     unsigned magic;
-    int id, nonblocking, destroyed, capturing;
+    int id, nonblocking, destroyed, capturing; // capturing: 0 no, 1 yes, 2 invalidated
+    cudaStreamCaptureMode capmode;             // of the capture in progress
+    pthread_t capthread;                       // the thread that began it
     std::deque<std::pair<uint64_t, Op>> q; // (seq, op)
     uint64_t queued, done;                  // ops queued / run so far
     std::vector<std::function<void()>> *graph;
 };
 struct Event { unsigned magic; int destroyed; Stream *s; uint64_t seq; int recorded; };
 static const unsigned SMAGIC = 0x57e4a3, EMAGIC = 0xe7e47;
-static Stream legacy_stream = {SMAGIC, 0, 0, 0, 0, {}, 0, 0, NULL};
+static Stream legacy_stream = {SMAGIC, 0, 0, 0, 0, cudaStreamCaptureModeGlobal, 0, {}, 0, 0, NULL};
 static std::set<Stream *> streams;  // every stream ever made (destroyed ones kept)
 static std::set<Event *> events;
 static int nstreams;
@@ -308,14 +311,37 @@ bool flush_all()
     return ok;
 }
 
-// A synchronous call while a stream captures: the capture is invalidated.
+// A potentially unsafe call (a host sync, cudaMalloc / cudaFree, a
+// synchronous copy or memset) while a stream captures, as the driver
+// rules it: prohibited from any thread during a cudaStreamCaptureModeGlobal
+// capture, from the capturing thread during a ThreadLocal one, never during
+// a Relaxed one. A prohibited call fails (the caller returns
+// cudaErrorStreamCaptureUnsupported) and invalidates the capture (its
+// cudaStreamEndCapture returns cudaErrorStreamCaptureInvalidated): a
+// runtime error the program may recover from, so a warning, not a report.
 static bool nocap(const char *api)
 {
     bool any = false;
+    pthread_t me = pthread_self();
     for (Stream *o : streams)
-        if (o->capturing && !o->destroyed) { o->capturing = 2; any = true; }
-    if (any) warn("%s during stream capture: the capture is invalidated", api);
+        if (o->capturing && !o->destroyed &&
+            (o->capmode == cudaStreamCaptureModeGlobal ||
+             (o->capmode == cudaStreamCaptureModeThreadLocal && pthread_equal(o->capthread, me)))) {
+            o->capturing = 2;
+            any = true;
+        }
+    if (any) warn("%s during stream capture: not permitted, the capture is invalidated", api);
     return any;
+}
+
+// An operation queued on a capturing stream that a graph cannot hold (a
+// copy to or from pageable memory): fails and invalidates that capture.
+static bool cap_refuse(Stream *s, const char *api, const char *why)
+{
+    if (!s->capturing) return false;
+    s->capturing = 2;
+    warn("%s on a capturing stream: %s: not permitted, the capture is invalidated", api, why);
+    return true;
 }
 
 static Event *event_of(cudaEvent_t e, const char *api)
@@ -383,6 +409,7 @@ const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorLaunchTimeout: return "cudaErrorLaunchTimeout";
     default: return "cudaErrorUnknown(emu)";
     }
@@ -398,6 +425,8 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorLaunchTimeout: return "the launch timed out and was terminated (emulator: a "
                                         "stream stuck on an NCCL collective, see EMU: error)";
     default: return "emulator error";
@@ -482,6 +511,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
     if (!open_depth) protect(a, PROT_NONE);
     allocs[a.base] = a;
     live_bytes += sz;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
     *p = (void *)a.base;
     return cudaSuccess;
 }
@@ -603,6 +633,8 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, 
     if (!n) return cudaSuccess;
     Kind dk, sk;
     if (!copy_check("cudaMemcpyAsync", d, s, n, k, &dk, &sk)) FAIL(cudaErrorInvalidValue);
+    if ((sk == HOST || dk == HOST) && cap_refuse(st, "cudaMemcpyAsync", "pageable host memory"))
+        FAIL(cudaErrorStreamCaptureUnsupported);
     if (sk == HOST) {
         // pageable source: staged at the call (CUDA returns after staging)
         std::shared_ptr<std::vector<char>> buf(new std::vector<char>((const char *)s, (const char *)s + n));
@@ -639,7 +671,8 @@ cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t h)
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned flags)
 {
     API_BEGIN;
-    Stream *s = new Stream{SMAGIC, ++nstreams, (flags & cudaStreamNonBlocking) != 0, 0, 0, {}, 0, 0, NULL};
+    Stream *s = new Stream{SMAGIC, ++nstreams, (flags & cudaStreamNonBlocking) != 0, 0, 0,
+                           cudaStreamCaptureModeGlobal, 0, {}, 0, 0, NULL};
     streams.insert(s);
     *out = (cudaStream_t)s;
     return cudaSuccess;
@@ -658,7 +691,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
 {
     API_BEGIN;
     STREAM(st, h, "cudaStreamSynchronize");
-    if (st->capturing || nocap("cudaStreamSynchronize")) FAIL(cudaErrorStreamCaptureUnsupported);
+    if (st->capturing) { cap_refuse(st, "cudaStreamSynchronize", "a host sync of the capturing stream"); FAIL(cudaErrorStreamCaptureUnsupported); }
+    if (nocap("cudaStreamSynchronize")) FAIL(cudaErrorStreamCaptureUnsupported);
     if (!flush(st)) FAIL(STUCK);
     return cudaSuccess;
 }
@@ -666,6 +700,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
 {
     API_BEGIN;
     STREAM(st, h, "cudaStreamQuery");
+    if (st->capturing) { cap_refuse(st, "cudaStreamQuery", "a query of the capturing stream"); FAIL(cudaErrorStreamCaptureUnsupported); }
     // work makes progress on its own on a GPU: run it, then report done
     // (or not ready: host work in progress, an NCCL collective waiting)
     return flush(st, false) ? cudaSuccess : cudaErrorNotReady;
@@ -746,20 +781,42 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t sh, cudaEvent_t h, unsigned flags)
 
 // ------------------------------------------------------------ graphs
 typedef std::vector<std::function<void()>> Graph;
-cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode)
+cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode)
 {
     API_BEGIN;
     STREAM(st, h, "cudaStreamBeginCapture");
     if (st == legacy()) FAIL(cudaErrorStreamCaptureUnsupported);
+    if (st->capturing) { report("cudaStreamBeginCapture: stream #%d is capturing already", st->id); FAIL(cudaErrorIllegalState); }
     st->capturing = 1;
+    st->capmode = mode;
+    st->capthread = pthread_self();
     st->graph = new Graph();
     return cudaSuccess;
 }
+cudaError_t cudaStreamIsCapturing(cudaStream_t h, cudaStreamCaptureStatus *status)
+{
+    API_BEGIN;
+    STREAM(st, h, "cudaStreamIsCapturing");
+    *status = !st->capturing ? cudaStreamCaptureStatusNone
+              : st->capturing == 1 ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusInvalidated;
+    return cudaSuccess;
+}
+// EMU_CAPTURE_FAIL=1: every capture ends invalidated (fault injection: the
+// program's fallback when a driver refuses to capture).
 cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *g)
 {
     API_BEGIN;
     STREAM(st, h, "cudaStreamEndCapture");
     if (!st->capturing) FAIL(cudaErrorInvalidValue);
+    if (!pthread_equal(st->capthread, pthread_self()) && st->capmode != cudaStreamCaptureModeRelaxed) {
+        report("cudaStreamEndCapture: stream #%d's capture was begun by another thread", st->id);
+        st->capturing = 2;
+    }
+    const char *f = getenv("EMU_CAPTURE_FAIL");
+    if (f && atoi(f) && st->capturing == 1) {
+        warn("EMU_CAPTURE_FAIL: capture of stream #%d invalidated", st->id);
+        st->capturing = 2;
+    }
     int bad = st->capturing == 2;
     st->capturing = 0;
     *g = bad ? NULL : (cudaGraph_t)st->graph;
@@ -785,5 +842,10 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) { EMU_LOCK; delete (Graph *)g; retur
 } // extern "C"
 
 static struct AtExit {
-    ~AtExit() { if (emu::nreports) fprintf(stderr, "EMU: %ld misuse report(s) in process %d\n", emu::nreports, (int)getpid()); }
+    ~AtExit() {
+        if (emu::nreports) fprintf(stderr, "EMU: %ld misuse report(s) in process %d\n", emu::nreports, (int)getpid());
+        if (getenv("EMU_MEM_REPORT"))
+            fprintf(stderr, "EMU: peak device memory %zu bytes (cudaMalloc, live at once) in process %d\n",
+                    emu::peak_bytes, (int)getpid());
+    }
 } at_exit_;

@@ -154,6 +154,18 @@ CASES
     return $rc
 }
 
+# The stream-capture rules (selftest capture): every case must say ok.
+capture_selftest() {
+    local out
+    out=$(EMU_ABORT=0 timeout 60 "$OUT/selftest" capture 2>&1)
+    if [ "$(echo "$out" | grep -c '^capture: .*: ok ')" = 14 ] && ! echo "$out" | grep -q WRONG; then
+        echo "== capture selftest: ok (14 cases)"
+    else
+        echo "== capture selftest: FAILED"; echo "$out" | grep -v "^/\|^\./\|(+0x" | head -30
+        return 1
+    fi
+}
+
 # The NCCL lanes (part of ci, or alone: run.sh nccl)
 nccl_lanes() {
     nccl_selftest && FILTER='collectives_nccl/*' runtests && FILTER='train_nccl/*' runtests
@@ -166,9 +178,9 @@ all) build && selftest && runtests "$@" ;;
 ci)  # tools/dev test: every GPU test but the 8-minute Fashion-MNIST one, then the op and
      # pipeline device tests; each lane's failure fails the run
     build # a plain call: its set -e stops the script at the first failing step
-    FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
+    capture_selftest && FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
         FILTER='pipeline_load/*' runtests && nccl_lanes ;;
 nccl) nccl_lanes ;;
-selftest) selftest ;;
+selftest) selftest && capture_selftest ;;
 *) echo "usage: run.sh [build|selftest|test|all|ci|nccl] [criterion args]"; exit 2 ;;
 esac

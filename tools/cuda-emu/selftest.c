@@ -1,6 +1,8 @@
 /* selftest.c - the emulator's misuse checks, one per argv[1]:
  *   host_deref  free_host  double_free  kind  range  stream_after_destroy
  *   event_never_recorded  lazy_pinned  ok
+ *   capture (the driver's rules for stream capture: one line per case,
+ *   "ok" when the emulator answered as a driver does)
  *   nccl_ok  nccl_mismatch  nccl_timeout  nccl_host_ptr  nccl_after_destroy
  *   nccl_dup_device  nccl_peer_exit
  * Each prints what the emulator reports (run.sh selftest runs them all).
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cuda_runtime_api.h>
@@ -129,11 +132,89 @@ static int nccl_case(const char *w)
     return rc;
 }
 
+/* capture cases: another thread's cudaMalloc during a capture */
+static cudaError_t other_malloc_rc;
+static void *other_malloc(void *arg)
+{
+    void *p = NULL;
+    (void)arg;
+    other_malloc_rc = cudaMalloc(&p, 64);
+    if (p)
+        cudaFree(p);
+    return NULL;
+}
+
+static void capture_case(const char *name, cudaError_t got, cudaError_t want)
+{
+    printf("capture: %s: %s (%s)\n", name, got == want ? "ok" : "WRONG", cudaGetErrorName(got));
+}
+
+/* The driver's rules for stream capture, as the trainer's CUDA graph meets
+ * them: a captured memset replays; the capturing thread's cudaMalloc, host
+ * sync and pageable copy fail and invalidate the capture; another thread's
+ * cudaMalloc is fine in ThreadLocal mode and invalidates in Global mode;
+ * EMU_CAPTURE_FAIL=1 invalidates every capture. */
+static int capture_cases(void)
+{
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    unsigned char *d = NULL, h[64];
+    cudaMalloc((void **)&d, 64);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge;
+    pthread_t t;
+    /* a capture that replays */
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    cudaMemsetAsync(d, 7, 64, s);
+    pthread_create(&t, NULL, other_malloc, NULL);
+    pthread_join(t, NULL);
+    capture_case("thread-local: another thread's cudaMalloc", other_malloc_rc, cudaSuccess);
+    capture_case("end", cudaStreamEndCapture(s, &g), cudaSuccess);
+    cudaMemset(d, 0, 64);
+    cudaDeviceSynchronize();
+    capture_case("instantiate", cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    capture_case("launch", cudaGraphLaunch(ge, s), cudaSuccess);
+    cudaStreamSynchronize(s);
+    cudaMemcpy(h, d, 64, cudaMemcpyDeviceToHost);
+    capture_case("replayed memset", h[0] == 7 && h[63] == 7 ? cudaSuccess : cudaErrorUnknown,
+                 cudaSuccess);
+    /* what the capturing thread may not do */
+    static const char *what[3] = {"cudaMalloc", "cudaStreamSynchronize", "pageable copy"};
+    for (int k = 0; k < 3; k++) {
+        void *p = NULL;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+        cudaError_t e = k == 0   ? cudaMalloc(&p, 64)
+                        : k == 1 ? cudaStreamSynchronize(s)
+                                 : cudaMemcpyAsync(d, h, 64, cudaMemcpyHostToDevice, s);
+        char name[96];
+        snprintf(name, sizeof name, "%s while capturing", what[k]);
+        capture_case(name, e, cudaErrorStreamCaptureUnsupported);
+        snprintf(name, sizeof name, "end after %s", what[k]);
+        capture_case(name, cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    }
+    /* global mode: another thread's cudaMalloc is refused too */
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    pthread_create(&t, NULL, other_malloc, NULL);
+    pthread_join(t, NULL);
+    capture_case("global: another thread's cudaMalloc", other_malloc_rc,
+                 cudaErrorStreamCaptureUnsupported);
+    capture_case("end after it", cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    /* fault injection */
+    setenv("EMU_CAPTURE_FAIL", "1", 1);
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    cudaMemsetAsync(d, 1, 64, s);
+    capture_case("EMU_CAPTURE_FAIL=1: end", cudaStreamEndCapture(s, &g),
+                 cudaErrorStreamCaptureInvalidated);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *w = argc > 1 ? argv[1] : "ok";
     if (!strncmp(w, "nccl_", 5))
         return nccl_case(w);
+    if (!strcmp(w, "capture"))
+        return capture_cases();
     float *d = NULL, h[4] = {1, 2, 3, 4};
     cudaError_t e = cudaMalloc((void **)&d, sizeof h);
     printf("cudaMalloc: %s\n", cudaGetErrorName(e));
