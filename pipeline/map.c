@@ -92,11 +92,12 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
 /* ------------------------------------------------------------- map */
 
 /* One record's payload into a sample at dst; *label set. SL_ECORRUPT or
- * SL_EIMAGE mean "bad record"; anything else is fatal. */
-static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
-                     uint64_t id, void *dst, int32_t *label)
+ * SL_EIMAGE mean "bad record"; anything else is fatal. Also the entry point
+ * of tests/fuzz/fuzz_roi.c (pipeline_int.h). */
+int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
+                  const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
+                  int32_t *label)
 {
-    const sl_pipeline_config *c = &p->cfg;
     sl_image_example ex;
     sl_crop crop;
     int W, H, flip = 0, rc;
@@ -104,10 +105,10 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
     if ((rc = sl_image_example_decode(rec, len, &ex)))
         return rc;
     int64_t l;
-    if (__builtin_sub_overflow(ex.label, p->label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
+    if (__builtin_sub_overflow(ex.label, label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
         return sl_fail(SL_ECORRUPT, "label %lld - offset %lld out of range", (long long)ex.label,
-                       (long long)p->label_offset);
-    if ((rc = sl_decoder_header(w->dec, ex.image, ex.image_len, &W, &H)))
+                       (long long)label_offset);
+    if ((rc = sl_decoder_header(dec, ex.image, ex.image_len, &W, &H)))
         return rc;
     if (c->transform == SL_TRANSFORM_TRAIN) {
         /* Draw order: the crop's draws, then one for the flip. */
@@ -120,12 +121,18 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
     }
     /* Decode, resize, flip, normalize and lay out in one pass into the slot
      * (decode.c, resample.c). */
-    rc = sl_decode_crop_sample(w->dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
+    rc = sl_decode_crop_sample(dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
                                c->layout, c->mean, c->std, dst);
     if (rc)
         return rc;
     *label = (int32_t)l;
     return SL_OK;
+}
+
+static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
+                     uint64_t id, void *dst, int32_t *label)
+{
+    return sl_map_record(&p->cfg, p->label_offset, w->dec, rec, len, epoch, id, dst, label);
 }
 
 /* A bad record under the error policy (takes mu): SL_OK to refill,
