@@ -17,6 +17,7 @@
  *     quality 95
  *     resize_short 0
  *     label_offset 0
+ *     max_pixels 67108864        which images are skipped as too large
  *     classes_hash 1c2d...       FNV-1a 64 of the class names (image/class/text)
  *
  * These are exactly the parameters that decide which bytes land in which
@@ -333,10 +334,11 @@ static void plan_text(const sl_convert_state *st, char *buf, size_t cap)
     snprintf(buf, cap,
              "sluice convert plan 1\ninputs %zu\ninputs_hash %016llx\nshuffle %d\nseed %llu\n"
              "shards %u\nformat %s\nquality %d\nresize_short %d\nlabel_offset %d\n"
-             "classes_hash %016llx\n",
+             "max_pixels %llu\nclasses_hash %016llx\n",
              st->in.n, (unsigned long long)inputs_hash(&st->in), c->shuffle ? 1 : 0,
              (unsigned long long)c->shuffle_seed, st->nshards, format_name(c->format), c->quality,
              c->resize_short, c->label_offset,
+             (unsigned long long)(c->max_pixels ? c->max_pixels : SL_MAX_PIXELS_DEFAULT),
              (unsigned long long)classes_hash(st->class_names, st->nclass_names));
 }
 
