@@ -140,7 +140,7 @@ static int transform_in(sl_pipeline *p, sl_worker *w, uint32_t shard, const uint
     if (!m->base || rec < m->base || rec >= m->base + m->len)
         return transform(p, w, rec, len, epoch, id, dst, label);
     sl_mapguard g;
-    if (sigsetjmp(g.jb, 0) == 0) {
+    if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, m->base, m->len);
         int rc = transform(p, w, rec, len, epoch, id, dst, label);
         sl_mapguard_leave(&g);

@@ -9,7 +9,7 @@
  * still be writing or replacing, so it catches it:
  *
  *     sl_mapguard g;
- *     if (sigsetjmp(g.jb, 0) == 0) {
+ *     if (sigsetjmp(g.jb, 1) == 0) {
  *         sl_mapguard_enter(&g, base, len);
  *         ... read bytes of [base, base + len) ...
  *         sl_mapguard_leave(&g);
@@ -24,9 +24,12 @@
  * guard's sigsetjmp; otherwise it hands the signal to the handler that was
  * installed before it (ASan's, a Python runtime's), or restores the default
  * action and re-raises, so a SIGBUS that is not ours ends the process as it
- * would have without us. SA_NODEFER keeps SIGBUS unblocked inside the
- * handler, so sigsetjmp(jb, 0) (no signal-mask syscall per guard) is enough:
- * nothing needs restoring after the jump.
+ * would have without us. The jump must restore the signal mask
+ * (sigsetjmp(jb, 1): one rt_sigprocmask per guard, ~0.1 us): SA_NODEFER
+ * keeps SIGBUS unblocked in our handler, but a wrapper around it may block
+ * signals while it runs (ThreadSanitizer's does: without the restore the
+ * second fault on a thread is fatal, SIGBUS being blocked), and a jump out
+ * of the wrapper never unblocks them.
  *
  * What a jump may interrupt: only loads from the guarded range, i.e. the
  * CRC loop, the Example decoder and libjpeg reading its source buffer; none
@@ -62,7 +65,7 @@ typedef struct sl_mapguard {
  * guards do nothing: a fault stays a SIGBUS). */
 int sl_mapguard_install(void);
 
-/* Make g (whose jb was just set by sigsetjmp(g->jb, 0)) the calling
+/* Make g (whose jb was just set by sigsetjmp(g->jb, 1)) the calling
  * thread's innermost guard over [base, base + len). */
 void sl_mapguard_enter(sl_mapguard *g, const void *base, size_t len);
 /* Pop g (the innermost guard). Not needed after a jump: the handler pops. */

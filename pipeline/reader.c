@@ -369,7 +369,7 @@ static void check_frames(sl_pipeline *p, sl_unit *un)
 static int check_frames_mapped(sl_pipeline *p, sl_unit *un, const sl_shard_map *m)
 {
     sl_mapguard g;
-    if (sigsetjmp(g.jb, 0) == 0) {
+    if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, m->base, m->len);
         check_frames(p, un);
         sl_mapguard_leave(&g);

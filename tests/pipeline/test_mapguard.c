@@ -97,7 +97,7 @@ static int guarded_sum(const uint8_t *p, size_t from, size_t len, const uint8_t 
                        size_t glen, unsigned *sum, const void **fault)
 {
     sl_mapguard g;
-    if (sigsetjmp(g.jb, 0) == 0) {
+    if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, gbase, glen);
         unsigned s = 0;
         for (size_t i = from; i < len; i++)
