@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "pipeline/graph_int.h"
+#include "pipeline/mapguard.h"
 
 /* --------------------------------------------------- shuffle (claim) */
 
@@ -135,6 +136,27 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
     return sl_map_record(&p->cfg, p->label_offset, w->dec, rec, len, epoch, id, dst, label);
 }
 
+/* transform() on a record that may lie in shard's mapping: there, under the
+ * SIGBUS guard (mapguard.h), and a fault is the fatal "file changed" error
+ * (SL_EIO). The decoder a fault interrupts is not used again: the error
+ * stops every worker, and sl_decoder_destroy frees it in any state. */
+static int transform_in(sl_pipeline *p, sl_worker *w, uint32_t shard, const uint8_t *rec,
+                        size_t len, int32_t epoch, uint64_t id, void *dst, int32_t *label)
+{
+    const sl_shard_map *m = &p->maps[shard];
+    if (!m->base || rec < m->base || rec >= m->base + m->len)
+        return transform(p, w, rec, len, epoch, id, dst, label);
+    sl_mapguard g;
+    if (sigsetjmp(g.jb, 1) == 0) {
+        sl_mapguard_enter(&g, m->base, m->len);
+        int rc = transform(p, w, rec, len, epoch, id, dst, label);
+        sl_mapguard_leave(&g);
+        return rc;
+    }
+    return sl_shard_read_error(p, shard, (uint64_t)((const uint8_t *)g.fault - m->base),
+                               "SIGBUS reading the mapped file");
+}
+
 /* A bad record under the error policy (takes mu): SL_OK to refill,
  * otherwise the error to fail with. */
 static int report_bad(sl_pipeline *p, const char *path, uint64_t rec, uint64_t off, uint64_t id,
@@ -184,8 +206,8 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
         if (frame) {
             snprintf(what, sizeof what, "%s", sl_tfrecord_frame_what((sl_frame_status)frame));
         } else {
-            rc = transform(p, w, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD), epoch, id,
-                           dst, &label);
+            rc = transform_in(p, w, shard, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD),
+                              epoch, id, dst, &label);
             if (rc == SL_OK) {
                 sl->labels[k] = label;
                 sl->ids[k] = id;
@@ -196,6 +218,13 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
                 return rc;
             snprintf(what, sizeof what, "%s", sl_errmsg());
         }
+        /* A record that went bad because its file is being rewritten is
+         * not a bad record of the dataset: stop, naming the file. */
+        char why[160];
+        if (sl_shard_changed(p, shard, why, sizeof why))
+            return sl_fail(SL_EIO, "sl_pipeline: %s: file changed while the pipeline read it "
+                           "(%s; record %llu @ %llu: %s)", p->src.shards[shard].path, why,
+                           (unsigned long long)recno, (unsigned long long)e->offset, what);
         rc = report_bad(p, p->src.shards[shard].path, recno, e->offset, id, what);
         if (rc)
             return rc;
@@ -214,6 +243,8 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             continue;
         }
         rc = sl_pread_full(fd, w->rec, (size_t)e->size, e->offset, p->src.shards[shard].path);
+        if (rc == SL_ECORRUPT && sl_shard_changed(p, shard, why, sizeof why))
+            return sl_shard_read_error(p, shard, e->offset + e->size, "short read");
         if (rc)
             return rc;
         rec = w->rec;

@@ -180,6 +180,10 @@ void sl_eval_geometry(int W, int H, int oh, int ow, float crop_fraction, sl_crop
 typedef struct sl_decoder sl_decoder;
 int sl_decoder_create(sl_decoder **out);
 void sl_decoder_destroy(sl_decoder *d);
+/* Refuse (SL_EIMAGE, from the header, before libjpeg allocates anything of
+ * the image's size) JPEGs of more than n pixels; 0 = SL_MAX_PIXELS_DEFAULT
+ * (records.h), the default of a new decoder. */
+void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n);
 /* Read the header only: image size and components (1 gray, 3 color; CMYK is
  * SL_EIMAGE). */
 int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h);

@@ -361,6 +361,9 @@ int sl_jpeg_scan(const uint8_t *data, size_t len);
 typedef struct sl_transcoder sl_transcoder;
 int sl_transcoder_create(sl_transcoder **out);
 void sl_transcoder_destroy(sl_transcoder *t);
+/* Refuse (SL_EIMAGE, before allocating) images of more than n decoded
+ * pixels; 0 = SL_MAX_PIXELS_DEFAULT (the default of a new transcoder). */
+void sl_transcoder_set_max_pixels(sl_transcoder *t, uint64_t n);
 /* Decode data (JPEG any colorspace, PNG, BMP, PPM), convert to RGB, shrink so
  * the shorter side is at most resize_short (0 = keep size; never enlarges),
  * encode JPEG at quality (4:2:0). *jpeg points into t, valid until the next
@@ -398,6 +401,17 @@ typedef enum sl_source_kind {
     SL_SOURCE_IDX,        /* MNIST IDX images + labels, gzip or plain */
 } sl_source_kind;
 
+/* The default bound on an image's pixels (width x height from its header)
+ * in convert (sl_convert_config.max_pixels) and in the pipeline
+ * (sl_pipeline_config.max_pixels): 2^26 = 67,108,864, e.g. 8192 x 8192.
+ * A larger image is refused from its header, before any buffer of its size
+ * is allocated: a 600-byte JPEG can claim 65500 x 65500 (4.3 Gpx, 12.8 GB
+ * of RGB). Peak memory per convert thread is then about 12 bytes x
+ * max_pixels (decoded pixels at 4 B/px for CMYK, the resized copy, the JPEG
+ * encoder's worst-case buffer; a progressive JPEG's coefficients) plus the
+ * input file; README.md and perf/RESULTS.md give the measured figures. */
+#define SL_MAX_PIXELS_DEFAULT ((uint64_t)1 << 26)
+
 typedef struct sl_convert_config {
     sl_source_kind source;
     const char *input;        /* folder DIR or list FILE */
@@ -410,6 +424,8 @@ typedef struct sl_convert_config {
     unsigned threads;         /* 0 = all cores */
     int quality;              /* for re-encoded images; 95 */
     int resize_short;         /* 0 = keep */
+    uint64_t max_pixels;      /* an image whose header claims more pixels is skipped (listed
+                               * as undecodable); 0 = SL_MAX_PIXELS_DEFAULT */
     uint64_t shuffle_seed;
     int shuffle;              /* 1 = shuffle records across shards (default) */
     int resume;               /* keep finished shards of an earlier run */
