@@ -145,6 +145,10 @@ def test_inspect_errors(copy_dataset, tmp_path):
 
 # ------------------------------------------------------------ TensorFlow's shards
 def tf_python():
+    """TensorFlow's virtualenv python (tools/dev's SLUICE_PYTHON, or its
+    default place); None when SLUICE_SKIP_INTEROP=1 or there is none."""
+    if os.environ.get("SLUICE_SKIP_INTEROP") == "1":
+        return None
     for p in (os.environ.get("SLUICE_PYTHON"),
               os.path.expanduser("~/.cache/sluice/venv/bin/python")):
         if p and os.access(p, os.X_OK):
@@ -159,7 +163,8 @@ def tf_dataset(tmp_path_factory):
     no suffix, no index files, no dataset.json, labels 1..5."""
     py = tf_python()
     if py is None:
-        pytest.skip("no TensorFlow virtualenv (SLUICE_PYTHON or ~/.cache/sluice/venv)")
+        pytest.skip("no TensorFlow virtualenv (SLUICE_PYTHON or ~/.cache/sluice/venv; "
+                    "or SLUICE_SKIP_INTEROP=1)")
     tmp = tmp_path_factory.mktemp("tf")
     raw, data = tmp / "raw", tmp / "data"
     raw.mkdir()
