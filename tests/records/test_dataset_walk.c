@@ -193,3 +193,63 @@ Test(dataset_walk, inspect_stops_at_a_bad_record)
     sl_dataset_fini(&ds);
     free(path);
 }
+
+/* Three image Examples (labels 0, 1, 1; 8x6, 8x6 and 10x4 JPEGs, the last
+ * without image/width and image/height) and the summary inspect makes. */
+Test(dataset_walk, inspect_counts_labels_and_sizes)
+{
+    sl_transcoder *t;
+    sl_example_builder b;
+    sl_tfrecord_writer *w;
+    char *path = tu_join(g_dir, "s-00000-of-00001");
+    const int ws[] = {8, 8, 10}, hs[] = {6, 6, 4}, labels[] = {0, 1, 1};
+    uint8_t px[10 * 6 * 3];
+    memset(px, 90, sizeof px);
+    cr_assert_eq(sl_transcoder_create(&t), SL_OK);
+    sl_example_builder_init(&b);
+    cr_assert_eq(sl_tfrecord_writer_open(path, SL_TFW_NOSYNC, &w), SL_OK, "%s", sl_errmsg());
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *jpeg, *rec;
+        size_t jl, rl;
+        cr_assert_eq(sl_encode_jpeg_rgb(t, px, ws[i], hs[i], ws[i] * 3, 3, 90, &jpeg, &jl),
+                     SL_OK, "%s", sl_errmsg());
+        sl_image_example ex = {.image = jpeg, .image_len = jl, .label = labels[i],
+                               .height = i < 2 ? hs[i] : 0, .width = i < 2 ? ws[i] : 0,
+                               .format = "JPEG", .format_len = 4};
+        cr_assert_eq(sl_image_example_encode(&ex, &b), SL_OK);
+        cr_assert_eq(sl_example_finish(&b, &rec, &rl), SL_OK);
+        cr_assert_eq(sl_tfrecord_writer_write(w, rec, rl), SL_OK);
+    }
+    cr_assert_eq(sl_tfrecord_writer_close(w), SL_OK, "%s", sl_errmsg());
+    sl_example_builder_fini(&b);
+    sl_transcoder_destroy(t);
+
+    sl_dataset ds;
+    sl_inspect_result res;
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_dataset_inspect(&ds, NULL, NULL, &res), SL_OK, "%s", sl_errmsg());
+    const sl_inspect_stats *s = &res.total;
+    cr_assert_eq(res.nsplits, 1);
+    cr_assert_eq(s->records, 3);
+    cr_assert_eq(s->files, 1);
+    cr_assert_eq(s->nlabels, 2);
+    cr_assert_eq(s->labels[0], 0);
+    cr_assert_eq(s->label_counts[0], 1);
+    cr_assert_eq(s->labels[1], 1);
+    cr_assert_eq(s->label_counts[1], 2);
+    cr_assert_eq(s->width.min, 8);
+    cr_assert_eq(s->width.max, 10, "the JPEG header's width where image/width is absent");
+    cr_assert_eq(s->height.min, 4);
+    cr_assert_eq(s->unknown_size, 0);
+    cr_assert_eq(s->nformats, 1);
+    cr_assert_str_eq(s->formats[0].name, "JPEG");
+    cr_assert_eq(s->formats[0].n, 3);
+    char *json = sl_inspect_json(&ds, &res);
+    cr_assert_not_null(json);
+    cr_assert_not_null(strstr(json, "\"labels\":"), "%s", json);
+    cr_assert_not_null(strstr(json, "\"shards_without_index\":\t1"), "%s", json);
+    free(json);
+    sl_inspect_result_fini(&res);
+    sl_dataset_fini(&ds);
+    free(path);
+}
