@@ -16,6 +16,7 @@ pipeline's state_dict() atomically at each epoch's end (and at --steps);
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
@@ -175,7 +176,14 @@ def main():
         print(f"done: {step} steps, final loss {loss.item():.4f}", flush=True)
     pipe.close()
     if world > 1:
+        dist.barrier()
         dist.destroy_process_group()
+        # torch 1.13's gloo can deadlock when the DDP model is freed at exit
+        # (the reducer's process group waits for a gloo thread that waits for
+        # the GIL); the checkpoint is saved and the output flushed: leave now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,13 @@ def run_ranks(argv, world):
                    OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:  # a rank left hanging must not outlive the test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return [p.returncode for p in procs], outs
 
 
