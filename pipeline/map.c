@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pipeline/gdec_int.h"
 #include "pipeline/graph_int.h"
 
 /* --------------------------------------------------- shuffle (claim) */
@@ -94,7 +95,7 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
 /* One record's payload into a sample at dst; *label set. SL_ECORRUPT or
  * SL_EIMAGE mean "bad record"; anything else is fatal. */
 static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
-                     uint64_t id, void *dst, int32_t *label)
+                     uint64_t id, unsigned r, unsigned k, void *dst, int32_t *label)
 {
     const sl_pipeline_config *c = &p->cfg;
     sl_image_example ex;
@@ -117,6 +118,14 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
         flip = c->flip && sl_rng_uniform(&rng) < 0.5f;
     } else {
         sl_eval_geometry(W, H, c->height, c->width, c->crop_fraction, &crop);
+    }
+    /* --decode gpu: staged for nvJPEG when it can decode it (gdec_int.h) */
+    if (p->gdec) {
+        rc = sl_gdec_stage(p->gdec, w->index, r, k, id, ex.image, ex.image_len, W, H, &crop, flip);
+        if (rc == SL_OK)
+            *label = (int32_t)l;
+        if (rc != SL_ENOTSUP)
+            return rc;
     }
     /* Decode, resize, flip, normalize and lay out in one pass into the slot
      * (decode.c, resample.c). */
@@ -178,7 +187,7 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             snprintf(what, sizeof what, "%s", sl_tfrecord_frame_what((sl_frame_status)frame));
         } else {
             rc = transform(p, w, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD), epoch, id,
-                           dst, &label);
+                           r, k, dst, &label);
             if (rc == SL_OK) {
                 sl->labels[k] = label;
                 sl->ids[k] = id;
@@ -224,7 +233,22 @@ static void complete_batches(sl_pipeline *p, uint32_t tid)
         if (sl->batch != b || sl->done < n || sl->ready || sl->lent)
             return;
         uint64_t t = sl_now_ns();
-        int rc = sl_loader_submit(p->loader, r, (size_t)n * p->sample_bytes);
+        int rc;
+        if (p->gdec) {
+            /* The GPU decode of the batch runs without the lock, by one
+             * worker at a time; it submits the batches completed meanwhile
+             * when it comes back (this loop). */
+            if (p->gdec_busy)
+                return;
+            p->gdec_busy = 1;
+            sl_pipeline_unlock(p);
+            rc = sl_gdec_submit(p->gdec, r, n, sl_loader_host(p->loader, r),
+                                sl_loader_device(p->loader, r), sl_loader_event(p->loader, r));
+            pthread_mutex_lock(&p->mu);
+            p->gdec_busy = 0;
+        } else {
+            rc = sl_loader_submit(p->loader, r, (size_t)n * p->sample_bytes);
+        }
         uint64_t t1 = sl_now_ns();
         sl_trace_span(p, tid, "submit", t, t1, b);
         sl_stage_acc *a = &p->acc[SL_STAGE_LOAD];

@@ -266,6 +266,7 @@ typedef struct run_result {
     int eof, interrupted;
     sl_pipeline_stats s0, s1;        /* at the window's start and at the end */
     char digest[33];
+    char decoder[256];               /* sl_pipeline_decoder at the end */
 } run_result;
 
 /* A progress line on a terminal, at most every half second. */
@@ -348,6 +349,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     r->next_s = next_s;
     if ((rc = sl_pipeline_stats_get(p, &r->s1)))
         return rc;
+    sl_pipeline_decoder(p, r->decoder, sizeof r->decoder);
     if (o->digest)
         dg_final(&dg, r->digest);
     return SL_OK;
@@ -459,6 +461,7 @@ static void print_text(const profile_opts *o, const run_result *r)
     if (c->shuffle == SL_SHUFFLE_BUFFER)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
+    printf("decode: %s\n", r->decoder);
     printf("measured %llu batches, %llu images in %.2f s", (unsigned long long)r->m_batches,
            (unsigned long long)r->m_samples, r->seconds);
     if (r->warmup)
@@ -574,6 +577,8 @@ static int print_json(const profile_opts *o, const run_result *r)
         jchk(cJSON_AddNumberToObject(cfg, "readers", c->readers));
         jchk(cJSON_AddNumberToObject(cfg, "prefetch", c->prefetch));
         jchk(cJSON_AddNumberToObject(cfg, "device", c->device));
+        jchk(cJSON_AddStringToObject(cfg, "decode", pf_decode_name(c->decode)));
+        jchk(cJSON_AddStringToObject(cfg, "decoder", r->decoder));
     }
     char *text = json_ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
