@@ -58,8 +58,6 @@ static char *make_data(void)
     sl_tfrecord_writer *w;
     cr_assert_eq(sl_tfrecord_writer_open(path, SL_TFW_INDEX | SL_TFW_NOSYNC, &w), SL_OK, "%s",
                  sl_errmsg());
-    tjhandle tj = tjInitCompress();
-    cr_assert_not_null(tj);
     sl_example_builder b;
     sl_example_builder_init(&b);
     uint64_t rng = 99;
@@ -77,10 +75,16 @@ static char *make_data(void)
         unsigned char *jpeg = NULL;
         unsigned long len = 0;
         int flags = is_progressive(i) ? TJFLAG_PROGRESSIVE : 0;
+        /* A handle per image: TurboJPEG 2.1.5 (Debian 12) writes corrupt
+         * entropy data (bad Huffman codes past the first rows) for baseline
+         * images compressed on a handle that made a progressive one. */
+        tjhandle tj = tjInitCompress();
+        cr_assert_not_null(tj);
         cr_assert_eq(tjCompress2(tj, px, W, 0, H, gray ? TJPF_GRAY : TJPF_RGB, &jpeg, &len,
                                  gray ? TJSAMP_GRAY : TJSAMP_420, 92, flags),
                      0, "%s", tjGetErrorStr2(tj));
         free(px);
+        tjDestroy(tj);
         sl_image_example ex = {.image = jpeg, .image_len = len, .label = (int64_t)(i % 10),
                                .format = "JPEG", .format_len = 4};
         const uint8_t *rec;
@@ -92,7 +96,6 @@ static char *make_data(void)
     }
     cr_assert_eq(sl_tfrecord_writer_close(w), SL_OK, "%s", sl_errmsg());
     sl_example_builder_fini(&b);
-    tjDestroy(tj);
     return dir;
 }
 
@@ -178,17 +181,21 @@ static void same_stream(const run *a, const run *b)
     }
 }
 
-/* Per sample: mean and max absolute difference in levels (u8 layout). */
-static void diff_u8(const run *a, const run *b, size_t s, double *mean, int *max)
+/* Per sample: mean and max absolute difference in levels (u8 layout),
+ * and the max away from the output's 1-pixel border (*inner). */
+static void diff_u8(const run *a, const run *b, size_t s, double *mean, int *max, int *inner)
 {
     const uint8_t *x = a->data + s * a->sample_bytes, *y = b->data + s * b->sample_bytes;
     double sum = 0;
-    *max = 0;
+    *max = *inner = 0;
     for (size_t i = 0; i < a->sample_bytes; i++) {
         int d = abs((int)x[i] - (int)y[i]);
+        size_t row = i / 3 / GD_SIDE, col = i / 3 % GD_SIDE;
         sum += d;
         if (d > *max)
             *max = d;
+        if (row > 0 && col > 0 && row + 1 < GD_SIDE && col + 1 < GD_SIDE && d > *inner)
+            *inner = d;
     }
     *mean = sum / (double)a->sample_bytes;
 }
@@ -231,11 +238,11 @@ Test(pipeline_gdec, matches_cpu_order_and_pixels)
     cr_assert(strstr(gpu.decoder, "hardware backend"), "%s", gpu.decoder);
     size_t prog = 0, other = 0;
     double worst_mean = 0, sum_mean = 0;
-    int worst_max = 0;
+    int worst_max = 0, worst_inner = 0;
     for (size_t s = 0; s < cpu.ns; s++) {
         double mean;
-        int max;
-        diff_u8(&cpu, &gpu, s, &mean, &max);
+        int max, inner;
+        diff_u8(&cpu, &gpu, s, &mean, &max, &inner);
         if (is_progressive(cpu.ids[s])) {
             cr_assert_eq(max, 0, "sample %zu (id %llu, progressive): the CPU fallback differs "
                          "from the CPU path by up to %d", s, (unsigned long long)cpu.ids[s], max);
@@ -248,19 +255,27 @@ Test(pipeline_gdec, matches_cpu_order_and_pixels)
             worst_mean = mean;
         if (max > worst_max)
             worst_max = max;
+        if (inner > worst_inner)
+            worst_inner = inner;
     }
     /* Measured on the emulator (libjpeg-turbo's full decode + this
-     * kernel vs the planar CPU path): mean 0.6, worst sample 1.6, worst
-     * pixel 13 levels. A mirrored or shifted crop gives tens of levels. */
-    cr_assert(sum_mean / (double)other < 2.0, "mean difference %.2f levels", sum_mean / other);
-    cr_assert(worst_mean < 4.0, "a sample differs by %.2f levels on average", worst_mean);
-    cr_assert(worst_max <= 40, "a pixel differs by %d levels", worst_max);
+     * kernel against the planar CPU path, 40x40 outputs): mean 0.28 levels,
+     * worst sample 0.39, worst pixel 36 on the output's border (the edge
+     * of a small upscaled crop: the CPU resizes 4:2:0 chroma at its own
+     * resolution, clamped at the crop's window; nvJPEG upsamples it first)
+     * and 7 inside it. A mirrored crop, or one shifted by a pixel, gives
+     * several levels on average. */
+    cr_assert(sum_mean / (double)other < 1.0, "mean difference %.2f levels", sum_mean / other);
+    cr_assert(worst_mean < 1.5, "a sample differs by %.2f levels on average", worst_mean);
+    cr_assert(worst_inner <= 16, "a pixel off the border differs by %d levels", worst_inner);
+    cr_assert(worst_max <= 64, "a pixel differs by %d levels", worst_max);
     cr_assert(prog > 0 && other > 0);
     char want[64];
     snprintf(want, sizeof want, "%zu images on the GPU, %zu on the CPU", other, prog);
     cr_assert(strstr(gpu.decoder, want), "want '%s' in '%s'", want, gpu.decoder);
-    cr_log_info("gpu vs cpu: mean %.3f, worst sample %.3f, worst pixel %d levels; %s",
-                sum_mean / (double)other, worst_mean, worst_max, gpu.decoder);
+    cr_log_info("gpu vs cpu: mean %.3f, worst sample %.3f, worst pixel %d (%d off the border) "
+                "levels; %s", sum_mean / (double)other, worst_mean, worst_max, worst_inner,
+                gpu.decoder);
     free(cpu.data);
     free(gpu.data);
     tu_rmrf(dir);
@@ -293,8 +308,8 @@ Test(pipeline_gdec, f32_layouts)
                 n++;
             }
         }
-        /* 2 levels / std 57 */
-        cr_assert(sum / (double)n < 2.0 / 57.0, "layout %d: mean difference %g", (int)ls[li],
+        /* 1 level / std 57 (the u8 case measures 0.28) */
+        cr_assert(sum / (double)n < 1.0 / 57.0, "layout %d: mean difference %g", (int)ls[li],
                   sum / (double)n);
         free(cpu.data);
         free(gpu.data);
@@ -376,9 +391,12 @@ Test(pipeline_gdec, hybrid_backend)
     cr_assert(strstr(gpu.decoder, "96 images on the GPU, 0 on the CPU"), "%s", gpu.decoder);
     for (size_t s = 0; s < cpu.ns; s++) {
         double mean;
-        int max;
-        diff_u8(&cpu, &gpu, s, &mean, &max);
-        cr_assert(mean < 4.0, "sample %zu: %.2f levels", s, mean);
+        int max, inner;
+        diff_u8(&cpu, &gpu, s, &mean, &max, &inner);
+        /* progressive ones too here: up to 26 levels off the border measured
+         * (libjpeg's block smoothing of progressive scans at the CPU's DCT scale) */
+        cr_assert(mean < 1.5 && inner <= 40, "sample %zu: %.2f levels, %d off the border", s,
+                  mean, inner);
     }
     free(cpu.data);
     free(gpu.data);
