@@ -52,10 +52,14 @@ static int sym(sl_nvjpeg_lib *lib, const char *name, void *fnptr, size_t size)
 
 int sl_nvjpeg_load(sl_nvjpeg_lib *lib)
 {
-    static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"};
+    /* the loader's search path first (LD_LIBRARY_PATH, the binary's RUNPATH, which CMake sets
+     * to the toolkit's lib directory, ldconfig), then the toolkit's usual place */
+    static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so",
+                                        "/usr/local/cuda/lib64/libnvjpeg.so.13",
+                                        "/usr/local/cuda/lib64/libnvjpeg.so.12"};
     memset(lib, 0, sizeof *lib);
     const char *env = getenv("SLUICE_NVJPEG");
-    char why[768] = "";
+    char why[1024] = "";
     size_t used = 0;
     for (size_t i = 0; i < (env && *env ? 1 : sizeof names / sizeof names[0]); i++) {
         const char *name = env && *env ? env : names[i];
