@@ -91,6 +91,7 @@ struct sl_gdec {
     nvjpegImage_t *imgs;
     unsigned *gk;                  // (batch) positions of the staged images
     sl_decoder *dec;               // CPU decode when nvJPEG fails a batch
+    const sl_source_set *src;      // the records' files (messages)
     unsigned long long n_gpu, n_cpu, n_batch_fallback; // atomics
 };
 
@@ -270,7 +271,7 @@ extern "C" void sl_gdec_destroy(sl_gdec *g)
 }
 
 extern "C" int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, unsigned nslots,
-                              sl_gdec **out)
+                              const sl_source_set *src, sl_gdec **out)
 {
     *out = NULL;
     if (cfg->decode == SL_DECODE_CPU)
@@ -300,6 +301,7 @@ extern "C" int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, u
     }
     g->workers = workers;
     g->nslots = nslots;
+    g->src = src;
     g->batch = cfg->batch;
     g->oh = cfg->height;
     g->ow = cfg->width;
@@ -353,7 +355,7 @@ extern "C" int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, u
     return SL_OK;
 fail:
     sl_gdec_destroy(g);
-    return rc;
+    return gpu ? rc : SL_OK; // auto: the CPU path
 }
 
 extern "C" void sl_gdec_describe(sl_gdec *g, char *buf, size_t cap)
@@ -426,7 +428,7 @@ static int gd_copy_host(sl_gdec *g, const uint8_t *host, uint8_t *dev, unsigned 
 // nvJPEG failed the batch: decode its staged images on the CPU path into
 // the host slot and copy them.
 static int gd_cpu_batch(sl_gdec *g, unsigned slot, unsigned m, uint8_t *host, uint8_t *dev,
-                        nvjpegStatus_t why)
+                        nvjpegStatus_t why_nv)
 {
     for (unsigned j = 0; j < m; j++) {
         unsigned k = g->gk[j];
@@ -434,11 +436,21 @@ static int gd_cpu_batch(sl_gdec *g, unsigned slot, unsigned m, uint8_t *host, ui
         uint8_t *dst = host + (size_t)k * g->sample_bytes;
         int rc = sl_decode_crop_sample(g->dec, e->jpeg, e->len, &e->crop, g->ow, g->oh, e->flip,
                                        g->layout, g->mean, g->std, dst);
-        if (rc)
-            return sl_fail(rc, "--decode gpu: record id %llu: nvjpegDecodeBatched said %s and "
-                           "the CPU decode: %s (a bad record found only at batch decode is not "
-                           "refilled on this path; --decode cpu skips it)",
-                           (unsigned long long)e->id, sl_nvjpeg_status_name(why), sl_errmsg());
+        if (rc) {
+            char why[SL_ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", sl_errmsg());
+            uint32_t shard = 0;
+            uint64_t rec = 0;
+            if (sl_source_set_locate(g->src, e->id, &shard, &rec))
+                return sl_fail(rc, "--decode gpu: record id %llu: %s", (unsigned long long)e->id,
+                               why);
+            const sl_shard_info *sh = &g->src->shards[shard];
+            return sl_fail(rc, "%s: record %llu @ %llu (id %llu): nvjpegDecodeBatched said %s "
+                           "and the CPU decode: %s (--decode gpu does not refill a record "
+                           "found bad only at batch decode; --decode cpu skips it)", sh->path,
+                           (unsigned long long)rec, (unsigned long long)sh->idx[rec].offset,
+                           (unsigned long long)e->id, sl_nvjpeg_status_name(why_nv), why);
+        }
         if ((rc = gd_copy_host(g, host, dev, k, k + 1)))
             return rc;
     }

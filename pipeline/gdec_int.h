@@ -42,12 +42,12 @@ typedef struct sl_gdec sl_gdec;
 
 /* Resolve cfg->decode for a pipeline of `workers` workers and `nslots`
  * ring slots: *out NULL means the CPU path (SL_DECODE_CPU, or
- * SL_DECODE_AUTO without a device batch, a CUDA device or libnvjpeg).
- * SL_DECODE_GPU without them fails: SL_EINVAL (device < 0), SL_ENOTSUP
+ * SL_DECODE_AUTO without a device batch, a CUDA device or libnvjpeg, or
+ * when anything of the stage fails to start). SL_DECODE_GPU without them fails: SL_EINVAL (device < 0), SL_ENOTSUP
  * ("--decode gpu: libnvjpeg not found: ...", no CUDA in the build),
- * SL_ECUDA. */
+ * SL_ECUDA. src (records' files, for messages) must outlive the stage. */
 int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, unsigned nslots,
-                   sl_gdec **out);
+                   const sl_source_set *src, sl_gdec **out);
 /* After the pipeline's threads are joined (waits for its stream). */
 void sl_gdec_destroy(sl_gdec *g);
 /* Stage sample k of ring slot `slot` (see above). SL_OK: staged for the

@@ -8,9 +8,9 @@
 #include <stdio.h>
 
 int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, unsigned nslots,
-                   sl_gdec **out)
+                   const sl_source_set *src, sl_gdec **out)
 {
-    (void)workers, (void)nslots;
+    (void)workers, (void)nslots, (void)src;
     *out = NULL;
     if (cfg->decode == SL_DECODE_GPU)
         return sl_fail(SL_ENOTSUP, "--decode gpu: this build has no CUDA (use --decode cpu or "

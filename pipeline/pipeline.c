@@ -414,7 +414,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
         goto fail;
     }
-    if ((rc = sl_gdec_create(c, p->workers, p->prefetch, &p->gdec))) {
+    if ((rc = sl_gdec_create(c, p->workers, p->prefetch, &p->src, &p->gdec))) {
         rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
         goto fail;
     }

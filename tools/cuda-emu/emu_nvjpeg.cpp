@@ -23,6 +23,9 @@
 //   - output: full-size interleaved RGB (gray replicated), written with
 //     cudaMemcpyAsync on the given stream, so the emulator checks that
 //     each destination is device memory with room for pitch x height;
+//   - a JPEG libjpeg-turbo warns about (truncated, corrupt entropy data) is
+//     NVJPEG_STATUS_BAD_JPEG for the whole batch (nvJPEG's hardware decoder
+//     may instead decode garbage: the real library is not that strict);
 //   - EMU_NVJPEG_FAIL=1: every nvjpegDecodeBatched fails with
 //     NVJPEG_STATUS_EXECUTION_FAILED (the caller's CPU fallback for a
 //     failed batch).
@@ -268,7 +271,9 @@ nvjpegStatus_t nvjpegDecodeBatched(nvjpegHandle_t h, nvjpegJpegState_t st,
             rc = NVJPEG_STATUS_ALLOCATOR_FAILURE;
             break;
         }
-        if (tjDecompress2(tj, data[i], (unsigned long)lens[i], rgb, w, w * 3, hh, TJPF_RGB, 0)) {
+        // strict, as the pipeline's CPU path: a truncated or corrupt entropy segment fails
+        if (tjDecompress2(tj, data[i], (unsigned long)lens[i], rgb, w, w * 3, hh, TJPF_RGB,
+                          TJFLAG_STOPONWARNING)) {
             rc = NVJPEG_STATUS_BAD_JPEG;
         } else if (pitch == (size_t)w * 3) {
             if (cudaMemcpyAsync(dst[i].channel[0], rgb, (size_t)w * hh * 3,
