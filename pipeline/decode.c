@@ -57,9 +57,11 @@
  * Memory: one decompress object per decoder, reused across images
  * (jpeg_abort_decompress returns it to the idle state, also after an
  * error); the crop rows go to a scratch buffer that only grows. libjpeg's
- * own per-image pools are allocated by libjpeg. Images over
- * SL_DECODE_MAX_PIXELS are refused after the header, before any buffer of
- * their size exists. Reading a header costs ~0.6 us, so sl_decode_crop
+ * own per-image pools are allocated by libjpeg. Images over max_pixels
+ * (sl_decoder_set_max_pixels; SL_MAX_PIXELS_DEFAULT) are refused after the
+ * header, before any buffer of their size exists (jpeg_start_decompress
+ * allocates a progressive file's whole-image coefficients: 2 bytes per
+ * sample, so about 3 bytes a pixel at 4:2:0, up to 6 at 4:4:4). Reading a header costs ~0.6 us, so sl_decode_crop
  * simply reads it again after sl_decoder_header.
  *
  * Threading: one decoder per thread; distinct decoders are independent.
@@ -75,9 +77,6 @@
 
 #include "pipeline/pipeline_int.h"
 
-/* 2^28 px = 768 MiB of RGB: far past any training image, and a 20-byte
- * header can claim 65500 x 65500. */
-#define SL_DECODE_MAX_PIXELS ((uint64_t)1 << 28)
 /* Row pointers handed to jpeg_read_scanlines per call (>= any
  * rec_outbuf_height libjpeg uses). */
 #define SL_DECODE_ROWS 16
@@ -93,6 +92,7 @@ struct sl_decoder {
     sl_jerr jerr;
     int full;                 /* SLUICE_DECODE=full */
     int rgb;                  /* SLUICE_DECODE=rgb: samples without decode_yuv.c */
+    uint64_t max_pixels;      /* larger images are refused from the header */
     sl_yuv_buf yuv;           /* decode_yuv.c's planes */
     uint8_t *buf;             /* crop rows: (rows, row_width, 3) u8 */
     size_t cap;
@@ -166,8 +166,15 @@ int sl_decoder_create(sl_decoder **out)
     const char *mode = getenv("SLUICE_DECODE");
     d->full = mode && strcmp(mode, "full") == 0;
     d->rgb = mode && strcmp(mode, "rgb") == 0;
+    d->max_pixels = SL_MAX_PIXELS_DEFAULT;
     *out = d;
     return SL_OK;
+}
+
+void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n)
+{
+    if (d)
+        d->max_pixels = n ? n : SL_MAX_PIXELS_DEFAULT;
 }
 
 void sl_decoder_destroy(sl_decoder *d)
@@ -242,9 +249,9 @@ static int read_header(sl_decoder *d, const sl_decode_job *j, const char *fn)
     if (ci->num_components != 1 && ci->num_components != 3)
         return sl_fail(SL_EIMAGE, "%s: JPEG with %d components: not supported", fn,
                        ci->num_components);
-    if ((uint64_t)ci->image_width * ci->image_height > SL_DECODE_MAX_PIXELS)
-        return sl_fail(SL_EIMAGE, "%s: %ux%u JPEG: more than %llu pixels", fn, ci->image_width,
-                       ci->image_height, (unsigned long long)SL_DECODE_MAX_PIXELS);
+    if ((uint64_t)ci->image_width * ci->image_height > d->max_pixels)
+        return sl_fail(SL_EIMAGE, "%s: %ux%u JPEG: more than max_pixels %llu", fn,
+                       ci->image_width, ci->image_height, (unsigned long long)d->max_pixels);
     return SL_OK;
 }
 

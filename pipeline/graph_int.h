@@ -39,10 +39,14 @@ typedef struct sl_unit {
     struct sl_unit *next_free; /* pool link */
 } sl_unit;
 
-/* A shard file's read-only mapping (reader.c). */
+/* A shard file's read-only mapping (reader.c), and the file's identity when
+ * it was opened (ino 0: not opened), to tell "the file changed under us"
+ * from other read errors. */
 typedef struct sl_shard_map {
     const uint8_t *base;
     size_t len;
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
 } sl_shard_map;
 
 /* A shuffle item: (live table id, record index in the unit). */
@@ -219,6 +223,14 @@ void sl_units_free_all(sl_pipeline *p);
  * use and shared by all threads. */
 int sl_shard_fd(sl_pipeline *p, uint32_t shard, int *fd);
 void sl_shard_fds_close(sl_pipeline *p);
+/* Shard i changed since it was opened (its size or mtime through the open
+ * fd, or the file now at its path is another or differs): 1 with what
+ * changed in why, else 0. Any thread, no lock. */
+int sl_shard_changed(sl_pipeline *p, uint32_t shard, char *why, size_t n);
+/* The fatal error for a read of shard i at byte off that failed (SIGBUS on
+ * its mapping, or a short read): SL_EIO "file X changed while the pipeline
+ * read it" when it did, else SL_EIO naming the file and offset. */
+int sl_shard_read_error(sl_pipeline *p, uint32_t shard, uint64_t off, const char *how);
 /* pread exactly n bytes at off; SL_EIO (errno) or SL_ECORRUPT (file too short). */
 int sl_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
 

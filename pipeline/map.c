@@ -23,6 +23,7 @@
 
 #include "pipeline/gdec_int.h"
 #include "pipeline/graph_int.h"
+#include "pipeline/mapguard.h"
 
 /* --------------------------------------------------- shuffle (claim) */
 
@@ -93,11 +94,13 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
 /* ------------------------------------------------------------- map */
 
 /* One record's payload into a sample at dst; *label set. SL_ECORRUPT or
- * SL_EIMAGE mean "bad record"; anything else is fatal. */
-static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
-                     uint64_t id, unsigned r, unsigned k, void *dst, int32_t *label)
+ * SL_EIMAGE mean "bad record"; anything else is fatal. With gdec (--decode
+ * gpu), a JPEG nvJPEG can decode is staged for sample k of ring slot r by
+ * worker wi instead (gdec_int.h), and dst is not written. */
+static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
+                      sl_gdec *gdec, unsigned wi, unsigned r, unsigned k, const uint8_t *rec,
+                      size_t len, int32_t epoch, uint64_t id, void *dst, int32_t *label)
 {
-    const sl_pipeline_config *c = &p->cfg;
     sl_image_example ex;
     sl_crop crop;
     int W, H, flip = 0, rc;
@@ -105,10 +108,10 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
     if ((rc = sl_image_example_decode(rec, len, &ex)))
         return rc;
     int64_t l;
-    if (__builtin_sub_overflow(ex.label, p->label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
+    if (__builtin_sub_overflow(ex.label, label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
         return sl_fail(SL_ECORRUPT, "label %lld - offset %lld out of range", (long long)ex.label,
-                       (long long)p->label_offset);
-    if ((rc = sl_decoder_header(w->dec, ex.image, ex.image_len, &W, &H)))
+                       (long long)label_offset);
+    if ((rc = sl_decoder_header(dec, ex.image, ex.image_len, &W, &H)))
         return rc;
     if (c->transform == SL_TRANSFORM_TRAIN) {
         /* Draw order: the crop's draws, then one for the flip. */
@@ -120,8 +123,8 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
         sl_eval_geometry(W, H, c->height, c->width, c->crop_fraction, &crop);
     }
     /* --decode gpu: staged for nvJPEG when it can decode it (gdec_int.h) */
-    if (p->gdec) {
-        rc = sl_gdec_stage(p->gdec, w->index, r, k, id, ex.image, ex.image_len, W, H, &crop, flip);
+    if (gdec) {
+        rc = sl_gdec_stage(gdec, wi, r, k, id, ex.image, ex.image_len, W, H, &crop, flip);
         if (rc == SL_OK)
             *label = (int32_t)l;
         if (rc != SL_ENOTSUP)
@@ -129,12 +132,49 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
     }
     /* Decode, resize, flip, normalize and lay out in one pass into the slot
      * (decode.c, resample.c). */
-    rc = sl_decode_crop_sample(w->dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
+    rc = sl_decode_crop_sample(dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
                                c->layout, c->mean, c->std, dst);
     if (rc)
         return rc;
     *label = (int32_t)l;
     return SL_OK;
+}
+
+/* Also the entry point of tests/fuzz/fuzz_roi.c (pipeline_int.h). */
+int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
+                  const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
+                  int32_t *label)
+{
+    return map_record(c, label_offset, dec, NULL, 0, 0, 0, rec, len, epoch, id, dst, label);
+}
+
+static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
+                     uint64_t id, unsigned r, unsigned k, void *dst, int32_t *label)
+{
+    return map_record(&p->cfg, p->label_offset, w->dec, p->gdec, w->index, r, k, rec, len, epoch,
+                      id, dst, label);
+}
+
+/* transform() on a record that may lie in shard's mapping: there, under the
+ * SIGBUS guard (mapguard.h), and a fault is the fatal "file changed" error
+ * (SL_EIO). The decoder a fault interrupts is not used again: the error
+ * stops every worker, and sl_decoder_destroy frees it in any state. */
+static int transform_in(sl_pipeline *p, sl_worker *w, uint32_t shard, const uint8_t *rec,
+                        size_t len, int32_t epoch, uint64_t id, unsigned r, unsigned k, void *dst,
+                        int32_t *label)
+{
+    const sl_shard_map *m = &p->maps[shard];
+    if (!m->base || rec < m->base || rec >= m->base + m->len)
+        return transform(p, w, rec, len, epoch, id, r, k, dst, label);
+    sl_mapguard g;
+    if (sigsetjmp(g.jb, 1) == 0) {
+        sl_mapguard_enter(&g, m->base, m->len);
+        int rc = transform(p, w, rec, len, epoch, id, r, k, dst, label);
+        sl_mapguard_leave(&g);
+        return rc;
+    }
+    return sl_shard_read_error(p, shard, (uint64_t)((const uint8_t *)g.fault - m->base),
+                               "SIGBUS reading the mapped file");
 }
 
 /* A bad record under the error policy (takes mu): SL_OK to refill,
@@ -186,8 +226,8 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
         if (frame) {
             snprintf(what, sizeof what, "%s", sl_tfrecord_frame_what((sl_frame_status)frame));
         } else {
-            rc = transform(p, w, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD), epoch, id,
-                           r, k, dst, &label);
+            rc = transform_in(p, w, shard, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD),
+                              epoch, id, r, k, dst, &label);
             if (rc == SL_OK) {
                 sl->labels[k] = label;
                 sl->ids[k] = id;
@@ -198,6 +238,13 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
                 return rc;
             snprintf(what, sizeof what, "%s", sl_errmsg());
         }
+        /* A record that went bad because its file is being rewritten is
+         * not a bad record of the dataset: stop, naming the file. */
+        char why[160];
+        if (sl_shard_changed(p, shard, why, sizeof why))
+            return sl_fail(SL_EIO, "sl_pipeline: %s: file changed while the pipeline read it "
+                           "(%s; record %llu @ %llu: %s)", p->src.shards[shard].path, why,
+                           (unsigned long long)recno, (unsigned long long)e->offset, what);
         rc = report_bad(p, p->src.shards[shard].path, recno, e->offset, id, what);
         if (rc)
             return rc;
@@ -216,6 +263,8 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             continue;
         }
         rc = sl_pread_full(fd, w->rec, (size_t)e->size, e->offset, p->src.shards[shard].path);
+        if (rc == SL_ECORRUPT && sl_shard_changed(p, shard, why, sizeof why))
+            return sl_shard_read_error(p, shard, e->offset + e->size, "short read");
         if (rc)
             return rc;
         rec = w->rec;

@@ -157,6 +157,9 @@ typedef struct sl_pipeline_config {
     uint64_t seed;
     sl_error_policy on_error;
     uint64_t max_bad;          /* with SKIP: more bad records than this fails; 0 = 1000 */
+    uint64_t max_pixels;       /* a JPEG whose header claims more pixels is a bad record
+                                * (refused before decoding); 0 = SL_MAX_PIXELS_DEFAULT,
+                                * 2^26 (records.h) */
     int64_t label_offset;      /* subtracted from stored labels; -1 = from dataset.json */
     int device;                /* CUDA device of the load stage; -1 = host batches */
     sl_decode_mode decode;     /* SL_DECODE_CPU (default), SL_DECODE_GPU or SL_DECODE_AUTO */

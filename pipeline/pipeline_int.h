@@ -180,6 +180,10 @@ void sl_eval_geometry(int W, int H, int oh, int ow, float crop_fraction, sl_crop
 typedef struct sl_decoder sl_decoder;
 int sl_decoder_create(sl_decoder **out);
 void sl_decoder_destroy(sl_decoder *d);
+/* Refuse (SL_EIMAGE, from the header, before libjpeg allocates anything of
+ * the image's size) JPEGs of more than n pixels; 0 = SL_MAX_PIXELS_DEFAULT
+ * (records.h), the default of a new decoder. */
+void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n);
 /* Read the header only: image size and components (1 gray, 3 color; CMYK is
  * SL_EIMAGE). */
 int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h);
@@ -241,6 +245,18 @@ int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, con
  * (valid until the decoder's next call). SL_ENOTSUP: not YCbCr or gray. */
 int sl_decode_crop_planes(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
                           int ow, int oh, sl_plane_view pv[3], int *np);
+
+/* One record's payload (a serialized image Example) into one sample of a
+ * batch slot at dst, as a map worker does it (pipeline/map.c): decode the
+ * Example, subtract label_offset from its label into *label, read the
+ * JPEG's header with dec, take the crop (c's train random-resized-crop from
+ * sl_rng_for(c->seed, epoch, id) and its flip, or the eval center crop),
+ * then sl_decode_crop_sample at c->width x c->height in c->layout.
+ * SL_ECORRUPT / SL_EIMAGE: a bad record (message set); other codes are
+ * fatal. */
+int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
+                  const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
+                  int32_t *label);
 
 /* ------------------------------------------------------------------ sample */
 /* Write one sample from RGB u8 (h x w, packed rows) into dst in layout,

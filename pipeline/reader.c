@@ -45,11 +45,15 @@
  *   Memory: units no longer hold anonymous memory, so the shuffle buffer
  *   costs its record handles plus page cache that the kernel can reclaim
  *   (and re-read: clean file pages).
- *   Caveat, as for every mmap reader (LMDB documents the same): a shard
- *   truncated while a pipeline reads it can fault with SIGBUS. The populate
- *   call turns a file that is already short into an error, and a file
- *   shorter than its index at open is read with pread (same errors as
- *   before). SLUICE_READ=pread (read at create) turns mapping off.
+ *   A shard truncated while a pipeline reads it would fault with SIGBUS
+ *   (LMDB documents the same hazard for its readers). The populate call
+ *   turns a file that is already short into an error, a file shorter than
+ *   its index at open is read with pread, and every read of mapped bytes
+ *   (the CRC check here, the decode in map.c) runs under a SIGBUS guard
+ *   (mapguard.h) that turns a fault into the fatal error "file X changed
+ *   while the pipeline read it" (the file's size, mtime and inode at open
+ *   are compared with now: sl_shard_read_error). SLUICE_READ=pread (read
+ *   at create) turns mapping off.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,6 +65,7 @@
 #include <unistd.h>
 
 #include "pipeline/graph_int.h"
+#include "pipeline/mapguard.h"
 
 /* Units kept for reuse (with their buffers; at most read_window bytes in
  * all), and the largest buffer worth keeping. Why a pool: unit buffers are
@@ -96,18 +101,73 @@ int sl_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path)
 #define MADV_POPULATE_READ 22 /* Linux 5.14 uapi; older glibc headers lack it */
 #endif
 
-/* Map a freshly opened shard file (fd_mu held, before fds[shard] is
- * published). Failure is not an error: the shard is read with pread. */
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* Note a freshly opened shard file's identity and map it (fd_mu held,
+ * before fds[shard] is published). Failure is not an error: the shard is
+ * read with pread. Mapping needs the SIGBUS guard (mapguard.h). */
 static void shard_map(sl_pipeline *p, uint32_t shard, int fd)
 {
     struct stat st;
-    if (p->use_pread || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-        (uint64_t)st.st_size > SIZE_MAX || (uint64_t)st.st_size < p->src.shards[shard].bytes)
+    if (fstat(fd, &st) != 0)
+        return;
+    sl_shard_map *sm = &p->maps[shard];
+    sm->dev = (uint64_t)st.st_dev;
+    sm->ino = (uint64_t)st.st_ino;
+    sm->size = (uint64_t)st.st_size;
+    sm->mtime_ns = mtime_ns(&st);
+    if (p->use_pread || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > SIZE_MAX || (uint64_t)st.st_size < p->src.shards[shard].bytes ||
+        sl_mapguard_install() != SL_OK)
         return;
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
         return;
-    p->maps[shard] = (sl_shard_map){.base = m, .len = (size_t)st.st_size};
+    sm->base = m;
+    sm->len = (size_t)st.st_size;
+}
+
+int sl_shard_changed(sl_pipeline *p, uint32_t shard, char *why, size_t n)
+{
+    const sl_shard_map *sm = &p->maps[shard];
+    int fd = __atomic_load_n(&p->fds[shard], __ATOMIC_ACQUIRE); /* publishes maps[shard] */
+    struct stat st;
+    if (fd < 0 || sm->ino == 0)
+        return 0;
+    if (fstat(fd, &st) == 0 && ((uint64_t)st.st_size != sm->size || mtime_ns(&st) != sm->mtime_ns)) {
+        if ((uint64_t)st.st_size == sm->size)
+            snprintf(why, n, "rewritten since it was opened: same size, new mtime");
+        else
+            snprintf(why, n, "%s from %llu to %llu bytes since it was opened",
+                     (uint64_t)st.st_size < sm->size ? "truncated" : "rewritten",
+                     (unsigned long long)sm->size, (unsigned long long)st.st_size);
+        return 1;
+    }
+    /* Replaced by rename: the open file is intact, but not what the path
+     * names any more (and the index may describe the new one). */
+    if (stat(p->src.shards[shard].path, &st) != 0) {
+        snprintf(why, n, "removed since it was opened");
+        return 1;
+    }
+    if ((uint64_t)st.st_ino != sm->ino || (uint64_t)st.st_dev != sm->dev) {
+        snprintf(why, n, "replaced by another file since it was opened");
+        return 1;
+    }
+    return 0;
+}
+
+int sl_shard_read_error(sl_pipeline *p, uint32_t shard, uint64_t off, const char *how)
+{
+    char why[160];
+    const char *path = p->src.shards[shard].path;
+    if (sl_shard_changed(p, shard, why, sizeof why))
+        return sl_fail(SL_EIO, "sl_pipeline: %s: file changed while the pipeline read it (%s; "
+                       "%s @ byte %llu)", path, why, how, (unsigned long long)off);
+    return sl_fail(SL_EIO, "sl_pipeline: %s: %s @ byte %llu", path, how,
+                   (unsigned long long)off);
 }
 
 /* Map the pages of [off, off + n) of a mapped shard in one call, so that the
@@ -289,6 +349,36 @@ void sl_units_free_all(sl_pipeline *p)
     p->pool_bytes = 0;
 }
 
+/* Every record's framing and CRCs into un->bad. */
+static void check_frames(sl_pipeline *p, sl_unit *un)
+{
+    const sl_read_unit *u = &un->u;
+    const sl_shard_info *sh = &p->src.shards[u->shard];
+    for (uint32_t i = 0; i < u->nrec; i++) {
+        const sl_index_entry *e = &sh->idx[sl_unit_rec(u, i)]; /* kept records only */
+        uint64_t o = e->offset - u->offset;
+        if (e->offset < u->offset || e->size > u->bytes || o > u->bytes - e->size)
+            un->bad[i] = SL_FRAME_SIZE;
+        else
+            un->bad[i] = (uint8_t)sl_tfrecord_frame_check(un->data + o, e->size);
+    }
+}
+
+/* check_frames on a view into mapping m: the pages were there a moment
+ * ago, but a truncation since would fault (mapguard.h). */
+static int check_frames_mapped(sl_pipeline *p, sl_unit *un, const sl_shard_map *m)
+{
+    sl_mapguard g;
+    if (sigsetjmp(g.jb, 1) == 0) {
+        sl_mapguard_enter(&g, m->base, m->len);
+        check_frames(p, un);
+        sl_mapguard_leave(&g);
+        return SL_OK;
+    }
+    return sl_shard_read_error(p, un->u.shard, (uint64_t)((const uint8_t *)g.fault - m->base),
+                               "SIGBUS reading the mapped file");
+}
+
 int sl_unit_read(sl_pipeline *p, sl_unit *un)
 {
     const sl_read_unit *u = &un->u;
@@ -312,9 +402,11 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
     const sl_shard_map *m = &p->maps[u->shard];
     if (m->base && u->offset <= m->len && u->bytes <= m->len - u->offset) {
         if ((rc = shard_populate(p, m, u->offset, (size_t)u->bytes, sh->path)))
-            return rc;
+            return rc == SL_ECORRUPT ? sl_shard_read_error(p, u->shard, u->offset + u->bytes,
+                                                           "mapped bytes gone")
+                                     : rc;
         un->data = m->base + u->offset;
-        goto check;
+        return check_frames_mapped(p, un, m);
     }
     if (un->cap < u->bytes || !un->buf) {
         /* Round up to 1/8 of the size's octave (at most 12.5 % slack), so
@@ -331,18 +423,14 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
         un->buf = nd;
         un->cap = want;
     }
-    if ((rc = sl_pread_full(fd, un->buf, (size_t)u->bytes, u->offset, sh->path)))
+    if ((rc = sl_pread_full(fd, un->buf, (size_t)u->bytes, u->offset, sh->path))) {
+        char why[160];
+        if (rc == SL_ECORRUPT && sl_shard_changed(p, u->shard, why, sizeof why))
+            return sl_shard_read_error(p, u->shard, u->offset + u->bytes, "short read");
         return rc;
-    un->data = un->buf;
-check:
-    for (uint32_t i = 0; i < u->nrec; i++) {
-        const sl_index_entry *e = &sh->idx[sl_unit_rec(u, i)]; /* kept records only */
-        uint64_t o = e->offset - u->offset;
-        if (e->offset < u->offset || e->size > u->bytes || o > u->bytes - e->size)
-            un->bad[i] = SL_FRAME_SIZE;
-        else
-            un->bad[i] = (uint8_t)sl_tfrecord_frame_check(un->data + o, e->size);
     }
+    un->data = un->buf;
+    check_frames(p, un);
     return SL_OK;
 }
 

@@ -176,6 +176,11 @@ out:
     return rc;
 }
 
+static uint64_t max_pixels(const sl_convert_config *cfg)
+{
+    return cfg->max_pixels ? cfg->max_pixels : SL_MAX_PIXELS_DEFAULT;
+}
+
 /* A file input: passthrough or transcode. *img points into w->file or the
  * transcoder. */
 static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size_t *img_len,
@@ -190,6 +195,12 @@ static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size
     rc = sl_image_probe(w->file, len, &info);
     if (rc)
         return rc == SL_ENOMEM ? rc : SL_EIMAGE;
+    /* Every image, stored as is or not: the pipeline that reads it later
+     * holds the same bound (sl_pipeline_config.max_pixels). */
+    uint64_t px = (uint64_t)info.width * (uint64_t)info.height, maxpx = max_pixels(cfg);
+    if (px > maxpx)
+        return sl_fail(SL_EIMAGE, "%dx%d = %llu pixels: more than --max-pixels %llu", info.width,
+                       info.height, (unsigned long long)px, (unsigned long long)maxpx);
     int short_side = info.width < info.height ? info.width : info.height;
     if (info.type == SL_IMAGE_JPEG && info.jpeg_passthrough &&
         (cfg->resize_short == 0 || short_side <= cfg->resize_short)) {
@@ -497,6 +508,7 @@ static int worker_init(cv_worker *w, cv_job *j)
     int rc = sl_transcoder_create(&w->tc);
     if (rc)
         return rc;
+    sl_transcoder_set_max_pixels(w->tc, max_pixels(j->cfg));
     return SL_OK;
 }
 

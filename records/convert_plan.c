@@ -17,14 +17,18 @@
  *     quality 95
  *     resize_short 0
  *     label_offset 0
+ *     max_pixels 67108864        which images are skipped as too large
  *     classes_hash 1c2d...       FNV-1a 64 of the class names (image/class/text)
  *
  * These are exactly the parameters that decide which bytes land in which
  * shard; the thread count is not among them (output is the same for any).
  * A shard found under its final name with its index is therefore the shard
- * this run would write, when the plan matches. The plan is removed once
- * dataset.json is updated, so "a plan file exists" means "a conversion of
- * this split is unfinished".
+ * this run would write, when the plan matches. Once dataset.json is
+ * updated the plan is renamed "DIR/.NAME.done", so "a plan file exists"
+ * means "a conversion of this split is unfinished", and the done file
+ * still says how the finished split was made: a --resume of a run that was
+ * killed after it finished (kill -9 lands anywhere, also after the last
+ * rename; tests/tools/test_kill9.c) finds nothing to do and succeeds.
  *
  * Resume (cfg->resume):
  *   - plan matches: a TFRecord shard is kept when its file and its .idx
@@ -35,7 +39,9 @@
  *     renamed at the end, so a killed LMDB run has nothing whole to keep:
  *     resume rebuilds it from scratch (unless NAME.lmdb is already final).
  *   - plan differs: SL_EINVAL naming the first parameter that changed.
- *   - no plan but the split exists: SL_EEXIST (it finished, nothing to do).
+ *   - no plan but a done file: read as the plan (all shards kept when it
+ *     matches: nothing to do; the options changed: SL_EINVAL as above).
+ *   - neither, but the split exists: SL_EEXIST (made otherwise).
  * Without resume, any finished output of the split is SL_EEXIST. Temp files
  * of this split (a killed run's) are removed once the run goes ahead.
  *
@@ -333,10 +339,11 @@ static void plan_text(const sl_convert_state *st, char *buf, size_t cap)
     snprintf(buf, cap,
              "sluice convert plan 1\ninputs %zu\ninputs_hash %016llx\nshuffle %d\nseed %llu\n"
              "shards %u\nformat %s\nquality %d\nresize_short %d\nlabel_offset %d\n"
-             "classes_hash %016llx\n",
+             "max_pixels %llu\nclasses_hash %016llx\n",
              st->in.n, (unsigned long long)inputs_hash(&st->in), c->shuffle ? 1 : 0,
              (unsigned long long)c->shuffle_seed, st->nshards, format_name(c->format), c->quality,
              c->resize_short, c->label_offset,
+             (unsigned long long)(c->max_pixels ? c->max_pixels : SL_MAX_PIXELS_DEFAULT),
              (unsigned long long)classes_hash(st->class_names, st->nclass_names));
 }
 
@@ -432,6 +439,18 @@ static unsigned shard_count(const sl_convert_state *st)
     return n < 1 ? 1 : n > CV_MAX_SHARDS ? CV_MAX_SHARDS : (unsigned)n;
 }
 
+/* "DIR/.NAME.done" (malloc'd; NULL when out of memory). */
+static char *done_path(const sl_convert_state *st)
+{
+    size_t n = strlen(st->plan_path);
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, st->plan_path, n - 4);
+        memcpy(p + n - 4, "done", 5);
+    }
+    return p;
+}
+
 /* Decide what is kept and write the plan (see the top of the file). */
 static int plan_and_resume(sl_convert_state *st)
 {
@@ -439,6 +458,11 @@ static int plan_and_resume(sl_convert_state *st)
     char now[CV_PLAN_MAX], final[256], *old = NULL;
     plan_text(st, now, sizeof now);
     int rc = read_small(st->plan_path, &old);
+    if (rc == SL_ENOENT && cfg->resume) { /* finished, maybe killed right after */
+        char *done = done_path(st);
+        rc = done ? read_small(done, &old) : sl_fail(SL_ENOMEM, "sl_convert_run: out of memory");
+        free(done);
+    }
     if (rc && rc != SL_ENOENT)
         return rc;
     int have_plan = rc == SL_OK;
@@ -576,8 +600,16 @@ int sl_convert_finish(sl_convert_state *st, const sl_convert_result *res)
     sl_manifest_fini(&m);
     if (rc)
         return rc;
-    /* The split is complete and described: the plan is no longer needed. */
-    rc = unlink_if_present(st->plan_path);
+    /* The split is complete and described: the plan becomes the done file
+     * (one rename: at every instant one of the two says how the split was
+     * made). */
+    char *done = done_path(st);
+    if (!done)
+        return sl_fail(SL_ENOMEM, "sl_convert_run: out of memory");
+    if (rename(st->plan_path, done) != 0)
+        rc = sl_fail(SL_EIO, "sl_convert_run: %s: rename to %s: %s", st->plan_path, done,
+                     strerror(errno));
+    free(done);
     return !rc && cfg->fsync ? sl_fsync_dir(cfg->out_dir, "sl_convert_run") : rc;
 }
 

@@ -361,6 +361,9 @@ int sl_jpeg_scan(const uint8_t *data, size_t len);
 typedef struct sl_transcoder sl_transcoder;
 int sl_transcoder_create(sl_transcoder **out);
 void sl_transcoder_destroy(sl_transcoder *t);
+/* Refuse (SL_EIMAGE, before allocating) images of more than n decoded
+ * pixels; 0 = SL_MAX_PIXELS_DEFAULT (the default of a new transcoder). */
+void sl_transcoder_set_max_pixels(sl_transcoder *t, uint64_t n);
 /* Decode data (JPEG any colorspace, PNG, BMP, PPM), convert to RGB, shrink so
  * the shorter side is at most resize_short (0 = keep size; never enlarges),
  * encode JPEG at quality (4:2:0). *jpeg points into t, valid until the next
@@ -398,6 +401,17 @@ typedef enum sl_source_kind {
     SL_SOURCE_IDX,        /* MNIST IDX images + labels, gzip or plain */
 } sl_source_kind;
 
+/* The default bound on an image's pixels (width x height from its header)
+ * in convert (sl_convert_config.max_pixels) and in the pipeline
+ * (sl_pipeline_config.max_pixels): 2^26 = 67,108,864, e.g. 8192 x 8192.
+ * A larger image is refused from its header, before any buffer of its size
+ * is allocated: a 600-byte JPEG can claim 65500 x 65500 (4.3 Gpx, 12.8 GB
+ * of RGB). Peak memory per convert thread is then about 12 bytes x
+ * max_pixels (decoded pixels at 4 B/px for CMYK, the resized copy, the JPEG
+ * encoder's worst-case buffer; a progressive JPEG's coefficients) plus the
+ * input file; README.md and perf/RESULTS.md give the measured figures. */
+#define SL_MAX_PIXELS_DEFAULT ((uint64_t)1 << 26)
+
 typedef struct sl_convert_config {
     sl_source_kind source;
     const char *input;        /* folder DIR or list FILE */
@@ -410,6 +424,8 @@ typedef struct sl_convert_config {
     unsigned threads;         /* 0 = all cores */
     int quality;              /* for re-encoded images; 95 */
     int resize_short;         /* 0 = keep */
+    uint64_t max_pixels;      /* an image whose header claims more pixels is skipped (listed
+                               * as undecodable); 0 = SL_MAX_PIXELS_DEFAULT */
     uint64_t shuffle_seed;
     int shuffle;              /* 1 = shuffle records across shards (default) */
     int resume;               /* keep finished shards of an earlier run */
@@ -564,6 +580,177 @@ int sl_dataset_index(const sl_dataset *ds, int force,
                      void (*progress)(void *arg, const char *shard, size_t done, size_t total,
                                       int written),
                      void *arg, size_t *written, size_t *kept);
+
+/* --------------------------------------------------------- walking records */
+/*
+ * Read every record of a resolved dataset in order (split, file, record):
+ * TFRecord shards through sl_tfrecord_reader (both CRCs checked), LMDB
+ * stores through sl_lmdb_reader. `sluice verify` / `sluice inspect` and
+ * their Python functions are built on it (sl_verify_path, sl_dataset_inspect
+ * below). Single-threaded: callbacks run on the calling thread.
+ */
+#define SL_WALK_NO_OFFSET UINT64_MAX /* sl_walk_record.offset of LMDB records */
+#define SL_WALK_NO_RECORD UINT64_MAX /* .recno in file_error: the file did not open */
+
+/* One record (or, in file_error, the place where reading failed). */
+typedef struct sl_walk_record {
+    const sl_dataset_split *split;
+    const char *file;    /* shard path or LMDB directory */
+    size_t file_index;   /* index in split->files */
+    uint64_t recno;      /* 0-based record number in the file */
+    uint64_t offset;     /* byte offset of the record's framing; SL_WALK_NO_OFFSET for LMDB */
+    const uint8_t *data; /* payload (serialized Example), valid during the callback */
+    size_t len;
+} sl_walk_record;
+
+typedef struct sl_walk_progress {
+    uint64_t records, bytes;        /* read so far */
+    size_t files_done, files_total;
+    double elapsed_s;
+} sl_walk_progress;
+
+/* Called once the walk has run 0.5 s, then about 8 times a second (between
+ * records and after each file); a non-zero return stops the walk and becomes
+ * its result (an interrupted command: SL_ECANCELED). */
+typedef int (*sl_walk_progress_fn)(void *arg, const sl_walk_progress *p);
+
+/* Callbacks; any may be NULL. A non-zero return stops the walk and becomes
+ * sl_dataset_walk's result. */
+typedef struct sl_walk_visitor {
+    int (*file_begin)(void *arg, const sl_dataset_split *s, const char *file);
+    int (*record)(void *arg, const sl_walk_record *r);
+    /* The file could not be opened (at->recno is SL_WALK_NO_RECORD, no data),
+     * or reading stopped at a bad record: rc and a short description ("data
+     * CRC mismatch", sl_msg_detail of the reader's message). After a framing
+     * error the rest of a TFRecord file cannot be found, so the walk goes on
+     * with the next file when this returns 0. When NULL the walk stops with
+     * rc (sl_errmsg() the reader's). */
+    int (*file_error)(void *arg, const sl_walk_record *at, int rc, const char *what);
+    /* After each file: records read from it, and whether it was read to its
+     * end without error. */
+    int (*file_end)(void *arg, const sl_dataset_split *s, const char *file, uint64_t records,
+                    int clean);
+    sl_walk_progress_fn progress;
+    void *arg;
+} sl_walk_visitor;
+
+/* Walk every split, file and record of ds in order. 0 when all were visited,
+ * else the first non-zero callback result (or the read error when
+ * file_error is NULL). */
+int sl_dataset_walk(const sl_dataset *ds, const sl_walk_visitor *v);
+
+/* The description part of a library message about file: what follows the
+ * last "record N @ OFFSET: " (or "record N: "), else what follows a leading
+ * "sl_function: " and then "file: " (file may be NULL; its base name also
+ * matches). Returns a pointer into msg, msg itself when it has none of these
+ * prefixes. */
+const char *sl_msg_detail(const char *msg, const char *file);
+
+/* ------------------------------------------------------------- verifying */
+/*
+ * sl_verify_path reads every record of a dataset PATH (sl_dataset_resolve's
+ * kinds) and checks what a training run would trip over later. Per record:
+ * both TFRecord CRCs, the Example (image/encoded and image/class/label
+ * present, protobuf well formed), the image (a JPEG whose marker structure
+ * is whole, not CMYK, its size equal to image/height x image/width when
+ * those are set), the label range. Per shard: its DALI index file, when it
+ * has one, lists exactly the offsets and sizes read (shards without one are
+ * counted in unindexed, not a problem). Per split: dataset.json's counts
+ * match what was read. A dataset.json that does not parse is a problem too.
+ */
+typedef struct sl_verify_problem {
+    const char *split;   /* the split's name; NULL for a problem with PATH itself */
+    const char *file;    /* shard, index file, LMDB directory, dataset.json or PATH */
+    uint64_t recno;      /* SL_WALK_NO_RECORD: about the file as a whole */
+    uint64_t offset;     /* SL_WALK_NO_OFFSET: a record without one (LMDB) */
+    int status;          /* SL_ECORRUPT, SL_EIMAGE (image/encoded), SL_ENOENT (a
+                          * listed shard missing), SL_EIO (unreadable) */
+    const char *what;    /* "data CRC mismatch", "bad Example: ...", "label 7 outside 0..3 ..." */
+    const char *message; /* "<file>: record N @ OFFSET: <what>" ("<dir>: record N: <what>"
+                          * for LMDB, "<file>: <what>" for a file) */
+} sl_verify_problem;
+
+typedef struct sl_verify_options {
+    const char *split;   /* only this split of a directory; NULL: all */
+    int all;             /* go on past problems (else stop at the first) */
+    int label_range;     /* 1: stored labels must lie in label_lo..label_hi;
+                          * 0: the range dataset.json gives (num_classes from
+                          * label_offset), no check without one */
+    int64_t label_lo, label_hi;
+    /* Each problem, as found (views valid during the call); NULL: none. */
+    void (*problem)(void *arg, const sl_verify_problem *p);
+    sl_walk_progress_fn progress;
+    void *arg;
+} sl_verify_options;
+
+typedef struct sl_verify_result {
+    uint64_t records, files;
+    uint64_t problems;
+    uint64_t unindexed;       /* TFRecord shards without an index file */
+    int first_status;         /* the first problem's status (SL_OK: none) */
+    char first[SL_ERRMSG_MAX];/* the first problem's message ("" none) */
+} sl_verify_result;
+
+/* Verify path. Counts are added to *res (zero it before the first call), so
+ * one result can cover several PATHs. Returns SL_OK when the dataset was
+ * read (problems, if any, are in res and were handed to o->problem); else
+ * the status why not, sl_errmsg() naming it: PATH missing or not a dataset
+ * (SL_ENOENT, SL_EINVAL), out of memory, or a progress callback's result. */
+int sl_verify_path(const char *path, const sl_verify_options *o, sl_verify_result *res);
+
+/* ------------------------------------------------------------- inspecting */
+/* What is in a dataset, per split and in total, from reading every record
+ * once: records, shards, payload bytes, the label histogram, image
+ * width/height min/mean/max (image/width and image/height, else the image
+ * header), the image/format values seen. */
+#define SL_INSPECT_MAX_FORMATS 8
+
+typedef struct sl_inspect_dim {
+    int64_t min, max;
+    double sum;
+    uint64_t n;
+} sl_inspect_dim;
+
+typedef struct sl_inspect_stats {
+    uint64_t records, bytes, files;
+    int64_t *labels;          /* distinct stored labels, ascending */
+    uint64_t *label_counts;   /* records of each */
+    size_t nlabels, label_cap;
+    sl_inspect_dim width, height;
+    uint64_t unknown_size;    /* records whose image size could not be read */
+    struct {
+        char name[24];
+        uint64_t n;
+    } formats[SL_INSPECT_MAX_FORMATS + 1]; /* the last collects "other" */
+    size_t nformats;
+} sl_inspect_stats;
+
+typedef struct sl_inspect_result {
+    sl_inspect_stats *splits; /* one per split of the sl_dataset */
+    size_t nsplits;
+    sl_inspect_stats total;
+} sl_inspect_result;
+
+/* Read every record of ds into *res (caller-owned; release it with
+ * sl_inspect_result_fini, also after an error). A record that cannot be
+ * read or decoded stops it: SL_ECORRUPT (or the reader's status) with
+ * "sl_dataset_inspect: FILE: record N @ OFFSET: what"; a shard that does
+ * not open: "sl_dataset_inspect: FILE: cannot open: what". progress may be
+ * NULL. */
+int sl_dataset_inspect(const sl_dataset *ds, sl_walk_progress_fn progress, void *arg,
+                       sl_inspect_result *res);
+void sl_inspect_result_fini(sl_inspect_result *res);
+/* Where split i's counts differ from its dataset.json entry: one line each
+ * ("PATH: split S: dataset.json says N records, found M\n") into buf
+ * (truncated to cap); the number of differences. */
+int sl_inspect_warnings(const sl_dataset *ds, size_t i, const sl_inspect_stats *s, char *buf,
+                        size_t cap);
+/* The whole summary as one JSON document (`sluice inspect --json`'s schema:
+ * path, the total's members, num_classes, label_offset, class_names,
+ * splits.NAME.{format, shards_without_index, records, shards, bytes,
+ * mean_record_bytes, labels, width, height, formats, unknown_size, listed},
+ * warnings). malloc'd, free() it; NULL when out of memory. */
+char *sl_inspect_json(const sl_dataset *ds, const sl_inspect_result *res);
 
 #ifdef __cplusplus
 }

@@ -30,11 +30,11 @@
 
 #include "records_int.h"
 
-/* Decoded images larger than this are refused instead of allocated
- * (a 20-byte PNG can claim 65535 x 65535 pixels). 2^28 px = 768 MiB RGB. */
-#define SL_TRANSCODE_MAX_PIXELS ((uint64_t)1 << 28)
-
+/* Images whose header claims more than max_pixels (default
+ * SL_MAX_PIXELS_DEFAULT, records.h) are refused before anything of their
+ * size is allocated (a 20-byte PNG can claim 65535 x 65535 pixels). */
 struct sl_transcoder {
+    uint64_t max_pixels;
     tjhandle dec, enc;
     uint8_t *pix;            /* decoded image: RGB (CMYK before conversion) */
     size_t pix_cap;
@@ -52,6 +52,7 @@ int sl_transcoder_create(sl_transcoder **out)
     sl_transcoder *t = calloc(1, sizeof *t);
     if (!t)
         return sl_fail(SL_ENOMEM, "sl_transcoder_create: out of memory");
+    t->max_pixels = SL_MAX_PIXELS_DEFAULT;
     t->dec = tjInitDecompress();
     if (!t->dec)
         goto fail_tj;
@@ -94,10 +95,18 @@ static int reserve(uint8_t **buf, size_t *cap, size_t need)
     return SL_OK;
 }
 
-static int check_pixels(int w, int h)
+void sl_transcoder_set_max_pixels(sl_transcoder *t, uint64_t n)
 {
-    if ((uint64_t)w * (uint64_t)h > SL_TRANSCODE_MAX_PIXELS)
-        return sl_fail(SL_EIMAGE, "image too large to decode (%dx%d)", w, h);
+    if (t)
+        t->max_pixels = n ? n : SL_MAX_PIXELS_DEFAULT;
+}
+
+static int check_pixels(const sl_transcoder *t, int w, int h)
+{
+    if ((uint64_t)w * (uint64_t)h > t->max_pixels)
+        return sl_fail(SL_EIMAGE, "image too large to decode: %dx%d = %llu pixels, more than "
+                       "max_pixels %llu", w, h, (unsigned long long)w * (unsigned long long)h,
+                       (unsigned long long)t->max_pixels);
     return SL_OK;
 }
 
@@ -163,9 +172,11 @@ static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
                 best = sf[i];
         }
     }
-    int dw = TJSCALED(w, best), dh = TJSCALED(h, best);
-    if ((rc = check_pixels(dw, dh)))
+    /* The header's size, not the scaled one: the bound is on what the file
+     * claims (a progressive file's coefficients are kept at full size). */
+    if ((rc = check_pixels(t, w, h)))
         return rc;
+    int dw = TJSCALED(w, best), dh = TJSCALED(h, best);
     int cmyk = info.channels == 4;
     int pf = cmyk ? TJPF_CMYK : TJPF_RGB;
     if ((rc = reserve(&t->pix, &t->pix_cap, (size_t)dw * dh * tjPixelSize[pf])))
@@ -207,7 +218,7 @@ static int decode_png(sl_transcoder *t, const uint8_t *data, size_t len, int *w,
     int rc = sl_png_parse_header(data, len, &info);
     if (rc)
         return rc;
-    if ((rc = check_pixels(info.width, info.height)))
+    if ((rc = check_pixels(t, info.width, info.height)))
         return rc;
     /* The simplified API catches libpng's longjmp errors itself and frees
      * its state on failure; png_image_free is idempotent, so calling it on
@@ -249,7 +260,7 @@ static int decode_bmp(sl_transcoder *t, const uint8_t *data, size_t len, int *w,
     int rc = sl_bmp_parse_header(data, len, &bh);
     if (rc)
         return rc;
-    if ((rc = check_pixels(bh.width, bh.height)))
+    if ((rc = check_pixels(t, bh.width, bh.height)))
         return rc;
     if (bh.data_off > len || (len - bh.data_off) / bh.row_bytes < (size_t)bh.height)
         return sl_fail(SL_EIMAGE, "BMP: truncated pixel data (%zu bytes, %zu needed)", len,
@@ -293,7 +304,7 @@ static int decode_pnm(sl_transcoder *t, const uint8_t *data, size_t len, int *w,
     int rc = sl_pnm_parse_header(data, len, &ph);
     if (rc)
         return rc;
-    if ((rc = check_pixels(ph.width, ph.height)))
+    if ((rc = check_pixels(t, ph.width, ph.height)))
         return rc;
     size_t bps = ph.maxval > 255 ? 2 : 1; /* big-endian 16-bit above 255 */
     size_t nsamp = (size_t)ph.width * ph.height * ph.channels;

@@ -57,6 +57,9 @@ static void usage(FILE *f)
             "  --resize-short S      shrink so the shorter side is at most S; 0 keeps (default 0)\n"
             "                        RGB JPEGs that fit are stored byte for byte; PNG, BMP, PPM, gray\n"
             "                        or CMYK JPEGs and IDX pixels become RGB JPEGs.\n"
+            "  --max-pixels N        skip (list) an image whose header claims more than N pixels,\n"
+            "                        before decoding it; bounds memory at about 12 bytes x N per\n"
+            "                        thread                         (default 67108864 = 2^26, 8192^2)\n"
             "\n"
             "order:\n"
             "  --shuffle-seed S      seed of the record order across shards          (default 0)\n"
@@ -65,7 +68,8 @@ static void usage(FILE *f)
             "run:\n"
             "  --threads N           worker threads; 0 = one per core                (default 0)\n"
             "  --resume              keep the finished shards of an interrupted run of the same\n"
-            "                        inputs and options, write the rest\n"
+            "                        inputs and options, write the rest (nothing, when the killed\n"
+            "                        run had finished)\n"
             "  --strict              stop at the first undecodable input (exit 1) instead of skipping\n"
             "  --no-fsync            do not fsync shards (scratch output; not crash safe)\n"
             "  --quiet               no progress line (the summary is still printed)\n"
@@ -196,7 +200,7 @@ static void on_skipped(void *arg, const char *input, const char *reason)
 enum {
     OPT_FROM = 256, OPT_IMAGES, OPT_LABELS, OPT_OUT, OPT_NAME, OPT_SHARDS, OPT_FORMAT, OPT_THREADS,
     OPT_QUALITY, OPT_RESIZE, OPT_SEED, OPT_NO_SHUFFLE, OPT_OFFSET, OPT_RESUME, OPT_STRICT,
-    OPT_NO_FSYNC, OPT_QUIET, OPT_CLASSES,
+    OPT_NO_FSYNC, OPT_QUIET, OPT_CLASSES, OPT_MAX_PIXELS,
 };
 
 static const struct option long_opts[] = {
@@ -210,6 +214,7 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"quality", required_argument, NULL, OPT_QUALITY},
     {"resize-short", required_argument, NULL, OPT_RESIZE},
+    {"max-pixels", required_argument, NULL, OPT_MAX_PIXELS},
     {"shuffle-seed", required_argument, NULL, OPT_SEED},
     {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
     {"label-offset", required_argument, NULL, OPT_OFFSET},
@@ -279,6 +284,15 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
         case OPT_RESIZE:
             if (cli_parse_int(CMD, "--resize-short", optarg, 0, 65535, &cfg->resize_short))
                 return 2;
+            break;
+        case OPT_MAX_PIXELS:
+            if (cli_parse_u64(CMD, "--max-pixels", optarg, &u))
+                return 2;
+            if (u == 0) {
+                cli_error(CMD, "--max-pixels: bad value '%s' (want a pixel count >= 1)", optarg);
+                return 2;
+            }
+            cfg->max_pixels = u;
             break;
         case OPT_SEED:
             if (cli_parse_u64(CMD, "--shuffle-seed", optarg, &u))

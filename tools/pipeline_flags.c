@@ -32,6 +32,7 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"world", required_argument, NULL, PF_OPT_WORLD},
     {"device", required_argument, NULL, PF_OPT_DEVICE},
     {"label-offset", required_argument, NULL, PF_OPT_LABEL_OFFSET},
+    {"max-pixels", required_argument, NULL, PF_OPT_MAX_PIXELS},
     {"decode", required_argument, NULL, PF_OPT_DECODE},
 };
 
@@ -252,6 +253,13 @@ int pf_parse(pf_flags *f, int code, const char *arg)
         else
             return bad(f, "--on-error", arg, "skip or fail");
         return 0;
+    case PF_OPT_MAX_PIXELS:
+        if (cli_parse_u64(f->cmd, "--max-pixels", arg, &u))
+            return -1;
+        if (u == 0)
+            return bad(f, "--max-pixels", arg, "a pixel count >= 1");
+        c->max_pixels = u;
+        return 0;
     case PF_OPT_RANK:
         if (parse_uint(f, "--rank", arg, 0, 1u << 20, &u))
             return -1;
@@ -359,6 +367,8 @@ void pf_usage(FILE *out)
           "  --drop-remainder      drop the last partial batch\n"
           "  --on-error MODE       skip (refill the slot, count and list the record) or fail\n"
           "                                                                         (default skip)\n"
+          "  --max-pixels N        a JPEG whose header claims more than N pixels is a bad record\n"
+          "                        (--on-error), refused before decoding   (default 67108864 = 2^26)\n"
           "  --label-offset N      subtracted from stored labels (TensorFlow's ImageNet shards\n"
           "                        count from 1: --label-offset 1)  (default: dataset.json's, else 0)\n"
           "  --rank R --world N    read the shards i with i % N == R                (default 0 1)\n"

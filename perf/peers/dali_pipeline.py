@@ -47,29 +47,30 @@ MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
 
 
-def main():
-    args = parse_args(__doc__, "0 = one per core", lambda ap: ap.add_argument(
-        "--shuffle", type=int, default=10000, help="reader shuffle buffer (initial_fill) in records"))
-
-    import numpy as np
-    from nvidia.dali import fn, pipeline_def, types
-    import nvidia.dali.tfrecord as tfrec
-
-    files = sorted(glob.glob(os.path.join(args.data, f"{args.split}-*-of-*.tfrecord")))
+def shards_of(data, split):
+    """The split's shards and their DALI index files (sluice writes them)."""
+    files = sorted(glob.glob(os.path.join(data, f"{split}-*-of-*.tfrecord")))
     if not files:
-        sys.exit(f"dali_pipeline: no {args.split}-*-of-*.tfrecord in {args.data}")
+        sys.exit(f"dali_pipeline: no {split}-*-of-*.tfrecord in {data}")
     idx = [f + ".idx" for f in files]
     missing = [i for i in idx if not os.path.exists(i)]
     if missing:
         sys.exit(f"dali_pipeline: index file missing: {missing[0]}")
-    threads = args.workers if args.workers > 0 else os.cpu_count()
-    size = args.image_size
+    return files, idx
 
-    @pipeline_def(batch_size=args.batch, num_threads=threads, device_id=None, seed=args.seed,
+
+def make_pipeline(files, idx, batch, threads, seed, size, shuffle):
+    """The built CPU pipeline; run() gives (images (N, 3, size, size)
+    float32, labels (N, 1) int64). Also perf/peers/torch_loader_train.py's
+    --loader dali."""
+    from nvidia.dali import fn, pipeline_def, types
+    import nvidia.dali.tfrecord as tfrec
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=seed,
                   prefetch_queue_depth=2)
     def train_pipe():
         rec = fn.readers.tfrecord(
-            path=files, index_path=idx, random_shuffle=True, initial_fill=args.shuffle,
+            path=files, index_path=idx, random_shuffle=True, initial_fill=shuffle,
             features={
                 "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
                 "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
@@ -85,6 +86,19 @@ def main():
 
     pipe = train_pipe()
     pipe.build()
+    return pipe
+
+
+def main():
+    args = parse_args(__doc__, "0 = one per core", lambda ap: ap.add_argument(
+        "--shuffle", type=int, default=10000, help="reader shuffle buffer (initial_fill) in records"))
+
+    import numpy as np
+
+    files, idx = shards_of(args.data, args.split)
+    threads = args.workers if args.workers > 0 else os.cpu_count()
+    size = args.image_size
+    pipe = make_pipeline(files, idx, args.batch, threads, args.seed, size, args.shuffle)
 
     def batches():
         while True:

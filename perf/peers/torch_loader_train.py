@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""perf/peers/torch_loader_train.py - one PyTorch training loop, fed by sluice.Pipeline
-or by the DataLoader of perf/peers/torch_pipeline.py (perf/loader-compare runs it).
+"""perf/peers/torch_loader_train.py - one PyTorch training loop, fed by sluice.Pipeline,
+by the DataLoader of perf/peers/torch_pipeline.py, or by DALI's CPU pipeline of
+perf/peers/dali_pipeline.py (perf/loader-compare runs it).
 
-    torch_loader_train.py --loader sluice|dataloader --data DIR [--model resnet18|tiny|none]
+    torch_loader_train.py --loader sluice|dataloader|dali --data DIR [--model resnet18|tiny|none]
                           [--image-size 224] [--batch 32] [--workers 2] [--threads 2]
                           [--warmup 3] [--steps 12] [--seed 1]
 
@@ -13,7 +14,11 @@ batch is only read, x.sum(), to time the loaders alone).
 Both do the train transform (random-resized-crop 0.08-1, flip, normalize):
 sluice in its C pipeline (--workers threads), the DataLoader with PIL and
 torchvision.transforms in --workers processes (torch_pipeline.py's dataset:
-records found through the shards' index files).
+records found through the shards' index files), DALI with fn.readers.tfrecord,
+image_random_crop (libjpeg-turbo ROI decode), resize and crop_mirror_normalize
+on --workers CPU threads (device_id=None), its batches taken as torch tensors
+over DALI's own buffers (torch.from_numpy of the TensorList: no copy; valid
+until the next run(), as sluice's lent batches until the next step).
 
 Timing: --warmup steps first, then --steps steps; images/s over that window
 and CPU seconds per image of the whole process tree (this process and the
@@ -58,7 +63,7 @@ def tree_cpu_s():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--loader", choices=("sluice", "dataloader"), required=True)
+    ap.add_argument("--loader", choices=("sluice", "dataloader", "dali"), required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--split", default="train")
     ap.add_argument("--model", default="resnet18",
@@ -85,6 +90,21 @@ def main():
                                epochs=0, drop_remainder=True)
         batches = ((torch.from_dlpack(b[0]), torch.from_dlpack(b[1])) for b in pipe)
         version = sluice.__version__
+    elif args.loader == "dali":
+        import numpy as np
+        import nvidia.dali as dali
+        from dali_pipeline import make_pipeline, shards_of
+        files, idx = shards_of(args.data, args.split)
+        dpipe = make_pipeline(files, idx, args.batch, args.workers, args.seed, args.image_size,
+                              10000)  # the shuffle buffer of sluice.Pipeline's default
+
+        def forever():
+            while True:
+                img, lab = dpipe.run()
+                yield (torch.from_numpy(np.asarray(img.as_tensor())),
+                       torch.from_numpy(np.asarray(lab.as_tensor())).view(-1))
+        batches = forever()
+        version = dali.__version__
     else:
         from torch_pipeline import build_dataset
         ds = build_dataset(args.data, args.split, args.image_size)

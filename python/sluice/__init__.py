@@ -24,6 +24,7 @@ Errors are sluice.Error subclasses whose message names the file and record
 CRC mismatch").
 """
 
+import json
 import os
 
 from ._sluice import (  # noqa: F401  (re-exported)
@@ -41,11 +42,14 @@ from ._sluice import (  # noqa: F401  (re-exported)
     Tensor,
     __version__,
     _convert,
+    _error,
+    _inspect,
     _Pipeline,
+    _verify,
 )
 
 __all__ = [
-    "Pipeline", "Batch", "Tensor", "convert", "Error", "ConfigError", "CanceledError",
+    "Pipeline", "Batch", "Tensor", "convert", "verify", "inspect", "Error", "ConfigError", "CanceledError",
     "CorruptError", "DeviceError", "ExistsError", "ImageError", "NotFoundError",
     "NotSupportedError", "OutOfMemoryError", "SystemIOError",
 ]
@@ -292,3 +296,70 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
     if class_names is not None:
         cfg["class_names"] = [str(c) for c in class_names]
     return _convert(cfg, progress)
+
+
+def verify(data, *, split=None, all=False, label_range=None, raise_on_problem=True,
+           progress=None):
+    """Read every record of a dataset and check what a training run would
+    trip over later (the library's check, as `sluice verify`): both TFRecord
+    CRCs, the Example (image/encoded and image/class/label), the JPEG
+    (marker structure whole, not CMYK, its size equal to image/height x
+    image/width), the label range (label_range=(lo, hi) of stored labels,
+    default from dataset.json's num_classes and label_offset), the shards'
+    index files where they have one, dataset.json's counts.
+
+    data: a dataset directory (dataset.json, or NAME-NNNNN-of-NNNNN shards
+    as TensorFlow writes them), a glob, one shard, or an LMDB store. split:
+    only that split. all: go on past problems and list them all (else stop
+    at the first). progress(records, files_done, files_total, bytes) is
+    called a few times a second on long reads; Ctrl-C stops the read.
+
+    Returns a dict: ok, records, files, shards_without_index, and problems,
+    a list of dicts (file, record, offset: None when the problem is with the
+    file as a whole or the record has no offset (LMDB); split, status,
+    what, and message: "FILE: record N @ OFFSET: what"). With
+    raise_on_problem (the default) a problem raises instead: the
+    sluice.Error subclass of the first problem's status (CorruptError,
+    ImageError, NotFoundError for a missing shard) with its message, the
+    report in e.report. A PATH that cannot be opened at all raises
+    sluice.NotFoundError (or ConfigError) whatever raise_on_problem says.
+    """
+    rng = None
+    if label_range is not None:
+        lo, hi = label_range
+        rng = (int(lo), int(hi))
+    rep = _verify(os.fspath(data), split, bool(all), rng, progress)
+    rep = dict(ok=not rep["problems"], **rep)
+    if rep["problems"] and raise_on_problem:
+        first = rep["problems"][0]
+        e = _error(first["code"], first["message"])
+        e.report = rep
+        raise e
+    return rep
+
+
+def inspect(data, *, split=None, progress=None):
+    """What is in a dataset (the library's summary, as `sluice inspect
+    --json`), from reading every record once (CRCs checked): a dict with
+    path, records, shards, bytes, mean_record_bytes, labels ({stored label:
+    records}), width and height ({min, max, mean} of image/width and
+    image/height, or the JPEG header's), formats ({image/format: records}),
+    unknown_size (records of unreadable size, when any); num_classes,
+    label_offset and class_names from dataset.json when it has them;
+    splits: {name: the same per split, with format ('tfrecord' or 'lmdb'),
+    shards_without_index, and listed (dataset.json's records, shards,
+    bytes)}; warnings: where dataset.json's counts differ from what was read.
+
+    data and split as for verify; progress(records, files_done, files_total,
+    bytes). A record that cannot be read raises sluice.CorruptError (or the
+    reader's error) naming file, record and offset.
+    """
+    out = json.loads(_inspect(os.fspath(data), split, progress))
+
+    def int_labels(d):
+        d["labels"] = {int(k): int(v) for k, v in d["labels"].items()}
+
+    int_labels(out)
+    for sp in out["splits"].values():
+        int_labels(sp)
+    return out

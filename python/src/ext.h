@@ -1,7 +1,8 @@
 /*
  * python/src/ext.h - the pieces of the extension sluice._sluice shared by
  * its files: module.c (init, errors, convert), tensor.c (DLPack tensors),
- * pipeline_obj.c (the pipeline iterator), device.c (the CUDA calls).
+ * pipeline_obj.c (the pipeline iterator), device.c (the CUDA calls),
+ * dataset.c (verify, inspect).
  * Python never enters the library: these files only call the public
  * headers (pipeline/pipeline.h, records/records.h).
  *
@@ -53,6 +54,12 @@ PyObject *pysl_raise(int rc);
 /* Raise sluice.ConfigError (also a ValueError) with a formatted message. */
 PyObject *pysl_config_error(const char *fmt, ...);
 int pysl_errors_init(PyObject *module);
+/* "SL_ECORRUPT" for SL_ECORRUPT ("SL_UNKNOWN" out of range). */
+const char *pysl_status_name(int rc);
+
+/* ------------------------------------------------------------ dataset.c */
+/* _verify and _inspect (records.h's sl_verify_path, sl_dataset_inspect). */
+int pysl_dataset_init(PyObject *module);
 
 /* ------------------------------------------------------------ tensors */
 /* A lease: the consumer streams that took a device tensor (recorded by

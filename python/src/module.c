@@ -76,7 +76,7 @@ int pysl_errors_init(PyObject *m)
     return 0;
 }
 
-static const char *status_name(int rc)
+const char *pysl_status_name(int rc)
 {
     static const char *const names[SL_STATUS_COUNT] = {
         "SL_OK", "SL_EOF", "SL_EINVAL", "SL_ENOMEM", "SL_EIO", "SL_ECORRUPT", "SL_ENOENT",
@@ -86,20 +86,43 @@ static const char *status_name(int rc)
     return rc >= 0 && rc < SL_STATUS_COUNT ? names[rc] : "SL_UNKNOWN";
 }
 
-static PyObject *raise_msg(int rc, const char *msg)
+/* The exception object for status rc (a new reference; NULL with an
+ * exception set when it cannot be made). */
+static PyObject *error_new(int rc, const char *msg)
 {
     PyObject *cls = rc >= 0 && rc < SL_STATUS_COUNT && err_class[rc] ? err_class[rc] : err_base;
     PyObject *exc = PyObject_CallFunction(cls, "s", msg);
     if (!exc)
         return NULL;
-    PyObject *code = PyLong_FromLong(rc), *name = PyUnicode_FromString(status_name(rc));
-    if (code && name && !PyObject_SetAttrString(exc, "code", code) &&
-        !PyObject_SetAttrString(exc, "status", name))
-        PyErr_SetObject(cls, exc);
+    PyObject *code = PyLong_FromLong(rc), *name = PyUnicode_FromString(pysl_status_name(rc));
+    if (!code || !name || PyObject_SetAttrString(exc, "code", code) ||
+        PyObject_SetAttrString(exc, "status", name))
+        Py_CLEAR(exc);
     Py_XDECREF(code);
     Py_XDECREF(name);
-    Py_DECREF(exc);
+    return exc;
+}
+
+static PyObject *raise_msg(int rc, const char *msg)
+{
+    PyObject *exc = error_new(rc, msg);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
     return NULL;
+}
+
+/* _error(code, message) -> the sluice.Error subclass's instance for code
+ * (for the Python layer's exceptions built from a report). */
+static PyObject *py_error(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int rc;
+    const char *msg;
+    if (!PyArg_ParseTuple(args, "is:_error", &rc, &msg))
+        return NULL;
+    return error_new(rc, msg);
 }
 
 PyObject *pysl_raise(int rc)
@@ -376,6 +399,8 @@ static PyMethodDef methods[] = {
     {"_convert", py_convert, METH_VARARGS,
      "_convert(cfg, progress) -> dict: sl_convert_run (use sluice.convert)."},
     {"_strerror", py_strerror, METH_O, "_strerror(code) -> str: sl_strerror."},
+    {"_error", py_error, METH_VARARGS,
+     "_error(code, message) -> the sluice.Error subclass's instance for a status."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -391,6 +416,7 @@ PyMODINIT_FUNC PyInit__sluice(void)
     if (!m)
         return NULL;
     if (pysl_errors_init(m) || pysl_tensor_init(m) || pysl_pipeline_init(m) ||
+        pysl_dataset_init(m) ||
         PyModule_AddStringConstant(m, "__version__", SLUICE_VERSION)) {
         Py_DECREF(m);
         return NULL;

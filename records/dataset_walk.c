@@ -1,16 +1,19 @@
 /*
- * tools/dataset_walk.c - walk every record of a resolved dataset (see
- * dataset_walk.h).
+ * records/dataset_walk.c - walk every record of a resolved dataset
+ * (records.h, "walking records"): the one reader loop of sl_verify_path,
+ * sl_dataset_inspect and whoever else reads a dataset whole, in order.
+ *
+ * Progress is a callback, not a line on stderr: the CLI draws it, Python
+ * checks for Ctrl-C in it.
+ *
+ * Threading: single-threaded; callbacks run on the calling thread.
  */
-#include "dataset_walk.h"
+#include "records_int.h"
 
 #include <ctype.h>
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 static const char *base_of(const char *p)
 {
@@ -51,7 +54,7 @@ static size_t record_prefix(const char *p)
     return (size_t)(q + 2 - p);
 }
 
-const char *dw_detail(const char *msg, const char *file)
+const char *sl_msg_detail(const char *msg, const char *file)
 {
     const char *best = NULL;
     for (const char *p = strstr(msg, "record "); p; p = strstr(p + 1, "record ")) {
@@ -81,12 +84,10 @@ const char *dw_detail(const char *msg, const char *file)
 /* ---------------------------------------------------------------- walking */
 
 typedef struct walk_ctx {
-    const dw_visitor *v;
-    int tty;                /* draw progress */
-    int drawn;              /* a progress line is on screen */
+    const sl_walk_visitor *v;
     size_t files_done, files_total;
     uint64_t records, bytes;
-    double start, last_draw;
+    double start, last_call;
 } walk_ctx;
 
 static double now_s(void)
@@ -96,61 +97,48 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void progress(walk_ctx *c, int force)
+/* The progress callback: not before 0.5 s (small datasets finish first),
+ * then ~8 times a second. */
+static int progress(walk_ctx *c)
 {
-    if (!c->tty)
-        return;
+    if (!c->v->progress)
+        return 0;
     double t = now_s();
-    /* Small datasets finish before anything is drawn; then ~8 redraws/s. */
-    if (!force && (t - c->start < 0.5 || t - c->last_draw < 0.125))
-        return;
-    c->last_draw = t;
-    c->drawn = 1;
-    fprintf(stderr, "\r%s: %" PRIu64 " records, %zu/%zu files, %.1f MB\033[K", c->v->progress,
-            c->records, c->files_done, c->files_total, (double)c->bytes / 1e6);
-    fflush(stderr);
-}
-
-static void progress_clear(walk_ctx *c)
-{
-    if (c->drawn) {
-        fputs("\r\033[K", stderr);
-        fflush(stderr);
-        c->drawn = 0;
-    }
+    if (t - c->start < 0.5 || t - c->last_call < 0.125)
+        return 0;
+    c->last_call = t;
+    sl_walk_progress p = {.records = c->records, .bytes = c->bytes,
+                          .files_done = c->files_done, .files_total = c->files_total,
+                          .elapsed_s = t - c->start};
+    return c->v->progress(c->v->arg, &p);
 }
 
 /* A read failed at `at`: hand it to file_error (copying the message first,
  * since the callback may set its own) or stop with rc. */
-static int report(walk_ctx *c, const dw_record *at, int rc)
+static int report(walk_ctx *c, const sl_walk_record *at, int rc)
 {
     char msg[SL_ERRMSG_MAX];
     if (!c->v->file_error)
         return rc;
     snprintf(msg, sizeof msg, "%s", sl_errmsg()[0] ? sl_errmsg() : sl_strerror(rc));
-    progress_clear(c);
-    return c->v->file_error(c->v->arg, at, rc, dw_detail(msg, at->file));
+    return c->v->file_error(c->v->arg, at, rc, sl_msg_detail(msg, at->file));
 }
 
-static int visit(walk_ctx *c, dw_record *rec)
+static int visit(walk_ctx *c, sl_walk_record *rec)
 {
+    int rc;
     c->records++;
     c->bytes += rec->len;
-    if ((c->records & 255) == 0)
-        progress(c, 0);
-    if (!c->v->record)
-        return 0;
-    int rc = c->v->record(c->v->arg, rec);
-    if (rc)
-        progress_clear(c);
-    return rc;
+    if ((c->records & 255) == 0 && (rc = progress(c)))
+        return rc;
+    return c->v->record ? c->v->record(c->v->arg, rec) : 0;
 }
 
 /* Visit the records of one open file: a TFRecord shard (tf) or an LMDB
  * store (lm), the other NULL. *n counts the records read; *clean is set when
  * the file was read to its end. */
-static int walk_records(walk_ctx *c, dw_record *rec, sl_tfrecord_reader *tf, sl_lmdb_reader *lm,
-                        uint64_t *n, int *clean)
+static int walk_records(walk_ctx *c, sl_walk_record *rec, sl_tfrecord_reader *tf,
+                        sl_lmdb_reader *lm, uint64_t *n, int *clean)
 {
     uint64_t next_off = 0; /* TFRecord: where the record after the last good one starts */
     for (;;) {
@@ -166,7 +154,7 @@ static int walk_records(walk_ctx *c, dw_record *rec, sl_tfrecord_reader *tf, sl_
             /* The bad record is the one after the last good one. */
             rec->recno = *n;
             if (tf)
-                rec->offset = next_off; /* LMDB keeps DW_NO_OFFSET */
+                rec->offset = next_off; /* LMDB keeps SL_WALK_NO_OFFSET */
             rec->data = NULL;
             rec->len = 0;
             return report(c, rec, rc);
@@ -186,12 +174,12 @@ static int walk_records(walk_ctx *c, dw_record *rec, sl_tfrecord_reader *tf, sl_
     }
 }
 
-static int walk_tfrecord(walk_ctx *c, dw_record *rec, uint64_t *n, int *clean)
+static int walk_tfrecord(walk_ctx *c, sl_walk_record *rec, uint64_t *n, int *clean)
 {
     sl_tfrecord_reader *r = NULL;
     int rc = sl_tfrecord_reader_open(rec->file, &r);
     if (rc) {
-        rec->recno = DW_NO_RECORD;
+        rec->recno = SL_WALK_NO_RECORD;
         return report(c, rec, rc);
     }
     rc = walk_records(c, rec, r, NULL, n, clean);
@@ -199,7 +187,7 @@ static int walk_tfrecord(walk_ctx *c, dw_record *rec, uint64_t *n, int *clean)
     return rc;
 }
 
-static int walk_lmdb(walk_ctx *c, dw_record *rec, uint64_t *n, int *clean)
+static int walk_lmdb(walk_ctx *c, sl_walk_record *rec, uint64_t *n, int *clean)
 {
     sl_lmdb_env *env = NULL;
     sl_lmdb_reader *r = NULL;
@@ -207,7 +195,7 @@ static int walk_lmdb(walk_ctx *c, dw_record *rec, uint64_t *n, int *clean)
     if (!rc)
         rc = sl_lmdb_reader_open(env, &r);
     if (rc) {
-        rec->recno = DW_NO_RECORD;
+        rec->recno = SL_WALK_NO_RECORD;
         rc = report(c, rec, rc);
     } else {
         rc = walk_records(c, rec, NULL, r, n, clean);
@@ -217,20 +205,22 @@ static int walk_lmdb(walk_ctx *c, dw_record *rec, uint64_t *n, int *clean)
     return rc;
 }
 
-int dw_walk(const sl_dataset *ds, const dw_visitor *v)
+int sl_dataset_walk(const sl_dataset *ds, const sl_walk_visitor *v)
 {
-    walk_ctx c = {.v = v, .tty = v->progress && isatty(STDERR_FILENO)};
+    walk_ctx c = {.v = v};
     int rc = SL_OK;
+    if (!ds || !v)
+        return sl_fail(SL_EINVAL, "sl_dataset_walk: NULL argument");
     c.files_total = file_count(ds);
-    c.start = c.last_draw = now_s();
+    c.start = c.last_call = now_s();
     for (size_t si = 0; si < ds->nsplits && !rc; si++) {
         const sl_dataset_split *s = &ds->splits[si];
         for (size_t fi = 0; fi < s->nfiles && !rc; fi++) {
-            dw_record rec = {.split = s, .file = s->files[fi], .file_index = fi};
+            sl_walk_record rec = {.split = s, .file = s->files[fi], .file_index = fi};
             uint64_t n = 0;
             int clean = 0;
             if (s->format == SL_FORMAT_LMDB)
-                rec.offset = DW_NO_OFFSET;
+                rec.offset = SL_WALK_NO_OFFSET;
             if (v->file_begin && (rc = v->file_begin(v->arg, s, rec.file)))
                 break;
             if (s->format == SL_FORMAT_LMDB)
@@ -238,11 +228,11 @@ int dw_walk(const sl_dataset *ds, const dw_visitor *v)
             else
                 rc = walk_tfrecord(&c, &rec, &n, &clean);
             c.files_done++;
-            progress(&c, 0);
             if (!rc && v->file_end)
                 rc = v->file_end(v->arg, s, rec.file, n, clean);
+            if (!rc)
+                rc = progress(&c);
         }
     }
-    progress_clear(&c);
     return rc;
 }

@@ -1,0 +1,33 @@
+/*
+ * tests/fuzz/fuzz_events.c - the TensorBoard event reader (sl_events_read:
+ * TFRecord framing, the Event / Summary / Value protos, a record still
+ * being written at the end). Input: an events.out.tfevents file.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train.h"
+#include "util.h"
+
+static int on_scalar(void *ctx, int64_t step, double wall_time, const char *tag, float value)
+{
+    size_t *n = ctx;
+    (void)step;
+    (void)wall_time;
+    (void)value;
+    if (!tag)
+        abort();
+    *n += strlen(tag); /* NUL-terminated */
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char path[512];
+    fz_path("events.out.tfevents.0.fuzz", path, sizeof path);
+    fz_write(path, data, size);
+    size_t n = 0;
+    (void)sl_events_read(path, on_scalar, &n);
+    sl_clear_error();
+    return 0;
+}
