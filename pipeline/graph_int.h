@@ -169,6 +169,9 @@ struct sl_pipeline {
     sl_stage_acc acc[SL_STAGE_COUNT]; /* mu */
 
     sl_trace *trace;            /* atomic pointer; NULL when not recording */
+
+    struct sl_gdec *gdec;       /* const: the GPU decode stage (gdec_int.h), NULL = CPU */
+    int gdec_busy;              /* mu: a worker is in sl_gdec_submit (map.c) */
 };
 
 /* Deferred wake-ups. A thread that changes state under p->mu marks which

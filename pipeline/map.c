@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pipeline/gdec_int.h"
 #include "pipeline/graph_int.h"
 #include "pipeline/mapguard.h"
 
@@ -93,11 +94,12 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
 /* ------------------------------------------------------------- map */
 
 /* One record's payload into a sample at dst; *label set. SL_ECORRUPT or
- * SL_EIMAGE mean "bad record"; anything else is fatal. Also the entry point
- * of tests/fuzz/fuzz_roi.c (pipeline_int.h). */
-int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
-                  const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
-                  int32_t *label)
+ * SL_EIMAGE mean "bad record"; anything else is fatal. With gdec (--decode
+ * gpu), a JPEG nvJPEG can decode is staged for sample k of ring slot r by
+ * worker wi instead (gdec_int.h), and dst is not written. */
+static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
+                      sl_gdec *gdec, unsigned wi, unsigned r, unsigned k, const uint8_t *rec,
+                      size_t len, int32_t epoch, uint64_t id, void *dst, int32_t *label)
 {
     sl_image_example ex;
     sl_crop crop;
@@ -120,6 +122,14 @@ int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder 
     } else {
         sl_eval_geometry(W, H, c->height, c->width, c->crop_fraction, &crop);
     }
+    /* --decode gpu: staged for nvJPEG when it can decode it (gdec_int.h) */
+    if (gdec) {
+        rc = sl_gdec_stage(gdec, wi, r, k, id, ex.image, ex.image_len, W, H, &crop, flip);
+        if (rc == SL_OK)
+            *label = (int32_t)l;
+        if (rc != SL_ENOTSUP)
+            return rc;
+    }
     /* Decode, resize, flip, normalize and lay out in one pass into the slot
      * (decode.c, resample.c). */
     rc = sl_decode_crop_sample(dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
@@ -130,10 +140,19 @@ int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder 
     return SL_OK;
 }
 
-static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
-                     uint64_t id, void *dst, int32_t *label)
+/* Also the entry point of tests/fuzz/fuzz_roi.c (pipeline_int.h). */
+int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
+                  const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
+                  int32_t *label)
 {
-    return sl_map_record(&p->cfg, p->label_offset, w->dec, rec, len, epoch, id, dst, label);
+    return map_record(c, label_offset, dec, NULL, 0, 0, 0, rec, len, epoch, id, dst, label);
+}
+
+static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
+                     uint64_t id, unsigned r, unsigned k, void *dst, int32_t *label)
+{
+    return map_record(&p->cfg, p->label_offset, w->dec, p->gdec, w->index, r, k, rec, len, epoch,
+                      id, dst, label);
 }
 
 /* transform() on a record that may lie in shard's mapping: there, under the
@@ -141,15 +160,16 @@ static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t le
  * (SL_EIO). The decoder a fault interrupts is not used again: the error
  * stops every worker, and sl_decoder_destroy frees it in any state. */
 static int transform_in(sl_pipeline *p, sl_worker *w, uint32_t shard, const uint8_t *rec,
-                        size_t len, int32_t epoch, uint64_t id, void *dst, int32_t *label)
+                        size_t len, int32_t epoch, uint64_t id, unsigned r, unsigned k, void *dst,
+                        int32_t *label)
 {
     const sl_shard_map *m = &p->maps[shard];
     if (!m->base || rec < m->base || rec >= m->base + m->len)
-        return transform(p, w, rec, len, epoch, id, dst, label);
+        return transform(p, w, rec, len, epoch, id, r, k, dst, label);
     sl_mapguard g;
     if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, m->base, m->len);
-        int rc = transform(p, w, rec, len, epoch, id, dst, label);
+        int rc = transform(p, w, rec, len, epoch, id, r, k, dst, label);
         sl_mapguard_leave(&g);
         return rc;
     }
@@ -207,7 +227,7 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             snprintf(what, sizeof what, "%s", sl_tfrecord_frame_what((sl_frame_status)frame));
         } else {
             rc = transform_in(p, w, shard, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD),
-                              epoch, id, dst, &label);
+                              epoch, id, r, k, dst, &label);
             if (rc == SL_OK) {
                 sl->labels[k] = label;
                 sl->ids[k] = id;
@@ -262,7 +282,22 @@ static void complete_batches(sl_pipeline *p, uint32_t tid)
         if (sl->batch != b || sl->done < n || sl->ready || sl->lent)
             return;
         uint64_t t = sl_now_ns();
-        int rc = sl_loader_submit(p->loader, r, (size_t)n * p->sample_bytes);
+        int rc;
+        if (p->gdec) {
+            /* The GPU decode of the batch runs without the lock, by one
+             * worker at a time; it submits the batches completed meanwhile
+             * when it comes back (this loop). */
+            if (p->gdec_busy)
+                return;
+            p->gdec_busy = 1;
+            sl_pipeline_unlock(p);
+            rc = sl_gdec_submit(p->gdec, r, n, sl_loader_host(p->loader, r),
+                                sl_loader_device(p->loader, r), sl_loader_event(p->loader, r));
+            pthread_mutex_lock(&p->mu);
+            p->gdec_busy = 0;
+        } else {
+            rc = sl_loader_submit(p->loader, r, (size_t)n * p->sample_bytes);
+        }
         uint64_t t1 = sl_now_ns();
         sl_trace_span(p, tid, "submit", t, t1, b);
         sl_stage_acc *a = &p->acc[SL_STAGE_LOAD];

@@ -83,6 +83,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pipeline/gdec_int.h"
 #include "pipeline/graph_int.h"
 
 #define SL_MAX_SIDE 16384
@@ -138,6 +139,8 @@ static int check_config(const sl_pipeline_config *c)
                        SL_MAX_THREADS);
     if (c->prefetch > 4096)
         return BAD_CFG("prefetch: %u batches (at most 4096)", c->prefetch);
+    if ((unsigned)c->decode > SL_DECODE_AUTO)
+        return BAD_CFG("decode: unknown mode %d", (int)c->decode);
     if (c->label_offset < -1)
         return BAD_CFG("label_offset: %lld (-1 = from dataset.json, or >= 0)",
                        (long long)c->label_offset);
@@ -412,6 +415,10 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
         goto fail;
     }
+    if ((rc = sl_gdec_create(c, p->workers, p->prefetch, &p->src, &p->gdec))) {
+        rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
+        goto fail;
+    }
     p->fds = malloc((p->src.n ? p->src.n : 1) * sizeof *p->fds);
     p->maps = calloc(p->src.n ? p->src.n : 1, sizeof *p->maps);
     p->bad = calloc(SL_PIPELINE_MAX_BAD_REPORT, sizeof *p->bad);
@@ -493,6 +500,7 @@ void sl_pipeline_destroy(sl_pipeline *p)
     sl_units_free_all(p);
     sl_shuffle_fini(&p->shuf);
     sl_order_destroy(p->order);
+    sl_gdec_destroy(p->gdec); /* its stream records the loader's events: first */
     sl_loader_destroy(p->loader);
     if (p->slots)
         for (unsigned r = 0; r < p->prefetch; r++) {
@@ -514,6 +522,11 @@ void sl_pipeline_destroy(sl_pipeline *p)
     free(p->data);
     free(p->split);
     free(p);
+}
+
+void sl_pipeline_decoder(sl_pipeline *p, char *buf, size_t cap)
+{
+    sl_gdec_describe(p ? p->gdec : NULL, buf, cap);
 }
 
 /* --------------------------------------------------------- consumer */

@@ -95,6 +95,23 @@ typedef enum sl_rank_split {
     SL_SPLIT_RECORDS,      /* input position p to rank p % world (see above) */
 } sl_rank_split;
 
+/* Where JPEGs are decoded (--decode; pipeline/gdec_int.h has the design). */
+typedef enum sl_decode_mode {
+    SL_DECODE_CPU = 0,     /* the map workers, libjpeg-turbo (default) */
+    SL_DECODE_GPU,         /* nvJPEG (hardware backend when the GPU has one, else its GPU
+                            * hybrid backend), loaded at run time, with the crop and resize
+                            * on the GPU into the device batch; what nvJPEG cannot decode
+                            * (progressive for the hardware decoder, CMYK, ...) goes to the
+                            * CPU path per image. Needs device >= 0 and libnvjpeg: else
+                            * create fails saying which is missing. Same samples, labels,
+                            * order and crops as SL_DECODE_CPU (the same seed gives the
+                            * same stream); pixels not byte-identical (the GPU resizes RGB
+                            * from a full-size decode). The batch is d_data: `data` holds
+                            * only the samples decoded on the CPU. */
+    SL_DECODE_AUTO,        /* SL_DECODE_GPU when device >= 0, a CUDA device and libnvjpeg
+                            * are there, else SL_DECODE_CPU */
+} sl_decode_mode;
+
 typedef enum sl_error_policy {
     SL_ON_ERROR_SKIP = 0,   /* refill the slot, count and name the record (default) */
     SL_ON_ERROR_FAIL,       /* the first bad record fails the pipeline */
@@ -145,6 +162,7 @@ typedef struct sl_pipeline_config {
                                 * 2^26 (records.h) */
     int64_t label_offset;      /* subtracted from stored labels; -1 = from dataset.json */
     int device;                /* CUDA device of the load stage; -1 = host batches */
+    sl_decode_mode decode;     /* SL_DECODE_CPU (default), SL_DECODE_GPU or SL_DECODE_AUTO */
 } sl_pipeline_config;
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
@@ -202,6 +220,11 @@ void sl_pipeline_release(sl_pipeline *p, sl_batch *b);
  * is a no-op. For a consumer whose lent batches are still referenced (a
  * Python tensor) when it stops reading. Consumer thread. */
 void sl_pipeline_stop(sl_pipeline *p);
+
+/* Which decoder runs, for logs: "cpu", or "gpu: nvJPEG 12.4 hardware
+ * backend (libnvjpeg.so.12); N images on the GPU, M on the CPU (...)"
+ * (SL_DECODE_AUTO resolved at create). Any thread. */
+void sl_pipeline_decoder(sl_pipeline *p, char *buf, size_t cap);
 
 /* Per-stage figures since create. */
 typedef struct sl_stage_stats {

@@ -266,6 +266,7 @@ typedef struct run_result {
     int eof, interrupted;
     sl_pipeline_stats s0, s1;        /* at the window's start and at the end */
     char digest[33];
+    char decoder[256];               /* sl_pipeline_decoder at the end */
 } run_result;
 
 /* A progress line on a terminal, at most every half second. */
@@ -348,6 +349,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     r->next_s = next_s;
     if ((rc = sl_pipeline_stats_get(p, &r->s1)))
         return rc;
+    sl_pipeline_decoder(p, r->decoder, sizeof r->decoder);
     if (o->digest)
         dg_final(&dg, r->digest);
     return SL_OK;
@@ -397,7 +399,7 @@ static unsigned stage_figures(const run_result *r, stage_fig *f)
 
 /* The stage whose threads are busiest on average, and a one-line reason
  * (what to change) into buf. -1 when there are no stages. */
-static int bottleneck(const stage_fig *f, unsigned n, char *buf, size_t cap)
+static int bottleneck(const stage_fig *f, unsigned n, int gpu_decode, char *buf, size_t cap)
 {
     int best = -1;
     for (unsigned i = 0; i < n; i++)
@@ -417,6 +419,9 @@ static int bottleneck(const stage_fig *f, unsigned n, char *buf, size_t cap)
                            "global", busy);
     else if (!strcmp(s->name, "map"))
         snprintf(buf, cap, "map: workers %.0f%% busy - add --workers or reduce --image-size", busy);
+    else if (!strcmp(s->name, "load") && gpu_decode)
+        snprintf(buf, cap, "load: the GPU decode's submits (nvJPEG, crop-resize kernel, copies) "
+                           "%.0f%% busy - the GPU's JPEG decoder, or a smaller --image-size", busy);
     else if (!strcmp(s->name, "load"))
         snprintf(buf, cap, "load: copies %.0f%% busy - host-to-device bandwidth; --layout nhwc-u8 "
                            "moves 4x fewer bytes", busy);
@@ -451,7 +456,7 @@ static void print_text(const profile_opts *o, const run_result *r)
     stage_fig f[SL_PIPELINE_MAX_STAGES];
     unsigned n = stage_figures(r, f);
     char why[256], sh[48];
-    int bn = bottleneck(f, n, why, sizeof why);
+    int bn = bottleneck(f, n, !strncmp(r->decoder, "gpu", 3), why, sizeof why);
     printf("data: %s (split %s): %llu records per epoch, batch %u, %dx%d %s, %s, shuffle %s",
            c->data, c->split, (unsigned long long)r->s1.records_per_epoch, c->batch, c->height,
            c->width, pf_layout_name(c->layout), c->transform == SL_TRANSFORM_EVAL ? "eval" : "train",
@@ -459,6 +464,7 @@ static void print_text(const profile_opts *o, const run_result *r)
     if (c->shuffle == SL_SHUFFLE_BUFFER)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
+    printf("decode: %s\n", r->decoder);
     printf("measured %llu batches, %llu images in %.2f s", (unsigned long long)r->m_batches,
            (unsigned long long)r->m_samples, r->seconds);
     if (r->warmup)
@@ -504,7 +510,7 @@ static int print_json(const profile_opts *o, const run_result *r)
     stage_fig f[SL_PIPELINE_MAX_STAGES];
     unsigned n = stage_figures(r, f);
     char why[256], sh[48];
-    int bn = bottleneck(f, n, why, sizeof why);
+    int bn = bottleneck(f, n, !strncmp(r->decoder, "gpu", 3), why, sizeof why);
     cJSON *root = cJSON_CreateObject();
     if (!root)
         goto oom;
@@ -574,6 +580,8 @@ static int print_json(const profile_opts *o, const run_result *r)
         jchk(cJSON_AddNumberToObject(cfg, "readers", c->readers));
         jchk(cJSON_AddNumberToObject(cfg, "prefetch", c->prefetch));
         jchk(cJSON_AddNumberToObject(cfg, "device", c->device));
+        jchk(cJSON_AddStringToObject(cfg, "decode", pf_decode_name(c->decode)));
+        jchk(cJSON_AddStringToObject(cfg, "decoder", r->decoder));
     }
     char *text = json_ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);

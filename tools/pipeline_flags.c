@@ -33,6 +33,7 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"device", required_argument, NULL, PF_OPT_DEVICE},
     {"label-offset", required_argument, NULL, PF_OPT_LABEL_OFFSET},
     {"max-pixels", required_argument, NULL, PF_OPT_MAX_PIXELS},
+    {"decode", required_argument, NULL, PF_OPT_DECODE},
 };
 
 void pf_init(pf_flags *f, const char *cmd)
@@ -95,6 +96,11 @@ const char *pf_layout_name(sl_layout l)
         if (layouts[i].layout == l)
             return layouts[i].name;
     return "?";
+}
+
+const char *pf_decode_name(sl_decode_mode m)
+{
+    return m == SL_DECODE_GPU ? "gpu" : m == SL_DECODE_AUTO ? "auto" : "cpu";
 }
 
 const char *pf_shuffle_name(const sl_pipeline_config *cfg, char *buf, size_t cap)
@@ -274,6 +280,16 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             return -1;
         c->label_offset = v;
         return 0;
+    case PF_OPT_DECODE:
+        if (arg && !strcmp(arg, "cpu"))
+            c->decode = SL_DECODE_CPU;
+        else if (arg && !strcmp(arg, "gpu"))
+            c->decode = SL_DECODE_GPU;
+        else if (arg && !strcmp(arg, "auto"))
+            c->decode = SL_DECODE_AUTO;
+        else
+            return bad(f, "--decode", arg, "cpu, gpu or auto");
+        return 0;
     }
     cli_error(f->cmd, "internal: option code %d is not a pipeline option", code);
     return -1;
@@ -357,6 +373,13 @@ void pf_usage(FILE *out)
           "                        count from 1: --label-offset 1)  (default: dataset.json's, else 0)\n"
           "  --rank R --world N    read the shards i with i % N == R                (default 0 1)\n"
           "  --device D            CUDA device for pinned batches and copies; -1 = host only\n"
-          "                        (default -1; with --backend cuda: the GPU, default 0)\n",
+          "                        (default -1; with --backend cuda: the GPU, default 0)\n"
+          "  --decode MODE         cpu (libjpeg-turbo in the workers), gpu (nvJPEG: the hardware\n"
+          "                        decoder when the GPU has one, else its hybrid backend; crop and\n"
+          "                        resize on the GPU into the --device batch; progressive and\n"
+          "                        other JPEGs nvJPEG cannot decode go to the CPU path per image;\n"
+          "                        libnvjpeg.so.13/.12 loaded at run time, SLUICE_NVJPEG=PATH\n"
+          "                        overrides) or auto (gpu when --device, a GPU and libnvjpeg are\n"
+          "                        there, else cpu)                                 (default cpu)\n",
           out);
 }

@@ -51,7 +51,8 @@ enum {
     PF_OPT_DEVICE,
     PF_OPT_LABEL_OFFSET,
     PF_OPT_MAX_PIXELS,
-    PF_OPT_LAST = PF_OPT_MAX_PIXELS,
+    PF_OPT_DECODE,
+    PF_OPT_LAST = PF_OPT_DECODE,
 };
 
 #define PF_NOPTS (PF_OPT_LAST - PF_OPT_FIRST + 1)
@@ -94,6 +95,7 @@ int pf_check_data(pf_flags *f);
 void pf_usage(FILE *out);
 /* Names for printing: "nchw-f32", "buffer:10000", ... (buf for the latter). */
 const char *pf_layout_name(sl_layout l);
+const char *pf_decode_name(sl_decode_mode m); /* "cpu", "gpu", "auto" */
 const char *pf_shuffle_name(const sl_pipeline_config *cfg, char *buf, size_t cap);
 
 #endif /* SL_PIPELINE_FLAGS_H */

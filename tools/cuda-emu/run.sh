@@ -3,6 +3,7 @@
 # run the GPU tests on it (README.md). Usage:
 #   run.sh [build|selftest|test|all|ci|nccl] [criterion args...]  (default: all; ci: what tools/dev test
 #   runs; nccl: its NCCL lanes: the nccl_* selftests, collectives_nccl, train_nccl)
+#   ci's pipeline_gdec lane runs --decode gpu on the fake libnvjpeg (emu_nvjpeg.cpp)
 # Env: REPO (this checkout), OFF (REPO/build-emu-off), OUT (REPO/build-emu), SKIP_CMAKE=1 (use OFF as it is),
 #      EMU_LAZY=1 (deferred streams, default) / 0 (every op runs at once),
 #      EMU_ABORT=1 (abort at the first misuse report), FILTER (criterion filter).
@@ -48,7 +49,7 @@ build() {
     echo "== .cu -> host C++"
     cu="$REPO/train/act_cuda.cu $REPO/train/amp_cuda.cu $REPO/train/conv_cuda.cu $REPO/train/cuda_ctx.cu \
         $REPO/train/linear_cuda.cu $REPO/train/norm_cuda.cu $REPO/train/norm_sync_cuda.cu \
-        $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu"
+        $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/gdec_cuda.cu"
     cuobjs=""
     for f in $cu; do
         b=$(basename "$f" .cu)
@@ -77,15 +78,17 @@ build() {
     rm -f libsl_collectives.a
     cp "$OFF/libsl_collectives.a" libsl_collectives.a; ar d libsl_collectives.a nccl_none.c.o comm.c.o
     ar r libsl_collectives.a nccl.o comm.o 2>/dev/null
-    cp "$OFF/libsl_pipeline.a" libsl_pipeline.a; ar d libsl_pipeline.a load_nocuda.c.o
-    ar r libsl_pipeline.a load_cuda.emu.o 2>/dev/null
+    cp "$OFF/libsl_pipeline.a" libsl_pipeline.a; ar d libsl_pipeline.a load_nocuda.c.o gdec_nocuda.c.o
+    ar r libsl_pipeline.a load_cuda.emu.o gdec_cuda.emu.o 2>/dev/null
+    # the fake libnvjpeg that --decode gpu loads (SLUICE_NVJPEG, runtests)
+    $CXX -fPIC -shared "$EMU/emu_nvjpeg.cpp" -o "$OUT/libnvjpeg_emu.so" -lturbojpeg
     ALL="libsl_train.a libsl_pipeline.a $OFF/libsl_records.a libsl_collectives.a $OFF/libsl_common.a \
          emu.o emu_rt.o emu_dnn.o emu_blas.o emu_nccl.o"
     echo "== CLI $OUT/sluice"
     g++ -rdynamic -o "$OUT/sluice" "$OFF"/CMakeFiles/sluice.dir/tools/*.o $ALL "$OFF/libsl_cuda_probe.a" "$OFF/libsl_common.a" \
         $LIBS $MPI_LIB
     echo "== tests $OUT/emu_tests"
-    TESTS="$REPO/tests/train/test_*.c $REPO/tests/pipeline/test_load.c $REPO/tests/pipeline/test_pipeline.c $REPO/tests/testutil.c"
+    TESTS="$REPO/tests/train/test_*.c $REPO/tests/pipeline/test_load.c $REPO/tests/pipeline/test_pipeline.c $REPO/tests/pipeline/test_gdec.c $REPO/tests/testutil.c"
     tobjs=""
     n=0
     for f in $TESTS; do
@@ -105,6 +108,7 @@ build() {
 runtests() {
     cd "$OUT"
     export SLUICE_FMNIST_T10K_DIR=${SLUICE_FMNIST_T10K_DIR:-/usr/share/datasets/fashion-mnist}
+    export SLUICE_NVJPEG=${SLUICE_NVJPEG:-$OUT/libnvjpeg_emu.so} # --decode gpu (pipeline_gdec)
     local f=${FILTER:-'train_gpu/*'}
     echo "== $OUT/emu_tests --filter=$f (EMU_LAZY=${EMU_LAZY:-1})"
     "$OUT/emu_tests" --filter="$f" -j2 "$@" >"$OUT/tests.log" 2>&1
@@ -179,7 +183,7 @@ ci)  # tools/dev test: every GPU test but the 8-minute Fashion-MNIST one, then t
      # pipeline device tests; each lane's failure fails the run
     build # a plain call: its set -e stops the script at the first failing step
     capture_selftest && FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
-        FILTER='pipeline_load/*' runtests && nccl_lanes ;;
+        FILTER='pipeline_load/*' runtests && FILTER='pipeline_gdec/*' runtests && nccl_lanes ;;
 nccl) nccl_lanes ;;
 selftest) selftest && capture_selftest ;;
 *) echo "usage: run.sh [build|selftest|test|all|ci|nccl] [criterion args]"; exit 2 ;;
