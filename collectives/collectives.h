@@ -156,6 +156,30 @@ int sl_comm_allreduce_start(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_
                             sl_comm_req **req);
 int sl_comm_wait(sl_comm *c, sl_comm_req *req);
 
+/* Stream-ordered collectives (nccl only), for a training step captured into
+ * a CUDA graph: the host neither waits nor records an event, so the call
+ * can sit inside a stream capture.
+ *   sl_comm_stream_ordered    1 when c's collectives run on a CUDA stream
+ *                             (nccl: cfg.stream, or its own), else 0
+ *   sl_comm_allreduce_enqueue in place, like sl_comm_allreduce, but queued
+ *                             on that stream behind the work already there
+ *                             and not waited for: buf is reduced when the
+ *                             stream reaches it (a kernel queued after it on
+ *                             the stream sees the result). Others: SL_ENOTSUP.
+ *   sl_comm_fence             a request that completes once everything
+ *                             queued on the stream so far has run (a graph
+ *                             launch with its collectives included); waited
+ *                             with sl_comm_wait, which holds it to
+ *                             cfg.timeout_ms and aborts the communicator on
+ *                             a dead peer as for any request. Others: a
+ *                             request complete at once.
+ * Errors of an enqueued all-reduce surface at the next fence or blocking
+ * call. Same ordering rule as every collective: all ranks enqueue the same
+ * all-reduces in the same order. */
+int sl_comm_stream_ordered(const sl_comm *c);
+int sl_comm_allreduce_enqueue(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op);
+int sl_comm_fence(sl_comm *c, sl_comm_req **req);
+
 /* Break the communicator on purpose (a replica failed): peers blocked in a
  * collective with this rank return SL_ECANCELED naming this rank and why
  * (local: at once; mpi: within about 300 ms, through a second communicator

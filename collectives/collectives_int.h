@@ -42,6 +42,13 @@ typedef struct sl_comm_vt {
     int (*allreduce_start)(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op,
                            void **token);
     int (*allreduce_wait)(sl_comm *c, void *token);
+    /* Stream-ordered (collectives.h): enqueue queues an all-reduce on the
+     * backend's stream and returns without a host wait or an event (it may
+     * run inside a CUDA stream capture); fence stores a token, waited with
+     * allreduce_wait, for everything queued on that stream so far. NULL:
+     * not a stream-ordered backend. */
+    int (*allreduce_enqueue)(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op);
+    int (*fence)(sl_comm *c, void **token);
     /* Wake peers blocked with this rank (any thread); may be NULL. */
     void (*abort_peers)(sl_comm *c, const char *why);
     /* Free the backend's state (c itself is freed by comm.c). */

@@ -447,6 +447,57 @@ int sl_comm_wait(sl_comm *c, sl_comm_req *req)
     return rc;
 }
 
+/* ------------------------------------------------------- stream-ordered */
+
+int sl_comm_stream_ordered(const sl_comm *c) { return c && c->vt->allreduce_enqueue != NULL; }
+
+int sl_comm_allreduce_enqueue(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op)
+{
+    const char *fn = "sl_comm_allreduce_enqueue";
+    int rc = check_common(c, fn, buf, count, t);
+    if (rc || (rc = check_broken(c, fn)))
+        return rc;
+    if ((unsigned)op > SL_RED_AVG)
+        return sl_fail(SL_EINVAL, "%s: %s rank %d: unknown reduction %d", fn, c->vt->name,
+                       c->rank, (int)op);
+    if (!c->vt->allreduce_enqueue)
+        return sl_fail(SL_ENOTSUP, "%s: the %s backend's collectives are not stream-ordered", fn,
+                       c->vt->name);
+    if (count == 0)
+        return SL_OK;
+    rc = c->vt->allreduce_enqueue(c, buf, count, t, op);
+    return rc ? mark_broken(c, rc) : SL_OK;
+}
+
+/* A request with count 0 and done 0: sl_comm_wait waits on its token (or,
+ * with no token, finds it empty). */
+int sl_comm_fence(sl_comm *c, sl_comm_req **req)
+{
+    const char *fn = "sl_comm_fence";
+    if (!req)
+        return sl_fail(SL_EINVAL, "%s: NULL request pointer", fn);
+    *req = NULL;
+    if (!c)
+        return sl_fail(SL_EINVAL, "%s: NULL communicator", fn);
+    int rc = check_broken(c, fn);
+    if (rc)
+        return rc;
+    queued *q = calloc(1, sizeof *q);
+    if (!q)
+        return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
+    q->kind = OP_ALLREDUCE;
+    if (c->vt->fence && (rc = c->vt->fence(c, &q->req.token))) {
+        free(q);
+        return mark_broken(c, rc);
+    }
+    q->req.done = q->req.token == NULL;
+    pthread_mutex_lock(&c->mu);
+    c->inflight++;
+    pthread_mutex_unlock(&c->mu);
+    *req = &q->req;
+    return SL_OK;
+}
+
 /* ------------------------------------------------------------ abort, end */
 
 void sl_comm_abort(sl_comm *c, const char *why)

@@ -31,6 +31,17 @@
  * deadline counts from the wait). Requests complete in start order, the
  * stream's.
  *
+ * Stream-ordered all-reduce (vt->allreduce_enqueue, for a step captured into
+ * a CUDA graph: NCCL >= 2.9 captures collectives): ncclAllReduce on the
+ * stream, then, for ncclInProgress, polling ncclCommGetAsyncError until it
+ * is enqueued (no CUDA call: legal inside a capture); no event, no wait for
+ * the GPU. The buffer's check (cudaPointerGetAttributes) is not a stream
+ * operation and is allowed while capturing. vt->fence records an event on the
+ * stream after whatever is queued there (a graph launch with its
+ * collectives); allreduce_wait polls it with the deadline and the abort as
+ * for an async request, so a dead peer inside a replayed graph still ends
+ * in SL_ENCCL / SL_ETIMEDOUT rather than a hang.
+ *
  * AVG is ncclAvg (NCCL scales each contribution by 1/world in the dtype,
  * so its rounding differs from the host backends' sum-then-scale; every rank
  * still gets the same bits).
@@ -353,6 +364,53 @@ static int nccl_allreduce_wait(sl_comm *c, void *token)
     return rc;
 }
 
+static int nccl_allreduce_enqueue(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op)
+{
+    where w = {"sl_comm_allreduce_enqueue", c->rank, c->world};
+    nccl_impl *im = c->impl;
+    char what[96];
+    snprintf(what, sizeof what, "ncclAllReduce (%s, %s, %zu elements, stream-ordered)",
+             op == SL_RED_AVG ? "avg" : "sum", sl_dtype_name(t), count);
+    int rc = check_device_ptr(&w, buf, "buffer");
+    if (rc || (rc = enter(c, &w, what)))
+        return rc;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t),
+                                   op == SL_RED_AVG ? ncclAvg : ncclSum, im->comm, im->stream);
+    rc = nccl_ok(r, im->comm, &w, what, __FILE__, __LINE__);
+    if (rc)
+        abort_locked(im);
+    pthread_mutex_unlock(&im->mu);
+    if (!rc && r == ncclInProgress)
+        rc = wait_nccl(c, &w, what, NULL, c->cfg.timeout_ms);
+    return rc;
+}
+
+static int nccl_fence(sl_comm *c, void **token)
+{
+    where w = {"sl_comm_fence", c->rank, c->world};
+    nccl_impl *im = c->impl;
+    nccl_token *tk = calloc(1, sizeof *tk);
+    if (!tk)
+        return sl_fail(SL_ENOMEM, "%s: nccl rank %d: out of memory", w.fn, c->rank);
+    snprintf(tk->what, sizeof tk->what, "ncclAllReduce (the collectives queued on the stream, "
+             "fence)");
+    int rc = enter(c, &w, tk->what);
+    if (rc) {
+        free(tk);
+        return rc;
+    }
+    rc = CU(&w, cudaEventCreateWithFlags(&tk->ev, cudaEventDisableTiming));
+    if (!rc && (rc = CU(&w, cudaEventRecord(tk->ev, im->stream))))
+        cudaEventDestroy(tk->ev);
+    pthread_mutex_unlock(&im->mu);
+    if (rc) {
+        free(tk);
+        return rc;
+    }
+    *token = tk;
+    return SL_OK;
+}
+
 /* ----------------------------------------------------------- abort, destroy */
 
 static void nccl_abort(sl_comm *c, const char *why)
@@ -417,6 +475,8 @@ static const sl_comm_vt nccl_vt = {
     .barrier = nccl_barrier,
     .allreduce_start = nccl_allreduce_start,
     .allreduce_wait = nccl_allreduce_wait,
+    .allreduce_enqueue = nccl_allreduce_enqueue,
+    .fence = nccl_fence,
     .abort_peers = nccl_abort,
     .destroy = nccl_destroy,
 };

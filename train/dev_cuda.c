@@ -550,6 +550,23 @@ int sl_dev_graph_launch(sl_dev_graph *g)
 
 int sl_dev_graph_stale(const sl_dev_graph *g) { return g->gen != sl_cuda_of(g->e)->mem_gen; }
 
+int sl_dev_capture_intact(sl_exec *e)
+{
+    if (!sl_dev_on_device(e))
+        return SL_OK;
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t ce = cudaStreamIsCapturing(sl_cuda_of(e)->stream, &st);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        return sl_fail(SL_ECUDA, "sl_dev_capture_intact: cudaStreamIsCapturing: %s",
+                       cudaGetErrorString(ce));
+    }
+    if (st == cudaStreamCaptureStatusInvalidated)
+        return sl_fail(SL_ECUDA, "sl_dev_capture_intact: the stream's capture was invalidated "
+                       "(a call the driver refuses while capturing)");
+    return SL_OK;
+}
+
 void sl_dev_graph_destroy(sl_dev_graph *g)
 {
     if (!g)

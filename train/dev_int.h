@@ -196,6 +196,10 @@ int sl_dev_capture_begin(sl_exec *e);
 int sl_dev_capture_end(sl_exec *e, int ok, sl_dev_graph **out);
 int sl_dev_graph_launch(sl_dev_graph *g);
 int sl_dev_graph_stale(const sl_dev_graph *g);
+/* SL_OK unless e's stream is capturing and that capture was invalidated
+ * (then SL_ECUDA): a caller about to queue work that would fail on such a
+ * stream (an NCCL collective) stops first. SL_OK on a host exec. */
+int sl_dev_capture_intact(sl_exec *e);
 void sl_dev_graph_destroy(sl_dev_graph *g); /* NULL is a no-op */
 
 #endif /* SL_DEV_INT_H */

@@ -225,3 +225,9 @@ int sl_dev_graph_stale(const sl_dev_graph *g)
 }
 
 void sl_dev_graph_destroy(sl_dev_graph *g) { (void)g; }
+
+int sl_dev_capture_intact(sl_exec *e)
+{
+    (void)e;
+    return SL_OK; /* host execs never capture */
+}

@@ -1,6 +1,8 @@
 // train/norm_cuda.cu - batch norm, cuda backend: training forward, eval
 // forward, backward, the fused BN+add+ReLU forward and ReLU+BN backward,
-// and the five synchronized-BN pieces (train_int.h gives the contract;
+// and three synchronized-BN pieces, bn_fwd_apply, bn_bwd_reduce and
+// bn_bwd_apply (train_int.h gives the contract; the statistics pieces are in
+// norm_sync_cuda.cu;
 // norm_ref.c and norm_sync_ref.c are the oracles, and
 // tests/train/test_norm_cuda.c holds these kernels to them).
 //
@@ -368,11 +370,9 @@ __global__ void __launch_bounds__(BN_THREADS)
 // --------------------------------------------------------------- backward
 
 // What bn_reduce_kernel sums per channel.
-enum { BN_SUM = 0, BN_SQDEV = 1, BN_DY = 2, BN_DY_MASK = 3 };
+enum { BN_DY = 0, BN_DY_MASK = 1 };
 
-// MODE BN_SUM:     p0 = sum x
-//      BN_SQDEV:   p0 = sum (x - mean)^2
-//      BN_DY:      p0 = sum dy, p1 = sum dy*(x - mean)
+// MODE BN_DY:      p0 = sum dy, p1 = sum dy*(x - mean)
 //      BN_DY_MASK: dz := (z > 0 ? dz : 0) in place (relu_bwd's mask, exact in
 //                  T), then BN_DY's sums of the masked dz; dz is read and
 //                  written through dzm (dy unused: it would alias dzm).
@@ -384,8 +384,7 @@ __global__ void __launch_bounds__(BN_THREADS)
                      const T *__restrict__ z, T *dzm, float *__restrict__ p0,
                      float *__restrict__ p1)
 {
-    enum { TWO = MODE >= BN_DY };
-    __shared__ float s0[V][BN_THREADS], s1[TWO ? V : 1][BN_THREADS];
+    __shared__ float s0[V][BN_THREADS], s1[V][BN_THREADS];
     int t = threadIdx.x;
     bn_pos w = bn_where(p);
     float a[V], b[V];
@@ -397,40 +396,28 @@ __global__ void __launch_bounds__(BN_THREADS)
         float mu[V];
         #pragma unroll
         for (int v = 0; v < V; v++)
-            mu[v] = MODE == BN_SUM ? 0.0f : mean[col + v];
+            mu[v] = mean[col + v];
         #pragma unroll 4
         for (int64_t r = (int64_t)blockIdx.y * p.k + w.lane; r < rows; r += step) {
             int64_t i = r * c + col;
             float xv[V];
             sl_ldv<T, V>(x + i, xv);
-            if (MODE == BN_SUM) {
+            float g[V];
+            if (MODE == BN_DY_MASK) {
+                float zv[V];
+                sl_ldv<T, V>(z + i, zv);
+                sl_ldv<T, V>(dzm + i, g);
                 #pragma unroll
                 for (int v = 0; v < V; v++)
-                    a[v] += xv[v];
-            } else if (MODE == BN_SQDEV) {
-                #pragma unroll
-                for (int v = 0; v < V; v++) {
-                    float d = xv[v] - mu[v];
-                    a[v] += d * d;
-                }
+                    g[v] = zv[v] > 0.0f ? g[v] : 0.0f;
+                sl_stv<T, V>(dzm + i, g);
             } else {
-                float g[V];
-                if (MODE == BN_DY_MASK) {
-                    float zv[V];
-                    sl_ldv<T, V>(z + i, zv);
-                    sl_ldv<T, V>(dzm + i, g);
-                    #pragma unroll
-                    for (int v = 0; v < V; v++)
-                        g[v] = zv[v] > 0.0f ? g[v] : 0.0f;
-                    sl_stv<T, V>(dzm + i, g);
-                } else {
-                    sl_ldv<T, V>(dy + i, g);
-                }
-                #pragma unroll
-                for (int v = 0; v < V; v++) {
-                    a[v] += g[v];
-                    b[v] += g[v] * (xv[v] - mu[v]);
-                }
+                sl_ldv<T, V>(dy + i, g);
+            }
+            #pragma unroll
+            for (int v = 0; v < V; v++) {
+                a[v] += g[v];
+                b[v] += g[v] * (xv[v] - mu[v]);
             }
         }
     }
@@ -438,8 +425,7 @@ __global__ void __launch_bounds__(BN_THREADS)
         #pragma unroll
         for (int v = 0; v < V; v++) {
             s0[v][t] = a[v];
-            if (TWO)
-                s1[TWO ? v : 0][t] = b[v];
+            s1[v][t] = b[v];
         }
     }
     __syncthreads();
@@ -450,8 +436,7 @@ __global__ void __launch_bounds__(BN_THREADS)
             #pragma unroll
             for (int v = 0; v < V; v++) {
                 s0[v][t] += s0[v][o];
-                if (TWO)
-                    s1[TWO ? v : 0][t] += s1[TWO ? v : 0][o];
+                s1[v][t] += s1[v][o];
             }
         }
         __syncthreads();
@@ -462,8 +447,7 @@ __global__ void __launch_bounds__(BN_THREADS)
         #pragma unroll
         for (int v = 0; v < V; v++) {
             p0[o + v] = s0[v][t];
-            if (TWO)
-                p1[o + v] = s1[TWO ? v : 0][t];
+            p1[o + v] = s1[v][t];
         }
     }
 }
@@ -516,8 +500,8 @@ __global__ void bn_bwd_fin_kernel(int c, int gy, const float *__restrict__ p0,
     coef[ch] = bn_coef(gamma[ch], save_mean[ch], is, sdy, sdyx, total);
 }
 
-// A sync piece's per-channel sums as floats: out0 = sum p0, out1 = sum p1
-// times invstd (bn_bwd_reduce's sum dy*xhat); out1 may be NULL.
+// bn_bwd_reduce's per-channel sums as floats: out0 = sum p0 (sum dy), out1 =
+// sum p1 times invstd (sum dy*xhat).
 __global__ void bn_sums_out_kernel(int c, int gy, const float *__restrict__ p0,
                                    const float *__restrict__ p1,
                                    const float *__restrict__ invstd, float *__restrict__ out0,
@@ -527,12 +511,11 @@ __global__ void bn_sums_out_kernel(int c, int gy, const float *__restrict__ p0,
     if (ch < 0)
         return;
     double a = bn_warp_total(p0, gy, c, ch, lane);
-    double b = out1 ? bn_warp_total(p1, gy, c, ch, lane) : 0.0;
+    double b = bn_warp_total(p1, gy, c, ch, lane);
     if (lane != 0)
         return;
     out0[ch] = (float)a;
-    if (out1)
-        out1[ch] = (float)(b * (double)invstd[ch]);
+    out1[ch] = (float)(b * (double)invstd[ch]);
 }
 
 // Sync-BN backward apply: the constants from the all-reduced sums.
@@ -875,54 +858,6 @@ extern "C" int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *
 
 // ------------------------------------------------------------ sync-BN pieces
 
-// Per-channel sums over the rows into out0 (and out1) on the device: MODE
-// BN_SUM (sum x), BN_SQDEV (sum (x - mean)^2) or BN_DY (sum dy and sum
-// dy*xhat, xhat = (x - mean)*invstd).
-template <int MODE>
-static int bn_channel_sums(const char *fn, sl_exec *e, int64_t rows, int c, const float *x,
-                           const float *dy, const float *mean, const float *invstd, float *out0,
-                           float *out1)
-{
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
-        return rc;
-    bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
-        return rc;
-    cudaStream_t st = cx->stream;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        return bn_vec<T>(c, {x, dy}, [&](auto vw) -> int {
-            constexpr int V = decltype(vw)::value;
-            bn_plan p = bn_plan_reduce(cx, rows, c, V);
-            bn_reduce_kernel<MODE, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
-                rows, c, p, (const T *)x, (const T *)dy, mean, nullptr, nullptr, s.part[0],
-                s.part[1]);
-            BN_LAUNCHED(MODE == BN_SUM     ? "bn_reduce_kernel<sum>"
-                        : MODE == BN_SQDEV ? "bn_reduce_kernel<sqdev>"
-                                           : "bn_reduce_kernel<dy>");
-            bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
-                c, p.gy, s.part[0], s.part[1], invstd, out0, out1);
-            BN_LAUNCHED("bn_sums_out_kernel");
-            return SL_OK;
-        });
-    });
-}
-
-extern "C" int sl_bn_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
-{
-    return bn_channel_sums<BN_SUM>("sl_bn_sum_cuda", e, rows, c, x, nullptr, nullptr, nullptr,
-                                   sum, nullptr);
-}
-
-extern "C" int sl_bn_sqdev_sum_cuda(sl_exec *e, int64_t rows, int c, const float *x,
-                                    const float *mean, float *sq)
-{
-    return bn_channel_sums<BN_SQDEV>("sl_bn_sqdev_sum_cuda", e, rows, c, x, nullptr, mean,
-                                     nullptr, sq, nullptr);
-}
-
 extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,
                                     const float *gamma, const float *beta, const float *mean,
                                     const float *var, double total, float momentum, float eps,
@@ -949,13 +884,37 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
     });
 }
 
+// This replica's sum dy and sum dy*xhat (xhat = (x - save_mean)*save_invstd)
+// per channel, as floats on the device, for the model to all-reduce.
 extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const float *x,
                                      const float *dy, const float *save_mean,
                                      const float *save_invstd, float *sum_dy,
                                      float *sum_dy_xhat)
 {
-    return bn_channel_sums<BN_DY>("sl_bn_bwd_reduce_cuda", e, rows, c, x, dy, save_mean,
-                                  save_invstd, sum_dy, sum_dy_xhat);
+    const char *fn = "sl_bn_bwd_reduce_cuda";
+    sl_cuda_ctx *cx = NULL;
+    int rc;
+    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+        return rc;
+    bn_scratch s;
+    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
+        return rc;
+    cudaStream_t st = cx->stream;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        return bn_vec<T>(c, {x, dy}, [&](auto vw) -> int {
+            constexpr int V = decltype(vw)::value;
+            bn_plan p = bn_plan_reduce(cx, rows, c, V);
+            bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
+                rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr,
+                s.part[0], s.part[1]);
+            BN_LAUNCHED("bn_reduce_kernel<dy>");
+            bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
+                c, p.gy, s.part[0], s.part[1], save_invstd, sum_dy, sum_dy_xhat);
+            BN_LAUNCHED("bn_sums_out_kernel");
+            return SL_OK;
+        });
+    });
 }
 
 extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float *x,

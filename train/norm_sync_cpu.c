@@ -11,14 +11,11 @@
  * Accuracy, as norm_cpu.c: every sum runs in float per channel over blocks
  * of at most SUM_ROWS rows and folds into double per block, so float
  * rounding never grows past a block (~1e-6 relative at any row count). The
- * squared deviations are taken around the GLOBAL mean that the model passes
- * in, so they need no Chan-style merge: sum (x - mean)^2 is a sum of
- * non-negative terms with no cancellation. What these pieces cannot do that
- * bn_fwd_train_cpu does is keep the mean as a float pair hi + lo: the sums
- * cross the all-reduce as floats and the mean reaches bn_fwd_apply as one,
- * so it is good to a few ulp(mean) and, on data far from zero
- * (|mean| >> std), y carries an offset of that times gamma*invstd (PyTorch's
- * SyncBatchNorm, which all-gathers float means, is in the same position).
+ * forward statistics are each replica's (mean, M2) from norm_cpu.c's pass,
+ * the mean carried across the all-reduce as a float pair hi + lo and the
+ * replicas merged with Chan's formula (bn_moments / bn_moments_merge); the
+ * merged mean reaches bn_fwd_apply as one float, so y is off by at most
+ * ulp(mean)/2 times gamma*invstd on data far from zero (|mean| >> std).
  * test_norm_sync.c's large_offset_accuracy measures it.
  *
  * Per-channel scratch (a few c-sized arrays) comes from sl_exec_scratch.
@@ -59,67 +56,6 @@ static void *scratch(sl_exec *e, const char *fn, int c, int nd, int nf)
     if (!s)
         sl_fail(SL_ENOMEM, "%s: scratch for %d channels: %s", fn, c, sl_errmsg());
     return s;
-}
-
-int sl_bn_sum_cpu(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
-{
-    const char *fn = "sl_bn_sum_cpu";
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    double *restrict acc = scratch(e, fn, c, 1, 1);
-    if (!acc)
-        return SL_ENOMEM;
-    float *restrict part = (float *)(acc + c);
-    for (int ch = 0; ch < c; ch++)
-        acc[ch] = 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += SUM_ROWS) {
-        int64_t nb = rows - r0 < SUM_ROWS ? rows - r0 : SUM_ROWS;
-        const float *restrict xb = x + r0 * c;
-        for (int ch = 0; ch < c; ch++)
-            part[ch] = 0;
-        for (int64_t r = 0; r < nb; r++)
-            for (int ch = 0; ch < c; ch++)
-                part[ch] += xb[r * c + ch];
-        for (int ch = 0; ch < c; ch++)
-            acc[ch] += part[ch];
-    }
-    for (int ch = 0; ch < c; ch++)
-        sum[ch] = (float)acc[ch];
-    return SL_OK;
-}
-
-int sl_bn_sqdev_sum_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
-                        float *sq)
-{
-    const char *fn = "sl_bn_sqdev_sum_cpu";
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    double *restrict acc = scratch(e, fn, c, 1, 2);
-    if (!acc)
-        return SL_ENOMEM;
-    float *restrict part = (float *)(acc + c), *restrict mu = part + c;
-    for (int ch = 0; ch < c; ch++) {
-        acc[ch] = 0;
-        mu[ch] = mean[ch]; /* a restrict copy: the row loop vectorizes without alias checks */
-    }
-    for (int64_t r0 = 0; r0 < rows; r0 += SUM_ROWS) {
-        int64_t nb = rows - r0 < SUM_ROWS ? rows - r0 : SUM_ROWS;
-        const float *restrict xb = x + r0 * c;
-        for (int ch = 0; ch < c; ch++)
-            part[ch] = 0;
-        for (int64_t r = 0; r < nb; r++)
-            for (int ch = 0; ch < c; ch++) {
-                float d = xb[r * c + ch] - mu[ch];
-                part[ch] += d * d;
-            }
-        for (int ch = 0; ch < c; ch++)
-            acc[ch] += part[ch];
-    }
-    for (int ch = 0; ch < c; ch++)
-        sq[ch] = (float)acc[ch];
-    return SL_OK;
 }
 
 /* y = (x - mean)*scale + beta per channel; x, y (rows, c). */

@@ -12,26 +12,26 @@
  * model can all-reduce those sums between them (PyTorch's SyncBatchNorm,
  * torch/nn/modules/_functions.py, does the same with batch_norm_stats /
  * batch_norm_gather_stats / batch_norm_backward_reduce / _elemt):
- *   forward:   sum    = sum x                      -> all-reduce -> mean = sum/total
- *              sq     = sum (x - mean)^2           -> all-reduce -> var  = sq/total
+ *   forward:   bn_moments (this replica's mean and M2 in its slot)
+ *                                                  -> all-reduce (world*3c floats)
+ *              bn_moments_merge -> mean, var (every replica the same bits)
  *              y      = gamma*(x - mean)*invstd + beta, invstd = 1/sqrt(var + eps)
- *              (two passes, as norm_ref.c: no sum-of-squares cancellation)
  *   backward:  sum_dy = sum dy, sum_dy_xhat = sum dy*xhat
  *                                                  -> all-reduce (2c floats)
  *              dx = gamma*invstd/total * (total*dy - sum_dy - xhat*sum_dy_xhat)
- * With one replica (rows == total) the pieces compute exactly what
- * bn_fwd_train / bn_bwd do (tests/train/test_norm_sync.c checks that and the
- * W-replica composition).
+ * With one replica (rows == total) the pieces compute what bn_fwd_train /
+ * bn_bwd do (tests/train/test_norm_sync.c checks that and the W-replica
+ * composition).
  *
- * The model's forward takes its statistics from bn_moments / merge rather
- * than bn_sum / bn_sqdev_sum (train_int.h): each replica's mean and
- * M2 in double, combined with Chan et al.'s pairwise formula, as PyTorch's
- * SyncBatchNorm combines (count, mean, invstd):
+ * The statistics: each replica's mean and M2 in double, combined with Chan
+ * et al.'s pairwise formula, as PyTorch's SyncBatchNorm combines (count,
+ * mean, invstd):
  *   n = n_a + n_b, d = mean_b - mean_a,
  *   mean = mean_a + d*n_b/n, M2 = M2_a + M2_b + d^2*n_a*n_b/n.
- * The float sums lose digits where a channel's rows are many (50,000 a
- * replica at 224 px) and the values far from their mean's scale; the
- * merge has no difference of large sums in it.
+ * Float sums of x and of (x - mean)^2 all-reduced (what the model did
+ * before) lose digits where a channel's rows are many (50,000 a replica at
+ * 224 px) and the values far from their mean's scale; the merge has no
+ * difference of large sums in it.
  */
 #include <math.h>
 
@@ -58,39 +58,6 @@ static int check_total(const char *fn, int64_t rows, int c, double total, double
         return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
                        "norm needs at least %g values per channel and total >= rows", fn,
                        total, (long long)rows, min);
-    return SL_OK;
-}
-
-int sl_bn_sum_ref(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
-{
-    (void)e;
-    int rc = check_rows("sl_bn_sum_ref", rows, c);
-    if (rc)
-        return rc;
-    for (int ch = 0; ch < c; ch++) {
-        double s = 0;
-        for (int64_t r = 0; r < rows; r++)
-            s += x[r * c + ch];
-        sum[ch] = (float)s;
-    }
-    return SL_OK;
-}
-
-int sl_bn_sqdev_sum_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
-                        float *sq)
-{
-    (void)e;
-    int rc = check_rows("sl_bn_sqdev_sum_ref", rows, c);
-    if (rc)
-        return rc;
-    for (int ch = 0; ch < c; ch++) {
-        double m = mean[ch], s = 0;
-        for (int64_t r = 0; r < rows; r++) {
-            double d = x[r * c + ch] - m;
-            s += d * d;
-        }
-        sq[ch] = (float)s;
-    }
     return SL_OK;
 }
 

@@ -48,7 +48,6 @@
         .maxpool_fwd = sl_maxpool_fwd_##sfx, .maxpool_bwd = sl_maxpool_bwd_##sfx,            \
         .gap_fwd = sl_gap_fwd_##sfx, .gap_bwd = sl_gap_bwd_##sfx, .fc_fwd = sl_fc_fwd_##sfx, \
         .fc_bwd = sl_fc_bwd_##sfx, .xent_fwd_bwd = sl_xent_fwd_bwd_##sfx,                    \
-        .bn_sum = sl_bn_sum_##sfx, .bn_sqdev_sum = sl_bn_sqdev_sum_##sfx,                    \
         .bn_fwd_apply = sl_bn_fwd_apply_##sfx, .bn_bwd_reduce = sl_bn_bwd_reduce_##sfx,      \
         .bn_bwd_apply = sl_bn_bwd_apply_##sfx, .bn_moments = sl_bn_moments_##sfx,            \
         .bn_moments_merge = sl_bn_moments_merge_##sfx,                                       \
@@ -106,10 +105,6 @@ static int cu_xent(sl_exec *e, int n, int k, const float *l, const int32_t *y, f
                    float *loss, float *dl, int *c)
 { (void)e; (void)n; (void)k; (void)l; (void)y; (void)s; (void)loss; (void)dl; (void)c;
   NOTSUP("xent_fwd_bwd"); }
-static int cu_bn_sum(sl_exec *e, int64_t r, int c, const float *x, float *s)
-{ (void)e; (void)r; (void)c; (void)x; (void)s; NOTSUP("bn_sum"); }
-static int cu_bn_sqdev(sl_exec *e, int64_t r, int c, const float *x, const float *m, float *s)
-{ (void)e; (void)r; (void)c; (void)x; (void)m; (void)s; NOTSUP("bn_sqdev_sum"); }
 static int cu_bn_fwd_apply(sl_exec *e, int64_t r, int c, const float *x, const float *g,
                            const float *b, const float *mean, const float *var, double t,
                            float m, float eps, float *rm, float *rv, float *y, float *sm,
@@ -139,7 +134,7 @@ const sl_ops sl_ops_cuda = {
     .relu_fwd = cu_unary, .relu_bwd = cu_binary, .add = cu_binary,
     .maxpool_fwd = cu_pool_fwd, .maxpool_bwd = cu_pool_bwd, .gap_fwd = cu_gap,
     .gap_bwd = cu_gap, .fc_fwd = cu_fc_fwd, .fc_bwd = cu_fc_bwd, .xent_fwd_bwd = cu_xent,
-    .bn_sum = cu_bn_sum, .bn_sqdev_sum = cu_bn_sqdev, .bn_fwd_apply = cu_bn_fwd_apply,
+    .bn_fwd_apply = cu_bn_fwd_apply,
     .bn_bwd_reduce = cu_bn_bwd_reduce, .bn_bwd_apply = cu_bn_bwd_apply,
     .bn_moments = cu_bn_moments, .bn_moments_merge = cu_bn_moments_merge,
 };

@@ -25,6 +25,25 @@
  * over replicas before each evaluation and checkpoint, so the model that
  * is evaluated and saved is one model.
  *
+ * CUDA graphs with several GPUs (step_graph). Where the gradients are on a
+ * GPU, their comm is NCCL on the exec's stream, so a bucket's all-reduce
+ * is ordered after the backward kernels that wrote it and before the
+ * optimizer's: the host wait of the plain step is for errors and deadlines
+ * only. The graph step drops it: the buckets (and --sync-bn's sums) are
+ * enqueued on the stream (sl_comm_allreduce_enqueue: no event, no host
+ * wait, so the whole step, all-reduces included, is captured once and
+ * replayed), the fp16 loss-scale check and update run on the device after
+ * them (sl_dev_sgd_enqueue: every replica sees the same averaged gradients,
+ * so every replica skips the same steps), and after each launch the host
+ * waits for a fence on the stream (sl_comm_fence), which keeps the
+ * communicator's deadline and abort: a dead peer ends the run with an error,
+ * not a hang. (The fence costs the gap between one step's end and the next
+ * launch, a few tens of microseconds; the plain step waits for its buckets
+ * every step too.) Every replica captures at the same step and, should a
+ * capture fail on one replica and not on another, the collectives still
+ * match: the uncaptured fallback enqueues the same all-reduces in the same
+ * order.
+ *
  * Threading: a replica is driven by one thread (its own, or the caller's
  * for replica 0); its communicator's progress thread runs the bucket
  * all-reduces.
@@ -47,6 +66,16 @@ double sl_now_s(void)
 
 /* ---------------------------------------------------------------- buckets */
 
+/* A stream-ordered all-reduce of a graph step (f32, in place on the exec's
+ * stream). Not made when the capture it would join was invalidated (by a
+ * refused call): NCCL would fail on the stream and break the communicator,
+ * where the step can still fall back to running uncaptured. */
+static int coll_enqueue(sl_replica *rep, float *buf, size_t n, sl_redop op)
+{
+    int rc = sl_dev_capture_intact(&rep->e);
+    return rc ? rc : sl_comm_allreduce_enqueue(rep->gcomm, buf, n, SL_DTYPE_F32, op);
+}
+
 static int on_grad_ready(void *ctx, int tensor)
 {
     sl_replica *rep = ctx;
@@ -60,6 +89,8 @@ static int on_grad_ready(void *ctx, int tensor)
         return sl_fail(SL_EINVAL, "sl_train_run: replica %d: gradient bucket %d reported ready "
                        "twice", rep->rank, b);
     rep->start_order[rep->started++] = b;
+    if (rep->coll_stream)
+        return coll_enqueue(rep, rep->grads + bk->off, bk->n, SL_RED_AVG);
     return sl_comm_allreduce_start(rep->gcomm, rep->grads + bk->off, bk->n, SL_DTYPE_F32,
                                    SL_RED_AVG, &bk->req);
 }
@@ -160,10 +191,13 @@ int sl_replica_sum(sl_replica *rep, float *v, int n)
 }
 
 /* sync-BN's sums: buf is the model's (device memory on a GPU, where gcomm
- * is the NCCL comm on the exec's stream; else the host comm) */
+ * is the NCCL comm on the exec's stream; else the host comm); in a graph
+ * step, enqueued on the stream (the kernels after it read the sums there) */
 static int bn_sync_sum(void *ctx, float *buf, int n)
 {
     sl_replica *rep = ctx;
+    if (rep->coll_stream)
+        return coll_enqueue(rep, buf, (size_t)n, SL_RED_SUM);
     return sl_comm_allreduce(rep->gcomm, buf, (size_t)n, SL_DTYPE_F32, SL_RED_SUM);
 }
 
@@ -340,12 +374,14 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
     if (rep->dev && !sl_dev_graph_wanted(&rep->e)) {
         rep->graph_off = 1;
         snprintf(rep->graph_why, sizeof rep->graph_why, "SLUICE_CUDA_GRAPH=0");
-    } else if (rep->dev && (rep->comm || c->sync_bn)) {
-        /* the gradient buckets' all-reduces are started and waited for by
-         * the host (sl_comm_wait) while backward runs */
+    } else if (rep->dev && rep->comm &&
+               (c->strategy != SL_STRATEGY_MIRRORED || !sl_comm_stream_ordered(rep->gcomm))) {
+        /* the step's collectives would need the host (not one stream) */
         rep->graph_off = 1;
         snprintf(rep->graph_why, sizeof rep->graph_why,
-                 "%d replicas: the all-reduces are waited for by the host", r->world);
+                 "%d replicas: the %s strategy's collectives (%s) are not stream-ordered",
+                 r->world, c->strategy == SL_STRATEGY_MIRRORED ? "mirrored" : "ps",
+                 sl_comm_backend_name(sl_comm_backend_of(rep->gcomm)));
     }
     if (rep->comm && c->strategy == SL_STRATEGY_MIRRORED) {
         if ((rc = make_buckets(rep)))
@@ -402,6 +438,49 @@ static int body_dev(sl_replica *rep, int n, int sgd)
     return SL_OK;
 }
 
+/* body_dev with several replicas, for the graph step: the gradient buckets
+ * (and --sync-bn's sums) enqueued on the exec's stream as backward makes
+ * them ready (with no_overlap all of them after it, in bucket order, as
+ * finish_buckets runs them), then the optimizer behind them. No host wait:
+ * capturable. The same all-reduces in the same order as the plain step, so
+ * the same bits. */
+static int body_coll(sl_replica *rep, int n)
+{
+    rep->started = 0;
+    for (int k = 0; k < rep->nbk; k++)
+        rep->bk[k].pending = rep->bk[k].tensors;
+    rep->coll_stream = 1;
+    int rc = body_dev(rep, n, 0);
+    if (!rc && rep->run->cfg->no_overlap) {
+        for (int b = 0; !rc && b < rep->nbk; b++)
+            rc = coll_enqueue(rep, rep->grads + rep->bk[b].off, rep->bk[b].n, SL_RED_AVG);
+    } else if (!rc && rep->started != rep->nbk) {
+        rc = sl_fail(SL_EINVAL, "sl_train_run: replica %d: %d of %d gradient buckets became "
+                     "ready", rep->rank, rep->started, rep->nbk);
+    }
+    rep->coll_stream = 0;
+    if (!rc)
+        rc = sl_dev_sgd_enqueue(rep->dsgd);
+    return rc;
+}
+
+/* The whole device step of the graph path, optimizer included. */
+static int body_step(sl_replica *rep, int n)
+{
+    return rep->comm ? body_coll(rep, n) : body_dev(rep, n, 1);
+}
+
+/* After a graph step with several replicas: wait, with the communicator's
+ * deadline and abort, until the stream has run it, all-reduces included. */
+static int fence_wait(sl_replica *rep)
+{
+    sl_comm_req *f;
+    int rc = sl_comm_fence(rep->gcomm, &f);
+    if (rc || (rc = sl_comm_wait(rep->gcomm, f)))
+        return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+    return SL_OK;
+}
+
 /* The device step's forward and backward: input from the feed (once, with
  * --synthetic), the loss summed on the device. */
 static int grads_dev(sl_replica *rep, const sl_batch *b)
@@ -454,7 +533,7 @@ int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *corre
 
 /* ---------------------------------------------------------- CUDA graph */
 
-/* Capture body_dev into rep->graph and queue its first replay; on any
+/* Capture body_step into rep->graph and queue its first replay; on any
  * failure (the driver refused a call, a buffer moved, a call failed) the
  * host state the capture advanced is put back and SL_ECUDA says why: the
  * caller runs the step uncaptured (nothing queued ran). */
@@ -468,7 +547,7 @@ static int capture(sl_replica *rep, int n)
     rep->graph_tries++;
     int rc = sl_dev_capture_begin(&rep->e);
     if (!rc) {
-        int body = body_dev(rep, n, 1);
+        int body = body_step(rep, n);
         char why[SL_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", body ? sl_errmsg() : "");
         rc = sl_dev_capture_end(&rep->e, body == SL_OK, &rep->graph);
@@ -490,14 +569,16 @@ static int capture(sl_replica *rep, int n)
     return rc;
 }
 
-/* The device step of a single replica (no all-reduce) with its CUDA graph:
- * captured on the second step of the process (the first chose cuDNN's
- * algorithms and grew every buffer; the optimizer's first-step rule is
- * behind it) and replayed after, with the learning rate copied in before
- * each launch. A graph whose buffers moved (an eval of another batch size
- * grew the workspace) is captured again; a batch of another size (a last
- * short batch) runs uncaptured; three failed captures turn it off
- * (fallback: the step as before). */
+/* The device step with its CUDA graph (one replica, or several with their
+ * all-reduces on the stream: body_coll): captured on the second step of
+ * the process (the first chose cuDNN's algorithms and grew every buffer;
+ * the optimizer's first-step rule is behind it) and replayed after, with
+ * the learning rate copied in before each launch. A graph whose buffers
+ * moved (an eval of another batch size grew the workspace) is captured
+ * again; a batch of another size (a last short batch) runs uncaptured;
+ * three failed captures turn it off (fallback: the step as before, the
+ * reason in the log and --json). With several replicas the host waits for
+ * each step's fence (the file's comment). */
 static int step_graph(sl_replica *rep, const sl_batch *b, float lr)
 {
     int n = (int)b->n, rc;
@@ -529,7 +610,9 @@ static int step_graph(sl_replica *rep, const sl_batch *b, float lr)
                         "the step runs uncaptured: %s\n", rep->rank, sl_errmsg());
         }
     }
-    if (!done && (rc = body_dev(rep, n, 1)))
+    if (!done && (rc = body_step(rep, n)))
+        return rc;
+    if (rep->comm && (rc = fence_wait(rep)))
         return rc;
     sl_dev_sgd_count(rep->dsgd);
     rep->dev_steps++;

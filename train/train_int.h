@@ -215,9 +215,8 @@ typedef struct sl_ops {
      * this replica's, total is the rows of all replicas together (a double:
      * it may pass 2^24). The sums are this replica's only; the model
      * all-reduces them. Semantics equal bn_fwd_train / bn_bwd on the
-     * concatenation of every replica's rows:
-     *   bn_sum:        sum[c] = sum_rows x                     (accumulated in double)
-     *   bn_sqdev_sum:  sq[c]  = sum_rows (x - mean[c])^2       (mean: the global mean)
+     * concatenation of every replica's rows (the statistics come from
+     * bn_moments / bn_moments_merge below):
      *   bn_fwd_apply:  invstd = 1/sqrt(var + eps), var the global biased
      *                  variance; save_mean = mean, save_invstd = invstd;
      *                  running_mean = (1-m)*running_mean + m*mean,
@@ -227,9 +226,6 @@ typedef struct sl_ops {
      *                  xhat = (x - save_mean)*save_invstd
      *   bn_bwd_apply:  dx = gamma*invstd/total * (total*dy - sum_dy - xhat*sum_dy_xhat)
      *                  with the all-reduced sums. */
-    int (*bn_sum)(sl_exec *e, int64_t rows, int c, const float *x, float *sum);
-    int (*bn_sqdev_sum)(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
-                        float *sq);
     int (*bn_fwd_apply)(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                         const float *beta, const float *mean, const float *var, double total,
                         float momentum, float eps, float *running_mean, float *running_var,
@@ -275,8 +271,8 @@ typedef struct sl_ops {
  *   linear_ref.c / linear_cpu.c  fc_fwd, fc_bwd
  *   norm_ref.c / norm_cpu.c      bn_fwd_train, bn_fwd_eval, bn_bwd
  *   act_ref.c / act_cpu.c        relu, add, maxpool, gap, xent
- *   norm_sync_ref.c / norm_sync_cpu.c  bn_sum, bn_sqdev_sum, bn_fwd_apply, bn_bwd_reduce,
- *                                      bn_bwd_apply, bn_moments, bn_moments_merge
+ *   norm_sync_ref.c / norm_sync_cpu.c  bn_fwd_apply, bn_bwd_reduce, bn_bwd_apply,
+ *                                      bn_moments, bn_moments_merge
  *                                      (cuda: norm_cuda.cu, norm_sync_cuda.cu)
  * ops.c assembles sl_ops_ref / sl_ops_cpu / sl_ops_cuda from them. */
 #define SL_DECLARE_OPS(sfx)                                                                   \
@@ -308,8 +304,6 @@ typedef struct sl_ops {
                         float *, float *, float *);                                           \
     int sl_xent_fwd_bwd_##sfx(sl_exec *, int, int, const float *, const int32_t *, float,     \
                               float *, float *, int *);                                        \
-    int sl_bn_sum_##sfx(sl_exec *, int64_t, int, const float *, float *);                     \
-    int sl_bn_sqdev_sum_##sfx(sl_exec *, int64_t, int, const float *, const float *, float *);\
     int sl_bn_fwd_apply_##sfx(sl_exec *, int64_t, int, const float *, const float *,          \
                               const float *, const float *, const float *, double, float,     \
                               float, float *, float *, float *, float *, float *);            \

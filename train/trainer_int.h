@@ -76,6 +76,7 @@ typedef struct sl_replica {
     int graph_tries;           /* captures attempted */
     int graph_n;               /* the batch size it holds */
     const void *graph_x;       /* the input it reads */
+    int coll_stream;           /* this step's all-reduces are stream-ordered (step_coll) */
     int64_t dev_steps;         /* device steps run by this process */
     int64_t graph_replays;
     char graph_why[200];

@@ -918,3 +918,47 @@ Test(collectives_local, world_one)
     sl_comm_destroy(c);
     sl_comm_local_group_destroy(g);
 }
+
+/* ------------------------------------------------- stream-ordered calls */
+
+/* The local ring has no stream: sl_comm_allreduce_enqueue is refused with
+ * SL_ENOTSUP (nothing reduced, the comm still works) and sl_comm_fence gives
+ * a request that is complete at once. */
+static int rank_stream_calls(sl_comm *c, int rank, void *arg, char *msg)
+{
+    (void)arg;
+    float v[3] = {1, 2, (float)rank};
+    if (sl_comm_stream_ordered(c)) {
+        snprintf(msg, SL_ERRMSG_MAX, "local comm says it is stream-ordered");
+        return -1;
+    }
+    int rc = sl_comm_allreduce_enqueue(c, v, 3, SL_DTYPE_F32, SL_RED_SUM);
+    if (rc != SL_ENOTSUP || !strstr(sl_errmsg(), "not stream-ordered")) {
+        snprintf(msg, SL_ERRMSG_MAX, "enqueue: rc %d: %s", rc, sl_errmsg());
+        return -1;
+    }
+    if (v[2] != (float)rank) {
+        snprintf(msg, SL_ERRMSG_MAX, "a refused enqueue changed the buffer");
+        return -1;
+    }
+    sl_comm_req *f = NULL;
+    if ((rc = sl_comm_fence(c, &f)) || (rc = sl_comm_wait(c, f)))
+        return rc;
+    /* the comm is not broken by the refusal */
+    if ((rc = sl_comm_allreduce(c, v, 3, SL_DTYPE_F32, SL_RED_SUM)))
+        return rc;
+    if (v[2] != 1.0f) { /* 0 + 1 */
+        snprintf(msg, SL_ERRMSG_MAX, "allreduce after the refusal: %g", (double)v[2]);
+        return -1;
+    }
+    return SL_OK;
+}
+
+Test(collectives_local, stream_ordered_calls_refused_fence_completes)
+{
+    group_run *run = new_run(2, rank_stream_calls, NULL);
+    run_group(run);
+    assert_all_ok(run, "stream calls");
+    free(run);
+    cr_assert_eq(sl_comm_fence(NULL, NULL), SL_EINVAL);
+}

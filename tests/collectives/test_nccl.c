@@ -166,6 +166,55 @@ Test(collectives_nccl, async_in_order)
     sl_comm_destroy(c);
 }
 
+/* Stream-ordered all-reduces (the trainer's CUDA-graph step): enqueued on
+ * the comm's stream and fenced; then captured into a graph with the stream
+ * (cudaStreamCaptureModeThreadLocal, as the trainer does) and the graph
+ * launched twice, a blocking all-reduce after: every collective ran, in
+ * order (the emulator numbers a captured one at each launch and checks the
+ * order), and one rank's all-reduce leaves the data as it was. */
+Test(collectives_nccl, stream_ordered_enqueue_fence_and_graph)
+{
+    need_gpu();
+    cudaStream_t s;
+    cr_assert_eq(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    sl_comm_config cfg = SL_COMM_CONFIG_INIT;
+    cfg.timeout_ms = 60000;
+    cfg.device = 0;
+    cfg.stream = s;
+    sl_comm *c = NULL;
+    cr_assert_eq(sl_comm_nccl_create(&cfg, &c), SL_OK, "%s", sl_errmsg());
+    cr_assert(sl_comm_stream_ordered(c));
+    size_t n = 65537;
+    void *h = pattern(SL_DTYPE_F32, n, 7), *d = to_device(h, n * 4);
+    cr_assert_eq(sl_comm_allreduce_enqueue(c, d, n, SL_DTYPE_F32, SL_RED_AVG), SL_OK, "%s",
+                 sl_errmsg());
+    sl_comm_req *f = NULL;
+    cr_assert_eq(sl_comm_fence(c, &f), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_comm_wait(c, f), SL_OK, "%s", sl_errmsg());
+    expect_device(d, h, n * 4, "enqueued avg");
+    cr_assert_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cr_assert_eq(sl_comm_allreduce_enqueue(c, d, n, SL_DTYPE_F32, SL_RED_SUM), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(sl_comm_allreduce_enqueue(c, d, 3, SL_DTYPE_F32, SL_RED_AVG), SL_OK, "%s",
+                 sl_errmsg());
+    cudaGraph_t g = NULL;
+    cr_assert_eq(cudaStreamEndCapture(s, &g), cudaSuccess);
+    cudaGraphExec_t ge;
+    cr_assert_eq(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    cudaGraphDestroy(g);
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(cudaGraphLaunch(ge, s), cudaSuccess);
+    cr_assert_eq(sl_comm_fence(c, &f), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_comm_wait(c, f), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_comm_allreduce(c, d, n, SL_DTYPE_F32, SL_RED_SUM), SL_OK, "%s", sl_errmsg());
+    expect_device(d, h, n * 4, "after two replays");
+    cudaGraphExecDestroy(ge);
+    cudaFree(d);
+    free(h);
+    sl_comm_destroy(c);
+    cudaStreamDestroy(s);
+}
+
 /* Host memory is refused with a message, not handed to a kernel. */
 Test(collectives_nccl, host_buffer_refused)
 {

@@ -2,8 +2,9 @@
  * (train/norm_cuda.cu) against the ref backend (norm_ref.c,
  * norm_sync_ref.c): train, eval and backward on awkward shapes with
  * atol + rtol*|ref|, two training steps of running statistics, 3.2M rows of
- * data far from zero, the five sync-BN pieces alone and composed over two
- * fake replicas against bn_fwd_train / bn_bwd, and aliasing; all of it
+ * data far from zero, the sync-BN pieces (bn_fwd_apply, bn_bwd_reduce,
+ * bn_bwd_apply alone; with bn_moments / merge composed over two fake
+ * replicas) against bn_fwd_train / bn_bwd, and aliasing; all of it
  * again (bar the 3.2M rows) with bf16 and f16 activations. The fused ops
  * (bn_fwd_train_act, bn_bwd_act) against ref's bn -> add -> relu and
  * relu_bwd -> bn_bwd and, bit for bit, against this backend's unfused ops;
@@ -178,28 +179,30 @@ static int hg_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const floa
     return rc;
 }
 
-static int hg_bn_sum(sl_exec *e, int64_t rows, int c, const float *x, float *sum)
+static int hg_bn_moments(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
+                         float *slots)
 {
+    int64_t ns = (int64_t)world * SL_BN_MOMENT_FLOATS * c;
     void *dx = up_a(e, x, nel(rows, c));
-    float *ds = tg_newf(c);
+    float *ds = tg_newf(ns);
     tg_ready();
-    int rc = sl_bn_sum_cuda(e, rows, c, dx, ds);
+    int rc = sl_bn_moments_cuda(e, rows, c, dx, world, rank, ds);
     if (rc == SL_OK)
-        tg_downf(sum, ds, c);
+        tg_downf(slots, ds, ns);
     tg_free(dx), tg_free(ds);
     return rc;
 }
 
-static int hg_bn_sqdev_sum(sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
-                           float *sq)
+static int hg_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float *slots,
+                               float *mean, float *var)
 {
-    void *dx = up_a(e, x, nel(rows, c));
-    float *dm = tg_upf(mean, c), *ds = tg_newf(c);
+    float *ds = tg_upf(slots, (int64_t)world * SL_BN_MOMENT_FLOATS * c), *dm = tg_newf(c),
+          *dv = tg_newf(c);
     tg_ready();
-    int rc = sl_bn_sqdev_sum_cuda(e, rows, c, dx, dm, ds);
+    int rc = sl_bn_moments_merge_cuda(e, rows, c, world, ds, dm, dv);
     if (rc == SL_OK)
-        tg_downf(sq, ds, c);
-    tg_free(dx), tg_free(dm), tg_free(ds);
+        tg_downf(mean, dm, c), tg_downf(var, dv, c);
+    tg_free(ds), tg_free(dm), tg_free(dv);
     return rc;
 }
 
@@ -259,9 +262,25 @@ static int hg_bn_bwd_apply(sl_exec *e, int64_t rows, int c, const float *x, cons
 static const sl_ops hg_ops = {
     .name = "cuda",
     .bn_fwd_train = hg_bn_fwd_train, .bn_fwd_eval = hg_bn_fwd_eval, .bn_bwd = hg_bn_bwd,
-    .bn_sum = hg_bn_sum, .bn_sqdev_sum = hg_bn_sqdev_sum, .bn_fwd_apply = hg_bn_fwd_apply,
-    .bn_bwd_reduce = hg_bn_bwd_reduce, .bn_bwd_apply = hg_bn_bwd_apply,
+    .bn_fwd_apply = hg_bn_fwd_apply, .bn_bwd_reduce = hg_bn_bwd_reduce,
+    .bn_bwd_apply = hg_bn_bwd_apply, .bn_moments = hg_bn_moments,
+    .bn_moments_merge = hg_bn_moments_merge,
 };
+
+/* mean and biased var (c) of x (rows, c) from ref's moments (one replica);
+ * rows 0: mean 0.5, var 0. (The cuda moments are held to ref's in
+ * test_norm_sync_cuda.c.) */
+static void ref_stats(sl_exec *er, const float *x, int64_t rows, int c, float *mean, float *var)
+{
+    float *slots = falloc((int64_t)SL_BN_MOMENT_FLOATS * c);
+    cr_assert_eq(er->ops->bn_moments(er, rows, c, x, 1, 0, slots), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(er->ops->bn_moments_merge(er, rows, c, 1, slots, mean, var), SL_OK, "%s",
+                 sl_errmsg());
+    if (rows == 0)
+        for (int ch = 0; ch < c; ch++)
+            mean[ch] = 0.5f;
+    free(slots);
+}
 
 /* ------------------------------------------------------------- batch norm */
 
@@ -441,19 +460,10 @@ Test(train_ops_cuda, bn_sync_pieces_match_ref)
             cr_log_info("sync pieces rows %lld c %d", (long long)R, c);
             bn_in b;
             bn_in_random(&b, R, c, 7 + 13 * i + j, 0.0f, 1.0f);
-            float *sr = falloc(c), *sg = falloc(c), *mean = falloc(c), *var = falloc(c);
-            cr_assert_eq(er.ops->bn_sum(&er, R, c, b.x, sr), SL_OK, "%s", sl_errmsg());
-            cr_assert_eq(eg.ops->bn_sum(&eg, R, c, b.x, sg), SL_OK, "%s", sl_errmsg());
-            /* f32 sums in another order than ref's double ones */
-            assert_close(sg, sr, c, fsum_tol(R, max_abs(b.x, n)), 1e-6, "sum");
+            float *mean = falloc(c), *var = falloc(c);
+            ref_stats(&er, b.x, R, c, mean, var);
             for (int ch = 0; ch < c; ch++)
-                mean[ch] = R ? (float)(sr[ch] / (double)R) : 0.5f;
-            cr_assert_eq(er.ops->bn_sqdev_sum(&er, R, c, b.x, mean, sr), SL_OK);
-            cr_assert_eq(eg.ops->bn_sqdev_sum(&eg, R, c, b.x, mean, sg), SL_OK, "%s",
-                         sl_errmsg());
-            assert_close(sg, sr, c, 1e-12, 2e-6, "sqdev"); /* positive f32 terms */
-            for (int ch = 0; ch < c; ch++)
-                var[ch] = (R ? (float)(sr[ch] / (double)R) : 0.0f) + 0.01f;
+                var[ch] += 0.01f;
 
             float *rm_r = fdup(b.rmean, c), *rv_r = fdup(b.rvar, c), *rm_g = fdup(b.rmean, c),
                   *rv_g = fdup(b.rvar, c);
@@ -488,7 +498,7 @@ Test(train_ops_cuda, bn_sync_pieces_match_ref)
             /* same expression in double on both sides: to the last float bit or so */
             assert_close(dxg, dxr, n, 1e-7 * max_gi(b.gamma, sir, c), 1e-6, "dx");
 
-            free(sr), free(sg), free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
+            free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
             free(rv_g), free(yr), free(yg), free(smr), free(smg), free(sir), free(sig);
             free(d0r), free(d0g), free(d1r), free(d1g), free(dxr), free(dxg);
             bn_in_free(&b);
@@ -497,8 +507,9 @@ Test(train_ops_cuda, bn_sync_pieces_match_ref)
     sl_exec_fini(&er);
 }
 
-/* What the model does per BN over W replicas, the all-reduce done here in
- * rank order in float (test_norm_sync.c's run_sync). cut: W+1 row bounds. */
+/* What the model does per BN over W replicas, the all-reduces done here in
+ * rank order in float (test_norm_sync.c's run_sync). cut: W+1 row bounds,
+ * W equal slices (the model's replicas have one batch size). */
 typedef struct sync_out {
     float *y, *dx, *sm, *si, *rm, *rv, *dg, *db;
 } sync_out;
@@ -512,24 +523,29 @@ static void run_sync(sl_exec *e, const bn_in *b, int W, const int64_t *cut, sync
           *var = falloc(c);
 #define SLICE(r) (cut[r + 1] - cut[r]), c
 #define AT(v, r) ((v) + cut[r] * c)
-    for (int r = 0; r < W; r++)
-        cr_assert_eq(e->ops->bn_sum(e, SLICE(r), AT(b->x, r), part + r * c), SL_OK, "%s",
-                     sl_errmsg());
-    for (int ch = 0; ch < c; ch++) {
-        float s = 0;
-        for (int r = 0; r < W; r++)
-            s += part[r * c + ch];
-        mean[ch] = (float)(s / total);
-    }
-    for (int r = 0; r < W; r++)
-        cr_assert_eq(e->ops->bn_sqdev_sum(e, SLICE(r), AT(b->x, r), mean, part + r * c), SL_OK,
+    /* statistics: each replica's moments in its slot, the slots summed in
+     * rank order (the all-reduce), merged by every replica */
+    int64_t slice = b->rows / W, ns = (int64_t)W * SL_BN_MOMENT_FLOATS * c;
+    float *slots = falloc((int64_t)W * ns), *sum = falloc(ns), *m2 = falloc(c),
+          *v2 = falloc(c);
+    for (int r = 0; r < W; r++) {
+        cr_assert_eq(cut[r + 1] - cut[r], slice, "replica %d: unequal slice", r);
+        cr_assert_eq(e->ops->bn_moments(e, SLICE(r), AT(b->x, r), W, r, slots + r * ns), SL_OK,
                      "%s", sl_errmsg());
-    for (int ch = 0; ch < c; ch++) {
+    }
+    for (int64_t i = 0; i < ns; i++) {
         float s = 0;
         for (int r = 0; r < W; r++)
-            s += part[r * c + ch];
-        var[ch] = (float)(s / total);
+            s += slots[r * ns + i];
+        sum[i] = s;
     }
+    for (int r = 0; r < W; r++) {
+        cr_assert_eq(e->ops->bn_moments_merge(e, slice, c, W, sum, r ? m2 : mean, r ? v2 : var),
+                     SL_OK, "%s", sl_errmsg());
+        if (r)
+            assert_same(m2, mean, c, "replica mean"), assert_same(v2, var, c, "replica var");
+    }
+    free(slots), free(sum), free(m2), free(v2);
     o->y = falloc(n), o->dx = falloc(n);
     float *sm = falloc((int64_t)W * c), *si = falloc((int64_t)W * c),
           *rm = falloc((int64_t)W * c), *rv = falloc((int64_t)W * c);
@@ -581,7 +597,7 @@ static void sync_out_free(sync_out *o)
 
 Test(train_ops_cuda, bn_sync_pieces_compose_over_two_replicas)
 {
-    static const int64_t rows[] = {6, 1000 + 7, 256 * 7 * 7 + 3};
+    static const int64_t rows[] = {6, 1000 + 8, 256 * 7 * 7 + 4};
     static const int cs[] = {3, 17, 64};
     sl_exec er, eg;
     tg_open(&eg, &hg_ops);
@@ -597,9 +613,9 @@ Test(train_ops_cuda, bn_sync_pieces_compose_over_two_replicas)
             bn_out whole, ref;
             bn_run(&eg, &b, b.x, &whole);
             bn_run(&er, &b, b.x, &ref);
-            /* replica 0 gets 1 row, then 40% of the rows */
-            int64_t cuts[2][3] = {{0, 1, R}, {0, R * 2 / 5, R}};
-            for (int k = 0; k < 2; k++) {
+            /* half the rows each */
+            int64_t cuts[1][3] = {{0, R / 2, R}};
+            for (int k = 0; k < 1; k++) {
                 cr_log_info("sync over 2 replicas: rows %lld (%lld + %lld) c %d", (long long)R,
                             (long long)cuts[k][1], (long long)(R - cuts[k][1]), c);
                 sync_out o;
@@ -610,7 +626,7 @@ Test(train_ops_cuda, bn_sync_pieces_compose_over_two_replicas)
                       *db = falloc(c);
                 cr_assert_eq(eg.ops->bn_fwd_train(&eg, R, c, b.x, b.gamma, b.beta, 0.1f, 1e-5f,
                                                   rm, rv, y, sm, si), SL_OK, "%s", sl_errmsg());
-                /* the mean crosses the all-reduce as a float: ~ulp(max|x|) */
+                /* the merged mean reaches bn_fwd_apply as a float: ~ulp(max|x|) */
                 double mtol = 4e-7 * max_abs(b.x, n), gi = max_gi(b.gamma, si, c);
                 assert_close(o.sm, sm, c, mtol, 0, "save_mean");
                 assert_close(o.si, si, c, 0, 1e-6, "save_invstd");
@@ -774,18 +790,10 @@ Test(train_ops_cuda, bn_sync_pieces_bf16_f16_match_ref)
                 bn_in b;
                 bn_in_random(&b, R, c, 70 + 13 * i + j, 0.0f, 1.0f);
                 tg_round_all(b.x, n, t), tg_round_all(b.dy, n, t);
-                float *sr = falloc(c), *sg = falloc(c), *mean = falloc(c), *var = falloc(c);
-                cr_assert_eq(er.ops->bn_sum(&er, R, c, b.x, sr), SL_OK, "%s", sl_errmsg());
-                cr_assert_eq(eg.ops->bn_sum(&eg, R, c, b.x, sg), SL_OK, "%s", sl_errmsg());
-                assert_close(sg, sr, c, fsum_tol(R, max_abs(b.x, n)), 1e-6, "sum");
+                float *mean = falloc(c), *var = falloc(c);
+                ref_stats(&er, b.x, R, c, mean, var);
                 for (int ch = 0; ch < c; ch++)
-                    mean[ch] = R ? (float)(sr[ch] / (double)R) : 0.5f;
-                cr_assert_eq(er.ops->bn_sqdev_sum(&er, R, c, b.x, mean, sr), SL_OK);
-                cr_assert_eq(eg.ops->bn_sqdev_sum(&eg, R, c, b.x, mean, sg), SL_OK, "%s",
-                             sl_errmsg());
-                assert_close(sg, sr, c, 1e-12, 2e-6, "sqdev"); /* positive f32 terms */
-                for (int ch = 0; ch < c; ch++)
-                    var[ch] = (R ? (float)(sr[ch] / (double)R) : 0.0f) + 0.01f;
+                    var[ch] += 0.01f;
                 float *rm_r = fdup(b.rmean, c), *rv_r = fdup(b.rvar, c), *rm_g = fdup(b.rmean, c),
                       *rv_g = fdup(b.rvar, c);
                 float *yr = falloc(n), *yg = falloc(n), *smr = falloc(c), *smg = falloc(c),
@@ -815,7 +823,7 @@ Test(train_ops_cuda, bn_sync_pieces_bf16_f16_match_ref)
                 cr_assert_eq(eg.ops->bn_bwd_apply(&eg, R, c, b.x, b.dy, b.gamma, smr, sir, d0r,
                                                   d1r, total, dxg), SL_OK, "%s", sl_errmsg());
                 assert_act(dxg, dxr, n, 1e-7 * max_gi(b.gamma, sir, c), 1e-6, t, "dx");
-                free(sr), free(sg), free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
+                free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
                 free(rv_g), free(yr), free(yg), free(smr), free(smg), free(sir), free(sig);
                 free(d0r), free(d0g), free(d1r), free(d1g), free(dxr), free(dxg);
                 bn_in_free(&b);
@@ -893,9 +901,9 @@ Test(train_ops_cuda, bn_bad_arguments)
     cr_assert_eq(sl_bn_fwd_eval_cuda(&e, -1, 3, f, f, f, f, f, 1e-5f, f), SL_EINVAL);
     cr_assert_eq(sl_bn_bwd_cuda(&e, 0, 3, f, f, f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_sum_cuda(&e, 2, 0, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_sum_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_sqdev_sum_cuda(&e, -1, 3, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, 0, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_reduce_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, -1, 3, f, f, f, f, f, f), SL_EINVAL);
     cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, -3, f, f, f, f, f, f), SL_EINVAL);
     /* forward statistics need 2 rows in all, and total >= this replica's rows */
     cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 3, f, f, f, f, f, 1.0, 0.1f, 1e-5f, f, f, f, f, f),
@@ -910,9 +918,9 @@ Test(train_ops_cuda, bn_bad_arguments)
     /* good shapes, no context */
     cr_assert_eq(sl_bn_fwd_train_cuda(&e, 2, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_sum_cuda(&e, 0, 3, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 0, 3, f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_sum_cuda(NULL, 0, 3, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce_cuda(NULL, 0, 3, f, f, f, f, f, f), SL_EINVAL);
 }
 
 /* ------------------------------------ fused BN + add + ReLU, ReLU + BN bwd */

@@ -120,19 +120,21 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
             bn_in b;
             bn_in_random(&b, R, c, 7 + 13 * i + j, 0.0f, 1.0f);
             cr_log_info("sync pieces rows %lld c %d", (long long)R, c);
-            float *sr = falloc(c), *sc = falloc(c), *mean = falloc(c), *var = falloc(c);
-            /* bn_sum: sums of R terms of size <= 7, float partials */
-            cr_assert_eq(er.ops->bn_sum(&er, R, c, b.x, sr), SL_OK, "%s", sl_errmsg());
-            cr_assert_eq(ec.ops->bn_sum(&ec, R, c, b.x, sc), SL_OK, "%s", sl_errmsg());
-            assert_close(sc, sr, c, 1e-6 * sqrt((double)R) * 7, 1e-6, "sum");
+            int64_t ns = 2 * SL_BN_MOMENT_FLOATS * (int64_t)c; /* two replicas' slots */
+            float *sr = falloc(ns), *sc = falloc(ns), *mean = falloc(c), *var = falloc(c),
+                  *mc = falloc(c), *vc = falloc(c);
+            /* bn_moments as replica 1 of 2, then the merge (slot 0 as if
+             * replica 0 had these rows too) */
+            cr_assert_eq(er.ops->bn_moments(&er, R, c, b.x, 2, 1, sr), SL_OK, "%s", sl_errmsg());
+            cr_assert_eq(ec.ops->bn_moments(&ec, R, c, b.x, 2, 1, sc), SL_OK, "%s", sl_errmsg());
+            memcpy(sr, sr + ns / 2, (size_t)ns / 2 * sizeof(float));
+            memcpy(sc, sc + ns / 2, (size_t)ns / 2 * sizeof(float));
+            cr_assert_eq(er.ops->bn_moments_merge(&er, R, c, 2, sr, mean, var), SL_OK);
+            cr_assert_eq(ec.ops->bn_moments_merge(&ec, R, c, 2, sc, mc, vc), SL_OK);
+            assert_close(mc, mean, c, 1e-6, 1e-6, "merged mean");
+            assert_close(vc, var, c, 1e-12, 2e-6, "merged var"); /* non-negative terms */
             for (int ch = 0; ch < c; ch++)
-                mean[ch] = (float)(sr[ch] / (double)R);
-            /* bn_sqdev_sum around the (local) mean: non-negative terms */
-            cr_assert_eq(er.ops->bn_sqdev_sum(&er, R, c, b.x, mean, sr), SL_OK);
-            cr_assert_eq(ec.ops->bn_sqdev_sum(&ec, R, c, b.x, mean, sc), SL_OK);
-            assert_close(sc, sr, c, 1e-12, 2e-6, "sqdev");
-            for (int ch = 0; ch < c; ch++)
-                var[ch] = (float)(sr[ch] / (double)R) + 0.01f; /* generic, never 0 */
+                var[ch] += 0.01f; /* generic, never 0 */
 
             /* bn_fwd_apply with the same mean / var */
             float *rm_r = fdup(b.rmean, c), *rv_r = fdup(b.rvar, c), *rm_c = fdup(b.rmean, c),
@@ -185,6 +187,7 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
             cr_assert_eq(memcmp(g, dxc, (size_t)n * sizeof(float)), 0, "in-place dx");
             free(g);
 
+            free(mc), free(vc);
             free(sr), free(sc), free(mean), free(var), free(rm_r), free(rv_r), free(rm_c);
             free(rv_c), free(yr), free(yc), free(smr), free(smc), free(sir), free(sic);
             free(sdy_r), free(sdy_c), free(sdx_r), free(sdx_c), free(dxr), free(dxc);
@@ -196,14 +199,18 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
 
 /* ------------------------------------------- W replicas vs one big batch */
 
-/* Replica r of W gets rows [cut[r], cut[r+1]). */
+static void run_moments(sl_exec *e, const float *x, int64_t rows, int c, int W, float *mean,
+                        float *var);
+
+/* Replica r of W gets rows [cut[r], cut[r+1]), as many as every other
+ * replica (the model's replicas have one batch size). */
 typedef struct sync_out {
     float *y, *dx;               /* (rows, c), replica slices in place */
     float *smean, *sinv, *rm, *rv; /* (c), replica 0's (every replica's must be equal) */
     float *dgamma, *dbeta;       /* (c), sum over replicas of the local sums, in double */
 } sync_out;
 
-/* What the model does per BN, with the all-reduce done here in rank order
+/* What the model does per BN, with the all-reduces done here in rank order
  * in float (as the test all-reduce of test_model_sync.c and the local
  * communicator's ring do, up to the order of the adds). */
 static void run_sync(sl_exec *e, const bn_in *b, int W, const int64_t *cut, sync_out *o)
@@ -217,24 +224,10 @@ static void run_sync(sl_exec *e, const bn_in *b, int W, const int64_t *cut, sync
           *rv = falloc((int64_t)W * c);
 #define SLICE(r) (cut[r + 1] - cut[r]), c
 #define AT(v, r) ((v) + cut[r] * c)
-    /* forward: sums -> mean; squared deviations -> var; apply */
     for (int r = 0; r < W; r++)
-        cr_assert_eq(e->ops->bn_sum(e, SLICE(r), AT(b->x, r), part + r * c), SL_OK, "%s",
-                     sl_errmsg());
-    for (int ch = 0; ch < c; ch++) {
-        float s = 0;
-        for (int r = 0; r < W; r++)
-            s += part[r * c + ch];
-        mean[ch] = (float)(s / total);
-    }
-    for (int r = 0; r < W; r++)
-        cr_assert_eq(e->ops->bn_sqdev_sum(e, SLICE(r), AT(b->x, r), mean, part + r * c), SL_OK);
-    for (int ch = 0; ch < c; ch++) {
-        float s = 0;
-        for (int r = 0; r < W; r++)
-            s += part[r * c + ch];
-        var[ch] = (float)(s / total);
-    }
+        cr_assert_eq(cut[r + 1] - cut[r], b->rows / W, "replica %d: unequal slice", r);
+    /* forward: moments -> all-reduce -> Chan's merge; apply */
+    run_moments(e, b->x, b->rows, c, W, mean, var);
     o->y = falloc(n), o->dx = falloc(n);
     for (int r = 0; r < W; r++) {
         memcpy(rm + r * c, b->rmean, (size_t)c * sizeof(float));
@@ -285,23 +278,17 @@ static void sync_out_free(sync_out *o)
     free(o->dgamma), free(o->dbeta);
 }
 
-/* Cut rows into W slices of unequal sizes (every slice non-empty when
- * rows >= W; the first is the smallest). */
+/* Cut rows into W equal slices (rows a multiple of W). */
 static void cuts(int64_t rows, int W, int64_t *cut)
 {
-    cut[0] = 0;
-    for (int r = 1; r < W; r++)
-        cut[r] = rows * r / W + (r == 1 ? -(rows / W) / 2 : 1);
-    cut[W] = rows;
-    for (int r = 1; r < W; r++) {
-        cut[r] = cut[r] < cut[r - 1] + 1 ? cut[r - 1] + 1 : cut[r];
-        cr_assert(cut[r] < rows, "cut");
-    }
+    cr_assert_eq(rows % W, 0, "%lld rows over %d replicas", (long long)rows, W);
+    for (int r = 0; r <= W; r++)
+        cut[r] = rows / W * r;
 }
 
 Test(train_norm_sync, pieces_compose_to_bn_over_all_rows)
 {
-    static const int64_t rows[] = {6, 1007};
+    static const int64_t rows[] = {12, 1008};
     static const int cs[] = {3, 17};
     static const int worlds[] = {1, 2, 3, 4};
     sl_backend backs[] = {SL_BACKEND_REF, SL_BACKEND_CPU};
@@ -330,9 +317,9 @@ Test(train_norm_sync, pieces_compose_to_bn_over_all_rows)
                     cr_log_info("%s rows %lld c %d W %d", e.ops->name, (long long)R, c, W);
                     sync_out o;
                     run_sync(&e, &b, W, cut, &o);
-                    /* The mean crosses the all-reduce as a float sum: a few
-                     * roundings of sums of |x| <= xmax, i.e. ~ulp(xmax) each
-                     * per row; y and dx move by that times gamma*invstd. */
+                    /* The merged mean reaches bn_fwd_apply as a float: within
+                     * ~ulp(xmax) of bn_fwd_train's; y and dx move by that times
+                     * gamma*invstd. */
                     double mtol = 4e-7 * max_abs(b.x, n), gi = max_gi(b.gamma, si, c);
                     assert_close(o.smean, sm, c, mtol, 0, "save_mean");
                     assert_close(o.sinv, si, c, 0, 1e-6, "save_invstd");
@@ -354,7 +341,7 @@ Test(train_norm_sync, pieces_compose_to_bn_over_all_rows)
 }
 
 /* test_norm.c's golden step (PyTorch's formulas worked by hand): rows 4,
- * c 2, over two replicas of 1 and 3 rows. */
+ * c 2, over two replicas of 2 rows. */
 Test(train_norm_sync, golden_split_over_two_replicas)
 {
     static const float x[] = {1, 10, 2, 10, 3, 10, 4, 14};
@@ -369,7 +356,7 @@ Test(train_norm_sync, golden_split_over_two_replicas)
         float gamma[] = {2.0f, 0.5f}, beta[] = {0.5f, -1.0f};
         float dy[8] = {1, 0, 0, 1, 0, 0, 0, 0};
         bn_in b = {4, 2, (float *)x, dy, gamma, beta, (float[]){0, 0}, (float[]){1, 1}};
-        int64_t cut[3] = {0, 1, 4};
+        int64_t cut[3] = {0, 2, 4};
         sync_out o;
         run_sync(&e, &b, 2, cut, &o);
         assert_close(o.y, y1, 8, 1e-6, 1e-6, "y");
@@ -407,15 +394,15 @@ Test(train_norm_sync, bad_arguments)
         sl_exec e;
         exec_init(&e, backs[k]);
         const sl_ops *o = e.ops;
-        cr_assert_eq(o->bn_sum(&e, 2, 0, x, out), SL_EINVAL);
-        cr_assert(strstr(sl_errmsg(), "bn_sum") && strstr(sl_errmsg(), o->name), "%s",
+        cr_assert_eq(o->bn_bwd_reduce(&e, 2, 0, x, x, zero, one, out, out + 3), SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "bn_bwd_reduce") && strstr(sl_errmsg(), o->name), "%s",
                   sl_errmsg());
-        cr_assert_eq(o->bn_sqdev_sum(&e, -1, 3, x, zero, out), SL_EINVAL);
         cr_assert_eq(o->bn_bwd_reduce(&e, 2, -3, x, x, zero, one, out, out + 3), SL_EINVAL);
         /* a replica may have no rows: its sums are zero */
-        out[0] = 5;
-        cr_assert_eq(o->bn_sum(&e, 0, 3, x, out), SL_OK, "%s", sl_errmsg());
-        cr_assert_eq(out[0], 0.0f);
+        out[0] = out[3] = 5;
+        cr_assert_eq(o->bn_bwd_reduce(&e, 0, 3, x, x, zero, one, out, out + 3), SL_OK, "%s",
+                     sl_errmsg());
+        cr_assert(out[0] == 0.0f && out[3] == 0.0f);
         /* forward statistics need 2 rows in all; total >= this replica's rows */
         for (int t = 0; t < 3; t++) {
             double totals[] = {1.0, 0.5, NAN};
@@ -436,13 +423,11 @@ Test(train_norm_sync, bad_arguments)
 #ifndef SLUICE_TRAIN_CUDA
     /* the cuda table's slots are present and say so (a build with the cuda
      * backend has real ops there, which need a cuda sl_exec) */
-    cr_assert_eq(sl_ops_cuda.bn_sum(NULL, 2, 3, x, out), SL_ENOTSUP);
-    cr_assert(strstr(sl_errmsg(), "bn_sum"), "%s", sl_errmsg());
-    cr_assert_eq(sl_ops_cuda.bn_sqdev_sum(NULL, 2, 3, x, zero, out), SL_ENOTSUP);
     cr_assert_eq(sl_ops_cuda.bn_fwd_apply(NULL, 2, 3, x, one, zero, zero, one, 2.0, 0.1f, 1e-5f,
                                           rm, rv, out, sm, si), SL_ENOTSUP);
     cr_assert_eq(sl_ops_cuda.bn_bwd_reduce(NULL, 2, 3, x, x, zero, one, out, out + 3),
                  SL_ENOTSUP);
+    cr_assert(strstr(sl_errmsg(), "bn_bwd_reduce"), "%s", sl_errmsg());
     cr_assert_eq(sl_ops_cuda.bn_bwd_apply(NULL, 2, 3, x, x, one, zero, one, zero, zero, 2.0,
                                           out), SL_ENOTSUP);
 #endif
@@ -450,16 +435,16 @@ Test(train_norm_sync, bad_arguments)
 
 /* ------------------------------------------------------ far from zero */
 
-/* x = 1000 + noise over 3 replicas. The variance stays accurate: the
- * deviations are taken around the global mean, where a sum of squares
- * minus a squared sum (1e6 - 1e6 in float) would be noise. The mean crosses
- * the all-reduce as a float sum, so it carries a few ulp(1000) of error
- * (float sums of ~1e7 per replica), and y moves by that times gamma*invstd
+/* x = 1000 + noise over 3 replicas. The variance stays accurate: each
+ * replica's M2 is a sum of squared deviations around its own mean, merged
+ * with Chan's formula, where a sum of squares minus a squared sum (1e6 -
+ * 1e6 in float) would be noise. The merged mean reaches bn_fwd_apply as a
+ * float (ulp(1000)/2 off at most), and y moves by that times gamma*invstd
  * against bn_fwd_train (whose cpu version keeps the mean as hi + lo). The
- * tolerances below are that bound, not slack. */
+ * tolerances below are a few times that bound. */
 Test(train_norm_sync, large_offset_accuracy)
 {
-    const int64_t R = 30001;
+    const int64_t R = 30000;
     const int c = 5;
     sl_exec er;
     exec_init(&er, SL_BACKEND_REF);
@@ -610,10 +595,38 @@ Test(train_norm_sync, moments_compose_to_stats_of_all_rows)
     }
 }
 
+/* The variance the model took before Chan's merge: each replica's float sum
+ * of x (accumulated in double), the sums all-reduced in float, the mean a
+ * float; then each replica's float sum of (x - mean)^2 all-reduced alike
+ * (the bn_sum / bn_sqdev_sum ops, removed since). */
+static void float_sums_var(const float *x, int64_t rows, int c, int W, float *var)
+{
+    int64_t slice = rows / W;
+    for (int ch = 0; ch < c; ch++) {
+        float s = 0, q = 0;
+        for (int r = 0; r < W; r++) {
+            double a = 0;
+            for (int64_t i = r * slice; i < (r + 1) * slice; i++)
+                a += x[i * c + ch];
+            s += (float)a;
+        }
+        float mean = (float)(s / (double)rows);
+        for (int r = 0; r < W; r++) {
+            double a = 0;
+            for (int64_t i = r * slice; i < (r + 1) * slice; i++) {
+                double d = x[i * c + ch] - (double)mean;
+                a += d * d;
+            }
+            q += (float)a;
+        }
+        var[ch] = (float)(q / (double)rows);
+    }
+}
+
 /* Data far from zero with many rows a replica (a 224 px BN: 50,176 rows a
  * channel per image): Chan's merge keeps the variance to float rounding;
- * a variance from float sums of the replicas (bn_sum -> mean ->
- * bn_sqdev_sum around it, as the model did before) does not. */
+ * a variance from float sums of the replicas (float_sums_var, as the model
+ * did before) does not. */
 Test(train_norm_sync, moments_far_from_zero_beat_float_sums)
 {
     const int64_t R = 2 * 50176;
@@ -622,23 +635,16 @@ Test(train_norm_sync, moments_far_from_zero_beat_float_sums)
     bn_in_random(&b, R, c, 5, 3000.0f, 0.02f);
     double em[3], ev[3];
     exact_stats(b.x, R, c, em, ev);
+    float fv[3];
+    float_sums_var(b.x, R, c, W, fv);
     sl_backend backs[] = {SL_BACKEND_REF, SL_BACKEND_CPU};
     for (int k = 0; k < 2; k++) {
         sl_exec e;
         exec_init(&e, backs[k]);
-        float mean[3], var[3], part[2 * 3], fm[3], fv[3];
+        float mean[3], var[3];
         run_moments(&e, b.x, R, c, W, mean, var);
-        /* the float sums, added over the replicas as the all-reduce did */
-        for (int r = 0; r < W; r++)
-            cr_assert_eq(e.ops->bn_sum(&e, R / W, c, b.x + r * (R / W) * c, part + r * c), SL_OK);
-        for (int ch = 0; ch < c; ch++)
-            fm[ch] = (float)((part[ch] + part[c + ch]) / (double)R);
-        for (int r = 0; r < W; r++)
-            cr_assert_eq(e.ops->bn_sqdev_sum(&e, R / W, c, b.x + r * (R / W) * c, fm,
-                                             part + r * c), SL_OK);
         double worst_m = 0, worst_f = 0;
         for (int ch = 0; ch < c; ch++) {
-            fv[ch] = (float)((part[ch] + part[c + ch]) / (double)R);
             worst_m = fmax(worst_m, fabs(var[ch] - ev[ch]) / ev[ch]);
             worst_f = fmax(worst_f, fabs(fv[ch] - ev[ch]) / ev[ch]);
         }

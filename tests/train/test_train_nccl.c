@@ -14,7 +14,10 @@
  *     with the same checkpoint, bit for bit, as the overlapped run: the
  *     same reductions in the same order, only scheduled differently;
  *   - --sync-bn on cuda (each BN's sums all-reduced by NCCL in device
- *     memory) logs the losses of --sync-bn on cpu (MPI, host sums).
+ *     memory) logs the losses of --sync-bn on cpu (MPI, host sums);
+ *   - the step as a CUDA graph with its all-reduces inside (2 and 3 ranks,
+ *     overlapped, --no-overlap, --sync-bn, fp16 loss scaling): the bits of
+ *     the uncaptured step (SLUICE_CUDA_GRAPH=0), --json saying it ran.
  * Only rank 0 writes checkpoints and logs, so "both ranks end with the
  * same weights" is --check-every's job (it fails the run otherwise).
  *
@@ -180,6 +183,103 @@ Test(train_nccl, sync_bn_cuda_matches_cpu)
     for (int i = 0; i < ls.n && i < ll.n; i++)
         worst = fmax(worst, fabs(ll.v[i] - ls.v[i]) / fabs(ls.v[i]));
     cr_expect_gt(worst, 1.2e-3, "sync-BN and per-replica BN logged the same losses (%.2e)", worst);
+    pl_dataset_free(&d);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* One mpirun -np NP run with env in front and --json into TMP/NAME and
+ * TMP/NAME-ck; returns its output (every rank's stderr, the root's --json). */
+static char *train_np(const char *tmp, const char *data, const char *name, int np,
+                      const char *env, const char *args)
+{
+    char *out = NULL;
+    int rc = tu_run(&out, "SLUICE_CUDA_TF32=0 EMU_DEVICES=%d %s ASAN_OPTIONS=detect_leaks=0 "
+                    "OMPI_MCA_btl=self,vader timeout 600 mpirun --oversubscribe "
+                    "--allow-run-as-root --bind-to none -np %d %s train --data %s %s --json "
+                    "--logdir %s/%s --ckpt-dir %s/%s-ck 2>&1", np, env, np, tu_sluice(), data,
+                    args, tmp, name, tmp, name);
+    cr_assert_eq(rc, 0, "%s: exit %d:\n%s", name, rc, out);
+    char want[64];
+    snprintf(want, sizeof want, "mirrored over %d replicas (mpi)", np);
+    cr_assert(strstr(out, want), "%s:\n%s", name, out);
+    cr_assert(!strstr(out, "EMU: error"), "%s: the emulator reported misuse:\n%s", name, out);
+    return out;
+}
+
+/* How many times s occurs in out. */
+static int count_of(const char *out, const char *s)
+{
+    int n = 0;
+    for (const char *p = strstr(out, s); p; p = strstr(p + 1, s))
+        n++;
+    return n;
+}
+
+/* The step captured into a CUDA graph with its all-reduces (replica.c's
+ * step_graph: the gradient buckets and --sync-bn's sums enqueued on the
+ * exec's stream, no host wait inside; the optimizer and fp16's loss-scale
+ * check and update on the device behind them) and replayed, against the
+ * same run with SLUICE_CUDA_GRAPH=0 (buckets started and waited for by the
+ * host): the losses and the final checkpoint (weights, momentum, BN
+ * statistics) the same bits, --check-every 1 holding the replicas
+ * identical after every step, and the root's --json saying the graph ran
+ * (captured at step 2, so steps - 1 launches) with no replica reporting a
+ * failed capture. Two ranks (fp32, 12 steps, overlapped and --no-overlap)
+ * and, where three devices are (the emulator always), three (fp16 with its
+ * loss scale, --sync-bn, a batch of 12, 6 steps: the emulator's slowest). */
+Test(train_nccl, cuda_graph_with_allreduce_matches_uncaptured)
+{
+    need_two_gpus();
+    setenv("EMU_DEVICES", "3", 1);
+    int three = cuda_devices() >= 3;
+    setenv("EMU_DEVICES", "2", 1);
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir();
+    static const struct {
+        int np, steps;
+        const char *name, *args;
+    } runs[] = {
+        {2, 12, "fp32", "--backend cuda --precision fp32 --check-every 1"},
+        {2, 12, "noov", "--backend cuda --precision fp32 --check-every 1 --no-overlap"},
+        {3, 6, "fp16-sync", "--backend cuda --precision fp16 --check-every 1 --sync-bn --lr 0.2 "
+                            "--batch 12"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        if (runs[i].np == 3 && !three) {
+            cr_log_warn("fewer than 3 CUDA devices: the 3-rank run is skipped");
+            continue;
+        }
+        char args[600], plain[64], graph[64], replays[64];
+        int steps = runs[i].steps;
+        snprintf(args, sizeof args, "%s %s --max-steps %d", ARGS, runs[i].args, steps);
+        snprintf(replays, sizeof replays, "\"cuda_graph_replays\": %d", steps - 1);
+        snprintf(plain, sizeof plain, "%s-plain", runs[i].name);
+        snprintf(graph, sizeof graph, "%s-graph", runs[i].name);
+        char *po = train_np(tmp, d.dir, plain, runs[i].np, "SLUICE_CUDA_GRAPH=0", args);
+        char *go = train_np(tmp, d.dir, graph, runs[i].np, "SLUICE_CUDA_GRAPH=1", args);
+        cr_assert(strstr(po, "\"cuda_graph\": \"off\""), "%s:\n%s", plain, po);
+        /* the root's report; a replica whose capture failed would say so */
+        cr_assert_eq(count_of(go, "\"cuda_graph\": \"on\""), 1, "%s:\n%s", graph, go);
+        cr_assert_eq(count_of(go, replays), 1, "%s: captured at step 2 of %d:\n%s", graph, steps,
+                     go);
+        cr_assert(!strstr(go, "capture failed"), "%s:\n%s", graph, go);
+        tg_losses lp, lg;
+        read_pair(tmp, plain, graph, &lp, &lg);
+        cr_assert_geq(lp.n, steps / 2, "%s: %d loss lines", plain, lp.n);
+        cr_assert_eq(lp.n, lg.n, "%s: %d loss lines, %s: %d", plain, lp.n, graph, lg.n);
+        for (int k = 0; k < lp.n; k++)
+            cr_expect(lp.step[k] == lg.step[k] && lp.v[k] == lg.v[k],
+                      "%s: step %ld: loss %.9g, uncaptured %.9g", graph, lg.step[k], lg.v[k],
+                      lp.v[k]);
+        char pa[4200], pb[4200];
+        snprintf(pa, sizeof pa, "%s/%s-ck/ckpt-%09d.safetensors", tmp, plain, steps);
+        snprintf(pb, sizeof pb, "%s/%s-ck/ckpt-%09d.safetensors", tmp, graph, steps);
+        expect_same_file(pa, pb);
+        free(po);
+        free(go);
+    }
     pl_dataset_free(&d);
     tu_rmrf(tmp);
     free(tmp);

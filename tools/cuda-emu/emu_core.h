@@ -42,6 +42,12 @@ void enqueue(Stream *s, std::function<void()> op, const char *what);
 // synchronize), so step may wait; else (a query, an eager enqueue) it
 // must not. False (reported) for a bad handle or during capture.
 bool enqueue_step(cudaStream_t h, const char *api, std::function<bool(bool)> step, const char *what);
+// A step made by make() when it is queued: at once on a stream that is not
+// capturing; during a capture, make goes into the graph and every launch of
+// it makes and queues a fresh step (a captured NCCL collective runs once a
+// launch, numbered in launch order). False (reported) for a bad handle.
+bool enqueue_step_made(cudaStream_t h, const char *api,
+                       std::function<std::function<bool(bool)>()> make, const char *what);
 // Run s's queued work (block: waiting for steps in progress); false when a
 // step is still in progress after that (a blocking caller then fails with
 // cudaErrorLaunchTimeout: on a GPU it would hang).

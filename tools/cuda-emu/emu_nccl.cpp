@@ -60,10 +60,16 @@
 // out of call order (two streams), a config not made by
 // NCCL_CONFIG_INITIALIZER, an id not made by ncclGetUniqueId.
 //
+// CUDA graphs. A collective called while its stream captures (NCCL >= 2.9
+// allows it) runs nothing and takes no number then: the graph holds it
+// (emu::enqueue_step_made), and every launch of the graph queues a fresh
+// collective, numbered #K in the order the launches queue them, as the
+// ranks' call-order check expects of a replayed step. The argument checks
+// are made at the capture; a capture that is invalidated leaves no trace.
+//
 // Not emulated: NCCL's algorithms (ring / tree / NVLS) and their summation
 // orders, groups (ncclGroupStart/End), reduce / reduce-scatter / send /
-// recv, comm split, user buffer registration, graph capture of
-// collectives, several hosts, speed.
+// recv, comm split, user buffer registration, several hosts, speed.
 #include "emu_core.h"
 #include <nccl.h>
 #include <fcntl.h>
@@ -635,13 +641,16 @@ ncclResult_t coll(const char *api, Kind kind, const void *send, void *recv, size
                     (void *)in_place);
         return ncclInvalidArgument;
     }
-    std::shared_ptr<Coll> k(new Coll{c, kind, send, recv, count, dt, op, root, c->issued + 1, 0, 0,
-                                     0, false, Wait(),
-                                     describe(kind, c->issued + 1, dt, op, count, root)});
-    c->issued++;
+    // Numbered when queued: now, or (captured into a CUDA graph) at each
+    // launch of the graph, which runs the collective once a launch.
+    auto make = [=]() -> std::function<bool(bool)> {
+        uint64_t seq = ++c->issued;
+        std::shared_ptr<Coll> k(new Coll{c, kind, send, recv, count, dt, op, root, seq, 0, 0, 0,
+                                         false, Wait(), describe(kind, seq, dt, op, count, root)});
+        return [k](bool block) { return coll_step(*k, block); };
+    };
     c->streams.insert(stream);
-    if (!emu::enqueue_step(stream, api, [k](bool block) { return coll_step(*k, block); }, api)) {
-        c->issued--;
+    if (!emu::enqueue_step_made(stream, api, make, api)) {
         c->last = std::string(api) + ": bad stream";
         return ncclUnhandledCudaError;
     }

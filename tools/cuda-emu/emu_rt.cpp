@@ -189,6 +189,10 @@ bool check_range(const char *api, const char *what, const void *p, size_t n, Kin
 // step(block) returns true once the work is done; false leaves it at the
 // head of its stream, later ops waiting behind it (work in progress).
 struct Op { std::function<void()> fn; const char *what; std::function<bool(bool)> step; };
+// A node of a captured graph: a plain op (fn), or a step made afresh at each
+// launch (make: an NCCL collective's progress and sequence number belong to
+// one run of it, and it takes its number when the launch queues it).
+struct GNode { std::function<void()> fn; std::function<std::function<bool(bool)>()> make; const char *what; };
 struct Stream {
     unsigned magic;
     int id, nonblocking, destroyed, capturing; // capturing: 0 no, 1 yes, 2 invalidated
@@ -196,7 +200,7 @@ struct Stream {
     pthread_t capthread;                       // the thread that began it
     std::deque<std::pair<uint64_t, Op>> q; // (seq, op)
     uint64_t queued, done;                  // ops queued / run so far
-    std::vector<std::function<void()>> *graph;
+    std::vector<GNode> *graph;
 };
 struct Event { unsigned magic; int destroyed; Stream *s; uint64_t seq; int recorded; };
 static const unsigned SMAGIC = 0x57e4a3, EMAGIC = 0xe7e47;
@@ -274,8 +278,28 @@ static void push_op(Stream *s, Op op)
 
 void enqueue(Stream *s, std::function<void()> fn, const char *what)
 {
-    if (s->capturing) { s->graph->push_back(fn); return; }
+    if (s->capturing) { s->graph->push_back(GNode{std::move(fn), nullptr, what}); return; }
     push_op(s, Op{std::move(fn), what, nullptr});
+}
+
+// A graph node that is a step: into the graph being captured, or (a launch
+// on a stream that is not capturing) made and queued.
+static void enqueue_made(Stream *s, const GNode &n)
+{
+    if (s->capturing) { s->graph->push_back(n); return; }
+    push_op(s, Op{nullptr, n.what, n.make()});
+}
+
+bool enqueue_step_made(cudaStream_t h, const char *api, std::function<std::function<bool(bool)>()> make,
+                       const char *what)
+{
+    EMU_LOCK;
+    init();
+    bool ok;
+    Stream *s = stream_of(h, api, &ok);
+    if (!ok) return false;
+    enqueue_made(s, GNode{nullptr, std::move(make), what});
+    return true;
 }
 
 bool enqueue_step(cudaStream_t h, const char *api, std::function<bool(bool)> step, const char *what)
@@ -774,13 +798,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t sh, cudaEvent_t h, unsigned flags)
     }
     Stream *t = e->s;
     uint64_t q = e->seq; // the record as of now: a later re-record does not move this wait
-    if (st->capturing) { st->graph->push_back([t, q]() { run_until(t, q, 1, true); }); return cudaSuccess; }
+    if (st->capturing) { st->graph->push_back(GNode{[t, q]() { run_until(t, q, 1, true); }, nullptr, "cudaStreamWaitEvent"}); return cudaSuccess; }
     push_op(st, Op{nullptr, "cudaStreamWaitEvent", wait_op(t, q)});
     return cudaSuccess;
 }
 
 // ------------------------------------------------------------ graphs
-typedef std::vector<std::function<void()>> Graph;
+typedef std::vector<GNode> Graph;
 cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode)
 {
     API_BEGIN;
@@ -834,7 +858,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t h)
 {
     API_BEGIN;
     STREAM(st, h, "cudaGraphLaunch");
-    for (auto &f : *(Graph *)e) enqueue(st, f, "graph node");
+    for (auto &n : *(Graph *)e) {
+        if (n.make) enqueue_made(st, n);
+        else enqueue(st, n.fn, n.what ? n.what : "graph node");
+    }
     return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { EMU_LOCK; delete (Graph *)e; return cudaSuccess; }
