@@ -142,8 +142,9 @@ class Pipeline:
     hold: batches lent at once (default 1 on the CPU, 2 with a device).
     Others: split, readers, prefetch, cycle, block, drop_remainder, on_error
         ('skip' refills a bad record's slot and lists it in stats()['bad'];
-        'fail' raises), max_bad, scale, ratio, flip, crop_fraction, mean, std
-        (0..255 units).
+        'fail' raises), max_bad, max_pixels (a JPEG whose header claims more
+        pixels is a bad record, refused before decoding; default 2**26),
+        scale, ratio, flip, crop_fraction, mean, std (0..255 units).
 
     Errors: sluice.NotFoundError for missing data, sluice.ConfigError for bad
     settings, sluice.CorruptError naming file and record, at creation or
@@ -153,7 +154,7 @@ class Pipeline:
     def __init__(self, data, image_size=224, batch=256, shuffle=None, workers=0, seed=0,
                  train=True, layout="nchw-f32", device=None, rank=0, world=1,
                  label_offset=None, *, split="train", epochs=1, readers=0, prefetch=0,
-                 cycle=0, block=0, drop_remainder=False, on_error="skip", max_bad=0,
+                 cycle=0, block=0, drop_remainder=False, on_error="skip", max_bad=0, max_pixels=0,
                  rank_split="files", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None):
@@ -170,6 +171,7 @@ class Pipeline:
             "readers": int(readers), "cycle": int(cycle), "block": int(block),
             "drop_remainder": int(bool(drop_remainder)),
             "on_error": _pick(_ON_ERROR, "on_error", on_error), "max_bad": int(max_bad),
+            "max_pixels": int(max_pixels),
             "rank_split": _pick(_RANK_SPLIT, "rank_split", rank_split),
             "scale_min": float(scale[0]), "scale_max": float(scale[1]),
             "ratio_min": float(ratio[0]), "ratio_max": float(ratio[1]),
@@ -253,7 +255,7 @@ class Pipeline:
 def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, name="train",
             shards=0, format="tfrecord", threads=0, quality=95, resize_short=0, shuffle=True,
             seed=0, resume=False, strict=False, label_offset=0, class_names=None,
-            fsync=True, progress=None):
+            fsync=True, max_pixels=0, progress=None):
     """Convert images into record shards in `out` (the library's converter,
     as `sluice convert`): one of folder=DIR (DIR/<class>/<image>, classes
     sorted by name), list=FILE (lines "path<TAB>label") or idx_images= and
@@ -285,6 +287,7 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
         "resize_short": int(resize_short), "shuffle": int(bool(shuffle)), "seed": int(seed),
         "resume": int(bool(resume)), "strict": int(bool(strict)),
         "label_offset": int(label_offset), "fsync": int(bool(fsync)),
+        "max_pixels": int(max_pixels),
     }
     if folder is not None:
         cfg["input"] = os.fspath(folder)

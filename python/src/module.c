@@ -338,6 +338,7 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
     LL_FIELD("strict", strict);
     LL_FIELD("label_offset", label_offset);
     LL_FIELD("fsync", fsync);
+    LL_FIELD("max_pixels", max_pixels);
 #undef LL_FIELD
     PyObject *cn = PyDict_GetItemString(d, "class_names");
     if (cn && cn != Py_None) {

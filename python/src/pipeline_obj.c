@@ -126,6 +126,7 @@ static const field fields[] = {
     FLD("seed", F_U64, seed),
     FLD("on_error", F_INT, on_error),
     FLD("max_bad", F_U64, max_bad),
+    FLD("max_pixels", F_U64, max_pixels),
     FLD("label_offset", F_I64, label_offset),
     FLD("device", F_INT, device),
 };

@@ -59,3 +59,21 @@ def test_convert_idx_with_class_names(tmp_path):
     labels = np.concatenate([np.from_dlpack(b.labels) for b in sluice.Pipeline(
         tmp_path / "out", split="test", image_size=28, batch=5, train=False)])
     assert labels.tolist() == [0, 1, 2, 1, 0]
+
+
+def test_max_pixels_in_convert_and_pipeline(tmp_path):
+    # images of 40..60 a side: 1600..3600 pixels
+    make_folder(tmp_path / "img", 8, classes=2, lo=40, hi=60)
+    res = sluice.convert(tmp_path / "none", folder=tmp_path / "img", fsync=False, max_pixels=1000)
+    assert res["records"] == 0 and res["skipped"] == 8
+    assert all("pixels" in why for _, why in res["skipped_inputs"]), res["skipped_inputs"]
+    res = sluice.convert(tmp_path / "out", folder=tmp_path / "img", fsync=False, max_pixels=4000)
+    assert res["records"] == 8 and res["skipped"] == 0
+    # the pipeline refuses the same records from their headers, and says so
+    with pytest.raises(sluice.Error, match="pixels"):
+        for _ in sluice.Pipeline(tmp_path / "out", image_size=8, batch=4, train=False,
+                                 on_error="fail", max_pixels=1000):
+            pass
+    n = sum(len(np.from_dlpack(b.labels)) for b in sluice.Pipeline(
+        tmp_path / "out", image_size=8, batch=4, train=False, max_pixels=4000))
+    assert n == 8
