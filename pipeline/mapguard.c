@@ -18,7 +18,13 @@
 #include "common/status.h"
 #include "pipeline/mapguard.h"
 
-static __thread sl_mapguard *tls_guard __attribute__((tls_model("initial-exec")));
+/* The default TLS model, not initial-exec: initial-exec marks the whole
+ * library STATIC_TLS, and a dlopen'd copy (the Python extension) then fails
+ * to load ("cannot allocate memory in static TLS block": status.c's error
+ * buffer is in the same block). The handler's read cannot allocate where it
+ * matters: a guarded thread wrote tls_guard in sl_mapguard_enter before any
+ * fault it can catch; a fault on another thread is chained anyway. */
+static __thread sl_mapguard *tls_guard;
 static struct sigaction prev_action;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int install_errno;
