@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "hostile_images.h"
+#include "records/records.h"
 #include "testutil.h"
 
 /* Run sluice convert --from folder IN --out OUT --name train with extra
@@ -81,6 +82,49 @@ static char *tree_with(const char *root, const char *sub, const char *name, cons
     return in;
 }
 
+/* Peak RSS growth (KiB) of the library's convert of in into out with
+ * max_pixels, in a forked child, measured from the child's own start: the
+ * CLI's ru_maxrss would be its start-up peak in a CUDA build (the CUDA
+ * libraries' initializers, ~220 MiB), larger than what an image adds.
+ * *records gets the records written. */
+static long convert_rss(const char *in, const char *out, uint64_t max_pixels, uint64_t *records)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        sl_convert_config c = SL_CONVERT_CONFIG_INIT;
+        c.input = in;
+        c.out_dir = out;
+        c.name = "train";
+        c.threads = 1;
+        c.fsync = 0;
+        c.max_pixels = max_pixels;
+        sl_convert_result res;
+        long v[2] = {-1, -1};
+        if (sl_convert_run(&c, &res) == SL_OK) {
+            getrusage(RUSAGE_SELF, &r1);
+            v[0] = r1.ru_maxrss - r0.ru_maxrss;
+            v[1] = (long)res.records;
+        }
+        _exit(write(fds[1], v, sizeof v) == sizeof v ? 0 : 2);
+    }
+    close(fds[1]);
+    long v[2] = {-1, -1};
+    cr_assert_eq(read(fds[0], v, sizeof v), (ssize_t)sizeof v);
+    close(fds[0]);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert_geq(v[0], 0, "the convert of %s failed", in);
+    *records = (uint64_t)v[1];
+    return v[0];
+}
+
 /* A 2048 x 2048 (2^22 px) 16-bit PNG: decoded to RGB (3 B/px) and
  * re-encoded; with --max-pixels 2^21 it is listed and never decoded. */
 Test(convert_hostile, max_pixels_bounds_peak_memory)
@@ -107,9 +151,21 @@ Test(convert_hostile, max_pixels_bounds_peak_memory)
                  log);
     cr_assert(strstr(log, "0 skipped"), "%s", log);
     free(log);
+    /* the memory, from the library in a child (convert_rss) */
+    char *o4 = tu_join(root, "o4"), *o5 = tu_join(root, "o5"), *o6 = tu_join(root, "o6");
+    uint64_t n_small, n_refused, n_decoded;
+    base = convert_rss(in_small, o4, 0, &n_small);
+    refused = convert_rss(in_big, o5, (uint64_t)1 << 21, &n_refused);
+    decoded = convert_rss(in_big, o6, (uint64_t)1 << 22, &n_decoded);
+    cr_assert(n_small == 1 && n_refused == 0 && n_decoded == 1, "%llu %llu %llu",
+              (unsigned long long)n_small, (unsigned long long)n_refused,
+              (unsigned long long)n_decoded);
+    free(o4);
+    free(o5);
+    free(o6);
     long px = (long)1 << 22, bound_kib = 12 * px / 1024;
-    cr_log_info("convert peak RSS: small image %ld KiB, 2^22 px refused %ld KiB, decoded %ld KiB",
-                base, refused, decoded);
+    cr_log_info("convert peak RSS growth: small image %ld KiB, 2^22 px refused %ld KiB, "
+                "decoded %ld KiB", base, refused, decoded);
     /* refused: the PNG file (blen) is read, nothing of its pixels' size */
     cr_assert_lt(refused - base, (long)(blen / 1024) + 4096, "refused: %ld KiB over %ld", refused,
                  base);
