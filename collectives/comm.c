@@ -275,15 +275,25 @@ static int check_common(const sl_comm *c, const char *fn, const void *buf, size_
     return SL_OK;
 }
 
-int sl_comm_allreduce(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op)
+/* check_common, then the reduction (every all-reduce entry point). */
+static int check_reduce(const sl_comm *c, const char *fn, const void *buf, size_t count,
+                        sl_dtype t, sl_redop op)
 {
-    const char *fn = "sl_comm_allreduce";
     int rc = check_common(c, fn, buf, count, t);
     if (rc)
         return rc;
     if ((unsigned)op > SL_RED_AVG)
         return sl_fail(SL_EINVAL, "%s: %s rank %d: unknown reduction %d", fn, c->vt->name,
                        c->rank, (int)op);
+    return SL_OK;
+}
+
+int sl_comm_allreduce(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op)
+{
+    const char *fn = "sl_comm_allreduce";
+    int rc = check_reduce(c, fn, buf, count, t, op);
+    if (rc)
+        return rc;
     if (count == 0)
         return check_broken(c, fn);
     queued q = {.req = {.buf = buf, .count = count, .t = t, .op = op}, .kind = OP_ALLREDUCE};
@@ -386,12 +396,9 @@ int sl_comm_allreduce_start(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_
     if (!req)
         return sl_fail(SL_EINVAL, "%s: NULL request pointer", fn);
     *req = NULL;
-    int rc = check_common(c, fn, buf, count, t);
+    int rc = check_reduce(c, fn, buf, count, t, op);
     if (rc || (rc = check_broken(c, fn)))
         return rc;
-    if ((unsigned)op > SL_RED_AVG)
-        return sl_fail(SL_EINVAL, "%s: %s rank %d: unknown reduction %d", fn, c->vt->name,
-                       c->rank, (int)op);
     queued *q = calloc(1, sizeof *q);
     if (!q)
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
@@ -454,12 +461,9 @@ int sl_comm_stream_ordered(const sl_comm *c) { return c && c->vt->allreduce_enqu
 int sl_comm_allreduce_enqueue(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op)
 {
     const char *fn = "sl_comm_allreduce_enqueue";
-    int rc = check_common(c, fn, buf, count, t);
+    int rc = check_reduce(c, fn, buf, count, t, op);
     if (rc || (rc = check_broken(c, fn)))
         return rc;
-    if ((unsigned)op > SL_RED_AVG)
-        return sl_fail(SL_EINVAL, "%s: %s rank %d: unknown reduction %d", fn, c->vt->name,
-                       c->rank, (int)op);
     if (!c->vt->allreduce_enqueue)
         return sl_fail(SL_ENOTSUP, "%s: the %s backend's collectives are not stream-ordered", fn,
                        c->vt->name);

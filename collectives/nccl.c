@@ -257,19 +257,30 @@ static int enqueued(sl_comm *c, const where *w, const char *what, ncclResult_t r
 
 /* ------------------------------------------------------------ collectives */
 
+/* ncclAllReduce in place on the comm's stream, after the pointer check and
+ * enter(); *r is NCCL's answer when SL_OK. what (96 bytes) names the call. */
+static int issue_allreduce(sl_comm *c, const where *w, char *what, const char *how, void *buf,
+                           size_t count, sl_dtype t, sl_redop op, ncclResult_t *r)
+{
+    nccl_impl *im = c->impl;
+    snprintf(what, 96, "ncclAllReduce (%s, %s, %zu elements%s)", op == SL_RED_AVG ? "avg" : "sum",
+             sl_dtype_name(t), count, how);
+    int rc = check_device_ptr(w, buf, "buffer");
+    if (rc || (rc = enter(c, w, what)))
+        return rc;
+    *r = ncclAllReduce(buf, buf, count, nccl_type(t), op == SL_RED_AVG ? ncclAvg : ncclSum,
+                       im->comm, im->stream);
+    return SL_OK;
+}
+
 static int nccl_allreduce(sl_comm *c, void *buf, size_t count, sl_dtype t, sl_redop op)
 {
     where w = {"sl_comm_allreduce", c->rank, c->world};
     nccl_impl *im = c->impl;
     char what[96];
-    snprintf(what, sizeof what, "ncclAllReduce (%s, %s, %zu elements)",
-             op == SL_RED_AVG ? "avg" : "sum", sl_dtype_name(t), count);
-    int rc = check_device_ptr(&w, buf, "buffer");
-    if (rc || (rc = enter(c, &w, what)))
-        return rc;
-    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t),
-                                   op == SL_RED_AVG ? ncclAvg : ncclSum, im->comm, im->stream);
-    if ((rc = enqueued(c, &w, what, r, im->done)))
+    ncclResult_t r;
+    int rc = issue_allreduce(c, &w, what, "", buf, count, t, op, &r);
+    if (rc || (rc = enqueued(c, &w, what, r, im->done)))
         return rc;
     return wait_nccl(c, &w, what, im->done, c->cfg.timeout_ms);
 }
@@ -369,13 +380,10 @@ static int nccl_allreduce_enqueue(sl_comm *c, void *buf, size_t count, sl_dtype 
     where w = {"sl_comm_allreduce_enqueue", c->rank, c->world};
     nccl_impl *im = c->impl;
     char what[96];
-    snprintf(what, sizeof what, "ncclAllReduce (%s, %s, %zu elements, stream-ordered)",
-             op == SL_RED_AVG ? "avg" : "sum", sl_dtype_name(t), count);
-    int rc = check_device_ptr(&w, buf, "buffer");
-    if (rc || (rc = enter(c, &w, what)))
+    ncclResult_t r;
+    int rc = issue_allreduce(c, &w, what, ", stream-ordered", buf, count, t, op, &r);
+    if (rc)
         return rc;
-    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t),
-                                   op == SL_RED_AVG ? ncclAvg : ncclSum, im->comm, im->stream);
     rc = nccl_ok(r, im->comm, &w, what, __FILE__, __LINE__);
     if (rc)
         abort_locked(im);
