@@ -23,6 +23,10 @@
 
 static const char fn_res[] = "sl_dataset_resolve";
 
+/* Most shard names of a split taken from dataset.json's count alone (when
+ * some are missing): the 5-digit NAME-NNNNN-of-NNNNN pattern's range. */
+#define SL_DATASET_MAX_LISTED_SHARDS 99999u
+
 static int is_file(const char *p)
 {
     struct stat st;
@@ -166,11 +170,23 @@ static int open_manifest_dir(sl_dataset *ds, const char *only)
              * and still reads the shards that are there; a reader fails on
              * the first missing one, by name. */
             sl_clear_error();
+            /* The count comes from the file: a 200-byte dataset.json could
+             * otherwise make us list four billion names (found by
+             * tests/fuzz/fuzz_manifest.c). Beyond the 5-digit pattern's
+             * range they are not taken; the names array is sized once. */
+            if (ms->shards > SL_DATASET_MAX_LISTED_SHARDS)
+                return sl_fail(SL_ECORRUPT, "%s: %s/%s: split %s lists %u shards (more than %u) "
+                               "and some are missing", fn_res, ds->dir, SL_MANIFEST_FILE,
+                               ms->name, ms->shards, SL_DATASET_MAX_LISTED_SHARDS);
+            if (ms->shards && !(s->files = calloc(ms->shards, sizeof *s->files)))
+                return oom();
             for (uint32_t k = 0; k < ms->shards; k++) {
                 char p[4096];
-                if ((rc = sl_shard_path(p, sizeof p, ds->dir, ms->name, k, ms->shards)) ||
-                    (rc = add_file(s, p)))
+                if ((rc = sl_shard_path(p, sizeof p, ds->dir, ms->name, k, ms->shards)))
                     return rc;
+                if (!(s->files[s->nfiles] = strdup(p)))
+                    return oom();
+                s->nfiles++;
             }
         }
     }

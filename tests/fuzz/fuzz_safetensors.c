@@ -33,7 +33,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         volatile uint8_t sink = 0;
         for (int i = 0; i < n; i++) {
             sl_st_tensor t, u;
-            if (sl_safetensors_at(f, i, &t) != SL_OK)
+            int rc = sl_safetensors_at(f, i, &t);
+            if (rc == SL_ENOTSUP)
+                continue; /* a dtype other than F32 / I64, or > 4 dimensions: not handed out */
+            if (rc != SL_OK)
                 abort(); /* counted, so it must be there */
             size_t numel = 1;
             for (int d = 0; d < t.ndim; d++)

@@ -281,3 +281,43 @@ Test(dataset, manifest_and_unlisted_splits)
     sl_dataset_fini(&ds);
     free(pat);
 }
+
+/* tests/fuzz/fuzz_manifest.c's finding (issue 16): a 200-byte dataset.json
+ * claiming 303 million shards of a split whose shards are missing made
+ * sl_dataset_resolve list every promised name, one realloc each (it never
+ * returned). Now such a count is SL_ECORRUPT at once, and a plausible one
+ * still gives every promised name. The input is the fuzzer's, verbatim. */
+Test(dataset, manifest_promising_millions_of_missing_shards, .timeout = 20)
+{
+    static const char fuzz_input[] =
+        "{\n\t\"version\":\t1,\n\t\"created_b\":\t1,\t\"num_classes\":\t3,\n"
+        "\t\"classes\":\t[\"cat\", \"dog\", \"bird \\\"quoted\\\"\"],\n"
+        "\t\"splits\":\t{\n\t\t\"trein\":\t{\n\t\t\t\"format\":\t\"tfrecord\",\n"
+        "\t\t\t\"records\":\t10,\n"
+        "\t\t\t\"shards\":\t000000000000000000000000303262958\t\t}\n\t}\n}";
+    char *path = tu_join(g_dir, "dataset.json");
+    cr_assert_eq(tu_write_file(path, fuzz_input, sizeof fuzz_input - 1), 0);
+    sl_dataset ds;
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_ECORRUPT, "%s", sl_errmsg());
+    cr_assert(strstr(sl_errmsg(), "split trein lists 303262958 shards"), "%s", sl_errmsg());
+    sl_dataset_fini(&ds);
+
+    /* 3 promised, 1 there: the three names, in order. */
+    sl_manifest m;
+    sl_manifest_init(&m);
+    sl_manifest_split tr = {.name = "train", .format = SL_FORMAT_TFRECORD, .records = 6,
+                            .shards = 3};
+    cr_assert_eq(sl_manifest_split_put(&m, &tr), SL_OK);
+    cr_assert_eq(sl_manifest_save(g_dir, &m), SL_OK, "%s", sl_errmsg());
+    sl_manifest_fini(&m);
+    free(write_shard("train-00001-of-00003.tfrecord", 2));
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ds.splits[0].nfiles, 3);
+    for (int k = 0; k < 3; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "train-%05d-of-00003.tfrecord", k);
+        assert_file(ds.splits[0].files[k], want);
+    }
+    sl_dataset_fini(&ds);
+    free(path);
+}
