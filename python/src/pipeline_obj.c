@@ -437,15 +437,18 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
             return NULL;
         }
     }
-    self->busy = 0;
     if (self->close_requested) {
         if (rc == SL_OK)
             sl_pipeline_release(p, b);
         self->close_requested = 0;
-        if (do_close(self))
-            return NULL;
-        return closed_error();
+        /* still busy while closing: do_close releases the GIL to join the
+         * threads, and the close() waiting for busy to drop would otherwise
+         * join them a second time (undefined: it hung) */
+        int err = do_close(self);
+        self->busy = 0;
+        return err ? NULL : closed_error();
     }
+    self->busy = 0;
     if (rc == SL_EOF)
         Py_RETURN_NONE;
     if (rc)
