@@ -34,12 +34,19 @@ static void die(const char *what)
     exit(1);
 }
 
+/* A failed system call: errno's reason (sl_errmsg has none). */
+static void die_errno(const char *what)
+{
+    fprintf(stderr, "fuzz_seeds: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
 static void seed(const char *target, const char *name, const void *data, size_t len)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", out_dir, target);
     if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        die(path);
+        die_errno(path);
     snprintf(path, sizeof path, "%s/%s/%s", out_dir, target, name);
     fz_write(path, data, len);
     nseeds++;
@@ -49,7 +56,7 @@ static uint8_t *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        die(path);
+        die_errno(path);
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -411,7 +418,7 @@ int main(int argc, char **argv)
     }
     out_dir = argv[1];
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
-        die(out_dir);
+        die_errno(out_dir);
     sl_transcoder *t;
     if (sl_transcoder_create(&t))
         die("transcoder");
