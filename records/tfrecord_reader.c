@@ -15,8 +15,9 @@
  *      size before the buffer is grown, so a bad length allocates nothing);
  *   5. data CRC.
  *
- * The sequential reader reads big chunks into one buffer (1 MiB, grown for
- * larger records) and hands out views into it. The first error is sticky:
+ * The sequential reader reads big chunks into one buffer (1 MiB, or the
+ * size of a smaller regular file, at least 4 KiB; grown for larger records)
+ * and hands out views into it. The first error is sticky:
  * later calls return it again with the same message.
  *
  * Threading: a reader is used by one thread at a time;
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #define TFR_BUF_SIZE ((size_t)1 << 20)
+#define TFR_BUF_MIN ((size_t)4 << 10) /* >= one record header (12 bytes) */
 
 struct sl_tfrecord_reader {
     char *path;
@@ -102,9 +104,7 @@ int sl_tfrecord_reader_open(const char *path, sl_tfrecord_reader **out)
         return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
     r->fd = -1;
     r->path = strdup(path);
-    r->cap = TFR_BUF_SIZE;
-    r->buf = malloc(r->cap);
-    if (!r->path || !r->buf) {
+    if (!r->path) {
         rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
         goto fail;
     }
@@ -114,12 +114,25 @@ int sl_tfrecord_reader_open(const char *path, sl_tfrecord_reader **out)
                      strerror(errno));
         goto fail;
     }
+    /* A small shard (an eval split, a test's, a fuzzer's input) does not
+     * need the 1 MiB window; a record longer than the window grows it. */
+    struct stat st;
+    r->cap = TFR_BUF_SIZE;
+    if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size < TFR_BUF_SIZE)
+        r->cap = (size_t)st.st_size > TFR_BUF_MIN ? (size_t)st.st_size : TFR_BUF_MIN;
+    r->buf = malloc(r->cap);
+    if (!r->buf) {
+        rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
+        goto fail;
+    }
     /* Advice only; its failure changes nothing. */
     (void)posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     *out = r;
     return SL_OK;
 
 fail:
+    if (r->fd >= 0)
+        close(r->fd);
     free(r->buf);
     free(r->path);
     free(r);
