@@ -307,7 +307,14 @@ static int idx_open(const char *path, uint32_t magic, unsigned ndims, gzFile *g,
     if (!*g)
         return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s", path,
                        errno ? strerror(errno) : "gzopen failed");
-    gzbuffer(*g, 256 * 1024);
+    /* 256 KiB windows (gzread allocates 3x this) for the real files; a file
+     * smaller than that gets windows of its own size (at least 8 KiB, zlib's
+     * default): a test's or a fuzzer's few bytes do not map 768 KiB. */
+    struct stat st;
+    unsigned win = 256 * 1024;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (off_t)win)
+        win = st.st_size > 8192 ? (unsigned)st.st_size : 8192;
+    gzbuffer(*g, win);
     /* Magic first, so a file of the other kind is named as such even when
      * it is shorter than this kind's header. */
     uint8_t hdr[16];
