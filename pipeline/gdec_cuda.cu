@@ -36,7 +36,7 @@
 extern "C" {
 #include "pipeline/gdec_int.h"
 }
-#include "pipeline/cuda_check.h"
+#include "common/cuda_check.h"
 #include "pipeline/nvjpeg_api.h"
 
 enum { GD_HOST = 0, GD_GPU = 1 };

@@ -39,7 +39,7 @@
 extern "C" {
 #include "pipeline/pipeline_int.h"
 }
-#include "pipeline/cuda_check.h"
+#include "common/cuda_check.h"
 
 struct sl_loader {
     int device;            // < 0: host slots only

@@ -128,7 +128,7 @@ typedef struct sl_nvjpeg_lib {
 
 /* dlopen libnvjpeg and resolve every function above. Environment
  * SLUICE_NVJPEG=PATH loads exactly that file (the CUDA emulator's fake,
- * tools/cuda-emu/emu_nvjpeg.cpp); otherwise libnvjpeg.so.13, libnvjpeg.so.12,
+ * tests/cuda-emu/emu_nvjpeg.cpp); otherwise libnvjpeg.so.13, libnvjpeg.so.12,
  * libnvjpeg.so in the loader's search path, then in /usr/local/cuda/lib64. SL_ENOTSUP with
  * "libnvjpeg not found: <each name: dlerror>" or "<path>: no symbol X". */
 int sl_nvjpeg_load(sl_nvjpeg_lib *lib);

@@ -12,7 +12,7 @@
  * Each event's `done` flag is stored last (release), so the writer, which
  * may run while threads still record, emits only finished events.
  *
- * Output (written to "<path>.tmp", then renamed over path):
+ * Output (written to "<path>.tmp", fsync'ed, then renamed over path):
  *   {"traceEvents":[{"name":"decode","cat":"map","ph":"X","ts":12.345,
  *     "dur":2100.5,"pid":1,"tid":3,"args":{"n":17}}, ...,
  *     {"name":"thread_name","ph":"M","pid":1,"tid":3,"args":{"name":"worker 0"}}],
@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "pipeline/graph_int.h"
 
 typedef struct sl_trace_event {
@@ -151,32 +152,32 @@ int sl_pipeline_trace_write(sl_pipeline *p, const char *path)
     if (!t)
         return sl_fail(SL_EINVAL, "%s: %s: not recording (call sl_pipeline_trace_start)", fn,
                        path);
-    char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp", path) < 0)
-        return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
-    int rc = SL_OK;
-    FILE *f = fopen(tmp, "w");
+    /* "path.tmp", fsync'ed and renamed over path (common/fileio.h); stdio
+     * on a duplicate of its descriptor for the formatting. */
+    sl_atomic_file af;
+    int rc = sl_atomic_open(&af, path, fn);
+    if (rc)
+        return rc;
+    int fd = dup(af.fd);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
-        rc = sl_fail(SL_EIO, "%s: %s: %s", fn, tmp, strerror(errno));
-        goto out;
+        rc = sl_fail(SL_EIO, "%s: %s: %s", fn, af.tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        sl_atomic_abort(&af);
+        return rc;
     }
     write_json(p, t, f);
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int bad = ferror(f) || fflush(f) != 0;
     int e = errno;
     if (fclose(f) != 0 && !bad) {
         bad = 1;
         e = errno;
     }
     if (bad) {
-        rc = sl_fail(SL_EIO, "%s: %s: write: %s", fn, tmp, strerror(e));
-        unlink(tmp);
-        goto out;
+        rc = sl_fail(SL_EIO, "%s: %s: write: %s", fn, af.tmp, strerror(e));
+        sl_atomic_abort(&af);
+        return rc;
     }
-    if (rename(tmp, path) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: rename: %s", fn, path, strerror(errno));
-        unlink(tmp);
-    }
-out:
-    free(tmp);
-    return rc;
+    return sl_atomic_commit(&af, 1);
 }

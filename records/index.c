@@ -220,6 +220,34 @@ fail:
     return rc;
 }
 
+/* Writing: the DALI line of one record (tfrecord_writer.c streams them,
+ * sl_index_write below writes a whole file). */
+
+/* Decimal digits of v at p (no NUL); returns their count (1..20). snprintf
+ * costs more than the rest of a small record's framing. */
+static size_t put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+size_t sl_put_index_line(char *p, uint64_t offset, uint64_t size)
+{
+    size_t k = put_u64(p, offset);
+    p[k++] = ' ';
+    k += put_u64(p + k, size);
+    p[k++] = '\n';
+    return k;
+}
+
+
 int sl_index_write(const char *idx_path, const sl_index_entry *entries, size_t n)
 {
     static const char fn[] = "sl_index_write";

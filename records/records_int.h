@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/fileio.h" /* write-all, fsync, atomic replace, paths */
 #include "records.h"
 
 /* ---------------------------------------------------- conversion inputs */
@@ -131,40 +132,12 @@ void sl_convert_state_fini(sl_convert_state *st);
  * or the path's basename (full = 0; image/filename). */
 void sl_convert_input_name(const sl_convert_state *st, size_t i, int full, char *buf, size_t cap);
 
-/* ------------------------------------------------------------ file I/O */
-/* records/fileio.c. fn names the public function for messages, which read
- * "fn: file: what: strerror". */
-
+/* ------------------------------------------------------------ index lines */
 /* Longest DALI index line: two 20-digit numbers, a space and a newline. */
 #define SL_INDEX_LINE_MAX 48
 
-/* Write all n bytes of p to fd, retrying short writes and EINTR. SL_EIO
- * "fn: path: write: ..." on failure (path only names the file). */
-int sl_write_all(int fd, const void *p, size_t n, const char *fn, const char *path);
-/* fsync the directory dir, so renames and creations in it are durable.
- * EINVAL from fsync (a file system that cannot sync directories) is not an
- * error. SL_EIO "fn: dir: open directory: ..." / "fsync directory: ...". */
-int sl_fsync_dir(const char *dir, const char *fn);
-/* sl_fsync_dir on the directory holding path ("." when path has no slash). */
-int sl_fsync_parent(const char *path, const char *fn);
-/* mkdir -p: create path and its missing parents (0755). SL_EIO "fn: dir:
- * mkdir: ..." or "fn: path: not a directory"; SL_EINVAL for "". */
-int sl_mkdir_p(const char *path, const char *fn);
-/* Replace path with data[0..len) atomically: write "path.tmp" (truncating a
- * stale one), fsync it if do_sync, close, rename over path, and fsync the
- * parent directory if do_sync. Readers see the old file or the new one,
- * never a mix. On failure before the rename the temp file is removed and
- * path is untouched; a failing directory fsync leaves the new file in place
- * and returns SL_EIO. */
-int sl_write_file_atomic(const char *path, const void *data, size_t len, int do_sync,
-                         const char *fn);
 /* Write the DALI index line "offset size\n" (decimal, no NUL) at p, which
- * has room for SL_INDEX_LINE_MAX bytes; returns its length. */
+ * has room for SL_INDEX_LINE_MAX bytes; returns its length (records/index.c). */
 size_t sl_put_index_line(char *p, uint64_t offset, uint64_t size);
-/* malloc'd a + b; NULL when out of memory. */
-char *sl_str_cat(const char *a, const char *b);
-/* malloc'd "a/b" (no slash added when a is empty or already ends in one);
- * NULL when out of memory. */
-char *sl_path_join(const char *a, const char *b);
 
 #endif /* SL_RECORDS_INT_H */

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "records/records_int.h" /* sl_write_file_atomic, sl_str_cat, sl_path_join */
+#include "common/fileio.h" /* sl_write_file_atomic, sl_str_cat, sl_path_join */
 
 #define CKPT_FORMAT "1"
 #define OPT_PREFIX "optimizer."

@@ -633,7 +633,7 @@ static int conv_padded(sl_exec *ex, const sl_conv_shape *sh, sl_conv_dir dir, co
     sl_conv_shape ps = *sh;
     ps.c = P;
     int64_t px = (int64_t)sh->n * sh->h * sh->w, pw = (int64_t)sh->k * sh->r * sh->s;
-    int cin = sh->c; // (no "->" in a launch's <<< >>>: tools/cuda-emu/conv.py splits at '>')
+    int cin = sh->c; // (no "->" in a launch's <<< >>>: tests/cuda-emu/conv.py splits at '>')
     size_t xb = (size_t)px * P * 2, wb = ((size_t)pw * P * 2 + 255) & ~(size_t)255;
     size_t db = dir == SL_CONV_BWD_FILTER ? (size_t)pw * P * sizeof(float) : 0;
     char *buf = (char *)sl_cuda_pad(c, wb + xb + db);

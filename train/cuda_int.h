@@ -54,7 +54,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include "pipeline/cuda_check.h" /* SL_CUDA(call) */
+#include "common/cuda_check.h" /* SL_CUDA(call) */
 
 #ifdef __cplusplus
 extern "C" {

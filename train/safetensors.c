@@ -38,7 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "records/records_int.h" /* sl_write_all, sl_fsync_parent, sl_str_cat */
+#include "common/fileio.h" /* sl_atomic_file */
 
 /* The reference implementation's cap on the header (MAX_HEADER_SIZE). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
@@ -219,8 +219,9 @@ int sl_safetensors_write(const char *path, const sl_st_tensor *t, int count,
     static const char fn[] = "sl_safetensors_write";
     uint64_t *off = NULL;
     size_t hlen = 0;
-    char *header = NULL, *tmp = NULL;
-    int fd = -1, rc;
+    char *header = NULL;
+    sl_atomic_file af;
+    int rc;
 
     rc = st_check_args(path, t, count, meta_kv, meta_count);
     if (rc)
@@ -230,54 +231,30 @@ int sl_safetensors_write(const char *path, const sl_st_tensor *t, int count,
         st_layout(t, count, off);
         header = st_header(t, count, off, meta_kv, meta_count, &hlen);
     }
-    tmp = sl_str_cat(path, ".tmp");
-    if (!header || !tmp) {
+    if (!header) {
         rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
         goto out;
     }
-    /* O_TRUNC: a temp file left by a killed run is garbage by definition. */
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: create: %s", fn, tmp, strerror(errno));
+    /* "path.tmp", fsync'ed and renamed over path (common/fileio.h). */
+    if ((rc = sl_atomic_open(&af, path, fn)))
         goto out;
-    }
     uint8_t le[8];
     for (int i = 0; i < 8; i++)
         le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    rc = sl_write_all(fd, le, 8, fn, tmp);
+    rc = sl_atomic_write(&af, le, 8);
     if (!rc)
-        rc = sl_write_all(fd, header, hlen, fn, tmp);
+        rc = sl_atomic_write(&af, header, hlen);
     /* Data in st_layout's order; x86/ARM hosts are little-endian like the
      * file. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; !rc && i < count; i++)
             if ((t[i].dtype == SL_T_I64) == (pass == 0))
-                rc = sl_write_all(fd, t[i].data, (size_t)tensor_bytes(&t[i]), fn, tmp);
+                rc = sl_atomic_write(&af, t[i].data, (size_t)tensor_bytes(&t[i]));
     if (rc)
-        goto fail_unlink;
-    if (fsync(fd) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: fsync: %s", fn, tmp, strerror(errno));
-        goto fail_unlink;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rc = sl_fail(SL_EIO, "%s: %s: close: %s", fn, tmp, strerror(errno));
-        goto fail_unlink;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: rename to %s: %s", fn, tmp, path, strerror(errno));
-        goto fail_unlink;
-    }
-    rc = sl_fsync_parent(path, fn);
-    goto out;
-
-fail_unlink:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+        sl_atomic_abort(&af);
+    else
+        rc = sl_atomic_commit(&af, 1);
 out:
-    free(tmp);
     free(header);
     free(off);
     return rc;

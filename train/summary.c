@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "records/records.h"
-#include "records/records_int.h" /* sl_write_all, sl_path_join, sl_mkdir_p */
+#include "common/fileio.h" /* sl_write_all, sl_path_join, sl_mkdir_p */
 
 /* Protobuf wire types (protobuf.dev/programming-guides/encoding). */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };

@@ -41,7 +41,7 @@
 #include <cjson/cJSON.h>
 
 #include "records/records.h"
-#include "records/records_int.h" /* sl_mkdir_p */
+#include "common/fileio.h" /* sl_mkdir_p */
 #include "train/trainer_int.h"
 
 const char *sl_strategy_name(sl_strategy s)

@@ -8,7 +8,7 @@
  * no libnvjpeg, no CUDA) and auto's fallback to the CPU.
  *
  * The GPU cases need a CUDA device and libnvjpeg: on this project's
- * machines, the CUDA emulator and its fake libnvjpeg (tools/cuda-emu/run.sh
+ * machines, the CUDA emulator and its fake libnvjpeg (tests/cuda-emu/run.sh
  * sets SLUICE_NVJPEG; lane pipeline_gdec of `run.sh ci`); on a GPU machine
  * the real library. Elsewhere they skip.
  */
@@ -229,7 +229,7 @@ static int have_gpu_decode(const char *dir)
         if (!have_gpu_decode(dir)) {                                                               \
             tu_rmrf(dir);                                                                          \
             free(dir);                                                                             \
-            cr_skip_test("no CUDA device or no libnvjpeg (tools/cuda-emu/run.sh sets "             \
+            cr_skip_test("no CUDA device or no libnvjpeg (tests/cuda-emu/run.sh sets "             \
                          "SLUICE_NVJPEG to its fake)");                                            \
         }                                                                                          \
     } while (0)

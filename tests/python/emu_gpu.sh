@@ -1,9 +1,9 @@
 #!/bin/bash
 # tests/python/emu_gpu.sh PYTHON - the Python package's device path
 # (device="cuda:0": python/src/device.c, the lease syncs, DLPack on kDLCUDA)
-# on tools/cuda-emu, the host emulator of the CUDA runtime: the extension is
+# on tests/cuda-emu, the host emulator of the CUDA runtime: the extension is
 # linked here against the CUDA-OFF build's libraries (build-emu-off, made by
-# `tools/cuda-emu/run.sh ci`) with pipeline/load_cuda.cu converted by the
+# `tests/cuda-emu/run.sh ci`) with pipeline/load_cuda.cu converted by the
 # emulator's conv.py in place of load_nocuda.c, then emu_gpu_check.py runs
 # with PYTHON (numpy needed). tools/dev test runs it after the emulator lanes.
 # Env: REPO, OFF (REPO/build-emu-off), OUT (REPO/build-emu/python).
@@ -12,9 +12,9 @@ py=${1:?usage: emu_gpu.sh PYTHON}
 REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 OFF=${OFF:-$REPO/build-emu-off}
 OUT=${OUT:-$REPO/build-emu/python}
-EMU=$REPO/tools/cuda-emu
+EMU=$REPO/tests/cuda-emu
 CUDA_INC=/usr/local/cuda/include
-[ -f "$OFF/libsl_pipeline.a" ] || { echo "emu_gpu.sh: no $OFF/libsl_pipeline.a (run tools/cuda-emu/run.sh build)" >&2; exit 1; }
+[ -f "$OFF/libsl_pipeline.a" ] || { echo "emu_gpu.sh: no $OFF/libsl_pipeline.a (run tests/cuda-emu/run.sh build)" >&2; exit 1; }
 pyinc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 rm -rf "$OUT"; mkdir -p "$OUT/obj" "$OUT/pkg/sluice"; cd "$OUT/obj"
 DEFS='-D_GNU_SOURCE -DSLUICE_VERSION="0.1.0" -DSLUICE_WITH_CUDA=1'

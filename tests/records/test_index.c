@@ -1,12 +1,12 @@
 /* tests/records/test_index.c - DALI text index files: round trip, strict
- * parsing with line numbers, files in DALI's own format. */
+ * parsing with line numbers, files in DALI's own format, the line formatter. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "records/records.h"
+#include "records/records_int.h"
 #include "testutil.h"
 
 static char *g_dir;
@@ -186,4 +186,42 @@ Test(index, build_matches_shard_and_write)
     free(bytes);
     free(idx);
     free(shard);
+}
+
+/* The line tfrecord_writer.c and sl_index_write emit (records_int.h). */
+Test(index, put_index_line_golden)
+{
+    static const struct {
+        uint64_t off, size;
+        const char *want;
+    } cases[] = {
+        {0, 0, "0 0\n"},
+        {0, 16, "0 16\n"},
+        {9, 10, "9 10\n"},
+        {116, 1234567, "116 1234567\n"},
+        {4294967296ull, 4294967295ull, "4294967296 4294967295\n"},
+        {10000000000000000000ull, 9999999999999999999ull,
+         "10000000000000000000 9999999999999999999\n"},
+        {UINT64_MAX, UINT64_MAX, "18446744073709551615 18446744073709551615\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[SL_INDEX_LINE_MAX + 8];
+        memset(buf, '#', sizeof buf);
+        size_t n = sl_put_index_line(buf, cases[i].off, cases[i].size);
+        cr_assert_eq(n, strlen(cases[i].want), "case %zu: length %zu", i, n);
+        cr_assert_leq(n, SL_INDEX_LINE_MAX);
+        cr_assert(memcmp(buf, cases[i].want, n) == 0, "case %zu: \"%.*s\"", i, (int)n, buf);
+        cr_assert_eq(buf[n], '#', "case %zu: wrote past the line", i);
+    }
+    /* Agrees with printf over a spread of values. */
+    uint64_t s = 99;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t a = tu_rand(&s) >> (tu_rand(&s) % 64), b = tu_rand(&s) >> (tu_rand(&s) % 64);
+        char got[SL_INDEX_LINE_MAX], want[64];
+        size_t n = sl_put_index_line(got, a, b);
+        int k = snprintf(want, sizeof want, "%llu %llu\n", (unsigned long long)a,
+                         (unsigned long long)b);
+        cr_assert(n == (size_t)k && memcmp(got, want, n) == 0, "%llu %llu", (unsigned long long)a,
+                  (unsigned long long)b);
+    }
 }

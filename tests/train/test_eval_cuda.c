@@ -8,7 +8,7 @@
  * The GPU tests skip without a GPU (or in a build without the cuda backend:
  * sl_exec_init says so); the CUDA-off error test skips in a build with it;
  * ref against cpu and the flag errors run everywhere.
- * Under tools/cuda-emu they run on the emulated GPU (run.sh globs this file).
+ * Under tests/cuda-emu they run on the emulated GPU (run.sh globs this file).
  *
  * Tolerances. fp32 with SLUICE_CUDA_TF32=0: cuDNN and OpenBLAS sum in other
  * orders, a few ulp per output; the logits of this 20-layer net then differ

@@ -4,7 +4,7 @@
  * bf16 and f16 activations (inputs rounded to the type on the host first,
  * so ref sees the very values the GPU does), data far from zero among them;
  * argument errors. Skips without a GPU or in a build without the cuda
- * backend; tools/cuda-emu runs it on the host emulator. */
+ * backend; tests/cuda-emu runs it on the host emulator. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>

@@ -690,7 +690,7 @@ Test(train_gpu, cuda_graph_matches_uncaptured)
  * EMU_DEVICES=2; a real machine needs two GPUs for that half). */
 Test(train_gpu, device_flag_picks_the_gpu)
 {
-    setenv("EMU_DEVICES", "2", 0); /* read by tools/cuda-emu only */
+    setenv("EMU_DEVICES", "2", 0); /* read by tests/cuda-emu only */
     if (!tg_has_gpu())
         cr_skip_test("no cuda device");
     pl_dataset d;

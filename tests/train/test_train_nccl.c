@@ -22,7 +22,7 @@
  * same weights" is --check-every's job (it fails the run otherwise).
  *
  * Needs a build with the cuda backend, NCCL and MPI, mpirun, and two CUDA
- * devices: a multi-GPU host, or tools/cuda-emu (run.sh; EMU_DEVICES=2 is
+ * devices: a multi-GPU host, or tests/cuda-emu (run.sh; EMU_DEVICES=2 is
  * set here, the real runtime ignores it). Skips cleanly otherwise.
  */
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-// tools/cuda-emu/emu_nvjpeg.cpp - a fake libnvjpeg for the emulator: the
+// tests/cuda-emu/emu_nvjpeg.cpp - a fake libnvjpeg for the emulator: the
 // subset of nvJPEG's C API that pipeline/gdec_cuda.cu calls
 // (pipeline/nvjpeg_api.h), decoding with libjpeg-turbo on the host into
 // emulated device memory. Built by run.sh as $OUT/libnvjpeg_emu.so and

@@ -1,5 +1,5 @@
 /*
- * pipeline/cuda_check.h - SL_CUDA(call): check a CUDA runtime return code
+ * common/cuda_check.h - SL_CUDA(call): check a CUDA runtime return code
  * and turn a failure into sl_fail(SL_ECUDA, ...) naming the function, the
  * call as written, its file and line, and CUDA's name and text for the
  * error (STYLE.md: every CUDA return code is checked and recorded).
@@ -15,6 +15,9 @@
  * The runtime's per-thread "last error" is cleared on failure, so a later
  * cudaGetLastError() after a kernel launch reports that launch, not an old
  * failed call. Usable from C (cuda_runtime_api.h is C) and from .cu files.
+ *
+ * Used by pipeline/ (the loader, the GPU decoder) and train/ (the CUDA
+ * backend), which both check CUDA calls the same way.
  *
  * Threading: sl_fail sets the calling thread's message only.
  */

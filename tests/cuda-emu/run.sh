@@ -1,12 +1,15 @@
 #!/bin/bash
 # run.sh - rebuild the emulated CUDA build from the repo's current files and
 # run the GPU tests on it (README.md). Usage:
-#   run.sh [build|selftest|test|all|ci|nccl] [criterion args...]  (default: all; ci: what tools/dev test
-#   runs; nccl: its NCCL lanes: the nccl_* selftests, collectives_nccl, train_nccl)
+#   run.sh [build|selftest|test|all|ci|nccl|capture|nccl_selftest] [criterion args...]  (default: all;
+#   ci: what tools/dev test runs; nccl: its NCCL lanes: the nccl_* selftests, collectives_nccl,
+#   train_nccl; capture, nccl_selftest: one lane each, as ctest runs them on CMake's build
+#   of the emulator, -DSLUICE_CUDA_EMU=ON, with OUT=<build>/emu: CMakeLists.txt here)
 #   ci's pipeline_gdec lane runs --decode gpu on the fake libnvjpeg (emu_nvjpeg.cpp)
 # Env: REPO (this checkout), OFF (REPO/build-emu-off), OUT (REPO/build-emu), SKIP_CMAKE=1 (use OFF as it is),
 #      EMU_LAZY=1 (deferred streams, default) / 0 (every op runs at once),
-#      EMU_ABORT=1 (abort at the first misuse report), FILTER (criterion filter).
+#      EMU_ABORT=1 (abort at the first misuse report), FILTER (criterion filter),
+#      LOG (the test log's name in OUT, default tests.log).
 set -u
 EMU=$(cd "$(dirname "$0")" && pwd)
 export REPO=${REPO:-$(cd "$EMU/../.." && pwd)}
@@ -111,13 +114,14 @@ runtests() {
     export SLUICE_NVJPEG=${SLUICE_NVJPEG:-$OUT/libnvjpeg_emu.so} # --decode gpu (pipeline_gdec)
     local f=${FILTER:-'train_gpu/*'}
     echo "== $OUT/emu_tests --filter=$f (EMU_LAZY=${EMU_LAZY:-1})"
-    "$OUT/emu_tests" --filter="$f" -j2 "$@" >"$OUT/tests.log" 2>&1
+    local log="$OUT/${LOG:-tests.log}"
+    "$OUT/emu_tests" --filter="$f" -j2 "$@" >"$log" 2>&1
     local rc=$?
-    grep -E "^\[(----|FAIL|====)\]|EMU:|Synthesis|CRASH" "$OUT/tests.log" | head -100
-    echo "(full log: $OUT/tests.log; misuse reports: grep 'EMU: error' $OUT/tests.log)"
+    grep -E "^\[(----|FAIL|====)\]|EMU:|Synthesis|CRASH" "$log" | head -100
+    echo "(full log: $log; misuse reports: grep 'EMU: error' $log)"
     # a misuse report fails the run even when every assertion held
-    if [ $rc = 0 ] && grep -q "EMU: error" "$OUT/tests.log"; then
-        echo "run.sh: the emulator reported misuse (EMU: error) in $OUT/tests.log"
+    if [ $rc = 0 ] && grep -q "EMU: error" "$log"; then
+        echo "run.sh: the emulator reported misuse (EMU: error) in $log"
         rc=1
     fi
     return $rc
@@ -186,5 +190,7 @@ ci)  # tools/dev test: every GPU test but the 8-minute Fashion-MNIST one, then t
         FILTER='pipeline_load/*' runtests && FILTER='pipeline_gdec/*' runtests && nccl_lanes ;;
 nccl) nccl_lanes ;;
 selftest) selftest && capture_selftest ;;
-*) echo "usage: run.sh [build|selftest|test|all|ci|nccl] [criterion args]"; exit 2 ;;
+capture) capture_selftest ;;
+nccl_selftest) nccl_selftest ;;
+*) echo "usage: run.sh [build|selftest|test|all|ci|nccl|capture|nccl_selftest] [criterion args]"; exit 2 ;;
 esac

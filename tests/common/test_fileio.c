@@ -1,6 +1,6 @@
-/* tests/records/test_fileio.c - the private file helpers of records/fileio.c:
- * atomic replace (content, no temp left, failures clean up), write_all, the
- * directory fsyncs, the DALI index line formatter and path building. */
+/* tests/common/test_fileio.c - common/fileio.c: atomic replace in one call
+ * and streamed (content, no temp left, failures clean up, the old file kept
+ * until commit), write_all, the directory fsyncs, mkdir -p and path building. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "records/records_int.h"
+#include "common/fileio.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static char *g_dir;
@@ -111,6 +112,79 @@ Test(fileio, write_file_atomic_create_failure)
     free(path);
 }
 
+Test(fileio, atomic_file_streams_and_keeps_the_old_file_until_commit)
+{
+    char *path = tu_join(g_dir, "s.bin"), *tmp = tu_join(g_dir, "s.bin.tmp");
+    cr_assert_eq(tu_write_file(path, "old", 3), 0);
+
+    /* Pieces land in the temp file; path keeps the old content until commit. */
+    sl_atomic_file af;
+    cr_assert_eq(sl_atomic_open(&af, path, "t"), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_atomic_write(&af, "new ", 4), SL_OK);
+    cr_assert_eq(sl_atomic_write(&af, "content", 7), SL_OK);
+    cr_assert(exists(tmp));
+    assert_content(path, "old", 3);
+    /* Direct writes to the descriptor count as well (pipeline/trace.c). */
+    cr_assert_eq(write(af.fd, "!", 1), 1);
+    cr_assert_eq(sl_atomic_commit(&af, 1), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(af.fd, -1);
+    cr_assert_null(af.tmp);
+    assert_content(path, "new content!", 12);
+    cr_assert(!exists(tmp), "temp file left behind");
+
+    /* Abort: the temp file goes, path is untouched. */
+    cr_assert_eq(sl_atomic_open(&af, path, "t"), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_atomic_write(&af, "half", 4), SL_OK);
+    sl_atomic_abort(&af);
+    cr_assert(!exists(tmp), "temp file left after abort");
+    assert_content(path, "new content!", 12);
+    sl_atomic_abort(&af); /* twice: a no-op */
+
+    /* A failed open leaves nothing to free; abort after it is a no-op. */
+    char *bad = tu_join(g_dir, "missing/x");
+    cr_assert_eq(sl_atomic_open(&af, bad, "ofn"), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "ofn: ") && strstr(sl_errmsg(), "missing/x.tmp: create: "), "%s",
+              sl_errmsg());
+    cr_assert_eq(af.fd, -1);
+    cr_assert_null(af.tmp);
+    sl_atomic_abort(&af);
+
+    /* A failed write names the temp file; abort then removes it. */
+    cr_assert_eq(sl_atomic_open(&af, path, "wfn"), SL_OK);
+    int fd = af.fd;
+    af.fd = open(tmp, O_RDONLY); /* writes fail with EBADF */
+    cr_assert_eq(sl_atomic_write(&af, "x", 1), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "wfn: ") && strstr(sl_errmsg(), "s.bin.tmp: write: "), "%s",
+              sl_errmsg());
+    close(fd);
+    sl_atomic_abort(&af);
+    cr_assert(!exists(tmp));
+    assert_content(path, "new content!", 12);
+    free(bad);
+    free(tmp);
+    free(path);
+}
+
+Test(fileio, mkdir_p_makes_parents_and_refuses_files)
+{
+    char *deep = tu_join(g_dir, "a/b/c/"), *file = tu_join(g_dir, "f");
+    struct stat st;
+    cr_assert_eq(sl_mkdir_p(deep, "t"), SL_OK, "%s", sl_errmsg());
+    cr_assert(stat(deep, &st) == 0 && S_ISDIR(st.st_mode));
+    cr_assert_eq(sl_mkdir_p(deep, "t"), SL_OK, "existing directories are fine: %s", sl_errmsg());
+    cr_assert_eq(tu_write_file(file, "1", 1), 0);
+    cr_assert_eq(sl_mkdir_p(file, "mfn"), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "mfn: ") && strstr(sl_errmsg(), "not a directory"), "%s",
+              sl_errmsg());
+    char *under = tu_join(file, "x");
+    cr_assert_eq(sl_mkdir_p(under, "mfn"), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "mkdir: "), "%s", sl_errmsg());
+    cr_assert_eq(sl_mkdir_p("", "mfn"), SL_EINVAL);
+    free(under);
+    free(file);
+    free(deep);
+}
+
 Test(fileio, write_all_and_its_errors)
 {
     char *path = tu_join(g_dir, "w.bin");
@@ -154,43 +228,6 @@ Test(fileio, fsync_dir_and_parent)
     free(under_file);
     free(gone);
     free(file);
-}
-
-Test(fileio, put_index_line_golden)
-{
-    static const struct {
-        uint64_t off, size;
-        const char *want;
-    } cases[] = {
-        {0, 0, "0 0\n"},
-        {0, 16, "0 16\n"},
-        {9, 10, "9 10\n"},
-        {116, 1234567, "116 1234567\n"},
-        {4294967296ull, 4294967295ull, "4294967296 4294967295\n"},
-        {10000000000000000000ull, 9999999999999999999ull,
-         "10000000000000000000 9999999999999999999\n"},
-        {UINT64_MAX, UINT64_MAX, "18446744073709551615 18446744073709551615\n"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char buf[SL_INDEX_LINE_MAX + 8];
-        memset(buf, '#', sizeof buf);
-        size_t n = sl_put_index_line(buf, cases[i].off, cases[i].size);
-        cr_assert_eq(n, strlen(cases[i].want), "case %zu: length %zu", i, n);
-        cr_assert_leq(n, SL_INDEX_LINE_MAX);
-        cr_assert(memcmp(buf, cases[i].want, n) == 0, "case %zu: \"%.*s\"", i, (int)n, buf);
-        cr_assert_eq(buf[n], '#', "case %zu: wrote past the line", i);
-    }
-    /* Agrees with printf over a spread of values. */
-    uint64_t s = 99;
-    for (int i = 0; i < 10000; i++) {
-        uint64_t a = tu_rand(&s) >> (tu_rand(&s) % 64), b = tu_rand(&s) >> (tu_rand(&s) % 64);
-        char got[SL_INDEX_LINE_MAX], want[64];
-        size_t n = sl_put_index_line(got, a, b);
-        int k = snprintf(want, sizeof want, "%llu %llu\n", (unsigned long long)a,
-                         (unsigned long long)b);
-        cr_assert(n == (size_t)k && memcmp(got, want, n) == 0, "%llu %llu", (unsigned long long)a,
-                  (unsigned long long)b);
-    }
 }
 
 Test(fileio, str_cat_and_path_join)

@@ -2,7 +2,7 @@
 # mut.sh FILE OLD NEW FILTER [EMU_LAZY] - a mutant of one repo file (path
 # relative to the repo; a file run.sh compiles itself: train/dev_cuda.c,
 # train/ops.c, train/replica.c, collectives/nccl.c, collectives/comm.c,
-# train/*.cu, pipeline/load_cuda.cu, tools/cuda-emu/*.cpp, or a test), built
+# train/*.cu, pipeline/load_cuda.cu, tests/cuda-emu/*.cpp, or a test), built
 # into MUT (default REPO/build-emu-mut) against the repo's CUDA-OFF
 # libraries (OFF, default REPO/build-emu-off); runs the tests matching FILTER.
 # Shows whether the emulated tests notice the change.
@@ -21,7 +21,7 @@ s = open(p).read()
 assert old in s, 'not found: ' + old
 open(p, 'w').write(s.replace(old, new, 1))
 PY
-# the copy's run.sh: an emulator mutant (tools/cuda-emu/*.cpp) is built too
-REPO=$M OFF=${OFF:-$REPO0/build-emu-off} OUT=$MUT/out SKIP_CMAKE=1 "$M/tools/cuda-emu/run.sh" build 2>&1 | grep -E "error|undefined"
+# the copy's run.sh: an emulator mutant (tests/cuda-emu/*.cpp) is built too
+REPO=$M OFF=${OFF:-$REPO0/build-emu-off} OUT=$MUT/out SKIP_CMAKE=1 "$M/tests/cuda-emu/run.sh" build 2>&1 | grep -E "error|undefined"
 cd $MUT/out && EMU_LAZY=${5:-1} timeout 900 ./emu_tests --filter="$filt" -j2 --verbose > mut.log 2>&1
 grep -E "^\[(FAIL|PASS)|Synthesis|EMU: error" mut.log | sort | uniq -c | head -20

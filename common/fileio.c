@@ -1,16 +1,12 @@
 /*
- * records/fileio.c - the file-system steps every writer of records/ needs:
- * write a whole buffer, make a rename durable, replace a small file
- * atomically, format a DALI index line, build a path.
- *
- * Durability (POSIX, and Linux fsync(2)): a renamed file survives a crash
- * only once both the file and the directory holding the new name are
- * fsync'ed. Some file systems answer fsync on a directory with EINVAL (there
- * is nothing to sync); that is not an error.
+ * common/fileio.c - the file-system steps of common/fileio.h: write a whole
+ * buffer, make a rename durable, replace a file atomically, mkdir -p, build
+ * a path. Plain POSIX calls; the contracts and the durability argument are
+ * in the header.
  *
  * Threading: all functions are reentrant.
  */
-#include "records_int.h"
+#include "common/fileio.h"
 
 #include <errno.h>
 #include <sys/stat.h>
@@ -19,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "common/status.h"
 
 int sl_write_all(int fd, const void *p, size_t n, const char *fn, const char *path)
 {
@@ -61,7 +59,6 @@ int sl_fsync_parent(const char *path, const char *fn)
     free(dir);
     return rc;
 }
-/* mkdir -p path (records_int.h). */
 int sl_mkdir_p(const char *path, const char *fn)
 {
     char *p = strdup(path);
@@ -93,72 +90,82 @@ int sl_mkdir_p(const char *path, const char *fn)
 }
 
 
-int sl_write_file_atomic(const char *path, const void *data, size_t len, int do_sync,
-                         const char *fn)
+int sl_atomic_open(sl_atomic_file *af, const char *path, const char *fn)
 {
-    char *tmp = sl_str_cat(path, ".tmp");
-    int fd = -1, rc;
-
-    if (!tmp)
+    af->fd = -1;
+    af->path = path;
+    af->fn = fn;
+    if (!(af->tmp = sl_str_cat(path, ".tmp")))
         return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
     /* O_TRUNC: a temp file left by a killed run is garbage by definition. */
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: create: %s", fn, tmp, strerror(errno));
-        goto out;
+    af->fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (af->fd < 0) {
+        int rc = sl_fail(SL_EIO, "%s: %s: create: %s", fn, af->tmp, strerror(errno));
+        free(af->tmp);
+        af->tmp = NULL;
+        return rc;
     }
-    rc = sl_write_all(fd, data, len, fn, tmp);
-    if (rc)
-        goto fail_unlink;
-    if (do_sync && fsync(fd) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: fsync: %s", fn, tmp, strerror(errno));
-        goto fail_unlink;
-    }
-    if (close(fd) != 0) {
-        fd = -1; /* closed even when close reports an error */
-        rc = sl_fail(SL_EIO, "%s: %s: close: %s", fn, tmp, strerror(errno));
-        goto fail_unlink;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: rename to %s: %s", fn, tmp, path, strerror(errno));
-        goto fail_unlink;
-    }
-    /* The new file is in place; only the rename's durability is left. */
-    rc = do_sync ? sl_fsync_parent(path, fn) : SL_OK;
-    goto out;
+    return SL_OK;
+}
 
-fail_unlink:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-out:
-    free(tmp);
+int sl_atomic_write(sl_atomic_file *af, const void *p, size_t n)
+{
+    return sl_write_all(af->fd, p, n, af->fn, af->tmp);
+}
+
+void sl_atomic_abort(sl_atomic_file *af)
+{
+    if (af->fd >= 0)
+        close(af->fd);
+    af->fd = -1;
+    if (af->tmp)
+        unlink(af->tmp);
+    free(af->tmp);
+    af->tmp = NULL;
+}
+
+int sl_atomic_commit(sl_atomic_file *af, int do_sync)
+{
+    const char *fn = af->fn;
+    int rc;
+
+    if (do_sync && fsync(af->fd) != 0) {
+        rc = sl_fail(SL_EIO, "%s: %s: fsync: %s", fn, af->tmp, strerror(errno));
+        goto fail_abort;
+    }
+    rc = close(af->fd);
+    af->fd = -1; /* closed even when close reports an error */
+    if (rc != 0) {
+        rc = sl_fail(SL_EIO, "%s: %s: close: %s", fn, af->tmp, strerror(errno));
+        goto fail_abort;
+    }
+    if (rename(af->tmp, af->path) != 0) {
+        rc = sl_fail(SL_EIO, "%s: %s: rename to %s: %s", fn, af->tmp, af->path,
+                     strerror(errno));
+        goto fail_abort;
+    }
+    free(af->tmp);
+    af->tmp = NULL;
+    /* The new file is in place; only the rename's durability is left. */
+    return do_sync ? sl_fsync_parent(af->path, fn) : SL_OK;
+
+fail_abort:
+    sl_atomic_abort(af);
     return rc;
 }
 
-/* Decimal digits of v at p (no NUL); returns their count (1..20). snprintf
- * costs more than the rest of a small record's framing. */
-static size_t put_u64(char *p, uint64_t v)
+int sl_write_file_atomic(const char *path, const void *data, size_t len, int do_sync,
+                         const char *fn)
 {
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
-}
-
-size_t sl_put_index_line(char *p, uint64_t offset, uint64_t size)
-{
-    size_t k = put_u64(p, offset);
-    p[k++] = ' ';
-    k += put_u64(p + k, size);
-    p[k++] = '\n';
-    return k;
+    sl_atomic_file af;
+    int rc = sl_atomic_open(&af, path, fn);
+    if (rc)
+        return rc;
+    if ((rc = sl_atomic_write(&af, data, len))) {
+        sl_atomic_abort(&af);
+        return rc;
+    }
+    return sl_atomic_commit(&af, do_sync);
 }
 
 /* a + sep + b in one malloc'd string. */
