@@ -883,44 +883,46 @@ Test(train_ops_cuda, bn_aliasing_bf16)
     tg_close(&eg);
 }
 
-/* The argument checks come before any device work, so they run without a
- * GPU, on an exec with no context (which must not be touched past them). */
+/* The argument checks (the entry points', train/ops.c) come before any
+ * device work, so they run without a GPU, on an exec with no context
+ * (which must not be touched past them). */
 Test(train_ops_cuda, bn_bad_arguments)
 {
     sl_exec e;
     memset(&e, 0, sizeof e);
     e.backend = SL_BACKEND_CUDA;
+    e.ops = &sl_ops_cuda; /* the entry points check, then run the cuda slot */
     float f[8] = {0};
     for (int64_t rows = 1; rows >= 0; rows--) {
-        cr_assert_eq(sl_bn_fwd_train_cuda(&e, rows, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f),
+        cr_assert_eq(sl_bn_fwd_train(&e, rows, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f),
                      SL_EINVAL);
-        cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_cuda") &&
+        cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train: cuda") &&
                   strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
     }
-    cr_assert_eq(sl_bn_fwd_train_cuda(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_eval_cuda(&e, -1, 3, f, f, f, f, f, 1e-5f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_cuda(&e, 0, 3, f, f, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, 0, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_reduce_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, -1, 3, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, -3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_train(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_eval(&e, -1, 3, f, f, f, f, f, 1e-5f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd(&e, 0, 3, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_reduce(&e, 2, 0, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_reduce: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_reduce(&e, -1, 3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce(&e, 2, -3, f, f, f, f, f, f), SL_EINVAL);
     /* forward statistics need 2 rows in all, and total >= this replica's rows */
-    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 3, f, f, f, f, f, 1.0, 0.1f, 1e-5f, f, f, f, f, f),
+    cr_assert_eq(sl_bn_fwd_apply(&e, 1, 3, f, f, f, f, f, 1.0, 0.1f, 1e-5f, f, f, f, f, f),
                  SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 3, 1, f, f, f, f, f, 2.0, 0.1f, 1e-5f, f, f, f, f, f),
+    cr_assert_eq(sl_bn_fwd_apply(&e, 3, 1, f, f, f, f, f, 2.0, 0.1f, 1e-5f, f, f, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 1, f, f, f, f, f, NAN, 0.1f, 1e-5f, f, f, f, f, f),
+    cr_assert_eq(sl_bn_fwd_apply(&e, 1, 1, f, f, f, f, f, NAN, 0.1f, 1e-5f, f, f, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_apply_cuda(&e, 0, 3, f, f, f, f, f, f, f, 0.5, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_apply_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_apply(&e, 0, 3, f, f, f, f, f, f, f, 0.5, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_apply: cuda"), "%s", sl_errmsg());
     /* good shapes, no context */
-    cr_assert_eq(sl_bn_fwd_train_cuda(&e, 2, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_train(&e, 2, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 0, 3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce(&e, 0, 3, f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(NULL, 0, 3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce(NULL, 0, 3, f, f, f, f, f, f), SL_EINVAL);
 }
 
 /* ------------------------------------ fused BN + add + ReLU, ReLU + BN bwd */
@@ -1374,29 +1376,30 @@ Test(train_ops_cuda, bn_fused_bad_arguments)
     sl_exec e;
     memset(&e, 0, sizeof e);
     e.backend = SL_BACKEND_CUDA;
+    e.ops = &sl_ops_cuda; /* the entry points check, then run the cuda slot */
     float f[8] = {0};
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 1, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 1, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
                  SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_act_cuda") &&
+    cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_act: cuda") &&
               strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, NULL, 0, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, NULL, 0, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, NULL, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, NULL, f, f),
                  SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "NULL tensor"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, NULL, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 3, NULL, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, NULL, 1, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, NULL, 1, f, f, f),
                  SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 0, 3, f, f, f, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_act_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, -1, f, f, f, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, 3, f, NULL, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(&e, 0, 3, f, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_act: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_act(&e, 2, -1, f, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(&e, 2, 3, f, NULL, f, f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "NULL tensor"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(&e, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(NULL, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(NULL, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

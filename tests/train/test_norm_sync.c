@@ -394,28 +394,28 @@ Test(train_norm_sync, bad_arguments)
         sl_exec e;
         exec_init(&e, backs[k]);
         const sl_ops *o = e.ops;
-        cr_assert_eq(o->bn_bwd_reduce(&e, 2, 0, x, x, zero, one, out, out + 3), SL_EINVAL);
+        cr_assert_eq(sl_bn_bwd_reduce(&e, 2, 0, x, x, zero, one, out, out + 3), SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_bwd_reduce") && strstr(sl_errmsg(), o->name), "%s",
                   sl_errmsg());
-        cr_assert_eq(o->bn_bwd_reduce(&e, 2, -3, x, x, zero, one, out, out + 3), SL_EINVAL);
+        cr_assert_eq(sl_bn_bwd_reduce(&e, 2, -3, x, x, zero, one, out, out + 3), SL_EINVAL);
         /* a replica may have no rows: its sums are zero */
         out[0] = out[3] = 5;
-        cr_assert_eq(o->bn_bwd_reduce(&e, 0, 3, x, x, zero, one, out, out + 3), SL_OK, "%s",
+        cr_assert_eq(sl_bn_bwd_reduce(&e, 0, 3, x, x, zero, one, out, out + 3), SL_OK, "%s",
                      sl_errmsg());
         cr_assert(out[0] == 0.0f && out[3] == 0.0f);
         /* forward statistics need 2 rows in all; total >= this replica's rows */
         for (int t = 0; t < 3; t++) {
             double totals[] = {1.0, 0.5, NAN};
-            int rc = o->bn_fwd_apply(&e, 1, 3, x, one, zero, zero, one, totals[t], 0.1f, 1e-5f,
+            int rc = sl_bn_fwd_apply(&e, 1, 3, x, one, zero, zero, one, totals[t], 0.1f, 1e-5f,
                                      rm, rv, out, sm, si);
             cr_assert_eq(rc, SL_EINVAL, "%s total %g", o->name, totals[t]);
             cr_assert(strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
         }
-        cr_assert_eq(o->bn_fwd_apply(&e, 2, 3, x, one, zero, zero, one, 1.5, 0.1f, 1e-5f, rm, rv,
+        cr_assert_eq(sl_bn_fwd_apply(&e, 2, 3, x, one, zero, zero, one, 1.5, 0.1f, 1e-5f, rm, rv,
                                      out, sm, si), SL_EINVAL, "total below rows");
         for (int ch = 0; ch < 3; ch++)
             cr_assert(rm[ch] == 7 && rv[ch] == 9, "nothing written on refusal");
-        cr_assert_eq(o->bn_bwd_apply(&e, 2, 3, x, x, one, zero, one, zero, zero, 0.0, out),
+        cr_assert_eq(sl_bn_bwd_apply(&e, 2, 3, x, x, one, zero, one, zero, zero, 0.0, out),
                      SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_bwd_apply"), "%s", sl_errmsg());
         sl_exec_fini(&e);
@@ -666,19 +666,19 @@ Test(train_norm_sync, moments_bad_arguments)
         sl_exec e;
         exec_init(&e, backs[k]);
         const sl_ops *o = e.ops;
-        cr_assert_eq(o->bn_moments(&e, 2, 3, x, 2, 2, slots), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments(&e, 2, 3, x, 2, 2, slots), SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_moments") && strstr(sl_errmsg(), o->name) &&
                   strstr(sl_errmsg(), "replica 2 of 2"), "%s", sl_errmsg());
-        cr_assert_eq(o->bn_moments(&e, 2, 3, x, 0, 0, slots), SL_EINVAL);
-        cr_assert_eq(o->bn_moments(&e, 2, 0, x, 1, 0, slots), SL_EINVAL);
-        cr_assert_eq(o->bn_moments_merge(&e, -1, 3, 1, slots, mean, var), SL_EINVAL);
-        cr_assert_eq(o->bn_moments_merge(&e, 2, 3, 0, slots, mean, var), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments(&e, 2, 3, x, 0, 0, slots), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments(&e, 2, 0, x, 1, 0, slots), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments_merge(&e, -1, 3, 1, slots, mean, var), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments_merge(&e, 2, 3, 0, slots, mean, var), SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_moments_merge"), "%s", sl_errmsg());
         /* no rows anywhere: zeros (bn_fwd_apply refuses the total later) */
-        cr_assert_eq(o->bn_moments(&e, 0, 3, x, 2, 1, slots), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(sl_bn_moments(&e, 0, 3, x, 2, 1, slots), SL_OK, "%s", sl_errmsg());
         for (int i = 0; i < 18; i++)
             cr_assert(slots[i] == 0.0f);
-        cr_assert_eq(o->bn_moments_merge(&e, 0, 3, 2, slots, mean, var), SL_OK);
+        cr_assert_eq(sl_bn_moments_merge(&e, 0, 3, 2, slots, mean, var), SL_OK);
         cr_assert(mean[0] == 0 && var[0] == 0);
         sl_exec_fini(&e);
     }

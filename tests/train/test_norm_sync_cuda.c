@@ -116,13 +116,13 @@ Test(train_norm_sync_cuda, moments_bad_arguments)
     sl_exec eg;
     tg_open(&eg, NULL);
     float *d = tg_newf(64);
-    cr_assert_eq(sl_bn_moments_cuda(&eg, 2, 3, d, 2, 2, d), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_moments_cuda") && strstr(sl_errmsg(), "replica 2 of 2"),
+    cr_assert_eq(sl_bn_moments(&eg, 2, 3, d, 2, 2, d), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_moments: cuda") && strstr(sl_errmsg(), "replica 2 of 2"),
               "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_moments_cuda(&eg, -1, 3, d, 1, 0, d), SL_EINVAL);
-    cr_assert_eq(sl_bn_moments_merge_cuda(&eg, 2, 0, 1, d, d, d), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_moments_merge_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_moments_merge_cuda(&eg, 2, 3, 0, d, d, d), SL_EINVAL);
+    cr_assert_eq(sl_bn_moments(&eg, -1, 3, d, 1, 0, d), SL_EINVAL);
+    cr_assert_eq(sl_bn_moments_merge(&eg, 2, 0, 1, d, d, d), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_moments_merge: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_moments_merge(&eg, 2, 3, 0, d, d, d), SL_EINVAL);
     tg_free(d);
     tg_close(&eg);
 }
