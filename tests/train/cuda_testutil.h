@@ -217,16 +217,6 @@ static inline float *frand(int64_t n, uint64_t seed, float lo, float hi)
     return p;
 }
 
-static inline void assert_close(const float *got, const float *want, int64_t n, double atol,
-                         double rtol, const char *what)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
-                  what, (long long)i, got[i], want[i], d);
-    }
-}
-
 /* Bit equality of floats (signed zeros too); any two NaN count as equal,
  * as x86 and the GPU make different NaN payloads from inf - inf. */
 static inline void assert_same(const float *got, const float *want, int64_t n, const char *what)

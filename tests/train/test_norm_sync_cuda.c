@@ -101,8 +101,8 @@ Test(train_norm_sync_cuda, moments_match_ref)
                 float *mg = falloc(c), *vg = falloc(c), *mr = falloc(c), *vr = falloc(c);
                 cr_assert_eq(cuda_merge(&eg, R, c, W, all, mg, vg), SL_OK, "%s", sl_errmsg());
                 cr_assert_eq(er.ops->bn_moments_merge(&er, R, c, W, all, mr, vr), SL_OK);
-                assert_close(mg, mr, c, 0, 1e-7, "merged mean");
-                assert_close(vg, vr, c, 0, 1e-7, "merged var");
+                tu_assert_close(mg, mr, c, 0, 1e-7, "merged mean");
+                tu_assert_close(vg, vr, c, 0, 1e-7, "merged var");
                 free(x), free(off), free(sg), free(sr), free(all);
                 free(mg), free(vg), free(mr), free(vr);
             }

@@ -614,20 +614,20 @@ Test(train_ops_cuda, fc_matches_ref)
                 cr_assert_eq(er.ops->fc_fwd(&er, n, in, out, x, w, b, yr), SL_OK);
                 cr_assert_eq(eg.ops->fc_fwd(&eg, n, in, out, x, w, b, yg), SL_OK, "%s",
                              sl_errmsg());
-                assert_close(yg, yr, (int64_t)n * out, 2e-6 * sqrt((double)in + 1), 1e-5, "y");
+                tu_assert_close(yg, yr, (int64_t)n * out, 2e-6 * sqrt((double)in + 1), 1e-5, "y");
                 cr_assert_eq(er.ops->fc_bwd(&er, n, in, out, x, w, dy, dxr, dwr, dbr), SL_OK);
                 cr_assert_eq(eg.ops->fc_bwd(&eg, n, in, out, x, w, dy, dxg, dwg, dbg), SL_OK, "%s",
                              sl_errmsg());
-                assert_close(dxg, dxr, (int64_t)n * in, 2e-6 * sqrt((double)out), 1e-5, "dx");
-                assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5, "dw");
-                assert_close(dbg, dbr, out, 1e-7, 1e-6, "db");
+                tu_assert_close(dxg, dxr, (int64_t)n * in, 2e-6 * sqrt((double)out), 1e-5, "dx");
+                tu_assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5, "dw");
+                tu_assert_close(dbg, dbr, out, 1e-7, 1e-6, "db");
                 /* dx may be NULL: dw and db as before */
                 memset(dwg, 0, (size_t)out * in * 4), memset(dbg, 0, (size_t)out * 4);
                 cr_assert_eq(eg.ops->fc_bwd(&eg, n, in, out, x, w, dy, NULL, dwg, dbg), SL_OK, "%s",
                              sl_errmsg());
-                assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5,
+                tu_assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5,
                              "dw (dx NULL)");
-                assert_close(dbg, dbr, out, 1e-7, 1e-6, "db (dx NULL)");
+                tu_assert_close(dbg, dbr, out, 1e-7, 1e-6, "db (dx NULL)");
                 free(x), free(w), free(b), free(dy), free(yr), free(yg), free(dxr), free(dxg);
                 free(dwr), free(dwg), free(dbr), free(dbg);
             }
@@ -674,7 +674,7 @@ Test(train_ops_cuda, xent_matches_ref)
                 cr_assert(fabs((double)lg - lr_) <= 1e-7 + 1e-6 * fabs(lr_),
                           "loss %.9g want %.9g", (double)lg, (double)lr_);
                 cr_assert_eq(cg, cr_, "correct %d want %d", cg, cr_);
-                assert_close(dg, dr, nl, 1e-9, 1e-6, "dlogits");
+                tu_assert_close(dg, dr, nl, 1e-9, 1e-6, "dlogits");
                 /* correct may be NULL */
                 cr_assert_eq(eg.ops->xent_fwd_bwd(&eg, n, k, l, lab, smooth[s], &lg, dg, NULL),
                              SL_OK, "%s", sl_errmsg());
