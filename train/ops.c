@@ -220,6 +220,33 @@ int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device)
     return SL_OK;
 }
 
+int sl_exec_create(sl_backend b, int threads, int device, sl_exec **out)
+{
+    if (!out)
+        return sl_fail(SL_EINVAL, "sl_exec_create: NULL out");
+    *out = NULL;
+    sl_exec *e = malloc(sizeof *e);
+    if (!e)
+        return sl_fail(SL_ENOMEM, "sl_exec_create: %zu bytes", sizeof *e);
+    int rc = sl_exec_init_on(e, b, threads, device);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return SL_OK;
+}
+
+void sl_exec_destroy(sl_exec *e)
+{
+    if (!e)
+        return;
+    sl_exec_fini(e);
+    free(e);
+}
+
+sl_backend sl_exec_backend(const sl_exec *e) { return e->backend; }
+
 int sl_exec_set_act(sl_exec *e, sl_dtype act)
 {
     if (!e || (int)act < 0 || act > SL_DTYPE_LAST)
@@ -231,7 +258,7 @@ int sl_exec_set_act(sl_exec *e, sl_dtype act)
     return SL_OK;
 }
 
-size_t sl_exec_act_size(const sl_exec *e) { return e && e->act != SL_DTYPE_F32 ? 2 : 4; }
+size_t sl_exec_act_size(const sl_exec *e) { return e ? sl_dtype_size(e->act) : 4; }
 
 void sl_exec_fini(sl_exec *e)
 {

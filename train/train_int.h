@@ -53,21 +53,18 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "train/train.h" /* sl_backend, sl_exec (opaque there), sl_exec_set_act */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum sl_backend {
-    SL_BACKEND_REF = 0,
-    SL_BACKEND_CPU,
-    SL_BACKEND_CUDA,
-} sl_backend;
-
 struct sl_ops;
 
-/* Execution context: backend table + scratch memory + threads. */
-typedef struct sl_exec {
+/* Execution context: backend table + scratch memory + threads. Opaque in
+ * train.h (sl_exec_create); inside train/ (and in white-box tests) it lives
+ * in the caller's struct: sl_exec_init ... sl_exec_fini. */
+struct sl_exec {
     const struct sl_ops *ops;
     sl_backend backend;
     int threads;        /* BLAS threads (cpu); 0 = all cores */
@@ -75,7 +72,7 @@ typedef struct sl_exec {
     size_t scratch_cap;
     void *cuda;         /* backend state (streams, handles) for cuda; NULL otherwise */
     sl_dtype act;       /* activation element type (below); SL_DTYPE_F32 unless set */
-} sl_exec;
+};
 
 /* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. For
  * cuda, SLUICE_CUDA_FUSE=0 in the environment (read by the context; 1 is
@@ -87,15 +84,6 @@ void sl_exec_fini(sl_exec *e);
 /* Scratch of at least bytes, valid until the next call on e (64-byte aligned).
  * NULL (with sl_fail(SL_ENOMEM, ...)) when allocation fails. */
 void *sl_exec_scratch(sl_exec *e, size_t bytes);
-/* "ref", "cpu", "cuda"; parse takes those names (SL_EINVAL else; a
- * build without CUDA still parses "cuda": sl_exec_init says it is missing). */
-const char *sl_backend_name(sl_backend b);
-int sl_backend_parse(const char *name, sl_backend *out);
-/* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 and
- * SL_DTYPE_F16 on cuda only (SL_ENOTSUP elsewhere). Set before any op runs. */
-int sl_exec_set_act(sl_exec *e, sl_dtype act);
-/* Bytes of one activation element (4 or 2). */
-size_t sl_exec_act_size(const sl_exec *e);
 
 /* Convolution geometry. Input x (n, h, w, c); weight (k, r, s, c);
  * output y (n, p, q, k), p = (h + 2*pad - r)/stride + 1, q likewise. */

@@ -112,7 +112,7 @@ static inline void tg_round_all(float *v, int64_t n, sl_dtype t)
         v[i] = tg_round(v[i], t);
 }
 
-static inline size_t tg_esize(sl_dtype t) { return t == SL_DTYPE_F32 ? 4 : 2; }
+static inline size_t tg_esize(sl_dtype t) { return sl_dtype_size(t); }
 
 static inline const char *tg_type_name(sl_dtype t)
 {

@@ -94,3 +94,27 @@ Test(train_ops, missing_slot_is_enotsup)
     }
 }
 
+/* The public, opaque exec (train.h): create, its backend and activation
+ * size, destroy; refusals leave *out NULL. */
+Test(train_ops, exec_create_destroy)
+{
+    sl_exec *e = (sl_exec *)&e;
+    cr_assert_eq(sl_exec_create(SL_BACKEND_CPU, 1, -1, &e), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_exec_backend(e), SL_BACKEND_CPU);
+    cr_assert_eq(sl_exec_act_size(e), 4);
+    cr_assert_eq(sl_exec_set_act(e, SL_DTYPE_BF16), SL_ENOTSUP);
+    float x[3] = {-1, 0, 2}, y[3];
+    cr_assert_eq(sl_relu_fwd(e, 3, x, y), SL_OK);
+    cr_assert(y[0] == 0 && y[2] == 2);
+    sl_exec_destroy(e);
+    sl_exec_destroy(NULL);
+    e = (sl_exec *)&e;
+    cr_assert_eq(sl_exec_create((sl_backend)9, 1, -1, &e), SL_EINVAL);
+    cr_assert_null(e);
+    cr_assert_eq(sl_exec_create(SL_BACKEND_REF, 1, -1, NULL), SL_EINVAL);
+#ifndef SLUICE_TRAIN_CUDA
+    e = (sl_exec *)&e;
+    cr_assert_eq(sl_exec_create(SL_BACKEND_CUDA, 1, -1, &e), SL_ENOTSUP);
+    cr_assert_null(e);
+#endif
+}
