@@ -114,7 +114,7 @@ Test(train_norm_sync_cuda, moments_match_ref)
 Test(train_norm_sync_cuda, moments_bad_arguments)
 {
     sl_exec eg;
-    tg_open(&eg, NULL);
+    tg_open(&eg, &sl_ops_cuda); /* the entry points run the exec's table */
     float *d = tg_newf(64);
     cr_assert_eq(sl_bn_moments(&eg, 2, 3, d, 2, 2, d), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "sl_bn_moments: cuda") && strstr(sl_errmsg(), "replica 2 of 2"),
