@@ -322,7 +322,8 @@ int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int
  * here, once, before the backend's slot runs, as collectives/comm.c checks
  * before its backends. The backends (*_ref.c, *_cpu.c, *_cuda.cu) trust
  * the shapes they are given and check only what is theirs: their own state
- * (a cuda context), their scratch, and the data (labels, argmax) they read.
+ * (a cuda context), their scratch, and the device data they read (cuda's
+ * labels; argmax). Host labels are checked here.
  * Messages read "sl_<op>: <backend>: what".
  */
 
@@ -576,6 +577,12 @@ int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const i
     CHECK(e, n >= 1 && classes >= 1, "%d rows of %d classes", n, classes);
     CHECK(e, smoothing >= 0.0f && smoothing <= 1.0f, "label smoothing %g outside [0, 1]",
           (double)smoothing);
+    /* Every label before anything is written. Host backends' labels are
+     * host memory, read here; cuda's are device memory, which its kernel
+     * checks (the first bad row comes back the same way). */
+    for (int i = 0; e->backend != SL_BACKEND_CUDA && i < n; i++)
+        CHECK(e, labels[i] >= 0 && labels[i] < classes, "row %d: label %d outside [0, %d)", i,
+              (int)labels[i], classes);
     return e->ops->xent_fwd_bwd(e, n, classes, logits, labels, smoothing, loss, dlogits,
                                 correct);
 }

@@ -260,12 +260,13 @@ typedef struct sl_ops {
  * sl_*_shape_init functions would not make, counts out of range (the
  * limits are in the slots' comments above: training-mode BN wants rows >=
  * 2, sync-BN totals >= 2 forward and >= 1 backward and >= rows, ...),
- * label smoothing outside [0, 1], or a NULL tensor where the fused slots
- * need one; SL_ENOTSUP when e's backend has no such slot (the fused ones
- * outside cuda). The backends check only what is theirs: their context,
- * their scratch, and the data they read (labels, argmax). Callers (the
- * model, tests) go through these; a backend's slot called directly trusts
- * its arguments. */
+ * label smoothing outside [0, 1], a label outside [0, classes) (host
+ * backends; cuda checks its device labels in its kernel), or a NULL tensor
+ * where the fused slots need one; SL_ENOTSUP when e's backend has no such
+ * slot (the fused ones outside cuda). The backends check only what is
+ * theirs: their context, their scratch, argmax and device data. Callers
+ * (the model, tests) go through these; a backend's slot called directly
+ * trusts its arguments. */
 int sl_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w, float *y);
 int sl_conv_bwd_data(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
                      float *dx);
