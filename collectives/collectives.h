@@ -76,8 +76,7 @@ typedef struct sl_comm sl_comm;
 
 const char *sl_comm_backend_name(sl_comm_backend b);          /* "local", "mpi", "nccl" */
 int sl_comm_backend_parse(const char *name, sl_comm_backend *out); /* SL_EINVAL if unknown */
-size_t sl_dtype_size(sl_dtype t);                              /* 4, 2, 2 */
-const char *sl_dtype_name(sl_dtype t);                         /* "f32", "f16", "bf16" */
+/* sl_dtype_size, sl_dtype_name, sl_dtype_parse: common/dtype.h */
 
 /* Which backends this build has (local always; mpi and nccl when built). */
 int sl_comm_backend_available(sl_comm_backend b);

@@ -1,6 +1,6 @@
 /*
- * collectives/dtype.c - element types of the collectives: sizes, names,
- * f16/bf16 <-> f32 conversion, and the reduce and scale kernels every
+ * collectives/dtype.c - element types of the collectives (their sizes and
+ * names are common/dtype.h's): f16/bf16 <-> f32 conversion, and the reduce and scale kernels every
  * backend shares (the local ring's hops, MPI's user op for f16/bf16).
  *
  * f16 and bf16 are reduced in f32 and rounded back once per add, as NCCL
@@ -15,18 +15,6 @@
 #include <string.h>
 
 #include "collectives/collectives_int.h"
-
-size_t sl_dtype_size(sl_dtype t) { return t == SL_DTYPE_F32 ? 4 : 2; }
-
-const char *sl_dtype_name(sl_dtype t)
-{
-    switch (t) {
-    case SL_DTYPE_F32: return "f32";
-    case SL_DTYPE_F16: return "f16";
-    case SL_DTYPE_BF16: return "bf16";
-    }
-    return "?";
-}
 
 static uint32_t f2u(float f)
 {

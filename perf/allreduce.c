@@ -323,13 +323,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(k, "--segment")) {
             o.segment = parse_size(v);
         } else if (!strcmp(k, "--dtype")) {
-            if (!strcmp(v, "f32"))
-                o.t = SL_DTYPE_F32;
-            else if (!strcmp(v, "bf16"))
-                o.t = SL_DTYPE_BF16;
-            else if (!strcmp(v, "f16"))
-                o.t = SL_DTYPE_F16;
-            else
+            if (sl_dtype_parse(v, &o.t))
                 die("--dtype %s: expected f32, bf16 or f16", v);
         } else if (!strcmp(k, "--json")) {
             o.json = v;

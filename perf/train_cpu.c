@@ -44,6 +44,7 @@
 #define BENCH_NAME "train_cpu"
 #include "perf/bench_util.h"
 #include "train/train.h"
+#include "train/train_int.h" /* white-box: stack sl_exec and its op table */
 
 /* ------------------------------------------------------------ the profile */
 

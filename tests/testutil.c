@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,4 +116,23 @@ const char *tu_fmnist_dir(void)
     static const char *dir = "/usr/share/datasets/fashion-mnist";
     struct stat st;
     return stat(dir, &st) == 0 ? dir : NULL;
+}
+
+int64_t tu_first_far(const float *got, const float *want, int64_t n, double atol, double rtol)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= atol + rtol * fabs(want[i])))
+            return i;
+    }
+    return -1;
+}
+
+void tu_assert_close(const float *got, const float *want, int64_t n, double atol, double rtol,
+                     const char *what)
+{
+    int64_t i = tu_first_far(got, want, n, atol, rtol);
+    if (i >= 0)
+        cr_assert_fail("%s[%lld]: got %.9g want %.9g (diff %.3g)", what, (long long)i, got[i],
+                       want[i], fabs((double)got[i] - want[i]));
 }

@@ -26,4 +26,13 @@ const char *tu_sluice(void);
 /* Fashion-MNIST from Debian's dataset-fashion-mnist, or NULL when absent. */
 const char *tu_fmnist_dir(void);
 
+/* Float comparison against a reference, llm.c's |got - want| <= atol +
+ * rtol*|want| per element (in double; a NaN on either side is never close).
+ * tu_first_far: the first index that is not close, or -1 when all are (for
+ * tests that word their own message: shapes, steps). tu_assert_close fails
+ * the test at the first such index: "what[i]: got .. want .. (diff ..)". */
+int64_t tu_first_far(const float *got, const float *want, int64_t n, double atol, double rtol);
+void tu_assert_close(const float *got, const float *want, int64_t n, double atol, double rtol,
+                     const char *what);
+
 #endif

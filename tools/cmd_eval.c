@@ -183,17 +183,16 @@ int cmd_eval(int argc, char **argv)
     d->crop_fraction = (float)(crop > 0 ? crop : small ? 1.0 : 0.875);
 
     sl_model *m = NULL;
-    sl_exec e;
-    int exec_ok = 0, data_bad = 0;
+    sl_exec *e = NULL;
+    int data_bad = 0;
     sl_eval_result er;
     sl_dtype act = sl_train_precision(&tc);
     /* the exec first: no GPU (or no CUDA in this build) fails before any
      * work; the checkpoint goes into the host copy, placing moves it */
     int gpu = tc.backend == SL_BACKEND_CUDA ? d->device : -1;
-    if ((rc = sl_exec_init_on(&e, tc.backend, threads, gpu)))
+    if ((rc = sl_exec_create(tc.backend, threads, gpu, &e)))
         goto out;
-    exec_ok = 1;
-    if ((rc = sl_exec_set_act(&e, act)))
+    if ((rc = sl_exec_set_act(e, act)))
         goto out;
     /* the data after the flags' own errors (--precision on the cpu), before any work */
     if (pf_check_data(&pf)) {
@@ -201,8 +200,8 @@ int cmd_eval(int argc, char **argv)
         goto out;
     }
     if ((rc = sl_model_create(&mc, (int)d->batch, d->height, d->width, &m)) ||
-        (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, &e)) ||
-        (rc = sl_eval_run(m, &e, d, &er)))
+        (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, e)) ||
+        (rc = sl_eval_run(m, e, d, &er)))
         goto out;
     if (json)
         printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
@@ -216,7 +215,6 @@ int cmd_eval(int argc, char **argv)
                (long long)er.images, er.top1, er.top5, er.loss, er.seconds);
 out:
     sl_model_destroy(m); /* before its exec: a placed model frees device memory */
-    if (exec_ok)
-        sl_exec_fini(&e);
+    sl_exec_destroy(e);
     return data_bad ? 2 : rc ? cli_fail(CMD, rc) : 0;
 }

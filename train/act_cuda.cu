@@ -140,20 +140,13 @@ __global__ void act_kernel(int64_t n, int64_t nv, const T *a, const T *b, T *y)
     }
 }
 
-static int elementwise_check(const char *fn, sl_exec *e, int64_t n, sl_cuda_ctx **cx)
-{
-    if (n < 0)
-        return sl_fail(SL_EINVAL, "%s: %lld elements", fn, (long long)n);
-    return act_ctx(fn, e, cx);
-}
-
 // One elementwise op over n elements (n == 0: nothing).
 template <int OP>
 static int act_run(const char *fn, const char *kernel, sl_exec *e, int64_t n, const float *a,
                    const float *b, float *y)
 {
     sl_cuda_ctx *cx = NULL;
-    int rc = elementwise_check(fn, e, n, &cx);
+    int rc = act_ctx(fn, e, &cx);
     if (rc || n == 0)
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -293,22 +286,6 @@ __global__ void maxpool_bwd_kernel(sl_pool_shape sh, const T *__restrict__ dy,
     }
 }
 
-// The geometry sl_pool_shape_init makes (p, q consistent, pad <= r/2 so
-// every window has an in-bounds tap) and x small enough for int32 indices.
-static int pool_check(const char *fn, const sl_pool_shape *sh)
-{
-    if (!sh || sh->n < 1 || sh->h < 1 || sh->w < 1 || sh->c < 1 || sh->r < 1 ||
-        sh->stride < 1 || sh->pad < 0 || 2 * sh->pad > sh->r ||
-        sh->p != (sh->h + 2 * sh->pad - sh->r) / sh->stride + 1 ||
-        sh->q != (sh->w + 2 * sh->pad - sh->r) / sh->stride + 1 || sh->p < 1 || sh->q < 1)
-        return sl_fail(SL_EINVAL, "%s: bad pool geometry (use sl_pool_shape_init)", fn);
-    int64_t nx = (int64_t)sh->n * sh->h * sh->w * sh->c;
-    if (nx > INT32_MAX)
-        return sl_fail(SL_EINVAL, "%s: x has %lld elements: the int32 argmax indexes at most "
-                       "2^31-1", fn, (long long)nx);
-    return SL_OK;
-}
-
 // The vector width of a pool call: V when c is a multiple of it and every
 // pointer (argmax included: V int32s) is 16-byte aligned, else 1.
 template <typename T>
@@ -326,7 +303,7 @@ extern "C" int sl_maxpool_fwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     const char *fn = "sl_maxpool_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = pool_check(fn, sh)) || (rc = act_ctx(fn, e, &cx)))
+    if ((rc = act_ctx(fn, e, &cx)))
         return rc;
     int64_t ny = (int64_t)sh->n * sh->p * sh->q * sh->c;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -348,7 +325,7 @@ extern "C" int sl_maxpool_bwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     const char *fn = "sl_maxpool_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = pool_check(fn, sh)) || (rc = act_ctx(fn, e, &cx)))
+    if ((rc = act_ctx(fn, e, &cx)))
         return rc;
     int64_t nx = (int64_t)sh->n * sh->h * sh->w * sh->c;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -404,8 +381,6 @@ extern "C" int sl_gap_fwd_cuda(sl_exec *e, int n, int hw, int c, const float *x,
     const char *fn = "sl_gap_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if (n < 1 || hw < 1 || c < 1)
-        return sl_fail(SL_EINVAL, "%s: shape (%d, %d, %d)", fn, n, hw, c);
     if ((rc = act_ctx(fn, e, &cx)))
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -421,8 +396,6 @@ extern "C" int sl_gap_bwd_cuda(sl_exec *e, int n, int hw, int c, const float *dy
     const char *fn = "sl_gap_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if (n < 1 || hw < 1 || c < 1)
-        return sl_fail(SL_EINVAL, "%s: shape (%d, %d, %d)", fn, n, hw, c);
     if ((rc = act_ctx(fn, e, &cx)))
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -604,7 +577,8 @@ __global__ void xent_acc_kernel(int n, const double *__restrict__ row_loss,
     }
 }
 
-// Argument checks shared by both entry points.
+// Argument checks of sl_xent_acc_cuda, the device loop's entry point
+// outside the op table (sl_xent_fwd_bwd checks the table's slot).
 static int xent_check_args(const char *fn, int n, int classes, float smoothing)
 {
     if (n < 1 || classes < 1)
@@ -661,7 +635,7 @@ extern "C" int sl_xent_fwd_bwd_cuda(sl_exec *e, int n, int classes, const float 
     const char *fn = "sl_xent_fwd_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = xent_check_args(fn, n, classes, smoothing)) || (rc = act_ctx(fn, e, &cx)))
+    if ((rc = act_ctx(fn, e, &cx)))
         return rc;
     if (!cx->h_pinned)
         return sl_fail(SL_EINVAL, "%s: the cuda context has no pinned host buffer", fn);

@@ -90,7 +90,7 @@ extern "C" int sl_cast_cuda(sl_exec *e, int64_t n, const void *src, sl_dtype st,
             cast_kernel<S, D><<<nb, AMP_THREADS, 0, s>>>(n, (const S *)src, (D *)dst);
             int r = AMP_LAUNCHED(fn, "cast_kernel");
             return r ? sl_fail(r, "%s (%lld elements, %s -> %s)", sl_errmsg(), (long long)n,
-                               sl_act_name(st), sl_act_name(dt))
+                               sl_dtype_name(st), sl_dtype_name(dt))
                      : SL_OK;
         });
     });

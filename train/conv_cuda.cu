@@ -128,7 +128,7 @@ static const char *shape_text(const sl_conv_shape *sh, sl_dtype act, char *buf, 
 {
     snprintf(buf, len, "n%d %dx%dx%d -> k%d %dx%d/%d pad %d%s%s", sh->n, sh->h, sh->w, sh->c,
              sh->k, sh->r, sh->s, sh->stride, sh->pad, act == SL_DTYPE_F32 ? "" : " ",
-             act == SL_DTYPE_F32 ? "" : sl_act_name(act));
+             act == SL_DTYPE_F32 ? "" : sl_dtype_name(act));
     return buf;
 }
 

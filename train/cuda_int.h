@@ -230,13 +230,6 @@ int sl_amp_update_cuda(sl_exec *e, sl_amp_state *d_amp, float growth, float back
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-/* "f32", "bf16", "f16" for messages. */
-static inline const char *sl_act_name(sl_dtype t)
-{
-    return t == SL_DTYPE_F32 ? "f32" : t == SL_DTYPE_BF16 ? "bf16" : t == SL_DTYPE_F16 ? "f16"
-                                                                                     : "?";
-}
-
 /* One activation element to f32 (exact) and an f32 back to the element
  * type (round to nearest even; NaN stays NaN, overflow is inf). */
 static __device__ __forceinline__ float sl_ld(const float *p) { return *p; }

@@ -47,7 +47,7 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
-#include "train/train.h"
+#include "train/train_int.h" /* the exec's struct; includes train.h */
 
 /* ------------------------------------------------------------- memory */
 

@@ -38,7 +38,7 @@ int sl_dev_plan_train(const sl_model_config *cfg, int batch, int h, int w, sl_dt
     if (!cfg || !out || sms < 0)
         return sl_fail(SL_EINVAL, "%s: NULL argument or %d SMs", fn, sms);
     memset(out, 0, sizeof *out);
-    size_t asz = act == SL_DTYPE_F32 ? 4 : 2;
+    size_t asz = sl_dtype_size(act);
     sl_model_mem mm;
     int rc = sl_model_plan_bytes(cfg, batch, h, w, asz, 1, &mm); /* the fused cuda table */
     if (rc)

@@ -64,10 +64,10 @@ __global__ void fc_bias_grad_kernel(int n, int out, const float *__restrict__ dy
     }
 }
 
-static int fc_check(const char *fn, sl_exec *e, int n, int in, int out, sl_cuda_ctx **cx)
+// The exec's context, its device made current (sl_fc_fwd / sl_fc_bwd
+// checked the shape).
+static int fc_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **cx)
 {
-    if (n < 1 || in < 1 || out < 1)
-        return sl_fail(SL_EINVAL, "%s: shape n %d in %d out %d", fn, n, in, out);
     *cx = e ? sl_cuda_of(e) : NULL;
     if (!*cx)
         return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
@@ -88,7 +88,7 @@ extern "C" int sl_fc_fwd_cuda(sl_exec *e, int n, int in, int out, const float *x
     const char *fn = "sl_fc_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = fc_check(fn, e, n, in, out, &cx)))
+    if ((rc = fc_ctx(fn, e, &cx)))
         return rc;
     const float one = 1.0f, zero = 0.0f;
     // y^T (out x n) = op_T(w) . x^T  (the header comment derives it)
@@ -107,7 +107,7 @@ extern "C" int sl_fc_bwd_cuda(sl_exec *e, int n, int in, int out, const float *x
     const char *fn = "sl_fc_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = fc_check(fn, e, n, in, out, &cx)))
+    if ((rc = fc_ctx(fn, e, &cx)))
         return rc;
     const float one = 1.0f, zero = 0.0f;
     // dx^T (in x n) = w^T . dy^T

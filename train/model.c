@@ -183,11 +183,11 @@ static int bn_sync_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows)
     float *mean = m->sync_buf, *var = m->sync_buf + C, *slots = NULL;
     if ((rc = sync_slots(m, e, fn, &slots)))
         return rc;
-    OP(fn, c->bn_name, e->ops->bn_moments(e, rows, C, c->y, W, m->sync.rank, slots));
+    OP(fn, c->bn_name, sl_bn_moments(e, rows, C, c->y, W, m->sync.rank, slots));
     if ((rc = sync_sum(m, fn, c, slots, W * SL_BN_MOMENT_FLOATS * C)))
         return rc;
-    OP(fn, c->bn_name, e->ops->bn_moments_merge(e, rows, C, W, slots, mean, var));
-    OP(fn, c->bn_name, e->ops->bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
+    OP(fn, c->bn_name, sl_bn_moments_merge(e, rows, C, W, slots, mean, var));
+    OP(fn, c->bn_name, sl_bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
                                             total, m->cfg.bn_momentum, m->cfg.bn_eps,
                                             c->rmean, c->rvar, c->z, c->smean, c->sinvstd));
     return SL_OK;
@@ -202,13 +202,13 @@ static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const f
     int C = c->cout, rc;
     double total = (double)rows * m->sync.world;
     float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
-    OP(fn, c->bn_name, e->ops->bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
+    OP(fn, c->bn_name, sl_bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
                                              c->gbeta, c->ggamma));
     OP(fn, c->bn_name, sl_dev_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
     OP(fn, c->bn_name, sl_dev_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
     if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
         return rc;
-    OP(fn, c->bn_name, e->ops->bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
+    OP(fn, c->bn_name, sl_bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
                                             c->sinvstd, sdy, sdyx, total, dx));
     return SL_OK;
 }
@@ -231,10 +231,10 @@ static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const f
     const char *fn = "sl_model_forward";
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, e->ops->conv_fwd(e, &sh, input_of(m, c), c->wc, c->y));
+    OP(fn, c->conv_name, sl_conv_fwd(e, &sh, input_of(m, c), c->wc, c->y));
     int64_t rows = (int64_t)n * c->p * c->q;
     if (fuse_fwd(m, e, train) && (c->relu || r)) {
-        OP(fn, c->bn_name, e->ops->bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
+        OP(fn, c->bn_name, sl_bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
                                                     m->cfg.bn_momentum, m->cfg.bn_eps,
                                                     c->rmean, c->rvar, r, 1, c->z, c->smean,
                                                     c->sinvstd));
@@ -247,16 +247,16 @@ static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const f
             return rc;
         (*c->nbt)++;
     } else if (train) {
-        OP(fn, c->bn_name, e->ops->bn_fwd_train(e, rows, c->cout, c->y, c->gamma, c->beta,
+        OP(fn, c->bn_name, sl_bn_fwd_train(e, rows, c->cout, c->y, c->gamma, c->beta,
                                                 m->cfg.bn_momentum, m->cfg.bn_eps, c->rmean,
                                                 c->rvar, c->z, c->smean, c->sinvstd));
         (*c->nbt)++; /* as PyTorch: counted on every train forward */
     } else {
-        OP(fn, c->bn_name, e->ops->bn_fwd_eval(e, rows, c->cout, c->y, c->gamma, c->beta,
+        OP(fn, c->bn_name, sl_bn_fwd_eval(e, rows, c->cout, c->y, c->gamma, c->beta,
                                                c->rmean, c->rvar, m->cfg.bn_eps, c->z));
     }
     if (c->relu)
-        OP(fn, c->bn_name, e->ops->relu_fwd(e, rows * c->cout, c->z, c->z));
+        OP(fn, c->bn_name, sl_relu_fwd(e, rows * c->cout, c->z, c->z));
     return SL_OK;
 }
 
@@ -287,8 +287,8 @@ static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int trai
             return rc;
         shortcut = m->cbn[b->ds].z;
     }
-    OP(fn, last->bn_name, e->ops->add(e, cnt, last->z, shortcut, last->z));
-    OP(fn, last->bn_name, e->ops->relu_fwd(e, cnt, last->z, last->z));
+    OP(fn, last->bn_name, sl_add(e, cnt, last->z, shortcut, last->z));
+    OP(fn, last->bn_name, sl_relu_fwd(e, cnt, last->z, last->z));
     return SL_OK;
 }
 
@@ -324,7 +324,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         sl_pool_shape ps;
         OP(fn, "maxpool", sl_pool_shape_init(&ps, n, m->cbn[0].p, m->cbn[0].q, m->cbn[0].cout,
                                              3, 2, 1));
-        OP(fn, "maxpool", e->ops->maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg));
+        OP(fn, "maxpool", sl_maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg));
     }
     for (int b = 0; b < m->nblock; b++) {
         rc = block_fwd(m, e, &m->blk[b], n, train);
@@ -333,8 +333,8 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     }
     const sl_block *lb = &m->blk[m->nblock - 1];
     const float *feat = m->cbn[lb->first + lb->nconv - 1].z;
-    OP(fn, "avgpool", e->ops->gap_fwd(e, n, m->feat_hw, m->feat, feat, m->pooled));
-    OP(fn, "fc", e->ops->fc_fwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, m->fc_b,
+    OP(fn, "avgpool", sl_gap_fwd(e, n, m->feat_hw, m->feat, feat, m->pooled));
+    OP(fn, "fc", sl_fc_fwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, m->fc_b,
                                 m->logits));
     if (train)
         m->train_n = n;
@@ -376,16 +376,16 @@ static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *d
     int64_t rows = (int64_t)n * c->p * c->q;
     int rc;
     if (relu && !m->sync_on && e->ops->bn_bwd_act) {
-        OP(fn, c->bn_name, e->ops->bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
+        OP(fn, c->bn_name, sl_bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
                                               c->smean, c->sinvstd, c->y, c->ggamma, c->gbeta));
     } else {
         if (relu)
-            OP(fn, c->bn_name, e->ops->relu_bwd(e, rows * c->cout, c->z, dz, dz));
+            OP(fn, c->bn_name, sl_relu_bwd(e, rows * c->cout, c->z, dz, dz));
         if (m->sync_on) {
             if ((rc = bn_sync_bwd(m, e, c, rows, dz, c->y)))
                 return rc;
         } else {
-            OP(fn, c->bn_name, e->ops->bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
+            OP(fn, c->bn_name, sl_bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
                                               c->sinvstd, c->y, c->ggamma, c->gbeta));
         }
     }
@@ -393,16 +393,16 @@ static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *d
         return rc;
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, e->ops->conv_bwd_filter(e, &sh, input_of(m, c), c->y, c->gw));
+    OP(fn, c->conv_name, sl_conv_bwd_filter(e, &sh, input_of(m, c), c->y, c->gw));
     if ((rc = grad_ready(m, c->tensor)))
         return rc;
     if (how == DX_SET)
-        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, c->y, c->wc, dx));
+        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, dx));
     else if (how == DX_ADD && e->ops->conv_bwd_data_acc)
-        OP(fn, c->conv_name, e->ops->conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp));
+        OP(fn, c->conv_name, sl_conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp));
     else if (how == DX_ADD) {
-        OP(fn, c->conv_name, e->ops->conv_bwd_data(e, &sh, c->y, c->wc, tmp));
-        OP(fn, c->conv_name, e->ops->add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx));
+        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, tmp));
+        OP(fn, c->conv_name, sl_add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx));
     }
     return SL_OK;
 }
@@ -442,12 +442,12 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     m->train_n = 0; /* each y will hold its gradient, whatever happens below */
     float *A = m->ghead;
     /* head: logits = fc(gap(out)) */
-    OP(fn, "fc", e->ops->fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
+    OP(fn, "fc", sl_fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
                                 m->dpooled, m->fc_gw, m->fc_gb));
     int rc;
     if ((rc = grad_ready(m, m->fc_tensor)) || (rc = grad_ready(m, m->fc_tensor + 1)))
         return rc;
-    OP(fn, "avgpool", e->ops->gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
+    OP(fn, "avgpool", sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
     for (int b = m->nblock - 1; b >= 0; b--) {
         if ((rc = block_bwd(m, e, &m->blk[b], n, A)))
             return rc;
@@ -461,9 +461,9 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
         OP(fn, "maxpool", sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1));
         /* the stem's ReLU mask, taken at the pool output (the top comment) */
         if (stem->relu)
-            OP(fn, "maxpool", e->ops->relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
+            OP(fn, "maxpool", sl_relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
                                                A));
-        OP(fn, "maxpool", e->ops->maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
+        OP(fn, "maxpool", sl_maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
         rc = cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
     } else {
         rc = cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);

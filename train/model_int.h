@@ -44,7 +44,7 @@
 
 #include <stdint.h>
 
-#include "train/train.h"
+#include "train/train_int.h" /* the exec's struct; includes train.h */
 
 /* Bytes placing a model of cfg at max_batch and h x w on a device with
  * act_size-byte activations and a table with conv_bwd_data_acc or not

@@ -104,12 +104,6 @@ int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
                         const float *beta, float momentum, float eps, float *running_mean,
                         float *running_var, float *y, float *save_mean, float *save_invstd)
 {
-    if (c < 1)
-        return sl_fail(SL_EINVAL, "sl_bn_fwd_train_cpu: %d channels", c);
-    if (rows < 2)
-        return sl_fail(SL_EINVAL, "sl_bn_fwd_train_cpu: %lld row(s) per channel: "
-                       "training-mode batch norm needs at least 2 values per channel "
-                       "(PyTorch refuses 1 too)", (long long)rows);
     char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)));
     if (!s)
         return sl_fail(SL_ENOMEM, "sl_bn_fwd_train_cpu: scratch for %d channels: %s", c,
@@ -134,9 +128,10 @@ int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
     return SL_OK;
 }
 
-/* y = (x - mean)*scale + beta per channel. */
-static void bn_apply_eval(int64_t rows, int c, const float *x, const float *restrict mean,
-                          const float *restrict scale, const float *restrict beta, float *y)
+/* y = (x - mean)*scale + beta per channel (train_int.h: norm_sync_cpu.c's
+ * bn_fwd_apply takes it too). */
+void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *restrict mean,
+                      const float *restrict scale, const float *restrict beta, float *y)
 {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * c;
@@ -150,22 +145,20 @@ int sl_bn_fwd_eval_cpu(sl_exec *e, int64_t rows, int c, const float *x, const fl
                        const float *beta, const float *running_mean, const float *running_var,
                        float eps, float *y)
 {
-    if (c < 1 || rows < 0)
-        return sl_fail(SL_EINVAL, "sl_bn_fwd_eval_cpu: %lld rows of %d channels",
-                       (long long)rows, c);
     float *scale = sl_exec_scratch(e, (size_t)c * sizeof(float));
     if (!scale)
         return sl_fail(SL_ENOMEM, "sl_bn_fwd_eval_cpu: scratch for %d channels: %s", c,
                        sl_errmsg());
     for (int ch = 0; ch < c; ch++)
         scale[ch] = (float)((double)gamma[ch] / sqrt((double)running_var[ch] + (double)eps));
-    bn_apply_eval(rows, c, x, running_mean, scale, beta, y);
+    sl_bn_affine_cpu(rows, c, x, running_mean, scale, beta, y);
     return SL_OK;
 }
 
 /* sdy, sdxc (c): sum dy and sum dy*(x - mean) over the rows, blocked float
- * partials (fdy, fdxc) folded into double. */
-static void bn_bwd_sums(int64_t rows, int c, const float *restrict x, const float *restrict dy,
+ * partials (fdy, fdxc) folded into double (train_int.h: norm_sync_cpu.c's
+ * bn_bwd_reduce takes it too). */
+void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *restrict x, const float *restrict dy,
                         const float *restrict mean, double *restrict sdy,
                         double *restrict sdxc, float *restrict fdy, float *restrict fdxc)
 {
@@ -189,10 +182,12 @@ static void bn_bwd_sums(int64_t rows, int c, const float *restrict x, const floa
     }
 }
 
-/* dx = a*dy - k*(x - mean) - b per channel. */
-static void bn_bwd_apply(int64_t rows, int c, const float *x, const float *dy,
-                         const float *restrict mean, const float *restrict a,
-                         const float *restrict k, const float *restrict b, float *dx)
+/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
+ * read before it is written). (train_int.h: norm_sync_cpu.c's bn_bwd_apply
+ * takes it too.) */
+void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy,
+                  const float *restrict mean, const float *restrict a, const float *restrict k,
+                  const float *restrict b, float *dx)
 {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * c, *gr = dy + r * c;
@@ -206,16 +201,13 @@ int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *
                   const float *gamma, const float *save_mean, const float *save_invstd,
                   float *dx, float *dgamma, float *dbeta)
 {
-    if (c < 1 || rows < 1)
-        return sl_fail(SL_EINVAL, "sl_bn_bwd_cpu: %lld rows of %d channels", (long long)rows,
-                       c);
     char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)));
     if (!s)
         return sl_fail(SL_ENOMEM, "sl_bn_bwd_cpu: scratch for %d channels: %s", c,
                        sl_errmsg());
     double *sdy = (double *)s, *sdxc = sdy + c;
     float *a = (float *)(sdxc + c), *k = a + c, *b = k + c;
-    bn_bwd_sums(rows, c, x, dy, save_mean, sdy, sdxc, a, k);
+    sl_bn_bwd_sums_cpu(rows, c, x, dy, save_mean, sdy, sdxc, a, k);
 
     /* dx = gamma*invstd/rows * (rows*dy - sdy - xhat*sum(dy*xhat)) with
      * xhat = (x-mean)*invstd and sum(dy*xhat) = invstd*sdxc, expanded to
@@ -229,6 +221,6 @@ int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *
         dgamma[ch] = (float)sdyxhat;
         dbeta[ch] = (float)sdy[ch];
     }
-    bn_bwd_apply(rows, c, x, dy, save_mean, a, k, b, dx);
+    sl_bn_dx_cpu(rows, c, x, dy, save_mean, a, k, b, dx);
     return SL_OK;
 }

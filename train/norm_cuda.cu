@@ -651,36 +651,17 @@ static int bn_gy_max(const sl_cuda_ctx *cx, int64_t rows)
     return (int)(rows < 1 ? 1 : rows < cap ? rows : cap);
 }
 
-// As norm_ref.c: training-mode statistics need two rows per channel.
-static int bn_check_train(const char *fn, int64_t rows, int c)
+// The start of the calls whose per-channel constants come from a prep
+// kernel and whose pass over the rows follows (bn_fwd_eval, bn_bwd_apply):
+// the context, then (rows > 0: nothing runs for no rows) the scratch for
+// the c float4 constants.
+static int bn_prep_begin(const char *fn, sl_exec *e, int64_t rows, int c, sl_cuda_ctx **cx,
+                         bn_scratch *s)
 {
-    if (c < 1)
-        return sl_fail(SL_EINVAL, "%s: %d channels", fn, c);
-    if (rows < 2)
-        return sl_fail(SL_EINVAL, "%s: %lld row(s) per channel: training-mode batch norm needs "
-                       "at least 2 values per channel (PyTorch refuses 1 too)", fn,
-                       (long long)rows);
-    return SL_OK;
-}
-
-static int bn_check_rows(const char *fn, int64_t rows, int c)
-{
-    if (c < 1 || rows < 0)
-        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
-    return SL_OK;
-}
-
-// As norm_sync_ref.c: total >= min and total >= this replica's rows.
-static int bn_check_total(const char *fn, int64_t rows, int c, double total, double min)
-{
-    int rc = bn_check_rows(fn, rows, c);
-    if (rc)
+    int rc = bn_ctx(fn, e, cx);
+    if (rc || rows == 0)
         return rc;
-    if (!(total >= min) || total < (double)rows)
-        return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
-                       "norm needs at least %g values per channel and total >= rows", fn,
-                       total, (long long)rows, min);
-    return SL_OK;
+    return bn_tmp(*cx, fn, 0, c, 0, s);
 }
 
 // The y pass with the constants in k (every caller's last step).
@@ -707,7 +688,7 @@ static int bn_fwd_train_run(const char *fn, sl_exec *e, int64_t rows, int c, con
 {
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_check_train(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+    if ((rc = bn_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
@@ -746,12 +727,9 @@ extern "C" int sl_bn_fwd_train_act_cuda(sl_exec *e, int64_t rows, int c, const f
                                         const float *r, int relu, float *y, float *save_mean,
                                         float *save_invstd)
 {
-    const char *fn = "sl_bn_fwd_train_act_cuda";
-    if (!x || !gamma || !beta || !running_mean || !running_var || !y || !save_mean ||
-        !save_invstd)
-        return sl_fail(SL_EINVAL, "%s: NULL tensor (only r may be NULL)", fn);
-    return bn_fwd_train_run(fn, e, rows, c, x, gamma, beta, momentum, eps, running_mean,
-                            running_var, r, relu != 0, y, save_mean, save_invstd);
+    return bn_fwd_train_run("sl_bn_fwd_train_act_cuda", e, rows, c, x, gamma, beta, momentum,
+                            eps, running_mean, running_var, r, relu != 0, y, save_mean,
+                            save_invstd);
 }
 
 extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -761,13 +739,9 @@ extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float 
 {
     const char *fn = "sl_bn_fwd_eval_cuda";
     sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
-        return rc;
-    if (rows == 0)
-        return SL_OK;
     bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
+    int rc = bn_prep_begin(fn, e, rows, c, &cx, &s);
+    if (rc || rows == 0)
         return rc;
     bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
         c, gamma, beta, running_mean, running_var, eps, s.k);
@@ -802,8 +776,6 @@ static int bn_bwd_run(const char *fn, sl_exec *e, int64_t rows, int c, const flo
 {
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if (c < 1 || rows < 1)
-        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
     if ((rc = bn_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
@@ -849,10 +821,7 @@ extern "C" int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *
                                   const float *save_mean, const float *save_invstd, float *dx,
                                   float *dgamma, float *dbeta)
 {
-    const char *fn = "sl_bn_bwd_act_cuda";
-    if (!x || !z || !dz || !gamma || !save_mean || !save_invstd || !dx)
-        return sl_fail(SL_EINVAL, "%s: NULL tensor (only dgamma, dbeta may be NULL)", fn);
-    return bn_bwd_run(fn, e, rows, c, x, z, dz, dz, gamma, save_mean, save_invstd, dx, dgamma,
+    return bn_bwd_run("sl_bn_bwd_act_cuda", e, rows, c, x, z, dz, dz, gamma, save_mean, save_invstd, dx, dgamma,
                       dbeta);
 }
 
@@ -867,7 +836,7 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
     const char *fn = "sl_bn_fwd_apply_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_check_total(fn, rows, c, total, 2.0)) || (rc = bn_ctx(fn, e, &cx)))
+    if ((rc = bn_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
@@ -894,7 +863,7 @@ extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const floa
     const char *fn = "sl_bn_bwd_reduce_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_check_rows(fn, rows, c)) || (rc = bn_ctx(fn, e, &cx)))
+    if ((rc = bn_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
@@ -924,13 +893,9 @@ extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
 {
     const char *fn = "sl_bn_bwd_apply_cuda";
     sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = bn_check_total(fn, rows, c, total, 1.0)) || (rc = bn_ctx(fn, e, &cx)))
-        return rc;
-    if (rows == 0)
-        return SL_OK;
     bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
+    int rc = bn_prep_begin(fn, e, rows, c, &cx, &s);
+    if (rc || rows == 0)
         return rc;
     bn_bwd_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
         c, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, s.k);

@@ -8,12 +8,13 @@
  * Layout: x, y, dy, dx (rows, c), rows = this replica's n*h*w; per-channel
  * arrays (c); total = rows of all replicas.
  *
- * Accuracy, as norm_cpu.c: every sum runs in float per channel over blocks
- * of at most SUM_ROWS rows and folds into double per block, so float
- * rounding never grows past a block (~1e-6 relative at any row count). The
- * forward statistics are each replica's (mean, M2) from norm_cpu.c's pass,
- * the mean carried across the all-reduce as a float pair hi + lo and the
- * replicas merged with Chan's formula (bn_moments / bn_moments_merge); the
+ * Accuracy, as norm_cpu.c (whose passes this file shares): every sum runs
+ * in float per channel over blocks of at most 256 rows and folds into
+ * double per block, so float rounding never grows past a block (~1e-6
+ * relative at any row count). The forward statistics are each replica's
+ * (mean, M2) from norm_cpu.c's pass, the mean carried across the all-reduce
+ * as a float pair hi + lo and the replicas merged with Chan's formula
+ * (bn_moments / bn_moments_merge); the
  * merged mean reaches bn_fwd_apply as one float, so y is off by at most
  * ulp(mean)/2 times gamma*invstd on data far from zero (|mean| >> std).
  * test_norm_sync.c's large_offset_accuracy measures it.
@@ -25,29 +26,6 @@
 
 #include "train/train_int.h"
 
-/* Rows per float partial sum (accuracy; norm_cpu.c's BN_ROWS_MAX). */
-#define SUM_ROWS 256
-
-static int check_rows(const char *fn, int64_t rows, int c)
-{
-    if (c < 1 || rows < 0)
-        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
-    return SL_OK;
-}
-
-/* See norm_sync_ref.c: forward needs total >= 2, backward >= 1. */
-static int check_total(const char *fn, int64_t rows, int c, double total, double min)
-{
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    if (!(total >= min) || total < (double)rows)
-        return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
-                       "norm needs at least %g values per channel and total >= rows", fn,
-                       total, (long long)rows, min);
-    return SL_OK;
-}
-
 /* Scratch of nd doubles followed by nf floats per channel. */
 static void *scratch(sl_exec *e, const char *fn, int c, int nd, int nf)
 {
@@ -58,27 +36,12 @@ static void *scratch(sl_exec *e, const char *fn, int c, int nd, int nf)
     return s;
 }
 
-/* y = (x - mean)*scale + beta per channel; x, y (rows, c). */
-static void apply_affine(int64_t rows, int c, const float *x, const float *restrict mean,
-                         const float *restrict scale, const float *restrict beta, float *y)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * c;
-        float *yr = y + r * c;
-        for (int ch = 0; ch < c; ch++)
-            yr[ch] = (xr[ch] - mean[ch]) * scale[ch] + beta[ch];
-    }
-}
-
 int sl_bn_fwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                         const float *beta, const float *mean, const float *var, double total,
                         float momentum, float eps, float *running_mean, float *running_var,
                         float *y, float *save_mean, float *save_invstd)
 {
     const char *fn = "sl_bn_fwd_apply_cpu";
-    int rc = check_total(fn, rows, c, total, 2.0);
-    if (rc)
-        return rc;
     float *s = scratch(e, fn, c, 0, 3);
     if (!s)
         return SL_ENOMEM;
@@ -97,7 +60,7 @@ int sl_bn_fwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
         save_mean[ch] = mu[ch];
         save_invstd[ch] = (float)invstd;
     }
-    apply_affine(rows, c, x, mu, scale, b, y);
+    sl_bn_affine_cpu(rows, c, x, mu, scale, b, y);
     return SL_OK;
 }
 
@@ -106,35 +69,15 @@ int sl_bn_bwd_reduce_cpu(sl_exec *e, int64_t rows, int c, const float *x, const 
                          float *sum_dy_xhat)
 {
     const char *fn = "sl_bn_bwd_reduce_cpu";
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    double *restrict sdy = scratch(e, fn, c, 2, 3);
+    double *sdy = scratch(e, fn, c, 2, 3);
     if (!sdy)
         return SL_ENOMEM;
-    double *restrict sdxc = sdy + c;
-    float *restrict fdy = (float *)(sdxc + c), *restrict fdxc = fdy + c, *restrict mu = fdxc + c;
-    for (int ch = 0; ch < c; ch++) {
-        sdy[ch] = sdxc[ch] = 0;
+    double *sdxc = sdy + c;
+    float *fdy = (float *)(sdxc + c), *fdxc = fdy + c, *mu = fdxc + c;
+    for (int ch = 0; ch < c; ch++)
         mu[ch] = save_mean[ch];
-    }
     /* sum dy and sum dy*(x - mean); sum dy*xhat = invstd * the latter */
-    for (int64_t r0 = 0; r0 < rows; r0 += SUM_ROWS) {
-        int64_t nb = rows - r0 < SUM_ROWS ? rows - r0 : SUM_ROWS;
-        const float *restrict xb = x + r0 * c, *restrict gb = dy + r0 * c;
-        for (int ch = 0; ch < c; ch++)
-            fdy[ch] = fdxc[ch] = 0;
-        for (int64_t r = 0; r < nb; r++)
-            for (int ch = 0; ch < c; ch++) {
-                float g = gb[r * c + ch];
-                fdy[ch] += g;
-                fdxc[ch] += g * (xb[r * c + ch] - mu[ch]);
-            }
-        for (int ch = 0; ch < c; ch++) {
-            sdy[ch] += fdy[ch];
-            sdxc[ch] += fdxc[ch];
-        }
-    }
+    sl_bn_bwd_sums_cpu(rows, c, x, dy, mu, sdy, sdxc, fdy, fdxc);
     for (int ch = 0; ch < c; ch++) {
         sum_dy[ch] = (float)sdy[ch];
         sum_dy_xhat[ch] = (float)(sdxc[ch] * (double)save_invstd[ch]);
@@ -142,28 +85,11 @@ int sl_bn_bwd_reduce_cpu(sl_exec *e, int64_t rows, int c, const float *x, const 
     return SL_OK;
 }
 
-/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
- * read before it is written). */
-static void apply_bwd(int64_t rows, int c, const float *x, const float *dy,
-                      const float *restrict mean, const float *restrict a,
-                      const float *restrict k, const float *restrict b, float *dx)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * c, *gr = dy + r * c;
-        float *dr = dx + r * c;
-        for (int ch = 0; ch < c; ch++)
-            dr[ch] = a[ch] * gr[ch] - k[ch] * (xr[ch] - mean[ch]) - b[ch];
-    }
-}
-
 int sl_bn_bwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
                         const float *gamma, const float *save_mean, const float *save_invstd,
                         const float *sum_dy, const float *sum_dy_xhat, double total, float *dx)
 {
     const char *fn = "sl_bn_bwd_apply_cpu";
-    int rc = check_total(fn, rows, c, total, 1.0);
-    if (rc)
-        return rc;
     float *s = scratch(e, fn, c, 0, 4);
     if (!s)
         return SL_ENOMEM;
@@ -177,7 +103,7 @@ int sl_bn_bwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
         k[ch] = (float)(gi * is * (double)sum_dy_xhat[ch] / total);
         b[ch] = (float)(gi * (double)sum_dy[ch] / total);
     }
-    apply_bwd(rows, c, x, dy, mu, a, k, b, dx);
+    sl_bn_dx_cpu(rows, c, x, dy, mu, a, k, b, dx);
     return SL_OK;
 }
 
@@ -188,11 +114,6 @@ int sl_bn_moments_cpu(sl_exec *e, int64_t rows, int c, const float *x, int world
                       float *slots)
 {
     const char *fn = "sl_bn_moments_cpu";
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    if (world < 1 || rank < 0 || rank >= world)
-        return sl_fail(SL_EINVAL, "%s: replica %d of %d", fn, rank, world);
     double *mean = scratch(e, fn, c, 2, 3);
     if (!mean)
         return SL_ENOMEM;
@@ -214,11 +135,5 @@ int sl_bn_moments_cpu(sl_exec *e, int64_t rows, int c, const float *x, int world
 int sl_bn_moments_merge_cpu(sl_exec *e, int64_t rows, int c, int world, const float *slots,
                             float *mean, float *var)
 {
-    const char *fn = "sl_bn_moments_merge_cpu";
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    if (world < 1)
-        return sl_fail(SL_EINVAL, "%s: %d replicas", fn, world);
     return sl_bn_moments_merge_ref(e, rows, c, world, slots, mean, var);
 }

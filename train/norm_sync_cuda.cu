@@ -134,15 +134,10 @@ __global__ void moments_merge_kernel(int64_t rows, int c, int world,
 
 // ------------------------------------------------------------------ host side
 
-// The exec's context with its device current; argument checks as
-// norm_sync_ref.c's.
-static int mom_ctx(const char *fn, sl_exec *e, int64_t rows, int c, int world, int rank,
-                   sl_cuda_ctx **out)
+// The exec's context with its device current (sl_bn_moments /
+// sl_bn_moments_merge checked the arguments).
+static int mom_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
 {
-    if (c < 1 || rows < 0)
-        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
-    if (world < 1 || rank < 0 || rank >= world)
-        return sl_fail(SL_EINVAL, "%s: replica %d of %d", fn, rank, world);
     *out = e ? sl_cuda_of(e) : NULL;
     if (!*out)
         return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
@@ -161,7 +156,7 @@ extern "C" int sl_bn_moments_cuda(sl_exec *e, int64_t rows, int c, const float *
     const char *fn = "sl_bn_moments_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = mom_ctx(fn, e, rows, c, world, rank, &cx)))
+    if ((rc = mom_ctx(fn, e, &cx)))
         return rc;
     unsigned tiles = (unsigned)((c + MOM_CH - 1) / MOM_CH);
     int64_t need = (rows + MOM_LANES - 1) / MOM_LANES, cap = MOM_TARGET_BLOCKS / tiles;
@@ -194,7 +189,7 @@ extern "C" int sl_bn_moments_merge_cuda(sl_exec *e, int64_t rows, int c, int wor
     const char *fn = "sl_bn_moments_merge_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = mom_ctx(fn, e, rows, c, world, 0, &cx)))
+    if ((rc = mom_ctx(fn, e, &cx)))
         return rc;
     moments_merge_kernel<<<mom_chan_blocks(c), MOM_FIN_THREADS, 0, cx->stream>>>(
         rows, c, world, slots, mean, var);

@@ -37,39 +37,12 @@
 
 #include "train/train_int.h"
 
-/* Shared argument checks of the pieces; rows may be 0 (a replica with no
- * rows adds nothing to the sums). */
-static int check_rows(const char *fn, int64_t rows, int c)
-{
-    if (c < 1 || rows < 0)
-        return sl_fail(SL_EINVAL, "%s: %lld rows of %d channels", fn, (long long)rows, c);
-    return SL_OK;
-}
-
-/* total: the global row count, of which this replica's rows are a part.
- * The forward needs 2 (the unbiased running variance divides by total - 1,
- * and PyTorch refuses 1 in training too), the backward 1. */
-static int check_total(const char *fn, int64_t rows, int c, double total, double min)
-{
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    if (!(total >= min) || total < (double)rows)
-        return sl_fail(SL_EINVAL, "%s: %g rows in all replicas, %lld here: training-mode batch "
-                       "norm needs at least %g values per channel and total >= rows", fn,
-                       total, (long long)rows, min);
-    return SL_OK;
-}
-
 int sl_bn_fwd_apply_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                         const float *beta, const float *mean, const float *var, double total,
                         float momentum, float eps, float *running_mean, float *running_var,
                         float *y, float *save_mean, float *save_invstd)
 {
     (void)e;
-    int rc = check_total("sl_bn_fwd_apply_ref", rows, c, total, 2.0);
-    if (rc)
-        return rc;
     double m = momentum;
     for (int ch = 0; ch < c; ch++) {
         /* read before writing: mean / var may be save_mean / save_invstd */
@@ -91,9 +64,6 @@ int sl_bn_bwd_reduce_ref(sl_exec *e, int64_t rows, int c, const float *x, const 
                          float *sum_dy_xhat)
 {
     (void)e;
-    int rc = check_rows("sl_bn_bwd_reduce_ref", rows, c);
-    if (rc)
-        return rc;
     for (int ch = 0; ch < c; ch++) {
         double mean = save_mean[ch], invstd = save_invstd[ch], sdy = 0, sdyx = 0;
         for (int64_t r = 0; r < rows; r++) {
@@ -112,9 +82,6 @@ int sl_bn_bwd_apply_ref(sl_exec *e, int64_t rows, int c, const float *x, const f
                         const float *sum_dy, const float *sum_dy_xhat, double total, float *dx)
 {
     (void)e;
-    int rc = check_total("sl_bn_bwd_apply_ref", rows, c, total, 1.0);
-    if (rc)
-        return rc;
     for (int ch = 0; ch < c; ch++) {
         double mean = save_mean[ch], invstd = save_invstd[ch];
         double sdy = sum_dy[ch], sdyx = sum_dy_xhat[ch];
@@ -137,24 +104,10 @@ static void put_pair(double d, float *hi, float *lo)
     *lo = (float)(d - (double)*hi);
 }
 
-/* Shared argument checks of bn_moments and bn_moments_merge. */
-static int check_slots(const char *fn, int64_t rows, int c, int world, int rank)
-{
-    int rc = check_rows(fn, rows, c);
-    if (rc)
-        return rc;
-    if (world < 1 || rank < 0 || rank >= world)
-        return sl_fail(SL_EINVAL, "%s: replica %d of %d", fn, rank, world);
-    return SL_OK;
-}
-
 int sl_bn_moments_ref(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
                       float *slots)
 {
     (void)e;
-    int rc = check_slots("sl_bn_moments_ref", rows, c, world, rank);
-    if (rc)
-        return rc;
     for (int64_t i = 0; i < (int64_t)world * SL_BN_MOMENT_FLOATS * c; i++)
         slots[i] = 0;
     float *mine = slots + (int64_t)rank * SL_BN_MOMENT_FLOATS * c;
@@ -177,9 +130,6 @@ int sl_bn_moments_merge_ref(sl_exec *e, int64_t rows, int c, int world, const fl
                             float *mean, float *var)
 {
     (void)e;
-    int rc = check_slots("sl_bn_moments_merge_ref", rows, c, world, 0);
-    if (rc)
-        return rc;
     for (int ch = 0; ch < c; ch++) {
         double n = 0, mu = 0, m2 = 0, nr = (double)rows;
         for (int r = 0; r < world && rows > 0; r++) {

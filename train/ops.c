@@ -26,6 +26,9 @@
  * --threads 1.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -217,6 +220,33 @@ int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device)
     return SL_OK;
 }
 
+int sl_exec_create(sl_backend b, int threads, int device, sl_exec **out)
+{
+    if (!out)
+        return sl_fail(SL_EINVAL, "sl_exec_create: NULL out");
+    *out = NULL;
+    sl_exec *e = malloc(sizeof *e);
+    if (!e)
+        return sl_fail(SL_ENOMEM, "sl_exec_create: %zu bytes", sizeof *e);
+    int rc = sl_exec_init_on(e, b, threads, device);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return SL_OK;
+}
+
+void sl_exec_destroy(sl_exec *e)
+{
+    if (!e)
+        return;
+    sl_exec_fini(e);
+    free(e);
+}
+
+sl_backend sl_exec_backend(const sl_exec *e) { return e->backend; }
+
 int sl_exec_set_act(sl_exec *e, sl_dtype act)
 {
     if (!e || (int)act < 0 || act > SL_DTYPE_LAST)
@@ -228,7 +258,7 @@ int sl_exec_set_act(sl_exec *e, sl_dtype act)
     return SL_OK;
 }
 
-size_t sl_exec_act_size(const sl_exec *e) { return e && e->act != SL_DTYPE_F32 ? 2 : 4; }
+size_t sl_exec_act_size(const sl_exec *e) { return e ? sl_dtype_size(e->act) : 4; }
 
 void sl_exec_fini(sl_exec *e)
 {
@@ -284,4 +314,324 @@ int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int
                        "%dx%d input", r, r, h, w);
     *sh = (sl_pool_shape){n, h, w, c, r, stride, pad, p, q};
     return SL_OK;
+}
+
+/* -------------------------------------------------------------- dispatch */
+/*
+ * The op entry points (train_int.h): every argument check an op has is
+ * here, once, before the backend's slot runs, as collectives/comm.c checks
+ * before its backends. The backends (*_ref.c, *_cpu.c, *_cuda.cu) trust
+ * the shapes they are given and check only what is theirs: their own state
+ * (a cuda context), their scratch, and the device data they read (cuda's
+ * labels; argmax). Host labels are checked here.
+ * Messages read "sl_<op>: <backend>: what".
+ */
+
+/* The exec and its slot: SL_EINVAL for no exec, SL_ENOTSUP for a slot the
+ * backend does not have (the fused cuda slots elsewhere). */
+static int op_ok(const char *fn, const sl_exec *e, int has_slot)
+{
+    if (!e || !e->ops)
+        return sl_fail(SL_EINVAL, "%s: no exec (sl_exec_init it first)", fn);
+    if (!has_slot)
+        return sl_fail(SL_ENOTSUP, "%s: %s: the backend has no such op", fn, e->ops->name);
+    return SL_OK;
+}
+
+#define OP_OK(e, slot)                                                                        \
+    do {                                                                                      \
+        int rc_ = op_ok(__func__, (e), (e) && (e)->ops && (e)->ops->slot != NULL);          \
+        if (rc_)                                                                              \
+            return rc_;                                                                       \
+    } while (0)
+
+#define CHECK(e, cond, ...)                                                                   \
+    do {                                                                                      \
+        if (!(cond))                                                                          \
+            return op_fail(__func__, (e), __VA_ARGS__);                                       \
+    } while (0)
+
+__attribute__((format(printf, 3, 4))) static int op_fail(const char *fn, const sl_exec *e,
+                                                         const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return sl_fail(SL_EINVAL, "%s: %s: %s", fn, e->ops->name, what);
+}
+
+/* The geometry sl_conv_shape_init / sl_pool_shape_init make: p, q
+ * consistent with the rest (a hand-made shape with a wrong p would index
+ * past y). */
+static int conv_shape_ok(const sl_conv_shape *s)
+{
+    return s && s->n >= 1 && s->h >= 1 && s->w >= 1 && s->c >= 1 && s->k >= 1 && s->r >= 1 &&
+           s->s >= 1 && s->stride >= 1 && s->pad >= 0 && s->h + 2 * s->pad >= s->r &&
+           s->w + 2 * s->pad >= s->s && s->p == (s->h + 2 * s->pad - s->r) / s->stride + 1 &&
+           s->q == (s->w + 2 * s->pad - s->s) / s->stride + 1;
+}
+
+static int pool_shape_ok(const sl_pool_shape *s)
+{
+    return s && s->n >= 1 && s->h >= 1 && s->w >= 1 && s->c >= 1 && s->r >= 1 &&
+           s->stride >= 1 && s->pad >= 0 && 2 * s->pad <= s->r &&
+           s->p == (s->h + 2 * s->pad - s->r) / s->stride + 1 &&
+           s->q == (s->w + 2 * s->pad - s->r) / s->stride + 1 && s->p >= 1 && s->q >= 1;
+}
+
+#define CHECK_CONV(e, sh) CHECK(e, conv_shape_ok(sh), "bad conv geometry (use sl_conv_shape_init)")
+
+/* A pool shape, and x small enough for the int32 argmax. */
+static int pool_check(const char *fn, const sl_exec *e, const sl_pool_shape *sh)
+{
+    if (!pool_shape_ok(sh))
+        return op_fail(fn, e, "bad pool geometry (use sl_pool_shape_init)");
+    int64_t nx = (int64_t)sh->n * sh->h * sh->w * sh->c;
+    if (nx > INT32_MAX)
+        return op_fail(fn, e, "x has %lld elements: the int32 argmax indexes at most 2^31-1",
+                       (long long)nx);
+    return SL_OK;
+}
+
+/* Batch statistics need two rows: the unbiased variance divides by rows-1. */
+#define CHECK_BN_TRAIN(e, rows, c)                                                            \
+    do {                                                                                      \
+        CHECK(e, (c) >= 1, "%d channels", (c));                                               \
+        CHECK(e, (rows) >= 2, "%lld row(s) per channel: training-mode batch norm needs at "    \
+              "least 2 values per channel (PyTorch refuses 1 too)", (long long)(rows));        \
+    } while (0)
+
+#define CHECK_ROWS(e, rows, c, min)                                                           \
+    CHECK(e, (c) >= 1 && (rows) >= (min), "%lld rows of %d channels", (long long)(rows), (c))
+
+/* Sync-BN: total, the global row count of which this replica's rows are a
+ * part. rows may be 0 (a replica with no rows adds nothing to the sums).
+ * The forward needs total >= 2 (the unbiased running variance divides by
+ * total - 1, and PyTorch refuses 1 in training too), the backward 1. */
+#define CHECK_TOTAL(e, rows, c, total, min)                                                   \
+    do {                                                                                      \
+        CHECK_ROWS(e, rows, c, 0);                                                            \
+        CHECK(e, (total) >= (min) && (total) >= (double)(rows),                               \
+              "%g rows in all replicas, %lld here: training-mode batch norm needs at least "   \
+              "%g values per channel and total >= rows", (total), (long long)(rows),           \
+              (double)(min));                                                                 \
+    } while (0)
+
+int sl_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w, float *y)
+{
+    OP_OK(e, conv_fwd);
+    CHECK_CONV(e, sh);
+    return e->ops->conv_fwd(e, sh, x, w, y);
+}
+
+int sl_conv_bwd_data(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                     float *dx)
+{
+    OP_OK(e, conv_bwd_data);
+    CHECK_CONV(e, sh);
+    return e->ops->conv_bwd_data(e, sh, dy, w, dx);
+}
+
+int sl_conv_bwd_filter(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *dy,
+                       float *dw)
+{
+    OP_OK(e, conv_bwd_filter);
+    CHECK_CONV(e, sh);
+    return e->ops->conv_bwd_filter(e, sh, x, dy, dw);
+}
+
+int sl_conv_bwd_data_acc(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                         float *dx, float *tmp)
+{
+    OP_OK(e, conv_bwd_data_acc);
+    CHECK_CONV(e, sh);
+    return e->ops->conv_bwd_data_acc(e, sh, dy, w, dx, tmp);
+}
+
+int sl_bn_fwd_train(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                    const float *beta, float momentum, float eps, float *running_mean,
+                    float *running_var, float *y, float *save_mean, float *save_invstd)
+{
+    OP_OK(e, bn_fwd_train);
+    CHECK_BN_TRAIN(e, rows, c);
+    return e->ops->bn_fwd_train(e, rows, c, x, gamma, beta, momentum, eps, running_mean,
+                                running_var, y, save_mean, save_invstd);
+}
+
+int sl_bn_fwd_eval(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                   const float *beta, const float *running_mean, const float *running_var,
+                   float eps, float *y)
+{
+    OP_OK(e, bn_fwd_eval);
+    CHECK_ROWS(e, rows, c, 0);
+    return e->ops->bn_fwd_eval(e, rows, c, x, gamma, beta, running_mean, running_var, eps, y);
+}
+
+int sl_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+              const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+              float *dgamma, float *dbeta)
+{
+    OP_OK(e, bn_bwd);
+    CHECK_ROWS(e, rows, c, 1);
+    return e->ops->bn_bwd(e, rows, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+int sl_bn_fwd_train_act(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, float momentum, float eps, float *running_mean,
+                        float *running_var, const float *r, int relu, float *y,
+                        float *save_mean, float *save_invstd)
+{
+    OP_OK(e, bn_fwd_train_act);
+    CHECK(e, x && gamma && beta && running_mean && running_var && y && save_mean && save_invstd,
+          "NULL tensor (only r may be NULL)");
+    CHECK_BN_TRAIN(e, rows, c);
+    return e->ops->bn_fwd_train_act(e, rows, c, x, gamma, beta, momentum, eps, running_mean,
+                                    running_var, r, relu != 0, y, save_mean, save_invstd);
+}
+
+int sl_bn_bwd_act(sl_exec *e, int64_t rows, int c, const float *x, const float *z, float *dz,
+                  const float *gamma, const float *save_mean, const float *save_invstd,
+                  float *dx, float *dgamma, float *dbeta)
+{
+    OP_OK(e, bn_bwd_act);
+    CHECK(e, x && z && dz && gamma && save_mean && save_invstd && dx,
+          "NULL tensor (only dgamma, dbeta may be NULL)");
+    CHECK_ROWS(e, rows, c, 1);
+    return e->ops->bn_bwd_act(e, rows, c, x, z, dz, gamma, save_mean, save_invstd, dx, dgamma,
+                              dbeta);
+}
+
+int sl_relu_fwd(sl_exec *e, int64_t n, const float *x, float *y)
+{
+    OP_OK(e, relu_fwd);
+    CHECK(e, n >= 0, "%lld elements", (long long)n);
+    return e->ops->relu_fwd(e, n, x, y);
+}
+
+int sl_relu_bwd(sl_exec *e, int64_t n, const float *y, const float *dy, float *dx)
+{
+    OP_OK(e, relu_bwd);
+    CHECK(e, n >= 0, "%lld elements", (long long)n);
+    return e->ops->relu_bwd(e, n, y, dy, dx);
+}
+
+int sl_add(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
+{
+    OP_OK(e, add);
+    CHECK(e, n >= 0, "%lld elements", (long long)n);
+    return e->ops->add(e, n, a, b, y);
+}
+
+int sl_maxpool_fwd(sl_exec *e, const sl_pool_shape *sh, const float *x, float *y,
+                   int32_t *argmax)
+{
+    OP_OK(e, maxpool_fwd);
+    int rc = pool_check(__func__, e, sh);
+    return rc ? rc : e->ops->maxpool_fwd(e, sh, x, y, argmax);
+}
+
+int sl_maxpool_bwd(sl_exec *e, const sl_pool_shape *sh, const float *dy, const int32_t *argmax,
+                   float *dx)
+{
+    OP_OK(e, maxpool_bwd);
+    int rc = pool_check(__func__, e, sh);
+    return rc ? rc : e->ops->maxpool_bwd(e, sh, dy, argmax, dx);
+}
+
+int sl_gap_fwd(sl_exec *e, int n, int hw, int c, const float *x, float *y)
+{
+    OP_OK(e, gap_fwd);
+    CHECK(e, n >= 1 && hw >= 1 && c >= 1, "shape (%d, %d, %d)", n, hw, c);
+    return e->ops->gap_fwd(e, n, hw, c, x, y);
+}
+
+int sl_gap_bwd(sl_exec *e, int n, int hw, int c, const float *dy, float *dx)
+{
+    OP_OK(e, gap_bwd);
+    CHECK(e, n >= 1 && hw >= 1 && c >= 1, "shape (%d, %d, %d)", n, hw, c);
+    return e->ops->gap_bwd(e, n, hw, c, dy, dx);
+}
+
+int sl_fc_fwd(sl_exec *e, int n, int in, int out, const float *x, const float *w,
+              const float *b, float *y)
+{
+    OP_OK(e, fc_fwd);
+    CHECK(e, n >= 1 && in >= 1 && out >= 1, "shape n %d in %d out %d", n, in, out);
+    return e->ops->fc_fwd(e, n, in, out, x, w, b, y);
+}
+
+int sl_fc_bwd(sl_exec *e, int n, int in, int out, const float *x, const float *w,
+              const float *dy, float *dx, float *dw, float *db)
+{
+    OP_OK(e, fc_bwd);
+    CHECK(e, n >= 1 && in >= 1 && out >= 1, "shape n %d in %d out %d", n, in, out);
+    return e->ops->fc_bwd(e, n, in, out, x, w, dy, dx, dw, db);
+}
+
+int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const int32_t *labels,
+                    float smoothing, float *loss, float *dlogits, int *correct)
+{
+    OP_OK(e, xent_fwd_bwd);
+    CHECK(e, n >= 1 && classes >= 1, "%d rows of %d classes", n, classes);
+    CHECK(e, smoothing >= 0.0f && smoothing <= 1.0f, "label smoothing %g outside [0, 1]",
+          (double)smoothing);
+    /* Every label before anything is written. Host backends' labels are
+     * host memory, read here; cuda's are device memory, which its kernel
+     * checks (the first bad row comes back the same way). */
+    for (int i = 0; e->backend != SL_BACKEND_CUDA && i < n; i++)
+        CHECK(e, labels[i] >= 0 && labels[i] < classes, "row %d: label %d outside [0, %d)", i,
+              (int)labels[i], classes);
+    return e->ops->xent_fwd_bwd(e, n, classes, logits, labels, smoothing, loss, dlogits,
+                                correct);
+}
+
+int sl_bn_fwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                    const float *beta, const float *mean, const float *var, double total,
+                    float momentum, float eps, float *running_mean, float *running_var,
+                    float *y, float *save_mean, float *save_invstd)
+{
+    OP_OK(e, bn_fwd_apply);
+    CHECK_TOTAL(e, rows, c, total, 2.0);
+    return e->ops->bn_fwd_apply(e, rows, c, x, gamma, beta, mean, var, total, momentum, eps,
+                                running_mean, running_var, y, save_mean, save_invstd);
+}
+
+int sl_bn_bwd_reduce(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                     const float *save_mean, const float *save_invstd, float *sum_dy,
+                     float *sum_dy_xhat)
+{
+    OP_OK(e, bn_bwd_reduce);
+    CHECK_ROWS(e, rows, c, 0);
+    return e->ops->bn_bwd_reduce(e, rows, c, x, dy, save_mean, save_invstd, sum_dy,
+                                 sum_dy_xhat);
+}
+
+int sl_bn_bwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                    const float *gamma, const float *save_mean, const float *save_invstd,
+                    const float *sum_dy, const float *sum_dy_xhat, double total, float *dx)
+{
+    OP_OK(e, bn_bwd_apply);
+    CHECK_TOTAL(e, rows, c, total, 1.0);
+    return e->ops->bn_bwd_apply(e, rows, c, x, dy, gamma, save_mean, save_invstd, sum_dy,
+                                sum_dy_xhat, total, dx);
+}
+
+int sl_bn_moments(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
+                  float *slots)
+{
+    OP_OK(e, bn_moments);
+    CHECK_ROWS(e, rows, c, 0);
+    CHECK(e, world >= 1 && rank >= 0 && rank < world, "replica %d of %d", rank, world);
+    return e->ops->bn_moments(e, rows, c, x, world, rank, slots);
+}
+
+int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float *slots,
+                        float *mean, float *var)
+{
+    OP_OK(e, bn_moments_merge);
+    CHECK_ROWS(e, rows, c, 0);
+    CHECK(e, world >= 1, "%d replicas", world);
+    return e->ops->bn_moments_merge(e, rows, c, world, slots, mean, var);
 }

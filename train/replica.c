@@ -520,7 +520,7 @@ int sl_replica_grads(sl_replica *rep, const sl_batch *b, float *loss, int *corre
         rep->labels[i] = b->labels[i];
     const float *logits;
     if ((rc = sl_model_forward(rep->m, &rep->e, (const float *)b->data, n, 1, &logits)) ||
-        (rc = rep->e.ops->xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,
+        (rc = sl_xent_fwd_bwd(&rep->e, n, classes, logits, rep->labels,
                                        rep->run->cfg->label_smoothing, loss, rep->dlogits,
                                        correct)) ||
         (rc = sl_model_backward(rep->m, &rep->e, rep->dlogits, NULL)))

@@ -9,9 +9,20 @@
  * (sl_exec.threads); the trainer's input comes from the pipeline's threads.
  *
  * Errors: sl_status codes (common/status.h) with sl_errmsg() naming the
- * function, the file and what is wrong. Nothing here exits.
+ * function, the file and what is wrong. Nothing here exits. Every function
+ * that returns an int returns SL_OK or one of the codes its comment names;
+ * SL_ENOMEM (an allocation failed) can come from any function that
+ * allocates, and a cuda exec adds SL_ECUDA (and cuBLAS / cuDNN's codes) from
+ * any function that runs on it; neither is repeated below.
  *
- * Layouts: activations NHWC f32; conv weights are held OHWI (train_int.h
+ * NULL: a destroy or close of NULL is a no-op. A function that returns a
+ * status refuses a NULL handle or required pointer with SL_EINVAL (the
+ * optional pointers, which may be NULL, say so). The accessors that return
+ * a value rather than a status (sl_exec_backend, sl_model_config_of,
+ * sl_model_tensors, sl_model_param_count, sl_model_bytes, sl_sgd_tensors,
+ * sl_safetensors_count, sl_summary_path) need a live handle.
+ *
+ * Layouts: activations NHWC f32; conv weights are held OHWI (train/train_int.h
  * says why) and are OIHW, as torchvision's, in every file we write.
  */
 #ifndef SL_TRAIN_H
@@ -21,13 +32,53 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 #include "pipeline/pipeline.h"
-#include "train/train_int.h" /* sl_exec, sl_backend */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---------------------------------------------------------------- execs */
+
+/* Where the math runs: the naive reference loops (the oracle), the CPU
+ * (im2col + OpenBLAS SGEMM), or a CUDA device (cuDNN, cuBLAS, own
+ * kernels). */
+typedef enum sl_backend {
+    SL_BACKEND_REF = 0,
+    SL_BACKEND_CPU,
+    SL_BACKEND_CUDA,
+} sl_backend;
+
+/* "ref", "cpu", "cuda"; "?" for a value that is no sl_backend. parse takes
+ * those names (SL_EINVAL for any other, NULL included; a build without
+ * CUDA still parses "cuda": sl_exec_create says it is missing). */
+const char *sl_backend_name(sl_backend b);
+int sl_backend_parse(const char *name, sl_backend *out);
+
+/* An execution context: a backend, its scratch memory, its threads (cpu:
+ * OpenBLAS threads) or its device, streams and library handles (cuda).
+ * Opaque; one thread uses it at a time. */
+typedef struct sl_exec sl_exec;
+
+/* Create an exec for backend b. threads: OpenBLAS threads for cpu, <= 0
+ * for one per core. device: the CUDA device for cuda (-1: the
+ * SLUICE_CUDA_DEVICE environment variable, else 0); ignored elsewhere.
+ * SL_ENOTSUP for cuda in a build without it; SL_EINVAL for an unknown
+ * backend or a bad SLUICE_CUDA_DEVICE / SLUICE_CUDA_FUSE (1 or 0) value;
+ * SL_ECUDA when the device cannot be opened. *out is NULL on error. */
+int sl_exec_create(sl_backend b, int threads, int device, sl_exec **out);
+void sl_exec_destroy(sl_exec *e);
+/* e's backend. */
+sl_backend sl_exec_backend(const sl_exec *e);
+/* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 and
+ * SL_DTYPE_F16 on cuda only (SL_ENOTSUP elsewhere; SL_EINVAL for a value
+ * that is no sl_dtype). Set it before a model is placed on e. */
+int sl_exec_set_act(sl_exec *e, sl_dtype act);
+/* Bytes of one activation element of e (4, or 2 for bf16 / f16); 4 for
+ * NULL. */
+size_t sl_exec_act_size(const sl_exec *e);
 
 /* ------------------------------------------------------------------ models */
 
@@ -37,8 +88,8 @@ typedef enum sl_arch {
     SL_ARCH_RESNET50,     /* torchvision resnet50 (v1.5: stride on the 3x3 conv) */
 } sl_arch;
 
-const char *sl_arch_name(sl_arch a);        /* "resnet20" ... */
-int sl_arch_parse(const char *name, sl_arch *out); /* SL_EINVAL for unknown names */
+const char *sl_arch_name(sl_arch a);        /* "resnet20" ...; "?" for no sl_arch */
+int sl_arch_parse(const char *name, sl_arch *out); /* SL_EINVAL for unknown names and NULL */
 
 typedef struct sl_model_config {
     sl_arch arch;
@@ -50,7 +101,9 @@ typedef struct sl_model_config {
     uint64_t seed;          /* initialization (kaiming-normal fan_out convs, torch's fc init) */
 } sl_model_config;
 
-#define SL_MODEL_CONFIG_INIT {SL_ARCH_RESNET50, 1000, 0, 1, 0.1f, 1e-5f, 0}
+#define SL_MODEL_CONFIG_INIT                                                                  \
+    {.arch = SL_ARCH_RESNET50, .classes = 1000, .width = 0, .zero_init_residual = 1,           \
+     .bn_momentum = 0.1f, .bn_eps = 1e-5f, .seed = 0}
 
 typedef enum sl_dtype_tag { SL_T_F32 = 0, SL_T_I64 } sl_dtype_tag;
 
@@ -76,28 +129,40 @@ typedef struct sl_tensor_info {
 typedef struct sl_model sl_model;
 
 /* Build and initialize a model for inputs (n <= max_batch, h, w, 3) NHWC
- * f32. Activations for max_batch are allocated here (sl_model_bytes). */
+ * f32. Activations for max_batch are allocated here (sl_model_bytes).
+ * SL_EINVAL for a bad config (classes, width, BN momentum / eps), batch or
+ * an image too small for the arch's downsampling; *out is NULL on error. */
 int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_model **out);
 void sl_model_destroy(sl_model *m);
+/* The config m was built with; valid until sl_model_destroy. */
 const sl_model_config *sl_model_config_of(const sl_model *m);
-/* The state dict: params and buffers in torchvision order. The array is
- * the model's, valid until sl_model_destroy. */
+/* The state dict: params and buffers in torchvision order; *count (not
+ * NULL) gets its length. The array is the model's, valid until
+ * sl_model_destroy. */
 sl_tensor_info *sl_model_tensors(sl_model *m, int *count);
 /* Look up one entry by name; NULL when absent. */
 sl_tensor_info *sl_model_tensor(sl_model *m, const char *name);
 int64_t sl_model_param_count(const sl_model *m); /* trainable scalars */
 size_t sl_model_bytes(const sl_model *m);        /* weights + activations + grads */
+/* The input height and width m was built for; h or w may be NULL.
+ * SL_EINVAL for a NULL m. */
 int sl_model_input_size(const sl_model *m, int *h, int *w);
 
 /* Forward x (n, h, w, 3) NHWC f32 through the model. train = 1: batch
  * statistics (running stats updated), activations kept for backward;
  * train = 0: running statistics. *logits (n, classes) points into the
- * model, valid until its next forward. */
+ * model, valid until its next forward. SL_EINVAL for n outside [1,
+ * max_batch], an exec that is not on m's memory (a host exec for a placed
+ * model, or another device), or one value per channel in a training-mode
+ * BN. */
 int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
                      const float **logits);
 /* Backward from dlogits (n, classes) of the last train forward: every
  * param's grad is overwritten. dx (n, h, w, 3) may be NULL (it is then not
- * computed; gradient checks pass a buffer). */
+ * computed; gradient checks pass a buffer). SL_EINVAL when no train
+ * forward came first (or the sync-BN setting changed since it), or for
+ * the exec mismatches of sl_model_forward; a grad hook's or sync-BN
+ * all-reduce's non-zero return is returned as is. */
 int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx);
 
 /* Synchronized batch norm across replicas (the mirrored strategy's
@@ -110,7 +175,8 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx);
  * exec's stream, e.g. an NCCL all-reduce on that stream) by its sum over
  * the replicas, blocking; a non-zero return fails the forward/backward with
  * that status. Every replica must run the same forwards and backwards with
- * the same n. s = NULL turns it off. The struct is copied. */
+ * the same n. s = NULL turns it off. The struct is copied. SL_EINVAL for
+ * a NULL m, a NULL allreduce_sum, world < 1 or rank outside [0, world). */
 typedef struct sl_bn_sync {
     int (*allreduce_sum)(void *ctx, float *buf, int n);
     void *ctx;
@@ -124,7 +190,7 @@ int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s);
  * continues: during sl_model_backward, fn(ctx, i) is called exactly once
  * per trainable tensor i (index into sl_model_tensors) as soon as its grad
  * is final; a non-zero return stops backward with that status. fn NULL
- * removes it. Called on the thread running backward. */
+ * removes it. Called on the thread running backward. m NULL: a no-op. */
 typedef int (*sl_grad_ready_fn)(void *ctx, int tensor);
 void sl_model_set_grad_hook(sl_model *m, sl_grad_ready_fn fn, void *ctx);
 
@@ -133,7 +199,8 @@ void sl_model_set_grad_hook(sl_model *m, sl_grad_ready_fn fn, void *ctx);
  * alignment padding that is zero in grads); tensor i's data - params is its
  * offset in both. Device memory once placed (the state dict's data then
  * points into a host copy at the same offsets). Valid until
- * sl_model_destroy. */
+ * sl_model_destroy. Each out-pointer may be NULL; m NULL gives NULL, NULL,
+ * 0. */
 void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n);
 
 /* Put m on e's device. For a cuda exec the params, grads, buffers and
@@ -145,10 +212,13 @@ void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n);
  * (sl_model_tensors) describes HOST copies of the params and buffers:
  * sl_model_pull refreshes them from the device (before a checkpoint or a
  * hash), sl_model_push writes them back (after loading). num_batches_tracked
- * stays on the host. Sync-BN is not available on a device (SL_ENOTSUP). For
+ * stays on the host. Sync-BN (sl_model_set_bn_sync) works on a device too:
+ * its sums are then all-reduced in device memory on the exec's stream. For
  * ref and cpu execs placing is a no-op and pull / push / refresh do
- * nothing. e must outlive m. */
+ * nothing (SL_OK; so do they for a NULL or unplaced m). e must outlive m.
+ * sl_model_place: SL_EINVAL for NULL m or e, or a model placed already. */
 int sl_model_place(sl_model *m, sl_exec *e);
+/* 1 when m is placed on a device, 0 otherwise (NULL included). */
 int sl_model_on_device(const sl_model *m);
 int sl_model_pull(sl_model *m);
 int sl_model_push(sl_model *m);
@@ -164,20 +234,26 @@ typedef struct sl_sgd_config {
     float weight_decay;  /* 5e-5; applied only to SL_TENSOR_DECAY tensors */
 } sl_sgd_config;
 
-#define SL_SGD_CONFIG_INIT {0.9f, 0, 5e-5f}
+#define SL_SGD_CONFIG_INIT {.momentum = 0.9f, .nesterov = 0, .weight_decay = 5e-5f}
 
 typedef struct sl_sgd sl_sgd;
 
 /* An optimizer over every SL_TENSOR_PARAM entry of tensors (count of them;
  * the array must outlive the optimizer). Momentum buffers start at zero.
  * PyTorch's SGD exactly: g += wd*p (decay tensors), buf = m*buf + g (the
- * first step buf = g), step = nesterov ? g + m*buf : buf, p -= lr*step. */
+ * first step buf = g), step = nesterov ? g + m*buf : buf, p -= lr*step.
+ * SL_EINVAL for a negative count, NULL tensors with count > 0, or a bad
+ * momentum / weight decay (negative, NaN; Nesterov without momentum);
+ * *out is NULL on error. */
 int sl_sgd_create(const sl_sgd_config *cfg, sl_tensor_info *tensors, int count, sl_sgd **out);
 void sl_sgd_destroy(sl_sgd *o);
+/* One step with learning rate lr on the host tensors. SL_EINVAL for a NULL
+ * o or an lr that is negative, NaN or above 1e30. */
 int sl_sgd_step(sl_sgd *o, float lr);
 /* The optimizer state as state-dict entries named "optimizer.<param>.momentum_buffer"
  * (f32, the param's shape, OHWI flag as the param) plus "optimizer.step" (i64
- * scalar). Owned by o. */
+ * scalar); *count (not NULL) gets their number. Owned by o, valid until
+ * sl_sgd_destroy. */
 sl_tensor_info *sl_sgd_tensors(sl_sgd *o, int *count);
 
 /* ---------------------------------------------------------------- schedule */
@@ -195,9 +271,10 @@ typedef struct sl_schedule {
     int64_t total_steps;
 } sl_schedule;
 
-const char *sl_sched_name(sl_sched_kind k);
-int sl_sched_parse(const char *name, sl_sched_kind *out);
-/* LR for 0-based step; t = (step - warmup)/(total - warmup) in [0, 1]. */
+const char *sl_sched_name(sl_sched_kind k);              /* "cosine" ...; "?" for no kind */
+int sl_sched_parse(const char *name, sl_sched_kind *out); /* SL_EINVAL for others and NULL */
+/* LR for 0-based step; t = (step - warmup)/(total - warmup) in [0, 1]. s
+ * must not be NULL. */
 double sl_schedule_lr(const sl_schedule *s, int64_t step);
 
 /* ---------------------------------------------------------- safetensors */
@@ -215,21 +292,27 @@ typedef struct sl_st_tensor {
 
 /* Write count tensors and string metadata (meta_kv: 2*meta_count strings,
  * key then value; may be NULL) to path atomically (path.tmp, fsync,
- * rename). Names must be unique. */
+ * rename). Names must be unique. SL_EINVAL for a NULL or empty path or
+ * name, a duplicate name, NULL data or a bad shape; SL_EIO naming the file
+ * when writing fails (nothing is left at path then). */
 int sl_safetensors_write(const char *path, const sl_st_tensor *t, int count,
                          const char *const *meta_kv, int meta_count);
 
 typedef struct sl_safetensors sl_safetensors;
 /* Open and validate path (header JSON, offsets inside the file, no
- * overlaps, dtypes F32/I64/F16/BF16 known): SL_ECORRUPT naming the file and the tensor. */
+ * overlaps, dtypes F32/I64/F16/BF16 known): SL_ECORRUPT naming the file
+ * and the tensor; SL_EIO when it cannot be read; SL_EINVAL for a NULL or
+ * empty path. *out is NULL on error. */
 int sl_safetensors_open(const char *path, sl_safetensors **out);
 void sl_safetensors_close(sl_safetensors *f);
 int sl_safetensors_count(const sl_safetensors *f);
-/* The i-th tensor (file order) or the named one (SL_ENOENT); data points
- * into f, valid until close. */
+/* The i-th tensor (file order) or the named one; data points into f, valid
+ * until close. SL_EINVAL for i outside [0, count); SL_ENOENT for a name
+ * not in the file; SL_ENOTSUP for a dtype other than F32 / I64. */
 int sl_safetensors_at(const sl_safetensors *f, int i, sl_st_tensor *out);
 int sl_safetensors_find(const sl_safetensors *f, const char *name, sl_st_tensor *out);
-/* Metadata value for key, or NULL. Valid until close. */
+/* Metadata value for key, or NULL (no such key, or it is no string).
+ * Valid until close. */
 const char *sl_safetensors_meta(const sl_safetensors *f, const char *key);
 
 /* --------------------------------------------------------------- checkpoint */
@@ -241,21 +324,30 @@ const char *sl_safetensors_meta(const sl_safetensors *f, const char *key);
 
 /* Save m (and o when not NULL) with state_json (a JSON object text, copied
  * verbatim into PREFIX.json as "state"), both files atomically. image_size is
- * recorded in the metadata for sluice eval. */
+ * recorded in the metadata for sluice eval. SL_EINVAL for a NULL prefix,
+ * m or state_json, or state_json that is no JSON object; SL_EIO naming the
+ * file when a write fails (the files already there stay whole). */
 int sl_checkpoint_save(const char *prefix, sl_model *m, sl_sgd *o, int image_size,
                        const char *state_json);
 /* Load weights and buffers by name into m (shapes must match; OIHW -> OHWI),
  * and the optimizer state into o when not NULL and present. strict = 1:
- * every model tensor must be in the file. */
+ * every model tensor must be in the file. SL_ENOENT for (strict) a tensor
+ * the file lacks; SL_EINVAL for a shape or dtype that does not match the
+ * model's; the errors of sl_safetensors_open. */
 int sl_checkpoint_load(const char *safetensors_path, sl_model *m, sl_sgd *o, int strict);
 /* The model config and image size recorded in a checkpoint's metadata
- * (classes, arch, width), for building the model before loading. */
+ * (classes, arch, width), for building the model before loading;
+ * image_size may be NULL. SL_ECORRUPT for missing or bad metadata; the
+ * errors of sl_safetensors_open. */
 int sl_checkpoint_model_config(const char *safetensors_path, sl_model_config *cfg,
                                int *image_size);
 /* Newest complete checkpoint in dir: *prefix gets a malloc'ed
- * "DIR/ckpt-000001234" (caller frees); SL_ENOENT when none. */
+ * "DIR/ckpt-000001234" (caller frees); SL_ENOENT when none (or no dir);
+ * SL_EINVAL for NULL arguments. */
 int sl_checkpoint_latest(const char *dir, char **prefix);
-/* PREFIX.json's "state" object as malloc'ed JSON text (caller frees). */
+/* PREFIX.json's "state" object as malloc'ed JSON text (caller frees; NULL
+ * on error). SL_ENOENT when PREFIX.json is missing, SL_ECORRUPT when it is
+ * no JSON or has no "state" object, SL_EIO when it cannot be read. */
 int sl_checkpoint_read_state(const char *prefix, char **state_json);
 
 /* ---------------------------------------------------------------- summaries */
@@ -267,18 +359,26 @@ int sl_checkpoint_read_state(const char *prefix, char **state_json);
  * follows a running job; a crash loses at most the record being written. */
 
 typedef struct sl_summary sl_summary;
-int sl_summary_open(const char *logdir, sl_summary **out); /* creates logdir */
+/* Creates logdir (and its parents) and a new event file in it. SL_EINVAL
+ * for a NULL or empty logdir; SL_EIO naming the path when it cannot be
+ * created. *out is NULL on error. */
+int sl_summary_open(const char *logdir, sl_summary **out);
 /* Write n scalars for step: one Event holding n values, one metrics.jsonl line
  * {"step": step, "wall_time": t, tag: value, ...} (extra_json, when not NULL,
- * is a JSON object text whose members are appended to the line). */
+ * is a JSON object text whose members are appended to the line).
+ * SL_EINVAL for a NULL s, n < 0, NULL tags / values with n > 0, an empty
+ * tag or extra_json that is no JSON object; SL_EIO when a write fails. */
 int sl_summary_scalars(sl_summary *s, int64_t step, const char *const *tags,
                        const double *values, int n, const char *extra_json);
-const char *sl_summary_path(const sl_summary *s); /* the event file */
-int sl_summary_close(sl_summary *s);              /* NULL is a no-op */
+const char *sl_summary_path(const sl_summary *s); /* the event file; valid until close */
+/* Flush and close both files; SL_EIO when the last flush fails. NULL is a
+ * no-op (SL_OK). */
+int sl_summary_close(sl_summary *s);
 
 /* Read an event file back: fn is called for every scalar value in order;
  * a non-zero return from fn stops the walk and is returned. SL_ECORRUPT on a
- * bad record or proto, naming file and record. */
+ * bad record or proto, naming file and record; SL_EIO when the file cannot
+ * be read; SL_EINVAL for a NULL path or fn. */
 typedef int (*sl_event_fn)(void *ctx, int64_t step, double wall_time, const char *tag,
                            float value);
 int sl_events_read(const char *path, sl_event_fn fn, void *ctx);
@@ -301,8 +401,8 @@ typedef enum sl_strategy {
     SL_STRATEGY_PS,
 } sl_strategy;
 
-const char *sl_strategy_name(sl_strategy s);
-int sl_strategy_parse(const char *name, sl_strategy *out);
+const char *sl_strategy_name(sl_strategy s);               /* "single" ...; "?" */
+int sl_strategy_parse(const char *name, sl_strategy *out); /* SL_EINVAL for others, NULL */
 
 #define SL_EVAL_SPLIT_AUTO "auto"
 
@@ -383,13 +483,18 @@ typedef struct sl_train_result {
     int64_t cuda_graph_replays;  /* steps run as graph replays (root replica) */
 } sl_train_result;
 
-/* Config defaults for the data's dataset (image size from dataset.json) and
- * the arch; the caller then overrides what the user gave. */
+/* The config initializer of this struct (it holds a pipeline config, so a
+ * function rather than a macro): every field's default, named one by one
+ * in trainer.c; the caller then overrides what the user gave. Image size
+ * and classes stay 0: sl_train_run takes them from dataset.json. cfg must
+ * not be NULL. */
 void sl_train_config_init(sl_train_config *cfg);
 /* The activation type a config trains in: its precision, or when that is
  * -1, bf16 on cuda and f32 elsewhere. */
 sl_dtype sl_train_precision(const sl_train_config *c);
-/* "fp32", "bf16", "fp16"; parse also takes "f32" and "f16" (SL_EINVAL else). */
+/* The CLI's spelling of common/dtype.h's types: "fp32", "bf16", "fp16"
+ * ("?" for no sl_dtype); parse also takes "f32" and "f16" (SL_EINVAL else,
+ * NULL included). */
 const char *sl_precision_name(sl_dtype t);
 int sl_precision_parse(const char *name, sl_dtype *out);
 
@@ -397,7 +502,11 @@ int sl_precision_parse(const char *name, sl_dtype *out);
  * classes, bad config) leave nothing behind. With the single and mirrored
  * strategies an error after steps have run saves the last completed step
  * as a checkpoint first (in ckpt_dir, else in ./sluice-rescue; progress
- * says so) and the error message says where. */
+ * says so) and the error message says where. SL_EINVAL for a bad config
+ * (the message names the field), SL_ENOENT for a missing split,
+ * SL_ENOTSUP for a combination this build cannot run (cuda without CUDA,
+ * bf16 on cpu, ...), SL_EIO / SL_ECORRUPT from the data, checkpoints and
+ * event files. res (not NULL) is filled as far as the run got. */
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
 
 typedef struct sl_eval_result {
@@ -407,7 +516,9 @@ typedef struct sl_eval_result {
 } sl_eval_result;
 
 /* Evaluate m on a pipeline configured for eval (in order, eval transform,
- * no drop-remainder): every record once. */
+ * no drop-remainder): every record once. SL_EINVAL for NULL arguments or
+ * a pipeline whose batches the model cannot take; the pipeline's errors
+ * (SL_EIO, SL_ECORRUPT, SL_ENOENT) as they come. */
 int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data, sl_eval_result *res);
 
 #ifdef __cplusplus

@@ -37,7 +37,8 @@
  *     gradients of a tensor used twice with sl_ops.add);
  *   - all pointers are on the backend's device (host for ref/cpu);
  *   - ops return SL_OK, SL_ENOMEM (scratch), SL_ENOTSUP (missing slot) or
- *     SL_ECUDA and friends; shapes are checked by the caller (the model).
+ *     SL_ECUDA and friends; arguments are checked once, by the entry
+ *     points sl_<op>(e, ...) below (train/ops.c), not by every backend.
  *
  * Threading: an sl_exec belongs to one thread at a time (its scratch buffer
  * is not shared); replicas (issue 5) each have their own. The cpu backend
@@ -52,21 +53,18 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "train/train.h" /* sl_backend, sl_exec (opaque there), sl_exec_set_act */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum sl_backend {
-    SL_BACKEND_REF = 0,
-    SL_BACKEND_CPU,
-    SL_BACKEND_CUDA,
-} sl_backend;
-
 struct sl_ops;
 
-/* Execution context: backend table + scratch memory + threads. */
-typedef struct sl_exec {
+/* Execution context: backend table + scratch memory + threads. Opaque in
+ * train.h (sl_exec_create); inside train/ (and in white-box tests) it lives
+ * in the caller's struct: sl_exec_init ... sl_exec_fini. */
+struct sl_exec {
     const struct sl_ops *ops;
     sl_backend backend;
     int threads;        /* BLAS threads (cpu); 0 = all cores */
@@ -74,7 +72,7 @@ typedef struct sl_exec {
     size_t scratch_cap;
     void *cuda;         /* backend state (streams, handles) for cuda; NULL otherwise */
     sl_dtype act;       /* activation element type (below); SL_DTYPE_F32 unless set */
-} sl_exec;
+};
 
 /* Set up e for a backend. SL_ENOTSUP for cuda in a build without it. For
  * cuda, SLUICE_CUDA_FUSE=0 in the environment (read by the context; 1 is
@@ -86,15 +84,6 @@ void sl_exec_fini(sl_exec *e);
 /* Scratch of at least bytes, valid until the next call on e (64-byte aligned).
  * NULL (with sl_fail(SL_ENOMEM, ...)) when allocation fails. */
 void *sl_exec_scratch(sl_exec *e, size_t bytes);
-/* "ref", "cpu", "cuda"; parse takes those names (SL_EINVAL else; a
- * build without CUDA still parses "cuda": sl_exec_init says it is missing). */
-const char *sl_backend_name(sl_backend b);
-int sl_backend_parse(const char *name, sl_backend *out);
-/* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 and
- * SL_DTYPE_F16 on cuda only (SL_ENOTSUP elsewhere). Set before any op runs. */
-int sl_exec_set_act(sl_exec *e, sl_dtype act);
-/* Bytes of one activation element (4 or 2). */
-size_t sl_exec_act_size(const sl_exec *e);
 
 /* Convolution geometry. Input x (n, h, w, c); weight (k, r, s, c);
  * output y (n, p, q, k), p = (h + 2*pad - r)/stride + 1, q likewise. */
@@ -265,6 +254,72 @@ typedef struct sl_ops {
 /* Floats per channel in a sync-BN statistics slot: mean hi, mean lo, M2. */
 #define SL_BN_MOMENT_FLOATS 3
 
+/* The op entry points (train/ops.c): sl_<op>(e, ...) checks the arguments
+ * of sl_ops.<op> once, for every backend, then runs e's slot. SL_EINVAL
+ * ("sl_<op>: <backend>: what") for a NULL exec, a shape that the
+ * sl_*_shape_init functions would not make, counts out of range (the
+ * limits are in the slots' comments above: training-mode BN wants rows >=
+ * 2, sync-BN totals >= 2 forward and >= 1 backward and >= rows, ...),
+ * label smoothing outside [0, 1], a label outside [0, classes) (host
+ * backends; cuda checks its device labels in its kernel), or a NULL tensor
+ * where the fused slots need one; SL_ENOTSUP when e's backend has no such
+ * slot (the fused ones outside cuda). The backends check only what is
+ * theirs: their context, their scratch, argmax and device data. Callers
+ * (the model, tests) go through these; a backend's slot called directly
+ * trusts its arguments. */
+int sl_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w, float *y);
+int sl_conv_bwd_data(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                     float *dx);
+int sl_conv_bwd_filter(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *dy,
+                       float *dw);
+int sl_conv_bwd_data_acc(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                         float *dx, float *tmp);
+int sl_bn_fwd_train(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                    const float *beta, float momentum, float eps, float *running_mean,
+                    float *running_var, float *y, float *save_mean, float *save_invstd);
+int sl_bn_fwd_eval(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                   const float *beta, const float *running_mean, const float *running_var,
+                   float eps, float *y);
+int sl_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+              const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+              float *dgamma, float *dbeta);
+int sl_bn_fwd_train_act(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, float momentum, float eps, float *running_mean,
+                        float *running_var, const float *r, int relu, float *y,
+                        float *save_mean, float *save_invstd);
+int sl_bn_bwd_act(sl_exec *e, int64_t rows, int c, const float *x, const float *z, float *dz,
+                  const float *gamma, const float *save_mean, const float *save_invstd,
+                  float *dx, float *dgamma, float *dbeta);
+int sl_relu_fwd(sl_exec *e, int64_t n, const float *x, float *y);
+int sl_relu_bwd(sl_exec *e, int64_t n, const float *y, const float *dy, float *dx);
+int sl_add(sl_exec *e, int64_t n, const float *a, const float *b, float *y);
+int sl_maxpool_fwd(sl_exec *e, const sl_pool_shape *sh, const float *x, float *y,
+                   int32_t *argmax);
+int sl_maxpool_bwd(sl_exec *e, const sl_pool_shape *sh, const float *dy, const int32_t *argmax,
+                   float *dx);
+int sl_gap_fwd(sl_exec *e, int n, int hw, int c, const float *x, float *y);
+int sl_gap_bwd(sl_exec *e, int n, int hw, int c, const float *dy, float *dx);
+int sl_fc_fwd(sl_exec *e, int n, int in, int out, const float *x, const float *w,
+              const float *b, float *y);
+int sl_fc_bwd(sl_exec *e, int n, int in, int out, const float *x, const float *w,
+              const float *dy, float *dx, float *dw, float *db);
+int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const int32_t *labels,
+                    float smoothing, float *loss, float *dlogits, int *correct);
+int sl_bn_fwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                    const float *beta, const float *mean, const float *var, double total,
+                    float momentum, float eps, float *running_mean, float *running_var,
+                    float *y, float *save_mean, float *save_invstd);
+int sl_bn_bwd_reduce(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                     const float *save_mean, const float *save_invstd, float *sum_dy,
+                     float *sum_dy_xhat);
+int sl_bn_bwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                    const float *gamma, const float *save_mean, const float *save_invstd,
+                    const float *sum_dy, const float *sum_dy_xhat, double total, float *dx);
+int sl_bn_moments(sl_exec *e, int64_t rows, int c, const float *x, int world, int rank,
+                  float *slots);
+int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float *slots,
+                        float *mean, float *var);
+
 
 /* The functions behind the tables, one set per backend file:
  *   conv_ref.c / conv_cpu.c      conv_fwd, conv_bwd_data, conv_bwd_filter
@@ -325,6 +380,18 @@ SL_DECLARE_OPS(cpu)
  * float scratch. rows 0 gives zeros. */
 void sl_bn_stats_cpu(int64_t rows, int c, const float *x, double *mean, double *m2,
                      float *bmean, float *s1, float *s2);
+/* norm_cpu.c's apply and backward passes, shared with norm_sync_cpu.c (x,
+ * y, dy, dx (rows, c); the rest (c)):
+ *   sl_bn_affine_cpu    y = (x - mean)*scale + beta
+ *   sl_bn_bwd_sums_cpu  sdy = sum dy, sdxc = sum dy*(x - mean) in double
+ *                       from blocked float partials (fdy, fdxc scratch)
+ *   sl_bn_dx_cpu        dx = a*dy - k*(x - mean) - b (dx may be dy) */
+void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *mean,
+                      const float *scale, const float *beta, float *y);
+void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *x, const float *dy, const float *mean,
+                        double *sdy, double *sdxc, float *fdy, float *fdxc);
+void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy, const float *mean,
+                  const float *a, const float *k, const float *b, float *dx);
 
 extern const sl_ops sl_ops_ref;
 extern const sl_ops sl_ops_cpu;

@@ -84,17 +84,11 @@ const char *sl_precision_name(sl_dtype t)
 
 int sl_precision_parse(const char *name, sl_dtype *out)
 {
-    static const struct { const char *name; sl_dtype t; } names[] = {
-        {"fp32", SL_DTYPE_F32}, {"f32", SL_DTYPE_F32}, {"bf16", SL_DTYPE_BF16},
-        {"fp16", SL_DTYPE_F16}, {"f16", SL_DTYPE_F16},
-    };
-    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(name, names[i].name)) {
-            *out = names[i].t;
-            return SL_OK;
-        }
-    return sl_fail(SL_EINVAL, "unknown precision '%s' (want bf16, fp16 or fp32)",
-                   name ? name : "(null)");
+    /* common/dtype.h's vocabulary, with the CLI's message */
+    if (sl_dtype_parse(name, out))
+        return sl_fail(SL_EINVAL, "unknown precision '%s' (want bf16, fp16 or fp32)",
+                       name ? name : "(null)");
+    return SL_OK;
 }
 
 void sl_train_config_init(sl_train_config *c)

@@ -112,7 +112,7 @@ static inline void tg_round_all(float *v, int64_t n, sl_dtype t)
         v[i] = tg_round(v[i], t);
 }
 
-static inline size_t tg_esize(sl_dtype t) { return t == SL_DTYPE_F32 ? 4 : 2; }
+static inline size_t tg_esize(sl_dtype t) { return sl_dtype_size(t); }
 
 static inline const char *tg_type_name(sl_dtype t)
 {
@@ -215,16 +215,6 @@ static inline float *frand(int64_t n, uint64_t seed, float lo, float hi)
     for (int64_t i = 0; i < n; i++)
         p[i] = urand(&st, lo, hi);
     return p;
-}
-
-static inline void assert_close(const float *got, const float *want, int64_t n, double atol,
-                         double rtol, const char *what)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
-                  what, (long long)i, got[i], want[i], d);
-    }
 }
 
 /* Bit equality of floats (signed zeros too); any two NaN count as equal,

@@ -66,13 +66,11 @@ static size_t nw_of(const sl_conv_shape *sh) { return (size_t)sh->k * sh->r * sh
 static void assert_close(const char *what, const sl_conv_shape *sh, const float *got,
                          const float *want, size_t n, double atol, double rtol)
 {
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(d <= atol + rtol * fabs(want[i])))
-            cr_assert_fail("%s: n%d %dx%d c%d k%d %dx%d/%d pad %d: element %zu: got %.7g want "
-                           "%.7g", what, sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s,
-                           sh->stride, sh->pad, i, got[i], want[i]);
-    }
+    int64_t i = tu_first_far(got, want, (int64_t)n, atol, rtol);
+    if (i >= 0)
+        cr_assert_fail("%s: n%d %dx%d c%d k%d %dx%d/%d pad %d: element %lld: got %.7g want "
+                       "%.7g", what, sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s, sh->stride,
+                       sh->pad, (long long)i, got[i], want[i]);
 }
 
 /* cpu vs ref on one shape for all three passes; outputs of cpu start as NaN

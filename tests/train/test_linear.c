@@ -30,12 +30,10 @@ static void fill_nan(float *a, size_t n)
 static void assert_close(const char *what, int n, int in, int out, const float *got,
                          const float *want, size_t len, double atol, double rtol)
 {
-    for (size_t i = 0; i < len; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(d <= atol + rtol * fabs(want[i])))
-            cr_assert_fail("%s: n%d in%d out%d: element %zu: got %.7g want %.7g", what, n, in,
-                           out, i, got[i], want[i]);
-    }
+    int64_t i = tu_first_far(got, want, (int64_t)len, atol, rtol);
+    if (i >= 0)
+        cr_assert_fail("%s: n%d in%d out%d: element %lld: got %.7g want %.7g", what, n, in, out,
+                       (long long)i, got[i], want[i]);
 }
 
 /* cpu vs ref: y, dx, dw, db; cpu outputs start as NaN (overwritten, never

@@ -13,6 +13,7 @@
 
 #include "testutil.h"
 #include "train/train.h"
+#include "train/train_int.h" /* white-box: stack sl_exec and its op table */
 
 /* torchvision.models.resnet18 / resnet50 modules in state-dict order:
  * convs {name, out, in, kernel}, batch norms {name, channels, 0, 0}; fc

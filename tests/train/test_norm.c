@@ -22,16 +22,6 @@ static float *falloc(int64_t n)
     return p;
 }
 
-static void assert_close(const float *got, const float *want, int64_t n, double atol,
-                         double rtol, const char *what)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
-                  what, (long long)i, got[i], want[i], d);
-    }
-}
-
 /* Everything one bn call reads and writes, for one backend. */
 typedef struct bn_case {
     int64_t rows;
@@ -120,18 +110,18 @@ Test(train_norm, golden_two_training_steps)
         float y[8], sm[2], si[2];
         cr_assert_eq(e.ops->bn_fwd_train(&e, 4, 2, x1, gamma, beta, 0.1f, 1e-5f, rm, rv, y,
                                          sm, si), SL_OK, "%s", sl_errmsg());
-        assert_close(y, y1, 8, 1e-6, 1e-6, "y step 1");
-        assert_close(sm, mean1, 2, 0, 1e-7, "save_mean step 1");
-        assert_close(si, inv1, 2, 0, 1e-6, "save_invstd step 1");
-        assert_close(rm, rm1, 2, 1e-7, 1e-6, "running_mean step 1");
-        assert_close(rv, rv1, 2, 0, 1e-6, "running_var step 1");
+        tu_assert_close(y, y1, 8, 1e-6, 1e-6, "y step 1");
+        tu_assert_close(sm, mean1, 2, 0, 1e-7, "save_mean step 1");
+        tu_assert_close(si, inv1, 2, 0, 1e-6, "save_invstd step 1");
+        tu_assert_close(rm, rm1, 2, 1e-7, 1e-6, "running_mean step 1");
+        tu_assert_close(rv, rv1, 2, 0, 1e-6, "running_var step 1");
         cr_assert_eq(e.ops->bn_fwd_train(&e, 4, 2, x2, gamma, beta, 0.1f, 1e-5f, rm, rv, y,
                                          sm, si), SL_OK, "%s", sl_errmsg());
-        assert_close(y, y2, 8, 1e-6, 1e-6, "y step 2");
-        assert_close(sm, mean2, 2, 1e-7, 1e-7, "save_mean step 2");
-        assert_close(si, inv2, 2, 0, 1e-6, "save_invstd step 2");
-        assert_close(rm, rm2, 2, 1e-7, 1e-6, "running_mean step 2");
-        assert_close(rv, rv2, 2, 0, 1e-6, "running_var step 2");
+        tu_assert_close(y, y2, 8, 1e-6, 1e-6, "y step 2");
+        tu_assert_close(sm, mean2, 2, 1e-7, 1e-7, "save_mean step 2");
+        tu_assert_close(si, inv2, 2, 0, 1e-6, "save_invstd step 2");
+        tu_assert_close(rm, rm2, 2, 1e-7, 1e-6, "running_mean step 2");
+        tu_assert_close(rv, rv2, 2, 0, 1e-6, "running_var step 2");
         sl_exec_fini(&e);
     }
 }
@@ -147,7 +137,7 @@ Test(train_norm, golden_eval_uses_running_stats)
         sl_exec e;
         cr_assert_eq(sl_exec_init(&e, backs[k], 1), SL_OK);
         cr_assert_eq(e.ops->bn_fwd_eval(&e, 2, 2, x, gamma, beta, rm, rv, 0.0f, y), SL_OK);
-        assert_close(y, want, 4, 1e-6, 0, e.ops->name);
+        tu_assert_close(y, want, 4, 1e-6, 0, e.ops->name);
         sl_exec_fini(&e);
     }
 }
@@ -161,7 +151,7 @@ Test(train_norm, one_row_refused_in_training)
         sl_exec e;
         cr_assert_eq(sl_exec_init(&e, backs[k], 1), SL_OK);
         for (int64_t rows = 1; rows >= 0; rows--) {
-            int rc = e.ops->bn_fwd_train(&e, rows, 3, x, gamma, beta, 0.1f, 1e-5f, rm, rv, y,
+            int rc = sl_bn_fwd_train(&e, rows, 3, x, gamma, beta, 0.1f, 1e-5f, rm, rv, y,
                                          sm, si);
             cr_assert_eq(rc, SL_EINVAL, "%s rows %lld: rc %d", e.ops->name, (long long)rows, rc);
             cr_assert(strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
@@ -214,23 +204,23 @@ Test(train_norm, cpu_matches_ref_awkward_shapes)
             cr_assert_eq(bn_train(&er, &r, 0.1f, 1e-5f), SL_OK, "%s", sl_errmsg());
             cr_assert_eq(bn_train(&ec, &c, 0.1f, 1e-5f), SL_OK, "%s", sl_errmsg());
             cr_log_info("bn rows %lld c %d", (long long)rows[i], cs[j]);
-            assert_close(c.y, r.y, n, 2e-6, 2e-6, "y");
-            assert_close(c.smean, r.smean, cs[j], 1e-7, 1e-6, "save_mean");
-            assert_close(c.sinv, r.sinv, cs[j], 0, 1e-6, "save_invstd");
-            assert_close(c.rmean, r.rmean, cs[j], 1e-7, 1e-6, "running_mean");
-            assert_close(c.rvar, r.rvar, cs[j], 0, 1e-6, "running_var");
+            tu_assert_close(c.y, r.y, n, 2e-6, 2e-6, "y");
+            tu_assert_close(c.smean, r.smean, cs[j], 1e-7, 1e-6, "save_mean");
+            tu_assert_close(c.sinv, r.sinv, cs[j], 0, 1e-6, "save_invstd");
+            tu_assert_close(c.rmean, r.rmean, cs[j], 1e-7, 1e-6, "running_mean");
+            tu_assert_close(c.rvar, r.rvar, cs[j], 0, 1e-6, "running_var");
             cr_assert_eq(bn_bwd(&er, &r), SL_OK, "%s", sl_errmsg());
             cr_assert_eq(bn_bwd(&ec, &c), SL_OK, "%s", sl_errmsg());
-            assert_close(c.dx, r.dx, n, 1e-6, 1e-4, "dx");
+            tu_assert_close(c.dx, r.dx, n, 1e-6, 1e-4, "dx");
             /* Sums of rows terms of size ~1: the error scales with sqrt(rows). */
             double atol = 2e-6 * sqrt((double)rows[i]);
-            assert_close(c.dgamma, r.dgamma, cs[j], atol, 1e-5, "dgamma");
-            assert_close(c.dbeta, r.dbeta, cs[j], atol, 1e-5, "dbeta");
+            tu_assert_close(c.dgamma, r.dgamma, cs[j], atol, 1e-5, "dgamma");
+            tu_assert_close(c.dbeta, r.dbeta, cs[j], atol, 1e-5, "dbeta");
             cr_assert_eq(er.ops->bn_fwd_eval(&er, r.rows, r.c, r.x, r.gamma, r.beta, r.rmean,
                                              r.rvar, 1e-5f, r.y), SL_OK);
             cr_assert_eq(ec.ops->bn_fwd_eval(&ec, c.rows, c.c, c.x, c.gamma, c.beta, r.rmean,
                                              r.rvar, 1e-5f, c.y), SL_OK);
-            assert_close(c.y, r.y, n, 2e-6, 2e-6, "eval y");
+            tu_assert_close(c.y, r.y, n, 2e-6, 2e-6, "eval y");
             bn_case_free(&r);
             bn_case_free(&c);
         }
@@ -347,13 +337,13 @@ Test(train_norm, large_offset_accuracy)
                       "ref ch %d: mean %g var %.9g want %.9g", ch, my, vy, want);
             cr_assert(fabs(r.smean[ch] - mx) <= 1e-7 * fabs(mx), "ref ch %d mean", ch);
         }
-        assert_close(cc.y, r.y, n, 1e-4, 1e-4, "y");
-        assert_close(cc.smean, r.smean, c, 0, 1e-7, "save_mean");
-        assert_close(cc.sinv, r.sinv, c, 0, 1e-5, "save_invstd");
-        assert_close(cc.rvar, r.rvar, c, 0, 1e-5, "running_var");
+        tu_assert_close(cc.y, r.y, n, 1e-4, 1e-4, "y");
+        tu_assert_close(cc.smean, r.smean, c, 0, 1e-7, "save_mean");
+        tu_assert_close(cc.sinv, r.sinv, c, 0, 1e-5, "save_invstd");
+        tu_assert_close(cc.rvar, r.rvar, c, 0, 1e-5, "running_var");
         cr_assert_eq(bn_bwd(&er, &r), SL_OK);
         cr_assert_eq(bn_bwd(&ec, &cc), SL_OK);
-        assert_close(cc.dx, r.dx, n, 1e-4, 1e-3, "dx");
+        tu_assert_close(cc.dx, r.dx, n, 1e-4, 1e-3, "dx");
         bn_case_free(&r);
         bn_case_free(&cc);
     }

@@ -370,17 +370,17 @@ Test(train_ops_cuda, bn_matches_ref)
             bn_out r, g;
             bn_run(&er, &b, x2, &r);
             bn_run(&eg, &b, x2, &g);
-            assert_close(g.y2, r.y2, n, 2e-6, 2e-6, "y step 1");
-            assert_close(g.y, r.y, n, 2e-6, 2e-6, "y step 2");
+            tu_assert_close(g.y2, r.y2, n, 2e-6, 2e-6, "y step 1");
+            tu_assert_close(g.y, r.y, n, 2e-6, 2e-6, "y step 2");
             assert_mean_close(g.sm, r.sm, b.x, R, c, "save_mean");
-            assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+            tu_assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
             assert_mean_close(g.rm, r.rm, b.x, R, c, "running_mean");
-            assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
-            assert_close(g.dx, r.dx, n, 1e-6 * max_gi(b.gamma, r.si, c), 1e-5, "dx");
+            tu_assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
+            tu_assert_close(g.dx, r.dx, n, 1e-6 * max_gi(b.gamma, r.si, c), 1e-5, "dx");
             double atol = 2e-6 * sqrt((double)R);
-            assert_close(g.dg, r.dg, c, atol, 1e-5, "dgamma");
-            assert_close(g.db, r.db, c, atol, 1e-5, "dbeta");
-            assert_close(g.ye, r.ye, n, 2e-6, 2e-6, "eval y");
+            tu_assert_close(g.dg, r.dg, c, atol, 1e-5, "dgamma");
+            tu_assert_close(g.db, r.db, c, atol, 1e-5, "dbeta");
+            tu_assert_close(g.ye, r.ye, n, 2e-6, 2e-6, "eval y");
             bn_out_free(&r), bn_out_free(&g);
             free(x2);
             bn_in_free(&b);
@@ -430,14 +430,14 @@ Test(train_ops_cuda, bn_large_rows_far_from_zero)
         cr_assert(fabs(g.sm[ch] - mx) <= 1e-7 * fabs(mx), "cuda ch %d mean %.9g want %.9g", ch,
                   g.sm[ch], mx);
     }
-    assert_close(g.y, r.y, n, 1e-5, 1e-5, "y");
-    assert_close(g.sm, r.sm, c, 0, 1e-7, "save_mean");
-    assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
-    assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
-    assert_close(g.dx, r.dx, n, 1e-5 * max_gi(b.gamma, r.si, c), 1e-4, "dx");
-    assert_close(g.dg, r.dg, c, 2e-6 * sqrt((double)R), 1e-5, "dgamma");
-    assert_close(g.db, r.db, c, 2e-6 * sqrt((double)R), 1e-5, "dbeta");
-    assert_close(g.ye, r.ye, n, 1e-5, 1e-5, "eval y");
+    tu_assert_close(g.y, r.y, n, 1e-5, 1e-5, "y");
+    tu_assert_close(g.sm, r.sm, c, 0, 1e-7, "save_mean");
+    tu_assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+    tu_assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
+    tu_assert_close(g.dx, r.dx, n, 1e-5 * max_gi(b.gamma, r.si, c), 1e-4, "dx");
+    tu_assert_close(g.dg, r.dg, c, 2e-6 * sqrt((double)R), 1e-5, "dgamma");
+    tu_assert_close(g.db, r.db, c, 2e-6 * sqrt((double)R), 1e-5, "dbeta");
+    tu_assert_close(g.ye, r.ye, n, 1e-5, 1e-5, "eval y");
     bn_out_free(&r), bn_out_free(&g);
     bn_in_free(&b);
     tg_close(&eg);
@@ -475,19 +475,19 @@ Test(train_ops_cuda, bn_sync_pieces_match_ref)
             cr_assert_eq(eg.ops->bn_fwd_apply(&eg, R, c, b.x, b.gamma, b.beta, mean, var, total,
                                               0.1f, 1e-5f, rm_g, rv_g, yg, smg, sig), SL_OK,
                          "%s", sl_errmsg());
-            assert_close(yg, yr, n, 1e-6, 1e-6, "y");
+            tu_assert_close(yg, yr, n, 1e-6, 1e-6, "y");
             assert_same(smg, mean, c, "save_mean (= mean)");
-            assert_close(sig, sir, c, 0, 1e-7, "save_invstd");
-            assert_close(rm_g, rm_r, c, 0, 1e-7, "running_mean");
-            assert_close(rv_g, rv_r, c, 0, 1e-7, "running_var");
+            tu_assert_close(sig, sir, c, 0, 1e-7, "save_invstd");
+            tu_assert_close(rm_g, rm_r, c, 0, 1e-7, "running_mean");
+            tu_assert_close(rv_g, rv_r, c, 0, 1e-7, "running_var");
 
             float *d0r = falloc(c), *d0g = falloc(c), *d1r = falloc(c), *d1g = falloc(c);
             cr_assert_eq(er.ops->bn_bwd_reduce(&er, R, c, b.x, b.dy, smr, sir, d0r, d1r), SL_OK);
             cr_assert_eq(eg.ops->bn_bwd_reduce(&eg, R, c, b.x, b.dy, smr, sir, d0g, d1g), SL_OK,
                          "%s", sl_errmsg());
             double atol = fsum_tol(R, 1.0); /* |dy|, |dy*xhat|: a few at most */
-            assert_close(d0g, d0r, c, atol, 1e-6, "sum_dy");
-            assert_close(d1g, d1r, c, atol, 1e-6, "sum_dy_xhat");
+            tu_assert_close(d0g, d0r, c, atol, 1e-6, "sum_dy");
+            tu_assert_close(d1g, d1r, c, atol, 1e-6, "sum_dy_xhat");
             for (int ch = 0; ch < c; ch++) /* as if all-reduced */
                 d0r[ch] *= 3, d1r[ch] *= 3;
             float *dxr = falloc(n), *dxg = falloc(n);
@@ -496,7 +496,7 @@ Test(train_ops_cuda, bn_sync_pieces_match_ref)
             cr_assert_eq(eg.ops->bn_bwd_apply(&eg, R, c, b.x, b.dy, b.gamma, smr, sir, d0r, d1r,
                                               total, dxg), SL_OK, "%s", sl_errmsg());
             /* same expression in double on both sides: to the last float bit or so */
-            assert_close(dxg, dxr, n, 1e-7 * max_gi(b.gamma, sir, c), 1e-6, "dx");
+            tu_assert_close(dxg, dxr, n, 1e-7 * max_gi(b.gamma, sir, c), 1e-6, "dx");
 
             free(mean), free(var), free(rm_r), free(rv_r), free(rm_g);
             free(rv_g), free(yr), free(yg), free(smr), free(smg), free(sir), free(sig);
@@ -628,18 +628,18 @@ Test(train_ops_cuda, bn_sync_pieces_compose_over_two_replicas)
                                                   rm, rv, y, sm, si), SL_OK, "%s", sl_errmsg());
                 /* the merged mean reaches bn_fwd_apply as a float: ~ulp(max|x|) */
                 double mtol = 4e-7 * max_abs(b.x, n), gi = max_gi(b.gamma, si, c);
-                assert_close(o.sm, sm, c, mtol, 0, "save_mean");
-                assert_close(o.si, si, c, 0, 1e-6, "save_invstd");
-                assert_close(o.rm, rm, c, mtol, 1e-6, "running_mean");
-                assert_close(o.rv, rv, c, 0, 1e-6, "running_var");
-                assert_close(o.y, y, n, 2e-6 + mtol * gi, 2e-6, "y vs bn_fwd_train");
-                assert_close(o.y, ref.y, n, 2e-6 + mtol * gi, 2e-6, "y vs ref");
-                assert_close(o.dx, whole.dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5,
+                tu_assert_close(o.sm, sm, c, mtol, 0, "save_mean");
+                tu_assert_close(o.si, si, c, 0, 1e-6, "save_invstd");
+                tu_assert_close(o.rm, rm, c, mtol, 1e-6, "running_mean");
+                tu_assert_close(o.rv, rv, c, 0, 1e-6, "running_var");
+                tu_assert_close(o.y, y, n, 2e-6 + mtol * gi, 2e-6, "y vs bn_fwd_train");
+                tu_assert_close(o.y, ref.y, n, 2e-6 + mtol * gi, 2e-6, "y vs ref");
+                tu_assert_close(o.dx, whole.dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5,
                              "dx vs bn_bwd");
-                assert_close(o.dx, ref.dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5, "dx vs ref");
+                tu_assert_close(o.dx, ref.dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5, "dx vs ref");
                 double atol = 2e-6 * sqrt((double)R);
-                assert_close(o.dg, whole.dg, c, atol, 1e-5, "sum of local dgamma");
-                assert_close(o.db, whole.db, c, atol, 1e-5, "sum of local dbeta");
+                tu_assert_close(o.dg, whole.dg, c, atol, 1e-5, "sum of local dgamma");
+                tu_assert_close(o.db, whole.db, c, atol, 1e-5, "sum of local dbeta");
                 sync_out_free(&o);
                 free(rm), free(rv), free(y), free(sm), free(si), free(dx), free(dg), free(db);
             }
@@ -724,7 +724,7 @@ static void assert_act(const float *got, const float *ref, int64_t n, double ato
     tg_round_all(r, n, t);
     char buf[96];
     snprintf(buf, sizeof buf, "%s (%s)", what, tg_type_name(t));
-    assert_close(got, r, n, atol, rtol + ldexp(1.0, 1 - tg_bits(t)), buf);
+    tu_assert_close(got, r, n, atol, rtol + ldexp(1.0, 1 - tg_bits(t)), buf);
     free(r);
 }
 
@@ -753,13 +753,13 @@ Test(train_ops_cuda, bn_bf16_f16_match_ref)
                 assert_act(g.y2, r.y2, n, 2e-6, 2e-6, t, "y step 1");
                 assert_act(g.y, r.y, n, 2e-6, 2e-6, t, "y step 2");
                 assert_mean_close(g.sm, r.sm, b.x, R, c, "save_mean");
-                assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+                tu_assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
                 assert_mean_close(g.rm, r.rm, b.x, R, c, "running_mean");
-                assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
+                tu_assert_close(g.rv, r.rv, c, 0, 1e-6, "running_var");
                 assert_act(g.dx, r.dx, n, 1e-6 * max_gi(b.gamma, r.si, c), 1e-5, t, "dx");
                 double atol = 2e-6 * sqrt((double)R);
-                assert_close(g.dg, r.dg, c, atol, 1e-5, "dgamma");
-                assert_close(g.db, r.db, c, atol, 1e-5, "dbeta");
+                tu_assert_close(g.dg, r.dg, c, atol, 1e-5, "dgamma");
+                tu_assert_close(g.db, r.db, c, atol, 1e-5, "dbeta");
                 assert_act(g.ye, r.ye, n, 2e-6, 2e-6, t, "eval y");
                 bn_out_free(&r), bn_out_free(&g);
                 free(x2);
@@ -805,16 +805,16 @@ Test(train_ops_cuda, bn_sync_pieces_bf16_f16_match_ref)
                                                   total, 0.1f, 1e-5f, rm_g, rv_g, yg, smg, sig),
                              SL_OK, "%s", sl_errmsg());
                 assert_act(yg, yr, n, 1e-6, 1e-6, t, "y");
-                assert_close(sig, sir, c, 0, 1e-7, "save_invstd");
-                assert_close(rv_g, rv_r, c, 0, 1e-7, "running_var");
+                tu_assert_close(sig, sir, c, 0, 1e-7, "save_invstd");
+                tu_assert_close(rv_g, rv_r, c, 0, 1e-7, "running_var");
                 float *d0r = falloc(c), *d0g = falloc(c), *d1r = falloc(c), *d1g = falloc(c);
                 cr_assert_eq(er.ops->bn_bwd_reduce(&er, R, c, b.x, b.dy, smr, sir, d0r, d1r),
                              SL_OK);
                 cr_assert_eq(eg.ops->bn_bwd_reduce(&eg, R, c, b.x, b.dy, smr, sir, d0g, d1g),
                              SL_OK, "%s", sl_errmsg());
                 double atol = fsum_tol(R, 1.0); /* |dy|, |dy*xhat|: a few at most */
-                assert_close(d0g, d0r, c, atol, 1e-6, "sum_dy");
-                assert_close(d1g, d1r, c, atol, 1e-6, "sum_dy_xhat");
+                tu_assert_close(d0g, d0r, c, atol, 1e-6, "sum_dy");
+                tu_assert_close(d1g, d1r, c, atol, 1e-6, "sum_dy_xhat");
                 for (int ch = 0; ch < c; ch++)
                     d0r[ch] *= 3, d1r[ch] *= 3;
                 float *dxr = falloc(n), *dxg = falloc(n);
@@ -883,44 +883,46 @@ Test(train_ops_cuda, bn_aliasing_bf16)
     tg_close(&eg);
 }
 
-/* The argument checks come before any device work, so they run without a
- * GPU, on an exec with no context (which must not be touched past them). */
+/* The argument checks (the entry points', train/ops.c) come before any
+ * device work, so they run without a GPU, on an exec with no context
+ * (which must not be touched past them). */
 Test(train_ops_cuda, bn_bad_arguments)
 {
     sl_exec e;
     memset(&e, 0, sizeof e);
     e.backend = SL_BACKEND_CUDA;
+    e.ops = &sl_ops_cuda; /* the entry points check, then run the cuda slot */
     float f[8] = {0};
     for (int64_t rows = 1; rows >= 0; rows--) {
-        cr_assert_eq(sl_bn_fwd_train_cuda(&e, rows, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f),
+        cr_assert_eq(sl_bn_fwd_train(&e, rows, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f),
                      SL_EINVAL);
-        cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_cuda") &&
+        cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train: cuda") &&
                   strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
     }
-    cr_assert_eq(sl_bn_fwd_train_cuda(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_eval_cuda(&e, -1, 3, f, f, f, f, f, 1e-5f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_cuda(&e, 0, 3, f, f, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, 0, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_reduce_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, -1, 3, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 2, -3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_train(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_eval(&e, -1, 3, f, f, f, f, f, 1e-5f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd(&e, 0, 3, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_reduce(&e, 2, 0, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_reduce: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_reduce(&e, -1, 3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce(&e, 2, -3, f, f, f, f, f, f), SL_EINVAL);
     /* forward statistics need 2 rows in all, and total >= this replica's rows */
-    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 3, f, f, f, f, f, 1.0, 0.1f, 1e-5f, f, f, f, f, f),
+    cr_assert_eq(sl_bn_fwd_apply(&e, 1, 3, f, f, f, f, f, 1.0, 0.1f, 1e-5f, f, f, f, f, f),
                  SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 3, 1, f, f, f, f, f, 2.0, 0.1f, 1e-5f, f, f, f, f, f),
+    cr_assert_eq(sl_bn_fwd_apply(&e, 3, 1, f, f, f, f, f, 2.0, 0.1f, 1e-5f, f, f, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_apply_cuda(&e, 1, 1, f, f, f, f, f, NAN, 0.1f, 1e-5f, f, f, f, f, f),
+    cr_assert_eq(sl_bn_fwd_apply(&e, 1, 1, f, f, f, f, f, NAN, 0.1f, 1e-5f, f, f, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_apply_cuda(&e, 0, 3, f, f, f, f, f, f, f, 0.5, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_apply_cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_apply(&e, 0, 3, f, f, f, f, f, f, f, 0.5, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_apply: cuda"), "%s", sl_errmsg());
     /* good shapes, no context */
-    cr_assert_eq(sl_bn_fwd_train_cuda(&e, 2, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_fwd_train(&e, 2, 3, f, f, f, 0.1f, 1e-5f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(&e, 0, 3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce(&e, 0, 3, f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_reduce_cuda(NULL, 0, 3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_reduce(NULL, 0, 3, f, f, f, f, f, f), SL_EINVAL);
 }
 
 /* ------------------------------------ fused BN + add + ReLU, ReLU + BN bwd */
@@ -1021,9 +1023,9 @@ Test(train_ops_cuda, bn_fused_fwd_matches_ref_and_unfused)
                     tg_downf(grm, drm, c), tg_downf(grv, drv, c);
                     assert_fwd_act(gy, wy, ybn, n, t, "y");
                     assert_mean_close(gsm, wsm, b.x, R, c, "save_mean");
-                    assert_close(gsi, wsi, c, 0, 1e-6, "save_invstd");
+                    tu_assert_close(gsi, wsi, c, 0, 1e-6, "save_invstd");
                     assert_mean_close(grm, wrm, b.x, R, c, "running_mean");
-                    assert_close(grv, wrv, c, 0, 1e-6, "running_var");
+                    tu_assert_close(grv, wrv, c, 0, 1e-6, "running_var");
                     /* the unfused cuda ops on the same inputs: the same bits */
                     cr_assert_eq(eg.act, t);
                     cr_assert_eq(cudaMemcpy(drm, b.rmean, c * sizeof(float),
@@ -1121,8 +1123,8 @@ Test(train_ops_cuda, bn_fused_bwd_matches_ref_and_unfused)
                 assert_same(gdz, wdz, n, "masked dz in place");
                 assert_act(gdx, wdx, n, 1e-6 * max_gi(b.gamma, si, c), 1e-5, t, "dx");
                 double atol = 2e-6 * sqrt((double)R);
-                assert_close(gdg, wdg, c, atol, 1e-5, "dgamma");
-                assert_close(gdb, wdb, c, atol, 1e-5, "dbeta");
+                tu_assert_close(gdg, wdg, c, atol, 1e-5, "dgamma");
+                tu_assert_close(gdb, wdb, c, atol, 1e-5, "dbeta");
                 /* the unfused cuda ops: the same bits */
                 cr_assert_eq(sl_relu_bwd_cuda(&eg, n, dz, ddz2, ddz2), SL_OK, "%s", sl_errmsg());
                 cr_assert_eq(sl_bn_bwd_cuda(&eg, R, c, dx, ddz2, dgm, dsm, dsi, ddx2, ddg2, ddb2),
@@ -1254,7 +1256,7 @@ Test(train_ops_cuda, bn_vector_scalar_one_and_many_rows)
                 tg_downa(got, dy, n, t), tg_downf(gsm, dsm, c), tg_downf(gsi, dsi, c);
                 assert_fwd_act(got, want, ybn, n, t, "fused y");
                 assert_mean_close(gsm, sm, b.x, R, c, "save_mean");
-                assert_close(gsi, si, c, 0, 1e-6, "save_invstd");
+                tu_assert_close(gsi, si, c, 0, 1e-6, "save_invstd");
             } else { /* any saved statistics do for backward */
                 for (int ch = 0; ch < c; ch++)
                     sm[ch] = 0.25f, si[ch] = 1.5f;
@@ -1275,8 +1277,8 @@ Test(train_ops_cuda, bn_vector_scalar_one_and_many_rows)
             assert_same(got, wdz, n, "masked dz");
             tg_downa(got, ddx, n, t), tg_downf(gdg, dgg, c), tg_downf(gdb, dgb, c);
             assert_act(got, want, n, 1e-6 * max_gi(b.gamma, si, c), 1e-5, t, "dx over x");
-            assert_close(gdg, wdg, c, 2e-6 * sqrt((double)R), 1e-5, "dgamma");
-            assert_close(gdb, wdb, c, 2e-6 * sqrt((double)R), 1e-5, "dbeta");
+            tu_assert_close(gdg, wdg, c, 2e-6 * sqrt((double)R), 1e-5, "dgamma");
+            tu_assert_close(gdb, wdb, c, 2e-6 * sqrt((double)R), 1e-5, "dbeta");
             /* eval with the running statistics */
             cr_assert_eq(sl_bn_fwd_eval_ref(&er, R, c, b.x, b.gamma, b.beta, b.rmean, b.rvar,
                                             1e-5f, want), SL_OK);
@@ -1326,9 +1328,9 @@ Test(train_ops_cuda, bn_one_pass_stats_hard_inputs)
     bn_run(&er, &b, b.x, &r);
     bn_run(&eg, &b, b.x, &g);
     assert_mean_close(g.sm, r.sm, b.x, R, c, "save_mean");
-    assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
-    assert_close(g.rv, r.rv, c, 1e-30, 1e-6, "running_var");
-    assert_close(g.y, r.y, n, 2e-5, 2e-6, "y");
+    tu_assert_close(g.si, r.si, c, 0, 1e-6, "save_invstd");
+    tu_assert_close(g.rv, r.rv, c, 1e-30, 1e-6, "running_var");
+    tu_assert_close(g.y, r.y, n, 2e-5, 2e-6, "y");
     cr_assert_eq(g.si[0], r.si[0], "constant channel: invstd %.9g want %.9g (1/sqrt(eps))",
                  g.si[0], r.si[0]);
     bn_out_free(&r), bn_out_free(&g);
@@ -1374,29 +1376,30 @@ Test(train_ops_cuda, bn_fused_bad_arguments)
     sl_exec e;
     memset(&e, 0, sizeof e);
     e.backend = SL_BACKEND_CUDA;
+    e.ops = &sl_ops_cuda; /* the entry points check, then run the cuda slot */
     float f[8] = {0};
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 1, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 1, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
                  SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_act_cuda") &&
+    cr_assert(strstr(sl_errmsg(), "sl_bn_fwd_train_act: cuda") &&
               strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, NULL, 0, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 0, f, f, f, 0.1f, 1e-5f, f, f, NULL, 0, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, NULL, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, f, 1, NULL, f, f),
                  SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "NULL tensor"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, NULL, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 3, NULL, f, f, 0.1f, 1e-5f, f, f, f, 1, f, f, f),
                  SL_EINVAL);
-    cr_assert_eq(sl_bn_fwd_train_act_cuda(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, NULL, 1, f, f, f),
+    cr_assert_eq(sl_bn_fwd_train_act(&e, 4, 3, f, f, f, 0.1f, 1e-5f, f, f, NULL, 1, f, f, f),
                  SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 0, 3, f, f, f, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_act_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, -1, f, f, f, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, 3, f, NULL, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(&e, 0, 3, f, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_bn_bwd_act: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_act(&e, 2, -1, f, f, f, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(&e, 2, 3, f, NULL, f, f, f, f, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "NULL tensor"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(&e, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(&e, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_bn_bwd_act_cuda(NULL, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_bn_bwd_act(NULL, 2, 3, f, f, f, f, f, f, f, NULL, NULL), SL_EINVAL);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

@@ -31,16 +31,6 @@ static float *fdup(const float *v, int64_t n)
     return p;
 }
 
-static void assert_close(const float *got, const float *want, int64_t n, double atol,
-                         double rtol, const char *what)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        cr_assert(d <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g want %.9g (diff %.3g)",
-                  what, (long long)i, got[i], want[i], d);
-    }
-}
-
 /* max over channels of |gamma|*invstd: the size of a BN's y and dx terms
  * per unit of (x - mean) and dy, which sets their absolute float error. */
 static double max_gi(const float *gamma, const float *invstd, int c)
@@ -131,8 +121,8 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
             memcpy(sc, sc + ns / 2, (size_t)ns / 2 * sizeof(float));
             cr_assert_eq(er.ops->bn_moments_merge(&er, R, c, 2, sr, mean, var), SL_OK);
             cr_assert_eq(ec.ops->bn_moments_merge(&ec, R, c, 2, sc, mc, vc), SL_OK);
-            assert_close(mc, mean, c, 1e-6, 1e-6, "merged mean");
-            assert_close(vc, var, c, 1e-12, 2e-6, "merged var"); /* non-negative terms */
+            tu_assert_close(mc, mean, c, 1e-6, 1e-6, "merged mean");
+            tu_assert_close(vc, var, c, 1e-12, 2e-6, "merged var"); /* non-negative terms */
             for (int ch = 0; ch < c; ch++)
                 var[ch] += 0.01f; /* generic, never 0 */
 
@@ -147,12 +137,12 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
             cr_assert_eq(ec.ops->bn_fwd_apply(&ec, R, c, b.x, b.gamma, b.beta, mean, var, total,
                                               0.1f, 1e-5f, rm_c, rv_c, yc, smc, sic), SL_OK,
                          "%s", sl_errmsg());
-            assert_close(yc, yr, n, 2e-6, 2e-6, "y");
-            assert_close(smc, mean, c, 0, 0, "save_mean (= mean)");
-            assert_close(smr, mean, c, 0, 0, "ref save_mean (= mean)");
-            assert_close(sic, sir, c, 0, 1e-7, "save_invstd");
-            assert_close(rm_c, rm_r, c, 0, 0, "running_mean");
-            assert_close(rv_c, rv_r, c, 0, 1e-7, "running_var");
+            tu_assert_close(yc, yr, n, 2e-6, 2e-6, "y");
+            tu_assert_close(smc, mean, c, 0, 0, "save_mean (= mean)");
+            tu_assert_close(smr, mean, c, 0, 0, "ref save_mean (= mean)");
+            tu_assert_close(sic, sir, c, 0, 1e-7, "save_invstd");
+            tu_assert_close(rm_c, rm_r, c, 0, 0, "running_mean");
+            tu_assert_close(rv_c, rv_r, c, 0, 1e-7, "running_var");
             for (int ch = 0; ch < c; ch++) { /* the running update by hand */
                 double want = 0.9 * b.rvar[ch] + 0.1 * var[ch] * total / (total - 1);
                 cr_assert(fabs(rv_r[ch] - want) <= 1e-6 * want, "running_var[%d] %g want %g",
@@ -166,8 +156,8 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
             cr_assert_eq(ec.ops->bn_bwd_reduce(&ec, R, c, b.x, b.dy, smr, sir, sdy_c, sdx_c),
                          SL_OK, "%s", sl_errmsg());
             double atol = 2e-6 * sqrt((double)R);
-            assert_close(sdy_c, sdy_r, c, atol, 1e-5, "sum_dy");
-            assert_close(sdx_c, sdx_r, c, atol, 1e-5, "sum_dy_xhat");
+            tu_assert_close(sdy_c, sdy_r, c, atol, 1e-5, "sum_dy");
+            tu_assert_close(sdx_c, sdx_r, c, atol, 1e-5, "sum_dy_xhat");
 
             /* bn_bwd_apply with the same sums (as if all-reduced: x3) */
             for (int ch = 0; ch < c; ch++)
@@ -179,7 +169,7 @@ Test(train_norm_sync, cpu_matches_ref_awkward_shapes)
                                               sdx_r, total, dxc), SL_OK, "%s", sl_errmsg());
             /* dx = a*dy - k*(x-mean) - b: terms of size gamma*invstd whose
              * float rounding stays when they cancel */
-            assert_close(dxc, dxr, n, 4e-7 * max_gi(b.gamma, sir, c), 1e-5, "dx");
+            tu_assert_close(dxc, dxr, n, 4e-7 * max_gi(b.gamma, sir, c), 1e-5, "dx");
             /* dx may be dy: in place gives the same */
             float *g = fdup(b.dy, n);
             cr_assert_eq(ec.ops->bn_bwd_apply(&ec, R, c, b.x, g, b.gamma, smr, sir, sdy_r, sdx_r,
@@ -321,16 +311,16 @@ Test(train_norm_sync, pieces_compose_to_bn_over_all_rows)
                      * ~ulp(xmax) of bn_fwd_train's; y and dx move by that times
                      * gamma*invstd. */
                     double mtol = 4e-7 * max_abs(b.x, n), gi = max_gi(b.gamma, si, c);
-                    assert_close(o.smean, sm, c, mtol, 0, "save_mean");
-                    assert_close(o.sinv, si, c, 0, 1e-6, "save_invstd");
-                    assert_close(o.rm, rm, c, mtol, 1e-6, "running_mean");
-                    assert_close(o.rv, rv, c, 0, 1e-6, "running_var");
-                    assert_close(o.y, y, n, 2e-6 + mtol * gi, 2e-6, "y");
-                    assert_close(o.dx, dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5, "dx");
+                    tu_assert_close(o.smean, sm, c, mtol, 0, "save_mean");
+                    tu_assert_close(o.sinv, si, c, 0, 1e-6, "save_invstd");
+                    tu_assert_close(o.rm, rm, c, mtol, 1e-6, "running_mean");
+                    tu_assert_close(o.rv, rv, c, 0, 1e-6, "running_var");
+                    tu_assert_close(o.y, y, n, 2e-6 + mtol * gi, 2e-6, "y");
+                    tu_assert_close(o.dx, dx, n, 4e-7 * gi + 2 * mtol * gi * gi, 1e-5, "dx");
                     /* the replicas' local param grads add up to the whole batch's */
                     double atol = 2e-6 * sqrt((double)R);
-                    assert_close(o.dgamma, dg, c, atol, 1e-5, "sum of local dgamma");
-                    assert_close(o.dbeta, db, c, atol, 1e-5, "sum of local dbeta");
+                    tu_assert_close(o.dgamma, dg, c, atol, 1e-5, "sum of local dgamma");
+                    tu_assert_close(o.dbeta, db, c, atol, 1e-5, "sum of local dbeta");
                     sync_out_free(&o);
                 }
                 free(rm), free(rv), free(y), free(sm), free(si), free(dx), free(dg), free(db);
@@ -359,16 +349,16 @@ Test(train_norm_sync, golden_split_over_two_replicas)
         int64_t cut[3] = {0, 2, 4};
         sync_out o;
         run_sync(&e, &b, 2, cut, &o);
-        assert_close(o.y, y1, 8, 1e-6, 1e-6, "y");
-        assert_close(o.smean, mean1, 2, 0, 1e-7, "save_mean");
-        assert_close(o.sinv, inv1, 2, 0, 1e-6, "save_invstd");
-        assert_close(o.rm, rm1, 2, 1e-7, 1e-6, "running_mean");
-        assert_close(o.rv, rv1, 2, 0, 1e-6, "running_var");
+        tu_assert_close(o.y, y1, 8, 1e-6, 1e-6, "y");
+        tu_assert_close(o.smean, mean1, 2, 0, 1e-7, "save_mean");
+        tu_assert_close(o.sinv, inv1, 2, 0, 1e-6, "save_invstd");
+        tu_assert_close(o.rm, rm1, 2, 1e-7, 1e-6, "running_mean");
+        tu_assert_close(o.rv, rv1, 2, 0, 1e-6, "running_var");
         /* dy = 1 at row 0 of ch 0 and row 1 of ch 1, else 0: dbeta = (1, 1),
          * dgamma = (xhat[0][0], xhat[1][1]) = ((1-2.5)*inv, (10-11)*inv) */
         float want_db[2] = {1, 1}, want_dg[2] = {-1.5f * inv1[0], -1.0f * inv1[1]};
-        assert_close(o.dbeta, want_db, 2, 0, 0, "dbeta");
-        assert_close(o.dgamma, want_dg, 2, 1e-7, 1e-6, "dgamma");
+        tu_assert_close(o.dbeta, want_db, 2, 0, 0, "dbeta");
+        tu_assert_close(o.dgamma, want_dg, 2, 1e-7, 1e-6, "dgamma");
         /* dx[r][ch] = gamma*inv/4 * (4*dy - 1 - xhat*dgamma) */
         for (int r = 0; r < 4; r++)
             for (int ch = 0; ch < 2; ch++) {
@@ -394,28 +384,28 @@ Test(train_norm_sync, bad_arguments)
         sl_exec e;
         exec_init(&e, backs[k]);
         const sl_ops *o = e.ops;
-        cr_assert_eq(o->bn_bwd_reduce(&e, 2, 0, x, x, zero, one, out, out + 3), SL_EINVAL);
+        cr_assert_eq(sl_bn_bwd_reduce(&e, 2, 0, x, x, zero, one, out, out + 3), SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_bwd_reduce") && strstr(sl_errmsg(), o->name), "%s",
                   sl_errmsg());
-        cr_assert_eq(o->bn_bwd_reduce(&e, 2, -3, x, x, zero, one, out, out + 3), SL_EINVAL);
+        cr_assert_eq(sl_bn_bwd_reduce(&e, 2, -3, x, x, zero, one, out, out + 3), SL_EINVAL);
         /* a replica may have no rows: its sums are zero */
         out[0] = out[3] = 5;
-        cr_assert_eq(o->bn_bwd_reduce(&e, 0, 3, x, x, zero, one, out, out + 3), SL_OK, "%s",
+        cr_assert_eq(sl_bn_bwd_reduce(&e, 0, 3, x, x, zero, one, out, out + 3), SL_OK, "%s",
                      sl_errmsg());
         cr_assert(out[0] == 0.0f && out[3] == 0.0f);
         /* forward statistics need 2 rows in all; total >= this replica's rows */
         for (int t = 0; t < 3; t++) {
             double totals[] = {1.0, 0.5, NAN};
-            int rc = o->bn_fwd_apply(&e, 1, 3, x, one, zero, zero, one, totals[t], 0.1f, 1e-5f,
+            int rc = sl_bn_fwd_apply(&e, 1, 3, x, one, zero, zero, one, totals[t], 0.1f, 1e-5f,
                                      rm, rv, out, sm, si);
             cr_assert_eq(rc, SL_EINVAL, "%s total %g", o->name, totals[t]);
             cr_assert(strstr(sl_errmsg(), "at least 2 values per channel"), "%s", sl_errmsg());
         }
-        cr_assert_eq(o->bn_fwd_apply(&e, 2, 3, x, one, zero, zero, one, 1.5, 0.1f, 1e-5f, rm, rv,
+        cr_assert_eq(sl_bn_fwd_apply(&e, 2, 3, x, one, zero, zero, one, 1.5, 0.1f, 1e-5f, rm, rv,
                                      out, sm, si), SL_EINVAL, "total below rows");
         for (int ch = 0; ch < 3; ch++)
             cr_assert(rm[ch] == 7 && rv[ch] == 9, "nothing written on refusal");
-        cr_assert_eq(o->bn_bwd_apply(&e, 2, 3, x, x, one, zero, one, zero, zero, 0.0, out),
+        cr_assert_eq(sl_bn_bwd_apply(&e, 2, 3, x, x, one, zero, one, zero, zero, 0.0, out),
                      SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_bwd_apply"), "%s", sl_errmsg());
         sl_exec_fini(&e);
@@ -465,11 +455,11 @@ Test(train_norm_sync, large_offset_accuracy)
         sync_out o;
         run_sync(&e, &b, 3, cut, &o);
         cr_log_info("%s: y tolerance %.3g", e.ops->name, mtol * gi);
-        assert_close(o.smean, sm, c, mtol, 0, "save_mean");
-        assert_close(o.sinv, si, c, 0, 1e-5, "save_invstd");
-        assert_close(o.rv, rv, c, 0, 1e-5, "running_var");
-        assert_close(o.y, y, R * c, mtol * gi, 1e-5, "y");
-        assert_close(o.dx, dx, R * c, 4e-7 * gi + 2 * mtol * gi * gi, 1e-4, "dx");
+        tu_assert_close(o.smean, sm, c, mtol, 0, "save_mean");
+        tu_assert_close(o.sinv, si, c, 0, 1e-5, "save_invstd");
+        tu_assert_close(o.rv, rv, c, 0, 1e-5, "running_var");
+        tu_assert_close(o.y, y, R * c, mtol * gi, 1e-5, "y");
+        tu_assert_close(o.dx, dx, R * c, 4e-7 * gi + 2 * mtol * gi * gi, 1e-4, "dx");
         sync_out_free(&o);
         sl_exec_fini(&e);
     }
@@ -582,9 +572,9 @@ Test(train_norm_sync, moments_compose_to_stats_of_all_rows)
                     cr_assert_eq(e.ops->bn_fwd_apply(&e, R, c, b.x, b.gamma, b.beta, mean, var,
                                                      (double)R, 0.1f, 1e-5f, rm2, rv2, y2, sm2,
                                                      si2), SL_OK, "%s", sl_errmsg());
-                    assert_close(rv2, rv, c, 0, 1e-6, "running_var");
-                    assert_close(rm2, rm, c, 1e-7, 1e-6, "running_mean");
-                    assert_close(y2, y, R * c, 1e-5 * max_gi(b.gamma, si, c), 1e-5, "y");
+                    tu_assert_close(rv2, rv, c, 0, 1e-6, "running_var");
+                    tu_assert_close(rm2, rm, c, 1e-7, 1e-6, "running_mean");
+                    tu_assert_close(y2, y, R * c, 1e-5 * max_gi(b.gamma, si, c), 1e-5, "y");
                     free(rm), free(rv), free(y), free(sm), free(si);
                     free(rm2), free(rv2), free(y2), free(sm2), free(si2);
                     free(mean), free(var), free(em), free(ev);
@@ -666,19 +656,19 @@ Test(train_norm_sync, moments_bad_arguments)
         sl_exec e;
         exec_init(&e, backs[k]);
         const sl_ops *o = e.ops;
-        cr_assert_eq(o->bn_moments(&e, 2, 3, x, 2, 2, slots), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments(&e, 2, 3, x, 2, 2, slots), SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_moments") && strstr(sl_errmsg(), o->name) &&
                   strstr(sl_errmsg(), "replica 2 of 2"), "%s", sl_errmsg());
-        cr_assert_eq(o->bn_moments(&e, 2, 3, x, 0, 0, slots), SL_EINVAL);
-        cr_assert_eq(o->bn_moments(&e, 2, 0, x, 1, 0, slots), SL_EINVAL);
-        cr_assert_eq(o->bn_moments_merge(&e, -1, 3, 1, slots, mean, var), SL_EINVAL);
-        cr_assert_eq(o->bn_moments_merge(&e, 2, 3, 0, slots, mean, var), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments(&e, 2, 3, x, 0, 0, slots), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments(&e, 2, 0, x, 1, 0, slots), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments_merge(&e, -1, 3, 1, slots, mean, var), SL_EINVAL);
+        cr_assert_eq(sl_bn_moments_merge(&e, 2, 3, 0, slots, mean, var), SL_EINVAL);
         cr_assert(strstr(sl_errmsg(), "bn_moments_merge"), "%s", sl_errmsg());
         /* no rows anywhere: zeros (bn_fwd_apply refuses the total later) */
-        cr_assert_eq(o->bn_moments(&e, 0, 3, x, 2, 1, slots), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(sl_bn_moments(&e, 0, 3, x, 2, 1, slots), SL_OK, "%s", sl_errmsg());
         for (int i = 0; i < 18; i++)
             cr_assert(slots[i] == 0.0f);
-        cr_assert_eq(o->bn_moments_merge(&e, 0, 3, 2, slots, mean, var), SL_OK);
+        cr_assert_eq(sl_bn_moments_merge(&e, 0, 3, 2, slots, mean, var), SL_OK);
         cr_assert(mean[0] == 0 && var[0] == 0);
         sl_exec_fini(&e);
     }

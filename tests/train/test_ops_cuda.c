@@ -614,20 +614,20 @@ Test(train_ops_cuda, fc_matches_ref)
                 cr_assert_eq(er.ops->fc_fwd(&er, n, in, out, x, w, b, yr), SL_OK);
                 cr_assert_eq(eg.ops->fc_fwd(&eg, n, in, out, x, w, b, yg), SL_OK, "%s",
                              sl_errmsg());
-                assert_close(yg, yr, (int64_t)n * out, 2e-6 * sqrt((double)in + 1), 1e-5, "y");
+                tu_assert_close(yg, yr, (int64_t)n * out, 2e-6 * sqrt((double)in + 1), 1e-5, "y");
                 cr_assert_eq(er.ops->fc_bwd(&er, n, in, out, x, w, dy, dxr, dwr, dbr), SL_OK);
                 cr_assert_eq(eg.ops->fc_bwd(&eg, n, in, out, x, w, dy, dxg, dwg, dbg), SL_OK, "%s",
                              sl_errmsg());
-                assert_close(dxg, dxr, (int64_t)n * in, 2e-6 * sqrt((double)out), 1e-5, "dx");
-                assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5, "dw");
-                assert_close(dbg, dbr, out, 1e-7, 1e-6, "db");
+                tu_assert_close(dxg, dxr, (int64_t)n * in, 2e-6 * sqrt((double)out), 1e-5, "dx");
+                tu_assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5, "dw");
+                tu_assert_close(dbg, dbr, out, 1e-7, 1e-6, "db");
                 /* dx may be NULL: dw and db as before */
                 memset(dwg, 0, (size_t)out * in * 4), memset(dbg, 0, (size_t)out * 4);
                 cr_assert_eq(eg.ops->fc_bwd(&eg, n, in, out, x, w, dy, NULL, dwg, dbg), SL_OK, "%s",
                              sl_errmsg());
-                assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5,
+                tu_assert_close(dwg, dwr, (int64_t)out * in, 2e-6 * sqrt((double)n), 1e-5,
                              "dw (dx NULL)");
-                assert_close(dbg, dbr, out, 1e-7, 1e-6, "db (dx NULL)");
+                tu_assert_close(dbg, dbr, out, 1e-7, 1e-6, "db (dx NULL)");
                 free(x), free(w), free(b), free(dy), free(yr), free(yg), free(dxr), free(dxg);
                 free(dwr), free(dwg), free(dbr), free(dbg);
             }
@@ -674,7 +674,7 @@ Test(train_ops_cuda, xent_matches_ref)
                 cr_assert(fabs((double)lg - lr_) <= 1e-7 + 1e-6 * fabs(lr_),
                           "loss %.9g want %.9g", (double)lg, (double)lr_);
                 cr_assert_eq(cg, cr_, "correct %d want %d", cg, cr_);
-                assert_close(dg, dr, nl, 1e-9, 1e-6, "dlogits");
+                tu_assert_close(dg, dr, nl, 1e-9, 1e-6, "dlogits");
                 /* correct may be NULL */
                 cr_assert_eq(eg.ops->xent_fwd_bwd(&eg, n, k, l, lab, smooth[s], &lg, dg, NULL),
                              SL_OK, "%s", sl_errmsg());
@@ -859,30 +859,33 @@ Test(train_ops_cuda, xent_acc_bad_label)
 
 /* ---------------------------------------------------------------- errors */
 
-/* The argument checks come before any device work, so they run without a
- * GPU: an exec with no context must not be touched past them either. */
+/* The argument checks (the entry points', train/ops.c; sl_xent_acc_cuda,
+ * outside the table, has its own) come before any device work, so they run
+ * without a GPU: an exec with no context must not be touched past them
+ * either. */
 Test(train_ops_cuda, bad_arguments)
 {
     sl_exec e;
     memset(&e, 0, sizeof e);
     e.backend = SL_BACKEND_CUDA; /* no context: e.cuda = NULL */
+    e.ops = &sl_ops_cuda;        /* the entry points check, then run the cuda slot */
     float f[4] = {0};
     int32_t a[4] = {0};
     float loss;
     sl_pool_shape sh;
-    cr_assert_eq(sl_relu_fwd_cuda(&e, -1, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_relu_fwd_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_add_cuda(&e, 4, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_relu_fwd(&e, -1, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_relu_fwd: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_add(&e, 4, f, f, f), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
-    cr_assert_eq(sl_gap_fwd_cuda(&e, 1, 0, 3, f, f), SL_EINVAL);
-    cr_assert_eq(sl_gap_bwd_cuda(&e, 0, 1, 3, f, f), SL_EINVAL);
-    cr_assert_eq(sl_fc_fwd_cuda(&e, 0, 3, 3, f, f, f, f), SL_EINVAL);
-    cr_assert(strstr(sl_errmsg(), "sl_fc_fwd_cuda"), "%s", sl_errmsg());
-    cr_assert_eq(sl_fc_bwd_cuda(&e, 1, 3, -3, f, f, f, f, f, f), SL_EINVAL);
-    cr_assert_eq(sl_xent_fwd_bwd_cuda(&e, 0, 10, f, a, 0.0f, &loss, f, NULL), SL_EINVAL);
-    cr_assert_eq(sl_xent_fwd_bwd_cuda(&e, 2, 10, f, a, 1.5f, &loss, f, NULL), SL_EINVAL);
+    cr_assert_eq(sl_gap_fwd(&e, 1, 0, 3, f, f), SL_EINVAL);
+    cr_assert_eq(sl_gap_bwd(&e, 0, 1, 3, f, f), SL_EINVAL);
+    cr_assert_eq(sl_fc_fwd(&e, 0, 3, 3, f, f, f, f), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_fc_fwd: cuda"), "%s", sl_errmsg());
+    cr_assert_eq(sl_fc_bwd(&e, 1, 3, -3, f, f, f, f, f, f), SL_EINVAL);
+    cr_assert_eq(sl_xent_fwd_bwd(&e, 0, 10, f, a, 0.0f, &loss, f, NULL), SL_EINVAL);
+    cr_assert_eq(sl_xent_fwd_bwd(&e, 2, 10, f, a, 1.5f, &loss, f, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "label smoothing 1.5 outside [0, 1]"), "%s", sl_errmsg());
-    cr_assert_eq(sl_xent_fwd_bwd_cuda(&e, 2, 10, f, a, NAN, &loss, f, NULL), SL_EINVAL);
+    cr_assert_eq(sl_xent_fwd_bwd(&e, 2, 10, f, a, NAN, &loss, f, NULL), SL_EINVAL);
     double acc[2];
     cr_assert_eq(sl_xent_acc_cuda(&e, 0, 10, f, a, 0.0f, NULL, f, acc), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "sl_xent_acc_cuda: 0 rows of 10 classes"), "%s", sl_errmsg());
@@ -896,13 +899,13 @@ Test(train_ops_cuda, bad_arguments)
     /* a pool shape not from sl_pool_shape_init, and one too big for int32 */
     cr_assert_eq(sl_pool_shape_init(&sh, 1, 7, 7, 3, 3, 2, 1), SL_OK);
     sh.p++;
-    cr_assert_eq(sl_maxpool_fwd_cuda(&e, &sh, f, f, a), SL_EINVAL);
+    cr_assert_eq(sl_maxpool_fwd(&e, &sh, f, f, a), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "bad pool geometry"), "%s", sl_errmsg());
     cr_assert_eq(sl_pool_shape_init(&sh, 1 << 12, 256, 256, 64, 3, 2, 1), SL_OK);
-    cr_assert_eq(sl_maxpool_fwd_cuda(&e, &sh, NULL, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_maxpool_fwd(&e, &sh, NULL, NULL, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "int32 argmax"), "%s", sl_errmsg());
-    cr_assert_eq(sl_maxpool_bwd_cuda(&e, &sh, NULL, NULL, NULL), SL_EINVAL);
-    cr_assert_eq(sl_maxpool_fwd_cuda(&e, NULL, NULL, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_maxpool_bwd(&e, &sh, NULL, NULL, NULL), SL_EINVAL);
+    cr_assert_eq(sl_maxpool_fwd(&e, NULL, NULL, NULL, NULL), SL_EINVAL);
 }
 
 #endif /* SLUICE_TRAIN_CUDA */

@@ -83,12 +83,11 @@ static void set_free(sgd_set *s)
 static void assert_close_at(const float *got, const float *want, int64_t n, double atol,
                             double rtol, const char *what, int tensor, int step)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        cr_assert(d <= atol + rtol * fabs(want[i]),
-                  "%s of tensor %d step %d [%lld]: got %.9g want %.9g (diff %.3g)", what, tensor,
-                  step, (long long)i, got[i], want[i], d);
-    }
+    int64_t i = tu_first_far(got, want, n, atol, rtol);
+    if (i >= 0)
+        cr_assert_fail("%s of tensor %d step %d [%lld]: got %.9g want %.9g (diff %.3g)", what,
+                       tensor, step, (long long)i, got[i], want[i],
+                       fabs((double)got[i] - want[i]));
 }
 
 Test(train_sgd_cuda, matches_host_sgd_over_steps)
