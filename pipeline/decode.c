@@ -93,7 +93,6 @@ struct sl_decoder {
     int full;                 /* SLUICE_DECODE=full */
     int rgb;                  /* SLUICE_DECODE=rgb: samples without decode_yuv.c */
     uint64_t max_pixels;      /* larger images are refused from the header */
-    int fast_idct;            /* JDCT_IFAST instead of JDCT_ISLOW */
     sl_yuv_buf yuv;           /* decode_yuv.c's planes */
     uint8_t *buf;             /* crop rows: (rows, row_width, 3) u8 */
     size_t cap;
@@ -178,12 +177,6 @@ void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n)
         d->max_pixels = n ? n : SL_MAX_PIXELS_DEFAULT;
 }
 
-void sl_decoder_set_fast_idct(sl_decoder *d, int on)
-{
-    if (d)
-        d->fast_idct = on != 0;
-}
-
 void sl_decoder_destroy(sl_decoder *d)
 {
     if (!d)
@@ -251,10 +244,6 @@ static int read_header(sl_decoder *d, const sl_decode_job *j, const char *fn)
     struct jpeg_decompress_struct *ci = &d->cinfo;
     jpeg_mem_src(ci, j->jpeg, (unsigned long)j->len);
     jpeg_read_header(ci, TRUE);
-    /* jpeg_read_header resets dct_method; libjpeg's scaled IDCTs (below
-     * 8/8) have one method only, so this changes full-scale blocks. */
-    if (d->fast_idct)
-        ci->dct_method = JDCT_IFAST;
     if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK)
         return sl_fail(SL_EIMAGE, "%s: CMYK JPEG: not supported", fn);
     if (ci->num_components != 1 && ci->num_components != 3)

@@ -331,7 +331,6 @@ extern "C" int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, u
     if ((rc = sl_decoder_create(&g->dec)))
         goto fail;
     sl_decoder_set_max_pixels(g->dec, cfg->max_pixels); // as the workers' decoders
-    sl_decoder_set_fast_idct(g->dec, cfg->fast_idct);
     if ((rc = SL_CUDA(cudaSetDevice(g->device))) ||
         (rc = SL_CUDA(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking))) ||
         (rc = SL_CUDA(cudaHostAlloc((void **)&g->h_par, ne * sizeof *g->h_par,

@@ -345,7 +345,6 @@ static int alloc_threads(sl_pipeline *p)
         if (rc)
             return sl_fail(rc, "sl_pipeline_create: %s", sl_errmsg());
         sl_decoder_set_max_pixels(w->dec, p->cfg.max_pixels);
-        sl_decoder_set_fast_idct(w->dec, p->cfg.fast_idct);
         w->rec = malloc(p->src.max_record ? (size_t)p->src.max_record : 1);
         if (!w->rec)
             return sl_fail(SL_ENOMEM, "sl_pipeline_create: worker buffers: out of memory");

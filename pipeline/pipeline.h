@@ -163,10 +163,6 @@ typedef struct sl_pipeline_config {
     int64_t label_offset;      /* subtracted from stored labels; -1 = from dataset.json */
     int device;                /* CUDA device of the load stage; -1 = host batches */
     sl_decode_mode decode;     /* SL_DECODE_CPU (default), SL_DECODE_GPU or SL_DECODE_AUTO */
-    int fast_idct;             /* libjpeg's fast integer IDCT (JDCT_IFAST) for blocks decoded at
-                                * full scale: faster, slightly less accurate (TensorFlow's
-                                * decode_jpeg default, DALI's use_fast_idct); 0 = the accurate
-                                * IDCT (JDCT_ISLOW, the default). Changes pixels, not the order */
 } sl_pipeline_config;
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \

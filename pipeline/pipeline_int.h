@@ -184,8 +184,6 @@ void sl_decoder_destroy(sl_decoder *d);
  * the image's size) JPEGs of more than n pixels; 0 = SL_MAX_PIXELS_DEFAULT
  * (records.h), the default of a new decoder. */
 void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n);
-/* Nonzero: JDCT_IFAST for full-scale blocks (sl_pipeline_config.fast_idct). */
-void sl_decoder_set_fast_idct(sl_decoder *d, int on);
 /* Read the header only: image size and components (1 gray, 3 color; CMYK is
  * SL_EIMAGE). */
 int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h);

@@ -34,7 +34,6 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"label-offset", required_argument, NULL, PF_OPT_LABEL_OFFSET},
     {"max-pixels", required_argument, NULL, PF_OPT_MAX_PIXELS},
     {"decode", required_argument, NULL, PF_OPT_DECODE},
-    {"fast-idct", no_argument, NULL, PF_OPT_FAST_IDCT},
 };
 
 void pf_init(pf_flags *f, const char *cmd)
@@ -246,7 +245,6 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             }
         return bad(f, "--layout", arg, "nchw-f32, nhwc-f32 or nhwc-u8");
     case PF_OPT_DROP_REMAINDER: c->drop_remainder = 1; return 0;
-    case PF_OPT_FAST_IDCT: c->fast_idct = 1; return 0;
     case PF_OPT_ON_ERROR:
         if (arg && !strcmp(arg, "skip"))
             c->on_error = SL_ON_ERROR_SKIP;
@@ -382,10 +380,6 @@ void pf_usage(FILE *out)
           "                        other JPEGs nvJPEG cannot decode go to the CPU path per image;\n"
           "                        libnvjpeg.so.13/.12 loaded at run time, SLUICE_NVJPEG=PATH\n"
           "                        overrides) or auto (gpu when --device, a GPU and libnvjpeg are\n"
-          "                        there, else cpu)                                 (default cpu)\n"
-          "  --fast-idct           libjpeg's fast integer IDCT for blocks decoded at full scale:\n"
-          "                        less CPU per image, pixels within about a level of the accurate\n"
-          "                        IDCT (TensorFlow's decode_jpeg default; DALI's use_fast_idct)\n"
-          "                                                                  (default: accurate)\n",
+          "                        there, else cpu)                                 (default cpu)\n",
           out);
 }

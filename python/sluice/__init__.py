@@ -144,8 +144,6 @@ class Pipeline:
         ('skip' refills a bad record's slot and lists it in stats()['bad'];
         'fail' raises), max_bad, max_pixels (a JPEG whose header claims more
         pixels is a bad record, refused before decoding; default 2**26),
-        fast_idct (libjpeg's fast integer IDCT for full-scale blocks: less
-        CPU, pixels within about a level; default False, the accurate one),
         scale, ratio, flip, crop_fraction, mean, std (0..255 units).
 
     Errors: sluice.NotFoundError for missing data, sluice.ConfigError for bad
@@ -157,7 +155,7 @@ class Pipeline:
                  train=True, layout="nchw-f32", device=None, rank=0, world=1,
                  label_offset=None, *, split="train", epochs=1, readers=0, prefetch=0,
                  cycle=0, block=0, drop_remainder=False, on_error="skip", max_bad=0, max_pixels=0,
-                 fast_idct=False, rank_split="files", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
+                 rank_split="files", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None):
         if isinstance(image_size, int):
@@ -173,7 +171,7 @@ class Pipeline:
             "readers": int(readers), "cycle": int(cycle), "block": int(block),
             "drop_remainder": int(bool(drop_remainder)),
             "on_error": _pick(_ON_ERROR, "on_error", on_error), "max_bad": int(max_bad),
-            "max_pixels": int(max_pixels), "fast_idct": int(bool(fast_idct)),
+            "max_pixels": int(max_pixels),
             "rank_split": _pick(_RANK_SPLIT, "rank_split", rank_split),
             "scale_min": float(scale[0]), "scale_max": float(scale[1]),
             "ratio_min": float(ratio[0]), "ratio_max": float(ratio[1]),

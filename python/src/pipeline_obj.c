@@ -121,7 +121,6 @@ static const field fields[] = {
     FLD("layout", F_INT, layout),
     FLD("batch", F_UNSIGNED, batch),
     FLD("drop_remainder", F_INT, drop_remainder),
-    FLD("fast_idct", F_INT, fast_idct),
     FLD("workers", F_UNSIGNED, workers),
     FLD("prefetch", F_UNSIGNED, prefetch),
     FLD("seed", F_U64, seed),

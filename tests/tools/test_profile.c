@@ -224,23 +224,6 @@ Test(profile, digest_per_decode_path)
     free(dir);
 }
 
-/* --fast-idct: its own bytes (blocks decoded at full scale change), the
- * same for any number of workers. */
-Test(profile, digest_fast_idct)
-{
-    char *dir = make_dataset();
-    char *acc = digest_of(dir, "--shuffle buffer:64 --seed 5 --workers 1 --readers 1");
-    char *f1 = digest_of(dir, "--shuffle buffer:64 --seed 5 --workers 1 --readers 1 --fast-idct");
-    char *f2 = digest_of(dir, "--shuffle buffer:64 --seed 5 --workers 2 --readers 2 --fast-idct");
-    cr_assert_str_eq(f1, f2, "--fast-idct: --workers 1 and 2 differ");
-    cr_assert_str_neq(acc, f1, "--fast-idct gives the accurate IDCT's bytes");
-    free(acc);
-    free(f1);
-    free(f2);
-    tu_rmrf(dir);
-    free(dir);
-}
-
 /* The text form prints the same digest line. */
 Test(profile, digest_text)
 {
