@@ -513,10 +513,10 @@ Test(pipeline_decode_yuv, streamed_nchw_equals_plain_stores)
         cr_assert(y && u && v);
         uint64_t st = 0x9e3779b97f4a7c15ull + (uint64_t)s;
         for (int i = 0; i < W * H; i++)
-            y[i] = (uint8_t)((st = st * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+            y[i] = (uint8_t)tu_rand(&st);
         for (int i = 0; i < cw * ch; i++) {
-            u[i] = (uint8_t)((st = st * 6364136223846793005ull + 1) >> 56);
-            v[i] = (uint8_t)((st = st * 6364136223846793005ull + 1) >> 56);
+            u[i] = (uint8_t)tu_rand(&st);
+            v[i] = (uint8_t)tu_rand(&st);
         }
         sl_plane_view pv[3] = {{y, W, H, W, 3.5, 2.0, W - 7.0, H - 5.0},
                                {u, cw, ch, cw, 1.75, 1.0, (W - 7.0) / 2, (H - 5.0) / 2},
