@@ -1,7 +1,7 @@
 /*
  * common/dtype.c - sizes, names and parsing of the element types
  * (common/dtype.h). The conversions and reduce kernels are the
- * collectives' (collectives/dtype.c) and the GPU's (train/cuda_int.h).
+ * collectives' (collectives/dtype.c) and the GPU's (train/ops/cuda_int.h).
  */
 #include "common/dtype.h"
 

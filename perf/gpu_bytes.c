@@ -9,10 +9,10 @@
  *             [--act-bytes 2] [--h100-tbs 3.35] [--h200-tbs 4.8]
  *
  * The shapes come from the model itself (sl_model_create at batch 1 on the
- * host; train/model_int.h's list of conv+BN units and blocks, read here as
+ * host; train/model/model_int.h's list of conv+BN units and blocks, read here as
  * a tool that knows the model's layout). The bytes are each kernel's own
- * reads and writes, once each (train/norm_cuda.cu's and act_cuda.cu's
- * DESIGN), in the lean fused step of train/model.c:
+ * reads and writes, once each (train/ops/norm_cuda.cu's and act_cuda.cu's
+ * DESIGN), in the lean fused step of train/model/model.c:
  *   forward   bn_stats (read y), bn_apply (read y [, the shortcut r],
  *             write z; ReLU fused), max-pool forward (read the stem's z,
  *             write the pool output and its int32 argmax);
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/model_int.h"
+#include "train/model/model_int.h"
 
 /* The table's rows, in step order. */
 static const char *const kernels[] = {

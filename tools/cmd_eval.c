@@ -8,7 +8,7 @@
  * say what it is.
  *
  * --backend cuda evaluates on the GPU the way `sluice train --backend cuda`
- * trains (train/replica.c): a cuda exec with the activation type of
+ * trains (train/loop/replica.c): a cuda exec with the activation type of
  * --precision (default bf16 there, fp32 on the host: sl_train_precision),
  * the model placed on the device after the checkpoint is loaded into its
  * host copy, u8 batches copied to the GPU and normalized there

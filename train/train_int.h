@@ -4,7 +4,7 @@
  *
  *   *_ref.c   naive loops, the oracle; always built
  *   *_cpu.c   im2col + OpenBLAS SGEMM, vectorized loops
- *   *_cuda.*  cuDNN / cuBLAS / own kernels on device pointers (train/cuda_int.h);
+ *   *_cuda.*  cuDNN / cuBLAS / own kernels on device pointers (train/ops/cuda_int.h);
  *             built with CUDA and cuDNN, else every slot returns SL_ENOTSUP.
  *             Not yet run on a GPU: their tests skip without one
  *
@@ -12,7 +12,7 @@
  * weights are OHWI, (k, r, s, c): the im2col rows are then runs of c
  * contiguous floats, and cuDNN's NHWC filter format (KRSC) is the same, so
  * the CUDA backend shares it. Checkpoints transpose to torchvision's OIHW at
- * save/load (train/checkpoint.c). Linear weights are torch's (out, in).
+ * save/load (train/io/checkpoint.c). Linear weights are torch's (out, in).
  *
  * Activation type (mixed precision, cuda only). sl_exec.act is the element
  * type of ACTIVATIONS: with SL_DTYPE_BF16 / SL_DTYPE_F16 the float pointers
@@ -38,12 +38,12 @@
  *   - all pointers are on the backend's device (host for ref/cpu);
  *   - ops return SL_OK, SL_ENOMEM (scratch), SL_ENOTSUP (missing slot) or
  *     SL_ECUDA and friends; arguments are checked once, by the entry
- *     points sl_<op>(e, ...) below (train/ops.c), not by every backend.
+ *     points sl_<op>(e, ...) below (train/ops/ops.c), not by every backend.
  *
  * Threading: an sl_exec belongs to one thread at a time (its scratch buffer
  * is not shared); replicas (issue 5) each have their own. The cpu backend
  * uses OpenBLAS's threads inside SGEMM (sl_exec.threads of them) and runs
- * its own loops on the calling thread; train/ops.c says why.
+ * its own loops on the calling thread; train/ops/ops.c says why.
  */
 #ifndef SL_TRAIN_INT_H
 #define SL_TRAIN_INT_H
@@ -254,7 +254,7 @@ typedef struct sl_ops {
 /* Floats per channel in a sync-BN statistics slot: mean hi, mean lo, M2. */
 #define SL_BN_MOMENT_FLOATS 3
 
-/* The op entry points (train/ops.c): sl_<op>(e, ...) checks the arguments
+/* The op entry points (train/ops/ops.c): sl_<op>(e, ...) checks the arguments
  * of sl_ops.<op> once, for every backend, then runs e's slot. SL_EINVAL
  * ("sl_<op>: <backend>: what") for a NULL exec, a shape that the
  * sl_*_shape_init functions would not make, counts out of range (the

@@ -9,14 +9,14 @@ import re, sys
 src, dst = sys.argv[1], sys.argv[2]
 s = open(src).read()
 import os
-hdr = open(os.environ.get('REPO', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')) + '/train/cuda_int.h').read()
+hdr = open(os.environ.get('REPO', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')) + '/train/ops/cuda_int.h').read()
 a = hdr.index('#ifdef __CUDACC__'); b = hdr.index('#endif /* __CUDACC__ */')
 helpers = hdr[a + len('#ifdef __CUDACC__'):b]
 # __FILE__ and __LINE__ as in the .cu (messages name the file:line): a
 # #line after the injected helpers, and launches keep their line count
-if '#include "train/cuda_int.h"' in s:
-    at = s[:s.index('#include "train/cuda_int.h"')].count('\n') + 2
-    s = s.replace('#include "train/cuda_int.h"', '#include "train/cuda_int.h"\n' + helpers +
+if '#include "train/ops/cuda_int.h"' in s:
+    at = s[:s.index('#include "train/ops/cuda_int.h"')].count('\n') + 2
+    s = s.replace('#include "train/ops/cuda_int.h"', '#include "train/ops/cuda_int.h"\n' + helpers +
                   '\n#line %d "%s"' % (at, os.path.abspath(src)), 1)
 
 def split_top(t, angle=True):

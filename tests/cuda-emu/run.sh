@@ -50,9 +50,9 @@ build() {
     echo "== emulator"
     for f in emu emu_rt emu_dnn emu_blas emu_nccl; do $CXX -c "$EMU/$f.cpp" -o $f.o & done; wait
     echo "== .cu -> host C++"
-    cu="$REPO/train/act_cuda.cu $REPO/train/amp_cuda.cu $REPO/train/conv_cuda.cu $REPO/train/cuda_ctx.cu \
-        $REPO/train/linear_cuda.cu $REPO/train/norm_cuda.cu $REPO/train/norm_sync_cuda.cu \
-        $REPO/train/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/gdec_cuda.cu"
+    cu="$REPO/train/ops/act_cuda.cu $REPO/train/ops/amp_cuda.cu $REPO/train/ops/conv_cuda.cu $REPO/train/ops/cuda_ctx.cu \
+        $REPO/train/ops/linear_cuda.cu $REPO/train/ops/norm_cuda.cu $REPO/train/ops/norm_sync_cuda.cu \
+        $REPO/train/device/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/gdec_cuda.cu"
     cuobjs=""
     for f in $cu; do
         b=$(basename "$f" .cu)
@@ -63,15 +63,15 @@ build() {
     for f in $cu; do b=$(basename "$f" .cu); $CXX -c $b.emu.cpp -o $b.emu.o & n=$((n+1)); [ $((n % 2)) = 0 ] && wait; done; wait
     for f in $cuobjs; do [ -f $f ] || { echo "missing $f"; exit 1; }; done
     echo "== CUDA-ON C files"
-    $CC -c "$REPO/train/ops.c" -o ops.o
-    $CC -c "$REPO/train/dev_cuda.c" -o dev_cuda.o
+    $CC -c "$REPO/train/ops/ops.c" -o ops.o
+    $CC -c "$REPO/train/device/dev_cuda.c" -o dev_cuda.o
     # the nccl backend (emu_nccl.cpp under it) in place of nccl_none.c, and
     # comm.c's dispatch that knows it; replica.c from this tree too, so that
     # mut.sh's mutants of it are what runs
     COLL_FLAGS="$(offflags sl_collectives) -DSLUICE_WITH_NCCL=1"
     $CC $COLL_FLAGS -c "$REPO/collectives/nccl.c" -o nccl.o &
     $CC $COLL_FLAGS -c "$REPO/collectives/comm.c" -o comm.o &
-    $CC $(offflags sl_train) -c "$REPO/train/replica.c" -o replica.o & wait
+    $CC $(offflags sl_train) -c "$REPO/train/loop/replica.c" -o replica.o & wait
     echo "== archives"
     rm -f libsl_train.a libsl_pipeline.a
     cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o ops.c.o
@@ -91,7 +91,7 @@ build() {
     g++ -rdynamic -o "$OUT/sluice" "$OFF"/CMakeFiles/sluice.dir/tools/*.o $ALL "$OFF/libsl_cuda_probe.a" "$OFF/libsl_common.a" \
         $LIBS $MPI_LIB
     echo "== tests $OUT/emu_tests"
-    TESTS="$REPO/tests/train/test_*.c $REPO/tests/pipeline/test_load.c $REPO/tests/pipeline/test_pipeline.c $REPO/tests/pipeline/test_gdec.c $REPO/tests/testutil.c"
+    TESTS="$REPO/tests/train/*/test_*.c $REPO/tests/pipeline/test_load.c $REPO/tests/pipeline/test_pipeline.c $REPO/tests/pipeline/test_gdec.c $REPO/tests/testutil.c"
     tobjs=""
     n=0
     for f in $TESTS; do

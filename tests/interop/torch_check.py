@@ -90,7 +90,7 @@ def st_write(path, tensors, meta):
 class CifarResNet(nn.Module):
     """sluice's resnet20 (He et al. 2016 sec. 4.2) from torchvision's BasicBlock:
     3x3 stem, 3 stages x 3 blocks at w, 2w, 4w, option-B (1x1 conv + BN)
-    shortcuts named downsample.{0,1}, as train/resnet.c builds it."""
+    shortcuts named downsample.{0,1}, as train/model/resnet.c builds it."""
 
     def __init__(self, classes, width=16, blocks=(3, 3, 3)):
         super().__init__()

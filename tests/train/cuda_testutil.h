@@ -6,7 +6,7 @@
  * bf16 / f16 at the top is plain C and built always (its goldens run
  * without a GPU).
  *
- * The context's stream is non-blocking (train/cuda_ctx.cu), so it does not
+ * The context's stream is non-blocking (train/ops/cuda_ctx.cu), so it does not
  * order with cudaMemcpy on the legacy stream: tg_ready() (a device sync)
  * comes after uploads, before an op, and before downloads.
  *
@@ -186,7 +186,7 @@ static inline void tg_read_losses(const char *logdir, tg_losses *l)
 #include <cuda_runtime_api.h>
 
 #include "testutil.h"
-#include "train/cuda_int.h"
+#include "train/ops/cuda_int.h"
 
 /* Host arrays and comparisons shared by the op tests. */
 static inline float urand(uint64_t *st, float lo, float hi)

@@ -1,0 +1,369 @@
+/*
+ * tests/train/loop/test_trainer.c - the training loop end to end on a small
+ * JPEG dataset: exact resume (same weights and the same loss curve as the
+ * run that was not interrupted), summaries and checkpoints where they
+ * should be, evaluation, and the CLI around it.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/pipeline_testdata.h"
+#include "testutil.h"
+#include "train/train.h"
+
+/* 96 records, 12 steps of 8 per epoch, 2 epochs; resnet20 at width 4 on
+ * 16x16 inputs: small enough for ASan, big enough to move the weights. */
+static void small_config(sl_train_config *t, const pl_dataset *d, const char *logdir,
+                         const char *ckdir)
+{
+    sl_train_config_init(t);
+    t->data.data = d->dir;
+    t->data.split = "train";
+    t->data.height = t->data.width = 16;
+    t->data.batch = 8;
+    t->data.readers = 2;
+    t->data.workers = 2;
+    t->data.shuffle_buffer = 40;
+    t->data.seed = 11;
+    t->eval_split = NULL;
+    t->model.arch = SL_ARCH_RESNET20;
+    t->model.width = 4;
+    t->model.classes = 10;
+    t->model.seed = 5;
+    t->threads = 1;
+    t->epochs = 2;
+    t->base_lr = 0.8;
+    t->warmup_epochs = 0.5;
+    t->label_smoothing = 0.1f;
+    t->logdir = logdir;
+    t->ckpt_dir = ckdir;
+    t->ckpt_every = 10;
+    t->log_every = 1;
+    t->progress = fopen("/dev/null", "w");
+}
+
+typedef struct curve {
+    double loss[64];
+    int n;
+    int64_t first_step;
+} curve;
+
+static int on_scalar(void *ctx, int64_t step, double wall, const char *tag, float value)
+{
+    (void)wall;
+    curve *c = ctx;
+    if (strcmp(tag, "train/loss"))
+        return 0;
+    if (c->n == 0)
+        c->first_step = step;
+    if (c->n < 64)
+        c->loss[c->n++] = value;
+    return 0;
+}
+
+static void read_curve(const char *logdir, curve *c)
+{
+    char *out = NULL;
+    cr_assert_eq(tu_run(&out, "ls %s/events.out.tfevents.* | head -n1", logdir), 0);
+    out[strcspn(out, "\n")] = 0;
+    memset(c, 0, sizeof *c);
+    cr_assert_eq(sl_events_read(out, on_scalar, c), SL_OK, "%s", sl_errmsg());
+    free(out);
+}
+
+Test(train_trainer, resume_is_exact)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir();
+    char *logA = tu_join(tmp, "logA"), *ckA = tu_join(tmp, "ckA");
+    char *logB = tu_join(tmp, "logB"), *ckB = tu_join(tmp, "ckB");
+
+    sl_train_config t;
+    sl_train_result ra, rb;
+    small_config(&t, &d, logA, ckA);
+    cr_assert_eq(sl_train_run(&t, &ra), SL_OK, "%s", sl_errmsg());
+    fclose(t.progress);
+    cr_assert_eq(ra.steps, 24);
+    cr_assert_eq(ra.epochs_done, 2);
+    cr_assert(strstr(ra.checkpoint, "ckpt-000000024"), "%s", ra.checkpoint);
+
+    /* An interruption after step 10: only that checkpoint survives. */
+    cr_assert_eq(tu_run(NULL, "mkdir -p %s && cp %s/ckpt-000000010.* %s/", ckB, ckA, ckB), 0);
+    small_config(&t, &d, logB, ckB);
+    t.resume = 1;
+    cr_assert_eq(sl_train_run(&t, &rb), SL_OK, "%s", sl_errmsg());
+    fclose(t.progress);
+    cr_assert_eq(rb.steps, 24);
+
+    /* The final weights, BN statistics and momentum are the same bytes. */
+    cr_assert_eq(tu_run(NULL, "cmp -s %s/ckpt-000000024.safetensors %s/ckpt-000000024.safetensors",
+                        ckA, ckB), 0, "resumed weights differ");
+    /* And the loss curve after the resume point is the same floats. */
+    curve ca, cb;
+    read_curve(logA, &ca);
+    read_curve(logB, &cb);
+    cr_assert_eq(ca.n, 24);
+    cr_assert_eq(ca.first_step, 1);
+    cr_assert_eq(cb.n, 14);
+    cr_assert_eq(cb.first_step, 11);
+    for (int i = 0; i < 14; i++)
+        cr_assert_eq(ca.loss[10 + i], cb.loss[i], "step %d: %.9g vs %.9g", 11 + i,
+                     ca.loss[10 + i], cb.loss[i]);
+    /* The weights moved between the two checkpoints (labels here are i % 10
+     * of unrelated images, so the loss itself need not fall; test_model.c
+     * checks learning on a learnable problem). */
+    cr_assert_neq(tu_run(NULL, "cmp -s %s/ckpt-000000010.safetensors %s/ckpt-000000024.safetensors",
+                         ckA, ckA), 0, "weights did not change");
+
+    free(logA); free(ckA); free(logB); free(ckB);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+Test(train_trainer, resume_with_changed_data_is_refused)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 48, 2, 0, NULL);
+    char *tmp = tu_tmpdir();
+    char *ck = tu_join(tmp, "ck");
+    sl_train_config t;
+    sl_train_result r;
+    small_config(&t, &d, NULL, ck);
+    t.max_steps = 3;
+    t.ckpt_every = 3;
+    cr_assert_eq(sl_train_run(&t, &r), SL_OK, "%s", sl_errmsg());
+    fclose(t.progress);
+    /* Another batch size cannot continue that pipeline position. */
+    small_config(&t, &d, NULL, ck);
+    t.max_steps = 6;
+    t.resume = 1;
+    t.data.batch = 6;
+    int rc = sl_train_run(&t, &r);
+    fclose(t.progress);
+    cr_assert_neq(rc, SL_OK);
+    cr_assert(strstr(sl_errmsg(), "batch"), "%s", sl_errmsg());
+    free(ck);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+Test(train_trainer, cli_train_then_eval)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 64, 2, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    /* The dataset's only split is train: evaluate on it. */
+    int rc = tu_run(&out, "%s train --data %s --image-size 16 --batch 8 --width 4 --classes 10 "
+                    "--epochs 1 --eval-split train --threads 1 --logdir %s/log --ckpt-dir %s/ck "
+                    "2>&1", tu_sluice(), d.dir, tmp, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "epoch 1 step 8/8"), "%s", out);
+    cr_assert(strstr(out, "eval  epoch 1 step 8: top1"), "%s", out);
+    cr_assert(strstr(out, "ckpt-000000008.safetensors"), "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "%s eval --data %s --split train --checkpoint %s/ck/ckpt-000000008.safetensors "
+                "--batch 8 --threads 1 --json", tu_sluice(), d.dir, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"images\":64"), "%s", out);
+    cr_assert(strstr(out, "\"model\":\"resnet20\""), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "test -s %s/log/metrics.jsonl && ls %s/log", tmp, tmp), 0, "%s", out);
+    cr_assert(strstr(out, "events.out.tfevents."), "%s", out);
+    free(out);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+Test(train_trainer, cli_usage_errors)
+{
+    char *out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --help", tu_sluice()), 0);
+    cr_assert(strstr(out, "--ckpt-dir"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s eval --help", tu_sluice()), 0);
+    cr_assert(strstr(out, "--checkpoint"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /nonexistent --model resnet99 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "--model: bad value 'resnet99'"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /x --resume 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "--resume needs --ckpt-dir"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s eval --data /x 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "--checkpoint is required"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data /nonexistent/dir 2>&1", tu_sluice()), 2);
+    cr_assert(strstr(out, "/nonexistent/dir"), "%s", out);
+    free(out);
+}
+
+/* The eval split: test, else validation, else none, said once at the
+ * start; one that is not there stops the run before its first step, with
+ * nothing written. */
+Test(train_trainer, eval_split_default_and_missing)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 48, 2, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    const char *common = "--image-size 16 --batch 8 --width 4 --classes 10 --epochs 1 "
+                         "--threads 1";
+    /* train only: no evaluation, said so */
+    int rc = tu_run(&out, "%s train --data %s %s --ckpt-dir %s/ck 2>&1", tu_sluice(), d.dir,
+                    common, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "no 'test' or 'validation' split beside"), "%s", out);
+    cr_assert_null(strstr(out, "eval  epoch"), "%s", out);
+    cr_assert(strstr(out, "ckpt-000000006.safetensors"), "%s", out);
+    free(out);
+    out = NULL;
+    /* named and missing: an error before the first step, no checkpoint */
+    rc = tu_run(&out, "%s train --data %s %s --eval-split test --ckpt-dir %s/ck2 2>&1",
+                tu_sluice(), d.dir, common, tmp);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "--eval-split test") && strstr(out, "no split 'test'") &&
+              strstr(out, "has: train"), "%s", out);
+    cr_assert_null(strstr(out, "step 1/"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_neq(tu_run(NULL, "ls %s/ck2/ckpt-* 2>/dev/null", tmp), 0, "a checkpoint was written");
+    /* a validation split beside it (named like TensorFlow's): picked */
+    cr_assert_eq(tu_run(NULL, "cp %s %s/validation-00000-of-00001.tfrecord", d.shard_path[0],
+                        d.dir), 0);
+    rc = tu_run(&out, "%s train --data %s %s 2>&1", tu_sluice(), d.dir, common);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "evaluating split 'validation' after each epoch (there is no 'test'"),
+              "%s", out);
+    cr_assert(strstr(out, "eval  epoch 1 step 6: top1"), "%s", out);
+    free(out);
+    out = NULL;
+    /* and test over validation; 'none' turns it off */
+    cr_assert_eq(tu_run(NULL, "cp %s %s/test-00000-of-00001.tfrecord", d.shard_path[1], d.dir), 0);
+    rc = tu_run(&out, "%s train --data %s %s --max-steps 1 2>&1", tu_sluice(), d.dir, common);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "evaluating split 'test' after each epoch (--eval-split"), "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "%s train --data %s %s --max-steps 1 --eval-split none 2>&1", tu_sluice(),
+                d.dir, common);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert_null(strstr(out, "eval"), "%s", out);
+    free(out);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+/* An error after steps have run saves the last completed step first, and
+ * that checkpoint resumes exactly. The issue's case: the first evaluation
+ * fails (a validation record that is not a JPEG, --on-error fail) after an
+ * epoch of steps, before that epoch's checkpoint; --resume from the rescue
+ * (evaluation off) ends on the same bytes as a run that never stopped. */
+Test(train_trainer, error_after_steps_keeps_a_checkpoint)
+{
+    uint8_t bad[16] = {0};
+    bad[5] = PL_BAD_NOT_JPEG;
+    pl_dataset d, v;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    pl_make_dataset(&v, 16, 1, 0, bad);
+    cr_assert_eq(tu_run(NULL, "cp %s %s/validation-00000-of-00001.tfrecord && cp %s.idx "
+                        "%s/validation-00000-of-00001.tfrecord.idx", v.shard_path[0], d.dir,
+                        v.shard_path[0], d.dir), 0);
+    char *tmp = tu_tmpdir();
+    char *ckA = tu_join(tmp, "ckA"), *ckB = tu_join(tmp, "ckB");
+    sl_train_config t;
+    sl_train_result ra, rb;
+    small_config(&t, &d, NULL, ckA);
+    t.ckpt_every = 0;
+    t.data.on_error = SL_ON_ERROR_FAIL;
+    cr_assert_eq(sl_train_run(&t, &ra), SL_OK, "%s", sl_errmsg());
+    fclose(t.progress);
+    cr_assert_eq(ra.steps, 24);
+
+    small_config(&t, &d, NULL, ckB);
+    t.ckpt_every = 0;
+    t.data.on_error = SL_ON_ERROR_FAIL;
+    t.eval_split = SL_EVAL_SPLIT_AUTO; /* validation */
+    int rc = sl_train_run(&t, &rb);
+    fclose(t.progress);
+    cr_assert_neq(rc, SL_OK);
+    const char *msg = sl_errmsg();
+    char want[4200];
+    snprintf(want, sizeof want, "the last completed step, 12, is saved in "
+             "%s/ckpt-000000012.safetensors", ckB);
+    cr_assert(strstr(msg, "evaluating split 'validation'") && strstr(msg, "(id 5)") &&
+              strstr(msg, want), "%s", msg);
+    cr_assert_eq(tu_run(NULL, "test -s %s/ckpt-000000012.safetensors", ckB), 0);
+
+    small_config(&t, &d, NULL, ckB);
+    t.ckpt_every = 0;
+    t.data.on_error = SL_ON_ERROR_FAIL;
+    t.resume = 1;
+    cr_assert_eq(sl_train_run(&t, &rb), SL_OK, "%s", sl_errmsg());
+    fclose(t.progress);
+    cr_assert_eq(rb.steps, 24);
+    cr_assert_eq(tu_run(NULL, "cmp -s %s/ckpt-000000024.safetensors %s/ckpt-000000024.safetensors",
+                        ckA, ckB), 0, "the run resumed from the rescue differs");
+    free(ckA), free(ckB);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+    pl_dataset_free(&v);
+}
+
+/* Without --ckpt-dir the rescue goes to ./sluice-rescue; --sync-bn on one
+ * replica is plain batch norm, accepted with a notice. */
+Test(train_trainer, cli_rescue_and_sync_bn_alone)
+{
+    uint8_t bad[64] = {0};
+    bad[50] = PL_BAD_NOT_JPEG;
+    pl_dataset d;
+    pl_make_dataset(&d, 64, 2, 0, bad);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    int rc = tu_run(&out, "cd %s && %s train --data %s --image-size 16 --batch 8 --width 4 "
+                    "--classes 10 --epochs 1 --threads 1 --on-error fail --shuffle none --sync-bn 2>&1", tmp,
+                    tu_sluice(), d.dir);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "--sync-bn with one replica: plain batch norm"), "%s", out);
+    cr_assert(strstr(out, "train: stopped by an error after step "), "%s", out);
+    cr_assert(strstr(out, "is saved in sluice-rescue/ckpt-") &&
+              strstr(out, "--ckpt-dir sluice-rescue --resume"), "%s", out);
+    /* mid-epoch: the step and the pipeline position saved agree */
+    const char *at = strstr(out, "stopped by an error after step ");
+    int step = atoi(at + strlen("stopped by an error after step "));
+    cr_assert(step >= 1 && step < 8, "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "cat %s/sluice-rescue/ckpt-%09d.json", tmp, step), 0);
+    char s1[64], s2[64];
+    snprintf(s1, sizeof s1, "\"step\":%d,", step);
+    snprintf(s2, sizeof s2, "\\\"batches\\\":\\\"%d\\\"", step);
+    cr_assert(strstr(out, s1) && strstr(out, s2), "want %s and %s in %s", s1, s2, out);
+    free(out);
+    out = NULL;
+    /* mirrored with one replica too */
+    pl_dataset g;
+    pl_make_dataset(&g, 32, 2, 0, NULL);
+    rc = tu_run(&out, "%s train --data %s --image-size 16 --batch 8 --width 4 --classes 10 "
+                "--max-steps 2 --threads 1 --strategy mirrored --replicas 1 --sync-bn 2>&1",
+                tu_sluice(), g.dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "--sync-bn with one replica: plain batch norm"), "%s", out);
+    free(out);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+    pl_dataset_free(&g);
+}

@@ -1,0 +1,233 @@
+/*
+ * train/device/dev_none.c - train/device/dev_int.h in a build without the cuda backend:
+ * "device" memory is host memory, and the feed, the device loss and the
+ * device optimizer say SL_ENOTSUP (no cuda exec can exist in such a
+ * build: sl_exec_init refuses it).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/device/dev_int.h"
+
+#define NOTSUP(fn) sl_fail(SL_ENOTSUP, fn ": this build has no cuda backend")
+
+int sl_dev_on_device(const sl_exec *e)
+{
+    (void)e;
+    return 0;
+}
+
+int sl_dev_device(const sl_exec *e)
+{
+    (void)e;
+    return -1;
+}
+
+void *sl_dev_stream(const sl_exec *e)
+{
+    (void)e;
+    return NULL;
+}
+
+int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
+{
+    (void)e;
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    *out = NULL;
+    if (posix_memalign(&p, 64, cap ? cap : 64))
+        return sl_fail(SL_ENOMEM, "sl_dev_alloc: %zu bytes", bytes);
+    memset(p, 0, cap ? cap : 64);
+    *out = p;
+    return SL_OK;
+}
+
+void sl_dev_free(sl_exec *e, void *p)
+{
+    (void)e;
+    free(p);
+}
+
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+{
+    (void)e;
+    memset(out, 0, sizeof *out);
+    return SL_OK;
+}
+
+int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
+{
+    (void)e;
+    if (dt != SL_DTYPE_F32)
+        return sl_fail(SL_ENOTSUP, "sl_dev_cast: host memory holds f32 only");
+    memmove(dst, src, (size_t)n * sizeof(float));
+    return SL_OK;
+}
+
+int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+int sl_dev_sync(sl_exec *e)
+{
+    (void)e;
+    return SL_OK;
+}
+
+int sl_dev_feed_create(sl_exec *e, int max_batch, int h, int w, const float mean[3],
+                       const float std[3], sl_dev_feed **out)
+{
+    (void)e, (void)max_batch, (void)h, (void)w, (void)mean, (void)std;
+    *out = NULL;
+    return NOTSUP("sl_dev_feed_create");
+}
+
+void sl_dev_feed_destroy(sl_dev_feed *f) { (void)f; }
+
+int sl_dev_feed_put(sl_dev_feed *f, const sl_batch *b, int classes, const void **x,
+                    const int32_t **labels)
+{
+    (void)f, (void)b, (void)classes, (void)x, (void)labels;
+    return NOTSUP("sl_dev_feed_put");
+}
+
+int sl_dev_feed_done(sl_dev_feed *f)
+{
+    (void)f;
+    return SL_OK;
+}
+
+int sl_dev_xent_acc(sl_exec *e, int n, int classes, const float *logits,
+                    const int32_t *labels, float smoothing, const float *d_scale,
+                    float *dlogits, double *acc)
+{
+    (void)e, (void)n, (void)classes, (void)logits, (void)labels, (void)smoothing;
+    (void)d_scale, (void)dlogits, (void)acc;
+    return NOTSUP("sl_dev_xent_acc");
+}
+
+int sl_dev_loss_take(sl_exec *e, double *acc, double out[2])
+{
+    (void)e;
+    out[0] = acc[0], out[1] = acc[1];
+    acc[0] = acc[1] = 0;
+    return SL_OK;
+}
+
+int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model *m,
+                      sl_dev_sgd **out)
+{
+    (void)e, (void)cfg, (void)o, (void)m;
+    *out = NULL;
+    return NOTSUP("sl_dev_sgd_create");
+}
+
+void sl_dev_sgd_destroy(sl_dev_sgd *d) { (void)d; }
+
+int sl_dev_sgd_step(sl_dev_sgd *d, float lr)
+{
+    (void)d, (void)lr;
+    return NOTSUP("sl_dev_sgd_step");
+}
+
+const float *sl_dev_sgd_scale(sl_dev_sgd *d)
+{
+    (void)d;
+    return NULL;
+}
+
+int sl_dev_sgd_skipped(sl_dev_sgd *d, int64_t *skipped, float *scale)
+{
+    (void)d;
+    *skipped = 0, *scale = 1.0f;
+    return SL_OK;
+}
+
+int sl_dev_sgd_pull(sl_dev_sgd *d)
+{
+    (void)d;
+    return NOTSUP("sl_dev_sgd_pull");
+}
+
+int sl_dev_sgd_push(sl_dev_sgd *d)
+{
+    (void)d;
+    return NOTSUP("sl_dev_sgd_push");
+}
+
+int sl_dev_sgd_set_lr(sl_dev_sgd *d, float lr)
+{
+    (void)d, (void)lr;
+    return NOTSUP("sl_dev_sgd_set_lr");
+}
+
+int sl_dev_sgd_enqueue(sl_dev_sgd *d)
+{
+    (void)d;
+    return NOTSUP("sl_dev_sgd_enqueue");
+}
+
+void sl_dev_sgd_count(sl_dev_sgd *d) { (void)d; }
+
+int64_t sl_dev_sgd_steps(const sl_dev_sgd *d)
+{
+    (void)d;
+    return 0;
+}
+
+/* No CUDA graphs without the cuda backend: the trainer never asks. */
+int sl_dev_graph_wanted(sl_exec *e)
+{
+    (void)e;
+    return 0;
+}
+
+int sl_dev_capture_begin(sl_exec *e)
+{
+    (void)e;
+    return NOTSUP("sl_dev_capture_begin");
+}
+
+int sl_dev_capture_end(sl_exec *e, int ok, sl_dev_graph **out)
+{
+    (void)e, (void)ok;
+    *out = NULL;
+    return NOTSUP("sl_dev_capture_end");
+}
+
+int sl_dev_graph_launch(sl_dev_graph *g)
+{
+    (void)g;
+    return NOTSUP("sl_dev_graph_launch");
+}
+
+int sl_dev_graph_stale(const sl_dev_graph *g)
+{
+    (void)g;
+    return 1;
+}
+
+void sl_dev_graph_destroy(sl_dev_graph *g) { (void)g; }
+
+int sl_dev_capture_intact(sl_exec *e)
+{
+    (void)e;
+    return SL_OK; /* host execs never capture */
+}

@@ -1,0 +1,180 @@
+/*
+ * train/model/model_int.h - private to the model files: the layout of a built
+ * ResNet, shared by train/model/resnet.c (building: architecture, memory,
+ * initialization, state dict) and train/model/model.c (running: forward,
+ * backward, accessors).
+ *
+ * A ResNet here is a list of conv+BN units (sl_cbn) in state-dict order and
+ * a list of residual blocks that index into it. Memory (sizes at max_batch):
+ *
+ *   params   one arena, state-dict order: conv weights (OHWI), BN gamma and
+ *            beta, fc weight (classes, feat) and bias; grads: a second
+ *            arena at the same offsets (so an optimizer or an all-reduce can
+ *            walk one contiguous span);
+ *   buffers  BN running_mean / running_var (f32) and num_batches_tracked (i64);
+ *   acts     what backward needs, each once, in the activation type (a byte
+ *            arena: 2-byte elements on a bf16 / f16 exec): each conv's output
+ *            y (= its BN's input; backward overwrites it with its own
+ *            gradient, see model.c), each BN's output z that a later conv
+ *            reads (ReLU applied in place; the last BN of a block also takes
+ *            the residual add and the block's ReLU, so z is the block
+ *            output), the stem's max-pool output and argmax, the pooled
+ *            features, their gradient and the logits (f32);
+ *            not kept (ztemp): the z of a downsample BN (read once, by the
+ *            block's shortcut add) and of the stem when a max pool follows
+ *            it (its backward needs only the argmax and the ReLU mask, which
+ *            the pool output carries): each lives in scratch while the
+ *            forward runs;
+ *   grads    activation gradients, as PyTorch's allocator would free and
+ *            reuse: backward runs the blocks last to first, so when block b
+ *            runs, the activations of the blocks after it are dead; block
+ *            b's gradient buffers (gd: the chain through its units, gout:
+ *            d(block input), gtmp: a measured search's scratch) are placed
+ *            in that dead memory, and only what does not fit goes into a
+ *            tail buffer at the end of the arena (the last block's,
+ *            ResNet-50: 0.14 GiB at batch 256). The forward's scratch (the
+ *            ztemp outputs) goes into memory not yet written (the blocks
+ *            after the one running) the same way. resnet.c's plan_grads
+ *            places them; model.c's backward says how each is used.
+ * Issue 14's budget: ResNet-50 at batch 256 in bf16 within PyTorch eager's
+ * 11.0 GiB (train/device/dev_plan.c counts it; tests hold it there).
+ */
+#ifndef SL_MODEL_INT_H
+#define SL_MODEL_INT_H
+
+#include <stdint.h>
+
+#include "train/train_int.h" /* the exec's struct; includes train.h */
+
+/* Bytes placing a model of cfg at max_batch and h x w on a device with
+ * act_size-byte activations and a table with conv_bwd_data_acc or not
+ * (acc) takes (sl_model_place's allocations): the
+ * params, grads and compute-type copy of the weights; the BN buffers and
+ * sync-BN's exchange; the activation arena and argmax. Nothing is
+ * allocated but the plan; SL_EINVAL as sl_model_create. (resnet.c) */
+typedef struct sl_model_bytes {
+    size_t params, bufs, acts;
+    int64_t param_floats; /* the params arena (floats: the optimizer's momentum too) */
+} sl_model_mem;
+int sl_model_plan_bytes(const sl_model_config *cfg, int max_batch, int h, int w,
+                        size_t act_size, int acc, sl_model_mem *out);
+
+/* A train forward + backward of n images at x ran as a replayed CUDA
+ * graph (captured from sl_model_forward / sl_model_backward): the host
+ * side of those calls again (each BN's num_batches_tracked, the batch and
+ * input the next backward and checkpoint see). (model.c) */
+void sl_model_note_replay(sl_model *m, const float *x, int n);
+
+/* One convolution (no bias) followed by batch norm and, when relu, a ReLU. */
+typedef struct sl_cbn {
+    char conv_name[32];  /* "layer1.0.conv1", "layer2.0.downsample.0" */
+    char bn_name[32];    /* "layer1.0.bn1", "layer2.0.downsample.1" */
+    int cin, cout, r, stride, pad;
+    int ih, iw;          /* input spatial size */
+    int p, q;            /* output spatial size */
+    int relu;            /* ReLU right after the BN (not the block's last BN) */
+    int input;           /* where x comes from: -2 model input, -1 max-pool output,
+                            >= 0 the z of that cbn */
+    int ztemp;           /* z is not kept: it lives in a gradient buffer during the
+                            forward (a downsample BN's, a pooled stem's) */
+    float *w, *gw;       /* (cout, r, r, cin) OHWI */
+    float *wc;           /* the weights the convs read: w, or (placed with a 2-byte
+                            activation type) w's copy in that type (sl_model_refresh) */
+    float *gamma, *beta, *ggamma, *gbeta; /* (cout) */
+    float *rmean, *rvar; /* (cout) running statistics */
+    int64_t *nbt;        /* num_batches_tracked */
+    float *smean, *sinvstd; /* (cout) batch statistics of the last train forward */
+    float *y;            /* (max_batch, p, q, cout) conv output = BN input; after
+                            backward's BN step, the gradient of y */
+    float *z;            /* (max_batch, p, q, cout) BN (+ReLU) output */
+    int tensor;          /* state-dict index of the conv weight; BN weight +1, bias +2 */
+} sl_cbn;
+
+/* A residual block: main path cbn[first .. first+nconv-1], optional
+ * downsample cbn[ds]; output = relu(z_last + (ds ? z_ds : input)) written
+ * over cbn[first+nconv-1].z. */
+typedef struct sl_block {
+    int first, nconv;    /* 2 (BasicBlock) or 3 (Bottleneck) */
+    int ds;              /* downsample cbn index, -1 for the identity */
+    /* backward's buffers (model_int.h's top comment), in the activation type */
+    float *gd;           /* d(z) of the main path's units but the last (and, on a table
+                            without conv_bwd_data_acc, d(block input) before its add) */
+    float *gout;         /* d(block input): the incoming d(block output) itself (identity,
+                            accumulated in place) or a buffer of its own (downsample) */
+    float *gtmp;         /* a measured search's scratch of d(block input)'s size, or NULL */
+} sl_block;
+
+struct sl_model {
+    sl_model_config cfg; /* width resolved (never 0) */
+    int max_batch, h, w;
+
+    int ncbn, nblock;
+    sl_cbn *cbn;         /* state-dict order; cbn[0] is the stem */
+    sl_block *blk;
+
+    int stem_pool;       /* resnet18/50: 3x3/2 max pool after the stem */
+    int pool_h, pool_w;  /* max-pool output size */
+    float *pool_y;       /* (max_batch, pool_h, pool_w, stem cout) */
+    int32_t *pool_arg;   /* same count: argmax into the stem's z */
+
+    int feat, feat_hw;   /* channels and h*w of the last block output */
+    float *fc_w, *fc_b, *fc_gw, *fc_gb; /* (classes, feat), (classes) */
+    float *pooled;       /* (max_batch, feat) */
+    float *dpooled;      /* (max_batch, feat) */
+    float *logits;       /* (max_batch, classes) */
+
+    float *ghead;        /* d(last block output), written by gap_bwd */
+    float *gpool;        /* d(stem z) from the max-pool backward (pool models) */
+    int acc;             /* the layout is for a table with conv_bwd_data_acc */
+
+    float *params, *grads, *bufs; /* the arenas (see the top comment) */
+    char *acts;
+    int64_t *nbts;
+    int64_t n_params;    /* trainable scalars (no alignment padding) */
+    int64_t arena_floats; /* floats in params (and grads), padding included */
+    size_t bytes;        /* everything allocated for tensors */
+
+    sl_tensor_info *tensors; /* the state dict */
+    int ntensors;
+    char (*names)[64];   /* storage of the tensors' names */
+    int fc_tensor;       /* state-dict index of fc.weight; fc.bias +1 */
+
+    /* Synchronized BN (sl_model_set_bn_sync): the sums of one BN cross the
+     * all-reduce in sync_buf, 2 x the widest BN's channels floats (forward:
+     * mean then var; backward: sum_dy then sum_dy_xhat, one call); device
+     * memory on a device (h_sync_buf: the host one, kept for destroy). */
+    int sync_on;
+    sl_bn_sync sync;
+    float *sync_buf, *h_sync_buf;
+    int64_t sync_floats;
+    /* The forward's statistics slots, (world, SL_BN_MOMENT_FLOATS, widest
+     * BN's channels) floats, made by the first synchronized forward in the
+     * memory of its exec (device memory when placed: freed with dev_e). */
+    float *sync_slots;
+    int64_t sync_slots_floats;
+
+    sl_grad_ready_fn hook; /* sl_model_set_grad_hook; NULL: none */
+    void *hook_ctx;
+
+    /* On a device (sl_model_place): the arenas above, pool_arg and the
+     * activation pointers are device memory of dev_e; the state dict
+     * points at the host copies h_params / h_bufs (sl_model_pull/push);
+     * h_grads is the host grads arena the state dict's grad fields name
+     * (not written while placed). wc_arena: the conv weights in the
+     * activation type (arena_floats elements of act_size bytes, at the
+     * params' offsets), NULL with f32. */
+    sl_exec *dev_e;
+    float *h_params, *h_grads, *h_bufs;
+    void *wc_arena;
+    int64_t bufs_floats; /* arena size (floats) */
+    size_t acts_bytes;   /* arena size (bytes) */
+
+    const float *x;      /* input of the last forward (the caller's buffer) */
+    int train_n;         /* batch of the last forward when it was a train one, else 0 */
+};
+
+/* model.c: free the sync-BN statistics slots (sl_model_destroy; before the
+ * device arenas go, with dev_e). */
+void sl_model_sync_free(sl_model *m);
+
+#endif /* SL_MODEL_INT_H */

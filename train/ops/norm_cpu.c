@@ -1,0 +1,226 @@
+/*
+ * train/ops/norm_cpu.c - batch normalization, cpu backend: single-threaded
+ * passes over x in memory order (row by row, c contiguous channels per row)
+ * whose channel loops gcc -O3 vectorizes. Same semantics as norm_ref.c
+ * (PyTorch's BatchNorm2d; the formulas are in that file's comment).
+ *
+ * Layout: x, y, dy, dx (rows, c), rows = n*h*w; per-channel arrays (c).
+ *
+ * Why the passes look the way they do: these loops are memory-bound (a few
+ * flops per float), so the goal is to touch x as few times as possible
+ * while staying accurate for rows up to ~1e6 and for data far from zero
+ * (BN after a layer with a large bias: x = 1000 + small noise).
+ *   - Sums run in float per channel over blocks of at most 256 rows and
+ *     fold into double per block, so float rounding never grows past a
+ *     block (pairwise-style accuracy, ~1e-6 relative at any row count).
+ *   - Training statistics: each block is read twice while it sits in
+ *     cache: once for its float mean m_b, once for the sums of d = x - m_b
+ *     and d^2. The block's exact mean and centered sum of squares follow
+ *     (m_b + sum d/n_b and sum d^2 - (sum d)^2/n_b, the corrected two-pass
+ *     algorithm) and merge into the running totals in double with Chan et
+ *     al.'s pairwise update ("Updating formulae and a pairwise algorithm for
+ *     computing sample variances", 1979). One trip to memory, no
+ *     sum-of-squares cancellation.
+ *   - Normalizing subtracts the mean as a float pair hi + lo: x - hi is
+ *     exact when x is near the mean (Sterbenz), so the output keeps its
+ *     precision even when |mean| >> std; a single float mean would lose
+ *     ulp(1000)/std of it.
+ * Per-channel scratch (a few c-sized arrays) comes from sl_exec_scratch.
+ */
+#include <math.h>
+
+#include "train/train_int.h"
+
+/* Rows per float partial sum (accuracy) and the target block size in
+ * floats for the two looks of the stats pass (stays in L1/L2). */
+#define BN_ROWS_MAX 256
+#define BN_BLOCK_FLOATS 8192
+#define BN_ROWS_MIN 8
+
+static int64_t bn_stats_block(int c)
+{
+    int64_t b = BN_BLOCK_FLOATS / c;
+    return b < BN_ROWS_MIN ? BN_ROWS_MIN : b > BN_ROWS_MAX ? BN_ROWS_MAX : b;
+}
+
+/* y = ((x - hi) - lo)*scale + beta per channel; x, y (rows, c). The
+ * restrict channel arrays let gcc vectorize without alias versioning. */
+static void bn_apply(int64_t rows, int c, const float *x, const float *restrict hi,
+                     const float *restrict lo, const float *restrict scale,
+                     const float *restrict beta, float *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        for (int ch = 0; ch < c; ch++)
+            yr[ch] = ((xr[ch] - hi[ch]) - lo[ch]) * scale[ch] + beta[ch];
+    }
+}
+
+/* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
+ * bmean, s1, s2 (c): float scratch. (train_int.h: norm_sync_cpu.c's
+ * bn_moments takes it too.) */
+void sl_bn_stats_cpu(int64_t rows, int c, const float *restrict x, double *restrict mean,
+                     double *restrict m2, float *restrict bmean, float *restrict s1,
+                     float *restrict s2)
+{
+    int64_t blk = bn_stats_block(c), seen = 0;
+    for (int ch = 0; ch < c; ch++)
+        mean[ch] = m2[ch] = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += blk) {
+        int64_t nb = rows - r0 < blk ? rows - r0 : blk;
+        const float *restrict xb = x + r0 * c;
+        for (int ch = 0; ch < c; ch++)
+            bmean[ch] = s1[ch] = s2[ch] = 0;
+        for (int64_t r = 0; r < nb; r++)
+            for (int ch = 0; ch < c; ch++)
+                bmean[ch] += xb[r * c + ch];
+        float inv = 1.0f / (float)nb;
+        for (int ch = 0; ch < c; ch++)
+            bmean[ch] *= inv;
+        for (int64_t r = 0; r < nb; r++)
+            for (int ch = 0; ch < c; ch++) {
+                float d = xb[r * c + ch] - bmean[ch];
+                s1[ch] += d;
+                s2[ch] += d * d;
+            }
+        /* Chan's merge of (seen, mean, m2) with the block (nb, bm, bq);
+         * the first block (seen == 0) lands as is. */
+        double fb = (double)nb, tot = (double)(seen + nb);
+        double wmean = fb / tot, wm2 = (double)seen * fb / tot;
+        for (int ch = 0; ch < c; ch++) {
+            double bm = (double)bmean[ch] + (double)s1[ch] / fb;
+            double bq = (double)s2[ch] - (double)s1[ch] * (double)s1[ch] / fb;
+            bq = bq > 0 ? bq : 0;
+            double d = bm - mean[ch];
+            mean[ch] += d * wmean;
+            m2[ch] += bq + d * d * wm2;
+        }
+        seen += nb;
+    }
+}
+
+int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, float momentum, float eps, float *running_mean,
+                        float *running_var, float *y, float *save_mean, float *save_invstd)
+{
+    char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)));
+    if (!s)
+        return sl_fail(SL_ENOMEM, "sl_bn_fwd_train_cpu: scratch for %d channels: %s", c,
+                       sl_errmsg());
+    double *mean = (double *)s, *m2 = mean + c;
+    float *hi = (float *)(m2 + c), *lo = hi + c, *scale = lo + c;
+    sl_bn_stats_cpu(rows, c, x, mean, m2, hi, lo, scale);
+
+    double m = momentum;
+    for (int ch = 0; ch < c; ch++) {
+        double invstd = 1.0 / sqrt(m2[ch] / (double)rows + (double)eps);
+        double unbiased = m2[ch] / (double)(rows - 1);
+        running_mean[ch] = (float)((1.0 - m) * running_mean[ch] + m * mean[ch]);
+        running_var[ch] = (float)((1.0 - m) * running_var[ch] + m * unbiased);
+        save_mean[ch] = (float)mean[ch];
+        save_invstd[ch] = (float)invstd;
+        hi[ch] = (float)mean[ch];
+        lo[ch] = (float)(mean[ch] - (double)hi[ch]);
+        scale[ch] = (float)((double)gamma[ch] * invstd);
+    }
+    bn_apply(rows, c, x, hi, lo, scale, beta, y);
+    return SL_OK;
+}
+
+/* y = (x - mean)*scale + beta per channel (train_int.h: norm_sync_cpu.c's
+ * bn_fwd_apply takes it too). */
+void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *restrict mean,
+                      const float *restrict scale, const float *restrict beta, float *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        for (int ch = 0; ch < c; ch++)
+            yr[ch] = (xr[ch] - mean[ch]) * scale[ch] + beta[ch];
+    }
+}
+
+int sl_bn_fwd_eval_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                       const float *beta, const float *running_mean, const float *running_var,
+                       float eps, float *y)
+{
+    float *scale = sl_exec_scratch(e, (size_t)c * sizeof(float));
+    if (!scale)
+        return sl_fail(SL_ENOMEM, "sl_bn_fwd_eval_cpu: scratch for %d channels: %s", c,
+                       sl_errmsg());
+    for (int ch = 0; ch < c; ch++)
+        scale[ch] = (float)((double)gamma[ch] / sqrt((double)running_var[ch] + (double)eps));
+    sl_bn_affine_cpu(rows, c, x, running_mean, scale, beta, y);
+    return SL_OK;
+}
+
+/* sdy, sdxc (c): sum dy and sum dy*(x - mean) over the rows, blocked float
+ * partials (fdy, fdxc) folded into double (train_int.h: norm_sync_cpu.c's
+ * bn_bwd_reduce takes it too). */
+void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *restrict x, const float *restrict dy,
+                        const float *restrict mean, double *restrict sdy,
+                        double *restrict sdxc, float *restrict fdy, float *restrict fdxc)
+{
+    for (int ch = 0; ch < c; ch++)
+        sdy[ch] = sdxc[ch] = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += BN_ROWS_MAX) {
+        int64_t nb = rows - r0 < BN_ROWS_MAX ? rows - r0 : BN_ROWS_MAX;
+        const float *restrict xb = x + r0 * c, *restrict gb = dy + r0 * c;
+        for (int ch = 0; ch < c; ch++)
+            fdy[ch] = fdxc[ch] = 0;
+        for (int64_t r = 0; r < nb; r++)
+            for (int ch = 0; ch < c; ch++) {
+                float g = gb[r * c + ch];
+                fdy[ch] += g;
+                fdxc[ch] += g * (xb[r * c + ch] - mean[ch]);
+            }
+        for (int ch = 0; ch < c; ch++) {
+            sdy[ch] += fdy[ch];
+            sdxc[ch] += fdxc[ch];
+        }
+    }
+}
+
+/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
+ * read before it is written). (train_int.h: norm_sync_cpu.c's bn_bwd_apply
+ * takes it too.) */
+void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy,
+                  const float *restrict mean, const float *restrict a, const float *restrict k,
+                  const float *restrict b, float *dx)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c, *gr = dy + r * c;
+        float *dr = dx + r * c;
+        for (int ch = 0; ch < c; ch++)
+            dr[ch] = a[ch] * gr[ch] - k[ch] * (xr[ch] - mean[ch]) - b[ch];
+    }
+}
+
+int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd,
+                  float *dx, float *dgamma, float *dbeta)
+{
+    char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)));
+    if (!s)
+        return sl_fail(SL_ENOMEM, "sl_bn_bwd_cpu: scratch for %d channels: %s", c,
+                       sl_errmsg());
+    double *sdy = (double *)s, *sdxc = sdy + c;
+    float *a = (float *)(sdxc + c), *k = a + c, *b = k + c;
+    sl_bn_bwd_sums_cpu(rows, c, x, dy, save_mean, sdy, sdxc, a, k);
+
+    /* dx = gamma*invstd/rows * (rows*dy - sdy - xhat*sum(dy*xhat)) with
+     * xhat = (x-mean)*invstd and sum(dy*xhat) = invstd*sdxc, expanded to
+     * dx = a*dy - k*(x-mean) - b per channel. */
+    for (int ch = 0; ch < c; ch++) {
+        double is = save_invstd[ch], gi = (double)gamma[ch] * is;
+        double sdyxhat = sdxc[ch] * is;
+        a[ch] = (float)gi;
+        k[ch] = (float)(gi * is * sdyxhat / (double)rows);
+        b[ch] = (float)(gi * sdy[ch] / (double)rows);
+        dgamma[ch] = (float)sdyxhat;
+        dbeta[ch] = (float)sdy[ch];
+    }
+    sl_bn_dx_cpu(rows, c, x, dy, save_mean, a, k, b, dx);
+    return SL_OK;
+}
