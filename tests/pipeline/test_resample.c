@@ -246,3 +246,64 @@ Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
     tjFree(jpeg);
     free(img);
 }
+
+/* sl_resample_planes on one gray plane, windowed on the whole plane, is
+ * sl_resample_sample on the RGB image with R = G = B = that plane: the same
+ * taps (window_taps on a whole-pixel window = sl_resize_taps), the same
+ * vertical value (prow_two's wa*a + wb*b = vrow_set then vrow_add, no FMA)
+ * and the same horizontal blocks, so u8 is bit-identical and f32 differs by
+ * float rounding only (the sample path folds 1/std into the weights). This
+ * pins the planes path's own code exactly, which the YCbCr tests bound only
+ * against libjpeg's: the AVX2 vertical pass (prow_two_avx2, widths not a
+ * multiple of 8 for its tail), the one-vector window blocks of an
+ * enlargement, the two-vector ones, area taps, flip, and the fused NCHW
+ * row (224 wide, 32- and 16-byte aligned destinations). */
+Test(pipeline_resample, planes_gray_matches_sample_path)
+{
+    static const int sz[][4] = {
+        {300, 241, 224, 224}, /* bilinear, two-vector windows */
+        {100, 60, 224, 224},  /* enlargement: one-vector windows */
+        {301, 97, 224, 56},   /* odd width: the vertical pass's scalar tail */
+        {500, 470, 224, 224}, /* area both ways */
+        {93, 45, 40, 37},     /* small, width not a multiple of 8 */
+    };
+    for (size_t k = 0; k < sizeof sz / sizeof *sz; k++) {
+        int sw = sz[k][0], sh = sz[k][1], dw = sz[k][2], dh = sz[k][3];
+        uint8_t *rgb = make_src(sw, sh, sw * 3, 101 + k);
+        uint8_t *y = malloc((size_t)sw * sh);
+        cr_assert(y);
+        for (size_t i = 0; i < (size_t)sw * sh; i++) /* the smooth and the noisy channel */
+            y[i] = rgb[i * 3 + (i % 7 < 4 ? 0 : 1)];
+        for (size_t i = 0; i < (size_t)sw * sh; i++)
+            rgb[i * 3] = rgb[i * 3 + 1] = rgb[i * 3 + 2] = y[i];
+        sl_plane_view pv = {y, sw, sh, sw, 0.0, 0.0, sw, sh};
+        size_t px = (size_t)dw * dh;
+        uint8_t *a = aligned_alloc(64, px * 12 + 64), *b = aligned_alloc(64, px * 12 + 64);
+        cr_assert(a && b);
+        for (int flip = 0; flip < 2; flip++) {
+            sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
+                               a);
+            cr_assert_eq(sl_resample_planes(&pv, 1, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
+                                            b), SL_OK);
+            for (size_t i = 0; i < px * 3; i++)
+                cr_assert_eq(b[i], a[i], "%dx%d->%dx%d flip %d: u8 %zu: %d, want %d", sw, sh, dw,
+                             dh, flip, i, b[i], a[i]);
+            /* NCHW f32 at 32- and 16-byte aligned destinations (streamed) */
+            sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NCHW_F32, mean, stdv,
+                               a);
+            for (int off = 0; off <= 16; off += 16) {
+                const float *fa = (const float *)a, *fb = (const float *)(b + off);
+                cr_assert_eq(sl_resample_planes(&pv, 1, dw, dh, flip, SL_LAYOUT_NCHW_F32, mean,
+                                                stdv, b + off), SL_OK);
+                for (size_t i = 0; i < px * 3; i++)
+                    cr_assert(fabsf(fb[i] - fa[i]) <= 1e-5f * (1 + fabsf(fa[i])),
+                              "%dx%d->%dx%d flip %d offset %d: f32 %zu: %.8g, want %.8g", sw, sh,
+                              dw, dh, flip, off, i, fb[i], fa[i]);
+            }
+        }
+        free(rgb);
+        free(y);
+        free(a);
+        free(b);
+    }
+}
