@@ -666,6 +666,15 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
         s->blk = (sl_hblk *)(mem + off[c][1]);
         s->tab = (int32_t *)(s->blk + nblk);
         s->acc = (float *)(mem + off[c][2]);
+        if (c == 2 && v->w == pl[1].w && v->h == pl[1].h && v->x0 == pl[1].x0 &&
+            v->y0 == pl[1].y0 && v->cw == pl[1].cw && v->ch == pl[1].ch) {
+            /* Cr on Cb's grid (every JPEG): Cb's taps and tables, own row */
+            float *acc = s->acc;
+            *s = ps[1];
+            s->acc = acc;
+            memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float));
+            continue;
+        }
         window_taps(s->ht, v->x0, v->cw, v->w, dw);
         window_taps(s->vt, v->y0, v->ch, v->h, dh);
         if (flip)

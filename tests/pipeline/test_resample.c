@@ -307,3 +307,54 @@ Test(pipeline_resample, planes_gray_matches_sample_path)
         free(b);
     }
 }
+
+/* Cr's taps are Cb's when the two planes share their grid (every JPEG) and
+ * its own otherwise: a Cr window shifted by whole pixels from Cb's (both
+ * inside the plane, no clamping) gives what the Cr plane shifted the other
+ * way does on Cb's window, up to float rounding of the tap positions; a Cr
+ * that took Cb's taps would be 7 x 5 pixels off. Bilinear (enlargement) and
+ * area outputs. */
+Test(pipeline_resample, planes_cr_own_window)
+{
+    int W = 200, H = 150, cw = 100, ch = 75, dx = 7, dy = 5;
+    uint8_t *y = malloc((size_t)W * H), *u = malloc((size_t)cw * ch);
+    uint8_t *v = malloc((size_t)cw * ch), *vs = calloc((size_t)cw * ch, 1);
+    cr_assert(y && u && v && vs);
+    uint64_t st = 1234;
+    for (int i = 0; i < W * H; i++)
+        y[i] = (uint8_t)tu_rand(&st);
+    for (int i = 0; i < cw * ch; i++) {
+        u[i] = (uint8_t)tu_rand(&st);
+        v[i] = (uint8_t)tu_rand(&st);
+    }
+    for (int r = 0; r + dy < ch; r++)
+        for (int c = 0; c + dx < cw; c++)
+            vs[r * cw + c] = v[(r + dy) * cw + c + dx];
+    sl_plane_view own[3] = {{y, W, H, W, 21.0, 16.5, 140.0, 100.0},
+                            {u, cw, ch, cw, 10.5, 8.25, 70.0, 50.0},
+                            {v, cw, ch, cw, 10.5 + dx, 8.25 + dy, 70.0, 50.0}};
+    sl_plane_view shared[3] = {own[0], own[1], {vs, cw, ch, cw, 10.5, 8.25, 70.0, 50.0}};
+    static const int outs[][2] = {{96, 64}, {32, 24}};
+    for (size_t o = 0; o < sizeof outs / sizeof *outs; o++) {
+        int dw = outs[o][0], dh = outs[o][1];
+        size_t n = (size_t)dw * dh * 3;
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        cr_assert(a && b);
+        for (int flip = 0; flip < 2; flip++) {
+            cr_assert_eq(sl_resample_planes(own, 3, dw, dh, flip, SL_LAYOUT_NHWC_F32, mean, stdv,
+                                            a), SL_OK);
+            cr_assert_eq(sl_resample_planes(shared, 3, dw, dh, flip, SL_LAYOUT_NHWC_F32, mean,
+                                            stdv, b), SL_OK);
+            for (size_t i = 0; i < n; i++)
+                cr_assert(fabsf(a[i] - b[i]) <= 1e-4f * (1 + fabsf(b[i])),
+                          "%dx%d flip %d: value %zu: %.8g, shifted plane %.8g", dw, dh, flip, i,
+                          a[i], b[i]);
+        }
+        free(a);
+        free(b);
+    }
+    free(y);
+    free(u);
+    free(v);
+    free(vs);
+}
