@@ -714,12 +714,10 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
     /* Chroma leaves the planes centred on 0 (the bias), the conversion
      * wants Cb - 128 and Cr - 128. */
     const float pbias[3] = {0.0f, -128.0f, -128.0f};
-    int avx2 = 0, fused = 0;
 #if SL_RESAMPLE_AVX2
-    avx2 = __builtin_cpu_supports("avx2");
-    fused = avx2 && stream && dw % 8 == 0;
+    int avx2 = __builtin_cpu_supports("avx2");
+    int fused = avx2 && stream && dw % 8 == 0;
 #endif
-    (void)avx2;
     for (int y = 0; y < dh; y++) {
         for (int c = 0; c < np; c++) {
             const sl_pstate *s = &ps[c];
