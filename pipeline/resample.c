@@ -68,8 +68,8 @@
  * of 3): 549 us per sample for sl_decode_crop + sl_store_sample; 516 us
  * fused with resize.c's per-element gather (this file 24 % of it in perf);
  * 476 us with the planes and the window (16 %). The one-vector windows and
- * the two AVX2 helpers: sl_resample_planes 1.1-1.3x faster (perf/RESULTS.md,
- * "issue 17: a cheaper sl_resample_planes").
+ * the two AVX2 helpers: sl_resample_planes 1.1-1.4x faster (perf/RESULTS.md,
+ * "A cheaper sl_resample_planes", issue 17).
  *
  * Threading: reentrant; distinct dst regions may be written concurrently.
  */
