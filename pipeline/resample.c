@@ -27,9 +27,19 @@
  * scale < 2): two vector loads and a permute per weight (the "window",
  * vpermps in the AVX2 clone) instead of sixteen scalar loads. resize.c's
  * per-element gather was 80 % of this file's time: AMD's vgatherdps is no
- * faster than scalar loads, so gcc emits those. NCHW writes the plane rows
- * in place; NHWC f32 and u8 compute three plane rows of dw floats and
- * interleave them.
+ * faster than scalar loads, so gcc emits those. Where the eight outputs
+ * read within 8 source pixels (an enlargement by 8/7 or more: 4:2:0
+ * chroma, small crops) one vector and one permute per weight do. NCHW
+ * writes the plane rows in place; NHWC f32 and u8 compute three plane rows
+ * of dw floats and interleave them.
+ *
+ * sl_resample_planes picks two AVX2 helpers at run time
+ * (__builtin_cpu_supports; target("avx2") functions, since the
+ * target_clones clone cannot use intrinsics the default one lacks): the
+ * bilinear vertical pass (prow_two_avx2: vpmovzxbd + vcvtdq2ps, where gcc's
+ * own vectorization widens through words with extracts) and the NCHW f32
+ * row (nchw_fused_avx2: colour, clamp and normalization in one pass, then
+ * 32-byte streamed stores). Same operations per value, no FMA: same bytes.
  *
  * Values:
  *   u8:  v rounded exactly as sl_resize_rgb_u8 rounds it (same operations
@@ -57,7 +67,9 @@
  * 224 x 224, 2000 corpus JPEGs, 2-core EPYC VM, thread CPU time, medians
  * of 3): 549 us per sample for sl_decode_crop + sl_store_sample; 516 us
  * fused with resize.c's per-element gather (this file 24 % of it in perf);
- * 476 us with the planes and the window (16 %).
+ * 476 us with the planes and the window (16 %). The one-vector windows and
+ * the two AVX2 helpers: sl_resample_planes 1.1-1.4x faster (perf/RESULTS.md,
+ * "A cheaper sl_resample_planes", issue 17).
  *
  * Threading: reentrant; distinct dst regions may be written concurrently.
  */
@@ -73,6 +85,14 @@
 #define SL_RESAMPLE_STREAM 1
 #else
 #define SL_RESAMPLE_STREAM 0
+#endif
+/* nchw_fused_avx2: gcc on x86-64 (a target("avx2") function, chosen at run
+ * time with __builtin_cpu_supports). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define SL_RESAMPLE_AVX2 1
+#else
+#define SL_RESAMPLE_AVX2 0
 #endif
 
 #define SL_RESAMPLE_STACK (64 * 1024)
@@ -94,9 +114,11 @@ typedef int32_t sl_v8i __attribute__((vector_size(32)));
 typedef sl_resize_tap sl_rtap; /* records.h: the same filter as sl_resize_rgb_u8 */
 
 /* Eight consecutive bilinear outputs of one plane row: out[k] = wa[k] *
- * p[base + ka[k]] + wb[k] * p[base + kb[k]] + bias, ka, kb in 0..15. win 0:
- * the indices spread further (does not happen for scale < 2, kept as a
- * guard), use the per-pixel tables. */
+ * p[base + ka[k]] + wb[k] * p[base + kb[k]] + bias, ka, kb in 0..15. win 2:
+ * ka, kb in 0..7 (an enlargement by 8/7 or more, e.g. 4:2:0 chroma to a
+ * crop's size): one source vector and one permute per weight. win 0: the
+ * indices spread further (does not happen for scale < 2, kept as a guard),
+ * use the per-pixel tables. */
 typedef struct sl_hblk {
     sl_v8i ka, kb;
     sl_v8f wa, wb;
@@ -152,7 +174,14 @@ hplane(const sl_hblk *restrict blk, const int32_t *restrict ia, const int32_t *r
         if (!blk->win)
             for (int k = x; k < x + 8; k++)
                 out[k] = wa[k] * p[ia[k]] + wb[k] * p[ib[k]] + bias;
-        else {
+        else if (blk->win == 2) { /* every index in 0..7: one vector, one permute */
+            sl_v8f lo;
+            memcpy(&lo, p + blk->base, sizeof lo);
+            sl_v8f a = __builtin_shuffle(lo, blk->ka);
+            sl_v8f b = __builtin_shuffle(lo, blk->kb);
+            sl_v8f v = blk->wa * a + blk->wb * b + vb;
+            memcpy(out + x, &v, sizeof v);
+        } else {
             sl_v8f lo, hi;
             memcpy(&lo, p + blk->base, sizeof lo);
             memcpy(&hi, p + blk->base + 8, sizeof hi);
@@ -188,7 +217,7 @@ static void expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32
             hi = ib[k] > hi ? ib[k] : hi;
         }
         blk->base = lo;
-        blk->win = hi - lo < 16;
+        blk->win = hi - lo < 8 ? 2 : hi - lo < 16;
         for (int k = 0; k < 8; k++) {
             blk->ka[k] = blk->win ? ia[x + k] - lo : 0;
             blk->kb[k] = blk->win ? ib[x + k] - lo : 0;
@@ -463,9 +492,32 @@ static inline __attribute__((always_inline)) void
 prow_two(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
          float wb, int n)
 {
-    for (int i = 0; i < n; i++)
+    int i = 0;
+    for (; i < n; i++)
         acc[i] = wa * (float)a[i] + wb * (float)b[i];
 }
+
+#if SL_RESAMPLE_AVX2
+/* prow_two where the CPU has AVX2: eight bytes to eight floats with
+ * vpmovzxbd + vcvtdq2ps, where gcc's vectorization of prow_two's loop widens
+ * sixteen bytes through words with extracts (half again the instructions;
+ * __builtin_convertvector from eight u8 is scalar in gcc 12). The same
+ * operations per element (no FMA), so the same floats. */
+__attribute__((target("avx2"))) static void
+prow_two_avx2(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
+              float wb, int n)
+{
+    const __m256 va = _mm256_set1_ps(wa), vb = _mm256_set1_ps(wb);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 fa = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(a + i))));
+        __m256 fb = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(b + i))));
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_mul_ps(va, fa), _mm256_mul_ps(vb, fb)));
+    }
+    for (; i < n; i++)
+        acc[i] = wa * (float)a[i] + wb * (float)b[i];
+}
+#endif
 
 /* Area horizontal pass of one plane row (general taps) plus bias. */
 static void harea_plane(const sl_rtap *restrict t, int dw, const float *restrict p, float bias,
@@ -495,6 +547,60 @@ nchw_stream(float *d, const float *r, const float *g, const float *b, const floa
     (void)d, (void)r, (void)g, (void)b, (void)sc, (void)bi, (void)plane, (void)dw;
 #endif
 }
+
+/* The AVX2 form of one NCHW f32 output row: YCbCr -> RGB (np 3) or gray
+ * (np 1), the clamp and the normalization in one pass over the plane rows
+ * y, cb, cr, eight values at a time, leaving R, G, B in place of them (in
+ * L1); then each channel row streamed to its plane, eight at a time. The
+ * plain form makes two passes of compute (convert, then normalize while
+ * streaming four at a time). Streaming the three planes interleaved, eight
+ * values each, measured 10 % slower than one plane row after the other.
+ * The same operations in the same order (no FMA: target avx2 does not
+ * enable it), so the same bytes (tests/pipeline/test_decode_yuv.c
+ * streamed_nchw_equals_plain_stores compares the two): min(v, 255) then
+ * max(0, .) is the plain clamp exactly (maxps returns its second operand
+ * on equality, so -0.0 stays -0.0). d and plane * 4 bytes 16-byte aligned,
+ * dw % 8 == 0; 32-byte stores when d is 32-byte aligned too. Called only
+ * where the CPU has AVX2. */
+#if SL_RESAMPLE_AVX2
+__attribute__((target("avx2"))) static void
+nchw_fused_avx2(float *d, float *y, float *cb, float *cr, int np, const float sc[3],
+                const float bi[3], size_t plane, int dw)
+{
+    const __m256 k0 = _mm256_setzero_ps(), k255 = _mm256_set1_ps(255.0f);
+    const __m256 kr = _mm256_set1_ps(1.40200f), kgb = _mm256_set1_ps(0.34414f),
+                 kgr = _mm256_set1_ps(0.71414f), kb = _mm256_set1_ps(1.77200f);
+    const __m256 m0 = _mm256_set1_ps(sc[0]), m1 = _mm256_set1_ps(sc[1]),
+                 m2 = _mm256_set1_ps(sc[2]), a0 = _mm256_set1_ps(bi[0]),
+                 a1 = _mm256_set1_ps(bi[1]), a2 = _mm256_set1_ps(bi[2]);
+    for (int x = 0; x < dw; x += 8) {
+        __m256 Y = _mm256_loadu_ps(y + x), r = Y, g = Y, b = Y;
+        if (np == 3) {
+            __m256 u = _mm256_loadu_ps(cb + x), v = _mm256_loadu_ps(cr + x);
+            r = _mm256_add_ps(Y, _mm256_mul_ps(kr, v));
+            g = _mm256_sub_ps(_mm256_sub_ps(Y, _mm256_mul_ps(kgb, u)), _mm256_mul_ps(kgr, v));
+            b = _mm256_add_ps(Y, _mm256_mul_ps(kb, u));
+        }
+        r = _mm256_add_ps(_mm256_mul_ps(_mm256_max_ps(k0, _mm256_min_ps(r, k255)), m0), a0);
+        g = _mm256_add_ps(_mm256_mul_ps(_mm256_max_ps(k0, _mm256_min_ps(g, k255)), m1), a1);
+        b = _mm256_add_ps(_mm256_mul_ps(_mm256_max_ps(k0, _mm256_min_ps(b, k255)), m2), a2);
+        _mm256_storeu_ps(y + x, r);
+        _mm256_storeu_ps(cb + x, g);
+        _mm256_storeu_ps(cr + x, b);
+    }
+    const float *src[3] = {y, cb, cr};
+    int wide = ((uintptr_t)d & 31) == 0;
+    for (int c = 0; c < 3; c++) {
+        float *o = d + (size_t)c * plane;
+        if (wide)
+            for (int x = 0; x < dw; x += 8)
+                _mm256_stream_ps(o + x, _mm256_loadu_ps(src[c] + x));
+        else
+            for (int x = 0; x < dw; x += 4)
+                _mm_stream_ps(o + x, _mm_loadu_ps(src[c] + x));
+    }
+}
+#endif
 
 /* What one plane needs during the pass (in mem). */
 typedef struct sl_pstate {
@@ -560,6 +666,15 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
         s->blk = (sl_hblk *)(mem + off[c][1]);
         s->tab = (int32_t *)(s->blk + nblk);
         s->acc = (float *)(mem + off[c][2]);
+        if (c == 2 && v->w == pl[1].w && v->h == pl[1].h && v->x0 == pl[1].x0 &&
+            v->y0 == pl[1].y0 && v->cw == pl[1].cw && v->ch == pl[1].ch) {
+            /* Cr on Cb's grid (every JPEG): Cb's taps and tables, own row */
+            float *acc = s->acc;
+            *s = ps[1];
+            s->acc = acc;
+            memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float));
+            continue;
+        }
         window_taps(s->ht, v->x0, v->cw, v->w, dw);
         window_taps(s->vt, v->y0, v->ch, v->h, dh);
         if (flip)
@@ -599,12 +714,21 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
     /* Chroma leaves the planes centred on 0 (the bias), the conversion
      * wants Cb - 128 and Cr - 128. */
     const float pbias[3] = {0.0f, -128.0f, -128.0f};
+#if SL_RESAMPLE_AVX2
+    int avx2 = __builtin_cpu_supports("avx2");
+    int fused = avx2 && stream && dw % 8 == 0;
+#endif
     for (int y = 0; y < dh; y++) {
         for (int c = 0; c < np; c++) {
             const sl_pstate *s = &ps[c];
             const sl_rtap *t = &s->vt[y];
             const uint8_t *row = pl[c].p + (size_t)t->i0 * pl[c].pitch + s->lo;
             if (t->n == 2) {
+#if SL_RESAMPLE_AVX2
+                if (avx2)
+                    prow_two_avx2(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
+                else
+#endif
                 prow_two(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
             } else {
                 prow_set(s->acc, row, t->w0, s->n);
@@ -621,6 +745,13 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
                 harea_plane(s->ht, dw, s->acc, pbias[c], o[c]);
             }
         }
+#if SL_RESAMPLE_AVX2
+        if (fused) {
+            nchw_fused_avx2((float *)dst + (size_t)y * dw, o[0], o[1], o[2], np, sc, bi, plane,
+                            dw);
+            continue;
+        }
+#endif
         /* RGB: JFIF YCbCr -> RGB (libjpeg jdcolor.c), clamped, then the
          * layout (u8 rounded; f32 normalized). Gray: R = G = B = Y. */
         float *r = o[0], *g = o[1], *b = o[2];

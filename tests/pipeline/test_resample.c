@@ -246,3 +246,115 @@ Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
     tjFree(jpeg);
     free(img);
 }
+
+/* sl_resample_planes on one gray plane, windowed on the whole plane, is
+ * sl_resample_sample on the RGB image with R = G = B = that plane: the same
+ * taps (window_taps on a whole-pixel window = sl_resize_taps), the same
+ * vertical value (prow_two's wa*a + wb*b = vrow_set then vrow_add, no FMA)
+ * and the same horizontal blocks, so u8 is bit-identical and f32 differs by
+ * float rounding only (the sample path folds 1/std into the weights). This
+ * pins the planes path's own code exactly, which the YCbCr tests bound only
+ * against libjpeg's: the AVX2 vertical pass (prow_two_avx2, widths not a
+ * multiple of 8 for its tail), the one-vector window blocks of an
+ * enlargement, the two-vector ones, area taps, flip, and the fused NCHW
+ * row (224 wide, 32- and 16-byte aligned destinations). */
+Test(pipeline_resample, planes_gray_matches_sample_path)
+{
+    static const int sz[][4] = {
+        {300, 241, 224, 224}, /* bilinear, two-vector windows */
+        {100, 60, 224, 224},  /* enlargement: one-vector windows */
+        {301, 97, 224, 56},   /* odd width: the vertical pass's scalar tail */
+        {500, 470, 224, 224}, /* area both ways */
+        {93, 45, 40, 37},     /* small, width not a multiple of 8 */
+    };
+    for (size_t k = 0; k < sizeof sz / sizeof *sz; k++) {
+        int sw = sz[k][0], sh = sz[k][1], dw = sz[k][2], dh = sz[k][3];
+        uint8_t *rgb = make_src(sw, sh, sw * 3, 101 + k);
+        uint8_t *y = malloc((size_t)sw * sh);
+        cr_assert(y);
+        for (size_t i = 0; i < (size_t)sw * sh; i++) /* the smooth and the noisy channel */
+            y[i] = rgb[i * 3 + (i % 7 < 4 ? 0 : 1)];
+        for (size_t i = 0; i < (size_t)sw * sh; i++)
+            rgb[i * 3] = rgb[i * 3 + 1] = rgb[i * 3 + 2] = y[i];
+        sl_plane_view pv = {y, sw, sh, sw, 0.0, 0.0, sw, sh};
+        size_t px = (size_t)dw * dh;
+        uint8_t *a = aligned_alloc(64, px * 12 + 64), *b = aligned_alloc(64, px * 12 + 64);
+        cr_assert(a && b);
+        for (int flip = 0; flip < 2; flip++) {
+            sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
+                               a);
+            cr_assert_eq(sl_resample_planes(&pv, 1, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
+                                            b), SL_OK);
+            for (size_t i = 0; i < px * 3; i++)
+                cr_assert_eq(b[i], a[i], "%dx%d->%dx%d flip %d: u8 %zu: %d, want %d", sw, sh, dw,
+                             dh, flip, i, b[i], a[i]);
+            /* NCHW f32 at 32- and 16-byte aligned destinations (streamed) */
+            sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NCHW_F32, mean, stdv,
+                               a);
+            for (int off = 0; off <= 16; off += 16) {
+                const float *fa = (const float *)a, *fb = (const float *)(b + off);
+                cr_assert_eq(sl_resample_planes(&pv, 1, dw, dh, flip, SL_LAYOUT_NCHW_F32, mean,
+                                                stdv, b + off), SL_OK);
+                for (size_t i = 0; i < px * 3; i++)
+                    cr_assert(fabsf(fb[i] - fa[i]) <= 1e-5f * (1 + fabsf(fa[i])),
+                              "%dx%d->%dx%d flip %d offset %d: f32 %zu: %.8g, want %.8g", sw, sh,
+                              dw, dh, flip, off, i, fb[i], fa[i]);
+            }
+        }
+        free(rgb);
+        free(y);
+        free(a);
+        free(b);
+    }
+}
+
+/* Cr's taps are Cb's when the two planes share their grid (every JPEG) and
+ * its own otherwise: a Cr window shifted by whole pixels from Cb's (both
+ * inside the plane, no clamping) gives what the Cr plane shifted the other
+ * way does on Cb's window, up to float rounding of the tap positions; a Cr
+ * that took Cb's taps would be 7 x 5 pixels off. Bilinear (enlargement) and
+ * area outputs. */
+Test(pipeline_resample, planes_cr_own_window)
+{
+    int W = 200, H = 150, cw = 100, ch = 75, dx = 7, dy = 5;
+    uint8_t *y = malloc((size_t)W * H), *u = malloc((size_t)cw * ch);
+    uint8_t *v = malloc((size_t)cw * ch), *vs = calloc((size_t)cw * ch, 1);
+    cr_assert(y && u && v && vs);
+    uint64_t st = 1234;
+    for (int i = 0; i < W * H; i++)
+        y[i] = (uint8_t)tu_rand(&st);
+    for (int i = 0; i < cw * ch; i++) {
+        u[i] = (uint8_t)tu_rand(&st);
+        v[i] = (uint8_t)tu_rand(&st);
+    }
+    for (int r = 0; r + dy < ch; r++)
+        for (int c = 0; c + dx < cw; c++)
+            vs[r * cw + c] = v[(r + dy) * cw + c + dx];
+    sl_plane_view own[3] = {{y, W, H, W, 21.0, 16.5, 140.0, 100.0},
+                            {u, cw, ch, cw, 10.5, 8.25, 70.0, 50.0},
+                            {v, cw, ch, cw, 10.5 + dx, 8.25 + dy, 70.0, 50.0}};
+    sl_plane_view shared[3] = {own[0], own[1], {vs, cw, ch, cw, 10.5, 8.25, 70.0, 50.0}};
+    static const int outs[][2] = {{96, 64}, {32, 24}};
+    for (size_t o = 0; o < sizeof outs / sizeof *outs; o++) {
+        int dw = outs[o][0], dh = outs[o][1];
+        size_t n = (size_t)dw * dh * 3;
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        cr_assert(a && b);
+        for (int flip = 0; flip < 2; flip++) {
+            cr_assert_eq(sl_resample_planes(own, 3, dw, dh, flip, SL_LAYOUT_NHWC_F32, mean, stdv,
+                                            a), SL_OK);
+            cr_assert_eq(sl_resample_planes(shared, 3, dw, dh, flip, SL_LAYOUT_NHWC_F32, mean,
+                                            stdv, b), SL_OK);
+            for (size_t i = 0; i < n; i++)
+                cr_assert(fabsf(a[i] - b[i]) <= 1e-4f * (1 + fabsf(b[i])),
+                          "%dx%d flip %d: value %zu: %.8g, shifted plane %.8g", dw, dh, flip, i,
+                          a[i], b[i]);
+        }
+        free(a);
+        free(b);
+    }
+    free(y);
+    free(u);
+    free(v);
+    free(vs);
+}
