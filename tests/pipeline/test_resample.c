@@ -278,7 +278,9 @@ Test(pipeline_resample, planes_gray_matches_sample_path)
             rgb[i * 3] = rgb[i * 3 + 1] = rgb[i * 3 + 2] = y[i];
         sl_plane_view pv = {y, sw, sh, sw, 0.0, 0.0, sw, sh};
         size_t px = (size_t)dw * dh;
-        uint8_t *a = aligned_alloc(64, px * 12 + 64), *b = aligned_alloc(64, px * 12 + 64);
+        /* aligned_alloc wants a multiple of the alignment (C11; TSan refuses others) */
+        size_t bytes = (px * 12 + 64 + 63) / 64 * 64;
+        uint8_t *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes);
         cr_assert(a && b);
         for (int flip = 0; flip < 2; flip++) {
             sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
