@@ -372,9 +372,10 @@ Test(train_strategy, dead_rank_times_out)
             "  exit $s\n"
             "fi\n", tmp, tmp, tmp, tmp);
     fclose(f);
-    int rc = tu_run(&out, "chmod +x %s && " MPIRUN "%s %s train --data %s %s --max-steps 100000 "
-                    "--strategy mirrored --comm-timeout 5 2>&1; echo exit=$?", script, script,
-                    tu_sluice(), d.dir, train_args);
+    /* in tmp: rank 0's rescue checkpoint goes to ./sluice-rescue */
+    int rc = tu_run(&out, "cd %s && chmod +x %s && " MPIRUN "%s %s train --data %s %s "
+                    "--max-steps 100000 --strategy mirrored --comm-timeout 5 2>&1; echo exit=$?",
+                    tmp, script, script, tu_sluice(), d.dir, train_args);
     (void)rc;
     cr_assert(strstr(out, "exit=") && !strstr(out, "exit=0"), "%s", out);
     cr_assert(!strstr(out, "exit=124"), "the job hung until the outer timeout:\n%s", out);
