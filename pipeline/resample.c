@@ -95,6 +95,13 @@
 #define SL_RESAMPLE_AVX2 0
 #endif
 
+/* JFIF YCbCr -> RGB (libjpeg jdcolor.c), shared by the plain row and
+ * nchw_fused_avx2, which must give the same floats. */
+#define SL_YCC_R_CR 1.40200f
+#define SL_YCC_G_CB 0.34414f
+#define SL_YCC_G_CR 0.71414f
+#define SL_YCC_B_CB 1.77200f
+
 #define SL_RESAMPLE_STACK (64 * 1024)
 /* Floats after each plane row of acc: a window reads 16 from its base. */
 #define SL_RESAMPLE_PAD 16
@@ -492,8 +499,7 @@ static inline __attribute__((always_inline)) void
 prow_two(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
          float wb, int n)
 {
-    int i = 0;
-    for (; i < n; i++)
+    for (int i = 0; i < n; i++)
         acc[i] = wa * (float)a[i] + wb * (float)b[i];
 }
 
@@ -568,8 +574,8 @@ nchw_fused_avx2(float *d, float *y, float *cb, float *cr, int np, const float sc
                 const float bi[3], size_t plane, int dw)
 {
     const __m256 k0 = _mm256_setzero_ps(), k255 = _mm256_set1_ps(255.0f);
-    const __m256 kr = _mm256_set1_ps(1.40200f), kgb = _mm256_set1_ps(0.34414f),
-                 kgr = _mm256_set1_ps(0.71414f), kb = _mm256_set1_ps(1.77200f);
+    const __m256 kr = _mm256_set1_ps(SL_YCC_R_CR), kgb = _mm256_set1_ps(SL_YCC_G_CB),
+                 kgr = _mm256_set1_ps(SL_YCC_G_CR), kb = _mm256_set1_ps(SL_YCC_B_CB);
     const __m256 m0 = _mm256_set1_ps(sc[0]), m1 = _mm256_set1_ps(sc[1]),
                  m2 = _mm256_set1_ps(sc[2]), a0 = _mm256_set1_ps(bi[0]),
                  a1 = _mm256_set1_ps(bi[1]), a2 = _mm256_set1_ps(bi[2]);
@@ -758,9 +764,9 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
         if (np == 3) {
             for (int x = 0; x < dw; x++) {
                 float Y = r[x], cb = g[x], cr = b[x];
-                float vr = Y + 1.40200f * cr;
-                float vg = Y - 0.34414f * cb - 0.71414f * cr;
-                float vb = Y + 1.77200f * cb;
+                float vr = Y + SL_YCC_R_CR * cr;
+                float vg = Y - SL_YCC_G_CB * cb - SL_YCC_G_CR * cr;
+                float vb = Y + SL_YCC_B_CB * cb;
                 r[x] = vr < 0.0f ? 0.0f : vr > 255.0f ? 255.0f : vr;
                 g[x] = vg < 0.0f ? 0.0f : vg > 255.0f ? 255.0f : vg;
                 b[x] = vb < 0.0f ? 0.0f : vb > 255.0f ? 255.0f : vb;
