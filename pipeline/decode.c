@@ -166,6 +166,8 @@ int sl_decoder_create(sl_decoder **out)
     const char *mode = getenv("SLUICE_DECODE");
     d->full = mode && strcmp(mode, "full") == 0;
     d->rgb = mode && strcmp(mode, "rgb") == 0;
+    const char *huff = getenv("SLUICE_HUFF");
+    d->yuv.libjpeg_huff = huff && strcmp(huff, "libjpeg") == 0;
     d->max_pixels = SL_MAX_PIXELS_DEFAULT;
     *out = d;
     return SL_OK;
@@ -184,6 +186,7 @@ void sl_decoder_destroy(sl_decoder *d)
     jpeg_destroy_decompress(&d->cinfo);
     free(d->buf);
     free(d->yuv.p);
+    sl_huff_free(d->yuv.huff);
     free(d);
 }
 

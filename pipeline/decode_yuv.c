@@ -199,6 +199,9 @@ int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, con
         if (rows_per[k] > 4 * DCTSIZE)
             return sl_fail(SL_EIMAGE, "%s: component %d: %d rows per iMCU row", fn, k,
                            rows_per[k]);
+    /* The entropy decoder of huff.c where it applies (its comment). */
+    if (!buf->libjpeg_huff && (rc = sl_huff_install(ci, &buf->huff)) == SL_ENOMEM)
+        return rc;
     /* Rows above the strip: entropy decoding only. */
     set_columns(ci, 1, 0, single);
     for (int k = 0; k < nc; k++)

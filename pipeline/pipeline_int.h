@@ -227,9 +227,20 @@ typedef struct sl_plane_view {
  * SL_ENOTSUP when the file is not YCbCr or gray (the caller then takes the
  * RGB path); other codes as sl_decode_crop_sample. */
 struct jpeg_decompress_struct;
+/* huff.c: the planar path's entropy decoder in place of libjpeg's
+ * (baseline single-scan files without restarts; see its comment).
+ * sl_huff_install, after jpeg_start_decompress and before the first
+ * jpeg_read_raw_data: SL_OK installed; SL_ENOTSUP (no message) not such a
+ * file, libjpeg's decoder stays; SL_ENOMEM. *h is the decoder's state,
+ * allocated on first use. */
+typedef struct sl_huff sl_huff;
+int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **h);
+void sl_huff_free(sl_huff *h);
 typedef struct sl_yuv_buf {
     uint8_t *p;
     size_t cap;
+    sl_huff *huff;            /* huff.c's state (NULL until first used) */
+    int libjpeg_huff;         /* SLUICE_HUFF=libjpeg: keep libjpeg's entropy decoder */
 } sl_yuv_buf;
 int sl_decode_yuv(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *crop, int ow,
                   int oh, int flip, sl_layout layout, const float mean[3], const float std[3],

@@ -1,0 +1,431 @@
+/*
+ * pipeline/huff.c - the Huffman (entropy) decoder of the planar path: a
+ * baseline JPEG's coefficients, put in place of libjpeg's own decode_mcu.
+ *
+ * Why write what libjpeg-turbo already does: after decode_yuv.c's crop
+ * window, DCT scaling and the stop after the crop's last row, entropy
+ * decoding is three quarters of the pipeline's CPU time (perf, issue 17:
+ * 74% of `sluice profile` on the ImageNet-like corpus, the IDCT 6%), and
+ * every MCU before the crop's last row must still be entropy decoded,
+ * also those above the crop and left or right of it, whose coefficients
+ * nobody uses. libjpeg-turbo 2.1's decode_mcu_fast looks 8 bits ahead,
+ * then reads the magnitude bits apart, and decodes the unused MCUs as
+ * fully as the used ones. Here:
+ *   - a 10-bit table resolves a whole AC coefficient (code, run and the
+ *     magnitude bits, sign-extended) in one lookup when code + magnitude
+ *     fit in 10 bits, a ZRL as a zero coefficient 16 places on, and EOB;
+ *   - MCUs outside the crop's columns (decompress_onepass IDCTs only
+ *     [first_iMCU_col, last_iMCU_col] of jpeg_decomp_master, the fields
+ *     decode_yuv.c sets) and above the crop (empty range) go through a
+ *     second table that gives code + magnitude length and run for every
+ *     symbol whose code fits in 10 bits: nothing is stored, only the DC
+ *     predictions kept;
+ *   - the bit buffer is refilled 8 bytes at a time when none of them is
+ *     0xFF (a stuffed byte or a marker), one byte at a time otherwise.
+ * The coefficients it stores are libjpeg's for every stream libjpeg
+ * decodes without a warning (tests/pipeline/test_huff.c compares the
+ * planes byte for byte with SLUICE_HUFF=libjpeg, which keeps libjpeg's
+ * decoder). Damage: a code no table has (libjpeg-turbo's fast path
+ * silently makes it symbol 0) is JWRN_HUFF_BAD_CODE here; using bits past
+ * a marker or the end of the data is JWRN_HIT_MARKER, as libjpeg; both
+ * are errors under decode.c's error manager. A run past coefficient 63
+ * lands on 63, as libjpeg's jpeg_natural_order does.
+ *
+ * Where: only for what it was written for; otherwise libjpeg's decoder
+ * stays (sl_huff_install returns 0): sequential Huffman, 8-bit, one scan
+ * with every component (baseline and extended sequential files), no
+ * restart interval, a memory source. Progressive, arithmetic, multi-scan
+ * and restart-marker files keep libjpeg's (sl_huff_install: SL_ENOTSUP).
+ *
+ * How it is put in: jpeglib.h's jpeg_entropy_decoder (jpegint.h) is a
+ * struct of function pointers that libjpeg fills in jpeg_start_decompress
+ * (jinit_huff_decoder, then start_pass for the first scan); the
+ * coefficient controller calls decode_mcu once per MCU with the MCU's
+ * blocks zeroed. sl_huff_install, called after jpeg_start_decompress and
+ * before the first jpeg_read_raw_data, points decode_mcu here and
+ * cinfo->client_data at this file's state; jpeg_abort_decompress frees
+ * libjpeg's entropy object, so the next image starts from libjpeg's again.
+ * The source's next_input_byte follows the data consumed, so libjpeg finds
+ * the marker after the scan where it expects it.
+ *
+ * Threading: one state per decoder (per thread).
+ */
+#include <stdint.h>
+#include <stdio.h> /* jpeglib.h needs FILE and size_t first */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+#include <jpegint.h> /* jpeg_entropy_decoder, jpeg_decomp_master */
+
+#include "pipeline/pipeline_int.h"
+
+#define HB 10 /* lookahead bits */
+#define HN (1 << HB)
+
+/* Entry flags of the fast and skip tables: bits 0-7 bits used, 8-11 the
+ * run, bit 12 end of block, 16-31 the coefficient (fast table). 0: not
+ * resolved in HB bits. */
+#define E_EOB (1u << 12)
+
+typedef struct sl_htab {
+    int ok;               /* built */
+    uint8_t bits[17];     /* the JHUFF_TBL it was built from */
+    uint8_t vals[256];
+    uint16_t look[HN];    /* (length << 8) | symbol; 0: code longer than HB */
+    uint32_t fast[HN];    /* AC: whole coefficient (see E_*) */
+    uint32_t skip[HN];    /* AC: bits of code + magnitude, run, E_EOB */
+    int32_t maxcode[18];  /* largest code of each length, -1 none; [17] sentinel */
+    int32_t valoff[17];   /* vals index of code c of length l: c + valoff[l] */
+} sl_htab;
+
+struct sl_huff {
+    sl_htab dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
+    /* the scan */
+    const uint8_t *p, *end;
+    uint64_t acc;         /* bits, MSB first; the top nbits are valid */
+    int nbits;
+    int marker;           /* a marker (or the data's end) was reached */
+    int fake;             /* zero bits appended since (see refill_slow) */
+    int dc_pred[MAX_COMPS_IN_SCAN];
+    JDIMENSION col;       /* MCU column of the next decode_mcu */
+    int nblk;
+    const sl_htab *bdc[D_MAX_BLOCKS_IN_MCU], *bac[D_MAX_BLOCKS_IN_MCU];
+    int bcomp[D_MAX_BLOCKS_IN_MCU], bstore[D_MAX_BLOCKS_IN_MCU];
+};
+
+/* Zigzag to natural order, 16 more entries for corrupt runs past 63. */
+static const uint8_t natural[64 + 16] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33,
+    40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
+    29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
+    47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+
+/* Figure F.12: the s magnitude bits v as a signed value. */
+static inline int extend(uint32_t v, int s)
+{
+    return v < (1u << (s - 1)) ? (int)v - (1 << s) + 1 : (int)v;
+}
+
+/* ------------------------------------------------------------- tables */
+
+/* Build t from h (the checks of jpeg_make_d_derived_tbl, which already
+ * accepted it at start_pass). 0 on a table libjpeg would refuse. */
+static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
+{
+    int n = 0;
+    for (int l = 1; l <= 16; l++)
+        n += h->bits[l];
+    if (n > 256)
+        return 0;
+    if (t->ok && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
+        memcmp(t->vals, h->huffval, (size_t)n) == 0)
+        return 1;
+    t->ok = 0;
+    memcpy(t->bits, h->bits, sizeof t->bits);
+    memcpy(t->vals, h->huffval, (size_t)n);
+    memset(t->look, 0, sizeof t->look);
+    memset(t->fast, 0, sizeof t->fast);
+    memset(t->skip, 0, sizeof t->skip);
+    int32_t code = 0, p = 0;
+    for (int l = 1; l <= 16; l++) {
+        int c = h->bits[l];
+        if (c) {
+            t->valoff[l] = p - code;
+            for (int i = 0; i < c; i++, p++, code++) {
+                int sym = h->huffval[p];
+                if (!ac && sym > 15)
+                    return 0;
+                if (l <= HB) {
+                    int lo = code << (HB - l), m = 1 << (HB - l);
+                    int r = sym >> 4, s = sym & 15;
+                    for (int j = 0; j < m; j++) {
+                        int pk = lo + j;
+                        t->look[pk] = (uint16_t)(l << 8 | sym);
+                        if (!ac)
+                            continue;
+                        if (s == 0 && r != 15) {
+                            t->fast[pk] = t->skip[pk] = E_EOB | (uint32_t)l;
+                        } else {
+                            t->skip[pk] = (uint32_t)(r << 8 | (l + s));
+                            if (s == 0) /* ZRL: a zero 16 places on */
+                                t->fast[pk] = (uint32_t)(15 << 8 | l);
+                            else if (l + s <= HB) {
+                                uint32_t v = (uint32_t)(pk >> (HB - l - s)) & ((1u << s) - 1);
+                                t->fast[pk] = (uint32_t)extend(v, s) << 16 |
+                                              (uint32_t)(r << 8 | (l + s));
+                            }
+                        }
+                    }
+                }
+            }
+            t->maxcode[l] = code - 1;
+        } else {
+            t->maxcode[l] = -1;
+        }
+        if (c && code >= (1 << l)) /* no code may be all ones */
+            return 0;
+        code <<= 1;
+    }
+    t->maxcode[17] = 0x7fffffff;
+    t->ok = 1;
+    return 1;
+}
+
+/* ---------------------------------------------------------- bit reader */
+
+/* Refill one byte at a time (a 0xFF is near): stuffed FF 00 is a data
+ * 0xFF (fill bytes FF FF .. 00 too, as libjpeg's jpeg_fill_bit_buffer);
+ * any other marker, or the data's end, ends the data: p stays on its
+ * first 0xFF, and zero bits follow from then on, counted in fake (the
+ * real bits are exhausted once nbits < fake). */
+static void refill_slow(sl_huff *h)
+{
+    if (!h->marker) {
+        while (h->nbits <= 56) {
+            if (h->p >= h->end) {
+                h->marker = 1;
+                break;
+            }
+            uint32_t b = *h->p;
+            const uint8_t *q = h->p + 1;
+            if (b == 0xFF) {
+                while (q < h->end && *q == 0xFF)
+                    q++;
+                if (q >= h->end || *q != 0) {
+                    h->marker = 1;
+                    break;
+                }
+                q++;
+            }
+            h->p = q;
+            h->acc |= (uint64_t)b << (56 - h->nbits);
+            h->nbits += 8;
+        }
+        if (!h->marker)
+            return;
+        /* the word refill may have left partial-byte bits below nbits */
+        h->acc &= h->nbits ? ~0ull << (64 - h->nbits) : 0;
+    }
+    h->fake += 64 - h->nbits;
+    h->nbits = 64;
+}
+
+/* With nbits < 32: at least 56 bits in the buffer after (enough for a
+ * 16-bit code and its 15 magnitude bits). */
+static inline void refill(sl_huff *h)
+{
+    if (h->end - h->p >= 8 && !h->marker) {
+        uint64_t w;
+        memcpy(&w, h->p, 8);
+        /* a byte 0xFF is a zero byte of ~w */
+        uint64_t x = ~w;
+        if (((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) == 0) {
+            w = __builtin_bswap64(w);
+            h->acc |= w >> h->nbits;
+            h->p += (63 - h->nbits) >> 3;
+            h->nbits |= 56;
+            return;
+        }
+    }
+    refill_slow(h);
+}
+
+/* A code longer than HB bits (canonical search, Figure F.16); the caller
+ * drops *len bits. A code no table holds: JWRN_HUFF_BAD_CODE (an error
+ * under decode.c's manager) and, if that returns, symbol 0 over 16 bits. */
+static int decode_long(j_decompress_ptr ci, const sl_htab *t, uint64_t acc, int *len)
+{
+    for (int l = HB + 1; l <= 16; l++) {
+        int32_t code = (int32_t)(acc >> (64 - l));
+        if (code <= t->maxcode[l]) {
+            *len = l;
+            return t->vals[(code + t->valoff[l]) & 0xFF];
+        }
+    }
+    WARNMS(ci, JWRN_HUFF_BAD_CODE);
+    *len = 16;
+    return 0;
+}
+
+/* ------------------------------------------------------------- decoding */
+
+#define PEEK(h) ((uint32_t)((h)->acc >> (64 - HB)))
+#define DROP(h, n)                                                                         \
+    do {                                                                                   \
+        (h)->acc <<= (n);                                                                  \
+        (h)->nbits -= (n);                                                                 \
+    } while (0)
+
+/* One symbol of table t (the buffer holds >= 31 bits). */
+static inline int symbol(j_decompress_ptr ci, sl_huff *h, const sl_htab *t)
+{
+    int e = t->look[PEEK(h)], len, s;
+    if (e) {
+        len = e >> 8;
+        s = e & 0xFF;
+    } else {
+        s = decode_long(ci, t, h->acc, &len);
+    }
+    DROP(h, len);
+    return s;
+}
+
+/* s > 0 magnitude bits, sign-extended. */
+static inline int magnitude(sl_huff *h, int s)
+{
+    uint32_t v = (uint32_t)(h->acc >> (64 - s));
+    DROP(h, s);
+    return extend(v, s);
+}
+
+static inline void dc(j_decompress_ptr ci, sl_huff *h, int b, JCOEF *blk)
+{
+    if (h->nbits < 32)
+        refill(h);
+    int s = symbol(ci, h, h->bdc[b]), d = 0;
+    if (s)
+        d = magnitude(h, s);
+    int *pred = &h->dc_pred[h->bcomp[b]];
+    /* unsigned: damaged files repeat +-2047 until an int would overflow */
+    *pred = (int)((unsigned)*pred + (unsigned)d);
+    if (blk)
+        blk[0] = (JCOEF)*pred;
+}
+
+static void block_store(j_decompress_ptr ci, sl_huff *h, int b, JCOEF *blk)
+{
+    const sl_htab *t = h->bac[b];
+    dc(ci, h, b, blk);
+    for (int k = 1; k < 64; k++) {
+        if (h->nbits < 32)
+            refill(h);
+        uint32_t f = t->fast[PEEK(h)];
+        if (f) {
+            DROP(h, (int)(f & 0xFF));
+            if (f & E_EOB)
+                break;
+            k += (int)(f >> 8 & 15);
+            blk[natural[k]] = (JCOEF)((int32_t)f >> 16);
+            continue;
+        }
+        int sym = symbol(ci, h, t), r = sym >> 4, s = sym & 15;
+        if (s) {
+            k += r;
+            blk[natural[k]] = (JCOEF)magnitude(h, s);
+        } else if (r != 15) {
+            break;
+        } else {
+            k += 15;
+        }
+    }
+}
+
+static void block_skip(j_decompress_ptr ci, sl_huff *h, int b)
+{
+    const sl_htab *t = h->bac[b];
+    dc(ci, h, b, NULL);
+    for (int k = 1; k < 64; k++) {
+        if (h->nbits < 32)
+            refill(h);
+        uint32_t e = t->skip[PEEK(h)];
+        if (e) {
+            DROP(h, (int)(e & 0xFF));
+            if (e & E_EOB)
+                break;
+            k += (int)(e >> 8 & 15);
+            continue;
+        }
+        int sym = symbol(ci, h, t), r = sym >> 4, s = sym & 15;
+        if (s) {
+            k += r;
+            DROP(h, s);
+        } else if (r != 15) {
+            break;
+        } else {
+            k += 15;
+        }
+    }
+}
+
+/* jpeg_entropy_decoder.decode_mcu: the MCU's blocks (zeroed by the
+ * caller), or only the DC predictions for an MCU the coefficient
+ * controller will not IDCT. Never suspends (a memory source). */
+static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
+{
+    sl_huff *h = ci->client_data;
+    if (ci->entropy->insufficient_data) /* as libjpeg: zeros from here */
+        return TRUE;
+    const struct jpeg_decomp_master *m = ci->master;
+    int use = h->col >= m->first_iMCU_col && h->col <= m->last_iMCU_col;
+    for (int b = 0; b < h->nblk; b++) {
+        if (!use)
+            block_skip(ci, h, b);
+        else if (h->bstore[b])
+            block_store(ci, h, b, MCU_data[b][0]);
+        else { /* IDCT at 1/8: the DC only, as libjpeg's ac_needed */
+            block_skip(ci, h, b);
+            MCU_data[b][0][0] = (JCOEF)h->dc_pred[h->bcomp[b]];
+        }
+    }
+    if (++h->col == ci->MCUs_per_row)
+        h->col = 0;
+    ci->src->next_input_byte = h->p;
+    ci->src->bytes_in_buffer = (size_t)(h->end - h->p);
+    if (h->marker && h->nbits < h->fake) {
+        WARNMS(ci, JWRN_HIT_MARKER);
+        ci->entropy->insufficient_data = TRUE;
+    }
+    return TRUE;
+}
+
+/* --------------------------------------------------------------- API */
+
+int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **hp)
+{
+    if (ci->progressive_mode || ci->arith_code || ci->data_precision != 8 ||
+        ci->restart_interval || ci->comps_in_scan != ci->num_components || ci->Ss != 0 ||
+        ci->Se != DCTSIZE2 - 1 || ci->Ah || ci->Al || ci->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU ||
+        ci->blocks_in_MCU < 1 || !ci->entropy || !ci->src || ci->unread_marker ||
+        !ci->src->next_input_byte || ci->comps_in_scan > MAX_COMPS_IN_SCAN)
+        return SL_ENOTSUP;
+    sl_huff *h = *hp;
+    if (!h) {
+        if (!(h = calloc(1, sizeof *h)))
+            return sl_fail(SL_ENOMEM, "sl_huff_install: out of memory");
+        *hp = h;
+    }
+    for (int b = 0; b < ci->blocks_in_MCU; b++) {
+        int c = ci->MCU_membership[b];
+        const jpeg_component_info *cp = ci->cur_comp_info[c];
+        int dt = cp->dc_tbl_no, at = cp->ac_tbl_no;
+        if (c < 0 || c >= ci->comps_in_scan || dt < 0 || dt >= NUM_HUFF_TBLS || at < 0 ||
+            at >= NUM_HUFF_TBLS || !ci->dc_huff_tbl_ptrs[dt] || !ci->ac_huff_tbl_ptrs[at])
+            return SL_ENOTSUP;
+        if (!build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0) ||
+            !build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
+            return SL_ENOTSUP;
+        h->bdc[b] = &h->dc[dt];
+        h->bac[b] = &h->ac[at];
+        h->bcomp[b] = c;
+        h->bstore[b] = cp->DCT_scaled_size > 1;
+    }
+    h->nblk = ci->blocks_in_MCU;
+    h->p = ci->src->next_input_byte;
+    h->end = h->p + ci->src->bytes_in_buffer;
+    h->acc = 0;
+    h->nbits = 0;
+    h->marker = 0;
+    h->fake = 0;
+    memset(h->dc_pred, 0, sizeof h->dc_pred);
+    h->col = 0;
+    ci->client_data = h;
+    ci->entropy->decode_mcu = decode_mcu;
+    return SL_OK;
+}
+
+void sl_huff_free(sl_huff *h)
+{
+    free(h);
+}

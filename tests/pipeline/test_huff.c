@@ -1,0 +1,364 @@
+/* tests/pipeline/test_huff.c - the planar path's entropy decoder
+ * (pipeline/huff.c) against libjpeg's (SLUICE_HUFF=libjpeg), which it
+ * replaces for baseline single-scan files.
+ *
+ * The coefficients must be libjpeg's, so the decoded planes must be the
+ * same bytes: on the camera photos of tests/data/photos, on the same
+ * photos with optimized (per-image) Huffman tables and as gray, on
+ * synthetic images at every chroma sampling and at qualities 30, 90 and
+ * 100 (long codes and 10-bit magnitudes), for random crops at every
+ * position (MCUs skipped above, left and right of the crop, stored
+ * inside) and outputs that take DCT scales 1/8 to 8/8. Where it applies:
+ * sl_huff_install takes baseline files and leaves progressive,
+ * restart-marker and arithmetic-coded ones to libjpeg (SL_ENOTSUP), and a
+ * file it takes has libjpeg's decode_mcu replaced. Damage: entropy bytes
+ * changed at random, several thousand times; whenever this decoder gives
+ * planes, libjpeg gives the same planes, and where libjpeg fails, so does
+ * it; truncated data fails.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h> /* before jpeglib.h */
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include <jpeglib.h>
+#include <jpegint.h> /* jpeg_entropy_decoder */
+
+#include "pipeline/pipeline_int.h"
+#include "testutil.h"
+
+static sl_decoder *decoder(int libjpeg)
+{
+    sl_decoder *d;
+    if (libjpeg)
+        cr_assert_eq(setenv("SLUICE_HUFF", "libjpeg", 1), 0);
+    else
+        unsetenv("SLUICE_HUFF");
+    unsetenv("SLUICE_DECODE");
+    cr_assert_eq(sl_decoder_create(&d), SL_OK);
+    unsetenv("SLUICE_HUFF");
+    return d;
+}
+
+static uint8_t *read_photo(const char *name, size_t *len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/photos/%s", SLUICE_SOURCE_DIR, name);
+    uint8_t *p = tu_read_file(path, len);
+    cr_assert_not_null(p, "%s: cannot read", path);
+    return p;
+}
+
+static unsigned char *transcode(const uint8_t *jpeg, size_t len, int options, unsigned long *out)
+{
+    tjhandle tj = tjInitTransform();
+    cr_assert_not_null(tj);
+    tjtransform xf;
+    memset(&xf, 0, sizeof xf);
+    xf.op = TJXOP_NONE;
+    xf.options = options;
+    unsigned char *dst = NULL;
+    *out = 0;
+    cr_assert_eq(tjTransform(tj, jpeg, (unsigned long)len, 1, &dst, out, &xf, 0), 0, "%s",
+                 tjGetErrorStr2(tj));
+    tjDestroy(tj);
+    return dst;
+}
+
+/* Lossless transcode with optimized (per-image) Huffman tables: libjpeg's
+ * jpeg_read_coefficients / jpeg_write_coefficients, optimize_coding. */
+static unsigned char *optimize(const uint8_t *jpeg, size_t len, unsigned long *olen)
+{
+    struct jpeg_decompress_struct di;
+    struct jpeg_compress_struct co;
+    struct jpeg_error_mgr e1, e2;
+    di.err = jpeg_std_error(&e1);
+    co.err = jpeg_std_error(&e2);
+    jpeg_create_decompress(&di);
+    jpeg_create_compress(&co);
+    jpeg_mem_src(&di, jpeg, (unsigned long)len);
+    jpeg_read_header(&di, TRUE);
+    jvirt_barray_ptr *coefs = jpeg_read_coefficients(&di);
+    unsigned char *out = NULL;
+    *olen = 0;
+    jpeg_mem_dest(&co, &out, olen);
+    jpeg_copy_critical_parameters(&di, &co);
+    co.optimize_coding = TRUE;
+    jpeg_write_coefficients(&co, coefs);
+    jpeg_finish_compress(&co);
+    jpeg_finish_decompress(&di);
+    jpeg_destroy_compress(&co);
+    jpeg_destroy_decompress(&di);
+    cr_assert(out && *olen > 0);
+    return out;
+}
+
+/* Noise on colour fields: many nonzero AC coefficients. */
+static uint8_t *synth(int W, int H, uint64_t seed)
+{
+    uint8_t *p = malloc((size_t)W * H * 3);
+    cr_assert_not_null(p);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++) {
+                int v = ((x / (7 + c) + y / 11) & 1 ? 170 : 60) + (int)(tu_rand(&seed) % 61) - 30;
+                p[((size_t)y * W + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    return p;
+}
+
+static unsigned char *encode(const uint8_t *rgb, int W, int H, int samp, int q, int flags,
+                             unsigned long *len)
+{
+    tjhandle tj = tjInitCompress();
+    cr_assert_not_null(tj);
+    unsigned char *jpeg = NULL;
+    *len = 0;
+    cr_assert_eq(tjCompress2(tj, rgb, W, W * 3, H, TJPF_RGB, &jpeg, len, samp, q, flags), 0, "%s",
+                 tjGetErrorStr2(tj));
+    tjDestroy(tj);
+    return jpeg;
+}
+
+/* The planes of one crop by both decoders: SL_OK from ours means SL_OK
+ * from libjpeg's and the same bytes; an error from libjpeg's means one
+ * from ours. Returns ours's rc. */
+static int same_planes(sl_decoder *ours, sl_decoder *ref, const uint8_t *jpeg, size_t len,
+                       const sl_crop *c, int ow, int oh, const char *what)
+{
+    sl_plane_view a[3], b[3];
+    int na = 0, nb = 0;
+    int ra = sl_decode_crop_planes(ours, jpeg, len, c, ow, oh, a, &na);
+    int rb = sl_decode_crop_planes(ref, jpeg, len, c, ow, oh, b, &nb);
+    if (rb != SL_OK)
+        cr_assert_neq(ra, SL_OK, "%s: crop %dx%d at (%d,%d): libjpeg fails (%d) but huff.c "
+                      "decodes", what, c->w, c->h, c->x, c->y, rb);
+    if (ra != SL_OK)
+        return ra;
+    cr_assert_eq(rb, SL_OK, "%s: crop %dx%d at (%d,%d): huff.c decodes, libjpeg fails (%d)", what,
+                 c->w, c->h, c->x, c->y, rb);
+    cr_assert_eq(na, nb);
+    for (int k = 0; k < na; k++) {
+        cr_assert(a[k].w == b[k].w && a[k].h == b[k].h && a[k].x0 == b[k].x0 &&
+                  a[k].y0 == b[k].y0, "%s: plane %d geometry", what, k);
+        for (int y = 0; y < a[k].h; y++)
+            if (memcmp(a[k].p + (size_t)y * a[k].pitch, b[k].p + (size_t)y * b[k].pitch,
+                       (size_t)a[k].w) != 0)
+                cr_assert_fail("%s: crop %dx%d at (%d,%d) -> %dx%d: plane %d row %d differs", what,
+                        c->w, c->h, c->x, c->y, ow, oh, k, y);
+    }
+    return SL_OK;
+}
+
+/* n random crops (the pipeline's geometry) with outputs from 224 down to
+ * 1/10 of the crop, plus the whole image and its corners. */
+static void crops(sl_decoder *ours, sl_decoder *ref, const uint8_t *jpeg, size_t len, int n,
+                  uint64_t seed, const char *what)
+{
+    int W, H;
+    cr_assert_eq(sl_decoder_header(ours, jpeg, len, &W, &H), SL_OK, "%s: %s", what, sl_errmsg());
+    for (int i = 0; i < n + 3; i++) {
+        sl_crop c;
+        if (i == n)
+            c = (sl_crop){0, 0, W, H};
+        else if (i == n + 1)
+            c = (sl_crop){0, 0, W / 3 + 1, H / 3 + 1};
+        else if (i == n + 2)
+            c = (sl_crop){W - W / 3 - 1, H - H / 4 - 1, W / 3 + 1, H / 4 + 1};
+        else {
+            sl_rng rng = sl_rng_for(seed, 0, (uint64_t)i);
+            sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
+        }
+        int ow = 224, oh = 224;
+        if (i % 3 == 1) { /* smaller outputs: DCT scales below 8/8 */
+            ow = c.w / (2 + i % 9) + 1;
+            oh = c.h / (2 + i % 7) + 1;
+        }
+        cr_assert_eq(same_planes(ours, ref, jpeg, len, &c, ow, oh, what), SL_OK, "%s: %s", what,
+                     sl_errmsg());
+    }
+}
+
+Test(pipeline_huff, photos_same_planes_as_libjpeg)
+{
+    static const char *names[] = {"fruits.jpg", "building.jpg", "messi5.jpg"};
+    sl_decoder *ours = decoder(0), *ref = decoder(1);
+    for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
+        size_t len;
+        uint8_t *jpeg = read_photo(names[f], &len);
+        crops(ours, ref, jpeg, len, 40, f, names[f]);
+        unsigned long olen;
+        unsigned char *opt = optimize(jpeg, len, &olen);
+        cr_assert(olen < len, "%s: optimized tables %lu bytes, baseline %zu", names[f], olen, len);
+        crops(ours, ref, opt, olen, 20, f + 10, "optimized tables");
+        free(opt);
+        unsigned char *gray = transcode(jpeg, len, TJXOPT_GRAY, &olen);
+        crops(ours, ref, gray, olen, 20, f + 20, "gray");
+        tjFree(gray);
+        free(jpeg);
+    }
+    sl_decoder_destroy(ours);
+    sl_decoder_destroy(ref);
+}
+
+Test(pipeline_huff, samplings_and_qualities_same_planes)
+{
+    const int samps[] = {TJSAMP_444, TJSAMP_422, TJSAMP_440, TJSAMP_420, TJSAMP_411, TJSAMP_GRAY};
+    const int qs[] = {30, 90, 100};
+    const int sizes[][2] = {{523, 391}, {64, 17}, {9, 1}};
+    sl_decoder *ours = decoder(0), *ref = decoder(1);
+    for (size_t z = 0; z < 3; z++) {
+        uint8_t *img = synth(sizes[z][0], sizes[z][1], 7 + z);
+        for (size_t s = 0; s < sizeof samps / sizeof *samps; s++)
+            for (size_t q = 0; q < 3; q++) {
+                unsigned long len;
+                unsigned char *jpeg =
+                    encode(img, sizes[z][0], sizes[z][1], samps[s], qs[q], 0, &len);
+                char what[64];
+                snprintf(what, sizeof what, "%dx%d samp %d q %d", sizes[z][0], sizes[z][1],
+                         samps[s], qs[q]);
+                crops(ours, ref, jpeg, len, z == 0 ? 12 : 4, s * 3 + q, what);
+                tjFree(jpeg);
+            }
+        free(img);
+    }
+    sl_decoder_destroy(ours);
+    sl_decoder_destroy(ref);
+}
+
+/* sl_huff_install on a decompressor set up as decode_yuv.c does: SL_OK
+ * and decode_mcu replaced, or SL_ENOTSUP and libjpeg's left. */
+static int install(const uint8_t *jpeg, size_t len, int *replaced)
+{
+    struct jpeg_decompress_struct ci;
+    struct jpeg_error_mgr jerr;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, jpeg, (unsigned long)len);
+    jpeg_read_header(&ci, TRUE);
+    ci.raw_data_out = TRUE;
+    jpeg_start_decompress(&ci);
+    void *before = (void *)ci.entropy->decode_mcu;
+    sl_huff *h = NULL;
+    int rc = sl_huff_install(&ci, &h);
+    *replaced = (void *)ci.entropy->decode_mcu != before;
+    jpeg_abort_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+    sl_huff_free(h);
+    return rc;
+}
+
+Test(pipeline_huff, installed_only_where_it_applies)
+{
+    size_t len;
+    uint8_t *jpeg = read_photo("fruits.jpg", &len);
+    int replaced;
+    cr_assert_eq(install(jpeg, len, &replaced), SL_OK);
+    cr_assert(replaced);
+    unsigned long plen;
+    unsigned char *prog = transcode(jpeg, len, TJXOPT_PROGRESSIVE, &plen);
+    cr_assert_eq(install(prog, plen, &replaced), SL_ENOTSUP);
+    cr_assert(!replaced);
+    tjFree(prog);
+    free(jpeg);
+
+    /* restart markers (libjpeg's compressor, restart_in_rows) and
+     * arithmetic coding: libjpeg's decoder stays, and the planes are the
+     * same as with SLUICE_HUFF=libjpeg (both libjpeg's) */
+    uint8_t *img = synth(200, 120, 3);
+    for (int mode = 0; mode < 2; mode++) {
+        struct jpeg_compress_struct cc;
+        struct jpeg_error_mgr jerr;
+        cc.err = jpeg_std_error(&jerr);
+        jpeg_create_compress(&cc);
+        unsigned char *out = NULL;
+        unsigned long olen = 0;
+        jpeg_mem_dest(&cc, &out, &olen);
+        cc.image_width = 200;
+        cc.image_height = 120;
+        cc.input_components = 3;
+        cc.in_color_space = JCS_RGB;
+        jpeg_set_defaults(&cc);
+        jpeg_set_quality(&cc, 90, TRUE);
+        if (mode == 0)
+            cc.restart_in_rows = 1;
+        else
+            cc.arith_code = TRUE;
+        jpeg_start_compress(&cc, TRUE);
+        while (cc.next_scanline < cc.image_height) {
+            JSAMPROW row = img + (size_t)cc.next_scanline * 200 * 3;
+            jpeg_write_scanlines(&cc, &row, 1);
+        }
+        jpeg_finish_compress(&cc);
+        jpeg_destroy_compress(&cc);
+        cr_assert_eq(install(out, olen, &replaced), SL_ENOTSUP, "mode %d", mode);
+        cr_assert(!replaced);
+        sl_decoder *ours = decoder(0), *ref = decoder(1);
+        crops(ours, ref, out, olen, 5, 99, mode ? "arithmetic" : "restarts");
+        sl_decoder_destroy(ours);
+        sl_decoder_destroy(ref);
+        free(out);
+    }
+    free(img);
+}
+
+/* The first byte of entropy-coded data (after the SOS segment). */
+static size_t scan_start(const uint8_t *j, size_t len)
+{
+    for (size_t i = 2; i + 4 < len;) {
+        cr_assert_eq(j[i], 0xFF);
+        size_t seg = (size_t)j[i + 2] << 8 | j[i + 3];
+        if (j[i + 1] == 0xDA)
+            return i + 2 + seg;
+        i += 2 + seg;
+    }
+    cr_assert_fail("no SOS");
+    return 0;
+}
+
+Test(pipeline_huff, damaged_entropy_data)
+{
+    size_t len;
+    uint8_t *jpeg = read_photo("fruits.jpg", &len);
+    uint8_t *bad = malloc(len);
+    cr_assert_not_null(bad);
+    size_t s0 = scan_start(jpeg, len);
+    sl_decoder *ours = decoder(0), *ref = decoder(1);
+    int W, H;
+    cr_assert_eq(sl_decoder_header(ours, jpeg, len, &W, &H), SL_OK);
+    uint64_t seed = 42;
+    int failed = 0, decoded = 0;
+    for (int i = 0; i < 3000; i++) {
+        memcpy(bad, jpeg, len);
+        int n = 1 + (int)(tu_rand(&seed) % 4);
+        for (int k = 0; k < n; k++) {
+            size_t at = s0 + (size_t)(tu_rand(&seed) % (len - 2 - s0));
+            bad[at] = (uint8_t)tu_rand(&seed);
+        }
+        sl_crop c;
+        sl_rng rng = sl_rng_for(seed, 0, (uint64_t)i);
+        sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
+        int rc = same_planes(ours, ref, bad, len, &c, 224, 224, "damaged");
+        if (rc == SL_OK)
+            decoded++;
+        else {
+            cr_assert_eq(rc, SL_EIMAGE, "rc %d: %s", rc, sl_errmsg());
+            failed++;
+        }
+    }
+    /* both outcomes occur (a change below the crop is never read) */
+    cr_assert(failed >= 20 && decoded >= 1000, "failed %d decoded %d", failed, decoded);
+    /* truncated inside the scan */
+    const sl_crop whole = {0, 0, W, H};
+    sl_plane_view pv[3];
+    int np;
+    cr_assert_eq(sl_decode_crop_planes(ours, jpeg, s0 + (len - s0) / 2, &whole, 224, 224, pv, &np),
+                 SL_EIMAGE);
+    /* and the decoder still decodes */
+    cr_assert_eq(same_planes(ours, ref, jpeg, len, &whole, 224, 224, "after damage"), SL_OK);
+    sl_decoder_destroy(ours);
+    sl_decoder_destroy(ref);
+    free(bad);
+    free(jpeg);
+}
