@@ -22,7 +22,10 @@
  *       sl_resample_sample): the reference path, what the pipeline did
  *       before decode_yuv.c;
  *   (5) full: SLUICE_DECODE=full (full-size decode to the end, crop, resize);
- *   (6) sl_jpeg_scan alone: the structure check (2), (4) and (5) include.
+ *   (6) sl_jpeg_scan alone: the structure check (2), (4) and (5) include;
+ *   (7) yuv-lj: step (2) with SLUICE_HUFF=libjpeg: libjpeg's Huffman
+ *       decoder instead of pipeline/huff.c's, what (2) was before huff.c
+ *       (the same bytes: validation checks it).
  * Method: the same crops in every step and repetition; the steps alternate
  * within each repetition (1, 2, ..., 6, 1, 2, ...) so drifting load on a
  * shared box hits all of them; times are the thread's CPU time
@@ -111,6 +114,7 @@ typedef struct bench {
     uint8_t *full;            /* tjDecompress2 output, grown to the largest image */
     size_t full_cap;
     sl_decoder *yuv, *rgb, *plain; /* created with SLUICE_DECODE unset, rgb, full */
+    sl_decoder *yuvlj;        /* SLUICE_HUFF=libjpeg */
     int size;
     uint64_t seed;
     uint8_t *out;             /* size x size x 3 (u8) or x 4 (f32) */
@@ -203,8 +207,8 @@ static double mad(const uint8_t *a, const uint8_t *b, size_t n, size_t *far)
 static void validate(bench *b)
 {
     size_t n = (size_t)b->size * b->size * 3;
-    uint8_t *full = malloc(n), *rgb = malloc(n);
-    if (!full || !rgb)
+    uint8_t *full = malloc(n), *rgb = malloc(n), *lj = malloc(n);
+    if (!full || !rgb || !lj)
         die("out of memory");
     double sum[3] = {0, 0, 0}, worst[3] = {0, 0, 0};
     size_t far[3] = {0, 0, 0};
@@ -214,7 +218,11 @@ static void validate(bench *b)
         memcpy(full, b->out, n);
         sample(b, b->rgb, i, SL_LAYOUT_NHWC_U8);
         memcpy(rgb, b->out, n);
+        sample(b, b->yuvlj, i, SL_LAYOUT_NHWC_U8);
+        memcpy(lj, b->out, n);
         sample(b, b->yuv, i, SL_LAYOUT_NHWC_U8);
+        if (memcmp(lj, b->out, n) != 0)
+            die("image %zu: huff.c and libjpeg's Huffman decoder give different samples", i);
         double d[3] = {mad(rgb, full, n, &far[0]), mad(b->out, rgb, n, &far[1]),
                        mad(b->out, full, n, &far[2])};
         for (int k = 0; k < 3; k++) {
@@ -226,10 +234,12 @@ static void validate(bench *b)
     }
     free(full);
     free(rgb);
+    free(lj);
     double mean[3] = {sum[0] / (double)b->c->n, sum[1] / (double)b->c->n,
                       sum[2] / (double)b->c->n};
     double all = (double)n * (double)b->c->n;
-    printf("validation: %zu images decode on all paths; u8 outputs, mean |diff| per image:\n"
+    printf("validation: %zu images decode on all paths; yuv = yuv-lj byte for byte; u8 outputs,"
+           " mean |diff| per image:\n"
            "  rgb vs full: %.2f levels (worst image %.2f), %.3f%% of values > 8 apart\n"
            "  yuv vs rgb:  %.2f levels (worst image %.2f), %.3f%% of values > 8 apart\n"
            "  yuv vs full: %.2f levels (worst image %.2f), %.3f%% of values > 8 apart\n",
@@ -270,7 +280,9 @@ int main(int argc, char **argv)
         die("tjInitDecompress: %s", tjGetErrorStr2(NULL));
     if (unsetenv("SLUICE_DECODE") != 0 || sl_decoder_create(&b.yuv) != SL_OK ||
         setenv("SLUICE_DECODE", "rgb", 1) != 0 || sl_decoder_create(&b.rgb) != SL_OK ||
-        setenv("SLUICE_DECODE", "full", 1) != 0 || sl_decoder_create(&b.plain) != SL_OK)
+        setenv("SLUICE_DECODE", "full", 1) != 0 || sl_decoder_create(&b.plain) != SL_OK ||
+        unsetenv("SLUICE_DECODE") != 0 || setenv("SLUICE_HUFF", "libjpeg", 1) != 0 ||
+        sl_decoder_create(&b.yuvlj) != SL_OK || unsetenv("SLUICE_HUFF") != 0)
         die("decoder setup: %s", sl_errmsg());
     unsetenv("SLUICE_DECODE");
     if (!(b.out = malloc((size_t)size * size * 3 * sizeof(float))))
@@ -280,8 +292,8 @@ int main(int argc, char **argv)
            g_corpus.n, (double)g_corpus.bytes / 1e6, size, size, (unsigned long long)seed, reps);
     validate(&b);
 
-#define NSTEP 6
-    double t[NSTEP + 3][MAX_REPS]; /* steps 1..6, then 3a, 3b, 3c */
+#define NSTEP 7
+    double t[NSTEP + 3][MAX_REPS]; /* steps 1..7, then 3a, 3b, 3c */
     size_t n = g_corpus.n;
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_s();
@@ -305,7 +317,10 @@ int main(int argc, char **argv)
             if (sl_jpeg_scan(g_corpus.data[i], g_corpus.size[i]) != SL_OK)
                 die("image %zu: %s", i, sl_errmsg());
         double t6 = cpu_s();
-        double ts[NSTEP + 3] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5,
+        for (size_t i = 0; i < n; i++)
+            sample(&b, b.yuvlj, i, SL_LAYOUT_NCHW_F32);
+        double t7 = cpu_s();
+        double ts[NSTEP + 3] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6,
                                 b.t_head, b.t_planes, b.t_resample};
         for (int k = 0; k < NSTEP + 3; k++)
             t[k][r] = ts[k];
@@ -320,20 +335,22 @@ int main(int argc, char **argv)
         "(4) rgb: SLUICE_DECODE=rgb, same samples (before)  ",
         "(5) full: SLUICE_DECODE=full, same samples         ",
         "(6) sl_jpeg_scan alone (inside 2-5)                ",
+        "(7) yuv-lj: (2) with libjpeg's Huffman decoder     ",
         "    (3a) sl_decoder_header + geometry              ",
         "    (3b) sl_decode_crop_planes (libjpeg raw planes)",
         "    (3c) sl_resample_planes (resize, RGB, f32)     ",
     };
-    us[2] = us[6] + us[7] + us[8];
+    us[2] = us[7] + us[8] + us[9];
     for (int k = 0; k < NSTEP + 3; k++)
         printf("%s %9.0f images/s %8.1f us/image\n", what[k], 1e6 / us[k], us[k]);
     printf("ratio (per image, one thread): yuv/ceiling %.2f   yuv/rgb %.2f   rgb/ceiling %.2f   "
-           "full/ceiling %.2f\n",
-           us[0] / us[1], us[3] / us[1], us[0] / us[3], us[0] / us[4]);
+           "full/ceiling %.2f   yuv/yuv-lj %.2f\n",
+           us[0] / us[1], us[3] / us[1], us[0] / us[3], us[0] / us[4], us[6] / us[1]);
 
     sl_decoder_destroy(b.yuv);
     sl_decoder_destroy(b.rgb);
     sl_decoder_destroy(b.plain);
+    sl_decoder_destroy(b.yuvlj);
     tjDestroy(b.tj);
     free(b.full);
     free(b.out);

@@ -175,22 +175,30 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
 
 /* ---------------------------------------------------------- bit reader */
 
+/* The bit reader's hot state, a local of decode_mcu (so it lives in
+ * registers; the slow paths take and return it by value). */
+typedef struct sl_bits {
+    uint64_t acc;         /* bits, MSB first; the top nbits are valid */
+    int nbits;
+    const uint8_t *p;     /* next byte */
+} sl_bits;
+
 /* Refill one byte at a time (a 0xFF is near): stuffed FF 00 is a data
  * 0xFF (fill bytes FF FF .. 00 too, as libjpeg's jpeg_fill_bit_buffer);
  * any other marker, or the data's end, ends the data: p stays on its
- * first 0xFF, and zero bits follow from then on, counted in fake (the
+ * first 0xFF, and zero bits follow from then on, counted in h->fake (the
  * real bits are exhausted once nbits < fake). */
-static void refill_slow(sl_huff *h)
+static __attribute__((noinline)) sl_bits refill_slow(sl_huff *h, sl_bits b)
 {
     if (!h->marker) {
-        while (h->nbits <= 56) {
-            if (h->p >= h->end) {
+        while (b.nbits <= 56) {
+            if (b.p >= h->end) {
                 h->marker = 1;
                 break;
             }
-            uint32_t b = *h->p;
-            const uint8_t *q = h->p + 1;
-            if (b == 0xFF) {
+            uint32_t c = *b.p;
+            const uint8_t *q = b.p + 1;
+            if (c == 0xFF) {
                 while (q < h->end && *q == 0xFF)
                     q++;
                 if (q >= h->end || *q != 0) {
@@ -199,121 +207,117 @@ static void refill_slow(sl_huff *h)
                 }
                 q++;
             }
-            h->p = q;
-            h->acc |= (uint64_t)b << (56 - h->nbits);
-            h->nbits += 8;
+            b.p = q;
+            b.acc |= (uint64_t)c << (56 - b.nbits);
+            b.nbits += 8;
         }
         if (!h->marker)
-            return;
+            return b;
         /* the word refill may have left partial-byte bits below nbits */
-        h->acc &= h->nbits ? ~0ull << (64 - h->nbits) : 0;
+        b.acc &= b.nbits ? ~0ull << (64 - b.nbits) : 0;
     }
-    h->fake += 64 - h->nbits;
-    h->nbits = 64;
+    h->fake += 64 - b.nbits;
+    b.nbits = 64;
+    return b;
 }
 
 /* With nbits < 32: at least 56 bits in the buffer after (enough for a
- * 16-bit code and its 15 magnitude bits). */
-static inline void refill(sl_huff *h)
+ * 16-bit code and its 15 magnitude bits). Eight bytes at once when none
+ * is 0xFF; after a marker p stays on its 0xFF, so that takes the slow
+ * path too. */
+static inline void refill(sl_huff *h, sl_bits *b)
 {
-    if (h->end - h->p >= 8 && !h->marker) {
+    if (h->end - b->p >= 8) {
         uint64_t w;
-        memcpy(&w, h->p, 8);
-        /* a byte 0xFF is a zero byte of ~w */
-        uint64_t x = ~w;
+        memcpy(&w, b->p, 8);
+        uint64_t x = ~w; /* a byte 0xFF is a zero byte of ~w */
         if (((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) == 0) {
-            w = __builtin_bswap64(w);
-            h->acc |= w >> h->nbits;
-            h->p += (63 - h->nbits) >> 3;
-            h->nbits |= 56;
+            b->acc |= __builtin_bswap64(w) >> b->nbits;
+            b->p += (63 - b->nbits) >> 3;
+            b->nbits |= 56;
             return;
         }
     }
-    refill_slow(h);
+    *b = refill_slow(h, *b);
 }
 
-/* A code longer than HB bits (canonical search, Figure F.16); the caller
- * drops *len bits. A code no table holds: JWRN_HUFF_BAD_CODE (an error
- * under decode.c's manager) and, if that returns, symbol 0 over 16 bits. */
-static int decode_long(j_decompress_ptr ci, const sl_htab *t, uint64_t acc, int *len)
+/* A code longer than HB bits (canonical search, Figure F.16): (length <<
+ * 8) | symbol. A code no table holds: JWRN_HUFF_BAD_CODE (an error under
+ * decode.c's manager) and, if that returns, symbol 0 over 16 bits. */
+static __attribute__((noinline)) int decode_long(j_decompress_ptr ci, const sl_htab *t,
+                                                 uint64_t acc)
 {
     for (int l = HB + 1; l <= 16; l++) {
         int32_t code = (int32_t)(acc >> (64 - l));
-        if (code <= t->maxcode[l]) {
-            *len = l;
-            return t->vals[(code + t->valoff[l]) & 0xFF];
-        }
+        if (code <= t->maxcode[l])
+            return l << 8 | t->vals[(code + t->valoff[l]) & 0xFF];
     }
     WARNMS(ci, JWRN_HUFF_BAD_CODE);
-    *len = 16;
-    return 0;
+    return 16 << 8;
 }
 
 /* ------------------------------------------------------------- decoding */
 
-#define PEEK(h) ((uint32_t)((h)->acc >> (64 - HB)))
-#define DROP(h, n)                                                                         \
+#define PEEK(b) ((uint32_t)((b)->acc >> (64 - HB)))
+#define DROP(b, n)                                                                         \
     do {                                                                                   \
-        (h)->acc <<= (n);                                                                  \
-        (h)->nbits -= (n);                                                                 \
+        (b)->acc <<= (n);                                                                  \
+        (b)->nbits -= (n);                                                                 \
     } while (0)
+#define INLINE static inline __attribute__((always_inline))
 
 /* One symbol of table t (the buffer holds >= 31 bits). */
-static inline int symbol(j_decompress_ptr ci, sl_huff *h, const sl_htab *t)
+INLINE int symbol(j_decompress_ptr ci, sl_bits *b, const sl_htab *t)
 {
-    int e = t->look[PEEK(h)], len, s;
-    if (e) {
-        len = e >> 8;
-        s = e & 0xFF;
-    } else {
-        s = decode_long(ci, t, h->acc, &len);
-    }
-    DROP(h, len);
-    return s;
+    int e = t->look[PEEK(b)];
+    if (!e)
+        e = decode_long(ci, t, b->acc);
+    DROP(b, e >> 8);
+    return e & 0xFF;
 }
 
 /* s > 0 magnitude bits, sign-extended. */
-static inline int magnitude(sl_huff *h, int s)
+INLINE int magnitude(sl_bits *b, int s)
 {
-    uint32_t v = (uint32_t)(h->acc >> (64 - s));
-    DROP(h, s);
+    uint32_t v = (uint32_t)(b->acc >> (64 - s));
+    DROP(b, s);
     return extend(v, s);
 }
 
-static inline void dc(j_decompress_ptr ci, sl_huff *h, int b, JCOEF *blk)
+/* The DC difference into the component's prediction; the new DC. */
+INLINE int dc(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk)
 {
-    if (h->nbits < 32)
-        refill(h);
-    int s = symbol(ci, h, h->bdc[b]), d = 0;
+    if (b->nbits < 32)
+        refill(h, b);
+    int s = symbol(ci, b, h->bdc[blk]), d = 0;
     if (s)
-        d = magnitude(h, s);
-    int *pred = &h->dc_pred[h->bcomp[b]];
+        d = magnitude(b, s);
+    int *pred = &h->dc_pred[h->bcomp[blk]];
     /* unsigned: damaged files repeat +-2047 until an int would overflow */
     *pred = (int)((unsigned)*pred + (unsigned)d);
-    if (blk)
-        blk[0] = (JCOEF)*pred;
+    return *pred;
 }
 
-static void block_store(j_decompress_ptr ci, sl_huff *h, int b, JCOEF *blk)
+INLINE void block_store(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk, JCOEF *out)
 {
-    const sl_htab *t = h->bac[b];
-    dc(ci, h, b, blk);
+    const sl_htab *t = h->bac[blk];
+    out[0] = (JCOEF)dc(ci, h, b, blk);
     for (int k = 1; k < 64; k++) {
-        if (h->nbits < 32)
-            refill(h);
-        uint32_t f = t->fast[PEEK(h)];
+        if (b->nbits < 32)
+            refill(h, b);
+        uint32_t f = t->fast[PEEK(b)];
         if (f) {
-            DROP(h, (int)(f & 0xFF));
+            DROP(b, (int)(f & 0xFF));
             if (f & E_EOB)
                 break;
             k += (int)(f >> 8 & 15);
-            blk[natural[k]] = (JCOEF)((int32_t)f >> 16);
+            out[natural[k]] = (JCOEF)((int32_t)f >> 16);
             continue;
         }
-        int sym = symbol(ci, h, t), r = sym >> 4, s = sym & 15;
+        int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
         if (s) {
             k += r;
-            blk[natural[k]] = (JCOEF)magnitude(h, s);
+            out[natural[k]] = (JCOEF)magnitude(b, s);
         } else if (r != 15) {
             break;
         } else {
@@ -322,31 +326,33 @@ static void block_store(j_decompress_ptr ci, sl_huff *h, int b, JCOEF *blk)
     }
 }
 
-static void block_skip(j_decompress_ptr ci, sl_huff *h, int b)
+/* The DC; the AC coefficients only read past. */
+INLINE int block_skip(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk)
 {
-    const sl_htab *t = h->bac[b];
-    dc(ci, h, b, NULL);
+    const sl_htab *t = h->bac[blk];
+    int v = dc(ci, h, b, blk);
     for (int k = 1; k < 64; k++) {
-        if (h->nbits < 32)
-            refill(h);
-        uint32_t e = t->skip[PEEK(h)];
+        if (b->nbits < 32)
+            refill(h, b);
+        uint32_t e = t->skip[PEEK(b)];
         if (e) {
-            DROP(h, (int)(e & 0xFF));
+            DROP(b, (int)(e & 0xFF));
             if (e & E_EOB)
                 break;
             k += (int)(e >> 8 & 15);
             continue;
         }
-        int sym = symbol(ci, h, t), r = sym >> 4, s = sym & 15;
+        int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
         if (s) {
             k += r;
-            DROP(h, s);
+            DROP(b, s);
         } else if (r != 15) {
             break;
         } else {
             k += 15;
         }
     }
+    return v;
 }
 
 /* jpeg_entropy_decoder.decode_mcu: the MCU's blocks (zeroed by the
@@ -358,21 +364,25 @@ static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
     if (ci->entropy->insufficient_data) /* as libjpeg: zeros from here */
         return TRUE;
     const struct jpeg_decomp_master *m = ci->master;
-    int use = h->col >= m->first_iMCU_col && h->col <= m->last_iMCU_col;
-    for (int b = 0; b < h->nblk; b++) {
-        if (!use)
-            block_skip(ci, h, b);
-        else if (h->bstore[b])
-            block_store(ci, h, b, MCU_data[b][0]);
-        else { /* IDCT at 1/8: the DC only, as libjpeg's ac_needed */
-            block_skip(ci, h, b);
-            MCU_data[b][0][0] = (JCOEF)h->dc_pred[h->bcomp[b]];
+    sl_bits b = {h->acc, h->nbits, h->p};
+    if (h->col < m->first_iMCU_col || h->col > m->last_iMCU_col) {
+        for (int k = 0; k < h->nblk; k++)
+            block_skip(ci, h, &b, k);
+    } else {
+        for (int k = 0; k < h->nblk; k++) {
+            if (h->bstore[k])
+                block_store(ci, h, &b, k, MCU_data[k][0]);
+            else /* IDCT at 1/8: the DC only, as libjpeg's ac_needed */
+                MCU_data[k][0][0] = (JCOEF)block_skip(ci, h, &b, k);
         }
     }
+    h->acc = b.acc;
+    h->nbits = b.nbits;
+    h->p = b.p;
     if (++h->col == ci->MCUs_per_row)
         h->col = 0;
-    ci->src->next_input_byte = h->p;
-    ci->src->bytes_in_buffer = (size_t)(h->end - h->p);
+    ci->src->next_input_byte = b.p;
+    ci->src->bytes_in_buffer = (size_t)(h->end - b.p);
     if (h->marker && h->nbits < h->fake) {
         WARNMS(ci, JWRN_HIT_MARKER);
         ci->entropy->insufficient_data = TRUE;
