@@ -69,6 +69,15 @@
  * resolved in HB bits. */
 #define E_EOB (1u << 12)
 
+/* Entries of skip2, up to two whole AC symbols per lookup (the blocks
+ * nobody stores): bits 0-4 the first symbol's bits (code + magnitude),
+ * 5-9 both symbols' bits, 10-16 how far the first moves the coefficient
+ * index (run + 1; 16 for ZRL), 17-23 how far both move it; flags: */
+#define S_EOB1 (1u << 24) /* the first is EOB */
+#define S_TWO (1u << 25)  /* there is a second symbol */
+#define S_EOB2 (1u << 26) /* the second is EOB */
+#define S_ONE (1u << 27)  /* a first symbol (the entry is not 0) */
+
 typedef struct sl_htab {
     int ok;               /* built */
     uint8_t bits[17];     /* the JHUFF_TBL it was built from */
@@ -76,6 +85,7 @@ typedef struct sl_htab {
     uint16_t look[HN];    /* (length << 8) | symbol; 0: code longer than HB */
     uint32_t fast[HN];    /* AC: whole coefficient (see E_*) */
     uint32_t skip[HN];    /* AC: bits of code + magnitude, run, E_EOB */
+    uint32_t skip2[HN];   /* AC: two symbols (S_*) */
     int32_t maxcode[18];  /* largest code of each length, -1 none; [17] sentinel */
     int32_t valoff[17];   /* vals index of code c of length l: c + valoff[l] */
 } sl_htab;
@@ -109,6 +119,38 @@ static inline int extend(uint32_t v, int s)
 }
 
 /* ------------------------------------------------------------- tables */
+
+/* How far a symbol's skip entry e moves the coefficient index: run + 1
+ * (a ZRL is run 15 of nothing: 16, as in the decode loop); EOB 0. */
+static uint32_t advance(uint32_t e)
+{
+    return (e & E_EOB) ? 0 : (e >> 8 & 15) + 1;
+}
+
+/* skip2 from skip and look: a second symbol where the first leaves room
+ * in the HB bits for the second's code (its magnitude bits may lie past
+ * them: they are only dropped, and the buffer holds >= 32 bits). */
+static void build_skip2(sl_htab *t)
+{
+    for (uint32_t pk = 0; pk < HN; pk++) {
+        uint32_t e1 = t->skip[pk], b1 = e1 & 0xFF, a1 = advance(e1);
+        t->skip2[pk] = 0;
+        if (!e1)
+            continue;
+        uint32_t v = b1 | b1 << 5 | a1 << 10 | a1 << 17 | S_ONE;
+        if (e1 & E_EOB) {
+            t->skip2[pk] = v | S_EOB1;
+            continue;
+        }
+        if (b1 < HB) {
+            uint32_t q = (pk << b1) & (HN - 1), e2 = t->skip[q], l2 = t->look[q] >> 8;
+            if (e2 && l2 && l2 <= HB - b1)
+                v = b1 | (b1 + (e2 & 0xFF)) << 5 | a1 << 10 | (a1 + advance(e2)) << 17 | S_ONE |
+                    S_TWO | ((e2 & E_EOB) ? S_EOB2 : 0);
+        }
+        t->skip2[pk] = v;
+    }
+}
 
 /* Build t from h (the checks of jpeg_make_d_derived_tbl, which already
  * accepted it at start_pass). 0 on a table libjpeg would refuse. */
@@ -169,6 +211,8 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
         code <<= 1;
     }
     t->maxcode[17] = 0x7fffffff;
+    if (ac)
+        build_skip2(t);
     t->ok = 1;
     return 1;
 }
@@ -326,31 +370,40 @@ INLINE void block_store(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk, JC
     }
 }
 
-/* The DC; the AC coefficients only read past. */
+/* The DC; the AC coefficients only read past, two symbols a lookup where
+ * they fit (skip2). */
 INLINE int block_skip(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk)
 {
     const sl_htab *t = h->bac[blk];
     int v = dc(ci, h, b, blk);
-    for (int k = 1; k < 64; k++) {
+    for (int k = 1; k < 64;) {
         if (b->nbits < 32)
             refill(h, b);
-        uint32_t e = t->skip[PEEK(b)];
+        uint32_t e = t->skip2[PEEK(b)];
         if (e) {
-            DROP(b, (int)(e & 0xFF));
-            if (e & E_EOB)
+            int a1 = (int)(e >> 10 & 127);
+            if (e & S_EOB1) {
+                DROP(b, (int)(e & 31));
                 break;
-            k += (int)(e >> 8 & 15);
+            }
+            if (!(e & S_TWO) || k + a1 >= 64) { /* the block may end after the first */
+                DROP(b, (int)(e & 31));
+                k += a1;
+                continue;
+            }
+            DROP(b, (int)(e >> 5 & 31));
+            if (e & S_EOB2)
+                break;
+            k += (int)(e >> 17 & 127);
             continue;
         }
         int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
         if (s) {
-            k += r;
             DROP(b, s);
         } else if (r != 15) {
             break;
-        } else {
-            k += 15;
         }
+        k += r + 1;
     }
     return v;
 }
