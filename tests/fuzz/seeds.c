@@ -427,6 +427,19 @@ int main(int argc, char **argv)
     for (int i = 0; i < nimgs; i++) {
         seed("fuzz_jpeg_probe", imgs[i].name, imgs[i].p, imgs[i].n);
         seed("fuzz_transcode", imgs[i].name, imgs[i].p, imgs[i].n);
+        size_t nl = strlen(imgs[i].name);
+        if (nl > 4 && strcmp(imgs[i].name + nl - 4, ".jpg") == 0)
+            for (unsigned k = 0; k < 256; k += 85) { /* fuzz_huff: a crop byte, the JPEG */
+                uint8_t *s = malloc(imgs[i].n + 1);
+                if (!s)
+                    die("out of memory");
+                s[0] = (uint8_t)k;
+                memcpy(s + 1, imgs[i].p, imgs[i].n);
+                char name[96];
+                snprintf(name, sizeof name, "%s.%u", imgs[i].name, k);
+                seed("fuzz_huff", name, s, imgs[i].n + 1);
+                free(s);
+            }
     }
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", fz_dir());

@@ -1,0 +1,86 @@
+/*
+ * tests/fuzz/fuzz_huff.c - pipeline/huff.c's Huffman decoder against
+ * libjpeg's (SLUICE_HUFF=libjpeg), a differential target: the planar
+ * path's planes of one crop (sl_decode_crop_planes) by both decoders.
+ * Where huff.c decodes, libjpeg's must decode the same bytes; where
+ * libjpeg's fails, huff.c's must fail too (it may fail where libjpeg's
+ * silently decodes: a code no table holds). Anything else aborts.
+ *
+ * Input: one byte that picks the crop (a random-resized crop from the
+ * byte as seed, or the whole image when bit 7 is set; output 224 or, for
+ * odd bytes, a tenth of the crop: DCT scales below 8/8), then the JPEG.
+ * Images over 2^22 pixels are skipped (execution time; --max-pixels is
+ * issue 16's item 2).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/pipeline_int.h"
+
+/* [0] huff.c, [1] libjpeg's decoder */
+static sl_decoder *decs[2];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    if (!decs[0]) {
+        unsetenv("SLUICE_DECODE");
+        unsetenv("SLUICE_HUFF");
+        if (sl_decoder_create(&decs[0]) != SL_OK)
+            abort();
+        setenv("SLUICE_HUFF", "libjpeg", 1);
+        if (sl_decoder_create(&decs[1]) != SL_OK)
+            abort();
+        unsetenv("SLUICE_HUFF");
+    }
+    unsigned k = data[0];
+    size_t len = size - 1;
+    uint8_t *jpeg = malloc(len);
+    if (!jpeg)
+        abort();
+    memcpy(jpeg, data + 1, len);
+    /* Both decoders read every header: libjpeg keeps a file's DHT and DQT
+     * tables in the decompress object for later files that lack them, so
+     * the two must see the same files in the same order. */
+    int W, H, W1, H1;
+    int rh = sl_decoder_header(decs[0], jpeg, len, &W, &H);
+    if ((sl_decoder_header(decs[1], jpeg, len, &W1, &H1) == SL_OK) != (rh == SL_OK))
+        abort();
+    if (rh != SL_OK || (uint64_t)W * (uint64_t)H > (1u << 22)) {
+        sl_clear_error();
+        free(jpeg);
+        return 0;
+    }
+    sl_crop c = {0, 0, W, H};
+    if (!(k & 128)) {
+        sl_rng rng = sl_rng_for(k, 0, 0);
+        sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
+    }
+    int ow = 224, oh = 224;
+    if (k & 1) {
+        ow = c.w / 10 + 1;
+        oh = c.h / 10 + 1;
+    }
+    sl_plane_view a[3], b[3];
+    int na = 0, nb = 0;
+    int ra = sl_decode_crop_planes(decs[0], jpeg, len, &c, ow, oh, a, &na);
+    int rb = sl_decode_crop_planes(decs[1], jpeg, len, &c, ow, oh, b, &nb);
+    if (rb != SL_OK && ra == SL_OK)
+        abort(); /* libjpeg's fails, huff.c's decodes */
+    if (ra == SL_OK) {
+        if (na != nb)
+            abort();
+        for (int p = 0; p < na; p++) {
+            if (a[p].w != b[p].w || a[p].h != b[p].h)
+                abort();
+            for (int y = 0; y < a[p].h; y++)
+                if (memcmp(a[p].p + (size_t)y * a[p].pitch, b[p].p + (size_t)y * b[p].pitch,
+                           (size_t)a[p].w) != 0)
+                    abort(); /* different coefficients */
+        }
+    }
+    sl_clear_error();
+    free(jpeg);
+    return 0;
+}
