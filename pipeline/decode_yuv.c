@@ -52,6 +52,12 @@
  * fixed point before it, and the clamp to 0..255 after the resize (a
  * saturated colour is averaged before clamping).
  *
+ * Entropy decoding: for baseline single-scan files pipeline/huff.c's
+ * decoder replaces libjpeg's (the same coefficients; it only reads past
+ * the MCUs outside the strip's columns and above it), installed after
+ * jpeg_start_decompress; SLUICE_HUFF=libjpeg (buf->libjpeg_huff) keeps
+ * libjpeg's.
+ *
  * Files that are not YCbCr or gray (Adobe RGB-transform JPEGs) return
  * SL_ENOTSUP so decode.c takes the RGB path.
  *

@@ -18,8 +18,10 @@
  *     [first_iMCU_col, last_iMCU_col] of jpeg_decomp_master, the fields
  *     decode_yuv.c sets) and above the crop (empty range) go through a
  *     second table that gives code + magnitude length and run for every
- *     symbol whose code fits in 10 bits: nothing is stored, only the DC
- *     predictions kept;
+ *     symbol whose code fits in 10 bits, and a third (skip2) that reads two
+ *     symbols at once where the second's code fits in the bits the first
+ *     leaves: nothing is stored, only the DC predictions kept (the same
+ *     two-coefficient table for stored blocks was slower: 64-bit entries);
  *   - the bit buffer is refilled 8 bytes at a time when none of them is
  *     0xFF (a stuffed byte or a marker), one byte at a time otherwise.
  * The coefficients it stores are libjpeg's for every stream libjpeg
@@ -418,7 +420,7 @@ static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
         return TRUE;
     const struct jpeg_decomp_master *m = ci->master;
     sl_bits b = {h->acc, h->nbits, h->p};
-    if (h->col < m->first_iMCU_col || h->col > m->last_iMCU_col) {
+    if (!MCU_data || h->col < m->first_iMCU_col || h->col > m->last_iMCU_col) {
         for (int k = 0; k < h->nblk; k++)
             block_skip(ci, h, &b, k);
     } else {
