@@ -45,6 +45,7 @@
 #include <jpeglib.h>
 
 #include "pipeline/pipeline_int.h"
+#include "photos.h"
 #include "testutil.h"
 
 #define TOL_SAMPLE 2.0
@@ -193,32 +194,6 @@ static void check_tally(const tally *t, const char *what)
     cr_assert(far <= TOL_FAR, "%s: %.4f%% of values more than 8 levels apart", what, 100 * far);
 }
 
-static uint8_t *read_photo(const char *name, size_t *len)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/data/photos/%s", SLUICE_SOURCE_DIR, name);
-    uint8_t *p = tu_read_file(path, len);
-    cr_assert_not_null(p, "%s: cannot read", path);
-    return p;
-}
-
-/* Lossless transcode (tjTransform): progressive or gray (luma only). */
-static unsigned char *transcode(const uint8_t *jpeg, size_t len, int options, unsigned long *out)
-{
-    tjhandle tj = tjInitTransform();
-    cr_assert_not_null(tj);
-    tjtransform xf;
-    memset(&xf, 0, sizeof xf);
-    xf.op = TJXOP_NONE;
-    xf.options = options;
-    unsigned char *dst = NULL;
-    *out = 0;
-    cr_assert_eq(tjTransform(tj, jpeg, (unsigned long)len, 1, &dst, out, &xf, 0), 0, "%s",
-                 tjGetErrorStr2(tj));
-    tjDestroy(tj);
-    return dst;
-}
-
 Test(pipeline_decode_yuv, photos_near_rgb_path)
 {
     static const char *names[] = {"fruits.jpg", "building.jpg", "messi5.jpg"};
@@ -265,17 +240,6 @@ static uint8_t *synth(int W, int H, uint64_t seed)
     return p;
 }
 
-static unsigned char *encode(const uint8_t *rgb, int W, int H, int samp, unsigned long *len)
-{
-    tjhandle tj = tjInitCompress();
-    cr_assert_not_null(tj);
-    unsigned char *jpeg = NULL;
-    *len = 0;
-    cr_assert_eq(tjCompress2(tj, rgb, W, W * 3, H, TJPF_RGB, &jpeg, len, samp, 95, 0), 0);
-    tjDestroy(tj);
-    return jpeg;
-}
-
 Test(pipeline_decode_yuv, samplings_and_dct_scales)
 {
     const int samps[] = {TJSAMP_444, TJSAMP_422, TJSAMP_440, TJSAMP_420, TJSAMP_GRAY};
@@ -286,7 +250,7 @@ Test(pipeline_decode_yuv, samplings_and_dct_scales)
         uint8_t *img = synth(W, H, 5 + z);
         for (size_t s = 0; s < sizeof samps / sizeof *samps; s++) {
             unsigned long len;
-            unsigned char *jpeg = encode(img, W, H, samps[s], &len);
+            unsigned char *jpeg = encode_rgb(img, W, H, samps[s], 95, 0, &len);
             char what[64];
             snprintf(what, sizeof what, "%dx%d samp %d", W, H, samps[s]);
             tally t = {0};
@@ -471,7 +435,7 @@ Test(pipeline_decode_yuv, tiny_and_thin_images)
         uint8_t *img = synth(W, H, 40 + z);
         for (size_t s = 0; s < sizeof samps / sizeof *samps; s++) {
             unsigned long len;
-            unsigned char *jpeg = encode(img, W, H, samps[s], &len);
+            unsigned char *jpeg = encode_rgb(img, W, H, samps[s], 95, 0, &len);
             const sl_crop crops[] = {{0, 0, W, H}, {W - 1, H - 1, 1, 1}, {W / 2, 0, W - W / 2, H}};
             const int outs[][2] = {{5, 4}, {1, 1}, {24, 24}};
             for (int k = 0; k < 3; k++) {

@@ -26,6 +26,7 @@
 #include <jpegint.h> /* jpeg_entropy_decoder */
 
 #include "pipeline/pipeline_int.h"
+#include "photos.h"
 #include "testutil.h"
 
 static sl_decoder *decoder(int libjpeg)
@@ -39,31 +40,6 @@ static sl_decoder *decoder(int libjpeg)
     cr_assert_eq(sl_decoder_create(&d), SL_OK);
     unsetenv("SLUICE_HUFF");
     return d;
-}
-
-static uint8_t *read_photo(const char *name, size_t *len)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/data/photos/%s", SLUICE_SOURCE_DIR, name);
-    uint8_t *p = tu_read_file(path, len);
-    cr_assert_not_null(p, "%s: cannot read", path);
-    return p;
-}
-
-static unsigned char *transcode(const uint8_t *jpeg, size_t len, int options, unsigned long *out)
-{
-    tjhandle tj = tjInitTransform();
-    cr_assert_not_null(tj);
-    tjtransform xf;
-    memset(&xf, 0, sizeof xf);
-    xf.op = TJXOP_NONE;
-    xf.options = options;
-    unsigned char *dst = NULL;
-    *out = 0;
-    cr_assert_eq(tjTransform(tj, jpeg, (unsigned long)len, 1, &dst, out, &xf, 0), 0, "%s",
-                 tjGetErrorStr2(tj));
-    tjDestroy(tj);
-    return dst;
 }
 
 /* Lossless transcode with optimized (per-image) Huffman tables: libjpeg's
@@ -106,19 +82,6 @@ static uint8_t *synth(int W, int H, uint64_t seed)
                 p[((size_t)y * W + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
             }
     return p;
-}
-
-static unsigned char *encode(const uint8_t *rgb, int W, int H, int samp, int q, int flags,
-                             unsigned long *len)
-{
-    tjhandle tj = tjInitCompress();
-    cr_assert_not_null(tj);
-    unsigned char *jpeg = NULL;
-    *len = 0;
-    cr_assert_eq(tjCompress2(tj, rgb, W, W * 3, H, TJPF_RGB, &jpeg, len, samp, q, flags), 0, "%s",
-                 tjGetErrorStr2(tj));
-    tjDestroy(tj);
-    return jpeg;
 }
 
 /* The planes of one crop by both decoders: SL_OK from ours means SL_OK
@@ -214,7 +177,7 @@ Test(pipeline_huff, samplings_and_qualities_same_planes)
             for (size_t q = 0; q < 3; q++) {
                 unsigned long len;
                 unsigned char *jpeg =
-                    encode(img, sizes[z][0], sizes[z][1], samps[s], qs[q], 0, &len);
+                    encode_rgb(img, sizes[z][0], sizes[z][1], samps[s], qs[q], 0, &len);
                 char what[64];
                 snprintf(what, sizeof what, "%dx%d samp %d q %d", sizes[z][0], sizes[z][1],
                          samps[s], qs[q]);
