@@ -34,10 +34,10 @@
  * lands on 63, as libjpeg's jpeg_natural_order does.
  *
  * Where: only for what it was written for; otherwise libjpeg's decoder
- * stays (sl_huff_install returns 0): sequential Huffman, 8-bit, one scan
- * with every component (baseline and extended sequential files), no
- * restart interval, a memory source. Progressive, arithmetic, multi-scan
- * and restart-marker files keep libjpeg's (sl_huff_install: SL_ENOTSUP).
+ * stays: sequential Huffman, 8-bit, one scan with every component
+ * (baseline and extended sequential files), no restart interval, a memory
+ * source. Progressive, arithmetic, multi-scan and restart-marker files
+ * keep libjpeg's (sl_huff_install: SL_ENOTSUP).
  *
  * How it is put in: jpeglib.h's jpeg_entropy_decoder (jpegint.h) is a
  * struct of function pointers that libjpeg fills in jpeg_start_decompress
@@ -463,10 +463,12 @@ int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **hp)
     }
     for (int b = 0; b < ci->blocks_in_MCU; b++) {
         int c = ci->MCU_membership[b];
+        if (c < 0 || c >= ci->comps_in_scan || !ci->cur_comp_info[c])
+            return SL_ENOTSUP;
         const jpeg_component_info *cp = ci->cur_comp_info[c];
         int dt = cp->dc_tbl_no, at = cp->ac_tbl_no;
-        if (c < 0 || c >= ci->comps_in_scan || dt < 0 || dt >= NUM_HUFF_TBLS || at < 0 ||
-            at >= NUM_HUFF_TBLS || !ci->dc_huff_tbl_ptrs[dt] || !ci->ac_huff_tbl_ptrs[at])
+        if (dt < 0 || dt >= NUM_HUFF_TBLS || at < 0 || at >= NUM_HUFF_TBLS ||
+            !ci->dc_huff_tbl_ptrs[dt] || !ci->ac_huff_tbl_ptrs[at])
             return SL_ENOTSUP;
         if (!build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0) ||
             !build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
