@@ -17,11 +17,11 @@
  *   - MCUs outside the crop's columns (decompress_onepass IDCTs only
  *     [first_iMCU_col, last_iMCU_col] of jpeg_decomp_master, the fields
  *     decode_yuv.c sets) and above the crop (empty range) go through a
- *     second table that gives code + magnitude length and run for every
- *     symbol whose code fits in 10 bits, and a third (skip2) that reads two
- *     symbols at once where the second's code fits in the bits the first
- *     leaves: nothing is stored, only the DC predictions kept (the same
- *     two-coefficient table for stored blocks was slower: 64-bit entries);
+ *     second table (skip2) that gives code + magnitude length and run of
+ *     every symbol whose code fits in 10 bits, and of a second symbol
+ *     where its code fits in the bits the first leaves: nothing is
+ *     stored, only the DC predictions kept (the same two-coefficient table
+ *     for stored blocks was slower: 64-bit entries);
  *   - the bit buffer is refilled 8 bytes at a time when none of them is
  *     0xFF (a stuffed byte or a marker), one byte at a time otherwise.
  * The coefficients it stores are libjpeg's for every stream libjpeg
@@ -66,9 +66,9 @@
 #define HB 10 /* lookahead bits */
 #define HN (1 << HB)
 
-/* Entry flags of the fast and skip tables: bits 0-7 bits used, 8-11 the
- * run, bit 12 end of block, 16-31 the coefficient (fast table). 0: not
- * resolved in HB bits. */
+/* Entries of the fast table (and of skip_entry): bits 0-7 bits used,
+ * 8-11 the run, bit 12 end of block, 16-31 the coefficient (fast table).
+ * 0: not resolved in HB bits. */
 #define E_EOB (1u << 12)
 
 /* Entries of skip2, up to two whole AC symbols per lookup (the blocks
@@ -86,7 +86,6 @@ typedef struct sl_htab {
     uint8_t vals[256];
     uint16_t look[HN];    /* (length << 8) | symbol; 0: code longer than HB */
     uint32_t fast[HN];    /* AC: whole coefficient (see E_*) */
-    uint32_t skip[HN];    /* AC: bits of code + magnitude, run, E_EOB */
     uint32_t skip2[HN];   /* AC: two symbols (S_*) */
     int32_t maxcode[18];  /* largest code of each length, -1 none; [17] sentinel */
     int32_t valoff[17];   /* vals index of code c of length l: c + valoff[l] */
@@ -122,31 +121,40 @@ static inline int extend(uint32_t v, int s)
 
 /* ------------------------------------------------------------- tables */
 
-/* How far a symbol's skip entry e moves the coefficient index: run + 1
+/* How far a symbol's skip_entry e moves the coefficient index: run + 1
  * (a ZRL is run 15 of nothing: 16, as in the decode loop); EOB 0. */
 static uint32_t advance(uint32_t e)
 {
     return (e & E_EOB) ? 0 : (e >> 8 & 15) + 1;
 }
 
-/* skip2 from skip and look: a second symbol where the first leaves room
+/* One AC symbol as its look entry e (nonzero) gives it: bits of code +
+ * magnitude, the run, E_EOB. */
+static uint32_t skip_entry(uint32_t e)
+{
+    uint32_t l = e >> 8, r = e >> 4 & 15, s = e & 15;
+    return s == 0 && r != 15 ? E_EOB | l : r << 8 | (l + s);
+}
+
+/* skip2 from look: a second symbol where the first leaves room
  * in the HB bits for the second's code (its magnitude bits may lie past
  * them: they are only dropped, and the buffer holds >= 32 bits). */
 static void build_skip2(sl_htab *t)
 {
     for (uint32_t pk = 0; pk < HN; pk++) {
-        uint32_t e1 = t->skip[pk], b1 = e1 & 0xFF, a1 = advance(e1);
         t->skip2[pk] = 0;
-        if (!e1)
+        if (!t->look[pk])
             continue;
+        uint32_t e1 = skip_entry(t->look[pk]), b1 = e1 & 0xFF, a1 = advance(e1);
         uint32_t v = b1 | b1 << 5 | a1 << 10 | a1 << 17 | S_ONE;
         if (e1 & E_EOB) {
             t->skip2[pk] = v | S_EOB1;
             continue;
         }
         if (b1 < HB) {
-            uint32_t q = (pk << b1) & (HN - 1), e2 = t->skip[q], l2 = t->look[q] >> 8;
-            if (e2 && l2 && l2 <= HB - b1)
+            uint32_t q = (pk << b1) & (HN - 1), l2 = t->look[q] >> 8;
+            uint32_t e2 = l2 ? skip_entry(t->look[q]) : 0;
+            if (l2 && l2 <= HB - b1)
                 v = b1 | (b1 + (e2 & 0xFF)) << 5 | a1 << 10 | (a1 + advance(e2)) << 17 | S_ONE |
                     S_TWO | ((e2 & E_EOB) ? S_EOB2 : 0);
         }
@@ -171,7 +179,6 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
     memcpy(t->vals, h->huffval, (size_t)n);
     memset(t->look, 0, sizeof t->look);
     memset(t->fast, 0, sizeof t->fast);
-    memset(t->skip, 0, sizeof t->skip);
     int32_t code = 0, p = 0;
     for (int l = 1; l <= 16; l++) {
         int c = h->bits[l];
@@ -190,9 +197,8 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
                         if (!ac)
                             continue;
                         if (s == 0 && r != 15) {
-                            t->fast[pk] = t->skip[pk] = E_EOB | (uint32_t)l;
+                            t->fast[pk] = E_EOB | (uint32_t)l;
                         } else {
-                            t->skip[pk] = (uint32_t)(r << 8 | (l + s));
                             if (s == 0) /* ZRL: a zero 16 places on */
                                 t->fast[pk] = (uint32_t)(15 << 8 | l);
                             else if (l + s <= HB) {
