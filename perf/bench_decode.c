@@ -15,8 +15,10 @@
  *       size x size NCHW f32 (decode_yuv.c: raw Y/Cb/Cr planes of the
  *       crop's strip, each resized at its own resolution, RGB at the output);
  *   (3) the same sample in its parts, each timed per image (clock around
- *       each call): (3a) header + geometry, (3b) sl_decode_crop_planes (the
- *       libjpeg half), (3c) sl_resample_planes (resize + RGB + normalize);
+ *       each call): (3a) header + geometry (sl_decoder_header checks the
+ *       structure, sl_jpeg_scan, and reads the header once, issue 26),
+ *       (3b) sl_decode_crop_planes (the libjpeg half, from that header),
+ *       (3c) sl_resample_planes (resize + RGB + normalize);
  *   (4) rgb: the same sample with SLUICE_DECODE=rgb (the ROI decode to RGB
  *       with upsampling and colour conversion in libjpeg, then
  *       sl_resample_sample): the reference path, what the pipeline did
@@ -152,7 +154,7 @@ static double cpu_s(void)
 static void geometry(bench *b, sl_decoder *d, size_t i, sl_crop *crop, int *flip)
 {
     int w, h;
-    if (sl_decoder_header(d, b->c->data[i], b->c->size[i], &w, &h) != SL_OK)
+    if (sl_decoder_header(d, b->c->data[i], b->c->size[i], &w, &h, NULL) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
     sl_rng r = sl_rng_for(b->seed, 0, i);
     sl_rrc_geometry(&r, w, h, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, crop);
@@ -229,7 +231,7 @@ static void validate(bench *b)
             sum[k] += d[k];
             worst[k] = d[k] > worst[k] ? d[k] : worst[k];
         }
-        if (sl_jpeg_scan(b->c->data[i], b->c->size[i]) != SL_OK)
+        if (sl_jpeg_scan(b->c->data[i], b->c->size[i], NULL) != SL_OK)
             die("image %zu: %s", i, sl_errmsg());
     }
     free(full);
@@ -314,7 +316,7 @@ int main(int argc, char **argv)
             sample(&b, b.plain, i, SL_LAYOUT_NCHW_F32);
         double t5 = cpu_s();
         for (size_t i = 0; i < n; i++)
-            if (sl_jpeg_scan(g_corpus.data[i], g_corpus.size[i]) != SL_OK)
+            if (sl_jpeg_scan(g_corpus.data[i], g_corpus.size[i], NULL) != SL_OK)
                 die("image %zu: %s", i, sl_errmsg());
         double t6 = cpu_s();
         for (size_t i = 0; i < n; i++)

@@ -54,15 +54,33 @@
  * stream's marker structure is checked first (sl_jpeg_scan: memchr speed),
  * so a truncated file fails the same way on both paths.
  *
- * Memory: one decompress object per decoder, reused across images
- * (jpeg_abort_decompress returns it to the idle state, also after an
- * error); the crop rows go to a scratch buffer that only grows. libjpeg's
- * own per-image pools are allocated by libjpeg. Images over max_pixels
- * (sl_decoder_set_max_pixels; SL_MAX_PIXELS_DEFAULT) are refused after the
- * header, before any buffer of their size exists (jpeg_start_decompress
- * allocates a progressive file's whole-image coefficients: 2 bytes per
- * sample, so about 3 bytes a pixel at 4:2:0, up to 6 at 4:4:4). Reading a header costs ~0.6 us, so sl_decode_crop
- * simply reads it again after sl_decoder_header.
+ * Every image decodes as if it were the first (issue 26): libjpeg keeps
+ * the Huffman and quantization tables an image defines in the decompress
+ * object, for the next image to use if it lacks them (T.81's abbreviated
+ * format), so a file without DHT or DQT segments would decode with
+ * whatever image the same worker decoded before it, and a batch would
+ * depend on thread timing. So each stream's header is read into a new
+ * decompress object (fresh_object: jpeg_destroy_decompress, then
+ * jpeg_create_decompress; about 0.15 us, against 0.5 us for the header and
+ * hundreds for the decode), and sl_jpeg_scan refuses, before libjpeg
+ * sees it, a stream whose scans use a table it does not define (but for
+ * the standard Huffman tables libjpeg-turbo puts in slots 0 and 1 of a
+ * sequential file without DHT, as Motion-JPEG wants) and fill bytes
+ * before a stuffed zero, which libjpeg-turbo's two Huffman paths read
+ * differently (records/jpeg_scan.c has both stories).
+ *
+ * The header is parsed once per sample: sl_decoder_header leaves it in the
+ * object, and the sl_decode_* call that follows on the same bytes (the map
+ * worker's next step, after the crop geometry) continues from it instead
+ * of reading it again.
+ *
+ * Memory: the crop rows go to a scratch buffer that only grows. libjpeg's
+ * own pools are allocated by libjpeg (per image, with the object). Images
+ * over max_pixels (sl_decoder_set_max_pixels; SL_MAX_PIXELS_DEFAULT) are
+ * refused after the header, before any buffer of their size exists
+ * (jpeg_start_decompress allocates a progressive file's whole-image
+ * coefficients: 2 bytes per sample, so about 3 bytes a pixel at 4:2:0, up
+ * to 6 at 4:4:4).
  *
  * Threading: one decoder per thread; distinct decoders are independent.
  */
@@ -96,6 +114,10 @@ struct sl_decoder {
     sl_yuv_buf yuv;           /* decode_yuv.c's planes */
     uint8_t *buf;             /* crop rows: (rows, row_width, 3) u8 */
     size_t cap;
+    /* sl_decoder_header's stream, whose header cinfo holds (NULL: none):
+     * the next sl_decode_* call on the same bytes starts from it. */
+    const uint8_t *held;
+    size_t held_len;
 };
 
 /* What one guarded call works on (the arguments of the public function). */
@@ -240,11 +262,28 @@ static int scale_coord(int v, int m)
     return (int)(((int64_t)v * m + 4) / 8);
 }
 
-/* Read the header of the job's stream into d->cinfo and check what this
- * file can decode. Runs under the guard (libjpeg errors longjmp). */
+/* A new decompress object in place of the old one: nothing of the last
+ * image (its tables above all) reaches the next (see the file comment).
+ * Runs under the guard: jpeg_create_decompress out of memory longjmps, and
+ * leaves an object that jpeg_abort_decompress and the next
+ * jpeg_destroy_decompress take as it is (they check cinfo->mem). */
+static void fresh_object(sl_decoder *d)
+{
+    jpeg_destroy_decompress(&d->cinfo); /* keeps cinfo.err */
+    jpeg_create_decompress(&d->cinfo);
+}
+
+/* Read the header of the job's stream into a fresh d->cinfo and check what
+ * this file can decode; or, once, take the header sl_decoder_header left
+ * there for these bytes. Runs under the guard (libjpeg errors longjmp). */
 static int read_header(sl_decoder *d, const sl_decode_job *j, const char *fn)
 {
     struct jpeg_decompress_struct *ci = &d->cinfo;
+    if (d->held) { /* the public call checked that it is this stream's */
+        d->held = NULL;
+        return SL_OK;
+    }
+    fresh_object(d);
     jpeg_mem_src(ci, j->jpeg, (unsigned long)j->len);
     jpeg_read_header(ci, TRUE);
     if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK)
@@ -265,6 +304,8 @@ static int header_body(sl_decoder *d, const sl_decode_job *j)
     if (rc == SL_OK) {
         *j->w = (int)d->cinfo.image_width;
         *j->h = (int)d->cinfo.image_height;
+        d->held = j->jpeg; /* kept for the decode that follows (guarded) */
+        d->held_len = j->len;
     }
     return rc;
 }
@@ -385,28 +426,56 @@ static int planes_body(sl_decoder *d, const sl_decode_job *j)
 }
 
 /* Run body with libjpeg errors caught: a longjmp lands here with the
- * message in d->jerr.msg. The object is left idle (reusable) either way. */
+ * message in d->jerr.msg. The object is left idle (reusable) either way,
+ * but for a header body leaves held (the header kept for the next call). */
 static int guarded(sl_decoder *d, int (*body)(sl_decoder *, const sl_decode_job *),
                    const sl_decode_job *j, const char *fn)
 {
     if (setjmp(d->jerr.jb)) {
+        d->held = NULL;
         jpeg_abort_decompress(&d->cinfo);
         return sl_fail(SL_EIMAGE, "%s: %s", fn, d->jerr.msg);
     }
     int rc = body(d, j);
-    jpeg_abort_decompress(&d->cinfo);
+    if (rc != SL_OK)
+        d->held = NULL;
+    if (!d->held)
+        jpeg_abort_decompress(&d->cinfo);
     return rc;
 }
 
+/* Before a decode of jpeg: SL_OK when d holds its header (from
+ * sl_decoder_header, the same pointer and length), else the structure
+ * check every stream passes before libjpeg reads it (sl_jpeg_scan). */
+static int begin(sl_decoder *d, const uint8_t *jpeg, size_t len, const char *fn)
+{
+    if (d->held && d->held == jpeg && d->held_len == len)
+        return SL_OK;
+    d->held = NULL;
+    int rc = sl_jpeg_scan(jpeg, len, NULL);
+    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
+}
+
 /* ------------------------------------------------------------------- API */
-int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h)
+int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h,
+                      unsigned *flags)
 {
     if (!d || !w || !h || (!jpeg && len))
         return sl_fail(SL_EINVAL, "sl_decoder_header: NULL argument");
+    if (flags)
+        *flags = 0;
+    d->held = NULL; /* this stream's header is read again, from a fresh object */
     if (len == 0)
         return sl_fail(SL_EIMAGE, "sl_decoder_header: empty JPEG");
+    unsigned fl = 0;
+    int rc = sl_jpeg_scan(jpeg, len, &fl);
+    if (rc)
+        return sl_fail(rc, "sl_decoder_header: %s", sl_errmsg());
     sl_decode_job j = {.jpeg = jpeg, .len = len, .w = w, .h = h};
-    return guarded(d, header_body, &j, "sl_decoder_header");
+    rc = guarded(d, header_body, &j, "sl_decoder_header");
+    if (rc == SL_OK && flags)
+        *flags = fl;
+    return rc;
 }
 
 int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop, int ow,
@@ -416,9 +485,9 @@ int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop
         return sl_fail(SL_EINVAL, "sl_decode_crop: NULL argument");
     if (ow < 1 || oh < 1 || ow > INT32_MAX / 3 || pitch < ow * 3)
         return sl_fail(SL_EINVAL, "sl_decode_crop: output %dx%d with pitch %d", ow, oh, pitch);
-    int rc = sl_jpeg_scan(jpeg, len);
+    int rc = begin(d, jpeg, len, "sl_decode_crop");
     if (rc)
-        return sl_fail(rc, "sl_decode_crop: %s", sl_errmsg());
+        return rc;
     sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh,
                        .pitch = pitch, .dst = dst, .fn = "sl_decode_crop"};
     return guarded(d, crop_body, &j, "sl_decode_crop");
@@ -434,9 +503,9 @@ int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const 
     if (ow < 1 || oh < 1 || ow > INT32_MAX / 3 || (unsigned)layout > SL_LAYOUT_NCHW_F32)
         return sl_fail(SL_EINVAL, "sl_decode_crop_sample: output %dx%d in layout %d", ow, oh,
                        (int)layout);
-    int rc = sl_jpeg_scan(jpeg, len);
+    int rc = begin(d, jpeg, len, "sl_decode_crop_sample");
     if (rc)
-        return sl_fail(rc, "sl_decode_crop_sample: %s", sl_errmsg());
+        return rc;
     sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh, .flip = flip,
                        .layout = layout, .mean = mean, .std = std, .out = dst,
                        .fn = "sl_decode_crop_sample"};
@@ -448,9 +517,9 @@ int sl_decode_crop_planes(sl_decoder *d, const uint8_t *jpeg, size_t len, const 
 {
     if (!d || !crop || !pv || !np || (!jpeg && len) || ow < 1 || oh < 1)
         return sl_fail(SL_EINVAL, "sl_decode_crop_planes: bad argument");
-    int rc = sl_jpeg_scan(jpeg, len);
+    int rc = begin(d, jpeg, len, "sl_decode_crop_planes");
     if (rc)
-        return sl_fail(rc, "sl_decode_crop_planes: %s", sl_errmsg());
+        return rc;
     sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh, .pv = pv,
                        .np = np, .fn = "sl_decode_crop_planes"};
     return guarded(d, planes_body, &j, "sl_decode_crop_planes");

@@ -376,11 +376,17 @@ extern "C" void sl_gdec_describe(sl_gdec *g, char *buf, size_t cap)
 // --------------------------------------------------------------- stage
 
 extern "C" int sl_gdec_stage(sl_gdec *g, unsigned worker, unsigned slot, unsigned k, uint64_t id,
-                             const uint8_t *jpeg, size_t len, int W, int H, const sl_crop *crop,
-                             int flip)
+                             const uint8_t *jpeg, size_t len, unsigned jflags, int W, int H,
+                             const sl_crop *crop, int flip)
 {
     gd_entry *e = &g->e[(size_t)slot * g->batch + k];
     e->kind = GD_HOST;
+    // No DHT: libjpeg-turbo's standard tables (records/jpeg_scan.c), which
+    // nvJPEG is not known to supply; the batch must not depend on --decode.
+    if (jflags & SL_JPEG_STD_HUFF) {
+        __atomic_fetch_add(&g->n_cpu, 1, __ATOMIC_RELAXED);
+        return SL_ENOTSUP;
+    }
     int nc = 0, ws[NVJPEG_MAX_COMPONENT] = {0}, hs[NVJPEG_MAX_COMPONENT] = {0};
     nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
     if (g->hw) {

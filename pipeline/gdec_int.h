@@ -14,8 +14,10 @@
  *     hybrid one: nvjpegGetImageInfo, 1 or 3 components), its bytes are
  *     copied into the slot's staging entry and the sample is done;
  *     otherwise (progressive for the hardware decoder, CMYK, what nvJPEG
- *     rejects) SL_ENOTSUP and the worker decodes it on the CPU path into
- *     the host slot, as without this stage;
+ *     rejects, and a baseline file without DHT, which leaves its Huffman
+ *     tables to the standard ones as libjpeg-turbo allows and nvJPEG is
+ *     not known to) SL_ENOTSUP and the worker decodes it on the CPU path
+ *     into the host slot, as without this stage;
  *   - the worker that completes batch b in order calls sl_gdec_submit
  *     (instead of sl_loader_submit, without p->mu; one at a time): the
  *     host-decoded samples are copied to the device slot, the staged JPEGs
@@ -50,11 +52,13 @@ int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, unsigned nsl
                    const sl_source_set *src, sl_gdec **out);
 /* After the pipeline's threads are joined (waits for its stream). */
 void sl_gdec_destroy(sl_gdec *g);
-/* Stage sample k of ring slot `slot` (see above). SL_OK: staged for the
+/* Stage sample k of ring slot `slot` (see above); jflags are the JPEG's
+ * sl_jpeg_scan flags (SL_JPEG_STD_HUFF: the CPU). SL_OK: staged for the
  * GPU; SL_ENOTSUP: decode it on the CPU (the entry is marked so); other
  * codes are fatal (out of memory). */
 int sl_gdec_stage(sl_gdec *g, unsigned worker, unsigned slot, unsigned k, uint64_t id,
-                  const uint8_t *jpeg, size_t len, int W, int H, const sl_crop *crop, int flip);
+                  const uint8_t *jpeg, size_t len, unsigned jflags, int W, int H,
+                  const sl_crop *crop, int flip);
 /* Batch of n samples in `slot` into dev (the loader's device slot), then
  * cudaEventRecord(event) on the stage's stream. host is the slot's pinned
  * host batch. */

@@ -24,10 +24,11 @@ void sl_gdec_destroy(sl_gdec *g)
 }
 
 int sl_gdec_stage(sl_gdec *g, unsigned worker, unsigned slot, unsigned k, uint64_t id,
-                  const uint8_t *jpeg, size_t len, int W, int H, const sl_crop *crop, int flip)
+                  const uint8_t *jpeg, size_t len, unsigned jflags, int W, int H,
+                  const sl_crop *crop, int flip)
 {
-    (void)g, (void)worker, (void)slot, (void)k, (void)id, (void)jpeg, (void)len, (void)W;
-    (void)H, (void)crop, (void)flip;
+    (void)g, (void)worker, (void)slot, (void)k, (void)id, (void)jpeg, (void)len, (void)jflags;
+    (void)W, (void)H, (void)crop, (void)flip;
     return SL_ENOTSUP;
 }
 

@@ -33,6 +33,20 @@
  * are errors under decode.c's error manager. A run past coefficient 63
  * lands on 63, as libjpeg's jpeg_natural_order does.
  *
+ * Fill bytes (issue 26): FF FF .. 00 in the scan is read here as one FF
+ * data byte, as libjpeg-turbo's slow path (jpeg_fill_bit_buffer) reads
+ * it. Its fast path (decode_mcu_fast) takes the second FF for a marker,
+ * decodes the MCU on zero bits, then gives the MCU up and decodes it again
+ * on the slow path, which does not clear the coefficients the first pass
+ * wrote: the pixels differ from the stream without the fill byte at more
+ * than half the places it can stand (55-63% of the places,
+ * up to 237 levels: perf/jpeg_fill_bytes, perf/RESULTS.md),
+ * and depend on where the bytes lie in libjpeg's buffer. T.81 allows fill
+ * bytes only before a marker, which FF 00 is not; so such a stream is
+ * refused by sl_jpeg_scan (records/jpeg_scan.c) before either decoder
+ * runs, and both decoders give the same batch: none. Fill bytes before a
+ * real marker are read the same way by both (the scan ends there).
+ *
  * Where: only for what it was written for; otherwise libjpeg's decoder
  * stays: sequential Huffman, 8-bit, one scan with every component
  * (baseline and extended sequential files), no restart interval, a memory
@@ -163,7 +177,8 @@ static void build_skip2(sl_htab *t)
 }
 
 /* Build t from h (the checks of jpeg_make_d_derived_tbl, which already
- * accepted it at start_pass). 0 on a table libjpeg would refuse. */
+ * accepted it at start_pass: they are made again here, each before the
+ * entries it guards are written). 0 on a table libjpeg would refuse. */
 static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
 {
     int n = 0;
@@ -171,6 +186,14 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
         n += h->bits[l];
     if (n > 256)
         return 0;
+    /* Canonical codes (C.2): no code of length l may be all ones, so the
+     * codes of each length fit below 2^l - 1; an over-full table would
+     * put look entries past look[HN]. */
+    for (int32_t l = 1, code = 0; l <= 16; l++) {
+        if (h->bits[l] && code + h->bits[l] >= (1 << l))
+            return 0;
+        code = (code + h->bits[l]) << 1;
+    }
     if (t->ok && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
         memcmp(t->vals, h->huffval, (size_t)n) == 0)
         return 1;
@@ -214,8 +237,6 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
         } else {
             t->maxcode[l] = -1;
         }
-        if (c && code >= (1 << l)) /* no code may be all ones */
-            return 0;
         code <<= 1;
     }
     t->maxcode[17] = 0x7fffffff;

@@ -104,6 +104,7 @@ static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_deco
     sl_image_example ex;
     sl_crop crop;
     int W, H, flip = 0, rc;
+    unsigned jf;
 
     if ((rc = sl_image_example_decode(rec, len, &ex)))
         return rc;
@@ -111,7 +112,8 @@ static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_deco
     if (__builtin_sub_overflow(ex.label, label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
         return sl_fail(SL_ECORRUPT, "label %lld - offset %lld out of range", (long long)ex.label,
                        (long long)label_offset);
-    if ((rc = sl_decoder_header(dec, ex.image, ex.image_len, &W, &H)))
+    /* Parsed once: the decode below continues from this header (decode.c). */
+    if ((rc = sl_decoder_header(dec, ex.image, ex.image_len, &W, &H, &jf)))
         return rc;
     if (c->transform == SL_TRANSFORM_TRAIN) {
         /* Draw order: the crop's draws, then one for the flip. */
@@ -124,7 +126,7 @@ static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_deco
     }
     /* --decode gpu: staged for nvJPEG when it can decode it (gdec_int.h) */
     if (gdec) {
-        rc = sl_gdec_stage(gdec, wi, r, k, id, ex.image, ex.image_len, W, H, &crop, flip);
+        rc = sl_gdec_stage(gdec, wi, r, k, id, ex.image, ex.image_len, jf, W, H, &crop, flip);
         if (rc == SL_OK)
             *label = (int32_t)l;
         if (rc != SL_ENOTSUP)

@@ -42,8 +42,9 @@
  * be volatile if read after the jump (C11 7.13.2.1); keep the guarded work
  * in a callee.
  *
- * Threading: the guard is per thread (the pointer is thread-local,
- * initial-exec so that the handler never calls __tls_get_addr); guards nest.
+ * Threading: the guard is per thread (the pointer is thread-local, in the
+ * default TLS model: mapguard.c says why not initial-exec, and why the
+ * handler's read of it cannot allocate where it matters); guards nest.
  */
 #ifndef SL_MAPGUARD_H
 #define SL_MAPGUARD_H

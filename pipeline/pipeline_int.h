@@ -184,9 +184,16 @@ void sl_decoder_destroy(sl_decoder *d);
  * the image's size) JPEGs of more than n pixels; 0 = SL_MAX_PIXELS_DEFAULT
  * (records.h), the default of a new decoder. */
 void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n);
-/* Read the header only: image size and components (1 gray, 3 color; CMYK is
- * SL_EIMAGE). */
-int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h);
+/* Check the stream's structure and tables (sl_jpeg_scan) and read its
+ * header: image size and components (1 gray, 3 color; CMYK is SL_EIMAGE);
+ * *flags (may be NULL) gets sl_jpeg_scan's SL_JPEG_* bits. Every stream is
+ * read by a fresh libjpeg object: nothing of an earlier image (its tables)
+ * reaches it. The parsed header stays in d for the next sl_decode_* call
+ * if that call gets the same jpeg pointer and len, whose bytes must not
+ * change in between (the map worker's header, geometry, decode); any
+ * other call reads its stream afresh. */
+int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h,
+                      unsigned *flags);
 /* Decode region crop of the image and resize it to ow x oh RGB u8 into dst
  * (row pitch `pitch` bytes). ROI path: the smallest DCT scale M/8 (M = 1, 2,
  * 4, 8: the fast ones, see decode.c) at which the scaled crop still covers

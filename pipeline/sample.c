@@ -1,6 +1,10 @@
 /*
- * pipeline/sample.c - the last step of a sample: flip, normalize, layout,
- * straight into its slot of the batch buffer.
+ * pipeline/sample.c - a sample's flip, normalization and layout from RGB
+ * u8 rows: the plain form of what the decode paths now do fused with the
+ * resize (resample.c's sl_resample_sample and sl_resample_planes store
+ * "as sl_store_sample would"), kept as their reference: the tests pin
+ * those against sl_resize_rgb_u8 + sl_store_sample. No pipeline stage
+ * calls it.
  *
  *   in:  rgb (h, w, 3) u8, packed rows (what sl_decode_crop wrote)
  *   out: SL_LAYOUT_NHWC_U8   (h, w, 3) u8   copy (normalized later, on the GPU)

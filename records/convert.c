@@ -204,7 +204,7 @@ static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size
     int short_side = info.width < info.height ? info.width : info.height;
     if (info.type == SL_IMAGE_JPEG && info.jpeg_passthrough &&
         (cfg->resize_short == 0 || short_side <= cfg->resize_short)) {
-        if ((rc = sl_jpeg_scan(w->file, len)) != SL_OK)
+        if ((rc = sl_jpeg_scan(w->file, len, NULL)) != SL_OK)
             return rc;
         *img = w->file;
         *img_len = len;

@@ -166,7 +166,7 @@ static int on_record(void *arg, const sl_walk_record *r)
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE,
                           "image/encoded is %s, not JPEG (%zu bytes)", type_name(info.type),
                           ex.image_len);
-    if (sl_jpeg_scan(ex.image, ex.image_len))
+    if (sl_jpeg_scan(ex.image, ex.image_len, NULL))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "image/encoded: %s",
                           sl_msg_detail(sl_errmsg(), NULL));
     if (info.channels == 4) /* TurboJPEG cannot turn CMYK/YCCK into RGB */

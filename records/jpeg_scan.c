@@ -12,6 +12,37 @@
  * after SOS, entropy-coded data in which FF is followed by 00 (stuffing) or
  * RST0..7; any other FF xx is the next marker. Progressive files repeat
  * DHT/SOS. EOI ends the image; bytes after EOI are ignored (cameras append).
+ *
+ * Tables (issue 26): every image must decode alone, as if it were the
+ * first on its decoder. An "abbreviated" stream leaves out the tables and
+ * relies on ones a previous image left in the decoder (libjpeg keeps them
+ * in the decompress object: T.81 B.5's abbreviated format); sluice's
+ * decoders start each image afresh, so such a stream cannot decode, and
+ * this check says so before anything is stored or trained on: each scan's
+ * components must have their quantization table (DQT) defined before the
+ * scan, and the Huffman tables the scan uses (sequential: DC and AC of
+ * every component; progressive: DC for a first DC scan, AC for an AC
+ * scan, none for DC refinement, as libjpeg's jdphuff.c) defined by a DHT
+ * before it. One exception, libjpeg-turbo's (jdhuff.c, jinit_huff_decoder,
+ * for Motion-JPEG frames): a sequential Huffman scan whose table 0 or 1 no
+ * DHT defines uses the standard table of T.81 Annex K.3 in that slot, and
+ * SL_JPEG_STD_HUFF says so. Frames libjpeg does not decode (lossless,
+ * hierarchical) and malformed segments are left to the decoder, which
+ * fails on them; this check never refuses what a fresh libjpeg object
+ * decodes because of a table.
+ *
+ * Fill bytes (T.81 B.1.1.2): any number of FF may precede a marker; a
+ * stuffed FF 00 is not a marker, so FF FF 00 in entropy-coded data is not
+ * a valid stream. libjpeg-turbo 2.1 reads it two ways: its slow path
+ * (jpeg_fill_bit_buffer) takes FF..FF 00 as one FF data byte; its fast
+ * path (decode_mcu_fast, taken while 512 bytes a block remain) takes
+ * FF FF for a marker, fills zeros, gives up the MCU and re-decodes it on
+ * the slow path, but the coefficients the aborted pass wrote stay in the
+ * blocks. The pixels then depend on where the bytes lie in the buffer
+ * (djpeg's 4 KiB reads differ from a memory source), and sluice's own
+ * Huffman decoder (pipeline/huff.c) cannot give the same batch. Such a
+ * stream is refused here (SL_EIMAGE naming the byte), before either
+ * decoder runs; fill bytes before a real marker stay allowed.
  */
 #include <string.h>
 
@@ -23,13 +54,123 @@ static int is_sof(uint8_t m)
     return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
-int sl_jpeg_scan(const uint8_t *d, size_t len)
+/* Tables defined so far and the frame's components (for the table check). */
+typedef struct scan_tables {
+    unsigned q;          /* bit t: DQT table t defined */
+    unsigned dc, ac;     /* bit t: DHT DC / AC table t defined */
+    uint8_t sof;         /* the frame's marker, 0 before it */
+    int nc;              /* components (0: not checked, see read_sof) */
+    uint8_t id[16], tq[16];
+} scan_tables;
+
+/* The DQT segment's tables (libjpeg's get_dqt: Pq/Tq, 64 values of 1 or
+ * 2 bytes). A bad index or a short table ends the walk: libjpeg fails the
+ * segment itself. */
+static void read_dqt(scan_tables *t, const uint8_t *p, const uint8_t *end)
+{
+    while (p < end) {
+        unsigned n = *p, size = 1 + 64 * ((n >> 4) ? 2u : 1u);
+        if ((n & 15) > 3 || (size_t)(end - p) < size)
+            return;
+        t->q |= 1u << (n & 15);
+        p += size;
+    }
+}
+
+/* The DHT segment's tables (get_dht: Tc/Th, 16 counts, the symbols). */
+static void read_dht(scan_tables *t, const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 17) {
+        unsigned n = p[0], count = 0;
+        for (int i = 1; i <= 16; i++)
+            count += p[i];
+        if ((n & ~0x13u) != 0 || count > 256 || (size_t)(end - p) < 17 + count)
+            return;
+        if (n & 0x10)
+            t->ac |= 1u << (n & 3);
+        else
+            t->dc |= 1u << (n & 3);
+        p += 17 + count;
+    }
+}
+
+/* SOFn: P, Y, X, Nf, then Nf x (C, H/V, Tq). A frame libjpeg cannot take
+ * (more components than these arrays, a short segment) is not checked. */
+static void read_sof(scan_tables *t, uint8_t m, const uint8_t *p, const uint8_t *end)
+{
+    t->sof = m;
+    t->nc = 0;
+    if (end - p < 6 || p[5] > 16 || (size_t)(end - p) < 6 + 3u * p[5])
+        return;
+    for (int i = 0; i < p[5]; i++) {
+        t->id[i] = p[6 + 3 * i];
+        t->tq[i] = p[8 + 3 * i];
+    }
+    t->nc = p[5];
+}
+
+/* A table used by a scan: SL_OK when defined (or the standard table
+ * stands in), SL_EIMAGE naming it otherwise. */
+static int need_huff(unsigned defined, unsigned tbl, int seq, const char *cls, uint8_t cid,
+                     size_t at, unsigned *flags)
+{
+    if (tbl < 4 && (defined >> tbl & 1))
+        return SL_OK;
+    if (seq && tbl < 2) { /* libjpeg-turbo: Annex K.3's table in slot 0 or 1 */
+        *flags |= SL_JPEG_STD_HUFF;
+        return SL_OK;
+    }
+    return sl_fail(SL_EIMAGE, "sl_jpeg_scan: scan @ byte %zu: component %u uses %s Huffman table "
+                   "%u, which no DHT before it defines (an abbreviated JPEG without its tables)",
+                   at, cid, cls, tbl);
+}
+
+/* SOS: Ns, Ns x (Cs, Td/Ta), Ss, Se, Ah/Al. Every table the scan uses
+ * must be defined by now (see the file comment). at: the marker's byte. */
+static int check_sos(const scan_tables *t, const uint8_t *p, const uint8_t *end, size_t at,
+                     unsigned *flags)
+{
+    /* Huffman frames libjpeg 2.1 decodes: sequential C0/C1, progressive C2;
+     * arithmetic C9/CA need only quantization tables. */
+    int seq = t->sof == 0xC0 || t->sof == 0xC1, prog = t->sof == 0xC2;
+    if (!(seq || prog || t->sof == 0xC9 || t->sof == 0xCA) || t->nc == 0)
+        return SL_OK;
+    if (end - p < 1 || p[0] < 1 || p[0] > 4 || (size_t)(end - p) != 4 + 2u * p[0])
+        return SL_OK; /* libjpeg refuses the segment's length */
+    unsigned ns = p[0], ss = p[1 + 2 * ns], ah = p[3 + 2 * ns] >> 4;
+    for (unsigned i = 0; i < ns; i++) {
+        uint8_t cid = p[1 + 2 * i], td = p[2 + 2 * i] >> 4, ta = p[2 + 2 * i] & 15;
+        int c = 0;
+        while (c < t->nc && t->id[c] != cid)
+            c++;
+        if (c == t->nc)
+            return SL_OK; /* not in the frame: libjpeg refuses the scan */
+        if (t->tq[c] > 3 || !(t->q >> t->tq[c] & 1))
+            return sl_fail(SL_EIMAGE, "sl_jpeg_scan: scan @ byte %zu: component %u uses "
+                           "quantization table %u, which no DQT before it defines (an "
+                           "abbreviated JPEG without its tables)", at, cid, t->tq[c]);
+        int rc = SL_OK;
+        if (seq || (prog && ss == 0 && ah == 0))
+            rc = need_huff(t->dc, td, seq, "DC", cid, at, flags);
+        if (rc == SL_OK && (seq || (prog && ss != 0)))
+            rc = need_huff(t->ac, ta, seq, "AC", cid, at, flags);
+        if (rc)
+            return rc;
+    }
+    return SL_OK;
+}
+
+int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
 {
     size_t pos = 2;
     int frame = 0, scans = 0;
+    unsigned fl = 0;
+    scan_tables t = {0};
 
+    if (flags)
+        *flags = 0;
     if (len < 4 || d[0] != 0xFF || d[1] != 0xD8)
-        return sl_fail(SL_EIMAGE, "sl_jpeg_scan: no SOI marker");
+        return sl_fail(SL_EIMAGE, "sl_jpeg_scan: not a JPEG file (no SOI marker)");
     for (;;) {
         if (pos >= len || d[pos] != 0xFF)
             goto bad_marker;
@@ -42,6 +183,8 @@ int sl_jpeg_scan(const uint8_t *d, size_t len)
             if (!frame || !scans)
                 return sl_fail(SL_EIMAGE, "sl_jpeg_scan: EOI @ byte %zu before any %s", pos - 2,
                                frame ? "scan" : "frame");
+            if (flags)
+                *flags = fl;
             return SL_OK;
         }
         if ((m >= 0xD0 && m <= 0xD7) || m == 0x01)
@@ -56,13 +199,24 @@ int sl_jpeg_scan(const uint8_t *d, size_t len)
                            pos - 2, seg);
         if (seg > len - pos)
             goto truncated;
+        const uint8_t *body = d + pos + 2, *body_end = d + pos + seg;
+        if (is_sof(m) && !frame)
+            read_sof(&t, m, body, body_end);
         if (is_sof(m))
             frame = 1;
+        else if (m == 0xDB)
+            read_dqt(&t, body, body_end);
+        else if (m == 0xC4)
+            read_dht(&t, body, body_end);
+        size_t at = pos - 2;
         pos += seg;
         if (m != 0xDA)
             continue;
         if (!frame)
             return sl_fail(SL_EIMAGE, "sl_jpeg_scan: scan before frame header");
+        int rc = check_sos(&t, body, body_end, at, &fl);
+        if (rc)
+            return rc;
         scans++;
         /* Entropy-coded data: skip to the next FF that starts a marker. */
         for (;;) {
@@ -70,12 +224,21 @@ int sl_jpeg_scan(const uint8_t *d, size_t len)
             if (!ff || (size_t)(ff - d) + 1 >= len)
                 goto truncated;
             pos = (size_t)(ff - d);
-            uint8_t n = d[pos + 1];
-            if (n == 0x00 || (n >= 0xD0 && n <= 0xD7) || n == 0xFF) {
-                pos += n == 0xFF ? 1 : 2; /* stuffing, restart, or fill before a marker */
+            size_t q = pos + 1;
+            while (q < len && d[q] == 0xFF) /* fill bytes: a marker must follow */
+                q++;
+            if (q >= len)
+                goto truncated;
+            uint8_t n = d[q];
+            if (n == 0x00 && q > pos + 1)
+                return sl_fail(SL_EIMAGE, "sl_jpeg_scan: fill bytes FF FF before a stuffed zero "
+                               "@ byte %zu, in entropy-coded data (FF 00 is not a marker, and "
+                               "decoders read this differently)", pos);
+            if (n == 0x00 || (n >= 0xD0 && n <= 0xD7)) {
+                pos = q + 1; /* stuffing, or a restart marker after any fill bytes */
                 continue;
             }
-            break;
+            break; /* the next marker; the loop above skips its fill bytes */
         }
     }
 truncated:

@@ -320,7 +320,10 @@ void sl_manifest_fini(sl_manifest *m);
 /* Load DIR/dataset.json into m (init'ed by the call). SL_ENOENT if absent,
  * SL_ECORRUPT if not valid JSON or fields missing/mistyped. */
 int sl_manifest_load(const char *dir, sl_manifest *m);
-/* Write DIR/dataset.json atomically. */
+/* Write DIR/dataset.json atomically, every count and the label offset as
+ * exact integer text (sl_manifest_load reads back what was written).
+ * SL_EINVAL for a count or label offset beyond +-2^53 (JSON readers keep
+ * numbers as doubles); SL_EIO / SL_ENOMEM as the write fails. */
 int sl_manifest_save(const char *dir, const sl_manifest *m);
 /* Find a split by name; NULL if absent. */
 sl_manifest_split *sl_manifest_split_find(sl_manifest *m, const char *name);
@@ -351,10 +354,17 @@ int sl_image_probe(const uint8_t *data, size_t len, sl_image_info *out);
 
 /* Check a JPEG's marker structure without decoding it: SOI, segments whose
  * lengths fit, a frame header, at least one scan, and an EOI after the
- * entropy-coded data. Catches truncated and mangled files at memory speed;
- * damage inside the entropy-coded data is not detected. SL_EIMAGE with the
- * byte offset when the structure is broken. */
-int sl_jpeg_scan(const uint8_t *data, size_t len);
+ * entropy-coded data; every table a scan uses defined before it in the
+ * stream (a stream decodes alone, never with tables an earlier image left:
+ * no DQT, or a DHT missing where no standard table stands in, is refused);
+ * no fill bytes before a stuffed zero (FF FF 00, on which decoders
+ * disagree). Catches truncated, mangled and abbreviated files at memory
+ * speed; other damage inside the entropy-coded data is not detected.
+ * SL_EIMAGE with the byte offset when the structure is broken. *flags (if
+ * not NULL) gets SL_JPEG_* bits on success, 0 otherwise. Reentrant. */
+#define SL_JPEG_STD_HUFF 1u /* a sequential scan uses a Huffman table no DHT defines:
+                             * T.81 Annex K.3's standard table (Motion-JPEG's way) */
+int sl_jpeg_scan(const uint8_t *data, size_t len, unsigned *flags);
 
 /* A reusable transcoder (owns TurboJPEG handles and scratch buffers; one per
  * thread). */

@@ -15,7 +15,8 @@
  * then tjCompress2 at the given quality with 4:2:0 chroma subsampling.
  *
  * Memory: the transcoder keeps its decode, resize and JPEG buffers across
- * calls and only grows them, so a steady stream of images allocates nothing.
+ * calls and only grows them, so a steady stream of images allocates nothing
+ * but a fresh TurboJPEG decode handle per JPEG (tj_ready says why).
  * The JPEG buffer is tjAlloc'd at tjBufSize() of the image (the worst case
  * TurboJPEG can produce) and passed with TJFLAG_NOREALLOC.
  *
@@ -128,12 +129,16 @@ static void cmyk_to_rgb(uint8_t *p, size_t npix)
     }
 }
 
-/* TurboJPEG 2.1 returns from a failed tjDecompressHeader3 with libjpeg's
- * state left mid-stream, and the next call on that handle then misreads a
- * good file ("Bogus DQT index"; see the truncation test). So a handle that
- * failed, decoder or (to be safe) encoder, is replaced by a fresh one
- * (cheap: one small malloc);
- * if that allocation fails the slot stays NULL and is retried next call. */
+/* A decode handle carries state from one image to the next: TurboJPEG 2.1
+ * returns from a failed tjDecompressHeader3 with libjpeg's state left
+ * mid-stream (the next call on that handle then misreads a good file,
+ * "Bogus DQT index"; see the truncation test), and libjpeg keeps the
+ * Huffman and quantization tables of every image in the handle, so a file
+ * without them (abbreviated: no DHT, no DQT) would decode with the last
+ * image's (issue 26). So every JPEG gets a fresh decode handle (about a
+ * microsecond, against milliseconds of decode and encode), and an encoder
+ * that failed is replaced too, to be safe; if an allocation fails the slot
+ * stays NULL and is retried next call. */
 static int tj_ready(tjhandle *h, int compress)
 {
     if (*h)
@@ -154,8 +159,14 @@ static void tj_reset(tjhandle *h)
 static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
                             int resize_short, int *ow, int *oh, int *sw, int *sh)
 {
+    /* Structure and tables first (records/jpeg_scan.c): a truncated or
+     * abbreviated file, or fill bytes on which decoders disagree, is
+     * refused with the byte it fails at. */
+    int rc = sl_jpeg_scan(data, len, NULL);
+    if (rc)
+        return sl_fail(rc, "JPEG: %s", sl_errmsg());
     sl_image_info info;
-    int rc = sl_jpeg_header(t->dec, data, len, &info);
+    rc = sl_jpeg_header(t->dec, data, len, &info);
     if (rc)
         return rc;
     int w = info.width, h = info.height, short_side = w < h ? w : h;
@@ -199,13 +210,11 @@ static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
 static int decode_jpeg(sl_transcoder *t, const uint8_t *data, size_t len, int resize_short,
                        int *ow, int *oh, int *sw, int *sh)
 {
+    tj_reset(&t->dec); /* nothing of the last image: see tj_ready */
     int rc = tj_ready(&t->dec, 0);
     if (rc)
         return rc;
-    rc = decode_jpeg_with(t, data, len, resize_short, ow, oh, sw, sh);
-    if (rc)
-        tj_reset(&t->dec);
-    return rc;
+    return decode_jpeg_with(t, data, len, resize_short, ow, oh, sw, sh);
 }
 
 /* ------------------------------------------------------------------- PNG */

@@ -1,9 +1,13 @@
 /* tests/hostile_images.h - images that break naive readers, made in the
  * tests by the libraries that real files come from (issue 16): CMYK,
- * progressive and arithmetic-coded JPEGs (libjpeg-turbo's lossless
- * transcoding, as jpegtran does: same coefficients, so they decode to the
- * very pixels of the baseline file), a frame header patched to claim
- * 65500 x 65500, 16-bit and palette PNGs (libpng), truncations.
+ * progressive, arithmetic-coded and optimized-table JPEGs (libjpeg-turbo's
+ * lossless transcoding, as jpegtran does: same coefficients, so they
+ * decode to the very pixels of the baseline file), a frame header patched
+ * to claim 65500 x 65500, 16-bit and palette PNGs (libpng), truncations;
+ * and (issue 26) abbreviated JPEGs, their DHT or DQT segments cut out as
+ * Motion-JPEG cameras and Pillow's streamtype=2 write them, and fill bytes
+ * put in the entropy-coded data; and the libjpeg encoder (restart markers,
+ * arithmetic coding) and a shard writer the decode tests share.
  *
  * Header-only (static functions) so that every test binary that includes it
  * (the Criterion suite, the TSan runner) gets its own copy without a
@@ -22,6 +26,8 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include "records/records.h"
+
 /* Smooth RGB (w, h, 3) u8; seed shifts the pattern. */
 static inline uint8_t *hi_rgb(int w, int h, int seed)
 {
@@ -37,15 +43,17 @@ static inline uint8_t *hi_rgb(int w, int h, int seed)
     return p;
 }
 
-/* TurboJPEG: pix in pixel format pf (TJPF_RGB, TJPF_CMYK) -> a baseline
- * JPEG (malloc'd). */
-static inline uint8_t *hi_jpeg(const uint8_t *pix, int w, int h, int pf, int samp, size_t *len)
+/* TurboJPEG: pix in pixel format pf (TJPF_RGB, TJPF_CMYK, TJPF_GRAY) -> a
+ * baseline JPEG at quality q with the standard Huffman tables of T.81
+ * Annex K (TurboJPEG does not optimize them), malloc'd. */
+static inline uint8_t *hi_jpeg_q(const uint8_t *pix, int w, int h, int pf, int samp, int q,
+                                 size_t *len)
 {
     tjhandle tj = tjInitCompress();
     cr_assert_not_null(tj);
     unsigned char *buf = NULL;
     unsigned long size = 0;
-    cr_assert_eq(tjCompress2(tj, pix, w, 0, h, pf, &buf, &size, samp, 90, 0), 0, "%s",
+    cr_assert_eq(tjCompress2(tj, pix, w, 0, h, pf, &buf, &size, samp, q, 0), 0, "%s",
                  tjGetErrorStr2(tj));
     uint8_t *out = malloc(size);
     cr_assert_not_null(out);
@@ -54,6 +62,12 @@ static inline uint8_t *hi_jpeg(const uint8_t *pix, int w, int h, int pf, int sam
     tjFree(buf);
     tjDestroy(tj);
     return out;
+}
+
+/* hi_jpeg_q at quality 90. */
+static inline uint8_t *hi_jpeg(const uint8_t *pix, int w, int h, int pf, int samp, size_t *len)
+{
+    return hi_jpeg_q(pix, w, h, pf, samp, 90, len);
 }
 
 /* A baseline RGB JPEG of hi_rgb(w, h, seed), 4:2:0. */
@@ -83,7 +97,7 @@ static inline uint8_t *hi_jpeg_cmyk(int w, int h, size_t *len)
     return j;
 }
 
-typedef enum { HI_PROGRESSIVE = 1, HI_ARITHMETIC = 2 } hi_coding;
+typedef enum { HI_PROGRESSIVE = 1, HI_ARITHMETIC = 2, HI_OPTIMIZE = 4 } hi_coding;
 
 typedef struct hi_jerr {
     struct jpeg_error_mgr pub;
@@ -97,9 +111,10 @@ static inline void hi_jerr_exit(j_common_ptr c)
     longjmp(((hi_jerr *)c->err)->jb, 1);
 }
 
-/* Lossless re-coding of a JPEG (jpegtran -progressive / -arithmetic): the
- * same quantized coefficients with another entropy coding, so a decoder
- * must give the same pixels. malloc'd. */
+/* Lossless re-coding of a JPEG (jpegtran -progressive / -arithmetic /
+ * -optimize): the same quantized coefficients with another entropy coding
+ * (HI_OPTIMIZE: Huffman tables made for this image), so a decoder must
+ * give the same pixels. malloc'd. */
 static inline uint8_t *hi_jpeg_recode(const uint8_t *src, size_t len, int coding, size_t *out_len)
 {
     struct jpeg_decompress_struct d;
@@ -125,6 +140,8 @@ static inline uint8_t *hi_jpeg_recode(const uint8_t *src, size_t len, int coding
         jpeg_simple_progression(&c);
     if (coding & HI_ARITHMETIC)
         c.arith_code = TRUE;
+    if (coding & HI_OPTIMIZE)
+        c.optimize_coding = TRUE;
     jpeg_mem_dest(&c, &mem, &mem_len);
     jpeg_write_coefficients(&c, coef);
     jpeg_finish_compress(&c);
@@ -137,6 +154,75 @@ static inline uint8_t *hi_jpeg_recode(const uint8_t *src, size_t len, int coding
     free(mem);
     *out_len = mem_len;
     return out;
+}
+
+/* libjpeg's compressor on RGB (w, h, 3) at quality 90, 4:2:0, with a
+ * restart marker every restart_rows MCU rows (0: none) or arithmetic coding
+ * (arith). malloc'd (libjpeg's jpeg_mem_dest buffer). */
+static inline uint8_t *hi_jpeg_libjpeg(const uint8_t *rgb, int w, int h, int restart_rows,
+                                       int arith, size_t *len)
+{
+    struct jpeg_compress_struct c;
+    hi_jerr e;
+    c.err = jpeg_std_error(&e.pub);
+    e.pub.error_exit = hi_jerr_exit;
+    if (setjmp(e.jb))
+        cr_assert_fail("libjpeg (write) failed: %s", e.msg);
+    jpeg_create_compress(&c);
+    unsigned char *out = NULL;
+    unsigned long n = 0;
+    jpeg_mem_dest(&c, &out, &n);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    c.restart_in_rows = restart_rows;
+    c.arith_code = arith ? TRUE : FALSE;
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW row = (JSAMPROW)(rgb + (size_t)c.next_scanline * w * 3);
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    *len = n;
+    return out;
+}
+
+/* One TFRecord shard DIR/NAME with its index: record i an image Example of
+ * img[i] (len[i] bytes; NULL: empty), label i, format "JPEG". The path,
+ * malloc'd. */
+static inline char *hi_write_shard(const char *dir, const char *name, const uint8_t *const *img,
+                                   const size_t *len, size_t n)
+{
+    size_t pl = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(pl);
+    cr_assert_not_null(path);
+    snprintf(path, pl, "%s/%s", dir, name);
+    sl_tfrecord_writer *w;
+    cr_assert_eq(sl_tfrecord_writer_open(path, SL_TFW_INDEX | SL_TFW_NOSYNC, &w), SL_OK, "%s",
+                 sl_errmsg());
+    sl_example_builder eb;
+    sl_example_builder_init(&eb);
+    for (size_t i = 0; i < n; i++) {
+        sl_image_example ex;
+        memset(&ex, 0, sizeof ex);
+        ex.image = img[i] ? img[i] : (const uint8_t *)"";
+        ex.image_len = len[i];
+        ex.label = (int64_t)i;
+        ex.format = "JPEG";
+        ex.format_len = 4;
+        const uint8_t *rec;
+        size_t rl;
+        cr_assert_eq(sl_image_example_encode(&ex, &eb), SL_OK);
+        cr_assert_eq(sl_example_finish(&eb, &rec, &rl), SL_OK);
+        cr_assert_eq(sl_tfrecord_writer_write(w, rec, rl), SL_OK);
+    }
+    sl_example_builder_fini(&eb);
+    cr_assert_eq(sl_tfrecord_writer_close(w), SL_OK, "%s", sl_errmsg());
+    return path;
 }
 
 /* Offset of the first SOFn marker's segment (the FF byte), or 0. */
@@ -163,6 +249,89 @@ static inline void hi_patch_size(uint8_t *j, size_t len, unsigned w, unsigned h)
     j[s + 6] = (uint8_t)h;
     j[s + 7] = (uint8_t)(w >> 8);
     j[s + 8] = (uint8_t)w;
+}
+
+/* ------------------------------------------------- abbreviated, fill bytes */
+
+/* Where the marker at j[i] (its FF) ends: past its segment, or for SOS past
+ * the entropy-coded data that follows (at the next FF that is not FF 00 or
+ * a restart marker). len when it runs off the end. */
+static inline size_t hi_segment_end(const uint8_t *j, size_t len, size_t i)
+{
+    uint8_t m = j[i + 1];
+    if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7))
+        return i + 2;
+    if (i + 4 > len)
+        return len;
+    size_t e = i + 2 + ((size_t)j[i + 2] << 8 | j[i + 3]);
+    if (m != 0xDA)
+        return e < len ? e : len;
+    while (e + 1 < len && !(j[e] == 0xFF && j[e + 1] != 0x00 && (j[e + 1] < 0xD0 || j[e + 1] > 0xD7)))
+        e++;
+    return e + 1 < len ? e : len;
+}
+
+/* A copy of JPEG j without its segments of marker m (0xC4 DHT, 0xDB DQT):
+ * an abbreviated stream, as Motion-JPEG frames (no DHT) and Pillow's
+ * streamtype=2 (no tables at all) are. malloc'd. */
+static inline uint8_t *hi_strip(const uint8_t *j, size_t len, uint8_t m, size_t *out_len)
+{
+    *out_len = 0;
+    uint8_t *o = malloc(len);
+    cr_assert_not_null(o);
+    size_t n = 0, cut = 0;
+    for (size_t i = 0; i < len;) {
+        cr_assert(j[i] == 0xFF && i + 1 < len, "hi_strip: no marker at byte %zu", i);
+        size_t e = hi_segment_end(j, len, i);
+        if (j[i + 1] == m)
+            cut++;
+        else
+            memcpy(o + n, j + i, e - i), n += e - i;
+        i = e;
+        if (j[e - 1] == 0xD9 && j[e - 2] == 0xFF)
+            break;
+    }
+    cr_assert(cut > 0, "hi_strip: no FF%02X segment", m);
+    *out_len = n;
+    return o;
+}
+
+/* A copy of JPEG j with one more 0xFF before the first stuffed FF 00 of the
+ * entropy-coded data at or after byte `from` (FF FF 00: fill bytes before
+ * what is not a marker). malloc'd; NULL if there is no FF 00 there. */
+static inline uint8_t *hi_fill_ff00(const uint8_t *j, size_t len, size_t from, size_t *out_len)
+{
+    *out_len = 0;
+    size_t sos = 2;
+    while (sos + 1 < len && j[sos + 1] != 0xDA)
+        sos = hi_segment_end(j, len, sos);
+    size_t at = sos + 2 + ((size_t)j[sos + 2] << 8 | j[sos + 3]);
+    at = at > from ? at : from;
+    while (at + 1 < len && !(j[at] == 0xFF && j[at + 1] == 0x00))
+        at++;
+    if (at + 1 >= len)
+        return NULL;
+    uint8_t *o = malloc(len + 1);
+    cr_assert_not_null(o);
+    memcpy(o, j, at);
+    o[at] = 0xFF;
+    memcpy(o + at + 1, j + at, len - at);
+    *out_len = len + 1;
+    return o;
+}
+
+/* A copy of JPEG j with n fill bytes 0xFF before its EOI (allowed before any
+ * marker: the same image). j must end with FF D9. malloc'd. */
+static inline uint8_t *hi_fill_eoi(const uint8_t *j, size_t len, size_t n, size_t *out_len)
+{
+    cr_assert(len > 2 && j[len - 2] == 0xFF && j[len - 1] == 0xD9);
+    uint8_t *o = malloc(len + n);
+    cr_assert_not_null(o);
+    memcpy(o, j, len - 2);
+    memset(o + len - 2, 0xFF, n);
+    memcpy(o + len - 2 + n, j + len - 2, 2);
+    *out_len = len + n;
+    return o;
 }
 
 /* --------------------------------------------------------------- PNG */

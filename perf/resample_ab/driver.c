@@ -102,7 +102,7 @@ int main(int argc, char **argv)
             fail(g_files[i]);
         fclose(f);
         int w, h;
-        if (sl_decoder_header(d, buf, (size_t)len, &w, &h) != SL_OK)
+        if (sl_decoder_header(d, buf, (size_t)len, &w, &h, NULL) != SL_OK)
             fail(g_files[i]);
         sl_rng r = sl_rng_for(1, 0, i);
         sl_crop crop;

@@ -44,8 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * tables in the decompress object for later files that lack them, so
      * the two must see the same files in the same order. */
     int W, H, W1, H1;
-    int rh = sl_decoder_header(decs[0], jpeg, len, &W, &H);
-    if ((sl_decoder_header(decs[1], jpeg, len, &W1, &H1) == SL_OK) != (rh == SL_OK))
+    int rh = sl_decoder_header(decs[0], jpeg, len, &W, &H, NULL);
+    if ((sl_decoder_header(decs[1], jpeg, len, &W1, &H1, NULL) == SL_OK) != (rh == SL_OK))
         abort();
     if (rh != SL_OK || (uint64_t)W * (uint64_t)H > (1u << 22)) {
         sl_clear_error();

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!img)
         return 0;
     memcpy(img, data, size);
-    (void)sl_jpeg_scan(img, size);
+    (void)sl_jpeg_scan(img, size, NULL);
     sl_image_info info;
     if (sl_image_probe(img, size, &info) == SL_OK) {
         if (info.width < 1 || info.height < 1 || info.width > SL_IMAGE_MAX_DIM ||

@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             sl_image_example ex;
             if (sl_image_example_decode(v, len, &ex) == SL_OK)
-                (void)sl_jpeg_scan(ex.image, ex.image_len);
+                (void)sl_jpeg_scan(ex.image, ex.image_len, NULL);
         }
         uint64_t count = sl_lmdb_env_count(env);
         for (uint64_t k = 0; k < count + 2 && k < 64; k++)

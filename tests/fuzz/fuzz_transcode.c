@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int resize = size ? (data[size - 1] & 1 ? 7 : 0) : 0;
     if (sl_transcode_jpeg(tc, img, size, 75, resize, &jpeg, &jlen, &w, &h) == SL_OK) {
         /* The output must be a well-formed JPEG of the size reported. */
-        if (w < 1 || h < 1 || sl_jpeg_scan(jpeg, jlen) != SL_OK)
+        if (w < 1 || h < 1 || sl_jpeg_scan(jpeg, jlen, NULL) != SL_OK)
             abort();
         if (sl_image_probe(jpeg, jlen, &info) != SL_OK || info.width != w || info.height != h)
             abort();

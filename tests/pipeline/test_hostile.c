@@ -24,29 +24,12 @@ typedef struct hrec {
 /* One shard (with its .idx) of the given images, labels = record number. */
 static char *write_shard(const char *dir, const hrec *r, size_t n)
 {
-    char *path = tu_join(dir, "hostile-00000-of-00001.tfrecord");
-    sl_tfrecord_writer *w;
-    cr_assert_eq(sl_tfrecord_writer_open(path, SL_TFW_INDEX | SL_TFW_NOSYNC, &w), SL_OK, "%s",
-                 sl_errmsg());
-    sl_example_builder eb;
-    sl_example_builder_init(&eb);
-    for (size_t i = 0; i < n; i++) {
-        sl_image_example ex;
-        memset(&ex, 0, sizeof ex);
-        ex.image = r[i].img ? r[i].img : (const uint8_t *)"";
-        ex.image_len = r[i].len;
-        ex.label = (int64_t)i;
-        ex.format = "JPEG";
-        ex.format_len = 4;
-        const uint8_t *rec;
-        size_t len;
-        cr_assert_eq(sl_image_example_encode(&ex, &eb), SL_OK);
-        cr_assert_eq(sl_example_finish(&eb, &rec, &len), SL_OK);
-        cr_assert_eq(sl_tfrecord_writer_write(w, rec, len), SL_OK);
-    }
-    sl_example_builder_fini(&eb);
-    cr_assert_eq(sl_tfrecord_writer_close(w), SL_OK, "%s", sl_errmsg());
-    return path;
+    const uint8_t *img[16];
+    size_t len[16];
+    cr_assert_leq(n, 16u);
+    for (size_t i = 0; i < n; i++)
+        img[i] = r[i].img, len[i] = r[i].len;
+    return hi_write_shard(dir, "hostile-00000-of-00001.tfrecord", img, len, n);
 }
 
 static void config(sl_pipeline_config *c, const char *data)
@@ -87,7 +70,7 @@ Test(pipeline_hostile, each_decodes_or_is_reported)
     r[R_TRUNC].why = "truncated JPEG";
     r[R_EMPTY].why = "empty JPEG";
     r[R_PNG].img = hi_png(50, 40, 0, &r[R_PNG].len);
-    r[R_PNG].why = "Not a JPEG file";
+    r[R_PNG].why = "not a JPEG file";
     r[R_BASE2].img = hi_jpeg_rgb(120, 90, 5, &r[R_BASE2].len);
 
     char *dir = tu_tmpdir(), *shard = write_shard(dir, r, R_N);

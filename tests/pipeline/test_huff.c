@@ -25,6 +25,7 @@
 #include <jpeglib.h>
 #include <jpegint.h> /* jpeg_entropy_decoder */
 
+#include "hostile_images.h"
 #include "pipeline/pipeline_int.h"
 #include "photos.h"
 #include "testutil.h"
@@ -40,34 +41,6 @@ static sl_decoder *decoder(int libjpeg)
     cr_assert_eq(sl_decoder_create(&d), SL_OK);
     unsetenv("SLUICE_HUFF");
     return d;
-}
-
-/* Lossless transcode with optimized (per-image) Huffman tables: libjpeg's
- * jpeg_read_coefficients / jpeg_write_coefficients, optimize_coding. */
-static unsigned char *optimize(const uint8_t *jpeg, size_t len, unsigned long *olen)
-{
-    struct jpeg_decompress_struct di;
-    struct jpeg_compress_struct co;
-    struct jpeg_error_mgr e1, e2;
-    di.err = jpeg_std_error(&e1);
-    co.err = jpeg_std_error(&e2);
-    jpeg_create_decompress(&di);
-    jpeg_create_compress(&co);
-    jpeg_mem_src(&di, jpeg, (unsigned long)len);
-    jpeg_read_header(&di, TRUE);
-    jvirt_barray_ptr *coefs = jpeg_read_coefficients(&di);
-    unsigned char *out = NULL;
-    *olen = 0;
-    jpeg_mem_dest(&co, &out, olen);
-    jpeg_copy_critical_parameters(&di, &co);
-    co.optimize_coding = TRUE;
-    jpeg_write_coefficients(&co, coefs);
-    jpeg_finish_compress(&co);
-    jpeg_finish_decompress(&di);
-    jpeg_destroy_compress(&co);
-    jpeg_destroy_decompress(&di);
-    cr_assert(out && *olen > 0);
-    return out;
 }
 
 /* Noise on colour fields: many nonzero AC coefficients. */
@@ -120,7 +93,7 @@ static void crops(sl_decoder *ours, sl_decoder *ref, const uint8_t *jpeg, size_t
                   uint64_t seed, const char *what)
 {
     int W, H;
-    cr_assert_eq(sl_decoder_header(ours, jpeg, len, &W, &H), SL_OK, "%s: %s", what, sl_errmsg());
+    cr_assert_eq(sl_decoder_header(ours, jpeg, len, &W, &H, NULL), SL_OK, "%s: %s", what, sl_errmsg());
     for (int i = 0; i < n + 3; i++) {
         sl_crop c;
         if (i == n)
@@ -151,11 +124,12 @@ Test(pipeline_huff, photos_same_planes_as_libjpeg)
         size_t len;
         uint8_t *jpeg = read_photo(names[f], &len);
         crops(ours, ref, jpeg, len, 40, f, names[f]);
-        unsigned long olen;
-        unsigned char *opt = optimize(jpeg, len, &olen);
-        cr_assert(olen < len, "%s: optimized tables %lu bytes, baseline %zu", names[f], olen, len);
-        crops(ours, ref, opt, olen, 20, f + 10, "optimized tables");
+        size_t plen;
+        uint8_t *opt = hi_jpeg_recode(jpeg, len, HI_OPTIMIZE, &plen);
+        cr_assert(plen < len, "%s: optimized tables %zu bytes, baseline %zu", names[f], plen, len);
+        crops(ours, ref, opt, plen, 20, f + 10, "optimized tables");
         free(opt);
+        unsigned long olen;
         unsigned char *gray = transcode(jpeg, len, TJXOPT_GRAY, &olen);
         crops(ours, ref, gray, olen, 20, f + 20, "gray");
         tjFree(gray);
@@ -190,18 +164,25 @@ Test(pipeline_huff, samplings_and_qualities_same_planes)
     sl_decoder_destroy(ref);
 }
 
+/* A decompressor set up as decode_yuv.c does, up to sl_huff_install. */
+static void start_raw(struct jpeg_decompress_struct *ci, struct jpeg_error_mgr *jerr,
+                      const uint8_t *jpeg, size_t len)
+{
+    ci->err = jpeg_std_error(jerr);
+    jpeg_create_decompress(ci);
+    jpeg_mem_src(ci, jpeg, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    ci->raw_data_out = TRUE;
+    jpeg_start_decompress(ci);
+}
+
 /* sl_huff_install on a decompressor set up as decode_yuv.c does: SL_OK
  * and decode_mcu replaced, or SL_ENOTSUP and libjpeg's left. */
 static int install(const uint8_t *jpeg, size_t len, int *replaced)
 {
     struct jpeg_decompress_struct ci;
     struct jpeg_error_mgr jerr;
-    ci.err = jpeg_std_error(&jerr);
-    jpeg_create_decompress(&ci);
-    jpeg_mem_src(&ci, jpeg, (unsigned long)len);
-    jpeg_read_header(&ci, TRUE);
-    ci.raw_data_out = TRUE;
-    jpeg_start_decompress(&ci);
+    start_raw(&ci, &jerr, jpeg, len);
     void *before = (void *)ci.entropy->decode_mcu;
     sl_huff *h = NULL;
     int rc = sl_huff_install(&ci, &h);
@@ -231,30 +212,8 @@ Test(pipeline_huff, installed_only_where_it_applies)
      * same as with SLUICE_HUFF=libjpeg (both libjpeg's) */
     uint8_t *img = synth(200, 120, 3);
     for (int mode = 0; mode < 2; mode++) {
-        struct jpeg_compress_struct cc;
-        struct jpeg_error_mgr jerr;
-        cc.err = jpeg_std_error(&jerr);
-        jpeg_create_compress(&cc);
-        unsigned char *out = NULL;
-        unsigned long olen = 0;
-        jpeg_mem_dest(&cc, &out, &olen);
-        cc.image_width = 200;
-        cc.image_height = 120;
-        cc.input_components = 3;
-        cc.in_color_space = JCS_RGB;
-        jpeg_set_defaults(&cc);
-        jpeg_set_quality(&cc, 90, TRUE);
-        if (mode == 0)
-            cc.restart_in_rows = 1;
-        else
-            cc.arith_code = TRUE;
-        jpeg_start_compress(&cc, TRUE);
-        while (cc.next_scanline < cc.image_height) {
-            JSAMPROW row = img + (size_t)cc.next_scanline * 200 * 3;
-            jpeg_write_scanlines(&cc, &row, 1);
-        }
-        jpeg_finish_compress(&cc);
-        jpeg_destroy_compress(&cc);
+        size_t olen;
+        uint8_t *out = hi_jpeg_libjpeg(img, 200, 120, mode == 0, mode == 1, &olen);
         cr_assert_eq(install(out, olen, &replaced), SL_ENOTSUP, "mode %d", mode);
         cr_assert(!replaced);
         sl_decoder *ours = decoder(0), *ref = decoder(1);
@@ -264,6 +223,36 @@ Test(pipeline_huff, installed_only_where_it_applies)
         free(out);
     }
     free(img);
+}
+
+/* An over-full Huffman table (more codes of one length than fit below the
+ * all-ones code) is refused by sl_huff_install before any lookup entry of
+ * it is written (issue 26: the check came after the entries, which then
+ * land up to 255 KiB past the table: ASan's heap-buffer-overflow). libjpeg
+ * refuses such a table at start_pass, so it is made over-full after
+ * jpeg_start_decompress, as a table libjpeg missed would reach huff.c. */
+Test(pipeline_huff, over_full_table_refused_before_it_is_built)
+{
+    size_t len;
+    uint8_t *jpeg = read_photo("fruits.jpg", &len);
+    for (int ac = 0; ac < 2; ac++)
+        for (int comp = 0; comp < 2; comp++) {
+            struct jpeg_decompress_struct ci;
+            struct jpeg_error_mgr jerr;
+            start_raw(&ci, &jerr, jpeg, len);
+            const jpeg_component_info *cp = ci.cur_comp_info[comp];
+            JHUFF_TBL *t = ac ? ci.ac_huff_tbl_ptrs[cp->ac_tbl_no] : ci.dc_huff_tbl_ptrs[cp->dc_tbl_no];
+            memset(t->bits, 0, sizeof t->bits);
+            t->bits[1] = 250; /* 250 one-bit codes */
+            memset(t->huffval, 0, sizeof t->huffval);
+            sl_huff *h = NULL;
+            cr_assert_eq(sl_huff_install(&ci, &h), SL_ENOTSUP, "%s table of component %d",
+                         ac ? "AC" : "DC", comp);
+            jpeg_abort_decompress(&ci);
+            jpeg_destroy_decompress(&ci);
+            sl_huff_free(h);
+        }
+    free(jpeg);
 }
 
 /* The first byte of entropy-coded data (after the SOS segment). */
@@ -289,7 +278,7 @@ Test(pipeline_huff, damaged_entropy_data)
     size_t s0 = scan_start(jpeg, len);
     sl_decoder *ours = decoder(0), *ref = decoder(1);
     int W, H;
-    cr_assert_eq(sl_decoder_header(ours, jpeg, len, &W, &H), SL_OK);
+    cr_assert_eq(sl_decoder_header(ours, jpeg, len, &W, &H, NULL), SL_OK);
     uint64_t seed = 42;
     int failed = 0, decoded = 0;
     for (int i = 0; i < 3000; i++) {

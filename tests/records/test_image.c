@@ -12,6 +12,7 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include "hostile_images.h"
 #include "records/records.h"
 #include "testutil.h"
 
@@ -677,6 +678,60 @@ Test(image, transcode_rejects_garbage_and_every_truncation)
     free(rgb);
     free(gray);
     sl_transcoder_destroy(t);
+}
+
+/* Each JPEG is transcoded as if it were the transcoder's first (issue 26):
+ * a gray JPEG without DHT (re-encoded to RGB: the TurboJPEG path) gives the
+ * same bytes after a JPEG with optimized tables as on a fresh transcoder
+ * (its standard tables, not the last image's); one without DQT, and one
+ * with fill bytes before a stuffed zero, are refused by name. */
+Test(image, transcode_jpeg_alone_whatever_came_before)
+{
+    uint8_t *rgb = smooth_rgb(151, 97), *gray = rgb_to_gray(rgb, 151, 97);
+    for (size_t i = 0; i < (size_t)151 * 97; i++) /* noise: long codes, stuffed FF 00 */
+        gray[i] = (uint8_t)(gray[i] ^ (i * 2654435761u >> 13 & 63));
+    size_t glen, blen, g90len, olen, qlen, flen;
+    uint8_t *g = hi_jpeg_q(gray, 151, 97, TJPF_GRAY, TJSAMP_GRAY, 3, &glen);
+    uint8_t *bare = hi_strip(g, glen, 0xC4, &blen);
+    uint8_t *g90 = hi_jpeg_q(gray, 151, 97, TJPF_GRAY, TJSAMP_GRAY, 90, &g90len);
+    uint8_t *opt = hi_jpeg_recode(g90, g90len, HI_OPTIMIZE, &olen);
+    uint8_t *noq = hi_strip(g90, g90len, 0xDB, &qlen);
+    uint8_t *fill = hi_fill_ff00(g90, g90len, g90len / 3, &flen);
+    cr_assert_not_null(fill);
+    sl_transcoder *fresh, *t;
+    cr_assert_eq(sl_transcoder_create(&fresh), SL_OK);
+    cr_assert_eq(sl_transcoder_create(&t), SL_OK);
+    const uint8_t *jpeg;
+    size_t jlen, wlen;
+    int w, h;
+    cr_assert_eq(sl_transcode_jpeg(fresh, bare, blen, 90, 0, &jpeg, &wlen, &w, &h), SL_OK, "%s",
+                 sl_errmsg());
+    uint8_t *want = malloc(wlen);
+    cr_assert_not_null(want);
+    memcpy(want, jpeg, wlen);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(sl_transcode_jpeg(t, opt, olen, 90, 0, &jpeg, &jlen, &w, &h), SL_OK);
+        cr_assert_eq(sl_transcode_jpeg(t, bare, blen, 90, 0, &jpeg, &jlen, &w, &h), SL_OK,
+                     "after an optimized JPEG: %s", sl_errmsg());
+        cr_assert(jlen == wlen && !memcmp(jpeg, want, wlen),
+                  "after an optimized JPEG: other bytes (its tables)");
+    }
+    cr_assert_eq(sl_transcode_jpeg(t, noq, qlen, 90, 0, &jpeg, &jlen, &w, &h), SL_EIMAGE);
+    cr_assert(strstr(sl_errmsg(), "sl_transcode_jpeg: ") && strstr(sl_errmsg(), "no DQT"), "%s",
+              sl_errmsg());
+    cr_assert_eq(sl_transcode_jpeg(t, fill, flen, 90, 0, &jpeg, &jlen, &w, &h), SL_EIMAGE);
+    cr_assert(strstr(sl_errmsg(), "fill bytes"), "%s", sl_errmsg());
+    sl_transcoder_destroy(t);
+    sl_transcoder_destroy(fresh);
+    free(want);
+    free(fill);
+    free(noq);
+    free(opt);
+    free(g90);
+    free(bare);
+    free(g);
+    free(gray);
+    free(rgb);
 }
 
 Test(image, encode_jpeg_rgb_gray_and_pitch)

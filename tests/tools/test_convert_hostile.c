@@ -207,3 +207,61 @@ Test(convert_hostile, strict_exits_1_naming_the_file)
     free(in);
     free(out);
 }
+
+/* Abbreviated JPEGs and fill bytes (issue 26), `sluice convert --from
+ * folder`: a JPEG without DHT is stored (the standard tables apply, and a
+ * decoder starting afresh reads it alone); one without DQT, one without any
+ * table (Pillow's streamtype=2) and one with FF FF 00 in its scan are
+ * skipped, each named with the reason, checked before anything is written;
+ * and what was written verifies. */
+Test(convert_hostile, abbreviated_and_fill_byte_jpegs)
+{
+    char *root = tu_tmpdir(), *in = tu_join(root, "in"), *cls = tu_join(in, "c");
+    char *out = tu_join(root, "out");
+    cr_assert_eq(mkdir(in, 0755), 0);
+    cr_assert_eq(mkdir(cls, 0755), 0);
+    uint8_t *px = hi_rgb(160, 120, 3);
+    for (size_t i = 0; i < (size_t)160 * 120 * 3; i++) /* noise: stuffed FF 00 in the scan */
+        px[i] = (uint8_t)(px[i] ^ (i * 2654435761u >> 11 & 127));
+    size_t len, n[5];
+    uint8_t *j = hi_jpeg_q(px, 160, 120, TJPF_RGB, TJSAMP_420, 90, &len), *f[5];
+    f[0] = hi_strip(j, len, 0xC4, &n[0]);
+    f[1] = hi_strip(j, len, 0xDB, &n[1]);
+    f[2] = hi_strip(f[1], n[1], 0xC4, &n[2]);
+    f[3] = hi_fill_ff00(j, len, len / 2, &n[3]);
+    cr_assert_not_null(f[3]);
+    f[4] = j;
+    n[4] = len;
+    static const char *const name[5] = {"no-dht.jpg", "no-dqt.jpg", "no-tables.jpg",
+                                        "fill.jpg", "good.jpg"};
+    for (int k = 0; k < 5; k++) {
+        char *p = tu_join(cls, name[k]);
+        cr_assert_eq(tu_write_file(p, f[k], n[k]), 0);
+        free(p);
+    }
+    long rss;
+    char *log;
+    cr_assert_eq(convert(in, out, &rss, &log, NULL), 0, "%s", log);
+    cr_assert(strstr(log, "3 skipped"), "%s", log);
+    const char *why[3] = {"quantization table", "quantization table", "fill bytes"};
+    for (int k = 1; k <= 3; k++) {
+        const char *at = strstr(log, name[k]);
+        cr_assert(at, "%s not named: %s", name[k], log);
+        const char *eol = strchr(at, '\n');
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", eol ? (int)(eol - at) : (int)strlen(at), at);
+        cr_assert(strstr(line, why[k - 1]), "%s: %s", name[k], line);
+    }
+    free(log);
+    cr_assert_eq(tu_run(&log, "%s verify %s", tu_sluice(), out), 0, "%s", log);
+    cr_assert(strstr(log, "2 records") || strstr(log, "records: 2"), "%s", log);
+    free(log);
+    for (int k = 0; k < 5; k++)
+        free(f[k]);
+    free(px);
+    tu_rmrf(root);
+    free(root);
+    free(in);
+    free(cls);
+    free(out);
+}

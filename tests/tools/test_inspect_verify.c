@@ -3,8 +3,11 @@
  * run as the real binary on datasets written here with the records API
  * (TFRecord writer + Example encoder + TurboJPEG), so they do not depend on
  * `sluice convert`. Corruptions are made on purpose: a flipped byte, a
- * truncated shard, records with valid CRCs but a bad payload, a missing or
- * wrong index, a manifest that disagrees.
+ * truncated shard, records with valid CRCs but a bad payload (among them
+ * an abbreviated JPEG without its quantization tables, which no decoder
+ * can read alone; one without its Huffman tables decodes with the
+ * standard ones and passes), a missing or wrong index, a manifest that
+ * disagrees.
  */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
@@ -15,6 +18,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "hostile_images.h"
 #include "records/records.h"
 #include "testutil.h"
 
@@ -32,6 +36,8 @@ typedef enum bad_kind {
     BAD_DIMS,      /* image/height x image/width disagree with the JPEG */
     BAD_LABEL,     /* label NCLASSES + 3 (out of range for the manifest) */
     BAD_JPEG_CUT,  /* image/encoded is a JPEG cut short (header intact, no EOI) */
+    BAD_NO_DQT,    /* image/encoded is a JPEG without its DQT segment */
+    OK_NO_DHT,     /* not bad: a JPEG without DHT (the standard tables apply) */
 } bad_kind;
 
 /* A small RGB JPEG with a gradient (w x h), malloc'd. */
@@ -106,6 +112,11 @@ static void make_payload(sl_example_builder *b, uint64_t global, bad_kind bad,
         ex.label = NCLASSES + 3;
     } else if (bad == BAD_JPEG_CUT) {
         ex.image_len = jl - 10;
+    } else if (bad == BAD_NO_DQT || bad == OK_NO_DHT) {
+        uint8_t *cut = hi_strip(jpeg, jl, bad == BAD_NO_DQT ? 0xDB : 0xC4, &jl);
+        free(jpeg);
+        ex.image = jpeg = cut;
+        ex.image_len = jl;
     }
     cr_assert_eq(sl_image_example_encode(&ex, b), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(sl_example_finish(b, data, len), SL_OK, "%s", sl_errmsg());
@@ -311,6 +322,19 @@ Test(verify, payload_not_jpeg) { check_bad_record(BAD_NOT_JPEG, 4, "image/encode
 Test(verify, dims_disagree_with_jpeg) { check_bad_record(BAD_DIMS, 1, "99x77"); }
 Test(verify, label_out_of_manifest_range) { check_bad_record(BAD_LABEL, 6, "label 7"); }
 Test(verify, truncated_jpeg_with_valid_crc) { check_bad_record(BAD_JPEG_CUT, 5, "truncated JPEG"); }
+Test(verify, jpeg_without_quantization_tables)
+{
+    check_bad_record(BAD_NO_DQT, 7, "quantization table 0, which no DQT before it defines");
+}
+
+Test(verify, jpeg_without_huffman_tables_is_fine)
+{
+    bad_kind bad[PER_SHARD] = {0};
+    bad[3] = OK_NO_DHT;
+    make_dataset(g_dir, 1, bad);
+    char *out = sluice_run(0, "verify %s", g_dir);
+    free(out);
+}
 
 Test(verify, label_range_option)
 {
