@@ -136,6 +136,14 @@ int sl_comm_broadcast(sl_comm *c, void *buf, size_t count, sl_dtype t, int root)
  * rank order. send and recv must not overlap except send == recv + rank*count. */
 int sl_comm_allgather(sl_comm *c, const void *send, void *recv, size_t count, sl_dtype t);
 int sl_comm_barrier(sl_comm *c);
+/* In place: buf (count int64 values in host memory) becomes the exact sum
+ * of every rank's buf, the same on every rank: for counts (records,
+ * images) that an f32 all-reduce would round above 2^24. Built on
+ * sl_comm_allgather (comm.c says why): allocates world x count x 16 bytes.
+ * local and mpi; nccl is SL_ENOTSUP (its buffers are device memory). A sum
+ * outside int64 is SL_EINVAL on every rank, buf unchanged, the comm still
+ * usable. */
+int sl_comm_allreduce_i64(sl_comm *c, int64_t *buf, size_t count);
 
 /* Point to point (mpi only; others SL_ENOTSUP), for the parameter server:
  * send count elements to peer with tag; receive from peer (-1: any) with

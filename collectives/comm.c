@@ -24,6 +24,7 @@
  * error): after a failed collective the ranks no longer agree on where
  * they are, so going on would only hang or mix buffers.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +328,68 @@ int sl_comm_allgather(sl_comm *c, const void *send, void *recv, size_t count, sl
         return check_broken(c, fn);
     queued q = {.req = {.buf = recv, .count = count, .t = t}, .kind = OP_ALLGATHER, .send = send};
     return dispatch(c, fn, &q);
+}
+
+/* Exact integer sums. The backends reduce floats only: sl_dtype is the
+ * vocabulary train/ and pipeline/ share (all float types), and the local
+ * ring's hops, MPI's user ops and NCCL all add in float arithmetic. An
+ * integer dtype would touch every one of them for a collective that runs a
+ * few times per run on a few values. An all-gather moves elements without
+ * arithmetic on every backend, so each rank sends its values as 16-bit
+ * limbs, one per f32 element (0 .. 65535: exact in f32, and never a NaN
+ * payload that a copy could alter), and every rank adds the world's values
+ * in rank order in int64: exact, and bitwise the same everywhere. */
+#define I64_LIMBS 4
+
+int sl_comm_allreduce_i64(sl_comm *c, int64_t *buf, size_t count)
+{
+    const char *fn = "sl_comm_allreduce_i64";
+    int rc = check_common(c, fn, buf, count, SL_DTYPE_F32);
+    if (rc)
+        return rc;
+    if (c->backend == SL_COMM_NCCL)
+        return sl_fail(SL_ENOTSUP, "%s: nccl rank %d: integer sums are for host buffers "
+                       "(local or mpi)", fn, c->rank);
+    if ((rc = check_broken(c, fn)) || count == 0)
+        return rc;
+    size_t world = (size_t)c->world, n = count * I64_LIMBS;
+    if (count > SIZE_MAX / sizeof(float) / I64_LIMBS / (world + 1)) /* every rank's count */
+        return sl_fail(SL_EINVAL, "%s: %s rank %d: %zu values are too many", fn, c->vt->name,
+                       c->rank, count);
+    float *mine = malloc(n * sizeof *mine), *all = malloc(world * n * sizeof *all);
+    int64_t *sum = malloc(count * sizeof *sum);
+    if (!mine || !all || !sum) {
+        sl_comm_abort(c, "sl_comm_allreduce_i64: out of memory"); /* peers would wait */
+        rc = sl_fail(SL_ENOMEM, "%s: %s rank %d: out of memory", fn, c->vt->name, c->rank);
+        goto out_free;
+    }
+    for (size_t i = 0; i < count; i++)
+        for (int l = 0; l < I64_LIMBS; l++)
+            mine[i * I64_LIMBS + l] = (float)(((uint64_t)buf[i] >> (16 * l)) & 0xffffu);
+    if ((rc = sl_comm_allgather(c, mine, all, n, SL_DTYPE_F32)))
+        goto out_free;
+    for (size_t i = 0; i < count; i++) {
+        sum[i] = 0;
+        for (size_t k = 0; k < world; k++) {
+            const float *v = all + k * n + i * I64_LIMBS;
+            uint64_t u = 0;
+            for (int l = 0; l < I64_LIMBS; l++)
+                u |= (uint64_t)v[l] << (16 * l);
+            int64_t x;
+            memcpy(&x, &u, sizeof x); /* the two's complement bits back */
+            if (__builtin_add_overflow(sum[i], x, &sum[i])) {
+                rc = sl_fail(SL_EINVAL, "%s: %s rank %d: element %zu: the sum over %zu ranks "
+                             "is outside int64", fn, c->vt->name, c->rank, i, world);
+                goto out_free;
+            }
+        }
+    }
+    memcpy(buf, sum, count * sizeof *sum);
+out_free:
+    free(sum);
+    free(all);
+    free(mine);
+    return rc;
 }
 
 int sl_comm_barrier(sl_comm *c)

@@ -61,6 +61,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/json.h"
+
 #include "pipeline/graph_int.h"
 
 enum { PART_SOURCE, PART_ORDER, PART_TRANSFORM, PART_BATCH, NPARTS };
@@ -215,7 +217,7 @@ static int parse_state(const char *state, size_t len, saved_state *s)
         goto out;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
-    if (!cJSON_IsNumber(v) || v->valueint != 1) {
+    if (!sl_json_is_int(v, 1, 1, NULL)) { /* 1.5 is no version (valueint would say 1) */
         rc = sl_fail(SL_EINVAL, "%s: state version is not 1", fn);
         goto out;
     }

@@ -37,8 +37,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/json.h"
+
 /* JSON numbers are doubles: integers are exact up to here. */
-#define JSON_INT_MAX 9007199254740992.0 /* 2^53 */
+#define JSON_INT_MAX SL_JSON_INT_MAX /* 2^53 */
 /* dataset.json is small; anything bigger is not ours. */
 #define MANIFEST_MAX_BYTES (64u << 20)
 
@@ -132,20 +134,22 @@ static int bad(const load_ctx *c, const char *field, const char *what)
     return sl_fail(SL_ECORRUPT, "sl_manifest_load: %s: field %s: %s", c->file, field, what);
 }
 
-/* A non-negative integer field (<= max). required: absence is an error;
- * otherwise *v keeps its value. */
+/* A non-negative integer field (<= max; common/json.h checks it before it
+ * is converted). required: absence is an error; otherwise *v keeps its
+ * value. */
 static int get_uint(const load_ctx *c, const cJSON *obj, const char *key, const char *field,
-                    int required, double max, uint64_t *v)
+                    int required, int64_t max, uint64_t *v)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it)
-        return required ? bad(c, field, "missing") : SL_OK;
-    if (!cJSON_IsNumber(it))
-        return bad(c, field, "not a number");
-    double d = it->valuedouble;
-    if (!(d >= 0) || d > max || d != floor(d))
-        return bad(c, field, "not a non-negative integer in range");
-    *v = (uint64_t)d;
+    char name[200];
+    int64_t x;
+    if (!it && !required)
+        return SL_OK;
+    snprintf(name, sizeof name, "field %s", field);
+    int rc = sl_json_int(it, 0, max, &x, "sl_manifest_load", c->file, name);
+    if (rc)
+        return rc;
+    *v = (uint64_t)x;
     return SL_OK;
 }
 
@@ -245,12 +249,9 @@ static int load_json(const load_ctx *c, const cJSON *root, sl_manifest *m)
                       sizeof m->created_by)))
         return rc;
     it = cJSON_GetObjectItemCaseSensitive(root, "label_offset");
-    if (it) {
-        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-            fabs(it->valuedouble) > JSON_INT_MAX)
-            return bad(c, "label_offset", "not an integer");
-        m->label_offset = (int64_t)it->valuedouble;
-    }
+    if (it && (rc = sl_json_int(it, -JSON_INT_MAX, JSON_INT_MAX, &m->label_offset,
+                                "sl_manifest_load", c->file, "field label_offset")))
+        return rc;
     if ((rc = get_uint(c, root, "num_classes", "num_classes", 1, UINT32_MAX, &u)))
         return rc;
     m->num_classes = (uint32_t)u;
@@ -346,13 +347,15 @@ out:
 
 /* ---------------------------------------------------------------- save */
 
-/* Add a count, refusing values a double cannot hold exactly. */
+/* Add a count, refusing values a double cannot hold exactly, written as
+ * exact decimal text (cJSON's printer keeps 15 digits of 9007199254740992:
+ * it would load back as 9007199254740990). */
 static int add_count(cJSON *obj, const char *key, uint64_t v, const char *split)
 {
     if (v > ((uint64_t)1 << 53))
         return sl_fail(SL_EINVAL, "sl_manifest_save: split %s: %s %llu exceeds 2^53", split, key,
                        (unsigned long long)v);
-    if (!cJSON_AddNumberToObject(obj, key, (double)v))
+    if (!sl_json_add_int(obj, key, (int64_t)v))
         return sl_fail(SL_ENOMEM, "sl_manifest_save: out of memory");
     return SL_OK;
 }
@@ -369,9 +372,14 @@ static int build_json(const sl_manifest *m, cJSON **out)
         rc = sl_fail(SL_EINVAL, "sl_manifest_save: created_by not terminated");
         goto fail;
     }
+    if (m->label_offset < -JSON_INT_MAX || m->label_offset > JSON_INT_MAX) {
+        rc = sl_fail(SL_EINVAL, "sl_manifest_save: label_offset %lld is outside -2^53..2^53",
+                     (long long)m->label_offset);
+        goto fail;
+    }
     if (!cJSON_AddNumberToObject(root, "version", m->version) ||
         !cJSON_AddStringToObject(root, "created_by", m->created_by) ||
-        !cJSON_AddNumberToObject(root, "label_offset", (double)m->label_offset) ||
+        !sl_json_add_int(root, "label_offset", m->label_offset) ||
         !cJSON_AddNumberToObject(root, "num_classes", m->num_classes))
         goto nomem;
     if (m->class_names) {

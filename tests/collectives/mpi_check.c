@@ -15,7 +15,8 @@
  *   split      SLUICE_MPI_MAX_COUNT=1000: all-reduce, broadcast and
  *              all-gather go as several MPI calls (the INT_MAX split path)
  *   broadcast  every root, every dtype
- *   allgather  in place and not
+ *   allgather  in place and not; the exact int64 sum built on it
+ *              (sl_comm_allreduce_i64)
  *   barrier    rank r enters r*150 ms late; nobody leaves before the last
  *              one entered (CLOCK_REALTIME: one machine)
  *   async      several all-reduces started, a blocking one behind them,
@@ -283,6 +284,27 @@ static void mode_allgather(sl_comm *c)
                 free(recv);
                 free(want);
             }
+    /* The exact int64 sum built on the all-gather: counts above 2^24 (the
+     * trainer's records per epoch over ranks), large, negative. */
+    static const size_t isizes[] = {1, 1001};
+    for (size_t s = 0; s < sizeof isizes / sizeof *isizes; s++) {
+        size_t n = isizes[s];
+        int64_t *v = malloc(n * sizeof *v);
+        if (!v)
+            die("out of memory");
+        for (size_t i = 0; i < n; i++)
+            v[i] = (i % 2 ? -((int64_t)1 << 44) : 16777217) + (int64_t)rank * (int64_t)i;
+        CHECK_OK(sl_comm_allreduce_i64(c, v, n));
+        for (size_t i = 0; i < n; i++) {
+            int64_t want = 0;
+            for (int r = 0; r < world; r++)
+                want += (i % 2 ? -((int64_t)1 << 44) : 16777217) + (int64_t)r * (int64_t)i;
+            if (v[i] != want)
+                die("allreduce_i64 n=%zu: element %zu is %lld, want %lld", n, i,
+                    (long long)v[i], (long long)want);
+        }
+        free(v);
+    }
 }
 
 static void mode_barrier(sl_comm *c)

@@ -10,6 +10,7 @@
  * of the ring's order; random non-integer inputs are compared with a
  * tolerance and checked bitwise identical across ranks.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -450,6 +451,88 @@ Test(collectives_local, allgather)
                 assert_all_ok(run, what);
                 free(run);
             }
+}
+
+/* -------------------------------------------------------- exact int sums */
+
+/* Rank r's value i: around 2^24 + 1 (where an f32 sum starts rounding:
+ * 16777217 + 16777217 is 33554432 in f32), around 2^40, negative, and
+ * both halves of int64's range. */
+static int64_t i64_val(int rank, size_t i)
+{
+    static const int64_t base[] = {16777217, ((int64_t)1 << 40) + 1, -16777219,
+                                   INT64_MAX / 8 - 3, INT64_MIN / 8 + 5, 0, 1};
+    return base[i % 7] + (int64_t)rank * (int64_t)(i + 1);
+}
+
+typedef struct i64_case {
+    size_t count;
+    int overflow; /* every rank sends INT64_MAX / 2 + 1 */
+} i64_case;
+
+static int i64_rank(sl_comm *c, int rank, void *arg, char *msg)
+{
+    i64_case *a = arg;
+    int world = sl_comm_world(c), rc = -1;
+    int64_t *v = malloc(a->count * sizeof *v);
+    if (!v)
+        return sl_fail(SL_ENOMEM, "test: buffers");
+    for (size_t i = 0; i < a->count; i++)
+        v[i] = a->overflow ? INT64_MAX / 2 + 1 : i64_val(rank, i);
+    if ((rc = sl_comm_allreduce_i64(c, v, a->count)))
+        goto out;
+    for (size_t i = 0; i < a->count; i++) {
+        int64_t want = 0;
+        for (int p = 0; p < world; p++)
+            want += i64_val(p, i);
+        if (v[i] != want) {
+            snprintf(msg, SL_ERRMSG_MAX, "rank %d: element %zu: %" PRId64 ", want %" PRId64,
+                     rank, i, v[i], want);
+            rc = -1;
+            goto out;
+        }
+    }
+    /* the comm still works after */
+    float f = 1;
+    rc = sl_comm_allreduce(c, &f, 1, SL_DTYPE_F32, SL_RED_SUM);
+    if (!rc && f != (float)world) {
+        snprintf(msg, SL_ERRMSG_MAX, "rank %d: f32 sum after: %g", rank, (double)f);
+        rc = -1;
+    }
+out:
+    free(v);
+    return rc;
+}
+
+/* Record counts above 2^24 summed over ranks come out exact (the trainer's
+ * epoch length: trainer.c world_records), on every rank, for every world. */
+Test(collectives_local, allreduce_i64_is_exact)
+{
+    static const size_t counts[] = {1, 7, 1001};
+    for (int w = 1; w <= MAXW; w++)
+        for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+            i64_case a = {counts[ci], 0};
+            group_run *run = new_run(w, i64_rank, &a);
+            run_group(run);
+            char what[96];
+            snprintf(what, sizeof what, "allreduce_i64 count %zu", a.count);
+            assert_all_ok(run, what);
+            free(run);
+        }
+}
+
+/* A sum outside int64 is refused on every rank, with the comm intact. */
+Test(collectives_local, allreduce_i64_overflow)
+{
+    i64_case a = {1, 1};
+    group_run *run = new_run(2, i64_rank, &a);
+    run_group(run);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(run->rc[r], SL_EINVAL, "rank %d: rc %d: %s", r, run->rc[r], run->msg[r]);
+        cr_assert(strstr(run->msg[r], "sl_comm_allreduce_i64: local rank") &&
+                  strstr(run->msg[r], "outside int64"), "%s", run->msg[r]);
+    }
+    free(run);
 }
 
 /* ----------------------------------------------------------------- barrier */

@@ -2,13 +2,20 @@
  * tests/fuzz/fuzz_ckpt_json.c - the checkpoint sidecar PREFIX.json
  * (sl_checkpoint_read_state: cJSON parse, the format check and the raw
  * "state" span taken from the text), whose state must come back as one
- * JSON object. Input: the sidecar file.
+ * JSON object; then the trainer's reading of that state for a resume
+ * (sl_resume_info_read, trainer.c's resume_plan: step, batch, world,
+ * steps_per_epoch checked for range and integrality before any
+ * conversion, which the fuzz build's float-cast-overflow check watches).
+ * Input: the sidecar file.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <cjson/cJSON.h>
 
+#include "common/json.h"
+#include "train/loop/trainer_int.h"
 #include "train/train.h"
 #include "util.h"
 
@@ -28,6 +35,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cJSON_Delete(j);
     }
     free(state);
+    sl_resume_info ri;
+    if (sl_resume_info_read(prefix, &ri) == SL_OK) {
+        /* what resume_plan goes on with: in range, a state to hand on */
+        if (ri.step < 0 || ri.step > SL_JSON_INT_MAX || ri.world < 1 || ri.world > INT_MAX ||
+            ri.batch < 0 || ri.batch > UINT_MAX || ri.steps_per_epoch < 0 || !ri.pipeline)
+            abort();
+        sl_resume_info_fini(&ri);
+    } else if (ri.pipeline) {
+        abort(); /* zeroed on error */
+    }
     sl_clear_error();
     return 0;
 }

@@ -344,11 +344,34 @@ static void train_seeds(const char *tmp)
                            "{\"step\":12,\"epoch\":0,\"pipeline\":{\"v\":1,\"seed\":\"7\"},"
                            "\"rng\":\"0123456789abcdef\",\"lr\":[0.1,1e-3]}"))
         die("checkpoint");
-    sl_model_destroy(model);
-    snprintf(path, sizeof path, "%s.safetensors", prefix);
-    seed_file("fuzz_safetensors", "resnet20-w4.safetensors", path);
     snprintf(path, sizeof path, "%s.json", prefix);
     seed_file("fuzz_ckpt_json", "ckpt.json", path);
+    /* The state as the trainer writes it (trainer.c state_json), which its
+     * resume reads (sl_resume_info_read): one replica, two, and an old one
+     * with step and pipeline only. */
+    static const char *const trainer_states[][2] = {
+        {"trainer.json",
+         "{\"step\":12,\"epoch\":1,\"steps_per_epoch\":12,\"total_steps\":24,"
+         "\"schedule\":\"cosine\",\"peak_lr\":0.025,\"warmup_steps\":6,\"batch\":8,"
+         "\"world\":1,\"strategy\":\"single\",\"rank_split\":\"files\","
+         "\"model\":\"resnet20\",\"pipeline\":\"{\\\"v\\\":1,\\\"seed\\\":\\\"11\\\"}\"}"},
+        {"trainer-world2.json",
+         "{\"step\":10,\"epoch\":0,\"steps_per_epoch\":12,\"total_steps\":20,"
+         "\"schedule\":\"cosine\",\"peak_lr\":0.025,\"warmup_steps\":6,\"batch\":8,"
+         "\"world\":2,\"strategy\":\"mirrored\",\"rank_split\":\"records\","
+         "\"model\":\"resnet20\",\"pipeline\":\"{}\"}"},
+        {"trainer-old.json", "{\"step\":3,\"pipeline\":\"{}\"}"},
+    };
+    for (size_t k = 0; k < sizeof trainer_states / sizeof *trainer_states; k++) {
+        snprintf(prefix, sizeof prefix, "%s/trainer-%zu", tmp, k);
+        if (sl_checkpoint_save(prefix, model, NULL, 8, trainer_states[k][1]))
+            die("checkpoint");
+        snprintf(path, sizeof path, "%s.json", prefix);
+        seed_file("fuzz_ckpt_json", trainer_states[k][0], path);
+    }
+    sl_model_destroy(model);
+    snprintf(path, sizeof path, "%s/ckpt-000000012.safetensors", tmp);
+    seed_file("fuzz_safetensors", "resnet20-w4.safetensors", path);
     static const char odd[] = "{\"state\" : {\"a\":\"}\\\"{\"} , \"format\":1, \"weights\":\"w\"}";
     seed("fuzz_ckpt_json", "reordered.json", odd, sizeof odd - 1);
 

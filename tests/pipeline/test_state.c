@@ -241,6 +241,16 @@ Test(pipeline_state, state_is_small_json_and_checked)
     cr_assert_not_null(h);
     h[9] = h[9] == '0' ? '1' : '0'; /* parts no longer match config_hash */
     expect_mismatch(&c, edited, len, "damaged");
+    /* The version is the integer 1, not a number that rounds to it (cJSON's
+     * valueint of 1.5 is 1), nor one no int holds. */
+    static const char *const versions[] = {"1.5", "1.000001", "1e300", "-1e999", "\"1\""};
+    for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
+        char *v = strstr(state, "\"v\":1,");
+        cr_assert_not_null(v, "%s", state);
+        int m = snprintf(edited, sizeof edited, "%.*s\"v\":%s,%s", (int)(v - state), state,
+                         versions[i], v + 6);
+        expect_mismatch(&c, edited, (size_t)m, "state version is not 1");
+    }
     /* Consistent hash but a position past the end. */
     cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK);
     cr_assert_eq(sl_pipeline_state_save(p, edited, sizeof edited, &len), SL_OK);

@@ -146,6 +146,21 @@ Test(manifest, malformed_and_mistyped_are_corrupt)
          "\"records\":10,\"shards\":1,\"source\":null}}}", "field splits.train.source"},
         {"{\"version\":1,\"num_classes\":2,\"splits\":{\"t\":{\"format\":\"lmdb\",\"records\":1,"
          "\"shards\":1},\"t\":{\"format\":\"lmdb\",\"records\":1,\"shards\":1}}}", "twice"},
+        /* numbers no integer holds: refused before any conversion (issue 26) */
+        {"{\"version\":1,\"num_classes\":2,\"label_offset\":1e300,\"splits\":{}}",
+         "field label_offset: 1e+300 is not an integer in -2^53..2^53"},
+        {"{\"version\":1,\"num_classes\":2,\"label_offset\":0.5,\"splits\":{}}",
+         "field label_offset: 0.5 is not an integer"},
+        {"{\"version\":1,\"num_classes\":4294967296,\"splits\":{}}",
+         "field num_classes: 4294967296 is not an integer in 0..4294967295"},
+        {"{\"version\":1e999,\"num_classes\":2,\"splits\":{}}",
+         "field version: inf is not an integer"},
+        {"{\"version\":1,\"num_classes\":2,\"splits\":{\"train\":{\"format\":\"tfrecord\","
+         "\"records\":1e300,\"shards\":1}}}",
+         "field splits.train.records: 1e+300 is not an integer in 0..2^53"},
+        {"{\"version\":1,\"num_classes\":2,\"splits\":{\"train\":{\"format\":\"tfrecord\","
+         "\"records\":10,\"shards\":-1e300}}}",
+         "field splits.train.shards: -1e+300 is not an integer"},
     };
     char *dir = tu_tmpdir();
     char *path = tu_join(dir, "dataset.json");
@@ -203,6 +218,42 @@ Test(manifest, split_put_and_set_classes)
     cr_assert_str_eq(m.class_names[1], "beta", "unchanged on error");
     sl_manifest_fini(&m);
     cr_assert_null(m.class_names);
+}
+
+/* Counts up to 2^53 come back exactly as saved: cJSON's own printer keeps
+ * 15 digits (9007199254740992 read back as 9007199254740990; found by
+ * fuzz_manifest), so the manifest writes the integers' text. Likewise a
+ * large label offset; one no double holds is refused. */
+Test(manifest, large_counts_round_trip_exactly)
+{
+    static const uint64_t counts[] = {(1ull << 53), (1ull << 53) - 1, 1000000000000001ull,
+                                      999999999999999ull, 123456789012345678ull >> 4};
+    char *dir = tu_tmpdir();
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        sl_manifest m, got;
+        sl_manifest_init(&m);
+        m.label_offset = -(int64_t)counts[i];
+        sl_manifest_split s = {.name = "train", .records = counts[i], .shards = 1,
+                               .bytes = counts[i] - 1, .skipped = counts[i] / 3};
+        cr_assert_eq(sl_manifest_split_put(&m, &s), SL_OK);
+        cr_assert_eq(sl_manifest_save(dir, &m), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(sl_manifest_load(dir, &got), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(got.splits[0].records, counts[i], "%llu came back as %llu",
+                     (unsigned long long)counts[i], (unsigned long long)got.splits[0].records);
+        cr_assert_eq(got.splits[0].bytes, counts[i] - 1);
+        cr_assert_eq(got.splits[0].skipped, counts[i] / 3);
+        cr_assert_eq(got.label_offset, -(int64_t)counts[i]);
+        sl_manifest_fini(&got);
+        sl_manifest_fini(&m);
+    }
+    sl_manifest m;
+    sl_manifest_init(&m);
+    m.label_offset = ((int64_t)1 << 53) + 1;
+    cr_assert_eq(sl_manifest_save(dir, &m), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "label_offset 9007199254740993 is outside"), "%s", sl_errmsg());
+    sl_manifest_fini(&m);
+    tu_rmrf(dir);
+    free(dir);
 }
 
 Test(manifest, save_refuses_counts_json_cannot_hold)

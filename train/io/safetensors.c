@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "common/fileio.h" /* sl_atomic_file */
+#include "common/json.h"
 
 /* The reference implementation's cap on the header (MAX_HEADER_SIZE). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
@@ -297,15 +298,14 @@ static int utf8_valid(const uint8_t *s, size_t n)
     return 1;
 }
 
-/* A JSON number that is a non-negative integer below limit. */
+/* A JSON number that is a non-negative integer below limit (common/json.h
+ * checks it before it is converted). */
 static int json_uint(const cJSON *v, double limit, uint64_t *out)
 {
-    if (!cJSON_IsNumber(v))
+    int64_t x;
+    if (!sl_json_is_int(v, 0, (int64_t)limit - 1, &x))
         return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0) || d >= limit || d != (double)(uint64_t)d)
-        return 0;
-    *out = (uint64_t)d;
+    *out = (uint64_t)x;
     return 1;
 }
 

@@ -242,18 +242,18 @@ int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
                        ev.split, sl_errmsg());
     if (!rep->comm)
         return SL_OK;
-    /* correct counts and images are integers below 2^24 for any eval set we
-     * meet; the loss sum is a float sum */
-    float v[4] = {(float)llround(er->top1 * (double)er->images),
-                  (float)llround(er->top5 * (double)er->images),
-                  (float)(er->loss * (double)er->images), (float)er->images};
-    if ((rc = sl_replica_sum(rep, v, 4)))
+    /* the correct counts and images summed exactly (an f32 sum is exact only
+     * below 2^24 images: issue 26); the loss sum is a float sum */
+    int64_t k[3] = {llround(er->top1 * (double)er->images),
+                    llround(er->top5 * (double)er->images), er->images};
+    float loss = (float)(er->loss * (double)er->images);
+    if ((rc = sl_comm_allreduce_i64(rep->comm, k, 3)) || (rc = sl_replica_sum(rep, &loss, 1)))
         return rc;
-    er->images = (int64_t)v[3];
+    er->images = k[2];
     if (er->images > 0) {
-        er->top1 = v[0] / v[3];
-        er->top5 = v[1] / v[3];
-        er->loss = v[2] / v[3];
+        er->top1 = (double)k[0] / (double)k[2];
+        er->top5 = (double)k[1] / (double)k[2];
+        er->loss = (double)loss / (double)k[2];
     }
     return SL_OK;
 }

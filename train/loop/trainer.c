@@ -32,6 +32,7 @@
  * own; each replica's pipeline threads prepare its next batches meanwhile.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,8 @@
 #include <cjson/cJSON.h>
 
 #include "records/records.h"
-#include "common/fileio.h" /* sl_mkdir_p */
+#include "common/fileio.h" /* sl_mkdir_p, sl_str_cat */
+#include "common/json.h"
 #include "train/loop/trainer_int.h"
 
 const char *sl_strategy_name(sl_strategy s)
@@ -213,15 +215,16 @@ static char *state_json(sl_run *r, sl_replica *rep, int64_t step, const char *sa
     char *s = NULL;
     if (!j)
         return NULL;
-    if (cJSON_AddNumberToObject(j, "step", (double)step) &&
-        cJSON_AddNumberToObject(j, "epoch", (double)(step / r->steps_per_epoch)) &&
-        cJSON_AddNumberToObject(j, "steps_per_epoch", (double)r->steps_per_epoch) &&
-        cJSON_AddNumberToObject(j, "total_steps", (double)r->total_steps) &&
+    /* integers as exact text (common/json.h): resume reads them back checked */
+    if (sl_json_add_int(j, "step", step) &&
+        sl_json_add_int(j, "epoch", step / r->steps_per_epoch) &&
+        sl_json_add_int(j, "steps_per_epoch", r->steps_per_epoch) &&
+        sl_json_add_int(j, "total_steps", r->total_steps) &&
         cJSON_AddStringToObject(j, "schedule", sl_sched_name(r->sched.kind)) &&
         cJSON_AddNumberToObject(j, "peak_lr", r->sched.peak_lr) &&
-        cJSON_AddNumberToObject(j, "warmup_steps", (double)r->sched.warmup_steps) &&
-        cJSON_AddNumberToObject(j, "batch", (double)r->data.batch) &&
-        cJSON_AddNumberToObject(j, "world", (double)r->world) &&
+        sl_json_add_int(j, "warmup_steps", r->sched.warmup_steps) &&
+        sl_json_add_int(j, "batch", r->data.batch) &&
+        sl_json_add_int(j, "world", r->world) &&
         cJSON_AddStringToObject(j, "strategy", sl_strategy_name(r->cfg->strategy)) &&
         cJSON_AddStringToObject(j, "rank_split",
                                 rep->data.rank_split == SL_SPLIT_RECORDS ? "records" : "files") &&
@@ -300,12 +303,74 @@ static void rescue_checkpoint(sl_run *r, sl_replica *rep)
     sl_fail(SL_EINVAL, "%s", msg); /* the original message back (the code is the caller's) */
 }
 
+/* ----------------------------------------------------------------- resume */
+
+/* Steps are written as JSON numbers (doubles: exact to 2^53); batch sizes
+ * are unsigned; replica counts are ints. */
+#define RESUME_STEP_MAX SL_JSON_INT_MAX
+
+void sl_resume_info_fini(sl_resume_info *ri)
+{
+    if (!ri)
+        return;
+    free(ri->pipeline);
+    memset(ri, 0, sizeof *ri);
+}
+
+/* The checks of sl_resume_info_read on the parsed state j of file. */
+static int resume_info_parse(const cJSON *j, const char *file, sl_resume_info *ri)
+{
+    static const char fn[] = "sl_train_run";
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(j, "pipeline");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(j, "rank_split");
+    int rc;
+    if (!cJSON_IsObject(j))
+        return sl_fail(SL_ECORRUPT, "%s: %s: state is not a JSON object", fn, file);
+    if (!cJSON_GetObjectItemCaseSensitive(j, "step") || !cJSON_IsString(ps))
+        return sl_fail(SL_ECORRUPT, "%s: %s: state lacks step or pipeline", fn, file);
+    if ((rc = sl_json_get_int(j, "step", 1, 0, RESUME_STEP_MAX, &ri->step, fn, file)) ||
+        (rc = sl_json_get_int(j, "steps_per_epoch", 0, 1, RESUME_STEP_MAX, &ri->steps_per_epoch,
+                              fn, file)) ||
+        (rc = sl_json_get_int(j, "world", 0, 1, INT_MAX, &ri->world, fn, file)) ||
+        (rc = sl_json_get_int(j, "batch", 0, 1, UINT_MAX, &ri->batch, fn, file)))
+        return rc;
+    if (split && !cJSON_IsString(split))
+        return sl_fail(SL_ECORRUPT, "%s: %s: rank_split: not a string", fn, file);
+    ri->split_records = split && strcmp(split->valuestring, "records") == 0;
+    if (!(ri->pipeline = strdup(ps->valuestring)))
+        return sl_fail(SL_ENOMEM, "%s: %s: resume state", fn, file);
+    return SL_OK;
+}
+
+int sl_resume_info_read(const char *prefix, sl_resume_info *ri)
+{
+    char *st = NULL, *file = NULL;
+    cJSON *j = NULL;
+    memset(ri, 0, sizeof *ri);
+    ri->world = 1; /* checkpoints from before replicas */
+    int rc = sl_checkpoint_read_state(prefix, &st);
+    if (rc)
+        goto out;
+    if (!(file = sl_str_cat(prefix, ".json"))) {
+        rc = sl_fail(SL_ENOMEM, "sl_train_run: %s.json: out of memory", prefix);
+        goto out;
+    }
+    j = cJSON_Parse(st);
+    rc = resume_info_parse(j, file, ri);
+out:
+    if (rc)
+        sl_resume_info_fini(ri);
+    cJSON_Delete(j);
+    free(file);
+    free(st);
+    return rc;
+}
+
 /* Read the newest checkpoint's state: step, and how the pipelines restart.
  * *state gets world 1's saved pipeline state when it can be used as is. */
 static int resume_plan(sl_run *r, char **state)
 {
-    char *st = NULL;
-    cJSON *j = NULL;
+    sl_resume_info ri = {0};
     *state = NULL;
     int rc = sl_checkpoint_latest(r->cfg->ckpt_dir, &r->resume_prefix);
     if (rc == SL_ENOENT) {
@@ -315,36 +380,29 @@ static int resume_plan(sl_run *r, char **state)
         sl_clear_error();
         return SL_OK;
     }
-    if (rc || (rc = sl_checkpoint_read_state(r->resume_prefix, &st)))
+    if (rc || (rc = sl_resume_info_read(r->resume_prefix, &ri)))
         return rc;
-    j = cJSON_Parse(st);
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(j, "pipeline");
-    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(j, "batch");
-    const cJSON *world = cJSON_GetObjectItemCaseSensitive(j, "world");
-    const cJSON *split = cJSON_GetObjectItemCaseSensitive(j, "rank_split");
-    if (!cJSON_IsNumber(step) || !cJSON_IsString(ps)) {
-        rc = sl_fail(SL_ECORRUPT, "sl_train_run: %s.json: state lacks step or pipeline",
-                     r->resume_prefix);
-        goto out;
-    }
-    int saved_world = cJSON_IsNumber(world) ? world->valueint : 1;
-    if (cJSON_IsNumber(batch) && (unsigned)batch->valuedouble != r->data.batch) {
+    int saved_world = (int)ri.world;
+    if (ri.batch && (unsigned)ri.batch != r->data.batch) {
         rc = sl_fail(SL_EINVAL, "sl_train_run: resume from %s: it was trained with global batch "
                      "%u, this run has %u (give the same --batch)", r->resume_prefix,
-                     (unsigned)batch->valuedouble, r->data.batch);
+                     (unsigned)ri.batch, r->data.batch);
         goto out;
     }
-    r->step0 = (int64_t)step->valuedouble;
-    const cJSON *spe = cJSON_GetObjectItemCaseSensitive(j, "steps_per_epoch");
-    r->saved_steps_per_epoch = cJSON_IsNumber(spe) ? (int64_t)spe->valuedouble : 0;
+    /* The samples taken before the step, per replica (step x local batch),
+     * must be a count: at most step x global batch. */
+    if (ri.step > INT64_MAX / (int64_t)r->data.batch) {
+        rc = sl_fail(SL_ECORRUPT, "sl_train_run: %s.json: step: %" PRId64 " steps of batch %u "
+                     "are more samples than 2^63", r->resume_prefix, ri.step, r->data.batch);
+        goto out;
+    }
+    r->step0 = ri.step;
+    r->saved_steps_per_epoch = ri.steps_per_epoch;
     int split_records = r->rep[0].data.rank_split == SL_SPLIT_RECORDS ||
-                        (r->world == 1 && cJSON_IsString(split) &&
-                         strcmp(split->valuestring, "records") == 0);
+                        (r->world == 1 && ri.split_records);
     if (saved_world == 1 && r->world == 1) {
-        *state = strdup(ps->valuestring);
-        if (!*state)
-            rc = sl_fail(SL_ENOMEM, "sl_train_run: resume state");
+        *state = ri.pipeline;
+        ri.pipeline = NULL;
         r->resume_exact = 1;
     } else {
         r->resume_exact = saved_world == r->world || split_records;
@@ -360,8 +418,7 @@ static int resume_plan(sl_run *r, char **state)
                     "resumes exactly with any number of replicas)\n");
     }
 out:
-    cJSON_Delete(j);
-    free(st);
+    sl_resume_info_fini(&ri);
     return rc;
 }
 
@@ -450,22 +507,26 @@ static int replica_steps(sl_replica *rep)
         double ts = sl_now_s();
         if (step - r->step0 == warm && warm > 0) {
             if ((rc = sl_dev_sync(&rep->e)))
-                return rc;
+                goto out_held;
             train_s += sl_now_s() - ts;
             ts = sl_now_s();
         }
-        if (!b && (rc = sl_pipeline_next(rep->p, &b)))
-            return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+        if (!b && (rc = sl_pipeline_next(rep->p, &b))) {
+            rc = sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
+            goto out_held;
+        }
         double tin = sl_now_s() - ts;
         float lr = (float)sl_schedule_lr(&r->sched, step), loss = 0;
         int correct = 0, n = (int)b->n;
         rc = sl_replica_step(rep, b, lr, &loss, &correct);
-        if (cfg->synthetic && !rc)
+        if (cfg->synthetic && !rc) {
             held = b;
-        else
-            sl_pipeline_release(rep->p, b);
+        } else {
+            sl_pipeline_release(rep->p, b); /* b may be held: it is gone now */
+            held = NULL;
+        }
         if (rc)
-            return rc;
+            goto out_held;
         double dt = sl_now_s() - ts;
         train_s += dt;
         if (step - r->step0 >= warm) {
@@ -477,7 +538,7 @@ static int replica_steps(sl_replica *rep)
         if (root) { /* what a checkpoint on error saves (rescue_checkpoint) */
             r->done_step = step;
             if ((rc = sl_pipeline_state_save(rep->p, r->done_state, sizeof r->done_state, NULL)))
-                return rc;
+                goto out_held;
         }
         images += n;
         w.loss += loss;
@@ -496,27 +557,27 @@ static int replica_steps(sl_replica *rep)
         if (logline) {
             double d[2]; /* the sums kept on the device since the last log */
             if ((rc = sl_replica_take(rep, d)))
-                break;
+                goto out_held;
             w.loss += d[0], w.correct += d[1], ep_loss += d[0];
         }
         /* what follows (eval, checkpoint, check) is not step time: the
          * device finishes the steps first */
         if ((epoch_end || ckpt || check) && (rc = sl_dev_sync(&rep->e)))
-            break;
+            goto out_held;
         tw = sl_now_s() - tw;
         train_s += tw;
         if (step - 1 - r->step0 >= warm)
             steady_s += tw;
         if (logline && (rc = log_progress(r, rep, &w, &win_t, step, lr)))
-            break;
+            goto out_held;
         double pause0 = sl_now_s();
         if (epoch_end || ckpt)
             if ((rc = sl_replica_sync_buffers(rep)))
-                return rc;
+                goto out_held;
         if (epoch_end) {
             float el[2] = {(float)ep_loss, (float)ep_steps};
             if ((rc = sl_replica_sum(rep, el, 2)))
-                return rc;
+                goto out_held;
             if (root) {
                 r->res->final_loss = el[0] / el[1];
                 r->res->epochs_done = step / r->steps_per_epoch;
@@ -524,22 +585,18 @@ static int replica_steps(sl_replica *rep)
             ep_loss = 0;
             ep_steps = 0;
             if ((rc = sl_run_evaluate(r, rep, step)))
-                return rc;
+                goto out_held;
         }
         if (ckpt && root && (rc = sl_run_save_checkpoint(r, rep, step)))
-            return rc;
+            goto out_held;
         if (check && (rc = sl_replica_check_identical(rep, step)))
-            return rc;
+            goto out_held;
         win_t += sl_now_s() - pause0; /* eval and checkpoint time stay out of images/s */
     }
-    if (held)
-        sl_pipeline_release(rep->p, held);
-    if (rc)
-        return rc;
     /* a device is up to one step behind the host: count its tail */
     double tsync = sl_now_s();
     if ((rc = sl_dev_sync(&rep->e)))
-        return rc;
+        goto out_held;
     train_s += sl_now_s() - tsync;
     steady_s += sl_now_s() - tsync;
     if (root) {
@@ -551,16 +608,19 @@ static int replica_steps(sl_replica *rep)
         r->res->comm_wait_frac = w.busy > 0 ? w.wait / w.busy : 0;
         float scale = 1.0f;
         if (rep->dsgd && (rc = sl_dev_sgd_skipped(rep->dsgd, &r->res->amp_skipped, &scale)))
-            return rc;
+            goto out_held;
         r->res->amp_scale = scale;
         sl_dev_mem_info mi;
         if ((rc = sl_dev_mem(&rep->e, &mi)))
-            return rc;
+            goto out_held;
         r->res->peak_device_mib = mi.peak / 1048576.0;
         r->res->device_used_mib = mi.device_used / 1048576.0;
         sl_replica_graph_report(rep, r->res);
     }
-    return SL_OK;
+out_held:
+    if (held) /* --synthetic: the batch every step reused */
+        sl_pipeline_release(rep->p, held);
+    return rc;
 }
 
 static int replica_loop(sl_replica *rep)
@@ -691,21 +751,20 @@ static int world_records(sl_run *r)
         r->records = (int64_t)ps.records_per_epoch_world;
         return SL_OK;
     }
-    double sum = 0;
+    int64_t sum = 0; /* records are counted in integers: an f32 sum is exact only to 2^24 */
     for (int i = 0; i < r->nlocal; i++) {
         if ((rc = sl_pipeline_stats_get(r->rep[i].p, &ps)))
             return rc;
-        sum += (double)ps.records_per_epoch;
+        sum += (int64_t)ps.records_per_epoch;
     }
     if (r->nlocal == r->world) {
-        r->records = (int64_t)sum;
+        r->records = sum;
         return SL_OK;
     }
     if (r->cfg->strategy == SL_STRATEGY_MIRRORED) {
-        float v = (float)sum; /* exact below 2^24 records per rank */
-        if ((rc = sl_comm_allreduce(r->mpi, &v, 1, SL_DTYPE_F32, SL_RED_SUM)))
+        if ((rc = sl_comm_allreduce_i64(r->mpi, &sum, 1)))
             return rc;
-        r->records = (int64_t)v;
+        r->records = sum;
         return SL_OK;
     }
     sl_manifest mf;
@@ -718,6 +777,47 @@ static int world_records(sl_run *r)
     r->records = sp ? (int64_t)sp->records : 0;
     sl_manifest_fini(&mf);
     return SL_OK;
+}
+
+/* Each local replica's pipeline, model and optimizer; when resuming, at
+ * the newest checkpoint's step and with its weights. */
+static int setup_replicas(sl_run *r)
+{
+    const sl_train_config *c = r->cfg;
+    char *state = NULL; /* world 1 resume: the saved pipeline state */
+    char path[4200];
+    int rc = SL_OK;
+    for (int i = 0; i < r->nlocal; i++)
+        r->rep[i].data = r->data; /* resume_plan reads rank_split from it */
+    if (c->resume && c->ckpt_dir && (rc = resume_plan(r, &state)))
+        goto out_state;
+    for (int i = 0; i < r->nlocal && !rc; i++) {
+        /* batches replica i has taken before step0 */
+        uint64_t nb = (uint64_t)r->step0;
+        if (c->strategy == SL_STRATEGY_PS && r->step0 > 0) {
+            if (r->saved_steps_per_epoch < 1 || r->step0 % r->saved_steps_per_epoch) {
+                rc = sl_fail(SL_EINVAL, "sl_train_run: resume from %s: the ps strategy "
+                             "resumes from epoch ends only (step %" PRId64 ")",
+                             r->resume_prefix, r->step0);
+                goto out_state;
+            }
+            nb = (uint64_t)sl_ps_worker_batches(r->saved_steps_per_epoch, r->world, i,
+                                                r->step0 / r->saved_steps_per_epoch);
+        }
+        rc = sl_replica_setup(&r->rep[i], nb, nb * r->local_batch, state);
+    }
+    if (rc || !r->resume_prefix)
+        goto out_state;
+    snprintf(path, sizeof path, "%s.safetensors", r->resume_prefix);
+    for (int i = 0; i < r->nlocal && !rc; i++) {
+        sl_replica *rep = &r->rep[i];
+        if (!(rc = sl_checkpoint_load(path, rep->m, rep->o, 1)) &&
+            !(rc = sl_model_push(rep->m)) && rep->dsgd)
+            rc = sl_dev_sgd_push(rep->dsgd);
+    }
+out_state:
+    free(state);
+    return rc;
 }
 
 static int setup(sl_run *r)
@@ -741,41 +841,8 @@ static int setup(sl_run *r)
                 "to synchronize)\n");
     if (r->ps_server)
         return SL_OK; /* a ps server rank needs the model's shape, no data */
-    for (int i = 0; i < r->nlocal; i++)
-        r->rep[i].data = r->data; /* resume_plan reads rank_split from it */
-    char *state = NULL;
-    if (c->resume && c->ckpt_dir && (rc = resume_plan(r, &state)))
+    if ((rc = setup_replicas(r)))
         return rc;
-    for (int i = 0; i < r->nlocal && !rc; i++) {
-        /* batches replica i has taken before step0 */
-        uint64_t nb = (uint64_t)r->step0;
-        if (c->strategy == SL_STRATEGY_PS && r->step0 > 0) {
-            if (r->saved_steps_per_epoch < 1 || r->step0 % r->saved_steps_per_epoch)
-                return sl_fail(SL_EINVAL, "sl_train_run: resume from %s: the ps strategy "
-                               "resumes from epoch ends only (step %" PRId64 ")",
-                               r->resume_prefix, r->step0);
-            nb = 0;
-            for (int64_t e = 0; e < r->step0 / r->saved_steps_per_epoch; e++)
-                nb += (uint64_t)sl_ps_worker_share(r->saved_steps_per_epoch, r->world, i, e);
-        }
-        rc = sl_replica_setup(&r->rep[i], nb, nb * r->local_batch, state);
-    }
-    free(state);
-    if (rc)
-        return rc;
-    if (r->resume_prefix) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s.safetensors", r->resume_prefix);
-        for (int i = 0; i < r->nlocal && !rc; i++) {
-            sl_replica *rep = &r->rep[i];
-            if (!(rc = sl_checkpoint_load(path, rep->m, rep->o, 1)) &&
-                !(rc = sl_model_push(rep->m)) && rep->dsgd)
-                rc = sl_dev_sgd_push(rep->dsgd);
-        }
-        if (rc)
-            return rc;
-    }
-
     if ((rc = world_records(r)))
         return rc;
     if (r->records < 1)

@@ -162,10 +162,35 @@ int sl_replica_check_identical(sl_replica *rep, int64_t step);
 int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step);
 int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step);
 
+/* trainer.c: what a checkpoint's state says about resuming from it (the
+ * state JSON the trainer saves: "step", "pipeline", and when present
+ * "steps_per_epoch", "world", "batch", "rank_split"). */
+typedef struct sl_resume_info {
+    int64_t step;            /* the step saved, 0 .. 2^53: the resumed run's first */
+    int64_t steps_per_epoch; /* of the saved run, 1 .. 2^53; 0 when not recorded */
+    int64_t world;           /* replicas it was saved with, 1 .. INT_MAX (1 when not recorded) */
+    int64_t batch;           /* its global batch, 1 .. UINT_MAX; 0 when not recorded */
+    int split_records;       /* rank_split is "records" */
+    char *pipeline;          /* replica 0's pipeline state (malloc'd) */
+} sl_resume_info;
+/* Read PREFIX.json (sl_checkpoint_read_state) into *ri, every number
+ * checked for range and integrality before it is converted: SL_ECORRUPT
+ * "sl_train_run: PREFIX.json: KEY: ..." for a missing step or pipeline, a
+ * number out of range, a fraction or a field of the wrong type; the codes
+ * of sl_checkpoint_read_state for the file itself. *ri is zeroed on error;
+ * free with sl_resume_info_fini. Pure but for the file read: the fuzz
+ * target tests/fuzz/fuzz_ckpt_json.c calls it. */
+int sl_resume_info_read(const char *prefix, sl_resume_info *ri);
+void sl_resume_info_fini(sl_resume_info *ri); /* NULL is a no-op */
+
 /* ps_train.c */
 /* Steps of epoch `epoch` that worker w of world takes (the epoch's steps
  * dealt round-robin, the remainder rotating). */
 int64_t sl_ps_worker_share(int64_t steps_per_epoch, int world, int w, int64_t epoch);
+/* The batches worker w of world took in epochs 0 .. epochs-1: the sum of
+ * its shares, in O(world) steps (resume). steps_per_epoch x epochs must
+ * fit int64. */
+int64_t sl_ps_worker_batches(int64_t steps_per_epoch, int world, int w, int64_t epochs);
 /* The parameter-server loop over the set-up run (replicas = workers; under
  * mpirun one worker per rank from ps_ranks on). */
 int sl_ps_train(sl_run *r);

@@ -40,6 +40,18 @@ int64_t sl_ps_worker_share(int64_t steps_per_epoch, int world, int w, int64_t ep
     return steps_per_epoch / world + (slot < steps_per_epoch % world ? 1 : 0);
 }
 
+/* Over any `world` consecutive epochs worker w holds every slot once, so
+ * its shares add up to steps_per_epoch: whole cycles are counted at once
+ * and only the last, partial one epoch by epoch (a checkpoint's step read
+ * from a file cannot make this loop long). */
+int64_t sl_ps_worker_batches(int64_t steps_per_epoch, int world, int w, int64_t epochs)
+{
+    int64_t full = epochs / world, n = full * steps_per_epoch;
+    for (int64_t e = full * world; e < epochs; e++)
+        n += sl_ps_worker_share(steps_per_epoch, world, w, e);
+    return n;
+}
+
 typedef struct worker {
     sl_run *r;
     sl_replica *rep;

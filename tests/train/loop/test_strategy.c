@@ -13,6 +13,7 @@
 #include "collectives/collectives.h"
 #include "pipeline/pipeline_testdata.h"
 #include "testutil.h"
+#include "train/loop/trainer_int.h" /* sl_ps_worker_batches */
 #include "train/train.h"
 
 /* 96 records (12 steps of 8 per epoch); resnet20 width 4 on 16x16; global
@@ -467,6 +468,29 @@ Test(train_strategy, cli_flags)
     cr_assert_eq(tu_run(&out, "%s train --data /x --replicas 2 2>&1", tu_sluice()), 2);
     cr_assert(strstr(out, "--replicas needs --strategy mirrored or ps"), "%s", out);
     free(out);
+}
+
+/* Where a resumed ps worker's pipeline starts: the sum of its shares over
+ * the epochs done, counted in whole cycles of `world` epochs (so a step
+ * read from a checkpoint cannot make it loop for long), equal to the sum
+ * epoch by epoch. */
+Test(train_strategy, ps_worker_batches_is_the_sum_of_shares)
+{
+    for (int world = 1; world <= 5; world++)
+        for (int64_t spe = 1; spe <= 13; spe++)
+            for (int w = 0; w < world; w++) {
+                int64_t sum = 0;
+                for (int64_t e = 0; e <= 23; e++) {
+                    cr_assert_eq(sl_ps_worker_batches(spe, world, w, e), sum,
+                                 "world %d spe %lld worker %d epochs %lld", world,
+                                 (long long)spe, w, (long long)e);
+                    sum += sl_ps_worker_share(spe, world, w, e);
+                }
+            }
+    /* a 2^53-step checkpoint of 1-step epochs: at once, not 2^53 iterations */
+    int64_t e = (int64_t)1 << 53;
+    cr_assert_eq(sl_ps_worker_batches(1, 3, 0, e) + sl_ps_worker_batches(1, 3, 1, e) +
+                 sl_ps_worker_batches(1, 3, 2, e), e);
 }
 
 /* The ps strategy checkpoints at epoch ends and resumes from them: the

@@ -2,7 +2,8 @@
  * tests/train/loop/test_trainer.c - the training loop end to end on a small
  * JPEG dataset: exact resume (same weights and the same loss curve as the
  * run that was not interrupted), summaries and checkpoints where they
- * should be, evaluation, and the CLI around it.
+ * should be, evaluation, and the CLI around it; damaged checkpoint states
+ * refused with the key named, and the error paths' cleanup.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -11,7 +12,25 @@
 
 #include "pipeline/pipeline_testdata.h"
 #include "testutil.h"
+#include "train/loop/trainer_int.h" /* sl_resume_info_read */
 #include "train/train.h"
+
+/* Under ASan: a leak check now, so that a test fails on what it leaked
+ * (LeakSanitizer's report at a test process's exit does not fail the test:
+ * Criterion has its result by then). 0 elsewhere. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_LSAN 1
+#endif
+#endif
+#ifdef TEST_LSAN
+#include <sanitizer/lsan_interface.h>
+#define leaks_now() __lsan_do_recoverable_leak_check()
+#else
+#define leaks_now() 0
+#endif
 
 /* 96 records, 12 steps of 8 per epoch, 2 epochs; resnet20 at width 4 on
  * 16x16 inputs: small enough for ASan, big enough to move the weights. */
@@ -366,4 +385,223 @@ Test(train_trainer, cli_rescue_and_sync_bn_alone)
     free(tmp);
     pl_dataset_free(&d);
     pl_dataset_free(&g);
+}
+
+/* ------------------------------------------------------- damaged checkpoints */
+
+/* dir/ckpt-000000003.json with the trainer state `state` (a JSON object's
+ * text), beside a weights file that only has to exist: every case below is
+ * refused before the weights are read. */
+static void write_sidecar(const char *dir, const char *state)
+{
+    char path[4200], text[4096];
+    cr_assert_eq(tu_run(NULL, "mkdir -p %s", dir), 0);
+    snprintf(path, sizeof path, "%s/ckpt-000000003.safetensors", dir);
+    cr_assert_eq(tu_write_file(path, "x", 1), 0);
+    snprintf(path, sizeof path, "%s/ckpt-000000003.json", dir);
+    int n = snprintf(text, sizeof text, "{\"format\":1,\"weights\":\"ckpt-000000003.safetensors\","
+                     "\"state\":%s}", state);
+    cr_assert_eq(tu_write_file(path, text, (size_t)n), 0);
+}
+
+/* A state as the trainer writes it, with field `key`'s value text replaced
+ * by `value` (NULL: the field left out). */
+static void state_with(char *out, size_t cap, const char *key, const char *value)
+{
+    static const char *const fields[][2] = {
+        {"step", "3"}, {"epoch", "0"}, {"steps_per_epoch", "6"}, {"total_steps", "12"},
+        {"batch", "8"}, {"world", "1"}, {"rank_split", "\"files\""}, {"pipeline", "\"{}\""}};
+    size_t n = (size_t)snprintf(out, cap, "{");
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        const char *v = strcmp(fields[i][0], key) ? fields[i][1] : value;
+        if (v)
+            n += (size_t)snprintf(out + n, cap - n, "%s\"%s\":%s", n > 1 ? "," : "",
+                                  fields[i][0], v);
+    }
+    snprintf(out + n, cap - n, "}");
+}
+
+/* Every number of a checkpoint's state is checked for range and
+ * integrality before it is converted (issue 26: (int64_t)1e300 was
+ * undefined behaviour, which UBSan's float-cast-overflow reports):
+ * sl_resume_info_read refuses each with the file and the key named. */
+Test(train_trainer, resume_state_numbers_are_checked)
+{
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"step", "1e300", "step: 1e+300 is not an integer in 0..2^53"},
+        {"step", "-1", "step: -1 is not an integer in 0..2^53"},
+        {"step", "2.5", "step: 2.5 is not an integer in 0..2^53"},
+        {"step", "1e999", "step: inf is not an integer in 0..2^53"},
+        {"step", "-1e999", "step: -inf is not an integer"},
+        {"step", "9007199254740994", "step: 9007199254740994 is not an integer in 0..2^53"},
+        {"step", "18446744073709551616", "step: 1.8446744073709552e+19 is not an integer"},
+        {"step", "\"3\"", "step: not a number"},
+        {"step", NULL, "state lacks step or pipeline"},
+        {"pipeline", NULL, "state lacks step or pipeline"},
+        {"batch", "1e20", "batch: 1e+20 is not an integer in 1..4294967295"},
+        {"batch", "0", "batch: 0 is not an integer in 1..4294967295"},
+        {"batch", "8.5", "batch: 8.5 is not an integer"},
+        {"batch", "4294967296", "batch: 4294967296 is not an integer in 1..4294967295"},
+        {"world", "1e10", "world: 1e+10 is not an integer in 1..2147483647"},
+        {"world", "2147483648", "world: 2147483648 is not an integer in 1..2147483647"},
+        {"world", "0", "world: 0 is not an integer"},
+        {"world", "1.5", "world: 1.5 is not an integer"},
+        {"world", "null", "world: not a number"},
+        {"steps_per_epoch", "-3", "steps_per_epoch: -3 is not an integer in 1..2^53"},
+        {"steps_per_epoch", "1e300", "steps_per_epoch: 1e+300 is not an integer"},
+        {"rank_split", "5", "rank_split: not a string"},
+    };
+    char *tmp = tu_tmpdir(), *ck = tu_join(tmp, "ck"), state[1024], prefix[4200];
+    snprintf(prefix, sizeof prefix, "%s/ckpt-000000003", ck);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        state_with(state, sizeof state, bad[i].key, bad[i].value);
+        write_sidecar(ck, state);
+        sl_resume_info ri;
+        int rc = sl_resume_info_read(prefix, &ri);
+        cr_assert_eq(rc, SL_ECORRUPT, "%s: %s: rc %d: %s", bad[i].key, bad[i].value, rc,
+                     sl_errmsg());
+        char want[4400];
+        snprintf(want, sizeof want, "sl_train_run: %s.json: %s", prefix, bad[i].want);
+        cr_assert(strstr(sl_errmsg(), want), "%s = %s: want '%s' in '%s'", bad[i].key,
+                  bad[i].value, want, sl_errmsg());
+        cr_assert_null(ri.pipeline);
+    }
+    /* the edges that are fine, and the defaults of fields left out */
+    static const struct {
+        const char *key, *value;
+    } good[] = {{"step", "0"}, {"step", "9007199254740992"}, {"step", "-0"}, {"step", "3.0"},
+                {"batch", "4294967295"}, {"world", "2147483647"}, {"world", NULL},
+                {"batch", NULL}, {"steps_per_epoch", NULL}, {"rank_split", "\"records\""}};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        state_with(state, sizeof state, good[i].key, good[i].value);
+        write_sidecar(ck, state);
+        sl_resume_info ri;
+        cr_assert_eq(sl_resume_info_read(prefix, &ri), SL_OK, "%s = %s: %s", good[i].key,
+                     good[i].value, sl_errmsg());
+        cr_assert_str_eq(ri.pipeline, "{}");
+        if (!strcmp(good[i].key, "world"))
+            cr_assert_eq(ri.world, good[i].value ? 2147483647 : 1);
+        if (!strcmp(good[i].key, "batch"))
+            cr_assert_eq(ri.batch, good[i].value ? 4294967295 : 0);
+        if (!strcmp(good[i].key, "steps_per_epoch"))
+            cr_assert_eq(ri.steps_per_epoch, 0);
+        if (!strcmp(good[i].key, "step"))
+            cr_assert_eq(ri.step, good[i].value[0] == '9' ? (int64_t)1 << 53
+                                  : good[i].value[0] == '3' ? 3 : 0);
+        cr_assert_eq(ri.split_records, !strcmp(good[i].key, "rank_split"));
+        sl_resume_info_fini(&ri);
+    }
+    free(ck);
+    tu_rmrf(tmp);
+    free(tmp);
+}
+
+/* The same through sl_train_run --resume, the way a user meets it: the
+ * run stops before its first step with the file and the key named, not
+ * with whatever a cast of 1e300 gives. */
+Test(train_trainer, resume_refuses_a_damaged_checkpoint)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 48, 2, 0, NULL);
+    char *tmp = tu_tmpdir(), *ck = tu_join(tmp, "ck"), state[1024];
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"step", "1e300", "step: 1e+300 is not an integer in 0..2^53"},
+        {"step", "-1", "step: -1 is not an integer in 0..2^53"},
+        {"batch", "1e20", "batch: 1e+20 is not an integer in 1..4294967295"},
+        {"world", "1e10", "world: 1e+10 is not an integer in 1..2147483647"},
+        {"step", "9007199254740992", "step: 9007199254740992 steps of batch 4096 are more "
+                                     "samples than 2^63"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int big = strstr(bad[i].want, "batch 4096") != NULL;
+        state_with(state, sizeof state, bad[i].key, bad[i].value);
+        if (big) /* the state's batch must match the run's */
+            snprintf(state, sizeof state, "{\"step\":%s,\"batch\":4096,\"pipeline\":\"{}\"}",
+                     bad[i].value);
+        write_sidecar(ck, state);
+        sl_train_config t;
+        sl_train_result r;
+        small_config(&t, &d, NULL, ck);
+        t.resume = 1;
+        if (big)
+            t.data.batch = 4096;
+        int rc = sl_train_run(&t, &r);
+        fclose(t.progress);
+        cr_assert_eq(rc, SL_ECORRUPT, "%s = %s: rc %d: %s", bad[i].key, bad[i].value, rc,
+                     sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), "ckpt-000000003.json: ") &&
+                  strstr(sl_errmsg(), bad[i].want), "want '%s' in '%s'", bad[i].want,
+                  sl_errmsg());
+        cr_assert_eq(r.steps, 0);
+    }
+    free(ck);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+/* setup's failing path after the resume state is held (the ps strategy
+ * resumes from epoch ends only; this state is at step 3 of 6): refused,
+ * and nothing leaks (ASan's leak check runs over every test). */
+Test(train_trainer, ps_resume_mid_epoch_is_refused_without_a_leak)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 48, 2, 0, NULL);
+    char *tmp = tu_tmpdir(), *ck = tu_join(tmp, "ck"), state[1024];
+    state_with(state, sizeof state, "", NULL);
+    write_sidecar(ck, state);
+    sl_train_config t;
+    sl_train_result r;
+    small_config(&t, &d, NULL, ck);
+    t.resume = 1;
+    t.strategy = SL_STRATEGY_PS;
+    t.replicas = 1;
+    int rc = sl_train_run(&t, &r);
+    fclose(t.progress);
+    cr_assert_eq(rc, SL_EINVAL, "rc %d: %s", rc, sl_errmsg());
+    cr_assert(strstr(sl_errmsg(), "resumes from epoch ends only (step 3)"), "%s", sl_errmsg());
+    cr_assert_eq(leaks_now(), 0, "sl_train_run leaked on this path (LeakSanitizer's report above)");
+    free(ck);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+/* --synthetic holds one batch for the whole run; a run that stops with an
+ * error (here its first evaluation: a validation record that is not a
+ * JPEG, --on-error fail) goes through the one cleanup path that gives it
+ * back, and says so like any other. */
+Test(train_trainer, synthetic_run_stopped_by_an_error)
+{
+    uint8_t bad[16] = {0};
+    bad[3] = PL_BAD_NOT_JPEG;
+    pl_dataset d, v;
+    pl_make_dataset(&d, 48, 2, 0, NULL);
+    pl_make_dataset(&v, 16, 1, 0, bad);
+    cr_assert_eq(tu_run(NULL, "cp %s %s/validation-00000-of-00001.tfrecord && cp %s.idx "
+                        "%s/validation-00000-of-00001.tfrecord.idx", v.shard_path[0], d.dir,
+                        v.shard_path[0], d.dir), 0);
+    char *tmp = tu_tmpdir(), *ck = tu_join(tmp, "ck");
+    sl_train_config t;
+    sl_train_result r;
+    small_config(&t, &d, NULL, ck);
+    t.synthetic = 1;
+    t.epochs = 1;
+    t.ckpt_every = 0;
+    t.data.on_error = SL_ON_ERROR_FAIL;
+    t.eval_split = SL_EVAL_SPLIT_AUTO; /* validation */
+    int rc = sl_train_run(&t, &r);
+    fclose(t.progress);
+    cr_assert_neq(rc, SL_OK);
+    cr_assert(strstr(sl_errmsg(), "evaluating split 'validation'") &&
+              strstr(sl_errmsg(), "the last completed step, 6, is saved"), "%s", sl_errmsg());
+    free(ck);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+    pl_dataset_free(&v);
 }
