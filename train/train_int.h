@@ -261,8 +261,10 @@ typedef struct sl_ops {
  * limits are in the slots' comments above: training-mode BN wants rows >=
  * 2, sync-BN totals >= 2 forward and >= 1 backward and >= rows, ...),
  * label smoothing outside [0, 1], a label outside [0, classes) (host
- * backends; cuda checks its device labels in its kernel), or a NULL tensor
- * where the fused slots need one; SL_ENOTSUP when e's backend has no such
+ * backends; cuda checks its device labels in its kernel), a NULL tensor
+ * (but where the slot's comment allows one, or the tensor has no
+ * elements), or a tensor whose element or byte count overflows 64 bits
+ * (issue 26); SL_ENOTSUP when e's backend has no such
  * slot (the fused ones outside cuda). The backends check only what is
  * theirs: their context, their scratch, argmax and device data. Callers
  * (the model, tests) go through these; a backend's slot called directly

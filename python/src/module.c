@@ -267,7 +267,8 @@ static int dict_str(PyObject *d, const char *key, PyObject *keep, const char **o
     if (!b)
         return -1;
     int rc = PyList_Append(keep, b);
-    *out = PyBytes_AsString(b);
+    if (!rc)
+        *out = PyBytes_AsString(b); /* alive in keep, not in b (released next) */
     Py_DECREF(b);
     return rc;
 }

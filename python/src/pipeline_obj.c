@@ -38,6 +38,7 @@
  */
 #include "ext.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -132,8 +133,28 @@ static const field fields[] = {
 };
 #undef FLD
 
+/* The field that key (a str) names; NULL with an exception set (ConfigError
+ * for a name that is no field). The UTF-8 copy of key dies here: callers
+ * name the setting by f->key, which is static. */
+static const field *find_field(PyObject *key)
+{
+    PyObject *kb = PyUnicode_AsUTF8String(key);
+    if (!kb)
+        return NULL;
+    const char *k = PyBytes_AsString(kb);
+    const field *f = NULL;
+    for (size_t i = 0; k && !f && i < sizeof fields / sizeof fields[0]; i++)
+        if (!strcmp(fields[i].key, k))
+            f = &fields[i];
+    if (k && !f)
+        pysl_config_error("sluice: unknown pipeline setting '%s'", k);
+    Py_DECREF(kb);
+    return f;
+}
+
 /* cfg from d: every key must be a field (the Python layer names them);
- * strings are kept alive in keep. */
+ * integers must fit their field (no silent truncation); strings are kept
+ * alive in keep. */
 static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
 {
     sl_pipeline_config init = SL_PIPELINE_CONFIG_INIT;
@@ -141,20 +162,9 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
     PyObject *key, *val;
     Py_ssize_t pos = 0;
     while (PyDict_Next(d, &pos, &key, &val)) {
-        PyObject *kb = PyUnicode_AsUTF8String(key);
-        if (!kb)
+        const field *f = find_field(key);
+        if (!f)
             return -1;
-        const char *k = PyBytes_AsString(kb);
-        const field *f = NULL;
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-            if (!strcmp(fields[i].key, k))
-                f = &fields[i];
-        if (!f) {
-            pysl_config_error("sluice: unknown pipeline setting '%s'", k);
-            Py_DECREF(kb);
-            return -1;
-        }
-        Py_DECREF(kb);
         char *at = (char *)cfg + f->off;
         if (f->kind == F_STR) {
             PyObject *b = PyUnicode_AsUTF8String(val);
@@ -162,7 +172,7 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
                 Py_XDECREF(b);
                 return -1;
             }
-            *(const char **)at = PyBytes_AsString(b);
+            *(const char **)at = PyBytes_AsString(b); /* alive in keep */
             Py_DECREF(b);
             continue;
         }
@@ -177,7 +187,14 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
         if (x == -1 && PyErr_Occurred())
             return -1;
         if ((f->kind == F_UNSIGNED || f->kind == F_U64) && x < 0) {
-            pysl_config_error("sluice: %s: %lld is negative", k, x);
+            pysl_config_error("sluice: %s: %lld is negative", f->key, x);
+            return -1;
+        }
+        if ((f->kind == F_UNSIGNED && (unsigned long long)x > UINT_MAX) ||
+            (f->kind == F_INT && (x < INT_MIN || x > INT_MAX))) {
+            pysl_config_error("sluice: %s: %lld is out of range (%lld to %lld)", f->key, x,
+                              f->kind == F_INT ? (long long)INT_MIN : 0LL,
+                              f->kind == F_INT ? (long long)INT_MAX : (long long)UINT_MAX);
             return -1;
         }
         switch (f->kind) {

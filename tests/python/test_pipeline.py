@@ -297,6 +297,43 @@ def test_config_and_missing_data_errors(dataset, tmp_path):
         sluice.Pipeline(dataset, device="cuda:0")  # no GPU here (or no CUDA build)
 
 
+# A refused setting is named in the message. The name used to be read from
+# the UTF-8 copy it was looked up in after that copy was freed (a use after
+# free that pymalloc hides: the freed block keeps its bytes). Python's debug
+# allocator fills freed memory with 0xDD, which made that message
+# undecodable (UnicodeDecodeError instead of ConfigError); so the child runs
+# with PYTHONMALLOC=debug. Integers out of their field's range are refused
+# too (workers=2**32 was 0 in the C config).
+SETTING_ERRORS = textwrap.dedent("""
+    import sys, sluice
+    for kw in ({"batch": -1}, {"seed": -5}, {"max_bad": -1}, {"workers": 2**32},
+               {"image_size": (2**31, 8)}):
+        try:
+            sluice.Pipeline(sys.argv[1], **kw).close()
+            print("accepted", kw)
+        except Exception as e:
+            print(type(e).__name__, str(e))
+""")
+
+
+def test_setting_errors_name_the_setting(dataset, tmp_path):
+    with pytest.raises(sluice.ConfigError, match=r"^sluice: batch: -1 is negative$"):
+        sluice.Pipeline(dataset, batch=-1)
+    script = tmp_path / "setting_errors.py"
+    script.write_text(SETTING_ERRORS)
+    r = run([sys.executable, str(script), str(dataset)],
+            env=dict(os.environ, PYTHONMALLOC="debug"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "ConfigError sluice: batch: -1 is negative",
+        "ConfigError sluice: seed: -5 is negative",
+        "ConfigError sluice: max_bad: -1 is negative",
+        "ConfigError sluice: workers: 4294967296 is out of range (0 to 4294967295)",
+        "ConfigError sluice: height: 2147483648 is out of range "
+        "(-2147483648 to 2147483647)",
+    ], r.stdout + r.stderr
+
+
 def test_label_offset(dataset, tmp_path):
     from conftest import make_folder
     make_folder(tmp_path / "img", 30, seed=3)

@@ -675,6 +675,9 @@ extern "C" int sl_xent_acc_cuda(sl_exec *e, int n, int classes, const float *log
         return rc;
     if (!d_acc)
         return sl_fail(SL_EINVAL, "%s: no accumulator", fn);
+    if (!logits || !labels || !dlogits) /* as ops.c's checks of the table's xent slot */
+        return sl_fail(SL_EINVAL, "%s: NULL %s", fn, !logits ? "logits" : !labels ? "labels"
+                                                                                   : "dlogits");
     if ((rc = act_ctx(fn, e, &cx)))
         return rc;
     xent_tmp tp;

@@ -894,6 +894,12 @@ Test(train_ops_cuda, bad_arguments)
     cr_assert(strstr(sl_errmsg(), "label smoothing -0.5"), "%s", sl_errmsg());
     cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, a, 0.0f, NULL, f, NULL), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no accumulator"), "%s", sl_errmsg());
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, NULL, a, 0.0f, NULL, f, acc), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "sl_xent_acc_cuda: NULL logits"), "%s", sl_errmsg());
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, NULL, 0.0f, NULL, f, acc), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "NULL labels"), "%s", sl_errmsg());
+    cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, a, 0.0f, NULL, NULL, acc), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "NULL dlogits"), "%s", sl_errmsg());
     cr_assert_eq(sl_xent_acc_cuda(&e, 2, 10, f, a, 0.0f, NULL, f, acc), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "no cuda context"), "%s", sl_errmsg());
     /* a pool shape not from sl_pool_shape_init, and one too big for int32 */
