@@ -186,6 +186,9 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
         n += h->bits[l];
     if (n > 256)
         return 0;
+    if (t->ok && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
+        memcmp(t->vals, h->huffval, (size_t)n) == 0)
+        return 1; /* built, and checked, for an earlier image */
     /* Canonical codes (C.2): no code of length l may be all ones, so the
      * codes of each length fit below 2^l - 1; an over-full table would
      * put look entries past look[HN]. */
@@ -194,9 +197,6 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
             return 0;
         code = (code + h->bits[l]) << 1;
     }
-    if (t->ok && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
-        memcmp(t->vals, h->huffval, (size_t)n) == 0)
-        return 1;
     t->ok = 0;
     memcpy(t->bits, h->bits, sizeof t->bits);
     memcpy(t->vals, h->huffval, (size_t)n);

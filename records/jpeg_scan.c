@@ -200,14 +200,15 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
         if (seg > len - pos)
             goto truncated;
         const uint8_t *body = d + pos + 2, *body_end = d + pos + seg;
-        if (is_sof(m) && !frame)
-            read_sof(&t, m, body, body_end);
-        if (is_sof(m))
+        if (is_sof(m)) {
+            if (!frame) /* a second frame header: libjpeg refuses it */
+                read_sof(&t, m, body, body_end);
             frame = 1;
-        else if (m == 0xDB)
+        } else if (m == 0xDB) {
             read_dqt(&t, body, body_end);
-        else if (m == 0xC4)
+        } else if (m == 0xC4) {
             read_dht(&t, body, body_end);
+        }
         size_t at = pos - 2;
         pos += seg;
         if (m != 0xDA)

@@ -16,7 +16,7 @@
  *
  * Memory: the transcoder keeps its decode, resize and JPEG buffers across
  * calls and only grows them, so a steady stream of images allocates nothing
- * but a fresh TurboJPEG decode handle per JPEG (tj_ready says why).
+ * but a TurboJPEG decode handle per JPEG (tj_ready says why).
  * The JPEG buffer is tjAlloc'd at tjBufSize() of the image (the worst case
  * TurboJPEG can produce) and passed with TJFLAG_NOREALLOC.
  *
@@ -36,7 +36,7 @@
  * size is allocated (a 20-byte PNG can claim 65535 x 65535 pixels). */
 struct sl_transcoder {
     uint64_t max_pixels;
-    tjhandle dec, enc;
+    tjhandle enc;            /* the decoder is one per JPEG: decode_jpeg */
     uint8_t *pix;            /* decoded image: RGB (CMYK before conversion) */
     size_t pix_cap;
     uint8_t *aux;            /* resized RGB, or gray expanded to RGB */
@@ -54,27 +54,21 @@ int sl_transcoder_create(sl_transcoder **out)
     if (!t)
         return sl_fail(SL_ENOMEM, "sl_transcoder_create: out of memory");
     t->max_pixels = SL_MAX_PIXELS_DEFAULT;
-    t->dec = tjInitDecompress();
-    if (!t->dec)
-        goto fail_tj;
     t->enc = tjInitCompress();
-    if (!t->enc)
-        goto fail_tj;
+    if (!t->enc) {
+        int rc = sl_fail(SL_ENOMEM, "sl_transcoder_create: TurboJPEG init: %s",
+                         tjGetErrorStr2(NULL));
+        sl_transcoder_destroy(t);
+        return rc;
+    }
     *out = t;
     return SL_OK;
-
-fail_tj:;
-    int rc = sl_fail(SL_ENOMEM, "sl_transcoder_create: TurboJPEG init: %s", tjGetErrorStr2(NULL));
-    sl_transcoder_destroy(t);
-    return rc;
 }
 
 void sl_transcoder_destroy(sl_transcoder *t)
 {
     if (!t)
         return;
-    if (t->dec)
-        tjDestroy(t->dec);
     if (t->enc)
         tjDestroy(t->enc);
     free(t->pix);
@@ -129,21 +123,21 @@ static void cmyk_to_rgb(uint8_t *p, size_t npix)
     }
 }
 
-/* A decode handle carries state from one image to the next: TurboJPEG 2.1
- * returns from a failed tjDecompressHeader3 with libjpeg's state left
+/* A TurboJPEG handle carries state from one image to the next: TurboJPEG
+ * 2.1 returns from a failed tjDecompressHeader3 with libjpeg's state left
  * mid-stream (the next call on that handle then misreads a good file,
  * "Bogus DQT index"; see the truncation test), and libjpeg keeps the
- * Huffman and quantization tables of every image in the handle, so a file
- * without them (abbreviated: no DHT, no DQT) would decode with the last
- * image's (issue 26). So every JPEG gets a fresh decode handle (about a
- * microsecond, against milliseconds of decode and encode), and an encoder
- * that failed is replaced too, to be safe; if an allocation fails the slot
- * stays NULL and is retried next call. */
-static int tj_ready(tjhandle *h, int compress)
+ * Huffman and quantization tables of every image in a decode handle, so a
+ * file without them (abbreviated: no DHT, no DQT) would decode with the
+ * last image's (issue 26). So every JPEG gets a decode handle of its own
+ * (decode_jpeg; about a microsecond, against milliseconds of decode and
+ * encode), and an encoder that failed is replaced, to be safe; if that
+ * allocation fails the slot stays NULL and is retried next call. */
+static int tj_ready(tjhandle *h)
 {
     if (*h)
         return SL_OK;
-    *h = compress ? tjInitCompress() : tjInitDecompress();
+    *h = tjInitCompress();
     if (!*h)
         return sl_fail(SL_ENOMEM, "TurboJPEG init: %s", tjGetErrorStr2(NULL));
     return SL_OK;
@@ -156,7 +150,7 @@ static void tj_reset(tjhandle *h)
     *h = NULL;
 }
 
-static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
+static int decode_jpeg_with(sl_transcoder *t, tjhandle dec, const uint8_t *data, size_t len,
                             int resize_short, int *ow, int *oh, int *sw, int *sh)
 {
     /* Structure and tables first (records/jpeg_scan.c): a truncated or
@@ -166,7 +160,7 @@ static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
     if (rc)
         return sl_fail(rc, "JPEG: %s", sl_errmsg());
     sl_image_info info;
-    rc = sl_jpeg_header(t->dec, data, len, &info);
+    rc = sl_jpeg_header(dec, data, len, &info);
     if (rc)
         return rc;
     int w = info.width, h = info.height, short_side = w < h ? w : h;
@@ -194,8 +188,8 @@ static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
         return rc;
     /* Warnings (truncated or damaged data, which libjpeg pads with grey)
      * fail the image too: the converter skips and reports it. */
-    if (tjDecompress2(t->dec, data, (unsigned long)len, t->pix, dw, 0, dh, pf, 0) != 0)
-        return sl_fail(SL_EIMAGE, "JPEG decode: %s", tjGetErrorStr2(t->dec));
+    if (tjDecompress2(dec, data, (unsigned long)len, t->pix, dw, 0, dh, pf, 0) != 0)
+        return sl_fail(SL_EIMAGE, "JPEG decode: %s", tjGetErrorStr2(dec));
     if (cmyk)
         cmyk_to_rgb(t->pix, (size_t)dw * dh);
     *ow = w;
@@ -210,11 +204,12 @@ static int decode_jpeg_with(sl_transcoder *t, const uint8_t *data, size_t len,
 static int decode_jpeg(sl_transcoder *t, const uint8_t *data, size_t len, int resize_short,
                        int *ow, int *oh, int *sw, int *sh)
 {
-    tj_reset(&t->dec); /* nothing of the last image: see tj_ready */
-    int rc = tj_ready(&t->dec, 0);
-    if (rc)
-        return rc;
-    return decode_jpeg_with(t, data, len, resize_short, ow, oh, sw, sh);
+    tjhandle dec = tjInitDecompress(); /* nothing of the last image: see tj_ready */
+    if (!dec)
+        return sl_fail(SL_ENOMEM, "TurboJPEG init: %s", tjGetErrorStr2(NULL));
+    int rc = decode_jpeg_with(t, dec, data, len, resize_short, ow, oh, sw, sh);
+    tjDestroy(dec);
+    return rc;
 }
 
 /* ------------------------------------------------------------------- PNG */
@@ -356,7 +351,7 @@ static int encode(sl_transcoder *t, const uint8_t *rgb, int w, int h, int pitch,
             return sl_fail(SL_ENOMEM, "JPEG encode: out of memory (%lu bytes)", need);
         t->jpeg_cap = need;
     }
-    int rc = tj_ready(&t->enc, 1);
+    int rc = tj_ready(&t->enc);
     if (rc)
         return rc;
     unsigned long size = t->jpeg_cap;

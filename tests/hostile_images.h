@@ -27,6 +27,7 @@
 #include <turbojpeg.h>
 
 #include "records/records.h"
+#include "testutil.h"
 
 /* Smooth RGB (w, h, 3) u8; seed shifts the pattern. */
 static inline uint8_t *hi_rgb(int w, int h, int seed)
@@ -197,10 +198,7 @@ static inline uint8_t *hi_jpeg_libjpeg(const uint8_t *rgb, int w, int h, int res
 static inline char *hi_write_shard(const char *dir, const char *name, const uint8_t *const *img,
                                    const size_t *len, size_t n)
 {
-    size_t pl = strlen(dir) + strlen(name) + 2;
-    char *path = malloc(pl);
-    cr_assert_not_null(path);
-    snprintf(path, pl, "%s/%s", dir, name);
+    char *path = tu_join(dir, name);
     sl_tfrecord_writer *w;
     cr_assert_eq(sl_tfrecord_writer_open(path, SL_TFW_INDEX | SL_TFW_NOSYNC, &w), SL_OK, "%s",
                  sl_errmsg());

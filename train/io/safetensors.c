@@ -46,7 +46,7 @@
 /* Dimensions the reader accepts; sl_st_tensor holds 4 (enough for convs). */
 #define ST_MAX_DIMS 8
 /* Offsets are JSON numbers, doubles to cJSON: exact below 2^53. */
-#define ST_MAX_OFFSET ((double)((uint64_t)1 << 53))
+#define ST_MAX_OFFSET ((int64_t)1 << 53)
 
 /* Every dtype safetensors defines, with its element size in bits
  * (the reference's Dtype enum). Only F32 and I64 are handed out. */
@@ -300,10 +300,10 @@ static int utf8_valid(const uint8_t *s, size_t n)
 
 /* A JSON number that is a non-negative integer below limit (common/json.h
  * checks it before it is converted). */
-static int json_uint(const cJSON *v, double limit, uint64_t *out)
+static int json_uint(const cJSON *v, int64_t limit, uint64_t *out)
 {
     int64_t x;
-    if (!sl_json_is_int(v, 0, (int64_t)limit - 1, &x))
+    if (!sl_json_is_int(v, 0, limit - 1, &x))
         return 0;
     *out = (uint64_t)x;
     return 1;
@@ -338,7 +338,7 @@ static const char *st_parse_entry(const cJSON *item, uint64_t buf_len, st_entry 
     cJSON_ArrayForEach(v, shape) {
         uint64_t x;
         /* 2^40 per dimension keeps the product's overflow check simple. */
-        if (!json_uint(v, (double)((uint64_t)1 << 40), &x))
+        if (!json_uint(v, (int64_t)1 << 40, &x))
             return "shape entry not a non-negative integer";
         e->shape[d++] = (int64_t)x;
         /* numel * 64 bits must not wrap below. */
