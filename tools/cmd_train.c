@@ -411,6 +411,10 @@ int cmd_train(int argc, char **argv)
                 o.t.logdir, o.t.logdir);
     if (o.t.backend == SL_BACKEND_CUDA && res.cuda_graph[0])
         fprintf(stderr, "train: CUDA graph: %s (%s)\n", res.cuda_graph, res.cuda_graph_why);
+    if (o.t.backend == SL_BACKEND_CUDA && res.cudnn_fusion[0])
+        fprintf(stderr, "train: cuDNN fusion: %s%s%s%s\n", res.cudnn_fusion,
+                res.cudnn_fusion_why[0] ? " (" : "", res.cudnn_fusion_why,
+                res.cudnn_fusion_why[0] ? ")" : "");
     if (res.amp_skipped > 0)
         fprintf(stderr, "train: fp16: %lld steps skipped for inf/nan gradients, loss scale %g\n",
                 (long long)res.amp_skipped, res.amp_scale);
@@ -421,13 +425,13 @@ int cmd_train(int argc, char **argv)
                "\"backend\": \"%s\", \"precision\": \"%s\", \"synthetic\": %s, "
                "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld, "
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
-               "\"cuda_graph_replays\": %lld}\n",
+               "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\"}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
                o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped,
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
-               (long long)res.cuda_graph_replays);
+               (long long)res.cuda_graph_replays, res.cudnn_fusion);
         fflush(stdout);
     }
     return 0;

@@ -58,6 +58,29 @@ bool progress(cudaStream_t h, bool block);
 bool lazy();
 void set_error(cudaError_t e);
 
+// emu_dnn.cpp's convolutions in f32, shared with emu_dnn_graph.cpp (the
+// backend graph API's fused convolutions). Layouts: x (n,h,w,c), w
+// (k,r,s,c), y (n,p,q,k), all packed; padding ph / pw before the image
+// (p and q say where the output ends, so post-padding may differ).
+struct ConvShape { int n, h, w, c, k, r, s, p, q, ph, pw, sh, sw, dh, dw; };
+enum ConvDir { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER };
+// FWD: a = x, b = w -> out = y; BWD_DATA: a = w, b = dy -> out = dx;
+// BWD_FILTER: a = x, b = dy -> out = dw. out is overwritten.
+void conv_f32(ConvDir d, const ConvShape &g, const float *a, const float *b, float *out);
+}
+struct cudnnContext;
+namespace emu {
+// emu_dnn_graph.cpp's fault injection, EMU_CUDNN_GRAPH=0 (off),
+// EMU_CUDNN_GRAPH_MAX_C: read when a handle is made (cudnnCreate) and again
+// at the heuristics.
+struct GraphKnobs { bool off; long max_c; }; // max_c 0: no limit
+GraphKnobs graph_knobs_from_env();
+// A cuDNN handle for emu_dnn_graph.cpp: 1 live (*stream and *knobs set),
+// 0 destroyed, -1 never made by cudnnCreate.
+int dnn_handle_state(cudnnContext *h, cudaStream_t *stream, GraphKnobs *knobs = nullptr);
+// "EMU: warning: cuDNN: msg", kept for cudnnGetLastErrorString
+void dnn_error(const char *msg);
+
 // v rounded to TF32 (10 mantissa bits, nearest even; inf / NaN as they are):
 // what tensor-op math does to f32 inputs (cuDNN and cuBLAS alike).
 inline float tf32(float v)

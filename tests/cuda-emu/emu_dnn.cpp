@@ -20,7 +20,7 @@
 
 using namespace emu;
 
-struct cudnnContext { cudaStream_t stream; int dead; };
+struct cudnnContext { cudaStream_t stream; int dead; GraphKnobs knobs; };
 struct cudnnTensorStruct { int set, dead; cudnnTensorFormat_t fmt; cudnnDataType_t dt; int n, c, h, w; };
 struct cudnnFilterStruct { int set, dead; cudnnTensorFormat_t fmt; cudnnDataType_t dt; int k, c, r, s; };
 struct cudnnConvolutionStruct { int set, dead; int ph, pw, sh, sw, dh, dw; cudnnConvolutionMode_t mode; cudnnDataType_t ct; cudnnMathType_t math; };
@@ -39,6 +39,16 @@ static cudnnStatus_t bad(cudnnStatus_t s, const char *fmt, ...)
 }
 
 template <class T> static bool live(T *p) { return p && objs.count((void *)p) && !p->dead; }
+
+int emu::dnn_handle_state(cudnnContext *h, cudaStream_t *stream, GraphKnobs *knobs)
+{
+    if (!h || !objs.count((void *)h)) return -1;
+    if (h->dead) return 0;
+    *stream = h->stream;
+    if (knobs) *knobs = h->knobs;
+    return 1;
+}
+void emu::dnn_error(const char *msg) { bad(CUDNN_STATUS_SUCCESS, "%s", msg); }
 
 // ---------------------------------------------------------------- numbers
 using emu::bf16_to_f;
@@ -75,7 +85,8 @@ static void store(void *p, const std::vector<float> &v, cudnnDataType_t t, float
 }
 
 // ---------------------------------------------------------------- geometry
-struct Geo { int n, h, w, c, k, r, s, p, q, ph, pw, sh, sw, dh, dw; cudnnDataType_t dt; bool tf; };
+// emu_core.h's ConvShape plus the data type and TF32 rounding of one call
+struct Geo : ConvShape { cudnnDataType_t dt; bool tf; };
 
 static cudnnStatus_t geo_of(const char *api, cudnnTensorStruct *x, cudnnFilterStruct *f,
                             cudnnConvolutionStruct *cd, cudnnTensorStruct *y, Geo *g)
@@ -99,14 +110,14 @@ static cudnnStatus_t geo_of(const char *api, cudnnTensorStruct *x, cudnnFilterSt
     if (y->n != x->n || y->c != f->k || y->h != p || y->w != q)
         return bad(CUDNN_STATUS_BAD_PARAM, "%s: y is n%d c%d %dx%d, the convolution gives n%d c%d %dx%d",
                    api, y->n, y->c, y->h, y->w, x->n, f->k, p, q);
-    *g = Geo{x->n, x->h, x->w, x->c, f->k, f->r, f->s, p, q, cd->ph, cd->pw, cd->sh, cd->sw, cd->dh, cd->dw,
+    *g = Geo{{x->n, x->h, x->w, x->c, f->k, f->r, f->s, p, q, cd->ph, cd->pw, cd->sh, cd->sw, cd->dh, cd->dw},
              x->dt, x->dt == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH &&
                         !(getenv("NVIDIA_TF32_OVERRIDE") && getenv("NVIDIA_TF32_OVERRIDE")[0] == '0')};
     return CUDNN_STATUS_SUCCESS;
 }
 
 // col (n*p*q, r*s*c) of x (n, h, w, c)
-static void im2col(const Geo &g, const float *x, float *col)
+static void im2col(const ConvShape &g, const float *x, float *col)
 {
     size_t rsc = (size_t)g.r * g.s * g.c;
     for (int n = 0; n < g.n; n++)
@@ -123,7 +134,7 @@ static void im2col(const Geo &g, const float *x, float *col)
             }
 }
 
-static void col2im(const Geo &g, const float *col, float *x)
+static void col2im(const ConvShape &g, const float *col, float *x)
 {
     size_t rsc = (size_t)g.r * g.s * g.c;
     memset(x, 0, (size_t)g.n * g.h * g.w * g.c * 4);
@@ -142,37 +153,51 @@ static void col2im(const Geo &g, const float *col, float *x)
             }
 }
 
-enum Dir { FWD, BWD_DATA, BWD_FILTER };
+using Dir = ConvDir;
+constexpr Dir FWD = CONV_FWD, BWD_DATA = CONV_BWD_DATA, BWD_FILTER = CONV_BWD_FILTER;
+
+// The three convolutions in f32 (emu_core.h; emu_dnn_graph.cpp's fused
+// graphs use them too): im2col + OpenBLAS sgemm, col2im for the data
+// gradient.
+void emu::conv_f32(ConvDir d, const ConvShape &g, const float *a, const float *b, float *out)
+{
+    size_t npq = (size_t)g.n * g.p * g.q, rsc = (size_t)g.r * g.s * g.c;
+    std::vector<float> col(npq * rsc);
+    if (d == CONV_FWD) { // a = x, b = w, out = y
+        im2col(g, a, col.data());
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)npq, g.k, (int)rsc, 1.0f, col.data(),
+                    (int)rsc, b, (int)rsc, 0.0f, out, g.k);
+    } else if (d == CONV_BWD_DATA) { // a = w, b = dy, out = dx
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)npq, (int)rsc, g.k, 1.0f, b,
+                    g.k, a, (int)rsc, 0.0f, col.data(), (int)rsc);
+        col2im(g, col.data(), out);
+    } else { // a = x, b = dy, out = dw
+        im2col(g, a, col.data());
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.k, (int)rsc, (int)npq, 1.0f, b, g.k,
+                    col.data(), (int)rsc, 0.0f, out, (int)rsc);
+    }
+}
+
 static void conv_exec(Dir d, const Geo &g, const void *a, const void *b, void *out, float alpha, float beta)
 {
     size_t nx = (size_t)g.n * g.h * g.w * g.c, nw = (size_t)g.k * g.r * g.s * g.c,
-           ny = (size_t)g.n * g.p * g.q * g.k, npq = (size_t)g.n * g.p * g.q, rsc = (size_t)g.r * g.s * g.c;
-    std::vector<float> A, B, col(npq * rsc), res;
+           ny = (size_t)g.n * g.p * g.q * g.k;
+    std::vector<float> A, B, res;
     if (d == FWD) { // a = x, b = w, out = y
         load(a, nx, g.dt, g.tf, A);
         load(b, nw, g.dt, g.tf, B);
-        im2col(g, A.data(), col.data());
         res.resize(ny);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)npq, g.k, (int)rsc, 1.0f, col.data(),
-                    (int)rsc, B.data(), (int)rsc, 0.0f, res.data(), g.k);
-        store(out, res, g.dt, alpha, beta);
     } else if (d == BWD_DATA) { // a = w, b = dy, out = dx
         load(a, nw, g.dt, g.tf, A);
         load(b, ny, g.dt, g.tf, B);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)npq, (int)rsc, g.k, 1.0f, B.data(),
-                    g.k, A.data(), (int)rsc, 0.0f, col.data(), (int)rsc);
         res.resize(nx);
-        col2im(g, col.data(), res.data());
-        store(out, res, g.dt, alpha, beta);
     } else { // a = x, b = dy, out = dw
         load(a, nx, g.dt, g.tf, A);
         load(b, ny, g.dt, g.tf, B);
-        im2col(g, A.data(), col.data());
         res.resize(nw);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.k, (int)rsc, (int)npq, 1.0f, B.data(), g.k,
-                    col.data(), (int)rsc, 0.0f, res.data(), (int)rsc);
-        store(out, res, g.dt, alpha, beta);
     }
+    conv_f32(d, g, A.data(), B.data(), res.data());
+    store(out, res, g.dt, alpha, beta);
 }
 
 // ---------------------------------------------------------------- algorithms
@@ -305,6 +330,10 @@ const char *cudnnGetErrorString(cudnnStatus_t s)
     case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
     case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
     case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN: return "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN";
+    case CUDNN_STATUS_NOT_SUPPORTED_SHAPE: return "CUDNN_STATUS_NOT_SUPPORTED_SHAPE";
+    case CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED: return "CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED";
+    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
     default: return "CUDNN_STATUS_(emu other)";
     }
 }
@@ -313,7 +342,7 @@ void cudnnGetLastErrorString(char *m, size_t n) { if (n) { snprintf(m, n, "%s", 
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
 {
     DNN_BEGIN;
-    *h = new cudnnContext{NULL, 0};
+    *h = new cudnnContext{NULL, 0, graph_knobs_from_env()};
     objs.insert(*h);
     return CUDNN_STATUS_SUCCESS;
 }

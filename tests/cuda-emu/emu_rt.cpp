@@ -490,6 +490,8 @@ cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp *p, int d)
     p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
     return cudaSuccess;
 }
+// CUDA 13's name (the _v2 above is CUDA 12's, where the header maps to it)
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) { return cudaGetDeviceProperties_v2(p, d); }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d)
 {
     API_BEGIN;

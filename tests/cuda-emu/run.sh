@@ -1,9 +1,10 @@
 #!/bin/bash
 # run.sh - rebuild the emulated CUDA build from the repo's current files and
 # run the GPU tests on it (README.md). Usage:
-#   run.sh [build|selftest|test|all|ci|nccl|capture|nccl_selftest] [criterion args...]  (default: all;
+#   run.sh [build|selftest|test|all|ci|nccl|capture|graph|nccl_selftest] [criterion args...]  (default: all;
 #   ci: what tools/dev test runs; nccl: its NCCL lanes: the nccl_* selftests, collectives_nccl,
-#   train_nccl; capture, nccl_selftest: one lane each, as ctest runs them on CMake's build
+#   train_nccl; capture, graph (cuDNN's graph API, emu_dnn_graph.cpp), nccl_selftest: one lane
+#   each, as ctest runs them on CMake's build
 #   of the emulator, -DSLUICE_CUDA_EMU=ON, with OUT=<build>/emu: CMakeLists.txt here)
 #   ci's pipeline_gdec lane runs --decode gpu on the fake libnvjpeg (emu_nvjpeg.cpp)
 # Env: REPO (this checkout), OFF (REPO/build-emu-off), OUT (REPO/build-emu), SKIP_CMAKE=1 (use OFF as it is),
@@ -33,8 +34,17 @@ offflags() {
     else # not a Makefile build: the same from the cache and mpicc
         grep -q '^SLUICE_WITH_MPI:BOOL=ON' "$OFF/CMakeCache.txt" &&
             echo "-DSLUICE_WITH_MPI=1 $(mpicc --showme:compile 2>/dev/null)"
+        grep -q '^SLUICE_WITH_DNNL:BOOL=ON' "$OFF/CMakeCache.txt" && echo " -DSLUICE_WITH_DNNL=1"
         echo " -I/usr/include/cjson $(pkg-config --cflags openblas 2>/dev/null)"
     fi
+}
+
+# the libraries the CUDA-OFF build linked train/ with beyond LIBS (oneDNN,
+# OpenMP's runtime when it found them)
+offlibs() {
+    local c="$OFF/CMakeCache.txt"
+    grep -q '^SLUICE_WITH_DNNL:BOOL=ON' "$c" 2>/dev/null && sed -n 's/^DNNL_LIBRARY:FILEPATH=//p' "$c"
+    sed -n 's/^OpenMP_gomp_LIBRARY:FILEPATH=//p' "$c" 2>/dev/null
 }
 
 build() {
@@ -48,11 +58,16 @@ build() {
     fi
     cd "$OUT/obj"
     echo "== emulator"
-    for f in emu emu_rt emu_dnn emu_blas emu_nccl; do $CXX -c "$EMU/$f.cpp" -o $f.o & done; wait
+    n=0
+    for f in emu emu_rt emu_dnn emu_dnn_graph emu_blas emu_nccl; do
+        $CXX -c "$EMU/$f.cpp" -o $f.o & n=$((n+1)); [ $((n % 2)) = 0 ] && wait
+    done; wait
     echo "== .cu -> host C++"
     cu="$REPO/train/ops/act_cuda.cu $REPO/train/ops/amp_cuda.cu $REPO/train/ops/conv_cuda.cu $REPO/train/ops/cuda_ctx.cu \
         $REPO/train/ops/linear_cuda.cu $REPO/train/ops/norm_cuda.cu $REPO/train/ops/norm_sync_cuda.cu \
         $REPO/train/device/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/gdec_cuda.cu"
+    # the fused conv+BN path's own kernels, once the file exists
+    [ -f "$REPO/train/ops/fuse_cuda.cu" ] && cu="$cu $REPO/train/ops/fuse_cuda.cu"
     cuobjs=""
     for f in $cu; do
         b=$(basename "$f" .cu)
@@ -63,21 +78,30 @@ build() {
     for f in $cu; do b=$(basename "$f" .cu); $CXX -c $b.emu.cpp -o $b.emu.o & n=$((n+1)); [ $((n % 2)) = 0 ] && wait; done; wait
     for f in $cuobjs; do [ -f $f ] || { echo "missing $f"; exit 1; }; done
     echo "== CUDA-ON C files"
-    $CC -c "$REPO/train/ops/ops.c" -o ops.o
-    $CC -c "$REPO/train/device/dev_cuda.c" -o dev_cuda.o
+    TRAIN_FLAGS="$(offflags sl_train)" # as the OFF build's train/ (SLUICE_WITH_DNNL, ...)
+    $CC $TRAIN_FLAGS -c "$REPO/train/ops/ops.c" -o ops.o
+    $CC $TRAIN_FLAGS -c "$REPO/train/device/dev_cuda.c" -o dev_cuda.o
+    # the fused conv+BN path (cuDNN's graph API: emu_dnn_graph.cpp), once its files exist
+    fused=""
+    for f in train/ops/graph_cuda.c train/ops/fuse.c; do
+        b=$(basename "$f" .c)
+        if [ -f "$REPO/$f" ]; then $CC $TRAIN_FLAGS -c "$REPO/$f" -o $b.o; fused="$fused $b.o"; else rm -f $b.o; fi
+    done
+    [ -f fuse_cuda.emu.o ] && [ -f "$REPO/train/ops/fuse_cuda.cu" ] && fused="$fused fuse_cuda.emu.o"
     # the nccl backend (emu_nccl.cpp under it) in place of nccl_none.c, and
     # comm.c's dispatch that knows it; replica.c from this tree too, so that
     # mut.sh's mutants of it are what runs
     COLL_FLAGS="$(offflags sl_collectives) -DSLUICE_WITH_NCCL=1"
     $CC $COLL_FLAGS -c "$REPO/collectives/nccl.c" -o nccl.o &
     $CC $COLL_FLAGS -c "$REPO/collectives/comm.c" -o comm.o &
-    $CC $(offflags sl_train) -c "$REPO/train/loop/replica.c" -o replica.o & wait
+    $CC $TRAIN_FLAGS -c "$REPO/train/loop/replica.c" -o replica.o & wait
     echo "== archives"
     rm -f libsl_train.a libsl_pipeline.a
     cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o ops.c.o
     ar d libsl_train.a replica.c.o
+    if ar t libsl_train.a | grep -qx fuse.c.o; then ar d libsl_train.a fuse.c.o; fi
     ar r libsl_train.a ops.o dev_cuda.o replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
-        linear_cuda.emu.o norm_cuda.emu.o norm_sync_cuda.emu.o sgd_cuda.emu.o 2>/dev/null
+        linear_cuda.emu.o norm_cuda.emu.o norm_sync_cuda.emu.o sgd_cuda.emu.o $fused 2>/dev/null
     rm -f libsl_collectives.a
     cp "$OFF/libsl_collectives.a" libsl_collectives.a; ar d libsl_collectives.a nccl_none.c.o comm.c.o
     ar r libsl_collectives.a nccl.o comm.o 2>/dev/null
@@ -86,7 +110,8 @@ build() {
     # the fake libnvjpeg that --decode gpu loads (SLUICE_NVJPEG, runtests)
     $CXX -fPIC -shared "$EMU/emu_nvjpeg.cpp" -o "$OUT/libnvjpeg_emu.so" -lturbojpeg
     ALL="libsl_train.a libsl_pipeline.a $OFF/libsl_records.a libsl_collectives.a $OFF/libsl_common.a \
-         emu.o emu_rt.o emu_dnn.o emu_blas.o emu_nccl.o"
+         emu.o emu_rt.o emu_dnn.o emu_dnn_graph.o emu_blas.o emu_nccl.o"
+    LIBS="$LIBS $(offlibs | tr '\n' ' ')"
     echo "== CLI $OUT/sluice"
     g++ -rdynamic -o "$OUT/sluice" "$OFF"/CMakeFiles/sluice.dir/tools/*.o $ALL "$OFF/libsl_cuda_probe.a" "$OFF/libsl_common.a" \
         $LIBS $MPI_LIB
@@ -104,7 +129,7 @@ build() {
     tobjs="$tobjs t_test_nccl.o"; wait
     g++ -rdynamic -o "$OUT/emu_tests" $tobjs $ALL $LIBS $MPI_LIB
     gcc -O1 -g -I$CUDA_INC -c "$EMU/selftest.c" -o selftest.o
-    g++ -rdynamic -o "$OUT/selftest" selftest.o emu.o emu_rt.o emu_nccl.o -lopenblas -lpthread
+    g++ -rdynamic -o "$OUT/selftest" selftest.o emu.o emu_rt.o emu_dnn.o emu_dnn_graph.o emu_nccl.o -lopenblas -lpthread -lm
     set +e
 }
 
@@ -174,6 +199,23 @@ capture_selftest() {
     fi
 }
 
+# cuDNN's backend graph API (selftest graph, emu_dnn_graph.cpp): every case
+# ok, and the three misuse cases among them reported, nothing else.
+graph_selftest() {
+    local out n
+    out=$(EMU_ABORT=0 timeout 120 "$OUT/selftest" graph 2>&1)
+    n=$(echo "$out" | grep -c '^graph: .*: ok')
+    if [ "$n" = 21 ] && ! echo "$out" | grep -q WRONG && [ "$(echo "$out" | grep -c '^EMU: error: ')" = 3 ] &&
+        echo "$out" | grep -q "^EMU: error: cudnnBackendExecute: the variant pack has no pointer for w (uid 4)" &&
+        echo "$out" | grep -q "^EMU: error: cudnnBackendExecute: workspace .* + 65536 bytes leaves device allocation" &&
+        echo "$out" | grep -q "^EMU: error: cudnnBackendDestroyDescriptor: ENGINECFG .* used after cudnnBackendDestroyDescriptor"; then
+        echo "== graph selftest: ok ($n cases)"
+    else
+        echo "== graph selftest: FAILED"; echo "$out" | grep -v "^/\|^\./\|(+0x\|EMU: warning" | head -40
+        return 1
+    fi
+}
+
 # The NCCL lanes (part of ci, or alone: run.sh nccl)
 nccl_lanes() {
     nccl_selftest && FILTER='collectives_nccl/*' runtests && FILTER='train_nccl/*' runtests
@@ -186,11 +228,12 @@ all) build && selftest && runtests "$@" ;;
 ci)  # tools/dev test: every GPU test but the 8-minute Fashion-MNIST one, then the op and
      # pipeline device tests; each lane's failure fails the run
     build # a plain call: its set -e stops the script at the first failing step
-    capture_selftest && FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
+    capture_selftest && graph_selftest && FILTER='train_gpu/[!b]*' runtests && FILTER='*cuda*/*' runtests &&
         FILTER='pipeline_load/*' runtests && FILTER='pipeline_gdec/*' runtests && nccl_lanes ;;
 nccl) nccl_lanes ;;
-selftest) selftest && capture_selftest ;;
+selftest) selftest && capture_selftest && graph_selftest ;;
 capture) capture_selftest ;;
+graph) graph_selftest ;;
 nccl_selftest) nccl_selftest ;;
-*) echo "usage: run.sh [build|selftest|test|all|ci|nccl|capture|nccl_selftest] [criterion args]"; exit 2 ;;
+*) echo "usage: run.sh [build|selftest|test|all|ci|nccl|capture|graph|nccl_selftest] [criterion args]"; exit 2 ;;
 esac

@@ -619,8 +619,34 @@ static int step_graph(sl_replica *rep, const sl_batch *b, float lr)
     return sl_dev_feed_done(rep->feed);
 }
 
+/* res's cudnn_fusion fields from the model's last train forward. */
+static void fusion_report(const sl_replica *rep, sl_train_result *res)
+{
+    int fused = 0, total = 0;
+    sl_model_fusion(rep->m, &fused, &total);
+    const char *why = "";
+    if (fused == total && total > 0)
+        snprintf(res->cudnn_fusion, sizeof res->cudnn_fusion, "on");
+    else if (fused > 0)
+        snprintf(res->cudnn_fusion, sizeof res->cudnn_fusion, "partial (%d of %d)", fused,
+                 total);
+    else
+        snprintf(res->cudnn_fusion, sizeof res->cudnn_fusion, "off");
+    if (fused < total || total == 0) {
+        why = sl_fuse_refusal(&rep->e);
+        if (!sl_fuse_available(&rep->e))
+            why = rep->e.backend != SL_BACKEND_CUDA ? "not a cuda run"
+                  : rep->e.act != SL_DTYPE_F16     ? "fusion runs with --precision fp16"
+                  : "SLUICE_CUDNN_FUSION=0";
+        else if (rep->m->sync_on)
+            why = "--sync-bn runs the unfused batch norm";
+    }
+    snprintf(res->cudnn_fusion_why, sizeof res->cudnn_fusion_why, "%s", why);
+}
+
 void sl_replica_graph_report(const sl_replica *rep, sl_train_result *res)
 {
+    fusion_report(rep, res);
     res->cuda_graph_replays = rep->graph_replays;
     if (!rep->dev) {
         snprintf(res->cuda_graph, sizeof res->cuda_graph, "off");

@@ -46,6 +46,30 @@
  * are the unfused ops' bit for bit
  * (train_int.h); eval forwards and sync-BN keep the unfused ops.
  *
+ * cuDNN fusion (sl_fuse_available: a cuda exec with fp16 activations;
+ * train_int.h's "cuDNN graph fusion"). A train forward without sync-BN
+ * runs each residual block whose cuDNN plans exist at its shapes
+ * (sl_fuse_prepare; a refused block runs as above) as MLPerf's chain:
+ *   unit j:  y_j = conv_j(relu(y_{j-1}*s_{j-1} + b_{j-1})), with the sum
+ *            and sum of squares of y_j from the conv's epilogue
+ *            (ConvBNfprop); unit 0 and the downsample read the block input
+ *            through the identity prologue (s = 1, b = 0: the input is a
+ *            ReLU's output, so relu passes it); then BN finalize: the
+ *            statistics, running update and (s_j, b_j) = BN_j folded, so
+ *            the BN'd, ReLU'd z_j of a main-path unit is never written;
+ *   last:    out = relu(bn(y_last) + shortcut) by the apply pass into z_last;
+ *   ds:      z_ds = bn(y_ds) (the apply pass, no ReLU).
+ * Backward (A = d(out)): bn_bwd_act on the last unit as above; each unit
+ * j >= 1's weight gradient recomputes its input relu(y_{j-1}*s + b)
+ * (ConvBNwgrad); its data gradient comes with the previous BN's ReLU mask
+ * and weight gradients (DgradDreluBNBwdWeight: da in gd, dgamma, dbeta,
+ * and the coefficients of d(y_{j-1}) = eq_dy*da + eq_x*y_{j-1} + eq_b,
+ * which sl_fuse_bn_dx writes over y_{j-1}); unit 0 and the downsample as
+ * unfused. The grad-ready hooks come in the unfused order. Fused steps
+ * match the unfused ones within fp16 tolerance, not bits (the variance
+ * from sums, not Welford's); with every plan refused the step is the
+ * unfused one bit for bit (tests/train/ops/test_fuse_cuda.c).
+ *
  * The input x of a train forward is not copied: it must stay unchanged
  * until the matching backward (the stem's weight gradient reads it).
  *
@@ -292,6 +316,77 @@ static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int trai
     return SL_OK;
 }
 
+/* The cuDNN plans block b needs at batch n (the top comment): SL_OK, or
+ * SL_ENOTSUP when the model does not fuse or cuDNN refuses one. */
+static int fuse_ready(sl_model *m, sl_exec *e, const sl_block *b, int n)
+{
+    if (!m->fuse_arena || b->nconv < 2)
+        return SL_ENOTSUP;
+    sl_conv_shape sh;
+    int rc;
+    for (int j = 0; j < b->nconv; j++) {
+        const sl_cbn *c = &m->cbn[b->first + j];
+        if (j < b->nconv - 1 && !c->relu)
+            return SL_ENOTSUP;
+        unsigned kinds = j ? SL_FUSE_FPROP | SL_FUSE_WGRAD | SL_FUSE_DGRAD : SL_FUSE_FPROP;
+        if ((rc = conv_shape(c, n, &sh)) || (rc = sl_fuse_prepare(e, &sh, kinds)))
+            return rc;
+    }
+    if (b->ds >= 0 && ((rc = conv_shape(&m->cbn[b->ds], n, &sh)) ||
+                       (rc = sl_fuse_prepare(e, &sh, SL_FUSE_FPROP))))
+        return rc;
+    return SL_OK;
+}
+
+/* A unit's fused conv + statistics + BN finalize, its input x through the
+ * prologue sb (fp16 scale then bias of x's channels). */
+static int unit_fwd_fused(sl_model *m, sl_exec *e, sl_cbn *c, int n, const float *x,
+                          const void *sb)
+{
+    const char *fn = "sl_model_forward";
+    sl_conv_shape sh;
+    OP(fn, c->conv_name, conv_shape(c, n, &sh));
+    OP(fn, c->conv_name, sl_fuse_conv_fwd(e, &sh, x, sb, c->wc, c->y, c->fsum, c->fsq));
+    OP(fn, c->bn_name, sl_fuse_bn_finalize(e, c->cout, (int64_t)n * c->p * c->q, c->fsum,
+                                           c->fsq, c->gamma, c->beta, m->cfg.bn_momentum,
+                                           m->cfg.bn_eps, c->rmean, c->rvar, c->smean,
+                                           c->sinvstd, c->fk, c->fsb));
+    (*c->nbt)++;
+    return SL_OK;
+}
+
+/* The identity prologue of c input channels: ones, then zeros (model_int.h). */
+static const void *fuse_id(const sl_model *m, int c)
+{
+    return (const char *)m->fuse_id + (size_t)(m->fuse_idc - c) * 2;
+}
+
+/* Block b through the fused plans (the top comment). */
+static int block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n)
+{
+    const char *fn = "sl_model_forward";
+    sl_cbn *u = &m->cbn[b->first], *last = u + b->nconv - 1;
+    const float *xin = input_of(m, u), *shortcut = xin;
+    int rc;
+    if (b->ds >= 0) {
+        sl_cbn *d = &m->cbn[b->ds];
+        if ((rc = unit_fwd_fused(m, e, d, n, xin, fuse_id(m, d->cin))))
+            return rc;
+        OP(fn, d->bn_name, sl_fuse_bn_apply(e, (int64_t)n * d->p * d->q, d->cout, d->y, d->fk,
+                                            NULL, 0, d->z));
+        shortcut = d->z;
+    }
+    for (int j = 0; j < b->nconv; j++) {
+        const float *x = j ? u[j - 1].y : xin;
+        const void *sb = j ? u[j - 1].fsb : fuse_id(m, u[0].cin);
+        if ((rc = unit_fwd_fused(m, e, &u[j], n, x, sb)))
+            return rc;
+    }
+    OP(fn, last->bn_name, sl_fuse_bn_apply(e, (int64_t)n * last->p * last->q, last->cout,
+                                           last->y, last->fk, shortcut, 1, last->z));
+    return SL_OK;
+}
+
 int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
                      const float **logits)
 {
@@ -326,8 +421,23 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
                                              3, 2, 1));
         OP(fn, "maxpool", sl_maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg));
     }
+    if (train)
+        m->fuse_units = m->fuse_total = 0;
     for (int b = 0; b < m->nblock; b++) {
-        rc = block_fwd(m, e, &m->blk[b], n, train);
+        sl_block *k = &m->blk[b];
+        int convs = k->nconv + (k->ds >= 0);
+        if (train && !m->sync_on) {
+            rc = fuse_ready(m, e, k, n);
+            if (rc && rc != SL_ENOTSUP)
+                return sl_fail(rc, "%s: block %d: %s", fn, b, sl_errmsg());
+            k->fused = rc == SL_OK;
+            m->fuse_total += convs;
+            m->fuse_units += k->fused ? convs : 0;
+        } else if (train) {
+            k->fused = 0;
+            m->fuse_total += convs;
+        }
+        rc = k->fused && train ? block_fwd_fused(m, e, k, n) : block_fwd(m, e, k, n, train);
         if (rc)
             return rc;
     }
@@ -361,6 +471,8 @@ static int grad_ready(sl_model *m, int t)
 /* What cbn_bwd does with the gradient of the cbn's input. */
 enum { DX_NONE, DX_SET, DX_ADD };
 
+static int conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp);
+
 /* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when relu
  * (the cbn's own ReLU, or the block output's for its last cbn); d(y) by the
  * BN backward, written over y (dgamma, dbeta into the grads); dw; then
@@ -391,6 +503,15 @@ static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *d
     }
     if ((rc = grad_ready(m, c->tensor + 1)) || (rc = grad_ready(m, c->tensor + 2)))
         return rc;
+    return conv_bwd(m, e, c, n, dx, how, tmp);
+}
+
+/* c's conv backward from d(y) in y: dw (then its hook), and d(input) as
+ * cbn_bwd says. */
+static int conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp)
+{
+    const char *fn = "sl_model_backward";
+    int rc;
     sl_conv_shape sh;
     OP(fn, c->conv_name, conv_shape(c, n, &sh));
     OP(fn, c->conv_name, sl_conv_bwd_filter(e, &sh, input_of(m, c), c->y, c->gw));
@@ -428,6 +549,50 @@ static int block_bwd(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A
     return rc;
 }
 
+/* Unit c's weight gradient from its input relu(p->y*s + b) recomputed
+ * (ConvBNwgrad), then its hook. */
+static int wgrad_fused(sl_model *m, sl_exec *e, sl_cbn *c, const sl_cbn *p, int n)
+{
+    const char *fn = "sl_model_backward";
+    sl_conv_shape sh;
+    OP(fn, c->conv_name, conv_shape(c, n, &sh));
+    OP(fn, c->conv_name, sl_fuse_conv_wgrad(e, &sh, p->y, p->fsb, c->y, c->gw));
+    return grad_ready(m, c->tensor);
+}
+
+/* block_bwd for a block its forward fused (the top comment). */
+static int block_bwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A)
+{
+    const char *fn = "sl_model_backward";
+    sl_cbn *u = &m->cbn[b->first];
+    int L = b->nconv - 1, rc;
+    sl_cbn *last = &u[L];
+    OP(fn, last->bn_name, sl_bn_bwd_act(e, (int64_t)n * last->p * last->q, last->cout, last->y,
+                                        last->z, A, last->gamma, last->smean, last->sinvstd,
+                                        last->y, last->ggamma, last->gbeta));
+    if ((rc = grad_ready(m, last->tensor + 1)) || (rc = grad_ready(m, last->tensor + 2)) ||
+        (rc = wgrad_fused(m, e, last, &u[L - 1], n)))
+        return rc;
+    if (b->ds >= 0 &&
+        (rc = cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, b->gout, DX_SET, NULL)))
+        return rc;
+    for (int j = L; j >= 1; j--) {
+        sl_cbn *c = &u[j], *p = &u[j - 1];
+        if (j < L && (rc = wgrad_fused(m, e, c, p, n)))
+            return rc;
+        sl_conv_shape sh;
+        OP(fn, c->conv_name, conv_shape(c, n, &sh));
+        OP(fn, c->conv_name, sl_fuse_conv_dgrad(e, &sh, c->y, c->wc, p->y, p->fsb, p->smean,
+                                                p->sinvstd, p->gamma, b->gd, p->ggamma,
+                                                p->gbeta, p->fcoef));
+        if ((rc = grad_ready(m, p->tensor + 1)) || (rc = grad_ready(m, p->tensor + 2)))
+            return rc;
+        OP(fn, p->bn_name, sl_fuse_bn_dx(e, (int64_t)n * p->p * p->q, p->cout, b->gd, p->y,
+                                         p->smean, p->fcoef, p->y));
+    }
+    return conv_bwd(m, e, &u[0], n, b->gout, DX_ADD, b->gtmp);
+}
+
 int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
 {
     const char *fn = "sl_model_backward";
@@ -449,7 +614,8 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
         return rc;
     OP(fn, "avgpool", sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
     for (int b = m->nblock - 1; b >= 0; b--) {
-        if ((rc = block_bwd(m, e, &m->blk[b], n, A)))
+        const sl_block *k = &m->blk[b];
+        if ((rc = k->fused ? block_bwd_fused(m, e, k, n, A) : block_bwd(m, e, k, n, A)))
             return rc;
         A = m->blk[b].gout;
     }
@@ -482,6 +648,12 @@ void sl_model_note_replay(sl_model *m, const float *x, int n)
 /* -------------------------------------------------------------- accessors */
 
 const sl_model_config *sl_model_config_of(const sl_model *m) { return &m->cfg; }
+
+void sl_model_fusion(const sl_model *m, int *fused, int *total)
+{
+    *fused = m ? m->fuse_units : 0;
+    *total = m ? m->fuse_total : 0;
+}
 
 sl_tensor_info *sl_model_tensors(sl_model *m, int *count)
 {

@@ -88,6 +88,12 @@ typedef struct sl_cbn {
                             backward's BN step, the gradient of y */
     float *z;            /* (max_batch, p, q, cout) BN (+ReLU) output */
     int tensor;          /* state-dict index of the conv weight; BN weight +1, bias +2 */
+    /* cuDNN fusion (model.c's top comment): device memory when the model is
+     * placed on an exec that fuses (sl_fuse_available), else NULL. */
+    float *fsum, *fsq;   /* (cout) the conv epilogue's sum and sum of squares of y */
+    float *fk;           /* (4 cout) the BN apply's constants (sl_fuse_bn_finalize) */
+    float *fcoef;        /* (8 cout) its input gradient's coefficients (sl_fuse_conv_dgrad) */
+    void *fsb;           /* (2 cout) fp16: this BN folded into the next conv's prologue */
 } sl_cbn;
 
 /* A residual block: main path cbn[first .. first+nconv-1], optional
@@ -102,6 +108,7 @@ typedef struct sl_block {
     float *gout;         /* d(block input): the incoming d(block output) itself (identity,
                             accumulated in place) or a buffer of its own (downsample) */
     float *gtmp;         /* a measured search's scratch of d(block input)'s size, or NULL */
+    int fused;           /* the last train forward ran it through cuDNN's fused plans */
 } sl_block;
 
 struct sl_model {
@@ -168,6 +175,14 @@ struct sl_model {
     void *wc_arena;
     int64_t bufs_floats; /* arena size (floats) */
     size_t acts_bytes;   /* arena size (bytes) */
+
+    /* cuDNN fusion: the per-BN vectors above in one device arena, and the
+     * identity prologue (fp16: fuse_idc ones, then fuse_idc zeros). */
+    void *fuse_arena;
+    void *fuse_id;
+    int fuse_idc;
+    int fuse_units, fuse_total; /* convolutions of the residual blocks fused in the last
+                                   train forward, and in all */
 
     const float *x;      /* input of the last forward (the caller's buffer) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */

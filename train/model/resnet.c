@@ -645,6 +645,50 @@ int sl_model_plan_bytes(const sl_model_config *cfg, int max_batch, int h, int w,
 
 /* ------------------------------------------------------------- placing */
 
+/* On an exec that fuses (sl_fuse_available): each BN's fusion vectors
+ * (model_int.h) in one device arena, 16-byte aligned each, and the
+ * identity prologue (fp16 ones, then zeros, for the widest input). A few
+ * hundred KiB for ResNet-50. */
+static int place_fusion(sl_model *m, sl_exec *e)
+{
+    if (!sl_fuse_available(e))
+        return SL_OK;
+    int64_t floats = 0;
+    int idc = 8;
+    for (int i = 0; i < m->ncbn; i++) {
+        floats += 15 * al(m->cbn[i].cout); /* sum, sq, 4 k, 8 coef, 2 fp16 sb */
+        idc = m->cbn[i].cin > idc ? m->cbn[i].cin : idc;
+    }
+    size_t bytes = (size_t)floats * sizeof(float) + (size_t)idc * 2 * sizeof(uint16_t);
+    uint16_t *id = malloc((size_t)idc * 2 * sizeof *id);
+    void *arena = NULL;
+    int rc = id ? sl_dev_alloc(e, bytes, &arena) : SL_ENOMEM;
+    if (!rc) {
+        for (int i = 0; i < idc; i++)
+            id[i] = 0x3c00, id[idc + i] = 0; /* fp16 1.0 and 0.0 */
+        rc = sl_dev_copy_in(e, (char *)arena + (size_t)floats * sizeof(float), id,
+                            (size_t)idc * 2 * sizeof *id);
+    }
+    free(id);
+    if (rc) {
+        sl_dev_free(e, arena);
+        return sl_fail(rc, "sl_model_place: cuDNN fusion's %zu bytes: %s", bytes, sl_errmsg());
+    }
+    float *f = arena;
+    for (int i = 0; i < m->ncbn; i++) {
+        sl_cbn *c = &m->cbn[i];
+        int64_t C = al(c->cout);
+        c->fsum = f, c->fsq = f + C, c->fk = f + 2 * C, c->fcoef = f + 6 * C;
+        c->fsb = f + 14 * C;
+        f += 15 * C;
+    }
+    m->fuse_arena = arena;
+    m->fuse_id = f;
+    m->fuse_idc = idc;
+    m->bytes += bytes;
+    return SL_OK;
+}
+
 int sl_model_place(sl_model *m, sl_exec *e)
 {
     const char *fn = "sl_model_place";
@@ -701,6 +745,8 @@ int sl_model_place(sl_model *m, sl_exec *e)
     m->bytes = (size_t)(2 * u.params + u.bufs + m->sync_floats) * sizeof(float) + u.acts +
                (dwc ? (size_t)u.params * asz : 0) + argmax_bytes(m);
     m->train_n = 0;
+    if ((rc = place_fusion(m, e)))
+        return rc;
     return sl_model_refresh(m);
 }
 
@@ -748,7 +794,7 @@ void sl_model_destroy(sl_model *m)
         sl_exec *e = m->dev_e;
         sl_dev_free(e, m->params), sl_dev_free(e, m->grads), sl_dev_free(e, m->bufs);
         sl_dev_free(e, m->acts), sl_dev_free(e, m->pool_arg), sl_dev_free(e, m->wc_arena);
-        sl_dev_free(e, m->sync_buf);
+        sl_dev_free(e, m->sync_buf), sl_dev_free(e, m->fuse_arena);
         m->params = m->h_params, m->grads = m->h_grads, m->bufs = m->h_bufs;
         m->sync_buf = m->h_sync_buf;
         m->acts = NULL, m->pool_arg = NULL;

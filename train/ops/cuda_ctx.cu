@@ -107,6 +107,7 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
     if (c->stream)
         (void)cudaStreamSynchronize(c->stream); // no kernel may outlive its buffers
     sl_conv_algo_cache_free(c->algos);          // cuDNN descriptors: before the handle
+    sl_graph_cache_free(c->graphs);             // cuDNN's graph plans likewise
     if (c->cudnn)
         (void)cudnnDestroy(c->cudnn);
     if (c->cublas)
@@ -126,13 +127,14 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
 extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
 {
     *out = NULL;
-    int tf32 = 1, find = 0, det = 1, fuse = 1, graph = 1, rc; // set below; initialized for gcc -O3
+    int tf32 = 1, find = 0, det = 1, fuse = 1, graph = 1, cfuse = 1, rc; // set below; for gcc -O3
     size_t ws_max = 0;
     if ((rc = env_switch("SLUICE_CUDA_TF32", 1, &tf32)) ||
         (rc = env_switch("SLUICE_CUDNN_FIND", 0, &find)) ||
         (rc = env_switch("SLUICE_CUDNN_DETERMINISTIC", 1, &det)) ||
         (rc = env_switch("SLUICE_CUDA_FUSE", 1, &fuse)) ||
         (rc = env_switch("SLUICE_CUDA_GRAPH", 1, &graph)) ||
+        (rc = env_switch("SLUICE_CUDNN_FUSION", 1, &cfuse)) ||
         (rc = env_mib("SLUICE_CUDNN_WS_MB", SL_CUDNN_WS_MB_DEFAULT, &ws_max)))
         return rc;
     const char *sp = getenv("SLUICE_CUDA_STEM_PAD");
@@ -162,6 +164,7 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
     c->sms = 132; // an H100 SXM's, if the query below fails
     c->fuse = fuse;
     c->graph = graph;
+    c->cudnn_fusion = cfuse;
     c->ws_max = ws_max;
     c->stem_pad = stem_pad;
     // Each step names the call that failed; a failed create leaves the
@@ -201,6 +204,8 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         goto fail;
     }
     if ((rc = sl_conv_algo_cache_create(find, det, &c->algos)))
+        goto fail;
+    if ((rc = sl_graph_cache_create(&c->graphs)))
         goto fail;
     *out = c;
     return SL_OK;

@@ -61,6 +61,7 @@ extern "C" {
 #endif
 
 typedef struct sl_conv_algo_cache sl_conv_algo_cache; /* conv_cuda.cu */
+typedef struct sl_graph_cache sl_graph_cache;         /* graph_cuda.c */
 struct sl_cuda_block {
     void *p;
     size_t bytes;
@@ -74,6 +75,8 @@ typedef struct sl_cuda_ctx {
     int tf32;                  /* tensor-core TF32 allowed (SLUICE_CUDA_TF32 != 0) */
     int fuse;                  /* the fused BN slots in the exec's table (SLUICE_CUDA_FUSE != 0) */
     int graph;                 /* the trainer may capture its step (SLUICE_CUDA_GRAPH != 0) */
+    int cudnn_fusion;          /* cuDNN graph fusion with fp16 activations (SLUICE_CUDNN_FUSION
+                                  != 0; train_int.h's "cuDNN graph fusion") */
     int sms;                   /* the device's multiprocessors (grids of the bandwidth-bound
                                   kernels are sized for them: 132 on an H100 SXM) */
     void *d_ws;                /* cuDNN / cuBLAS workspace, grown on demand */
@@ -97,6 +100,7 @@ typedef struct sl_cuda_ctx {
     unsigned mem_gen;          /* bumped when the workspace or tmp moves (a captured
                                   CUDA graph holds their old addresses) */
     sl_conv_algo_cache *algos; /* conv_cuda.cu's per-shape algorithm choices */
+    sl_graph_cache *graphs;    /* graph_cuda.c's per-shape cuDNN fusion plans */
 } sl_cuda_ctx;
 
 #define SL_CUDA_PINNED_BYTES 4096
@@ -107,7 +111,7 @@ typedef struct sl_cuda_ctx {
  * stream, cuBLAS math mode per tf32). SL_ECUDA with the failing call, or
  * "no CUDA device" when the runtime finds none; SL_EINVAL for a bad
  * SLUICE_CUDA_TF32 / SLUICE_CUDNN_FIND / SLUICE_CUDNN_DETERMINISTIC /
- * SLUICE_CUDA_FUSE / SLUICE_CUDA_GRAPH value (read here, 0 or 1) or SLUICE_CUDNN_WS_MB (a
+ * SLUICE_CUDA_FUSE / SLUICE_CUDA_GRAPH / SLUICE_CUDNN_FUSION value (read here, 0 or 1) or SLUICE_CUDNN_WS_MB (a
  * whole number of MiB, default SL_CUDNN_WS_MB_DEFAULT) or SLUICE_CUDA_STEM_PAD
  * (0, 4 or 8). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
@@ -175,6 +179,43 @@ int sl_bn_bwd_act_cuda(sl_exec *e, int64_t rows, int c, const float *x, const fl
 /* The accumulating backward-data slot (conv_cuda.cu). */
 int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *dy,
                               const float *w, float *dx, float *tmp);
+
+/* ------------------------------------------------ cuDNN graph fusion */
+/* graph_cuda.c: cuDNN's plans (ConvBNfprop, ConvBNwgrad,
+ * DgradDreluBNBwdWeight) per (kind, shape), built on first use and kept
+ * until the context goes; the functions behind train_int.h's sl_fuse_*
+ * entry points, which checked the arguments. fuse_cuda.cu: the BN
+ * finalize, apply and input-gradient kernels. */
+int sl_graph_cache_create(sl_graph_cache **out);
+void sl_graph_cache_free(sl_graph_cache *g); /* NULL is a no-op */
+int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
+int sl_graph_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                           const float *w, float *y, float *sum, float *sqsum);
+int sl_graph_conv_wgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x,
+                             const void *sb, const float *dy, float *dw);
+int sl_graph_conv_dgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *dy,
+                             const float *w, const float *xc, const void *sb, const float *mean,
+                             const float *invstd, const float *gamma, float *da, float *dgamma,
+                             float *dbeta, float *coef);
+const char *sl_graph_refusal_cuda(const sl_cuda_ctx *c);
+/* Plans built and refused so far (tests). */
+void sl_graph_stats(const sl_cuda_ctx *c, int *built, int *refused);
+int sl_fuse_bn_finalize_cuda(sl_exec *e, int c, int64_t rows, const float *sum,
+                             const float *sqsum, const float *gamma, const float *beta,
+                             float momentum, float eps, float *running_mean, float *running_var,
+                             float *save_mean, float *save_invstd, float *consts, void *sb);
+int sl_fuse_bn_apply_cuda(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
+                          const float *r, int relu, float *z);
+int sl_fuse_bn_dx_cuda(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
+                       const float *mean, float *coef, float *dx);
+/* norm_cuda.cu's apply and input-gradient passes with per-channel float4
+ * constants k (16-byte aligned, c of them) that fuse_cuda.cu made:
+ * y = ((x - K) - md)*scale + beta (+ r, then ReLU) from (K, md, scale,
+ * beta); dx = A*dy - B*(x - mu) - C from (mu, A, B, C). */
+int sl_bn_apply_k_cuda(sl_exec *e, int64_t rows, int c, const float *x, const void *k,
+                       const float *r, int relu, float *y);
+int sl_bn_dx_k_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                    const void *k, float *dx);
 
 /* ------------------------------------------------------ mixed precision */
 /* Each enqueues its kernels on ctx->stream and returns without waiting for

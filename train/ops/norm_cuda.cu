@@ -905,3 +905,36 @@ extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
         return bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, s.k, dx);
     });
 }
+
+// ------------------------------------------- cuDNN fusion's passes (fuse_cuda.cu)
+// The apply and input-gradient passes above with per-channel constants
+// made by fuse_cuda.cu's kernels (16-byte aligned float4s): y = ((x - K) -
+// md)*scale + beta (+ r, ReLU) and dx = A*dy - B*(x - mu) - C, the same
+// passes and roundings as the unfused ops'.
+extern "C" int sl_bn_apply_k_cuda(sl_exec *e, int64_t rows, int c, const float *x,
+                                  const void *k, const float *r, int relu, float *y)
+{
+    const char *fn = "sl_fuse_bn_apply";
+    sl_cuda_ctx *cx = NULL;
+    int rc = bn_ctx(fn, e, &cx);
+    if (rc || rows == 0)
+        return rc;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        return bn_apply_run<T>(fn, cx, rows, c, x, (const float4 *)k, r, relu, y);
+    });
+}
+
+extern "C" int sl_bn_dx_k_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                               const void *k, float *dx)
+{
+    const char *fn = "sl_fuse_bn_dx";
+    sl_cuda_ctx *cx = NULL;
+    int rc = bn_ctx(fn, e, &cx);
+    if (rc || rows == 0)
+        return rc;
+    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+        using T = decltype(t);
+        return bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, (const float4 *)k, dx);
+    });
+}

@@ -1,0 +1,168 @@
+/*
+ * train/ops/fuse.c - the entry points of the cuDNN-fusion ops
+ * (train_int.h's "cuDNN graph fusion"): each checks its arguments once, as
+ * ops.c's entry points do (op_check.h), then runs the cuda function behind
+ * it (graph_cuda.c: cuDNN's plans; fuse_cuda.cu: the BN kernels). Every
+ * other exec, and every exec in a build without CUDA, gets SL_ENOTSUP, so
+ * the model asks sl_fuse_available once and runs its unfused ops.
+ */
+#include <stdint.h>
+
+#include "train/ops/op_check.h"
+#include "train/train_int.h"
+#ifdef SLUICE_TRAIN_CUDA
+#include "train/ops/cuda_int.h"
+#endif
+
+int sl_fuse_available(const sl_exec *e)
+{
+#ifdef SLUICE_TRAIN_CUDA
+    return e && e->backend == SL_BACKEND_CUDA && e->cuda && e->act == SL_DTYPE_F16 &&
+           sl_cuda_of((sl_exec *)e)->cudnn_fusion;
+#else
+    (void)e;
+    return 0;
+#endif
+}
+
+/* The exec can fuse: SL_ENOTSUP naming why not. */
+#define FUSE_OK(e)                                                                            \
+    do {                                                                                      \
+        int rc_ = op_ok(__func__, (e), 1);                                                    \
+        if (rc_)                                                                              \
+            return rc_;                                                                       \
+        if (!sl_fuse_available(e))                                                            \
+            return sl_fail(SL_ENOTSUP, "%s: %s: cuDNN fusion needs a cuda exec with fp16 "    \
+                           "activations and SLUICE_CUDNN_FUSION not 0", __func__,            \
+                           (e)->ops->name);                                                   \
+    } while (0)
+
+#define CHAN(e, t, c) TENSOR(e, t, c)
+
+#ifdef SLUICE_TRAIN_CUDA
+#define RUN(call) return (call)
+#else
+/* Not reached (FUSE_OK refuses first); keeps the arguments used. */
+#define RUN(call) return SL_ENOTSUP
+#endif
+
+int sl_fuse_prepare(sl_exec *e, const sl_conv_shape *sh, unsigned kinds)
+{
+    FUSE_OK(e);
+    CHECK_CONV(e, sh);
+    CHECK(e, kinds != 0 && (kinds & ~7u) == 0, "kinds 0x%x", kinds);
+    RUN(sl_graph_prepare_cuda(e, sh, kinds));
+}
+
+int sl_fuse_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                     const float *w, float *y, float *sum, float *sqsum)
+{
+    FUSE_OK(e);
+    CHECK_CONV(e, sh);
+    CONV_X(e, sh, x);
+    CHAN(e, sb, 2 * (int64_t)sh->c);
+    CONV_W(e, sh, w);
+    CONV_Y(e, sh, y);
+    CHAN(e, sum, sh->k);
+    CHAN(e, sqsum, sh->k);
+    RUN(sl_graph_conv_fwd_cuda(e, sh, x, sb, w, y, sum, sqsum));
+}
+
+int sl_fuse_conv_wgrad(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                       const float *dy, float *dw)
+{
+    FUSE_OK(e);
+    CHECK_CONV(e, sh);
+    CONV_X(e, sh, x);
+    CHAN(e, sb, 2 * (int64_t)sh->c);
+    CONV_Y(e, sh, dy);
+    CONV_W(e, sh, dw);
+    RUN(sl_graph_conv_wgrad_cuda(e, sh, x, sb, dy, dw));
+}
+
+int sl_fuse_conv_dgrad(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                       const float *xc, const void *sb, const float *mean, const float *invstd,
+                       const float *gamma, float *da, float *dgamma, float *dbeta, float *coef)
+{
+    FUSE_OK(e);
+    CHECK_CONV(e, sh);
+    CONV_Y(e, sh, dy);
+    CONV_W(e, sh, w);
+    CONV_X(e, sh, xc);
+    CHAN(e, sb, 2 * (int64_t)sh->c);
+    CHAN(e, mean, sh->c);
+    CHAN(e, invstd, sh->c);
+    CHAN(e, gamma, sh->c);
+    CONV_X(e, sh, da);
+    CHAN(e, dgamma, sh->c);
+    CHAN(e, dbeta, sh->c);
+    CHAN(e, coef, 8 * (int64_t)sh->c);
+    CHECK(e, ((uintptr_t)coef & 15) == 0, "coef %p not 16-byte aligned", (const void *)coef);
+    RUN(sl_graph_conv_dgrad_cuda(e, sh, dy, w, xc, sb, mean, invstd, gamma, da, dgamma, dbeta,
+                                 coef));
+}
+
+int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const float *sqsum,
+                        const float *gamma, const float *beta, float momentum, float eps,
+                        float *running_mean, float *running_var, float *save_mean,
+                        float *save_invstd, float *consts, void *sb)
+{
+    FUSE_OK(e);
+    CHECK(e, c >= 1, "%d channels", c);
+    CHECK(e, rows >= 2, "%lld row(s) per channel: training-mode batch norm needs at least 2",
+          (long long)rows);
+    CHAN(e, sum, c);
+    CHAN(e, sqsum, c);
+    CHAN(e, gamma, c);
+    CHAN(e, beta, c);
+    CHAN(e, running_mean, c);
+    CHAN(e, running_var, c);
+    CHAN(e, save_mean, c);
+    CHAN(e, save_invstd, c);
+    CHAN(e, consts, 4 * (int64_t)c);
+    CHECK(e, ((uintptr_t)consts & 15) == 0, "consts %p not 16-byte aligned",
+          (const void *)consts);
+    CHAN(e, sb, 2 * (int64_t)c);
+    (void)momentum, (void)eps; /* used by the cuda build only */
+    RUN(sl_fuse_bn_finalize_cuda(e, c, rows, sum, sqsum, gamma, beta, momentum, eps,
+                                 running_mean, running_var, save_mean, save_invstd, consts, sb));
+}
+
+int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
+                     const float *r, int relu, float *z)
+{
+    FUSE_OK(e);
+    CHECK(e, c >= 1 && rows >= 1, "%lld rows of %d channels", (long long)rows, c);
+    TENSOR(e, y, rows, c);
+    CHAN(e, consts, 4 * (int64_t)c);
+    CHECK(e, ((uintptr_t)consts & 15) == 0, "consts %p not 16-byte aligned",
+          (const void *)consts);
+    TENSOR(e, z, rows, c);
+    (void)r, (void)relu; /* used by the cuda build only */
+    RUN(sl_fuse_bn_apply_cuda(e, rows, c, y, consts, r, relu, z));
+}
+
+int sl_fuse_bn_dx(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
+                  const float *mean, float *coef, float *dx)
+{
+    FUSE_OK(e);
+    CHECK(e, c >= 1 && rows >= 1, "%lld rows of %d channels", (long long)rows, c);
+    TENSOR(e, da, rows, c);
+    TENSOR(e, xc, rows, c);
+    CHAN(e, mean, c);
+    CHAN(e, coef, 8 * (int64_t)c);
+    CHECK(e, ((uintptr_t)coef & 15) == 0, "coef %p not 16-byte aligned", (const void *)coef);
+    TENSOR(e, dx, rows, c);
+    RUN(sl_fuse_bn_dx_cuda(e, rows, c, da, xc, mean, coef, dx));
+}
+
+const char *sl_fuse_refusal(const sl_exec *e)
+{
+#ifdef SLUICE_TRAIN_CUDA
+    if (sl_fuse_available(e))
+        return sl_graph_refusal_cuda(sl_cuda_of((sl_exec *)e));
+#else
+    (void)e;
+#endif
+    return "";
+}
