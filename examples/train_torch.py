@@ -10,8 +10,19 @@ DLPack tensors taken by torch.from_dlpack without a copy. Under torchrun
 world-th record (rank_split="records", the same number of batches on every
 rank) and the model is wrapped in DistributedDataParallel (gloo on the CPU,
 nccl on GPUs). --checkpoint saves the model, the optimizer and the
-pipeline's state_dict() atomically at each epoch's end (and at --steps);
---resume continues with exactly the batches an uninterrupted run would see.
+pipeline's state_dict() atomically at each epoch's end (batch.epoch_end:
+once per epoch; and at --steps), --eval-split evaluates there; --resume
+continues with exactly the batches an uninterrupted run would see.
+
+Tested with Debian's python3-torch 1.13 (CPU, gloo) on Python 3.11, whose
+torchrun fails before starting a rank (its own bug: "in to_map" on Python
+3.11). Without torchrun, start one process per rank with the variables
+torchrun would set:
+
+    for r in 0 1; do
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+        python examples/train_torch.py --data data/fmnist --image-size 32 --epochs 1 &
+    done; wait
 """
 import argparse
 import json
@@ -140,38 +151,40 @@ def main():
                          "data": states if world > 1 else states[0]}, args.checkpoint)
 
     model.train()
-    t0, seen, epoch = time.perf_counter(), 0, None
+    t0, seen, evaluated = time.perf_counter(), 0, False
+    if rank == 0:
+        print(f"{len(pipe)} steps, {pipe.records_per_epoch} records per epoch", flush=True)
     for batch in pipe:
         images, labels = batch
         x = torch.from_dlpack(images)
         y = torch.from_dlpack(labels).to(device, non_blocking=True)
-        e = int(torch.from_dlpack(batch.epochs)[-1])
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         step += 1
         seen += y.numel()
-        if epoch is not None and e != epoch:
-            # an epoch ended inside this batch: the model has trained on it
-            # and the pipeline's position is after it, so the two agree
+        if rank == 0 and step % args.log_every == 0:
+            dt = time.perf_counter() - t0
+            print(f"step {step} epoch {batch.epoch} loss {loss.item():.4f} "
+                  f"{seen * world / dt:.0f} images/s", flush=True)
+        evaluated = False
+        if batch.epoch_end:
+            # An epoch's worth of samples is done with this step (the same
+            # step on every rank; batch.epochs, each sample's own epoch, mixes
+            # two epochs around the boundary: the shuffle buffer spans it).
+            # The model has trained on it and the pipeline's position is
+            # after it, so the checkpoint's two halves agree.
             checkpoint()
             if args.eval_split:
                 acc = evaluate(model, args, device, rank, world)
                 if rank == 0:
-                    print(f"epoch {epoch} top1 {acc:.4f}", flush=True)
-        epoch = e
-        if rank == 0 and step % args.log_every == 0:
-            dt = time.perf_counter() - t0
-            print(f"step {step} epoch {e} loss {loss.item():.4f} "
-                  f"{seen * world / dt:.0f} images/s", flush=True)
+                    print(f"epoch {batch.epoch} top1 {acc:.4f}", flush=True)
+            evaluated = True
         if args.steps and step >= args.steps:
             break
-    checkpoint()
-    if args.eval_split and not args.steps:
-        acc = evaluate(model, args, device, rank, world)
-        if rank == 0:
-            print(f"epoch {epoch} top1 {acc:.4f}", flush=True)
+    if not evaluated:
+        checkpoint()  # stopped by --steps inside an epoch
     if rank == 0:
         print(f"done: {step} steps, final loss {loss.item():.4f}", flush=True)
     pipe.close()

@@ -68,7 +68,8 @@
  *   and refills the slot with the next record id after it (id + 1, + 2, ...
  *   modulo the total), read with pread through the index and decoded with
  *   that id's RNG, so the batch stays full and the run stays deterministic.
- *   More than max_bad is fatal.
+ *   More than max_bad is fatal. Under SKIP a truncated shard is opened with
+ *   its whole records only (source.c); the records it lost count as bad.
  *
  * Shutdown: stop (also the first step of destroy) sets stop, broadcasts
  *   every condition variable and joins all threads (none blocks anywhere but
@@ -388,8 +389,8 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
 
     /* SL_SPLIT_RECORDS: every shard; the order keeps this rank's positions */
     int split = c->rank_split == SL_SPLIT_RECORDS;
-    if ((rc = sl_source_set_open(c->data, c->split, split ? 0 : c->rank, split ? 1 : c->world,
-                                 &p->src)))
+    if ((rc = sl_source_set_open_policy(c->data, c->split, split ? 0 : c->rank,
+                                        split ? 1 : c->world, c->on_error, &p->src)))
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
@@ -428,6 +429,16 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     for (size_t i = 0; i < p->src.n; i++)
         p->fds[i] = -1;
+    /* what the source set left out (on_error skip: truncated shards) are
+     * bad records like any other: counted, named, bounded by max_bad */
+    p->bad_count = p->src.bad;
+    for (unsigned i = 0; i < p->src.nbad_msgs; i++)
+        memcpy(p->bad[i], p->src.bad_msgs[i], sizeof p->bad[i]);
+    if (p->src.bad > c->max_bad) {
+        rc = sl_fail(SL_ECORRUPT, "%s: more than %llu bad records (max_bad); first: %s", fn,
+                     (unsigned long long)c->max_bad, p->src.bad_msgs[0]);
+        goto fail;
+    }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
     p->use_pread = rd && strcmp(rd, "pread") == 0;
     if ((rc = alloc_threads(p)))

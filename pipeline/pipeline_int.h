@@ -77,6 +77,12 @@ typedef struct sl_source_set {
     uint64_t total_bytes;     /* framed bytes over all shards */
     uint64_t max_record;      /* largest framed record (16 + payload) */
     int64_t label_offset;     /* from dataset.json, 0 when absent */
+    /* What sl_source_set_open_policy left out under SL_ON_ERROR_SKIP: the
+     * unreadable tail of truncated shards (records; a scanned shard's tail
+     * counts as 1), and the first messages ("FILE: record N @ OFF: what"). */
+    uint64_t bad;
+    unsigned nbad_msgs;
+    char bad_msgs[SL_PIPELINE_MAX_BAD_REPORT][256];
 } sl_source_set;
 
 /* Open the shards of `split` under data (sl_dataset_resolve: a directory's
@@ -87,6 +93,14 @@ typedef struct sl_source_set {
  * when this rank gets no shard ("rank 3 of 8: only 2 shards"). */
 int sl_source_set_open(const char *data, const char *split, unsigned rank, unsigned world,
                        sl_source_set *out);
+/* sl_source_set_open under an error policy. SL_ON_ERROR_FAIL is
+ * sl_source_set_open. SL_ON_ERROR_SKIP: a shard shorter than its index
+ * keeps the records that are whole in the file, a shard without an index
+ * whose scan stops at a bad record keeps the records before it; what is
+ * left out is counted and named in out->bad / bad_msgs. A shard longer than
+ * its index (a stale index) is an error under both. */
+int sl_source_set_open_policy(const char *data, const char *split, unsigned rank, unsigned world,
+                              sl_error_policy policy, sl_source_set *out);
 void sl_source_set_close(sl_source_set *s);
 /* Shard and record number of a global id (binary search); SL_EINVAL if out of range. */
 int sl_source_set_locate(const sl_source_set *s, uint64_t id, uint32_t *shard, uint64_t *rec);

@@ -63,13 +63,27 @@ static int list_shards(const char *data, const char *split, char ***paths, size_
     return SL_OK;
 }
 
+/* Note records left out under the skip policy (count, message). */
+static void note_bad(sl_source_set *set, uint64_t count, const char *msg)
+{
+    set->bad += count;
+    if (set->nbad_msgs < SL_PIPELINE_MAX_BAD_REPORT) { /* cut to the report's width */
+        char *to = set->bad_msgs[set->nbad_msgs++];
+        size_t l = strnlen(msg, sizeof set->bad_msgs[0] - 1);
+        memcpy(to, msg, l);
+        to[l] = 0;
+    }
+}
+
 /* Load (or build) the index of sh->path and check that it ends exactly at
- * the end of the file. Fills idx, nrec, bytes. */
-static int load_index(sl_shard_info *sh)
+ * the end of the file. Fills idx, nrec, bytes. A file shorter than its
+ * index is truncated: the first record past its end is named, as verify
+ * names it; with skip the whole records are kept. */
+static int load_index(sl_shard_info *sh, sl_error_policy policy, sl_source_set *set)
 {
     struct stat st;
     char *idx_path = NULL;
-    int built = 0, rc;
+    int built = 0, tail = 0, rc;
     size_t n = 0;
 
     if (asprintf(&idx_path, "%s.idx", sh->path) < 0)
@@ -80,8 +94,18 @@ static int load_index(sl_shard_info *sh)
          * (CRCs checked). Not written back: the data directory may be
          * read-only or shared. */
         sl_clear_error();
-        rc = sl_index_build(sh->path, &sh->idx, &n);
+        rc = policy == SL_ON_ERROR_SKIP ? sl_index_build_prefix(sh->path, &sh->idx, &n)
+                                        : sl_index_build(sh->path, &sh->idx, &n);
         built = 1;
+        if (rc == SL_ECORRUPT && policy == SL_ON_ERROR_SKIP) {
+            /* the rest of the file cannot be framed: it is one bad record */
+            char msg[SL_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s (the rest of the file is skipped)", sl_errmsg());
+            note_bad(set, 1, msg);
+            sl_clear_error();
+            rc = SL_OK;
+            tail = 1;
+        }
     }
     if (rc) {
         rc = sl_fail(rc, "%s: %s", fn_open, sl_errmsg());
@@ -94,6 +118,28 @@ static int load_index(sl_shard_info *sh)
     }
     sh->nrec = n;
     sh->bytes = n ? sh->idx[n - 1].offset + sh->idx[n - 1].size : 0;
+    if (tail && sh->bytes < (uint64_t)st.st_size)
+        goto out; /* the scan above stopped at a bad record: the prefix is what is read */
+    if (!built && sh->bytes > (uint64_t)st.st_size) {
+        /* The file ends inside the records its index lists: truncated (the
+         * index was written with the whole file). */
+        size_t k = 0;
+        while (k < n && sh->idx[k].offset + sh->idx[k].size <= (uint64_t)st.st_size)
+            k++;
+        char msg[SL_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s: record %zu @ %llu: truncated record (the file ends at "
+                 "byte %llu; %s lists %zu records to byte %llu)", sh->path, k,
+                 (unsigned long long)sh->idx[k].offset, (unsigned long long)st.st_size,
+                 idx_path, n, (unsigned long long)sh->bytes);
+        if (policy != SL_ON_ERROR_SKIP) {
+            rc = sl_fail(SL_ECORRUPT, "%s: %s", fn_open, msg);
+            goto out;
+        }
+        note_bad(set, n - k, msg);
+        sh->nrec = k;
+        sh->bytes = k ? sh->idx[k - 1].offset + sh->idx[k - 1].size : 0;
+        goto out;
+    }
     if (sh->bytes != (uint64_t)st.st_size) {
         /* sl_index_load already checked the entries follow one another from
          * offset 0, so only the end can disagree with the file. */
@@ -111,6 +157,12 @@ out:
 
 int sl_source_set_open(const char *data, const char *split, unsigned rank, unsigned world,
                        sl_source_set *out)
+{
+    return sl_source_set_open_policy(data, split, rank, world, SL_ON_ERROR_FAIL, out);
+}
+
+int sl_source_set_open_policy(const char *data, const char *split, unsigned rank, unsigned world,
+                              sl_error_policy policy, sl_source_set *out)
 {
     char **paths = NULL;
     size_t npaths = 0, mine;
@@ -152,7 +204,7 @@ int sl_source_set_open(const char *data, const char *split, unsigned rank, unsig
         sh->path = paths[i]; /* ownership moves to the set */
         paths[i] = NULL;
         out->n = k + 1;
-        rc = load_index(sh);
+        rc = load_index(sh, policy, out);
         if (rc)
             goto out;
         sh->first_id = out->total;

@@ -47,7 +47,9 @@
  *   its message, every worker stops at its next claim, the committer stops,
  *   and after the join the open writer is aborted (its temp files
  *   removed). Shards already closed are whole and stay; the plan file stays
- *   too, so --resume can finish the job.
+ *   too, so --resume can finish the job. A stop request (cfg->cancel, read
+ *   by the committer before each chunk) ends the run the same way, with
+ *   SL_ECANCELED: Ctrl-C in a binding costs at most the open shard.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -108,6 +110,7 @@ typedef struct cv_job {
     sl_tfrecord_writer *tfw;
     sl_lmdb_writer *lmw;
     uint64_t done, records, bytes, skipped, passthrough, reencoded;
+    unsigned shards_closed;         /* whole shards written by this run */
     struct timespec last_progress;
 } cv_job;
 
@@ -385,8 +388,11 @@ static int commit_chunk(cv_job *j, size_t k)
             j->reencoded++;
     }
     j->done += r->end - r->begin;
-    if (r->end == sl_convert_shard_begin(st->in.n, st->nshards, r->shard + 1) && (rc = close_writer(j)))
-        return rc;
+    if (r->end == sl_convert_shard_begin(st->in.n, st->nshards, r->shard + 1)) {
+        if ((rc = close_writer(j)))
+            return rc;
+        j->shards_closed++;
+    }
     if (cfg->progress) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -444,6 +450,13 @@ static void commit_all(cv_job *j)
     pthread_mutex_lock(&j->mu);
     while (!j->stop && j->next_commit < j->nchunks) {
         cv_slot *slot = &j->slots[j->next_commit % j->window];
+        if (j->cfg->cancel && *j->cfg->cancel) {
+            /* the open writer (a shard not yet whole) is aborted after the join */
+            fail_locked(j, sl_fail(SL_ECANCELED, "sl_convert_run: %s: canceled: %u of %u "
+                                   "shards whole (resume finishes the job)", j->cfg->out_dir,
+                                   j->shards_closed + j->st->nkept, j->st->nshards));
+            break;
+        }
         if (!slot->done) {
             pthread_cond_wait(&j->cv_done, &j->mu);
             continue;

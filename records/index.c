@@ -173,9 +173,11 @@ fail:
     return rc;
 }
 
-int sl_index_build(const char *shard_path, sl_index_entry **entries, size_t *n)
+/* keep_prefix: on a bad record, hand back the whole records before it
+ * along with the error (sl_index_build_prefix). */
+static int index_build(const char *fn, const char *shard_path, int keep_prefix,
+                       sl_index_entry **entries, size_t *n)
 {
-    static const char fn[] = "sl_index_build";
     sl_tfrecord_reader *r = NULL;
     sl_index_entry *e = NULL;
     size_t count = 0, cap = 1024;
@@ -207,8 +209,15 @@ int sl_index_build(const char *shard_path, sl_index_entry **entries, size_t *n)
         e[count].size = (uint64_t)len + SL_TFRECORD_OVERHEAD;
         count++;
     }
-    if (rc != SL_EOF)
-        goto fail; /* the reader's message names file, record and offset */
+    if (rc != SL_EOF) {
+        /* the reader's message names file, record and offset */
+        if (!keep_prefix || rc == SL_ENOMEM || rc == SL_EIO)
+            goto fail;
+        sl_tfrecord_reader_close(r);
+        *entries = e;
+        *n = count;
+        return rc;
+    }
     sl_tfrecord_reader_close(r);
     *entries = e;
     *n = count;
@@ -218,6 +227,16 @@ fail:
     free(e);
     sl_tfrecord_reader_close(r);
     return rc;
+}
+
+int sl_index_build(const char *shard_path, sl_index_entry **entries, size_t *n)
+{
+    return index_build("sl_index_build", shard_path, 0, entries, n);
+}
+
+int sl_index_build_prefix(const char *shard_path, sl_index_entry **entries, size_t *n)
+{
+    return index_build("sl_index_build_prefix", shard_path, 1, entries, n);
 }
 
 /* Writing: the DALI line of one record (tfrecord_writer.c streams them,

@@ -144,6 +144,13 @@ typedef struct sl_index_entry {
 int sl_index_load(const char *idx_path, sl_index_entry **entries, size_t *n);
 /* Build the index of a shard by scanning it (CRCs checked). */
 int sl_index_build(const char *shard_path, sl_index_entry **entries, size_t *n);
+/* sl_index_build that, when the scan stops at a bad record (SL_ECORRUPT: a
+ * truncated tail, a CRC mismatch; the message names file, record and
+ * offset), returns that error AND the entries of the whole records before
+ * it in *entries / *n (malloc'd, possibly none), for a reader that skips
+ * what it cannot read. Other errors (SL_ENOENT, SL_EIO, SL_ENOMEM) return
+ * no entries. */
+int sl_index_build_prefix(const char *shard_path, sl_index_entry **entries, size_t *n);
 /* Write entries to idx_path atomically (temp, fsync, rename). */
 int sl_index_write(const char *idx_path, const sl_index_entry *entries, size_t n);
 
@@ -455,6 +462,15 @@ typedef struct sl_convert_config {
      * them is SL_EINVAL. Copied where kept; NULL = none. */
     const char *const *class_names;
     uint32_t num_class_names;
+    /* Optional stop request: the calling thread reads *cancel before it
+     * writes each chunk of records (64 inputs); once it is non-zero the run
+     * stops there, drops the shard it was writing (its temp files; the LMDB
+     * store's open transaction) and returns SL_ECANCELED without updating
+     * dataset.json. The shards closed before are whole, and a run with
+     * resume = 1 and the same inputs and options keeps them and finishes.
+     * Set it from the progress callback (same thread), a signal handler or
+     * another thread (a plain store: it is only read). NULL = never. */
+    const volatile int *cancel;
 } sl_convert_config;
 
 #define SL_CONVERT_CONFIG_INIT                                                                  \
@@ -475,8 +491,9 @@ typedef struct sl_convert_result {
 } sl_convert_result;
 
 /* Run a conversion (blocks; uses cfg->threads threads). Writes the shards and
- * index files (or the LMDB store) and updates DIR/dataset.json. On error no
- * partial shard is left under a final name. */
+ * index files (or the LMDB store) and updates DIR/dataset.json. On error (or
+ * SL_ECANCELED through cfg->cancel) no partial shard is left under a final
+ * name. */
 int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res);
 
 /* --------------------------------------------------------- dataset walking */

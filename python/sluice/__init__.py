@@ -24,8 +24,10 @@ Errors are sluice.Error subclasses whose message names the file and record
 CRC mismatch").
 """
 
-import json
-import os
+import json as _json
+import math as _math
+import operator as _operator
+import os as _os
 
 from ._sluice import (  # noqa: F401  (re-exported)
     ConfigError,
@@ -60,68 +62,174 @@ _LAYOUT = {"nhwc-u8": 0, "nhwc-f32": 1, "nchw-f32": 2}
 _ON_ERROR = {"skip": 0, "fail": 1}
 _RANK_SPLIT = {"files": 0, "records": 1}
 
+_U64 = 2**64 - 1
+_I63 = 2**63 - 1
+
+
+def _max_threads():
+    """Threads a setting may ask for: 8 per core (at least 16); more only
+    thrash (and 1000 threads on 2 cores is a typo, not a plan)."""
+    return max(16, 8 * (_os.cpu_count() or 1))
+
+
+# Argument checks: every setting is checked against its meaning and its C
+# field's range here, and a wrong type or value raises ConfigError naming the
+# setting (never a bare TypeError/OverflowError, never a value cut to 32 bits).
+def _int(where, name, value, lo, hi, meaning=""):
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ConfigError(f"{where}: {name}={value!r}: an integer{meaning}, not "
+                          f"{type(value).__name__}")
+    v = _operator.index(value)
+    if not lo <= v <= hi:
+        raise ConfigError(f"{where}: {name}={v}: out of range, {lo} to {hi}{meaning}")
+    return v
+
+
+def _float(where, name, value, ok, meaning):
+    if isinstance(value, (bool, str, bytes)):
+        raise ConfigError(f"{where}: {name}={value!r}: a number{meaning}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where}: {name}={value!r}: a number{meaning}") from None
+    if not _math.isfinite(v) or not ok(v):
+        raise ConfigError(f"{where}: {name}={value!r}: out of range{meaning}")
+    return v
+
+
+def _pair(where, name, value, ok, meaning):
+    try:
+        lo, hi = value
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {name}={value!r}: a pair (lo, hi){meaning}") from None
+    lo = _float(where, name, lo, lambda v: True, meaning)
+    hi = _float(where, name, hi, lambda v: True, meaning)
+    if not ok(lo, hi):
+        raise ConfigError(f"{where}: {name}={value!r}: out of range{meaning}")
+    return lo, hi
+
+
+def _triple(where, name, value, ok, meaning):
+    try:
+        items = list(value)
+    except TypeError:
+        items = []
+    if len(items) != 3:
+        raise ConfigError(f"{where}: {name}={value!r}: three numbers (R, G, B){meaning}")
+    return [_float(where, name, v, ok, meaning) for v in items]
+
+
+def _bool(where, name, value):
+    if value is True or value is False or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    if type(value).__name__ == "bool_":  # numpy.bool_
+        return bool(value)
+    raise ConfigError(f"{where}: {name}={value!r}: True or False")
+
+
+def _path(where, name, value):
+    try:
+        p = _os.fspath(value)
+    except TypeError:
+        raise ConfigError(f"{where}: {name}={value!r}: a path (str, bytes or os.PathLike)") from None
+    if not p:
+        raise ConfigError(f"{where}: {name}: an empty path")
+    return p  # str or bytes: the extension takes both (os.fsencode's bytes)
+
+
+def _str(where, name, value):
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {name}={value!r}: a non-empty str")
+    return value
+
 
 class Batch(tuple):
     """(images, labels), plus .index (batch number in the run), .record_ids
-    (int64: which record filled each slot) and .epochs (int32). All are
-    sluice.Tensor objects (DLPack)."""
+    (int64: which record filled each slot) and .epochs (int32: each sample's
+    epoch; the shuffle buffer mixes the end of one epoch with the start of
+    the next, so use .epoch / .epoch_end to count epochs). All tensors are
+    sluice.Tensor objects (DLPack; numpy.asarray takes host ones).
 
-    def __new__(cls, index, images, labels, record_ids, epochs):
+    .epoch: the epoch this step counts towards: sample positions
+    index*batch*world onwards over records_per_epoch, the same on every rank.
+    .epoch_end: True on the step in which an epoch's worth of samples is
+    complete (and on the last batch of the run): evaluate and checkpoint
+    there, once per epoch."""
+
+    def __new__(cls, index, images, labels, record_ids, epochs, epoch=0, epoch_end=False):
         self = tuple.__new__(cls, (images, labels))
         self.index = index
         self.record_ids = record_ids
         self.epochs = epochs
+        self.epoch = epoch
+        self.epoch_end = epoch_end
         return self
 
     @property
     def images(self):
+        """The images: (N, 3, H, W) float32, (N, H, W, 3) float32 or uint8."""
         return self[0]
 
     @property
     def labels(self):
+        """The labels: (N,) int64."""
         return self[1]
 
 
 def _device_index(device):
-    if device is None or device == "cpu":
+    if device is None:
         return -1
-    if isinstance(device, int):
-        return device
-    text = str(device)
+    if isinstance(device, int) and not isinstance(device, bool):
+        return _int("sluice.Pipeline", "device", device, 0, 1023)
+    text = str(device) if type(device).__name__ == "device" else device  # torch.device
+    if text == "cpu":
+        return -1
     if text == "cuda":
         return 0
-    if text.startswith("cuda:") and text[5:].isdigit():
-        return int(text[5:])
+    if isinstance(text, str) and text.startswith("cuda:") and text[5:].isdigit():
+        return _int("sluice.Pipeline", "device", int(text[5:]), 0, 1023)
     raise ConfigError(f"sluice.Pipeline: device={device!r}: None, 'cpu', 'cuda' or 'cuda:N'")
 
 
 def _shuffle(shuffle):
     """'none' | 'global' | 'buffer' | 'buffer:N' -> (mode, buffer or None)."""
-    text = str(shuffle)
-    if text in ("none", "global", "buffer"):
-        return _SHUFFLE[text], None
-    if text.startswith("buffer:") and text[7:].isdigit() and int(text[7:]) > 0:
-        return _SHUFFLE["buffer"], int(text[7:])
-    raise ConfigError(f"sluice.Pipeline: shuffle={shuffle!r}: 'none', 'buffer:N' or 'global'")
+    if isinstance(shuffle, str):
+        if shuffle in ("none", "global", "buffer"):
+            return _SHUFFLE[shuffle], None
+        if shuffle.startswith("buffer:") and shuffle[7:].isdigit():
+            n = int(shuffle[7:])
+            if 1 <= n <= 2**40:
+                return _SHUFFLE["buffer"], n
+    raise ConfigError(f"sluice.Pipeline: shuffle={shuffle!r}: 'none', 'buffer:N' "
+                      f"(N from 1 to 2**40 records) or 'global'")
 
 
 def _pick(table, what, value):
-    if value not in table:
+    if not isinstance(value, str) or value not in table:
         raise ConfigError(f"sluice.Pipeline: {what}={value!r}: one of {', '.join(table)}")
     return table[value]
+
+
+def _restore(kwargs, state):
+    """Unpickle a Pipeline: made anew in this process at the pickled one's
+    position (what multiprocessing's spawn and forkserver contexts do)."""
+    p = Pipeline.__new__(Pipeline)
+    p._setup(kwargs, state)
+    return p
 
 
 class Pipeline:
     """An iterator of Batch (images, labels) read from record shards.
 
     data: a dataset directory (dataset.json or NAME-*-of-*.tfrecord shards),
-        a glob of shard files, or one .tfrecord file.
-    image_size: S or (H, W) of the output images.
+        a glob of shard files, or one .tfrecord file (str, bytes or
+        os.PathLike; names that are not UTF-8 work as os.fsencode gives them).
+    image_size: S or (H, W) of the output images, 1 to 16384.
     batch: samples per batch (the last may be smaller unless drop_remainder).
     shuffle: 'buffer:N' (tf.data's shuffle buffer of N records), 'global' (a
         permutation of all records per epoch) or 'none'; default 'buffer:10000'
         for training, 'none' (and a fixed file order) with train=False.
-    workers: decode/augment threads, 0 = one per core.
+    workers: decode/augment threads, 0 = one per core (at most 8 per core).
     seed: seeds shuffles and augmentation: the same seed gives the same bytes,
         whatever the numbers of threads.
     train: random-resized-crop + flip (True) or resize + center crop (False).
@@ -136,7 +244,9 @@ class Pipeline:
     label_offset: subtracted from stored labels (TensorFlow's ImageNet shards
         store 1..1000: pass 1); None takes dataset.json's (0 without one).
     epochs: passes over the data in one fused stream (0 = forever); each
-        sample's epoch is in batch.epochs.
+        batch says which epoch its step counts towards (batch.epoch) and
+        whether an epoch ends in it (batch.epoch_end); len(pipeline) is the
+        number of batches of the run.
     copy: give each batch memory of its own (for batches kept past the next
         step); otherwise images are lent (see the module's doc).
     hold: batches lent at once (default 1 on the CPU, 2 with a device).
@@ -146,9 +256,16 @@ class Pipeline:
         pixels is a bad record, refused before decoding; default 2**26),
         scale, ratio, flip, crop_fraction, mean, std (0..255 units).
 
-    Errors: sluice.NotFoundError for missing data, sluice.ConfigError for bad
-    settings, sluice.CorruptError naming file and record, at creation or
-    from next(). Ctrl-C while waiting raises KeyboardInterrupt within 0.1 s.
+    Errors: sluice.NotFoundError for missing data, sluice.ConfigError naming
+    the setting for a bad value or type, sluice.CorruptError naming file and
+    record, at creation or from next(). Ctrl-C while waiting raises
+    KeyboardInterrupt within 0.1 s.
+
+    Processes: a Pipeline belongs to the process that made it. In a child of
+    fork() (multiprocessing's fork context, DataLoader workers) the
+    inherited one can be closed and dropped, and next() raises
+    sluice.NotSupportedError; make a new one there. Pickled (spawn and
+    forkserver contexts), it is made anew at its state_dict() position.
     """
 
     def __init__(self, data, image_size=224, batch=256, shuffle=None, workers=0, seed=0,
@@ -158,29 +275,65 @@ class Pipeline:
                  rank_split="files", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None):
-        if isinstance(image_size, int):
-            height = width = image_size
-        else:
+        kwargs = dict(locals())
+        del kwargs["self"]
+        self._setup(kwargs, None)
+
+    def _setup(self, kw, state):
+        w = "sluice.Pipeline"
+        self._kwargs = kw
+        image_size = kw["image_size"]
+        if isinstance(image_size, (tuple, list)):
+            if len(image_size) != 2:
+                raise ConfigError(f"{w}: image_size={image_size!r}: S or (H, W)")
             height, width = image_size
-        dev = _device_index(device)
+        else:
+            height = width = image_size
+        side = " pixels"
+        height = _int(w, "image_size", height, 1, 16384, side)
+        width = _int(w, "image_size", width, 1, 16384, side)
+        dev = _device_index(kw["device"])
+        train = _bool(w, "train", kw["train"])
+        world = _int(w, "world", kw["world"], 1, 65536, " processes")
+        rank = _int(w, "rank", kw["rank"], 0, world - 1, f" (world={world})")
+        batch = _int(w, "batch", kw["batch"], 1, 2**20, " samples")
+        nthreads = _max_threads()
+        workers = _int(w, "workers", kw["workers"], 0, nthreads,
+                       f" threads (0 = one per core; {_os.cpu_count()} cores here)")
+        readers = _int(w, "readers", kw["readers"], 0, nthreads, " threads (0 = 2)")
+        label_offset = kw["label_offset"]
         cfg = {
-            "data": os.fspath(data), "split": split, "height": int(height), "width": int(width),
-            "batch": int(batch), "workers": int(workers), "seed": int(seed),
-            "transform": 0 if train else 1, "layout": _pick(_LAYOUT, "layout", layout),
-            "device": dev, "rank": int(rank), "world": int(world), "epochs": int(epochs),
-            "readers": int(readers), "cycle": int(cycle), "block": int(block),
-            "drop_remainder": int(bool(drop_remainder)),
-            "on_error": _pick(_ON_ERROR, "on_error", on_error), "max_bad": int(max_bad),
-            "max_pixels": int(max_pixels),
-            "rank_split": _pick(_RANK_SPLIT, "rank_split", rank_split),
-            "scale_min": float(scale[0]), "scale_max": float(scale[1]),
-            "ratio_min": float(ratio[0]), "ratio_max": float(ratio[1]),
-            "flip": int(bool(flip)), "crop_fraction": float(crop_fraction),
-            "label_offset": -1 if label_offset is None else int(label_offset),
+            "data": _path(w, "data", kw["data"]), "split": _str(w, "split", kw["split"]),
+            "height": height, "width": width, "batch": batch, "workers": workers,
+            "seed": _int(w, "seed", kw["seed"], 0, _U64),
+            "transform": 0 if train else 1, "layout": _pick(_LAYOUT, "layout", kw["layout"]),
+            "device": dev, "rank": rank, "world": world,
+            "epochs": _int(w, "epochs", kw["epochs"], 0, _I63, " (0 = forever)"),
+            "readers": readers,
+            "cycle": _int(w, "cycle", kw["cycle"], 0, 65536, " files (0 = 4)"),
+            "block": _int(w, "block", kw["block"], 0, 2**20, " records (0 = 16)"),
+            "drop_remainder": int(_bool(w, "drop_remainder", kw["drop_remainder"])),
+            "on_error": _pick(_ON_ERROR, "on_error", kw["on_error"]),
+            "max_bad": _int(w, "max_bad", kw["max_bad"], 0, _I63, " (0 = 1000)"),
+            "max_pixels": _int(w, "max_pixels", kw["max_pixels"], 0, _I63, " (0 = 2**26)"),
+            "rank_split": _pick(_RANK_SPLIT, "rank_split", kw["rank_split"]),
+            "flip": int(_bool(w, "flip", kw["flip"])),
+            "label_offset": -1 if label_offset is None else
+            _int(w, "label_offset", label_offset, 0, 2**31 - 1, " (None = dataset.json's)"),
         }
+        cfg["scale_min"], cfg["scale_max"] = _pair(w, "scale", kw["scale"],
+                                                   lambda a, b: 0 < a <= b <= 1,
+                                                   " (0 < lo <= hi <= 1)")
+        cfg["ratio_min"], cfg["ratio_max"] = _pair(w, "ratio", kw["ratio"],
+                                                   lambda a, b: 0 < a <= b, " (0 < lo <= hi)")
+        cfg["crop_fraction"] = _float(w, "crop_fraction", kw["crop_fraction"],
+                                      lambda v: 0 < v <= 1, " (0 < f <= 1)")
+        mean = _triple(w, "mean", kw["mean"], lambda v: True, " (0..255 units)")
+        std = _triple(w, "std", kw["std"], lambda v: v > 0, " (0..255 units, > 0)")
         for i in range(3):
-            cfg[f"mean{i}"] = float(mean[i])
-            cfg[f"std{i}"] = float(std[i])
+            cfg[f"mean{i}"] = mean[i]
+            cfg[f"std{i}"] = std[i]
+        shuffle = kw["shuffle"]
         if shuffle is None and not train:
             shuffle = "none"  # eval reads in order (the CLI's --eval)
             cfg["shuffle_files"] = 0
@@ -188,47 +341,118 @@ class Pipeline:
         cfg["shuffle"] = mode
         if size is not None:
             cfg["shuffle_buffer"] = size
-        self._hold = int(hold) if hold is not None else (1 if dev < 0 else 2)
+        hold = kw["hold"]
+        self._hold = (1 if dev < 0 else 2) if hold is None else _int(w, "hold", hold, 1, 64,
+                                                                      " batches")
+        prefetch = _int(w, "prefetch", kw["prefetch"], 0, 4096, " batches (0 = automatic)")
+        if prefetch == 1:
+            raise ConfigError(f"{w}: prefetch=1: 0 (automatic) or 2 to 4096 batches")
         if prefetch == 0 and self._hold > 1:
             # pipeline.c's automatic ring (one batch with the consumer, one
             # filling, what the workers straddle) plus the extra batches held
-            w = int(workers) or os.cpu_count() or 1
-            prefetch = 2 + max(1, -(-2 * w // int(batch))) + self._hold - 1
-        cfg["prefetch"] = int(prefetch)
+            nw = workers or _os.cpu_count() or 1
+            prefetch = 2 + max(1, -(-2 * nw // batch)) + self._hold - 1
+        cfg["prefetch"] = prefetch
         self._cfg = cfg
-        self._copy = bool(copy)
-        self._c = _Pipeline(cfg, None, self._hold, self._copy)
+        self._copy = _bool(w, "copy", kw["copy"])
+        self._epoch = None
+        self._c = _Pipeline(cfg, state, self._hold, self._copy)
+
+    def __reduce__(self):
+        return _restore, (self._kwargs, self._c.state())
 
     def __iter__(self):
+        """The pipeline is its own iterator (one pass over the run)."""
         return self
 
     def __next__(self):
+        """The next Batch (images, labels); StopIteration after the run's
+        last batch. Waits for it with the GIL released (Ctrl-C raises
+        KeyboardInterrupt within 0.1 s). The images are lent until `hold`
+        more batches are taken (copy=True: yours)."""
         t = self._c.next()
         if t is None:
             raise StopIteration
-        return Batch(*t)
+        epoch, end = self._epoch_of(t[0])
+        return Batch(*t, epoch, end)
+
+    def _epoch_plan(self):
+        """(N, P, T, batches): records per epoch and sample positions per
+        step, both counted over all ranks where the ranks agree on them
+        (world 1, or rank_split='records'); positions of the whole run (None
+        when endless) and this rank's batches in it (None when endless)."""
+        if self._epoch is None:
+            c = self._cfg
+            st = self._c.stats()
+            world, batch = c["world"], c["batch"]
+            n = st["records_per_epoch_world"]
+            if n > 0:
+                per_step = batch * world
+            else:  # rank_split='files' with world > 1: this rank's own shards
+                n, per_step, world = st["records_per_epoch"], batch, 1
+            total = batches = None
+            if c["epochs"] > 0:
+                total = c["epochs"] * n
+                if c["drop_remainder"]:
+                    total = total // per_step * per_step
+                    batches = total // per_step
+                else:
+                    rank = c["rank"] if world > 1 else 0
+                    mine = -(-(total - rank) // world) if total > rank else 0
+                    batches = -(-mine // batch)
+            self._epoch = (n, per_step, total, batches)
+        return self._epoch
+
+    def _epoch_of(self, index):
+        n, per_step, total, batches = self._epoch_plan()
+        if n == 0:
+            return 0, False
+        start = index * per_step
+        end = (index + 1) * per_step if total is None else min((index + 1) * per_step, total)
+        last = batches is not None and index == batches - 1
+        return start // n, last or end // n > start // n
+
+    @property
+    def records_per_epoch(self):
+        """Records in one epoch: over all ranks with world 1 or
+        rank_split='records' (what batch.epoch counts in), else this rank's."""
+        return self._epoch_plan()[0]
+
+    def __len__(self):
+        """Batches of the whole run on this rank (batch.index goes from 0 to
+        len - 1; a pipeline resumed with load_state_dict has fewer left).
+        TypeError with epochs=0 (endless)."""
+        batches = self._epoch_plan()[3]
+        if batches is None:
+            raise TypeError("sluice.Pipeline: epochs=0 runs forever: no len()")
+        return batches
 
     def close(self):
         """Stop the threads and give back the held batches. Tensors taken
         before stay readable and the held batches keep their bytes (their
         memory lives while any tensor over it does); next() then raises
-        sluice.CanceledError."""
+        sluice.CanceledError, state_dict() still gives the position reached."""
         self._c.close()
 
     @property
     def closed(self):
+        """True after close()."""
         return self._c.closed
 
     def __enter__(self):
+        """`with sluice.Pipeline(...) as pipe:` closes it at the end of the
+        block (state_dict() still works after it)."""
         return self
 
     def __exit__(self, *exc):
+        """Close the pipeline (see close())."""
         self.close()
 
     def state_dict(self):
         """The position after the last batch taken (no data): save it with a
         checkpoint; load_state_dict on a Pipeline made with the same settings
-        continues with exactly the batches this one would give next."""
+        continues with exactly the batches this one would give next. Works
+        after close() too (the position when it was closed)."""
         return {"version": 1, "pipeline": self._c.state()}
 
     def load_state_dict(self, state):
@@ -236,10 +460,11 @@ class Pipeline:
         (threads and ring), the data settings must be those it was saved
         with (checked: sluice.ConfigError names what differs); workers,
         readers and prefetch may change."""
-        if not isinstance(state, dict) or state.get("version") != 1 or "pipeline" not in state:
+        if not isinstance(state, dict) or state.get("version") != 1 or \
+                not isinstance(state.get("pipeline"), str):
             raise ConfigError("sluice.Pipeline.load_state_dict: not a sluice state_dict "
                               "(a dict with version 1 and 'pipeline')")
-        new = _Pipeline(self._cfg, str(state["pipeline"]), self._hold, self._copy)
+        new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy)
         old, self._c = self._c, new
         old.close()
 
@@ -261,16 +486,21 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
     sorted by name), list=FILE (lines "path<TAB>label") or idx_images= and
     idx_labels= (MNIST IDX files, gzip or plain). Shards are written
     atomically with their index files and dataset.json; resume=True keeps
-    the shards of an earlier run. progress(done, total, bytes) is called a
-    few times a second.
+    the whole shards of an earlier, interrupted run with the same inputs and
+    options and writes the rest. progress(done, total, bytes) is called a
+    few times a second. Paths are str, bytes or os.PathLike.
 
     Returns a dict: inputs, records, skipped, bytes, passthrough, reencoded,
     shards, shards_kept, and skipped_inputs, a list of (input, reason) for
     every undecodable input (strict=True makes the first one an error).
-    A KeyboardInterrupt or an exception from progress is raised once the
-    conversion is over (shards already written are whole; resume=True
-    finishes the job).
+
+    Ctrl-C (KeyboardInterrupt), or an exception raised by progress, stops
+    the conversion within a chunk of 64 inputs: the shard being written is
+    dropped, the shards already written are whole, dataset.json is not
+    updated, and the exception is raised; convert(..., resume=True) with the
+    same arguments finishes the job.
     """
+    w = "sluice.convert"
     sources = [s for s, given in (("folder", folder is not None), ("list", list is not None),
                                   ("idx", idx_images is not None or idx_labels is not None))
                if given]
@@ -281,23 +511,33 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
         raise ConfigError("sluice.convert: idx_images= and idx_labels= go together")
     if format not in ("tfrecord", "lmdb"):
         raise ConfigError(f"sluice.convert: format={format!r}: 'tfrecord' or 'lmdb'")
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"sluice.convert: progress={progress!r}: a callable or None")
     cfg = {
-        "source": sources[0], "out_dir": os.fspath(out), "name": name, "shards": int(shards),
-        "format": format, "threads": int(threads), "quality": int(quality),
-        "resize_short": int(resize_short), "shuffle": int(bool(shuffle)), "seed": int(seed),
-        "resume": int(bool(resume)), "strict": int(bool(strict)),
-        "label_offset": int(label_offset), "fsync": int(bool(fsync)),
-        "max_pixels": int(max_pixels),
+        "source": sources[0], "out_dir": _path(w, "out", out), "name": _str(w, "name", name),
+        "shards": _int(w, "shards", shards, 0, 2**20, " (0 = about 128 MiB each)"),
+        "format": format,
+        "threads": _int(w, "threads", threads, 0, min(256, _max_threads()),
+                        f" (0 = one per core; {_os.cpu_count()} cores here)"),
+        "quality": _int(w, "quality", quality, 1, 100),
+        "resize_short": _int(w, "resize_short", resize_short, 0, 65535, " pixels (0 = keep)"),
+        "shuffle": int(_bool(w, "shuffle", shuffle)), "seed": _int(w, "seed", seed, 0, _I63),
+        "resume": int(_bool(w, "resume", resume)), "strict": int(_bool(w, "strict", strict)),
+        "label_offset": _int(w, "label_offset", label_offset, 0, 2**30),
+        "fsync": int(_bool(w, "fsync", fsync)),
+        "max_pixels": _int(w, "max_pixels", max_pixels, 0, _I63, " (0 = 2**26)"),
     }
     if folder is not None:
-        cfg["input"] = os.fspath(folder)
+        cfg["input"] = _path(w, "folder", folder)
     if list is not None:
-        cfg["input"] = os.fspath(list)
+        cfg["input"] = _path(w, "list", list)
     if idx_images is not None:
-        cfg["idx_images"] = os.fspath(idx_images)
-        cfg["idx_labels"] = os.fspath(idx_labels)
+        cfg["idx_images"] = _path(w, "idx_images", idx_images)
+        cfg["idx_labels"] = _path(w, "idx_labels", idx_labels)
     if class_names is not None:
-        cfg["class_names"] = [str(c) for c in class_names]
+        if isinstance(class_names, (str, bytes)):
+            raise ConfigError(f"{w}: class_names={class_names!r}: a list of str")
+        cfg["class_names"] = [_str(w, "class_names", c) for c in class_names]
     return _convert(cfg, progress)
 
 
@@ -327,11 +567,17 @@ def verify(data, *, split=None, all=False, label_range=None, raise_on_problem=Tr
     report in e.report. A PATH that cannot be opened at all raises
     sluice.NotFoundError (or ConfigError) whatever raise_on_problem says.
     """
+    w = "sluice.verify"
     rng = None
     if label_range is not None:
-        lo, hi = label_range
-        rng = (int(lo), int(hi))
-    rep = _verify(os.fspath(data), split, bool(all), rng, progress)
+        try:
+            lo, hi = label_range
+        except (TypeError, ValueError):
+            raise ConfigError(f"{w}: label_range={label_range!r}: a pair (lo, hi)") from None
+        rng = (_int(w, "label_range", lo, -2**63, _I63), _int(w, "label_range", hi, -2**63, _I63))
+    if split is not None:
+        _str(w, "split", split)
+    rep = _verify(_path(w, "data", data), split, _bool(w, "all", all), rng, progress)
     rep = dict(ok=not rep["problems"], **rep)
     if rep["problems"] and raise_on_problem:
         first = rep["problems"][0]
@@ -357,7 +603,10 @@ def inspect(data, *, split=None, progress=None):
     bytes). A record that cannot be read raises sluice.CorruptError (or the
     reader's error) naming file, record and offset.
     """
-    out = json.loads(_inspect(os.fspath(data), split, progress))
+    w = "sluice.inspect"
+    if split is not None:
+        _str(w, "split", split)
+    out = _json.loads(_inspect(_path(w, "data", data), split, progress))
 
     def int_labels(d):
         d["labels"] = {int(k): int(v) for k, v in d["labels"].items()}
@@ -366,3 +615,7 @@ def inspect(data, *, split=None, progress=None):
     for sp in out["splits"].values():
         int_labels(sp)
     return out
+
+
+def __dir__():
+    return sorted(__all__ + ["__version__"])

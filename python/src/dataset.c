@@ -80,12 +80,25 @@ static PyObject *str_or_none(const char *s)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
 }
 
+/* A path (str or bytes) as a malloc'd C string; NULL with an exception. */
+static char *path_strdup(PyObject *v, const char *what)
+{
+    PyObject *b = pysl_bytes(v, what);
+    if (!b)
+        return NULL;
+    char *out = strdup(PyBytes_AsString(b));
+    Py_DECREF(b);
+    if (!out)
+        PyErr_NoMemory();
+    return out;
+}
+
 static void on_problem(void *arg, const sl_verify_problem *p)
 {
     walk_py *w = arg;
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *d = PyDict_New();
-    if (!d || dict_put(d, "file", str_or_none(p->file)) ||
+    if (!d || dict_put(d, "file", p->file ? PyUnicode_DecodeFSDefault(p->file) : str_or_none(NULL)) ||
         dict_put(d, "record", u64_or_none(p->recno)) ||
         dict_put(d, "offset", p->recno == SL_WALK_NO_RECORD ? str_or_none(NULL)
                                                             : u64_or_none(p->offset)) ||
@@ -93,7 +106,8 @@ static void on_problem(void *arg, const sl_verify_problem *p)
         dict_put(d, "code", PyLong_FromLong(p->status)) ||
         dict_put(d, "status", PyUnicode_FromString(pysl_status_name(p->status))) ||
         dict_put(d, "what", str_or_none(p->what)) ||
-        dict_put(d, "message", str_or_none(p->message)) || PyList_Append(w->problems, d))
+        dict_put(d, "message", p->message ? pysl_text(p->message) : str_or_none(NULL)) ||
+        PyList_Append(w->problems, d))
         keep_exception(w);
     Py_XDECREF(d);
     PyGILState_Release(g);
@@ -107,11 +121,11 @@ static PyObject *py_verify(PyObject *mod, PyObject *args)
     (void)mod;
     PyObject *path_obj, *split_obj, *range, *progress, *result = NULL;
     int all;
-    if (!PyArg_ParseTuple(args, "UOpOO:_verify", &path_obj, &split_obj, &all, &range, &progress))
+    if (!PyArg_ParseTuple(args, "OOpOO:_verify", &path_obj, &split_obj, &all, &range, &progress))
         return NULL;
     sl_verify_options o = {.all = all, .problem = on_problem, .progress = on_progress};
     walk_py w = {.progress = progress};
-    char *path = pysl_strdup_utf8(path_obj), *split = NULL;
+    char *path = path_strdup(path_obj, "sluice.verify: data"), *split = NULL;
     if (!path)
         return NULL;
     if (split_obj != Py_None && !(split = pysl_strdup_utf8(split_obj)))
@@ -161,12 +175,12 @@ static PyObject *py_inspect(PyObject *mod, PyObject *args)
 {
     (void)mod;
     PyObject *path_obj, *split_obj, *progress, *result = NULL;
-    if (!PyArg_ParseTuple(args, "UOO:_inspect", &path_obj, &split_obj, &progress))
+    if (!PyArg_ParseTuple(args, "OOO:_inspect", &path_obj, &split_obj, &progress))
         return NULL;
     walk_py w = {.progress = progress};
     sl_dataset ds;
     sl_inspect_result res;
-    char *path = pysl_strdup_utf8(path_obj), *split = NULL, *json = NULL;
+    char *path = path_strdup(path_obj, "sluice.inspect: data"), *split = NULL, *json = NULL;
     int rc;
     memset(&ds, 0, sizeof ds);
     memset(&res, 0, sizeof res);
@@ -189,7 +203,8 @@ static PyObject *py_inspect(PyObject *mod, PyObject *args)
         pysl_raise(rc);
         goto done;
     }
-    result = PyUnicode_FromString(json);
+    /* file names that are not UTF-8 come back as os.fsdecode gives them */
+    result = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "surrogateescape");
 done:
     free(json);
     sl_inspect_result_fini(&res);

@@ -78,7 +78,32 @@ int pysl_dev_copy(int device, void *dst, const void *src, size_t n, void *event)
     return SL_OK;
 }
 
+int pysl_dev_check(int device)
+{
+    static const char fn[] = "sluice.Pipeline";
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || (e == cudaSuccess && n == 0)) {
+        (void)cudaGetLastError();
+        return sl_fail(SL_ECUDA, "%s: device='cuda:%d': no CUDA GPU on this machine (%s; "
+                       "device=None gives host batches)", fn, device,
+                       e == cudaSuccess ? "no device" : "no GPU driver loaded");
+    }
+    if (e != cudaSuccess)
+        return cuda_fail(fn, "cudaGetDeviceCount", e);
+    if (device >= n)
+        return sl_fail(SL_ECUDA, "%s: device='cuda:%d': no such CUDA device (%d found: cuda:0 "
+                       "to cuda:%d)", fn, device, n, n - 1);
+    return SL_OK;
+}
+
 #else /* no CUDA */
+
+int pysl_dev_check(int device)
+{
+    return sl_fail(SL_ENOTSUP, "sluice.Pipeline: device='cuda:%d': this build of sluice has no "
+                   "CUDA (no GPU support; device=None gives host batches)", device);
+}
 
 static int no_cuda(void)
 {

@@ -51,8 +51,16 @@ sl_holder *pysl_buffer_new(size_t n, int device, void **data);
  * message (sl_errmsg(), "function: file: record N @ offset: what"), or
  * sl_strerror(rc) when there is none. Returns NULL. */
 PyObject *pysl_raise(int rc);
-/* Raise sluice.ConfigError (also a ValueError) with a formatted message. */
+/* Raise sluice.ConfigError (also a ValueError) with a formatted message
+ * (PyUnicode_FromFormat's format: %R, %S take objects). */
 PyObject *pysl_config_error(const char *fmt, ...);
+/* A library message as Python's str: the CLI's option names in it become
+ * the Python keywords (--resume: resume=True), bytes that are not UTF-8
+ * show as \xNN. New reference, NULL with an exception. */
+PyObject *pysl_text(const char *msg);
+/* A path argument (str or bytes) as bytes, as os.fsencode gives them (a
+ * new reference); else ConfigError "what: a str or bytes, not T". */
+PyObject *pysl_bytes(PyObject *v, const char *what);
 int pysl_errors_init(PyObject *module);
 /* "SL_ECORRUPT" for SL_ECORRUPT ("SL_UNKNOWN" out of range). */
 const char *pysl_status_name(int rc);
@@ -102,6 +110,11 @@ void pysl_dev_free(int device, void *p);
 /* src (device, n bytes) to dst (device) once event (may be NULL) is done;
  * returns after the copy. */
 int pysl_dev_copy(int device, void *dst, const void *src, size_t n, void *event);
+/* Whether CUDA device `device` is there: SL_ECUDA "no CUDA GPU on this
+ * machine" / "no CUDA device N (M found)" in words a user acts on, not the
+ * runtime's (cudaErrorInsufficientDriver reads "CUDA driver version is
+ * insufficient" on a machine with no driver at all); SL_ENOTSUP without CUDA. */
+int pysl_dev_check(int device);
 
 /* ------------------------------------------------------------ small */
 /* The UTF-8 of a str into a malloc'd string (NULL + exception on error). */

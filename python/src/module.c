@@ -12,6 +12,7 @@
  */
 #include "ext.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,12 +87,47 @@ const char *pysl_status_name(int rc)
     return rc >= 0 && rc < SL_STATUS_COUNT ? names[rc] : "SL_UNKNOWN";
 }
 
+/* The library's messages name the CLI's options where a Python caller
+ * passed a keyword: say the keyword (issue 28: `resume=True`, not
+ * `--resume`). */
+static const char *const py_words[][2] = {
+    {"use --resume to finish", "use resume=True to finish"},
+    {"--resume", "resume=True"},
+    {"more than --max-pixels ", "more than max_pixels="},
+    {"(convert with --format tfrecord)", "(convert with format='tfrecord')"},
+    {"(--label-range)", "(label_range=)"},
+    {"resume finishes the job", "resume=True finishes the job"},
+};
+
+PyObject *pysl_text(const char *msg)
+{
+    char out[2 * SL_ERRMSG_MAX];
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 1 < sizeof out;) {
+        size_t i, n = sizeof py_words / sizeof py_words[0];
+        for (i = 0; i < n; i++) {
+            size_t l = strlen(py_words[i][0]), r = strlen(py_words[i][1]);
+            if (!strncmp(p, py_words[i][0], l) && o + r + 1 < sizeof out) {
+                memcpy(out + o, py_words[i][1], r);
+                o += r;
+                p += l;
+                break;
+            }
+        }
+        if (i == n)
+            out[o++] = *p++;
+    }
+    out[o] = 0;
+    /* a file name that is not UTF-8 shows as \xNN, never as a decode error */
+    return PyUnicode_DecodeUTF8(out, (Py_ssize_t)o, "backslashreplace");
+}
+
 /* The exception object for status rc (a new reference; NULL with an
  * exception set when it cannot be made). */
-static PyObject *error_new(int rc, const char *msg)
+static PyObject *error_new_text(int rc, PyObject *text)
 {
     PyObject *cls = rc >= 0 && rc < SL_STATUS_COUNT && err_class[rc] ? err_class[rc] : err_base;
-    PyObject *exc = PyObject_CallFunction(cls, "s", msg);
+    PyObject *exc = PyObject_CallFunctionObjArgs(cls, text, NULL);
     if (!exc)
         return NULL;
     PyObject *code = PyLong_FromLong(rc), *name = PyUnicode_FromString(pysl_status_name(rc));
@@ -101,6 +137,25 @@ static PyObject *error_new(int rc, const char *msg)
     Py_XDECREF(code);
     Py_XDECREF(name);
     return exc;
+}
+
+static PyObject *error_new(int rc, const char *msg)
+{
+    PyObject *text = pysl_text(msg);
+    if (!text)
+        return NULL;
+    PyObject *exc = error_new_text(rc, text);
+    Py_DECREF(text);
+    return exc;
+}
+
+static PyObject *raise_exc(PyObject *exc)
+{
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
 }
 
 static PyObject *raise_msg(int rc, const char *msg)
@@ -133,12 +188,15 @@ PyObject *pysl_raise(int rc)
 
 PyObject *pysl_config_error(const char *fmt, ...)
 {
-    char msg[SL_ERRMSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    PyObject *text = PyUnicode_FromFormatV(fmt, ap);
     va_end(ap);
-    return raise_msg(SL_EINVAL, msg);
+    if (!text)
+        return NULL;
+    PyObject *exc = error_new_text(SL_EINVAL, text);
+    Py_DECREF(text);
+    return raise_exc(exc);
 }
 
 /* ------------------------------------------------------------ buffers */
@@ -210,15 +268,19 @@ typedef struct convert_ctx {
     PyObject *progress;  /* callable(done, total, bytes) or None */
     PyObject *skipped;   /* list of (input, reason) */
     int failed;          /* a callback raised: the exception is kept in exc */
+    volatile int cancel; /* sl_convert_config.cancel: set with failed */
     PyObject *exc_type, *exc_value, *exc_tb;
 } convert_ctx;
 
 /* Both callbacks run on the thread that called convert, which released the
- * GIL: take it back for the Python work. The first exception is kept and
- * raised when the conversion is over (it cannot be stopped half way; its
- * shards are atomic and --resume finishes it). */
+ * GIL: take it back for the Python work. The first exception (Ctrl-C's
+ * KeyboardInterrupt, or one from progress) is kept and stops the
+ * conversion before its next chunk (sl_convert_config.cancel): the shard
+ * being written is dropped, those written are whole, and resume=True
+ * finishes the job. The exception is raised when sl_convert_run returns. */
 static void keep_exception(convert_ctx *c)
 {
+    c->cancel = 1;
     if (!c->failed) {
         c->failed = 1;
         PyErr_Fetch(&c->exc_type, &c->exc_value, &c->exc_tb);
@@ -248,22 +310,47 @@ static void on_skipped(void *arg, const char *input, const char *reason)
 {
     convert_ctx *c = arg;
     PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *t = Py_BuildValue("(ss)", input, reason);
+    /* input: a path, as os.fsdecode gives it; reason: a message */
+    PyObject *in = PyUnicode_DecodeFSDefault(input), *why = in ? pysl_text(reason) : NULL;
+    PyObject *t = why ? PyTuple_Pack(2, in, why) : NULL;
     if (!t || PyList_Append(c->skipped, t))
         keep_exception(c);
+    Py_XDECREF(in);
+    Py_XDECREF(why);
     Py_XDECREF(t);
     PyGILState_Release(g);
 }
 
-/* A str item of a dict as a borrowed UTF-8 pointer kept alive in keep
- * (a list); NULL when absent or None. -1 on error. */
+PyObject *pysl_bytes(PyObject *v, const char *what)
+{
+    PyObject *b = NULL;
+    if (PyBytes_Check(v)) {
+        Py_INCREF(v);
+        b = v;
+    } else if (PyUnicode_Check(v)) {
+        b = PyUnicode_EncodeFSDefault(v); /* os.fsencode: surrogate escapes back to bytes */
+    } else {
+        return pysl_config_error("%s=%R: a path (str or bytes)", what, v);
+    }
+    if (b && (Py_ssize_t)strlen(PyBytes_AsString(b)) != PyBytes_Size(b)) {
+        Py_DECREF(b);
+        return pysl_config_error("%s=%R: a path with a NUL character", what, v);
+    }
+    return b;
+}
+
+/* A str or bytes item of a dict (a path: os.fsencode's bytes) as a borrowed
+ * pointer kept alive in keep (a list); NULL when absent or None. -1 on
+ * error. */
 static int dict_str(PyObject *d, const char *key, PyObject *keep, const char **out)
 {
     *out = NULL;
     PyObject *v = PyDict_GetItemString(d, key);
     if (!v || v == Py_None)
         return 0;
-    PyObject *b = PyUnicode_AsUTF8String(v);
+    char what[64];
+    snprintf(what, sizeof what, "sluice.convert: %s", key);
+    PyObject *b = pysl_bytes(v, what);
     if (!b)
         return -1;
     int rc = PyList_Append(keep, b);
@@ -273,14 +360,21 @@ static int dict_str(PyObject *d, const char *key, PyObject *keep, const char **o
     return rc;
 }
 
-static int dict_ll(PyObject *d, const char *key, long long *out)
+/* An int item of a dict that must lie in [lo, hi] (its C field's range:
+ * nothing is cut to fewer bits). */
+static int dict_ll(PyObject *d, const char *key, long long lo, long long hi, long long *out)
 {
     PyObject *v = PyDict_GetItemString(d, key);
     if (!v)
         return 0;
-    long long x = PyLong_AsLongLong(v);
+    int over = 0;
+    long long x = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &over) : -1;
     if (x == -1 && PyErr_Occurred())
         return -1;
+    if (!PyLong_Check(v) || over || x < lo || x > hi) {
+        pysl_config_error("sluice.convert: %s=%R: an integer from %lld to %lld", key, v, lo, hi);
+        return -1;
+    }
     *out = x;
     return 0;
 }
@@ -322,10 +416,16 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
                  : !strcmp(source, "list")            ? SL_SOURCE_LIST
                                                       : SL_SOURCE_IDX;
     cfg.format = format && !strcmp(format, "lmdb") ? SL_FORMAT_LMDB : SL_FORMAT_TFRECORD;
+    /* the range of the field's C type (int, unsigned, uint64_t); the
+     * Python layer checks what each setting means */
 #define LL_FIELD(key, field)                                                                       \
     do {                                                                                           \
+        __typeof__(cfg.field) max_ = (__typeof__(cfg.field))-1;                                    \
+        long long hi_ = max_ > 0 ? (sizeof max_ >= sizeof(long long) ? LLONG_MAX : (long long)max_) \
+                                 : INT_MAX;                                                        \
+        long long lo_ = max_ > 0 ? 0 : INT_MIN;                                                    \
         v = (long long)cfg.field;                                                                  \
-        if (dict_ll(d, key, &v))                                                                   \
+        if (dict_ll(d, key, lo_, hi_, &v))                                                         \
             goto done;                                                                             \
         cfg.field = (__typeof__(cfg.field))v;                                                      \
     } while (0)
@@ -351,7 +451,7 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
             goto done;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *b = PyUnicode_AsUTF8String(PyList_GetItem(cn, i));
+            PyObject *b = pysl_bytes(PyList_GetItem(cn, i), "sluice.convert: class_names");
             if (!b || PyList_Append(keep, b)) {
                 Py_XDECREF(b);
                 goto done;
@@ -366,6 +466,7 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
     cfg.progress_arg = &ctx;
     cfg.skipped = on_skipped;
     cfg.skipped_arg = &ctx;
+    cfg.cancel = &ctx.cancel;
     sl_convert_result res;
     memset(&res, 0, sizeof res);
     int rc;

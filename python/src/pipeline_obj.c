@@ -51,12 +51,18 @@
 typedef struct core {
     sl_holder h;
     sl_pipeline *p;
+    pid_t pid;              /* the process whose threads p runs on */
 } core;
 
+/* In a child of fork() the pipeline's threads do not exist (only the
+ * forking thread is copied) and its mutexes may be held by them forever:
+ * nothing of it may be touched there, not even to free it (its memory is
+ * the child's copy and goes with the child). */
 static void core_free(sl_holder *h)
 {
     core *c = (core *)h;
-    sl_pipeline_destroy(c->p);
+    if (c->pid == getpid())
+        sl_pipeline_destroy(c->p);
     free(c);
 }
 
@@ -75,7 +81,25 @@ typedef struct {
     unsigned nq;
     int busy;               /* a next() is waiting with the GIL released */
     int close_requested;    /* by close() from another thread while busy */
+    char state[SL_PIPELINE_STATE_MAX]; /* the position when closed (state() after close) */
+    size_t state_len;       /* 0: none kept */
 } pipe_obj;
+
+/* Made in another process (this one is a child of fork()): its threads
+ * are not here. */
+static int forked(const pipe_obj *self)
+{
+    return self->core && self->core->pid != getpid();
+}
+
+static PyObject *forked_error(const pipe_obj *self)
+{
+    sl_fail(SL_ENOTSUP, "sluice.Pipeline: made in process %ld, used in process %ld (a child of "
+            "fork(), e.g. a multiprocessing or DataLoader worker): its threads are not here; "
+            "make the Pipeline in this process (a pickled one, as spawn passes it, continues "
+            "from its state_dict())", (long)self->core->pid, (long)getpid());
+    return pysl_raise(SL_ENOTSUP);
+}
 
 static PyTypeObject *pipe_type;
 
@@ -167,7 +191,9 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
             return -1;
         char *at = (char *)cfg + f->off;
         if (f->kind == F_STR) {
-            PyObject *b = PyUnicode_AsUTF8String(val);
+            char what[64];
+            snprintf(what, sizeof what, "sluice.Pipeline: %s", f->key);
+            PyObject *b = pysl_bytes(val, what);
             if (!b || PyList_Append(keep, b)) {
                 Py_XDECREF(b);
                 return -1;
@@ -183,9 +209,24 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
             *(float *)at = (float)x;
             continue;
         }
-        long long x = PyLong_AsLongLong(val);
+        int over = 0;
+        long long x = PyLong_Check(val) ? PyLong_AsLongLongAndOverflow(val, &over) : -1;
         if (x == -1 && PyErr_Occurred())
             return -1;
+        if (f->kind == F_U64 && over > 0) { /* 2^63 .. 2^64-1 */
+            unsigned long long u = PyLong_AsUnsignedLongLong(val);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+            } else {
+                *(uint64_t *)at = (uint64_t)u;
+                continue;
+            }
+        }
+        if (!PyLong_Check(val) || over) {
+            pysl_config_error("sluice.Pipeline: %s=%R: an integer of its C field's range",
+                              f->key, val);
+            return -1;
+        }
         if ((f->kind == F_UNSIGNED || f->kind == F_U64) && x < 0) {
             pysl_config_error("sluice: %s: %lld is negative", f->key, x);
             return -1;
@@ -232,13 +273,18 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(keep);
         return NULL;
     }
+    int rc;
+    if (cfg.device >= 0 && (rc = pysl_dev_check(cfg.device))) {
+        free(st);
+        Py_DECREF(keep);
+        return pysl_raise(rc);
+    }
     core *c = calloc(1, sizeof *c);
     if (!c) {
         free(st);
         Py_DECREF(keep);
         return PyErr_NoMemory();
     }
-    int rc;
     sl_pipeline *p = NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = st ? sl_pipeline_create_from_state(&cfg, st, strlen(st), &p) : sl_pipeline_create(&cfg, &p);
@@ -252,6 +298,7 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     atomic_init(&c->h.refs, 1);
     c->h.free = core_free;
     c->p = p;
+    c->pid = getpid();
     pipe_obj *self = (pipe_obj *)PyType_GenericAlloc(type, 0);
     if (!self) {
         sl_holder_unref(&c->h);
@@ -294,6 +341,19 @@ static int do_close(pipe_obj *self)
     int err = 0;
     if (!self->core)
         return 0;
+    if (forked(self)) {
+        /* a child of fork(): forget the batches and the pipeline without
+         * touching them (core_free leaves a forked pipeline alone) */
+        while (self->nq)
+            pysl_lease_unref(self->q[--self->nq].lease);
+        core *c = self->core;
+        self->core = NULL;
+        sl_holder_unref(&c->h);
+        return 0;
+    }
+    /* the position reached, for state() after close (stop keeps it valid) */
+    if (sl_pipeline_state_save(self->core->p, self->state, sizeof self->state, &self->state_len))
+        self->state_len = 0;
     Py_BEGIN_ALLOW_THREADS
     sl_pipeline_stop(self->core->p);
     Py_END_ALLOW_THREADS
@@ -309,7 +369,7 @@ static PyObject *pipe_close(PyObject *obj, PyObject *unused)
 {
     (void)unused;
     pipe_obj *self = (pipe_obj *)obj;
-    if (self->busy) {
+    if (self->busy && !forked(self)) {
         /* another thread waits in next(): it closes at its next slice */
         self->close_requested = 1;
         while (self->busy) {
@@ -431,6 +491,8 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
     pipe_obj *self = (pipe_obj *)obj;
     if (!self->core)
         return closed_error();
+    if (forked(self))
+        return forked_error(self);
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError,
                         "sluice.Pipeline: next() called from two threads at once");
@@ -493,8 +555,12 @@ static PyObject *pipe_state(PyObject *obj, PyObject *unused)
 {
     (void)unused;
     pipe_obj *self = (pipe_obj *)obj;
+    if (!self->core && self->state_len)
+        return PyUnicode_FromStringAndSize(self->state, (Py_ssize_t)self->state_len);
     if (!self->core)
         return closed_error();
+    if (forked(self))
+        return forked_error(self);
     char buf[SL_PIPELINE_STATE_MAX];
     size_t len = 0;
     int rc = sl_pipeline_state_save(self->core->p, buf, sizeof buf, &len);
@@ -526,6 +592,8 @@ static PyObject *pipe_stats(PyObject *obj, PyObject *unused)
     pipe_obj *self = (pipe_obj *)obj;
     if (!self->core)
         return closed_error();
+    if (forked(self))
+        return forked_error(self);
     sl_pipeline_stats s;
     int rc = sl_pipeline_stats_get(self->core->p, &s);
     if (rc)

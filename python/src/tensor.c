@@ -252,6 +252,37 @@ static PyObject *tensor_dlpack_device(PyObject *self, PyObject *unused)
                          t->d.device < 0 ? 0 : t->d.device);
 }
 
+/* __array__(dtype=None, copy=None): numpy.asarray(t) and np.array(t) (host
+ * tensors), through numpy.from_dlpack: no copy unless dtype or copy ask. */
+static PyObject *tensor_array(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dtype", "copy", NULL};
+    PyObject *dtype = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:__array__", kwlist, &dtype, &copy))
+        return NULL;
+    tensor_obj *t = (tensor_obj *)self;
+    if (t->d.device >= 0) {
+        PyErr_Format(PyExc_TypeError, "sluice.Tensor.__array__: the tensor is on cuda:%d; "
+                     "take it with torch.from_dlpack (or copy it to the host first)", t->d.device);
+        return NULL;
+    }
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np)
+        return NULL;
+    PyObject *arr = PyObject_CallMethod(np, "from_dlpack", "O", self);
+    Py_DECREF(np);
+    if (arr && dtype != Py_None) {
+        PyObject *a = PyObject_CallMethod(arr, "astype", "O", dtype);
+        Py_DECREF(arr);
+        arr = a;
+    } else if (arr && copy != Py_None && PyObject_IsTrue(copy)) {
+        PyObject *a = PyObject_CallMethod(arr, "copy", NULL);
+        Py_DECREF(arr);
+        arr = a;
+    }
+    return arr;
+}
+
 static const char *dtype_name(sldl_dtype t)
 {
     if (t.code == SLDL_UINT && t.bits == 8)
@@ -347,6 +378,9 @@ static PyMethodDef tensor_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n"
      "A DLPack capsule of this tensor (the array API's protocol)."},
+    {"__array__", (PyCFunction)(void (*)(void))tensor_array, METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None)\nnumpy.asarray(tensor): a NumPy array over the same "
+     "memory (host tensors; numpy.from_dlpack), a copy when dtype or copy=True ask."},
     {"__dlpack_device__", tensor_dlpack_device, METH_NOARGS,
      "(device_type, device_id): (1, 0) for the CPU, (2, N) for CUDA device N."},
     {NULL, NULL, 0, NULL},

@@ -326,6 +326,71 @@ Test(pipeline_source, stale_index)
     free(p);
 }
 
+/* Issue 28: a truncated shard names the file and the record as verify
+ * does ("truncated record"), with or without its index; under the skip
+ * policy its whole records are kept and the lost ones counted. */
+Test(pipeline_source, truncated_shard_skip)
+{
+    make_dataset(1);
+    char *p = shard_path(2, NSH), *idx;
+    cr_assert_geq(asprintf(&idx, "%s.idx", p), 0);
+    size_t len;
+    uint8_t *orig = tu_read_file(p, &len);
+    cr_assert_not_null(orig);
+    sl_source_set s, whole;
+    cr_assert_eq(sl_source_set_open(g_dir, "train", 0, 1, &whole), SL_OK, "%s", sl_errmsg());
+    uint64_t n2 = whole.shards[2].nrec;
+    cr_assert_geq(n2, 2);
+
+    /* with the index: fail names file, record, "truncated record" */
+    cr_assert_eq(tu_write_file(p, orig, len - 3), 0);
+    cr_assert_eq(sl_source_set_open_policy(g_dir, "train", 0, 1, SL_ON_ERROR_FAIL, &s),
+                 SL_ECORRUPT);
+    char want[512];
+    snprintf(want, sizeof want, "%s: record %llu @ ", p, (unsigned long long)(n2 - 1));
+    cr_assert(strstr(sl_errmsg(), want) && strstr(sl_errmsg(), "truncated record") &&
+              !strstr(sl_errmsg(), "stale"), "%s", sl_errmsg());
+    /* skip: the records before the cut, one bad record named */
+    cr_assert_eq(sl_source_set_open_policy(g_dir, "train", 0, 1, SL_ON_ERROR_SKIP, &s), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(s.shards[2].nrec, n2 - 1);
+    cr_assert_eq(s.total, whole.total - 1);
+    cr_assert_eq(s.bad, 1);
+    cr_assert_eq(s.nbad_msgs, 1);
+    cr_assert(strstr(s.bad_msgs[0], want) && strstr(s.bad_msgs[0], "truncated record"), "%s",
+              s.bad_msgs[0]);
+    sl_source_set_close(&s);
+
+    /* without the index: the scan's message under fail; its prefix under skip */
+    cr_assert_eq(unlink(idx), 0);
+    cr_assert_eq(sl_source_set_open_policy(g_dir, "train", 0, 1, SL_ON_ERROR_FAIL, &s),
+                 SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), p), "%s", sl_errmsg());
+    cr_assert_eq(sl_source_set_open_policy(g_dir, "train", 0, 1, SL_ON_ERROR_SKIP, &s), SL_OK,
+                 "%s", sl_errmsg());
+    cr_assert_eq(s.shards[2].nrec, n2 - 1);
+    cr_assert_eq(s.bad, 1);
+    cr_assert(strstr(s.bad_msgs[0], p), "%s", s.bad_msgs[0]);
+    sl_source_set_close(&s);
+
+    /* a stale index (the shard grew) is an error under skip too */
+    cr_assert_eq(tu_write_file(p, orig, len), 0);
+    uint8_t extra[64] = {0};
+    FILE *f = fopen(p, "ab");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(extra, 1, sizeof extra, f), sizeof extra);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(sl_index_write(idx, whole.shards[2].idx, n2), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_source_set_open_policy(g_dir, "train", 0, 1, SL_ON_ERROR_SKIP, &s),
+                 SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), "stale index"), "%s", sl_errmsg());
+    cr_assert_eq(tu_write_file(p, orig, len), 0);
+    sl_source_set_close(&whole);
+    free(orig);
+    free(idx);
+    free(p);
+}
+
 Test(pipeline_source, missing_data)
 {
     sl_source_set s;

@@ -77,3 +77,62 @@ def test_max_pixels_in_convert_and_pipeline(tmp_path):
     n = sum(len(np.from_dlpack(b.labels)) for b in sluice.Pipeline(
         tmp_path / "out", image_size=8, batch=4, train=False, max_pixels=4000))
     assert n == 8
+
+
+CANCEL_SCRIPT = r"""
+import os, signal, sys
+import sluice
+out, folder = sys.argv[1], sys.argv[2]
+
+def progress(done, total, nbytes):
+    if done < total:  # Ctrl-C, as the terminal sends it, mid-run
+        os.kill(os.getpid(), signal.SIGINT)
+
+sluice.convert(out, folder=folder, shards=40, threads=1, fsync=False, progress=progress)
+print("finished")
+"""
+
+
+def test_sigint_stops_convert_leaving_whole_shards_and_resume_finishes(tmp_path):
+    """Issue 28 item 3: Ctrl-C stops sluice.convert at the next chunk, the
+    shards written are whole, dataset.json is not written, and resume=True
+    finishes with every record."""
+    import os
+    import subprocess
+    import sys
+    from conftest import make_folder
+    make_folder(tmp_path / "base", 40, classes=4, lo=48, hi=64)
+    base = sorted((tmp_path / "base").rglob("*.ppm"))
+    n = 12000  # hard links: a run of about half a second on one thread
+    for c in range(4):
+        (tmp_path / "img" / f"c{c}").mkdir(parents=True)
+    for i in range(n):
+        os.link(base[i % 40], tmp_path / "img" / f"c{i % 4}" / f"{i:05d}.ppm")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-c", CANCEL_SCRIPT, str(out), str(tmp_path / "img")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "KeyboardInterrupt" in r.stderr, r.stdout + r.stderr
+    assert "finished" not in r.stdout
+    shards = sorted(out.glob("train-*-of-00040.tfrecord"))
+    assert len(shards) < 40, "stopped before the end"
+    assert not (out / "dataset.json").exists()
+    assert not [p for p in out.iterdir() if "tmp" in p.name], list(out.iterdir())
+    for s in shards:  # each one whole, with its index
+        assert sluice.verify(s)["ok"] and (s.parent / (s.name + ".idx")).exists()
+    res = sluice.convert(out, folder=tmp_path / "img", shards=40, threads=1, fsync=False,
+                         resume=True)
+    assert res["shards_kept"] == len(shards) and res["records"] == n
+    assert sluice.verify(out)["records"] == n
+
+
+def test_messages_speak_python(tmp_path):
+    """A library message that names a CLI option says the keyword."""
+    from conftest import make_folder
+    make_folder(tmp_path / "img", 4, classes=2)
+    sluice.convert(tmp_path / "out", folder=tmp_path / "img", fsync=False)
+    with pytest.raises(sluice.Error) as e:
+        sluice.convert(tmp_path / "out", folder=tmp_path / "img", fsync=False)
+    assert "resume=True" in str(e.value) and "--resume" not in str(e.value), str(e.value)
+    res = sluice.convert(tmp_path / "small", folder=tmp_path / "img", fsync=False, max_pixels=10)
+    assert all("max_pixels=" in why and "--max-pixels" not in why
+               for _, why in res["skipped_inputs"]), res["skipped_inputs"]

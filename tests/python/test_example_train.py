@@ -92,3 +92,37 @@ def test_ddp_under_torchrun(dataset, tmp_path):
     ck = torch.load(tmp_path / "ck.pt")
     assert isinstance(ck["data"], list) and len(ck["data"]) == 2 and ck["step"] == 3
     assert ck["data"][0] != ck["data"][1], "each rank reads its own records"
+
+
+def test_evaluates_and_checkpoints_once_per_epoch(dataset, tmp_path):
+    """Issue 28 item 4: with a shuffle buffer that mixes two epochs, the
+    example evaluates (and checkpoints) exactly once per epoch, in order."""
+    out = train(dataset, "--epochs", "3", "--eval-split", "train", "--checkpoint",
+                str(tmp_path / "ck.pt"), "--log-every", "100")
+    evals = re.findall(r"^epoch (\d+) top1", out, re.M)
+    assert evals == ["0", "1", "2"], out
+    # 3 x 150 records in batches of 16, epochs fused: ceil(450 / 16) steps = len(pipe)
+    assert "29 steps, 150 records per epoch" in out and "done: 29 steps" in out, out
+    ck = torch.load(tmp_path / "ck.pt")
+    assert ck["step"] == 29
+
+
+def test_readme_launch_without_torchrun(dataset, tmp_path):
+    """Issue 28 item 8: the README's DDP launch without torchrun, as written
+    (one process per rank with torchrun's variables), runs."""
+    import os
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch without gloo")
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    m = re.search(r"tested with Debian's torch ([0-9.]+).*?```sh\n(.*?)```", readme, re.S)
+    assert m, "README: the tested torch and a launch without torchrun"
+    script = m.group(2)
+    assert "RANK=" in script and "WORLD_SIZE=" in script and "torchrun" not in script
+    script = (script.replace("python examples/train_torch.py", f"{sys.executable} {EXAMPLE}")
+              .replace("data/fmnist", str(dataset))
+              .replace("MASTER_PORT=29500", f"MASTER_PORT={free_port()}")
+              .replace("--epochs 1", "--epochs 1 --steps 2 --batch 16 --workers 1 --threads 1 "
+                       f"--checkpoint {tmp_path / 'ck.pt'}"))
+    r = run(["bash", "-c", script], env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0 and "done: 2 steps" in r.stdout, r.stdout + r.stderr
+    assert len(torch.load(tmp_path / "ck.pt")["data"]) == 2
