@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "common/cuda_probe.h"
 #include "records/records.h"
+#include "train/train.h"
 
 static const struct {
     const char *name;
@@ -50,6 +51,7 @@ int main(int argc, char **argv)
         if (sl_cuda_built())
             printf(" (%d device%s usable)", gpus < 0 ? 0 : gpus, gpus == 1 ? "" : "s");
         printf("\ncrc32c: %s\n", sl_crc32c_hw_available() ? "sse4.2" : "portable");
+        printf("cpu convolutions: %s\n", sl_train_cpu_conv());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -56,6 +56,10 @@ typedef enum sl_backend {
  * CUDA still parses "cuda": sl_exec_create says it is missing). */
 const char *sl_backend_name(sl_backend b);
 int sl_backend_parse(const char *name, sl_backend *out);
+/* What runs the cpu backend's convolutions in this process: "oneDNN 2.6.3
+ * (OpenMP)" in a build with oneDNN (SLUICE_WITH_DNNL), else "OpenBLAS
+ * im2col" (also when SLUICE_CPU_CONV=blas forces that path). Static string. */
+const char *sl_train_cpu_conv(void);
 
 /* An execution context: a backend, its scratch memory, its threads (cpu:
  * OpenBLAS threads) or its device, streams and library handles (cuda).
@@ -481,6 +485,10 @@ typedef struct sl_train_result {
                                   * (a capture failed: the step ran uncaptured) */
     char cuda_graph_why[200];    /* its detail: replays, or why off / fallback */
     int64_t cuda_graph_replays;  /* steps run as graph replays (root replica) */
+    char cudnn_fusion[40];       /* GPU, fp16: the residual blocks' convolutions through
+                                  * cuDNN's fused plans in the last step: "on", "partial (n
+                                  * of N)" or "off" */
+    char cudnn_fusion_why[240];  /* why partial / off: cuDNN's first refusal, or the setting */
 } sl_train_result;
 
 /* The config initializer of this struct (it holds a pipeline config, so a

@@ -3,7 +3,9 @@
  * needs, with one backend per file set (DESIGN.md section 5):
  *
  *   *_ref.c   naive loops, the oracle; always built
- *   *_cpu.c   im2col + OpenBLAS SGEMM, vectorized loops
+ *   *_cpu.c   convolutions through oneDNN (conv_dnnl.c, when built with it) or
+ *             im2col + OpenBLAS SGEMM; the memory-bound passes split over the
+ *             exec's threads (par_cpu.c)
  *   *_cuda.*  cuDNN / cuBLAS / own kernels on device pointers (train/ops/cuda_int.h);
  *             built with CUDA and cuDNN, else every slot returns SL_ENOTSUP.
  *             Not yet run on a GPU: their tests skip without one
@@ -42,8 +44,9 @@
  *
  * Threading: an sl_exec belongs to one thread at a time (its scratch buffer
  * is not shared); replicas (issue 5) each have their own. The cpu backend
- * uses OpenBLAS's threads inside SGEMM (sl_exec.threads of them) and runs
- * its own loops on the calling thread; train/ops/ops.c says why.
+ * runs sl_exec.threads threads: oneDNN's (or OpenBLAS's) inside a
+ * convolution, and the calling thread's OpenMP team for its own passes;
+ * train/ops/ops.c says when one thread is better.
  */
 #ifndef SL_TRAIN_INT_H
 #define SL_TRAIN_INT_H
@@ -322,6 +325,83 @@ int sl_bn_moments(sl_exec *e, int64_t rows, int c, const float *x, int world, in
 int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float *slots,
                         float *mean, float *var);
 
+
+/* ------------------------------------------------ cuDNN graph fusion
+ * MLPerf ResNet's conv + BN chain through cuDNN's graph API (issue 27):
+ * a cuda exec with fp16 activations (e->act == SL_DTYPE_F16) and
+ * SLUICE_CUDNN_FUSION not 0 (read by the context; default 1). Entry
+ * points in train/ops/fuse.c (argument checks as ops.c's), cuDNN's plans
+ * in graph_cuda.c, the BN kernels in fuse_cuda.cu; SL_ENOTSUP on every
+ * other exec and in builds without CUDA. Activations (A: fp16 here) and
+ * f32 (F) as the op table's comment says; S16 marks fp16 per-channel
+ * vectors (the prologue's scale and bias, which cuDNN's engines take in
+ * fp16 only).
+ *   sl_fuse_available  1 when e can run these at all, else 0.
+ *   sl_fuse_prepare    the cuDNN plans of `kinds` (SL_FUSE_* bits) for sh
+ *                      built (first call per shape, then cached): SL_OK,
+ *                      or SL_ENOTSUP when cuDNN has no plan for one (the
+ *                      caller runs that layer unfused; the first refusal
+ *                      is kept for sl_fuse_refusal), other codes for
+ *                      errors.
+ *   sl_fuse_conv_fwd   y = conv(relu(x*s + b), w) with sum[k] = sum y and
+ *                      sqsum[k] = sum y^2 over n, p, q (cuDNN's
+ *                      ConvBNfprop: the BN statistics in the conv's
+ *                      epilogue). x A (n,h,w,c), sb S16 (2c: scale then
+ *                      bias; ones and zeros pass x through when x >= 0),
+ *                      w A, y A, sum / sqsum F (k).
+ *   sl_fuse_conv_wgrad dw = conv_bwd_filter(relu(x*s + b), dy)
+ *                      (ConvBNwgrad). x A, sb S16 (2c), dy A, dw F.
+ *   sl_fuse_conv_dgrad (DgradDreluBNBwdWeight) g = conv_bwd_data(dy, w);
+ *                      da = g where xc*s + b > 0 else 0 (the previous
+ *                      BN's ReLU, recomputed from its input xc); then
+ *                      that BN's weight gradients and the coefficients
+ *                      of its input gradient: dbeta = sum da, dgamma =
+ *                      sum da*xhat, coef (8c floats, 16-byte aligned:
+ *                      eq_dy, eq_x, eq_b (c each) with dx = eq_dy*da +
+ *                      eq_x*xc + eq_b = bn_bwd's dx, then room for
+ *                      sl_fuse_bn_dx's per-channel constants).
+ *                      dy A (n,p,q,k), w A, xc A (n,h,w,c), sb S16 (2c),
+ *                      mean, invstd, gamma F (c), da A (n,h,w,c), dgamma,
+ *                      dbeta, coef F.
+ *   sl_fuse_bn_finalize from sum / sqsum of rows values a channel: the
+ *                      biased variance sqsum/rows - mean^2 (in double,
+ *                      clamped at 0), save_mean, save_invstd, the running
+ *                      update as bn_fwd_train's, consts (4c floats: the
+ *                      apply's (0, mean, gamma*invstd, beta) per channel)
+ *                      and sb (S16 2c: gamma*invstd, beta -
+ *                      mean*gamma*invstd) for the next conv's prologue.
+ *                      rows >= 2.
+ *   sl_fuse_bn_apply   z = (y - mean)*scale + beta from consts, + r when r
+ *                      is not NULL, then max(., 0) when relu (norm_cuda.cu's
+ *                      apply pass, bn_fwd_train_act's rounding). y, r, z A.
+ *   sl_fuse_bn_dx      dx = eq_dy*da + eq_x*xc + eq_b per channel from
+ *                      sl_fuse_conv_dgrad's coef (8c; its second half
+ *                      is written), mean F (c) the BN's saved mean
+ *                      (the pass computes eq_x*(xc - mean) + ...); da,
+ *                      xc, dx A (rows, c); dx may be xc or da.
+ *   sl_fuse_refusal    the first refusal's text ("" when none). */
+enum { SL_FUSE_FPROP = 1, SL_FUSE_WGRAD = 2, SL_FUSE_DGRAD = 4 };
+int sl_fuse_available(const sl_exec *e);
+int sl_fuse_prepare(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
+int sl_fuse_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                     const float *w, float *y, float *sum, float *sqsum);
+int sl_fuse_conv_wgrad(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                       const float *dy, float *dw);
+int sl_fuse_conv_dgrad(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                       const float *xc, const void *sb, const float *mean, const float *invstd,
+                       const float *gamma, float *da, float *dgamma, float *dbeta, float *coef);
+int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const float *sqsum,
+                        const float *gamma, const float *beta, float momentum, float eps,
+                        float *running_mean, float *running_var, float *save_mean,
+                        float *save_invstd, float *consts, void *sb);
+int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
+                     const float *r, int relu, float *z);
+int sl_fuse_bn_dx(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
+                  const float *mean, float *coef, float *dx);
+const char *sl_fuse_refusal(const sl_exec *e);
+/* The convolutions of m's residual blocks that its last train forward ran
+ * through cuDNN's fused plans, and how many there are (train/model/model.c). */
+void sl_model_fusion(const sl_model *m, int *fused, int *total);
 
 /* The functions behind the tables, one set per backend file:
  *   conv_ref.c / conv_cpu.c      conv_fwd, conv_bwd_data, conv_bwd_filter

@@ -5,15 +5,18 @@
  *
  * Layout: activations NHWC f32 (n, h, w, c), c fastest. Every loop here is
  * memory-bound, so each runs over memory in order with a channel-wide or
- * element-wide inner loop that gcc -O3 vectorizes, on the calling thread
- * (train/ops/ops.c says why no threads). Where an op allows aliasing (relu,
- * add), the aliased case gets its own in-place loop: with distinct
- * restrict pointers in the other case gcc needs no runtime overlap checks.
+ * element-wide inner loop that gcc -O3 vectorizes. ReLU and add split their
+ * elements, max pool its images, over the exec's threads (sl_par_for,
+ * train/ops/cpu_int.h): element-wise work, so the bits do not depend on
+ * the split. Where an op allows aliasing (relu, add), the aliased case gets
+ * its own in-place loop: with distinct restrict pointers in the other case
+ * gcc needs no runtime overlap checks.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "train/ops/cpu_int.h"
 #include "train/train_int.h"
 
 /* Rows per float partial sum before folding into double (gap). */
@@ -31,13 +34,45 @@ static void relu_copy(int64_t n, const float *restrict x, float *restrict y)
         y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-int sl_relu_fwd_cpu(sl_exec *e, int64_t n, const float *x, float *y)
+/* An element-wise op's arguments for sl_par_for: range [lo, hi) of each. */
+typedef struct ew_job {
+    int op;
+    const float *a, *b;
+    float *y;
+} ew_job;
+enum { EW_RELU, EW_RELU_BWD, EW_ADD };
+
+static void relu_fwd_n(int64_t n, const float *x, float *y)
 {
-    (void)e;
     if (x == y)
         relu_inplace(n, y);
     else
         relu_copy(n, x, y);
+}
+
+static void relu_bwd_n(int64_t n, const float *y, const float *dy, float *dx);
+static void add_n(int64_t n, const float *a, const float *b, float *y);
+
+static void ew_range(void *arg, int64_t lo, int64_t hi)
+{
+    const ew_job *j = arg;
+    int64_t n = hi - lo;
+    switch (j->op) {
+    case EW_RELU: relu_fwd_n(n, j->a + lo, j->y + lo); break;
+    case EW_RELU_BWD: relu_bwd_n(n, j->a + lo, j->b + lo, j->y + lo); break;
+    default: add_n(n, j->a + lo, j->b + lo, j->y + lo); break;
+    }
+}
+
+static void ew(const sl_exec *e, int op, int64_t n, const float *a, const float *b, float *y)
+{
+    ew_job j = {op, a, b, y};
+    sl_par_for(e, n, SL_PAR_GRAIN_FLOATS, ew_range, &j);
+}
+
+int sl_relu_fwd_cpu(sl_exec *e, int64_t n, const float *x, float *y)
+{
+    ew(e, EW_RELU, n, x, NULL, y);
     return SL_OK;
 }
 
@@ -56,13 +91,17 @@ static void relu_bwd_copy(int64_t n, const float *restrict y, const float *restr
     }
 }
 
-int sl_relu_bwd_cpu(sl_exec *e, int64_t n, const float *y, const float *dy, float *dx)
+static void relu_bwd_n(int64_t n, const float *y, const float *dy, float *dx)
 {
-    (void)e;
     if (dx == dy)
         relu_bwd_inplace(n, y, dx);
     else
         relu_bwd_copy(n, y, dy, dx);
+}
+
+int sl_relu_bwd_cpu(sl_exec *e, int64_t n, const float *y, const float *dy, float *dx)
+{
+    ew(e, EW_RELU_BWD, n, y, dy, dx);
     return SL_OK;
 }
 
@@ -85,9 +124,8 @@ static void add_copy(int64_t n, const float *restrict a, const float *restrict b
         y[i] = a[i] + b[i];
 }
 
-int sl_add_cpu(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
+static void add_n(int64_t n, const float *a, const float *b, float *y)
 {
-    (void)e;
     if (y == a && y == b)
         add_self(n, y);
     else if (y == a)
@@ -96,6 +134,11 @@ int sl_add_cpu(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
         add_inplace(n, y, a); /* float addition commutes exactly */
     else
         add_copy(n, a, b, y);
+}
+
+int sl_add_cpu(sl_exec *e, int64_t n, const float *a, const float *b, float *y)
+{
+    ew(e, EW_ADD, n, a, b, y);
     return SL_OK;
 }
 
@@ -122,12 +165,23 @@ static void pool_tap(int c, const float *restrict xp, int32_t base, float *restr
     }
 }
 
-int sl_maxpool_fwd_cpu(sl_exec *e, const sl_pool_shape *sh, const float *x, float *y,
-                       int32_t *argmax)
+typedef struct pool_job {
+    const sl_pool_shape *sh;
+    const float *x;
+    float *y;
+    int32_t *argmax;
+} pool_job;
+
+/* Images [n0, n1) of the max pool. */
+static void maxpool_images(void *arg, int64_t n0, int64_t n1)
 {
-    (void)e;
+    const pool_job *j = arg;
+    const sl_pool_shape *sh = j->sh;
+    const float *x = j->x;
+    float *y = j->y;
+    int32_t *argmax = j->argmax;
     int c = sh->c;
-    for (int n = 0; n < sh->n; n++)
+    for (int n = (int)n0; n < (int)n1; n++)
         for (int p = 0; p < sh->p; p++) {
             /* In-bounds window rows [r0, r1): padding never competes. */
             int h0 = p * sh->stride - sh->pad;
@@ -150,6 +204,14 @@ int sl_maxpool_fwd_cpu(sl_exec *e, const sl_pool_shape *sh, const float *x, floa
                     }
             }
         }
+}
+
+int sl_maxpool_fwd_cpu(sl_exec *e, const sl_pool_shape *sh, const float *x, float *y,
+                       int32_t *argmax)
+{
+    pool_job j = {sh, x, y, argmax};
+    int64_t per = (int64_t)sh->h * sh->w * sh->c, grain = SL_PAR_GRAIN_FLOATS / per;
+    sl_par_for(e, sh->n, grain < 1 ? 1 : grain, maxpool_images, &j);
     return SL_OK;
 }
 

@@ -1,5 +1,8 @@
 /*
- * train/ops/conv_cpu.c - convolution on the CPU: im2col + OpenBLAS SGEMM.
+ * train/ops/conv_cpu.c - convolution on the CPU: oneDNN's NHWC kernels where
+ * the build has them (conv_dnnl.c; SLUICE_CPU_CONV=blas in the environment
+ * forces the path below, which tests use), else im2col + OpenBLAS SGEMM, the
+ * rest of this comment.
  *
  * Layouts (train_int.h): x (n, h, w, c), weight (k, r, s, c), y (n, p, q, k).
  * Rows are output pixels, M = n*p*q, indexed m = (b*p + oh)*q + ow; the
@@ -70,6 +73,7 @@
 
 #include <cblas.h>
 
+#include "train/ops/cpu_int.h"
 #include "train/train_int.h"
 
 /* Column-buffer budget per chunk (see the measurement above). */
@@ -204,6 +208,8 @@ static float *col_buffer(sl_exec *e, int64_t rows, int64_t K)
 int sl_conv_fwd_cpu(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
                     float *y)
 {
+    if (sl_dnnl_enabled())
+        return sl_conv_fwd_dnnl(e, sh, x, w, y);
     const int64_t M = (int64_t)sh->n * sh->p * sh->q;
     const int k = sh->k, K = sh->r * sh->s * sh->c;
     if (is_direct(sh)) { /* y (M, k) = x (M, c) W^T (c, k) */
@@ -231,6 +237,8 @@ int sl_conv_fwd_cpu(sl_exec *e, const sl_conv_shape *sh, const float *x, const f
 int sl_conv_bwd_data_cpu(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
                          float *dx)
 {
+    if (sl_dnnl_enabled())
+        return sl_conv_bwd_data_dnnl(e, sh, dy, w, dx);
     const int64_t M = (int64_t)sh->n * sh->p * sh->q;
     const int k = sh->k, K = sh->r * sh->s * sh->c;
     if (is_direct(sh)) { /* dx (M, c) = dy (M, k) W (k, c) */
@@ -261,6 +269,8 @@ int sl_conv_bwd_data_cpu(sl_exec *e, const sl_conv_shape *sh, const float *dy, c
 int sl_conv_bwd_filter_cpu(sl_exec *e, const sl_conv_shape *sh, const float *x,
                            const float *dy, float *dw)
 {
+    if (sl_dnnl_enabled())
+        return sl_conv_bwd_filter_dnnl(e, sh, x, dy, dw);
     const int64_t M = (int64_t)sh->n * sh->p * sh->q;
     const int k = sh->k, K = sh->r * sh->s * sh->c;
     if (is_direct(sh)) { /* dW (k, c) = dy^T (k, M) x (M, c) */
@@ -283,4 +293,9 @@ int sl_conv_bwd_filter_cpu(sl_exec *e, const sl_conv_shape *sh, const float *x,
                     dy + (size_t)m0 * k, k, cols, K, m0 ? 1.0f : 0.0f, dw, K);
     }
     return SL_OK;
+}
+
+const char *sl_train_cpu_conv(void)
+{
+    return sl_dnnl_enabled() ? sl_dnnl_describe() : "OpenBLAS im2col";
 }

@@ -1,8 +1,16 @@
 /*
- * train/ops/norm_cpu.c - batch normalization, cpu backend: single-threaded
- * passes over x in memory order (row by row, c contiguous channels per row)
- * whose channel loops gcc -O3 vectorizes. Same semantics as norm_ref.c
+ * train/ops/norm_cpu.c - batch normalization, cpu backend: passes over x in
+ * memory order (row by row, c contiguous channels per row) whose channel
+ * loops gcc -O3 vectorizes, split by rows over the exec's threads
+ * (sl_par_for, train/ops/cpu_int.h). Same semantics as norm_ref.c
  * (PyTorch's BatchNorm2d; the formulas are in that file's comment).
+ *
+ * Threads and bits: the element-wise passes (apply, dx) give each thread a
+ * range of rows. The reductions (statistics, backward sums) are already
+ * blocked (below); on several threads each thread computes the float
+ * partials of a range of blocks into scratch, and one thread merges them in
+ * block order exactly as the single-threaded loop does, so the result is
+ * the same to the bit on any number of threads.
  *
  * Layout: x, y, dy, dx (rows, c), rows = n*h*w; per-channel arrays (c).
  *
@@ -29,6 +37,7 @@
  */
 #include <math.h>
 
+#include "train/ops/cpu_int.h"
 #include "train/train_int.h"
 
 /* Rows per float partial sum (accuracy) and the target block size in
@@ -57,6 +66,45 @@ static void bn_apply(int64_t rows, int c, const float *x, const float *restrict 
     }
 }
 
+/* One block of nb rows of x: its float mean bmean and the sums s1, s2 of
+ * d = x - bmean and d^2 per channel (the two looks while it is in cache). */
+static void stats_block(int64_t nb, int c, const float *restrict xb, float *restrict bmean,
+                        float *restrict s1, float *restrict s2)
+{
+    for (int ch = 0; ch < c; ch++)
+        bmean[ch] = s1[ch] = s2[ch] = 0;
+    for (int64_t r = 0; r < nb; r++)
+        for (int ch = 0; ch < c; ch++)
+            bmean[ch] += xb[r * c + ch];
+    float inv = 1.0f / (float)nb;
+    for (int ch = 0; ch < c; ch++)
+        bmean[ch] *= inv;
+    for (int64_t r = 0; r < nb; r++)
+        for (int ch = 0; ch < c; ch++) {
+            float d = xb[r * c + ch] - bmean[ch];
+            s1[ch] += d;
+            s2[ch] += d * d;
+        }
+}
+
+/* Chan's merge of the running (seen, mean, m2) with a block (nb, bm, bq);
+ * the first block (seen == 0) lands as is. */
+static void stats_merge(int64_t seen, int64_t nb, int c, const float *restrict bmean,
+                        const float *restrict s1, const float *restrict s2,
+                        double *restrict mean, double *restrict m2)
+{
+    double fb = (double)nb, tot = (double)(seen + nb);
+    double wmean = fb / tot, wm2 = (double)seen * fb / tot;
+    for (int ch = 0; ch < c; ch++) {
+        double bm = (double)bmean[ch] + (double)s1[ch] / fb;
+        double bq = (double)s2[ch] - (double)s1[ch] * (double)s1[ch] / fb;
+        bq = bq > 0 ? bq : 0;
+        double d = bm - mean[ch];
+        mean[ch] += d * wmean;
+        m2[ch] += bq + d * d * wm2;
+    }
+}
+
 /* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
  * bmean, s1, s2 (c): float scratch. (train_int.h: norm_sync_cpu.c's
  * bn_moments takes it too.) */
@@ -64,53 +112,116 @@ void sl_bn_stats_cpu(int64_t rows, int c, const float *restrict x, double *restr
                      double *restrict m2, float *restrict bmean, float *restrict s1,
                      float *restrict s2)
 {
-    int64_t blk = bn_stats_block(c), seen = 0;
+    int64_t blk = bn_stats_block(c);
     for (int ch = 0; ch < c; ch++)
         mean[ch] = m2[ch] = 0;
     for (int64_t r0 = 0; r0 < rows; r0 += blk) {
         int64_t nb = rows - r0 < blk ? rows - r0 : blk;
-        const float *restrict xb = x + r0 * c;
-        for (int ch = 0; ch < c; ch++)
-            bmean[ch] = s1[ch] = s2[ch] = 0;
-        for (int64_t r = 0; r < nb; r++)
-            for (int ch = 0; ch < c; ch++)
-                bmean[ch] += xb[r * c + ch];
-        float inv = 1.0f / (float)nb;
-        for (int ch = 0; ch < c; ch++)
-            bmean[ch] *= inv;
-        for (int64_t r = 0; r < nb; r++)
-            for (int ch = 0; ch < c; ch++) {
-                float d = xb[r * c + ch] - bmean[ch];
-                s1[ch] += d;
-                s2[ch] += d * d;
-            }
-        /* Chan's merge of (seen, mean, m2) with the block (nb, bm, bq);
-         * the first block (seen == 0) lands as is. */
-        double fb = (double)nb, tot = (double)(seen + nb);
-        double wmean = fb / tot, wm2 = (double)seen * fb / tot;
-        for (int ch = 0; ch < c; ch++) {
-            double bm = (double)bmean[ch] + (double)s1[ch] / fb;
-            double bq = (double)s2[ch] - (double)s1[ch] * (double)s1[ch] / fb;
-            bq = bq > 0 ? bq : 0;
-            double d = bm - mean[ch];
-            mean[ch] += d * wmean;
-            m2[ch] += bq + d * d * wm2;
-        }
-        seen += nb;
+        stats_block(nb, c, x + r0 * c, bmean, s1, s2);
+        stats_merge(r0, nb, c, bmean, s1, s2, mean, m2);
     }
+}
+
+/* ---------------------------------------------------- on the exec's threads */
+
+static int64_t nblocks(int64_t rows, int64_t blk) { return (rows + blk - 1) / blk; }
+
+static int use_threads(const sl_exec *e, int64_t rows, int c)
+{
+    return e->threads > 1 && rows * c >= 2 * (int64_t)SL_PAR_GRAIN_FLOATS;
+}
+
+int64_t sl_bn_par_floats(const sl_exec *e, int64_t rows, int c)
+{
+    if (!use_threads(e, rows, c))
+        return 0;
+    int64_t a = nblocks(rows, bn_stats_block(c)) * 3 * c, b = nblocks(rows, BN_ROWS_MAX) * 2 * c;
+    return a > b ? a : b;
+}
+
+/* Blocks per sl_par_for item: ranges of about SL_PAR_GRAIN_FLOATS floats. */
+static int64_t block_grain(int64_t blk, int c)
+{
+    int64_t g = SL_PAR_GRAIN_FLOATS / (blk * c);
+    return g < 1 ? 1 : g;
+}
+
+/* One pass's arguments for sl_par_for: x, dy, mean and per-channel p0..p2
+ * in, y or part out; fn the per-rows kernel of by_rows. */
+typedef struct bn_job bn_job;
+typedef void (*rows_fn)(const bn_job *j, int64_t r0, int64_t r1);
+struct bn_job {
+    int64_t rows, blk;
+    int c;
+    const float *x, *dy, *mean, *p0, *p1, *p2;
+    float *y, *part;
+    rows_fn fn;
+};
+
+static void stats_range(void *arg, int64_t b0, int64_t b1)
+{
+    const bn_job *j = arg;
+    int c = j->c;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t r0 = b * j->blk, nb = j->rows - r0 < j->blk ? j->rows - r0 : j->blk;
+        float *pb = j->part + b * 3 * c;
+        stats_block(nb, c, j->x + r0 * c, pb, pb + c, pb + 2 * c);
+    }
+}
+
+void sl_bn_stats_par(const sl_exec *e, int64_t rows, int c, const float *x, double *mean,
+                     double *m2, float *bmean, float *s1, float *s2, float *part)
+{
+    if (!part || !use_threads(e, rows, c)) {
+        sl_bn_stats_cpu(rows, c, x, mean, m2, bmean, s1, s2);
+        return;
+    }
+    int64_t blk = bn_stats_block(c), nblk = nblocks(rows, blk);
+    bn_job j = {.rows = rows, .blk = blk, .c = c, .x = x, .part = part};
+    sl_par_for(e, nblk, block_grain(blk, c), stats_range, &j);
+    for (int ch = 0; ch < c; ch++)
+        mean[ch] = m2[ch] = 0;
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t r0 = b * blk, nb = rows - r0 < blk ? rows - r0 : blk;
+        const float *pb = part + b * 3 * c;
+        stats_merge(r0, nb, c, pb, pb + c, pb + 2 * c, mean, m2);
+    }
+}
+
+static void apply_rows(const bn_job *j, int64_t r0, int64_t r1)
+{
+    /* p0 hi, p1 lo, p2 scale; mean holds beta */
+    bn_apply(r1 - r0, j->c, j->x + r0 * j->c, j->p0, j->p1, j->p2, j->mean, j->y + r0 * j->c);
+}
+
+/* x-shaped passes by rows: each range of rows is the serial loop on its
+ * own rows (element-wise, so the bits do not depend on the split). */
+static void rows_range(void *arg, int64_t r0, int64_t r1)
+{
+    const bn_job *j = arg;
+    j->fn(j, r0, r1);
+}
+
+static void by_rows(const sl_exec *e, bn_job *j, rows_fn fn)
+{
+    int64_t grain = SL_PAR_GRAIN_FLOATS / j->c;
+    j->fn = fn;
+    sl_par_for(e, j->rows, grain < 1 ? 1 : grain, rows_range, j);
 }
 
 int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                         const float *beta, float momentum, float eps, float *running_mean,
                         float *running_var, float *y, float *save_mean, float *save_invstd)
 {
-    char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)));
+    int64_t np = sl_bn_par_floats(e, rows, c);
+    char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)) +
+                                     (size_t)np * sizeof(float));
     if (!s)
         return sl_fail(SL_ENOMEM, "sl_bn_fwd_train_cpu: scratch for %d channels: %s", c,
                        sl_errmsg());
     double *mean = (double *)s, *m2 = mean + c;
     float *hi = (float *)(m2 + c), *lo = hi + c, *scale = lo + c;
-    sl_bn_stats_cpu(rows, c, x, mean, m2, hi, lo, scale);
+    sl_bn_stats_par(e, rows, c, x, mean, m2, hi, lo, scale, np ? scale + c : NULL);
 
     double m = momentum;
     for (int ch = 0; ch < c; ch++) {
@@ -124,7 +235,9 @@ int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
         lo[ch] = (float)(mean[ch] - (double)hi[ch]);
         scale[ch] = (float)((double)gamma[ch] * invstd);
     }
-    bn_apply(rows, c, x, hi, lo, scale, beta, y);
+    bn_job j = {.rows = rows, .c = c, .x = x, .p0 = hi, .p1 = lo, .p2 = scale, .mean = beta,
+                .y = y};
+    by_rows(e, &j, apply_rows);
     return SL_OK;
 }
 
@@ -141,6 +254,18 @@ void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *restrict
     }
 }
 
+static void affine_rows(const bn_job *j, int64_t r0, int64_t r1)
+{
+    sl_bn_affine_cpu(r1 - r0, j->c, j->x + r0 * j->c, j->mean, j->p0, j->p1, j->y + r0 * j->c);
+}
+
+void sl_bn_affine_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
+                      const float *scale, const float *beta, float *y)
+{
+    bn_job j = {.rows = rows, .c = c, .x = x, .mean = mean, .p0 = scale, .p1 = beta, .y = y};
+    by_rows(e, &j, affine_rows);
+}
+
 int sl_bn_fwd_eval_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                        const float *beta, const float *running_mean, const float *running_var,
                        float eps, float *y)
@@ -151,8 +276,22 @@ int sl_bn_fwd_eval_cpu(sl_exec *e, int64_t rows, int c, const float *x, const fl
                        sl_errmsg());
     for (int ch = 0; ch < c; ch++)
         scale[ch] = (float)((double)gamma[ch] / sqrt((double)running_var[ch] + (double)eps));
-    sl_bn_affine_cpu(rows, c, x, running_mean, scale, beta, y);
+    sl_bn_affine_par(e, rows, c, x, running_mean, scale, beta, y);
     return SL_OK;
+}
+
+/* One block of nb rows: float sums of dy and dy*(x - mean) per channel. */
+static void sums_block(int64_t nb, int c, const float *restrict xb, const float *restrict gb,
+                       const float *restrict mean, float *restrict fdy, float *restrict fdxc)
+{
+    for (int ch = 0; ch < c; ch++)
+        fdy[ch] = fdxc[ch] = 0;
+    for (int64_t r = 0; r < nb; r++)
+        for (int ch = 0; ch < c; ch++) {
+            float g = gb[r * c + ch];
+            fdy[ch] += g;
+            fdxc[ch] += g * (xb[r * c + ch] - mean[ch]);
+        }
 }
 
 /* sdy, sdxc (c): sum dy and sum dy*(x - mean) over the rows, blocked float
@@ -166,18 +305,43 @@ void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *restrict x, const floa
         sdy[ch] = sdxc[ch] = 0;
     for (int64_t r0 = 0; r0 < rows; r0 += BN_ROWS_MAX) {
         int64_t nb = rows - r0 < BN_ROWS_MAX ? rows - r0 : BN_ROWS_MAX;
-        const float *restrict xb = x + r0 * c, *restrict gb = dy + r0 * c;
-        for (int ch = 0; ch < c; ch++)
-            fdy[ch] = fdxc[ch] = 0;
-        for (int64_t r = 0; r < nb; r++)
-            for (int ch = 0; ch < c; ch++) {
-                float g = gb[r * c + ch];
-                fdy[ch] += g;
-                fdxc[ch] += g * (xb[r * c + ch] - mean[ch]);
-            }
+        sums_block(nb, c, x + r0 * c, dy + r0 * c, mean, fdy, fdxc);
         for (int ch = 0; ch < c; ch++) {
             sdy[ch] += fdy[ch];
             sdxc[ch] += fdxc[ch];
+        }
+    }
+}
+
+static void sums_range(void *arg, int64_t b0, int64_t b1)
+{
+    const bn_job *j = arg;
+    int c = j->c;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t r0 = b * BN_ROWS_MAX, nb = j->rows - r0 < BN_ROWS_MAX ? j->rows - r0 : BN_ROWS_MAX;
+        float *pb = j->part + b * 2 * c;
+        sums_block(nb, c, j->x + r0 * c, j->dy + r0 * c, j->mean, pb, pb + c);
+    }
+}
+
+void sl_bn_bwd_sums_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                        const float *mean, double *sdy, double *sdxc, float *fdy, float *fdxc,
+                        float *part)
+{
+    if (!part || !use_threads(e, rows, c)) {
+        sl_bn_bwd_sums_cpu(rows, c, x, dy, mean, sdy, sdxc, fdy, fdxc);
+        return;
+    }
+    int64_t nblk = nblocks(rows, BN_ROWS_MAX);
+    bn_job j = {.rows = rows, .c = c, .x = x, .dy = dy, .mean = mean, .part = part};
+    sl_par_for(e, nblk, block_grain(BN_ROWS_MAX, c), sums_range, &j);
+    for (int ch = 0; ch < c; ch++)
+        sdy[ch] = sdxc[ch] = 0;
+    for (int64_t b = 0; b < nblk; b++) {
+        const float *pb = part + b * 2 * c;
+        for (int ch = 0; ch < c; ch++) {
+            sdy[ch] += pb[ch];
+            sdxc[ch] += pb[c + ch];
         }
     }
 }
@@ -197,17 +361,33 @@ void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy,
     }
 }
 
+static void dx_rows(const bn_job *j, int64_t r0, int64_t r1)
+{
+    int64_t o = r0 * j->c;
+    sl_bn_dx_cpu(r1 - r0, j->c, j->x + o, j->dy + o, j->mean, j->p0, j->p1, j->p2, j->y + o);
+}
+
+void sl_bn_dx_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                  const float *mean, const float *a, const float *k, const float *b, float *dx)
+{
+    bn_job j = {.rows = rows, .c = c, .x = x, .dy = dy, .mean = mean, .p0 = a, .p1 = k,
+                .p2 = b, .y = dx};
+    by_rows(e, &j, dx_rows);
+}
+
 int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd,
                   float *dx, float *dgamma, float *dbeta)
 {
-    char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)));
+    int64_t np = sl_bn_par_floats(e, rows, c);
+    char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)) +
+                                     (size_t)np * sizeof(float));
     if (!s)
         return sl_fail(SL_ENOMEM, "sl_bn_bwd_cpu: scratch for %d channels: %s", c,
                        sl_errmsg());
     double *sdy = (double *)s, *sdxc = sdy + c;
     float *a = (float *)(sdxc + c), *k = a + c, *b = k + c;
-    sl_bn_bwd_sums_cpu(rows, c, x, dy, save_mean, sdy, sdxc, a, k);
+    sl_bn_bwd_sums_par(e, rows, c, x, dy, save_mean, sdy, sdxc, a, k, np ? b + c : NULL);
 
     /* dx = gamma*invstd/rows * (rows*dy - sdy - xhat*sum(dy*xhat)) with
      * xhat = (x-mean)*invstd and sum(dy*xhat) = invstd*sdxc, expanded to
@@ -221,6 +401,6 @@ int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *
         dgamma[ch] = (float)sdyxhat;
         dbeta[ch] = (float)sdy[ch];
     }
-    sl_bn_dx_cpu(rows, c, x, dy, save_mean, a, k, b, dx);
+    sl_bn_dx_par(e, rows, c, x, dy, save_mean, a, k, b, dx);
     return SL_OK;
 }

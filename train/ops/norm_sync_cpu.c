@@ -1,7 +1,8 @@
 /*
  * train/ops/norm_sync_cpu.c - synchronized batch norm in pieces, cpu backend:
- * single-threaded passes over x in memory order (row by row, c contiguous
- * channels per row) whose channel loops gcc -O3 vectorizes, as norm_cpu.c.
+ * passes over x in memory order (row by row, c contiguous channels per row)
+ * whose channel loops gcc -O3 vectorizes, on the exec's threads with the
+ * same bits as on one (norm_cpu.c's *_par passes).
  * Same semantics as norm_sync_ref.c (the formulas are in its comment and in
  * train_int.h).
  *
@@ -24,10 +25,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "train/ops/cpu_int.h"
 #include "train/train_int.h"
 
-/* Scratch of nd doubles followed by nf floats per channel. */
-static void *scratch(sl_exec *e, const char *fn, int c, int nd, int nf)
+/* Scratch of nd doubles followed by nf floats per channel (nf counts the
+ * threaded passes' partials too, sl_bn_par_floats rounded up to whole c). */
+static void *scratch(sl_exec *e, const char *fn, int c, int nd, int64_t nf)
 {
     void *s = sl_exec_scratch(e, (size_t)c * ((size_t)nd * sizeof(double) +
                                               (size_t)nf * sizeof(float)));
@@ -60,7 +63,7 @@ int sl_bn_fwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
         save_mean[ch] = mu[ch];
         save_invstd[ch] = (float)invstd;
     }
-    sl_bn_affine_cpu(rows, c, x, mu, scale, b, y);
+    sl_bn_affine_par(e, rows, c, x, mu, scale, b, y);
     return SL_OK;
 }
 
@@ -69,7 +72,8 @@ int sl_bn_bwd_reduce_cpu(sl_exec *e, int64_t rows, int c, const float *x, const 
                          float *sum_dy_xhat)
 {
     const char *fn = "sl_bn_bwd_reduce_cpu";
-    double *sdy = scratch(e, fn, c, 2, 3);
+    int64_t np = sl_bn_par_floats(e, rows, c);
+    double *sdy = scratch(e, fn, c, 2, 3 + (np + c - 1) / c);
     if (!sdy)
         return SL_ENOMEM;
     double *sdxc = sdy + c;
@@ -77,7 +81,7 @@ int sl_bn_bwd_reduce_cpu(sl_exec *e, int64_t rows, int c, const float *x, const 
     for (int ch = 0; ch < c; ch++)
         mu[ch] = save_mean[ch];
     /* sum dy and sum dy*(x - mean); sum dy*xhat = invstd * the latter */
-    sl_bn_bwd_sums_cpu(rows, c, x, dy, mu, sdy, sdxc, fdy, fdxc);
+    sl_bn_bwd_sums_par(e, rows, c, x, dy, mu, sdy, sdxc, fdy, fdxc, np ? mu + c : NULL);
     for (int ch = 0; ch < c; ch++) {
         sum_dy[ch] = (float)sdy[ch];
         sum_dy_xhat[ch] = (float)(sdxc[ch] * (double)save_invstd[ch]);
@@ -103,7 +107,7 @@ int sl_bn_bwd_apply_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
         k[ch] = (float)(gi * is * (double)sum_dy_xhat[ch] / total);
         b[ch] = (float)(gi * (double)sum_dy[ch] / total);
     }
-    sl_bn_dx_cpu(rows, c, x, dy, mu, a, k, b, dx);
+    sl_bn_dx_par(e, rows, c, x, dy, mu, a, k, b, dx);
     return SL_OK;
 }
 
@@ -114,12 +118,13 @@ int sl_bn_moments_cpu(sl_exec *e, int64_t rows, int c, const float *x, int world
                       float *slots)
 {
     const char *fn = "sl_bn_moments_cpu";
-    double *mean = scratch(e, fn, c, 2, 3);
+    int64_t np = sl_bn_par_floats(e, rows, c);
+    double *mean = scratch(e, fn, c, 2, 3 + (np + c - 1) / c);
     if (!mean)
         return SL_ENOMEM;
     double *m2 = mean + c;
     float *f = (float *)(m2 + c);
-    sl_bn_stats_cpu(rows, c, x, mean, m2, f, f + c, f + 2 * c);
+    sl_bn_stats_par(e, rows, c, x, mean, m2, f, f + c, f + 2 * c, np ? f + 3 * c : NULL);
     memset(slots, 0, (size_t)world * SL_BN_MOMENT_FLOATS * (size_t)c * sizeof(float));
     float *mine = slots + (int64_t)rank * SL_BN_MOMENT_FLOATS * c;
     for (int ch = 0; ch < c; ch++) {

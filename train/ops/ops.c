@@ -10,20 +10,18 @@
  * table only; SLUICE_CUDA_FUSE=0, read by sl_cuda_ctx_create, gives a cuda
  * exec the same table without them (the model then runs the unfused ops).
  *
- * Threading (cpu backend). The FLOPs are in SGEMM (im2col convs and 1x1
- * convs as plain GEMMs), so the cpu backend threads through OpenBLAS
- * (sl_exec.threads) and runs its own loops (batch norm, ReLU, pooling,
- * im2col packing: memory-bound passes) on the caller's thread. That keeps
- * replica threads (issue 5) free of nested pools: each replica's sl_exec
- * takes its share of the cores. Measured on the 2-core dev machine
- * (2026-11-21, quiet): OpenBLAS's 2048^3 SGEMM runs at 104 GFLOP/s on one
- * thread and 204 on two, and ResNet-50 at 224 px (perf/train-cpu) uses both
- * cores well; but resnet20 width 8 at 28 px, batch 64, trains at 731
- * images/s on one thread and 236-432 on two: its GEMMs are small (N = 8..32
- * output channels, a few thousand rows per chunk) and OpenBLAS's per-call
- * hand-off to its second thread costs more than the split saves. So the
- * default is one thread per core, and small-image runs (the demo) pass
- * --threads 1.
+ * Threading (cpu backend). sl_exec.threads is the thread count of every
+ * pass: oneDNN's convolutions (conv_dnnl.c, on the calling thread's OpenMP
+ * team), the memory-bound passes (BN, ReLU, add, max pool: sl_par_for,
+ * cpu_int.h, the same team) and OpenBLAS's SGEMMs (the FC layer, and the
+ * convolutions in builds without oneDNN). Replica threads (issue 5) each
+ * take their share: each replica's exec sizes its own team, no pool is
+ * shared. Small nets still want one thread per replica: resnet20 width 8
+ * at 28 px, batch 64, trains at 731 images/s on one OpenBLAS thread and
+ * 236-432 on two (2026-11-21), and with oneDNN at 1,481 on one thread and
+ * 371 on two, against 3,310 for two replicas of one thread (2026-12-04,
+ * perf/RESULTS.md "Issue 29"): the hand-offs cost more than the split
+ * saves. So the demo runs two replicas of one thread.
  */
 #include <errno.h>
 #include <limits.h>
@@ -36,6 +34,7 @@
 
 #include <cblas.h>
 
+#include "train/ops/op_check.h"
 #include "train/train_int.h"
 #ifdef SLUICE_TRAIN_CUDA
 #include "train/ops/cuda_int.h"
@@ -351,94 +350,6 @@ int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int
  * Messages read "sl_<op>: <backend>: what", what naming the argument.
  */
 
-/* The exec and its slot: SL_EINVAL for no exec, SL_ENOTSUP for a slot the
- * backend does not have (the fused cuda slots elsewhere). */
-static int op_ok(const char *fn, const sl_exec *e, int has_slot)
-{
-    if (!e || !e->ops)
-        return sl_fail(SL_EINVAL, "%s: no exec (sl_exec_init it first)", fn);
-    if (!has_slot)
-        return sl_fail(SL_ENOTSUP, "%s: %s: the backend has no such op", fn, e->ops->name);
-    return SL_OK;
-}
-
-#define OP_OK(e, slot)                                                                        \
-    do {                                                                                      \
-        int rc_ = op_ok(__func__, (e), (e) && (e)->ops && (e)->ops->slot != NULL);          \
-        if (rc_)                                                                              \
-            return rc_;                                                                       \
-    } while (0)
-
-#define CHECK(e, cond, ...)                                                                   \
-    do {                                                                                      \
-        if (!(cond))                                                                          \
-            return op_fail(__func__, (e), __VA_ARGS__);                                       \
-    } while (0)
-
-__attribute__((format(printf, 3, 4))) static int op_fail(const char *fn, const sl_exec *e,
-                                                         const char *fmt, ...)
-{
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return sl_fail(SL_EINVAL, "%s: %s: %s", fn, e->ops->name, what);
-}
-
-/* Most dimensions of a tensor here: conv's and pool's NHWC / KRSC. */
-#define MAX_DIMS 4
-
-/* *n = the product of the k dimensions d (each >= 0, checked by the
- * caller's shape check), when it and its bytes as 4-byte elements (float,
- * int32) fit in int64; SL_EINVAL naming the tensor when they do not. */
-static int tensor_elems(const char *fn, const sl_exec *e, const char *name, int k,
-                        const int64_t *d, int64_t *n)
-{
-    int64_t prod = 1, bytes;
-    for (int i = 0; i < k; i++)
-        if (__builtin_mul_overflow(prod, d[i], &prod))
-            goto overflow;
-    if (__builtin_mul_overflow(prod, (int64_t)sizeof(float), &bytes))
-        goto overflow;
-    *n = prod;
-    return SL_OK;
-overflow:;
-    char dims[MAX_DIMS * 24] = "";
-    size_t at = 0;
-    for (int i = 0; i < k && i < MAX_DIMS && at < sizeof dims; i++)
-        at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%lld", i ? " x " : "",
-                               (long long)d[i]);
-    return op_fail(fn, e, "%s: %s elements: the size overflows 64 bits", name, dims);
-}
-
-/* Tensor t with the dimensions that follow: its size fits (tensor_elems),
- * and t is not NULL unless it has no elements. */
-#define TENSOR(e, t, ...)                                                                     \
-    do {                                                                                      \
-        const int64_t d_[] = {__VA_ARGS__};                                                   \
-        int64_t n_ = 0;                                                                       \
-        _Static_assert(sizeof d_ / sizeof d_[0] <= MAX_DIMS, "at most MAX_DIMS dimensions");  \
-        int rc_ = tensor_elems(__func__, (e), #t, (int)(sizeof d_ / sizeof d_[0]), d_, &n_); \
-        if (rc_)                                                                              \
-            return rc_;                                                                       \
-        CHECK(e, (t) != NULL || n_ == 0, "NULL tensor " #t " (%lld elements)", (long long)n_); \
-    } while (0)
-
-/* The geometry sl_conv_shape_init / sl_pool_shape_init make: p, q
- * consistent with the rest (a hand-made shape with a wrong p would index
- * past y), the padded input within an int. In int64: h + 2*pad may pass
- * INT_MAX. */
-static int conv_shape_ok(const sl_conv_shape *s)
-{
-    if (!s || s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->r < 1 ||
-        s->s < 1 || s->stride < 1 || s->pad < 0)
-        return 0;
-    int64_t hp = (int64_t)s->h + 2 * (int64_t)s->pad, wp = (int64_t)s->w + 2 * (int64_t)s->pad;
-    return hp <= INT_MAX && wp <= INT_MAX && hp >= s->r && wp >= s->s &&
-           s->p == (hp - s->r) / s->stride + 1 && s->q == (wp - s->s) / s->stride + 1;
-}
-
 static int pool_shape_ok(const sl_pool_shape *s)
 {
     if (!s || s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->r < 1 || s->stride < 1 ||
@@ -449,13 +360,6 @@ static int pool_shape_ok(const sl_pool_shape *s)
            s->q == (wp - s->r) / s->stride + 1 && s->p >= 1 && s->q >= 1;
 }
 
-#define CHECK_CONV(e, sh) CHECK(e, conv_shape_ok(sh), "bad conv geometry (use sl_conv_shape_init)")
-
-/* Conv tensors: x (n, h, w, c), w (k, r, s, c), y (n, p, q, k); the names
- * are the forward's (dx is x's shape, dy y's, dw w's). */
-#define CONV_X(e, sh, t) TENSOR(e, t, (sh)->n, (sh)->h, (sh)->w, (sh)->c)
-#define CONV_W(e, sh, t) TENSOR(e, t, (sh)->k, (sh)->r, (sh)->s, (sh)->c)
-#define CONV_Y(e, sh, t) TENSOR(e, t, (sh)->n, (sh)->p, (sh)->q, (sh)->k)
 
 /* A pool shape, and its input (x, or dx: name) small enough for the int32
  * argmax. */
@@ -465,7 +369,7 @@ static int pool_check(const char *fn, const sl_exec *e, const sl_pool_shape *sh,
     if (!pool_shape_ok(sh))
         return op_fail(fn, e, "bad pool geometry (use sl_pool_shape_init)");
     const int64_t d[] = {sh->n, sh->h, sh->w, sh->c};
-    int64_t nx;
+    int64_t nx = 0;
     int rc = tensor_elems(fn, e, name, 4, d, &nx);
     if (rc)
         return rc;

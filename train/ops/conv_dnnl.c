@@ -1,0 +1,393 @@
+/*
+ * train/ops/conv_dnnl.c - convolution on the CPU through oneDNN (Debian's
+ * libdnnl 2.6, the C API of dnnl.h): forward, backward-data and
+ * backward-filter in NHWC f32, the kernels PyTorch's channels_last CPU path
+ * runs. Built with SLUICE_WITH_DNNL; conv_cpu.c calls in here unless
+ * SLUICE_CPU_CONV=blas, and keeps im2col + OpenBLAS for builds without it.
+ *
+ * Layouts. Activations are given to oneDNN as they are: x (n, h, w, c) is
+ * the logical (n, c, h, w) tensor with tag nhwc, y likewise. The weights
+ * (k, r, s, c) are tag ohwi, a plain format the fast (jit) kernels do not
+ * take: they want blocked weights (OIhw16i16o and kin). So each primitive
+ * is made with weights "any", oneDNN picks its format, and a reorder
+ * primitive converts: OHWI -> the kernel's format before forward and
+ * backward-data (their formats may differ), the kernel's diff-weights
+ * format -> OHWI after backward-filter. The reordered weights live in the
+ * exec's scratch; a weights tensor is small next to the activations (at
+ * ResNet-50 batch 32 the reorders move 0.3 GB a step against ~30 GB of
+ * activation traffic). When oneDNN picks OHWI itself the reorder is skipped.
+ * Padding: oneDNN wants padding_r such that the output size follows; ours
+ * is symmetric with floor division (p = (h + 2*pad - r)/stride + 1), which is
+ * oneDNN's formula with padding_r = pad, so pad goes on both sides.
+ *
+ * Why a process-wide cache of primitives. Making a primitive descriptor and
+ * its primitive (implementation search, JIT code generation) costs tens to
+ * hundreds of microseconds, about a conv's run time at demo sizes, so each
+ * (shape, pass, thread count) is made once. sl_exec (train_int.h) has no
+ * slot for cpu state, and replicas run the same shapes, so the cache is one
+ * table for the process, under a mutex, holding at most CACHE_MAX entries;
+ * past that a primitive is made for the call and destroyed after it. Entries
+ * are never evicted while the process lives: a primitive another replica is
+ * executing is never freed under it. oneDNN's primitives are immutable once
+ * made and may execute concurrently from several threads as long as each
+ * call has its own scratchpad: attr scratchpad_mode user, and the
+ * scratchpad (with the reordered weights) is the calling exec's
+ * sl_exec_scratch. Memory objects and the stream are made per call (a few
+ * small allocations; they hold the call's pointers).
+ *
+ * Threads: oneDNN's CPU runtime here is OpenMP (libgomp); a kernel splits
+ * over omp_get_max_threads() of the calling thread, read when the primitive
+ * is made and again when it runs. So every entry point sets the calling
+ * thread's OpenMP thread count to e->threads (a per-thread setting: a
+ * replica thread with one thread leaves the main thread's at two) and the
+ * thread count is part of the cache key.
+ *
+ * Errors: every dnnl_* status is checked: SL_ENOTSUP when oneDNN has no
+ * implementation (dnnl_unimplemented), SL_ENOMEM for dnnl_out_of_memory,
+ * else SL_EINVAL, the message naming the pass, the shape and the call.
+ */
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dnnl.h>
+
+#include "train/ops/cpu_int.h"
+
+#define CACHE_MAX 256
+#define ALIGN64(b) (((b) + 63) & ~(size_t)63)
+
+enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_FILTER };
+static const char *const pass_name[] = {"forward", "backward-data", "backward-filter"};
+
+/* One pass of one shape. wmd_user is OHWI; wmd_prim the primitive's
+ * (diff-)weights format; reorder is NULL when they are equal, else
+ * user -> prim (fwd, bwd data) or prim -> user (bwd filter). */
+typedef struct dn_prim {
+    sl_conv_shape sh;
+    int pass, threads;
+    dnnl_primitive_t prim, reorder;
+    dnnl_memory_desc_t xmd, ymd, wmd_user, wmd_prim, pad_md, rpad_md;
+    size_t wbytes, pad_bytes, rpad_bytes; /* the exec-scratch pieces */
+} dn_prim;
+
+static pthread_once_t eng_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t eng;
+static dnnl_status_t eng_status;
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static dn_prim *cache[CACHE_MAX];
+static int ncache;
+
+static void eng_init(void) { eng_status = dnnl_engine_create(&eng, dnnl_cpu, 0); }
+
+static int dn_fail(const char *what, dnnl_status_t st)
+{
+    int code = st == dnnl_unimplemented ? SL_ENOTSUP
+               : st == dnnl_out_of_memory ? SL_ENOMEM
+                                          : SL_EINVAL;
+    return sl_fail(code, "%s: oneDNN status %d", what, (int)st);
+}
+
+#define DN(call, what)                                                                       \
+    do {                                                                                     \
+        dnnl_status_t st_ = (call);                                                          \
+        if (st_ != dnnl_success) {                                                           \
+            rc = dn_fail(what, st_);                                                         \
+            goto out;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+int sl_dnnl_enabled(void)
+{
+    const char *v = getenv("SLUICE_CPU_CONV");
+    return !(v && !strcmp(v, "blas"));
+}
+
+static int same_shape(const sl_conv_shape *a, const sl_conv_shape *b)
+{
+    return a->n == b->n && a->h == b->h && a->w == b->w && a->c == b->c && a->k == b->k &&
+           a->r == b->r && a->s == b->s && a->stride == b->stride && a->pad == b->pad;
+}
+
+static void prim_free(dn_prim *p)
+{
+    if (!p)
+        return;
+    dnnl_primitive_destroy(p->prim);
+    dnnl_primitive_destroy(p->reorder);
+    free(p);
+}
+
+/* The conv descriptor of one pass with weights "any"; strides and pads
+ * from sh. */
+static dnnl_status_t conv_desc(int pass, const sl_conv_shape *sh, const dnnl_memory_desc_t *xmd,
+                               const dnnl_memory_desc_t *wany, const dnnl_memory_desc_t *ymd,
+                               dnnl_convolution_desc_t *cd)
+{
+    const dnnl_dims_t strides = {sh->stride, sh->stride}, pads = {sh->pad, sh->pad};
+    switch (pass) {
+    case PASS_FWD:
+        return dnnl_convolution_forward_desc_init(cd, dnnl_forward_training,
+                                                  dnnl_convolution_direct, xmd, wany, NULL, ymd,
+                                                  strides, pads, pads);
+    case PASS_BWD_DATA:
+        return dnnl_convolution_backward_data_desc_init(cd, dnnl_convolution_direct, xmd, wany,
+                                                        ymd, strides, pads, pads);
+    default:
+        return dnnl_convolution_backward_weights_desc_init(cd, dnnl_convolution_direct, xmd, wany,
+                                                           NULL, ymd, strides, pads, pads);
+    }
+}
+
+/* oneDNN's first implementation for the descriptor, in its order of
+ * preference, except one: in 2.6.3 the jit 1x1 backward-weights kernel
+ * with stride > 1 ("jit_1x1:avx512_core", which first copies the strided
+ * input to a dense one, its "rtus" buffer) writes past the scratchpad it
+ * declares when it runs on more than one thread (3 KiB past 13.5 KiB for
+ * n5 28x28 c8 -> k16 stride 2 on 2 threads; found by
+ * tests/train/ops/test_conv.c's net shapes). Such a conv takes the next
+ * implementation (the general jit kernel). */
+static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, const dnnl_convolution_desc_t *cd,
+                             const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
+                             dnnl_primitive_desc_t *out)
+{
+    int avoid_1x1 = pass == PASS_BWD_FILTER && sh->r == 1 && sh->s == 1 && sh->stride > 1;
+    if (!avoid_1x1)
+        return dnnl_primitive_desc_create(out, cd, attr, eng, hint);
+    dnnl_primitive_desc_iterator_t it;
+    dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, cd, attr, eng, hint);
+    if (st != dnnl_success)
+        return st;
+    *out = NULL;
+    do {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = NULL;
+        if (!pd) {
+            st = dnnl_out_of_memory;
+            break;
+        }
+        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+            impl && strstr(impl, "1x1")) {
+            dnnl_primitive_desc_destroy(pd);
+            continue;
+        }
+        *out = pd;
+        break;
+    } while ((st = dnnl_primitive_desc_iterator_next(it)) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    if (*out)
+        return dnnl_success;
+    return st == dnnl_iterator_ends ? dnnl_unimplemented : st;
+}
+
+/* Make the primitive of (sh, pass) for the calling thread's OpenMP thread
+ * count: the conv (with a forward hint for the backward passes), its
+ * weights format, the weights reorder and the scratch sizes. */
+static int prim_make(const sl_conv_shape *sh, int pass, int threads, dn_prim **out)
+{
+    int rc = SL_OK;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL, hint = NULL, rpd = NULL;
+    dn_prim *p = calloc(1, sizeof *p);
+    if (!p)
+        return sl_fail(SL_ENOMEM, "conv_dnnl: %zu bytes", sizeof *p);
+    p->sh = *sh;
+    p->pass = pass;
+    p->threads = threads;
+    const dnnl_dims_t xd = {sh->n, sh->c, sh->h, sh->w}, yd = {sh->n, sh->k, sh->p, sh->q},
+                      wd = {sh->k, sh->c, sh->r, sh->s};
+    dnnl_memory_desc_t wany;
+    DN(dnnl_memory_desc_init_by_tag(&p->xmd, 4, xd, dnnl_f32, dnnl_nhwc), "x descriptor");
+    DN(dnnl_memory_desc_init_by_tag(&p->ymd, 4, yd, dnnl_f32, dnnl_nhwc), "y descriptor");
+    DN(dnnl_memory_desc_init_by_tag(&p->wmd_user, 4, wd, dnnl_f32, dnnl_ohwi), "w descriptor");
+    DN(dnnl_memory_desc_init_by_tag(&wany, 4, wd, dnnl_f32, dnnl_format_tag_any),
+       "w descriptor (any)");
+    DN(dnnl_primitive_attr_create(&attr), "attr");
+    DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attr");
+
+    dnnl_convolution_desc_t cd;
+    if (pass != PASS_FWD) {
+        DN(conv_desc(PASS_FWD, sh, &p->xmd, &wany, &p->ymd, &cd), "forward hint descriptor");
+        DN(dnnl_primitive_desc_create(&hint, &cd, NULL, eng, NULL), "forward hint");
+    }
+    DN(conv_desc(pass, sh, &p->xmd, &wany, &p->ymd, &cd), "conv descriptor");
+    DN(pd_pick(pass, sh, &cd, attr, hint, &pd), "conv primitive descriptor");
+    const dnnl_memory_desc_t *wm = dnnl_primitive_desc_query_md(
+        pd, pass == PASS_BWD_FILTER ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    p->wmd_prim = *wm;
+    if (sm)
+        p->pad_md = *sm, p->pad_bytes = dnnl_memory_desc_get_size(sm);
+    DN(dnnl_primitive_create(&p->prim, pd), "conv primitive");
+
+    if (!dnnl_memory_desc_equal(&p->wmd_user, &p->wmd_prim)) {
+        p->wbytes = dnnl_memory_desc_get_size(&p->wmd_prim);
+        const dnnl_memory_desc_t *from = pass == PASS_BWD_FILTER ? &p->wmd_prim : &p->wmd_user,
+                                 *to = pass == PASS_BWD_FILTER ? &p->wmd_user : &p->wmd_prim;
+        DN(dnnl_reorder_primitive_desc_create(&rpd, from, eng, to, eng, attr),
+           "weights reorder descriptor");
+        const dnnl_memory_desc_t *rs = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+        if (rs)
+            p->rpad_md = *rs, p->rpad_bytes = dnnl_memory_desc_get_size(rs);
+        DN(dnnl_primitive_create(&p->reorder, rpd), "weights reorder");
+    }
+out:
+    dnnl_primitive_desc_destroy(rpd);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_desc_destroy(hint);
+    dnnl_primitive_attr_destroy(attr);
+    if (rc) {
+        prim_free(p);
+        return sl_fail(rc, "conv_dnnl: %s n%d %dx%d c%d k%d %dx%d/%d pad %d: %s",
+                       pass_name[pass], sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s,
+                       sh->stride, sh->pad, sl_errmsg());
+    }
+    *out = p;
+    return SL_OK;
+}
+
+/* The cached primitive of (sh, pass, threads), made on a miss. *owned is 1
+ * when the cache was full and the caller must prim_free it. Made under the
+ * lock: two replicas missing together make it once. */
+static int prim_get(const sl_conv_shape *sh, int pass, int threads, dn_prim **out, int *owned)
+{
+    pthread_once(&eng_once, eng_init);
+    if (eng_status != dnnl_success)
+        return dn_fail("conv_dnnl: cpu engine", eng_status);
+    *owned = 0;
+    pthread_mutex_lock(&cache_mu);
+    for (int i = 0; i < ncache; i++)
+        if (cache[i]->pass == pass && cache[i]->threads == threads &&
+            same_shape(&cache[i]->sh, sh)) {
+            *out = cache[i];
+            pthread_mutex_unlock(&cache_mu);
+            return SL_OK;
+        }
+    int rc = prim_make(sh, pass, threads, out);
+    if (!rc) {
+        if (ncache < CACHE_MAX)
+            cache[ncache++] = *out;
+        else
+            *owned = 1;
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return rc;
+}
+
+/* Run one pass: x, w, y are the user's buffers in their roles (for the
+ * backward passes y is dy, and x is dx for backward-data, w is dw for
+ * backward-filter). */
+static int run(sl_exec *e, const sl_conv_shape *sh, int pass, void *x, void *w, void *y)
+{
+    if (omp_get_max_threads() != e->threads)
+        omp_set_num_threads(e->threads);
+    dn_prim *p = NULL;
+    int owned = 0, rc = prim_get(sh, pass, e->threads, &p, &owned);
+    if (rc)
+        return rc;
+    dnnl_stream_t stream = NULL;
+    dnnl_memory_t mx = NULL, my = NULL, mwu = NULL, mwp = NULL, mpad = NULL, mrpad = NULL;
+    size_t wb = ALIGN64(p->wbytes), pb = ALIGN64(p->pad_bytes);
+    char *s = sl_exec_scratch(e, wb + pb + ALIGN64(p->rpad_bytes));
+    if (!s) {
+        rc = sl_fail(SL_ENOMEM, "conv_dnnl: %s scratch: %s", pass_name[pass], sl_errmsg());
+        goto out;
+    }
+    DN(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags), "stream");
+    DN(dnnl_memory_create(&mx, &p->xmd, eng, x), "x memory");
+    DN(dnnl_memory_create(&my, &p->ymd, eng, y), "y memory");
+    DN(dnnl_memory_create(&mwu, &p->wmd_user, eng, w), "w memory");
+    if (p->reorder)
+        DN(dnnl_memory_create(&mwp, &p->wmd_prim, eng, s), "w memory (kernel format)");
+    else
+        mwp = mwu;
+    if (p->pad_bytes)
+        DN(dnnl_memory_create(&mpad, &p->pad_md, eng, s + wb), "scratchpad");
+    if (p->rpad_bytes)
+        DN(dnnl_memory_create(&mrpad, &p->rpad_md, eng, s + wb + pb), "reorder scratchpad");
+
+    if (p->reorder && pass != PASS_BWD_FILTER) {
+        dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, mwu}, {DNNL_ARG_TO, mwp},
+                                {DNNL_ARG_SCRATCHPAD, mrpad}};
+        DN(dnnl_primitive_execute(p->reorder, stream, mrpad ? 3 : 2, ra), "weights reorder");
+    }
+    dnnl_exec_arg_t a[4];
+    switch (pass) {
+    case PASS_FWD:
+        a[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
+        a[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mwp};
+        a[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, my};
+        break;
+    case PASS_BWD_DATA:
+        a[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, mx};
+        a[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mwp};
+        a[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, my};
+        break;
+    default:
+        a[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
+        a[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, mwp};
+        a[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, my};
+        break;
+    }
+    a[3] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mpad};
+    DN(dnnl_primitive_execute(p->prim, stream, mpad ? 4 : 3, a), pass_name[pass]);
+    if (p->reorder && pass == PASS_BWD_FILTER) {
+        dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, mwp}, {DNNL_ARG_TO, mwu},
+                                {DNNL_ARG_SCRATCHPAD, mrpad}};
+        DN(dnnl_primitive_execute(p->reorder, stream, mrpad ? 3 : 2, ra), "weights reorder");
+    }
+    DN(dnnl_stream_wait(stream), "stream wait");
+out:
+    if (mwp != mwu)
+        dnnl_memory_destroy(mwp);
+    dnnl_memory_destroy(mwu);
+    dnnl_memory_destroy(mx);
+    dnnl_memory_destroy(my);
+    dnnl_memory_destroy(mpad);
+    dnnl_memory_destroy(mrpad);
+    dnnl_stream_destroy(stream);
+    if (owned)
+        prim_free(p);
+    if (rc)
+        return sl_fail(rc, "sl_conv_%s_cpu: oneDNN: %s", pass == PASS_FWD ? "fwd"
+                           : pass == PASS_BWD_DATA ? "bwd_data" : "bwd_filter", sl_errmsg());
+    return SL_OK;
+}
+
+/* oneDNN takes non-const handles; it does not write the inputs. */
+int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
+                     float *y)
+{
+    return run(e, sh, PASS_FWD, (void *)x, (void *)w, y);
+}
+
+int sl_conv_bwd_data_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
+                          float *dx)
+{
+    return run(e, sh, PASS_BWD_DATA, dx, (void *)w, (void *)dy);
+}
+
+int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
+                            const float *dy, float *dw)
+{
+    return run(e, sh, PASS_BWD_FILTER, (void *)x, dw, (void *)dy);
+}
+
+static char describe_buf[64];
+
+static void describe_once(void)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(describe_buf, sizeof describe_buf, "oneDNN %d.%d.%d (OpenMP)", v->major, v->minor,
+             v->patch);
+}
+
+/* "oneDNN 2.6.3 (OpenMP)": the library this process runs (sluice --version). */
+const char *sl_dnnl_describe(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, describe_once);
+    return describe_buf;
+}

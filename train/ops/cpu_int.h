@@ -1,0 +1,88 @@
+/*
+ * train/ops/cpu_int.h - private to the cpu backend's files (conv_cpu.c,
+ * norm_cpu.c, norm_sync_cpu.c, act_cpu.c, linear_cpu.c): its two helpers.
+ *
+ *   conv_dnnl.c  oneDNN's convolutions (built with SLUICE_WITH_DNNL, which
+ *                CMakeLists.txt sets when libdnnl-dev and OpenMP are found);
+ *                without it the inline stubs below say SL_ENOTSUP and
+ *                conv_cpu.c keeps its im2col + OpenBLAS path.
+ *   par_cpu.c    sl_par_for: a loop split over the exec's threads (the
+ *                memory-bound passes: BN, ReLU, add, pooling).
+ *
+ * Threading: both run on the calling thread plus, for sl_exec.threads > 1,
+ * the OpenMP team of that thread (libgomp's, the one oneDNN's kernels use
+ * too, so convolutions and passes share one set of worker threads instead of
+ * two pools spinning against each other on the same cores). Each OS thread
+ * that calls in (a replica) has its own team, sized by its exec.
+ */
+#ifndef SL_TRAIN_OPS_CPU_INT_H
+#define SL_TRAIN_OPS_CPU_INT_H
+
+#include <stdint.h>
+
+#include "train/train_int.h"
+
+/* fn(arg, lo, hi) over [lo, hi) sub-ranges that tile [0, n): contiguous,
+ * in order, at most e->threads of them, none shorter than grain items
+ * (n < 2*grain runs as one call on the calling thread). The ranges are a
+ * function of n, grain and e->threads only; fn must write disjoint memory
+ * for disjoint ranges. Returns when every range is done. */
+typedef void (*sl_par_fn)(void *arg, int64_t lo, int64_t hi);
+void sl_par_for(const sl_exec *e, int64_t n, int64_t grain, sl_par_fn fn, void *arg);
+
+/* norm_cpu.c's passes on the exec's threads, the same bits as their
+ * single-threaded forms in train_int.h (sl_bn_stats_cpu, sl_bn_affine_cpu,
+ * sl_bn_bwd_sums_cpu, sl_bn_dx_cpu), which they run when e has one thread
+ * or the tensor is small. The reductions need part, scratch of
+ * sl_bn_par_floats(e, rows, c) floats (0: they run serially; part may then
+ * be NULL); the caller carves it out of its one sl_exec_scratch request. */
+int64_t sl_bn_par_floats(const sl_exec *e, int64_t rows, int c);
+void sl_bn_stats_par(const sl_exec *e, int64_t rows, int c, const float *x, double *mean,
+                     double *m2, float *bmean, float *s1, float *s2, float *part);
+void sl_bn_bwd_sums_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                        const float *mean, double *sdy, double *sdxc, float *fdy, float *fdxc,
+                        float *part);
+void sl_bn_affine_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
+                      const float *scale, const float *beta, float *y);
+void sl_bn_dx_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                  const float *mean, const float *a, const float *k, const float *b, float *dx);
+
+/* Items per range for element-wise passes over floats: below this a
+ * hand-off to the second thread costs more than it saves (a few µs). */
+#define SL_PAR_GRAIN_FLOATS 32768
+
+#ifdef SLUICE_WITH_DNNL
+/* 1 when the oneDNN path is on: built, and SLUICE_CPU_CONV is not "blas"
+ * (the env switch that forces the im2col path; tests use it). Read per
+ * call. */
+int sl_dnnl_enabled(void);
+/* "oneDNN 2.6.3 (OpenMP)": the library loaded (sl_train_cpu_conv). */
+const char *sl_dnnl_describe(void);
+/* The three passes of train_int.h's conv slots through oneDNN, NHWC f32
+ * activations, OHWI weights; the primitives are made on first use of a
+ * (shape, pass, threads) and cached for the life of the process (conv_dnnl.c
+ * says why), their scratchpads come from sl_exec_scratch. */
+int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
+                     float *y);
+int sl_conv_bwd_data_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *dy,
+                          const float *w, float *dx);
+int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
+                            const float *dy, float *dw);
+#else
+static inline int sl_dnnl_enabled(void) { return 0; }
+static inline const char *sl_dnnl_describe(void) { return "none"; }
+#define SL_DNNL_NONE                                                                         \
+    return sl_fail(SL_ENOTSUP, "%s: this build has no oneDNN (SLUICE_WITH_DNNL)", __func__)
+static inline int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
+                                   const float *w, float *y)
+{ (void)e; (void)sh; (void)x; (void)w; (void)y; SL_DNNL_NONE; }
+static inline int sl_conv_bwd_data_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *dy,
+                                        const float *w, float *dx)
+{ (void)e; (void)sh; (void)dy; (void)w; (void)dx; SL_DNNL_NONE; }
+static inline int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
+                                          const float *dy, float *dw)
+{ (void)e; (void)sh; (void)x; (void)dy; (void)dw; SL_DNNL_NONE; }
+#undef SL_DNNL_NONE
+#endif
+
+#endif /* SL_TRAIN_OPS_CPU_INT_H */
