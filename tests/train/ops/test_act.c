@@ -565,3 +565,55 @@ Test(train_act, xent_cpu_matches_ref)
     sl_exec_fini(&er);
     sl_exec_fini(&ec);
 }
+
+/* ReLU, add and max pool on two threads (elements or images split:
+ * act_cpu.c) against the ref, in every aliasing form, on tensors big
+ * enough to be split and of sizes that split unevenly. */
+Test(train_act, cpu_two_threads_match_ref)
+{
+    const int64_t n = 3 * 32768 + 17;
+    float *a = xalloc(n * sizeof(float)), *b = xalloc(n * sizeof(float));
+    float *y0 = xalloc(n * sizeof(float)), *y1 = xalloc(n * sizeof(float));
+    float *t = xalloc(n * sizeof(float));
+    uint64_t st = 77;
+    for (int64_t i = 0; i < n; i++)
+        a[i] = urand(&st, -1, 1), b[i] = urand(&st, -1, 1);
+    sl_exec ref, cpu;
+    exec_init(&ref, SL_BACKEND_REF);
+    cr_assert_eq(sl_exec_init(&cpu, SL_BACKEND_CPU, 2), SL_OK);
+    size_t nb = (size_t)n * sizeof(float);
+    cr_assert_eq(ref.ops->relu_fwd(&ref, n, a, y0), SL_OK);
+    cr_assert_eq(cpu.ops->relu_fwd(&cpu, n, a, y1), SL_OK);
+    cr_assert_eq(memcmp(y0, y1, nb), 0, "relu_fwd");
+    memcpy(t, a, nb);
+    cr_assert_eq(cpu.ops->relu_fwd(&cpu, n, t, t), SL_OK);
+    cr_assert_eq(memcmp(y0, t, nb), 0, "relu_fwd in place");
+    cr_assert_eq(ref.ops->relu_bwd(&ref, n, a, b, y0), SL_OK);
+    cr_assert_eq(cpu.ops->relu_bwd(&cpu, n, a, b, y1), SL_OK);
+    cr_assert_eq(memcmp(y0, y1, nb), 0, "relu_bwd");
+    memcpy(t, b, nb);
+    cr_assert_eq(cpu.ops->relu_bwd(&cpu, n, a, t, t), SL_OK);
+    cr_assert_eq(memcmp(y0, t, nb), 0, "relu_bwd in place");
+    cr_assert_eq(ref.ops->add(&ref, n, a, b, y0), SL_OK);
+    cr_assert_eq(cpu.ops->add(&cpu, n, a, b, y1), SL_OK);
+    cr_assert_eq(memcmp(y0, y1, nb), 0, "add");
+    memcpy(t, a, nb);
+    cr_assert_eq(cpu.ops->add(&cpu, n, t, b, t), SL_OK);
+    cr_assert_eq(memcmp(y0, t, nb), 0, "add into a");
+    sl_pool_shape sh;
+    cr_assert_eq(sl_pool_shape_init(&sh, 5, 57, 31, 19, 3, 2, 1), SL_OK);
+    int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c, ny = (int64_t)sh.n * sh.p * sh.q * sh.c;
+    float *x = xalloc(nx * sizeof(float)), *p0 = xalloc(ny * sizeof(float));
+    float *p1 = xalloc(ny * sizeof(float));
+    int32_t *i0 = xalloc(ny * sizeof(int32_t)), *i1 = xalloc(ny * sizeof(int32_t));
+    for (int64_t i = 0; i < nx; i++)
+        x[i] = urand(&st, -1, 1);
+    cr_assert_eq(ref.ops->maxpool_fwd(&ref, &sh, x, p0, i0), SL_OK);
+    cr_assert_eq(cpu.ops->maxpool_fwd(&cpu, &sh, x, p1, i1), SL_OK);
+    cr_assert_eq(memcmp(p0, p1, ny * sizeof(float)), 0, "maxpool y");
+    cr_assert_eq(memcmp(i0, i1, ny * sizeof(int32_t)), 0, "maxpool argmax");
+    sl_exec_fini(&ref);
+    sl_exec_fini(&cpu);
+    free(a), free(b), free(y0), free(y1), free(t), free(x), free(p0), free(p1), free(i0),
+        free(i1);
+}

@@ -1,6 +1,8 @@
-/* tests/train/ops/test_conv.c - convolution: the cpu backend (im2col + SGEMM,
- * chunked) against the ref loops on awkward shapes, chunk boundaries inside
- * images and a remainder chunk, bounded scratch, finite-difference
+/* tests/train/ops/test_conv.c - convolution: the cpu backend against the ref
+ * loops on awkward shapes, through both of its paths (oneDNN where the build
+ * has it, and im2col + SGEMM, chunked, forced by SLUICE_CPU_CONV=blas):
+ * chunk boundaries inside images and a remainder chunk, bounded scratch,
+ * oneDNN's primitive cache across thread counts, finite-difference
  * gradients of the ref ops, hand-computed golden values, and the geometry
  * checks of sl_conv_shape_init. */
 #include <criterion/criterion.h>
@@ -13,6 +15,7 @@
 #include "train/train_int.h"
 
 #define CHUNK_ENV "SL_CONV_CPU_CHUNK_ROWS"
+#define PATH_ENV "SLUICE_CPU_CONV" /* "blas": im2col + SGEMM even with oneDNN */
 
 typedef struct geom {
     int n, h, w, c, k, r, s, stride, pad;
@@ -120,6 +123,7 @@ Test(train_conv, cpu_matches_ref_on_awkward_shapes)
  * not change. The column buffer is exactly one chunk. */
 Test(train_conv, cpu_chunk_boundaries_match_ref)
 {
+    setenv(PATH_ENV, "blas", 1);
     sl_exec cpu;
     cr_assert_eq(sl_exec_init(&cpu, SL_BACKEND_CPU, 2), SL_OK);
     setenv(CHUNK_ENV, "7", 1);
@@ -139,6 +143,7 @@ Test(train_conv, cpu_chunk_boundaries_match_ref)
     check_cpu_vs_ref(&shapes[1], 301, &cpu);
     check_cpu_vs_ref(&shapes[3], 302, &cpu); /* direct 1x1: one GEMM per row */
     unsetenv(CHUNK_ENV);
+    unsetenv(PATH_ENV);
     sl_exec_fini(&cpu);
 }
 
@@ -149,6 +154,7 @@ Test(train_conv, cpu_chunk_boundaries_match_ref)
 Test(train_conv, cpu_default_chunking_bounds_scratch)
 {
     unsetenv(CHUNK_ENV);
+    setenv(PATH_ENV, "blas", 1);
     sl_exec cpu;
     cr_assert_eq(sl_exec_init(&cpu, SL_BACKEND_CPU, 2), SL_OK);
     const geom big = {3, 27, 25, 64, 5, 3, 3, 1, 1};
@@ -162,7 +168,70 @@ Test(train_conv, cpu_default_chunking_bounds_scratch)
     cr_assert_eq(sl_exec_init(&cpu, SL_BACKEND_CPU, 2), SL_OK);
     check_cpu_vs_ref(&shapes[11], 401, &cpu);
     cr_assert_eq(cpu.scratch_cap, 0, "direct 1x1 conv allocated %zu bytes", cpu.scratch_cap);
+    unsetenv(PATH_ENV);
     sl_exec_fini(&cpu);
+}
+
+/* The im2col path on the awkward shapes too, in a build with oneDNN (where
+ * the test above runs oneDNN's). */
+Test(train_conv, cpu_blas_path_matches_ref)
+{
+    unsetenv(CHUNK_ENV);
+    setenv(PATH_ENV, "blas", 1);
+    cr_assert_str_eq(sl_train_cpu_conv(), "OpenBLAS im2col");
+    sl_exec cpu;
+    cr_assert_eq(sl_exec_init(&cpu, SL_BACKEND_CPU, 2), SL_OK);
+    for (size_t i = 0; i < NSHAPES; i++)
+        check_cpu_vs_ref(&shapes[i], 500 + i, &cpu);
+    unsetenv(PATH_ENV);
+    sl_exec_fini(&cpu);
+}
+
+/* The shapes the networks run (ResNet-20 at width 8 on 28 px: the 3-channel
+ * stem, 8/16/32 channels, the stride-2 3x3 and 1x1 shortcut; a ResNet-50-like
+ * bottleneck at channel counts that are not multiples of oneDNN's 16-wide
+ * blocks) on 1 and 2 threads, each pass twice (the second call takes the
+ * cached primitive and must give the same bits), and the same bits whatever
+ * the thread count for the forward pass. */
+static const geom net_shapes[] = {
+    {5, 28, 28, 3, 8, 3, 3, 1, 1},  {5, 28, 28, 8, 8, 3, 3, 1, 1},
+    {5, 28, 28, 8, 16, 3, 3, 2, 1}, {5, 28, 28, 8, 16, 1, 1, 2, 0},
+    {5, 14, 14, 16, 16, 3, 3, 1, 1}, {4, 7, 7, 32, 32, 3, 3, 1, 1},
+    {2, 15, 13, 24, 40, 1, 1, 1, 0}, {2, 15, 13, 40, 24, 3, 3, 2, 1},
+    {2, 23, 21, 3, 20, 7, 7, 2, 3},
+};
+
+Test(train_conv, cpu_net_shapes_cached_and_threads)
+{
+    unsetenv(CHUNK_ENV);
+    unsetenv(PATH_ENV);
+    for (int t = 1; t <= 2; t++) {
+        sl_exec cpu;
+        cr_assert_eq(sl_exec_init(&cpu, SL_BACKEND_CPU, t), SL_OK);
+        for (size_t i = 0; i < sizeof net_shapes / sizeof *net_shapes; i++) {
+            check_cpu_vs_ref(&net_shapes[i], 600 + i, &cpu);
+            check_cpu_vs_ref(&net_shapes[i], 600 + i, &cpu);
+        }
+        sl_exec_fini(&cpu);
+    }
+    sl_exec e1, e2;
+    cr_assert_eq(sl_exec_init(&e1, SL_BACKEND_CPU, 1), SL_OK);
+    cr_assert_eq(sl_exec_init(&e2, SL_BACKEND_CPU, 2), SL_OK);
+    sl_conv_shape sh = make(&net_shapes[1]);
+    size_t nx = nx_of(&sh), ny = ny_of(&sh), nw = nw_of(&sh);
+    float *x = alloc_f(nx), *w = alloc_f(nw), *y1 = alloc_f(ny), *y2 = alloc_f(ny);
+    float *y3 = alloc_f(ny);
+    uint64_t st = 7;
+    fill(x, nx, &st);
+    fill(w, nw, &st);
+    cr_assert_eq(e1.ops->conv_fwd(&e1, &sh, x, w, y1), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e2.ops->conv_fwd(&e2, &sh, x, w, y2), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(e1.ops->conv_fwd(&e1, &sh, x, w, y3), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(memcmp(y1, y3, ny * sizeof *y1), 0, "a cached primitive changed the result");
+    assert_close("conv_fwd 1 vs 2 threads", &sh, y2, y1, ny, 1e-6, 1e-6);
+    free(x), free(w), free(y1), free(y2), free(y3);
+    sl_exec_fini(&e1);
+    sl_exec_fini(&e2);
 }
 
 /* L = sum(y * g) for the ref forward, in double. */

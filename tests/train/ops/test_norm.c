@@ -350,3 +350,63 @@ Test(train_norm, large_offset_accuracy)
     sl_exec_fini(&er);
     sl_exec_fini(&ec);
 }
+
+/* The cpu backend on two threads (rows split, the statistics' blocks on
+ * both threads and merged in order: norm_cpu.c) gives the bits of one
+ * thread, on tensors big enough to be split (rows x c past two of
+ * sl_par_for's grains), with a row count that is no multiple of the
+ * blocks; the sync-BN pieces (norm_sync_cpu.c) too. */
+Test(train_norm, cpu_two_threads_same_bits)
+{
+    const int64_t shapes[][2] = {{25088 + 37, 8}, {9001, 64}, {70001, 3}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int64_t rows = shapes[i][0];
+        int c = (int)shapes[i][1];
+        bn_case b1, b2;
+        bn_case_alloc(&b1, rows, c);
+        bn_case_alloc(&b2, rows, c);
+        bn_case_random(&b1, 900 + i);
+        bn_case_copy_inputs(&b2, &b1);
+        sl_exec e1, e2;
+        cr_assert_eq(sl_exec_init(&e1, SL_BACKEND_CPU, 1), SL_OK);
+        cr_assert_eq(sl_exec_init(&e2, SL_BACKEND_CPU, 2), SL_OK);
+        cr_assert_eq(bn_train(&e1, &b1, 0.1f, 1e-5f), SL_OK);
+        cr_assert_eq(bn_train(&e2, &b2, 0.1f, 1e-5f), SL_OK);
+        cr_assert_eq(bn_bwd(&e1, &b1), SL_OK);
+        cr_assert_eq(bn_bwd(&e2, &b2), SL_OK);
+        size_t nb = (size_t)rows * c * sizeof(float), cb = (size_t)c * sizeof(float);
+        cr_assert_eq(memcmp(b1.y, b2.y, nb), 0, "y, %lld x %d", (long long)rows, c);
+        cr_assert_eq(memcmp(b1.smean, b2.smean, cb), 0);
+        cr_assert_eq(memcmp(b1.sinv, b2.sinv, cb), 0);
+        cr_assert_eq(memcmp(b1.rmean, b2.rmean, cb), 0);
+        cr_assert_eq(memcmp(b1.rvar, b2.rvar, cb), 0);
+        cr_assert_eq(memcmp(b1.dx, b2.dx, nb), 0, "dx, %lld x %d", (long long)rows, c);
+        cr_assert_eq(memcmp(b1.dgamma, b2.dgamma, cb), 0);
+        cr_assert_eq(memcmp(b1.dbeta, b2.dbeta, cb), 0);
+        cr_assert_eq(e1.ops->bn_fwd_eval(&e1, rows, c, b1.x, b1.gamma, b1.beta, b1.rmean,
+                                         b1.rvar, 1e-5f, b1.y), SL_OK);
+        cr_assert_eq(e2.ops->bn_fwd_eval(&e2, rows, c, b2.x, b2.gamma, b2.beta, b2.rmean,
+                                         b2.rvar, 1e-5f, b2.y), SL_OK);
+        cr_assert_eq(memcmp(b1.y, b2.y, nb), 0, "eval y");
+        /* sync-BN: moments, reduce, apply on one replica of a world of 1 */
+        float *s1 = falloc(3 * c), *s2 = falloc(3 * c), *m1 = falloc(4 * c), *m2 = falloc(4 * c);
+        cr_assert_eq(e1.ops->bn_moments(&e1, rows, c, b1.x, 1, 0, s1), SL_OK);
+        cr_assert_eq(e2.ops->bn_moments(&e2, rows, c, b2.x, 1, 0, s2), SL_OK);
+        cr_assert_eq(memcmp(s1, s2, 3 * cb), 0, "bn_moments");
+        cr_assert_eq(e1.ops->bn_bwd_reduce(&e1, rows, c, b1.x, b1.dy, b1.smean, b1.sinv, m1,
+                                           m1 + c), SL_OK);
+        cr_assert_eq(e2.ops->bn_bwd_reduce(&e2, rows, c, b2.x, b2.dy, b2.smean, b2.sinv, m2,
+                                           m2 + c), SL_OK);
+        cr_assert_eq(memcmp(m1, m2, 2 * cb), 0, "bn_bwd_reduce");
+        cr_assert_eq(e1.ops->bn_bwd_apply(&e1, rows, c, b1.x, b1.dy, b1.gamma, b1.smean, b1.sinv,
+                                          m1, m1 + c, (double)rows, b1.dx), SL_OK);
+        cr_assert_eq(e2.ops->bn_bwd_apply(&e2, rows, c, b2.x, b2.dy, b2.gamma, b2.smean, b2.sinv,
+                                          m2, m2 + c, (double)rows, b2.dx), SL_OK);
+        cr_assert_eq(memcmp(b1.dx, b2.dx, nb), 0, "bn_bwd_apply");
+        free(s1), free(s2), free(m1), free(m2);
+        sl_exec_fini(&e1);
+        sl_exec_fini(&e2);
+        bn_case_free(&b1);
+        bn_case_free(&b2);
+    }
+}
