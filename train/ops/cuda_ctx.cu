@@ -149,7 +149,11 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count <= 0) {
         (void)cudaGetLastError();
-        return sl_fail(SL_ECUDA, "sl_cuda_ctx_create: no CUDA device: cudaGetDeviceCount: %s",
+        // No driver at all reads "driver version is insufficient" from the
+        // runtime: say what a user without a GPU needs to hear first.
+        return sl_fail(SL_ECUDA, "sl_cuda_ctx_create: no CUDA device%s (cudaGetDeviceCount: %s)",
+                       ce == cudaErrorInsufficientDriver ? ": no NVIDIA GPU or driver on this "
+                                                           "machine" : "",
                        ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
     }
     if (device < 0 || device >= count)

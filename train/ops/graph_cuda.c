@@ -535,8 +535,9 @@ static int run_plan(const char *fn, sl_exec *e, int g, const sl_conv_shape *sh, 
         !(rc = SL_CUDNN(cudnnBackendFinalize(vp))))
         rc = SL_CUDNN(cudnnBackendExecute(cx->cudnn, p->plan, vp));
     (void)cudnnBackendDestroyDescriptor(vp);
-    return rc ? sl_fail(rc, "%s: %s n=%d %dx%d c=%d k=%d: %s", fn, graph_name[g], sh->n, sh->h,
-                        sh->w, sh->c, sh->k, sl_errmsg())
+    return rc ? sl_fail(rc, "%s: %s n=%d %dx%d c=%d k=%d: %s (SLUICE_CUDNN_FUSION=0 runs the "
+                        "unfused ops)", fn, graph_name[g], sh->n, sh->h, sh->w, sh->c, sh->k,
+                        sl_errmsg())
               : SL_OK;
 }
 
