@@ -493,7 +493,7 @@ typedef struct sl_train_result {
 
 /* The config initializer of this struct (it holds a pipeline config, so a
  * function rather than a macro): every field's default, named one by one
- * in trainer.c; the caller then overrides what the user gave. Image size
+ * in loop/config.c; the caller then overrides what the user gave. Image size
  * and classes stay 0: sl_train_run takes them from dataset.json. cfg must
  * not be NULL. */
 void sl_train_config_init(sl_train_config *cfg);

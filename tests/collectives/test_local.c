@@ -505,7 +505,7 @@ out:
 }
 
 /* Record counts above 2^24 summed over ranks come out exact (the trainer's
- * epoch length: trainer.c world_records), on every rank, for every world. */
+ * epoch length: run.c world_records), on every rank, for every world. */
 Test(collectives_local, allreduce_i64_is_exact)
 {
     static const size_t counts[] = {1, 7, 1001};

@@ -3,7 +3,7 @@
  * (sl_checkpoint_read_state: cJSON parse, the format check and the raw
  * "state" span taken from the text), whose state must come back as one
  * JSON object; then the trainer's reading of that state for a resume
- * (sl_resume_info_read, trainer.c's resume_plan: step, batch, world,
+ * (sl_resume_info_read, io/resume.c's sl_resume_plan_make: step, batch, world,
  * steps_per_epoch checked for range and integrality before any
  * conversion, which the fuzz build's float-cast-overflow check watches).
  * Input: the sidecar file.

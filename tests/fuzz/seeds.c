@@ -346,7 +346,7 @@ static void train_seeds(const char *tmp)
         die("checkpoint");
     snprintf(path, sizeof path, "%s.json", prefix);
     seed_file("fuzz_ckpt_json", "ckpt.json", path);
-    /* The state as the trainer writes it (trainer.c state_json), which its
+    /* The state as the trainer writes it (io/resume.c state_json), which its
      * resume reads (sl_resume_info_read): one replica, two, and an old one
      * with step and pipeline only. */
     static const char *const trainer_states[][2] = {

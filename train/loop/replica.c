@@ -223,7 +223,7 @@ int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
 {
     const sl_run *r = rep->run;
     sl_pipeline_config ev = rep->data;
-    ev.data = r->eval_data;   /* resolved before the first step (trainer.c) */
+    ev.data = r->eval_data;   /* resolved before the first step (run.c) */
     ev.split = r->eval_split;
     ev.transform = SL_TRANSFORM_EVAL;
     ev.shuffle = SL_SHUFFLE_NONE;

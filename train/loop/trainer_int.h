@@ -1,13 +1,20 @@
 /*
  * train/loop/trainer_int.h - private to the training loop files:
  *
- *   trainer.c   sl_train_run: set-up, replicas' threads, the step loop,
- *               progress, evaluation, checkpoints, resume
+ *   config.c    strategy and precision names, sl_train_config_init
+ *   run.c       sl_train_run: the world, the data and record counts, the
+ *               replicas' set-up (resume) and threads; the loops' services
+ *               (evaluation, checkpoints)
+ *   steps.c     the mirrored (and single) step loop, its timing and
+ *               progress lines
  *   replica.c   one replica: its pipeline, model, optimizer; one step
  *               (forward, backward, bucketed all-reduce, SGD); the
  *               collectives a replica takes part in (statistics, BN buffers,
  *               distributed evaluation, the identical-weights check)
  *   ps_train.c  the parameter-server strategy's worker loop
+ *
+ * A checkpoint's state JSON, the rescue save and the resume plan are
+ * io/resume.c's (train_int.h), on plain data run.c hands them.
  *
  * Ranks. A run has `world` replicas in all: nlocal of them are threads of
  * this process (replica index 0 .. nlocal-1 runs on the calling thread or
@@ -111,10 +118,10 @@ struct sl_run {
     FILE *out;
     double t0;
     sl_train_result *res;
-    /* the data, checked before the first step (trainer.c resolve_data) */
+    /* the data, checked before the first step (run.c resolve_data) */
     const char *eval_split;    /* the split evaluated after each epoch; NULL for none */
     char *eval_data;           /* where it is read: --data, or a glob's or file's folder */
-    /* a checkpoint when an error stops the run (trainer.c rescue_checkpoint) */
+    /* a checkpoint when an error stops the run (run.c replica_loop, io/resume.c sl_ckpt_rescue) */
     int64_t done_step;         /* the last step the root replica completed */
     char done_state[SL_PIPELINE_STATE_MAX]; /* its pipeline state after that step */
     int64_t saved_step;        /* the step of the last checkpoint written; -1 none */
@@ -157,31 +164,18 @@ int sl_replica_eval(sl_replica *rep, sl_eval_result *er);
 /* Fail unless every replica's parameters are bitwise identical. */
 int sl_replica_check_identical(sl_replica *rep, int64_t step);
 
-/* trainer.c, for the strategies' loops: evaluate (root prints and logs),
- * save a checkpoint of rep's model and optimizer (root only). */
+/* run.c, for the strategies' loops: evaluate (root prints and logs),
+ * save a checkpoint of rep's model and optimizer (root only; a no-op
+ * without --ckpt-dir). ps_train.c and steps.c call them. */
 int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step);
 int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step);
 
-/* trainer.c: what a checkpoint's state says about resuming from it (the
- * state JSON the trainer saves: "step", "pipeline", and when present
- * "steps_per_epoch", "world", "batch", "rank_split"). */
-typedef struct sl_resume_info {
-    int64_t step;            /* the step saved, 0 .. 2^53: the resumed run's first */
-    int64_t steps_per_epoch; /* of the saved run, 1 .. 2^53; 0 when not recorded */
-    int64_t world;           /* replicas it was saved with, 1 .. INT_MAX (1 when not recorded) */
-    int64_t batch;           /* its global batch, 1 .. UINT_MAX; 0 when not recorded */
-    int split_records;       /* rank_split is "records" */
-    char *pipeline;          /* replica 0's pipeline state (malloc'd) */
-} sl_resume_info;
-/* Read PREFIX.json (sl_checkpoint_read_state) into *ri, every number
- * checked for range and integrality before it is converted: SL_ECORRUPT
- * "sl_train_run: PREFIX.json: KEY: ..." for a missing step or pipeline, a
- * number out of range, a fraction or a field of the wrong type; the codes
- * of sl_checkpoint_read_state for the file itself. *ri is zeroed on error;
- * free with sl_resume_info_fini. Pure but for the file read: the fuzz
- * target tests/fuzz/fuzz_ckpt_json.c calls it. */
-int sl_resume_info_read(const char *prefix, sl_resume_info *ri);
-void sl_resume_info_fini(sl_resume_info *ri); /* NULL is a no-op */
+/* steps.c */
+/* The step loop of one replica (single and mirrored strategies), from
+ * r->step0 to r->total_steps; every replica runs it in lockstep. The root
+ * notes each completed step for a rescue checkpoint and writes the run's
+ * figures into r->res. */
+int sl_run_steps(sl_replica *rep);
 
 /* ps_train.c */
 /* Steps of epoch `epoch` that worker w of world takes (the epoch's steps
