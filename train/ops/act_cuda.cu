@@ -65,17 +65,6 @@ static unsigned act_blocks(int64_t n)
     return (unsigned)(b < 1 ? 1 : b > ACT_MAX_BLOCKS ? (int64_t)ACT_MAX_BLOCKS : b);
 }
 
-// The exec's context, its device made current (the runtime's current
-// device is per host thread; cuda_ctx.cu's DESIGN).
-static int act_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
-{
-    *out = e ? sl_cuda_of(e) : NULL;
-    if (!*out)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    int rc = SL_CUDA(cudaSetDevice((*out)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
-}
-
 // SL_LAUNCHED (the kernel's name, file and line) wrapped with the op's name.
 static int act_launched(const char *fn, int rc)
 {
@@ -146,7 +135,7 @@ static int act_run(const char *fn, const char *kernel, sl_exec *e, int64_t n, co
                    const float *b, float *y)
 {
     sl_cuda_ctx *cx = NULL;
-    int rc = act_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc || n == 0)
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -303,7 +292,7 @@ extern "C" int sl_maxpool_fwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     const char *fn = "sl_maxpool_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     int64_t ny = (int64_t)sh->n * sh->p * sh->q * sh->c;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -325,7 +314,7 @@ extern "C" int sl_maxpool_bwd_cuda(sl_exec *e, const sl_pool_shape *sh, const fl
     const char *fn = "sl_maxpool_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     int64_t nx = (int64_t)sh->n * sh->h * sh->w * sh->c;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -381,7 +370,7 @@ extern "C" int sl_gap_fwd_cuda(sl_exec *e, int n, int hw, int c, const float *x,
     const char *fn = "sl_gap_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
@@ -396,7 +385,7 @@ extern "C" int sl_gap_bwd_cuda(sl_exec *e, int n, int hw, int c, const float *dy
     const char *fn = "sl_gap_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
         using T = decltype(t);
@@ -635,7 +624,7 @@ extern "C" int sl_xent_fwd_bwd_cuda(sl_exec *e, int n, int classes, const float 
     const char *fn = "sl_xent_fwd_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     if (!cx->h_pinned)
         return sl_fail(SL_EINVAL, "%s: the cuda context has no pinned host buffer", fn);
@@ -678,7 +667,7 @@ extern "C" int sl_xent_acc_cuda(sl_exec *e, int n, int classes, const float *log
     if (!logits || !labels || !dlogits) /* as ops.c's checks of the table's xent slot */
         return sl_fail(SL_EINVAL, "%s: NULL %s", fn, !logits ? "logits" : !labels ? "labels"
                                                                                    : "dlogits");
-    if ((rc = act_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     xent_tmp tp;
     if ((rc = xent_rows(fn, cx, n, classes, logits, labels, smoothing, d_scale, 1, dlogits,

@@ -38,17 +38,6 @@ static unsigned amp_blocks(int64_t n)
     return (unsigned)(b < 1 ? 1 : b > AMP_MAX_BLOCKS ? (int64_t)AMP_MAX_BLOCKS : b);
 }
 
-// The exec's context, its device made current (the runtime's current
-// device is per host thread; cuda_ctx.cu's DESIGN).
-static int amp_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
-{
-    *out = e ? sl_cuda_of(e) : NULL;
-    if (!*out)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    int rc = SL_CUDA(cudaSetDevice((*out)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
-}
-
 static int amp_launched(const char *fn, const char *kernel, const char *file, int line)
 {
     int rc = sl_cuda_launch_check(kernel, file, line);
@@ -77,7 +66,7 @@ extern "C" int sl_cast_cuda(sl_exec *e, int64_t n, const void *src, sl_dtype st,
         return sl_fail(SL_EINVAL, "%s: %lld elements from type %d to type %d", fn,
                        (long long)n, (int)st, (int)dt);
     sl_cuda_ctx *cx = NULL;
-    int rc = amp_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc || n == 0 || (src == dst && st == dt))
         return rc;
     cudaStream_t s = cx->stream;
@@ -116,7 +105,7 @@ extern "C" int sl_amp_check_cuda(sl_exec *e, const float *grads, int64_t n, sl_a
         return sl_fail(SL_EINVAL, "%s: %lld grads at %p, state %p", fn, (long long)n,
                        (const void *)grads, (void *)d_amp);
     sl_cuda_ctx *cx = NULL;
-    int rc = amp_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc || n == 0)
         return rc;
     amp_check_kernel<<<amp_blocks(n), AMP_THREADS, 0, cx->stream>>>(n, grads, d_amp);
@@ -157,7 +146,7 @@ extern "C" int sl_amp_update_cuda(sl_exec *e, sl_amp_state *d_amp, float growth,
                        "0 < backoff <= 1, interval >= 1", fn, (double)growth, (double)backoff,
                        interval);
     sl_cuda_ctx *cx = NULL;
-    int rc = amp_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc)
         return rc;
     amp_update_kernel<<<1, 1, 0, cx->stream>>>(d_amp, growth, backoff, interval);

@@ -219,6 +219,15 @@ fail:
     return rc;
 }
 
+extern "C" int sl_cuda_exec_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
+{
+    *out = e ? sl_cuda_of(e) : NULL;
+    if (!*out)
+        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
+    int rc = SL_CUDA(cudaSetDevice((*out)->device));
+    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
+}
+
 // ------------------------------------------------------------------ memory
 extern "C" int sl_cuda_malloc(sl_cuda_ctx *c, size_t bytes, void **out)
 {

@@ -118,6 +118,11 @@ int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
 void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
 /* The context of a cuda sl_exec. */
 static inline sl_cuda_ctx *sl_cuda_of(sl_exec *e) { return (sl_cuda_ctx *)e->cuda; }
+/* The context of the cuda exec e, its device made the calling thread's
+ * current one (the runtime's current device is per host thread;
+ * cuda_ctx.cu's DESIGN): what every op does first. SL_EINVAL "fn: the exec
+ * has no cuda context", or the cudaSetDevice failure. */
+int sl_cuda_exec_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out);
 /* cudaMalloc / cudaFree with the context's accounting (mem_live,
  * mem_peak): *out = NULL and SL_ENOMEM naming the size and what the device
  * has free when it fails. Free of NULL is a no-op; of a pointer this

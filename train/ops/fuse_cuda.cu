@@ -75,15 +75,6 @@ __global__ void fuse_dx_prep_kernel(int c, const float *__restrict__ coef,
     k[ch] = make_float4((float)mu, (float)eq_dy, (float)-eq_x, (float)-(eq_b + eq_x * mu));
 }
 
-static int fuse_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
-{
-    *out = e ? sl_cuda_of(e) : NULL;
-    if (!*out)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    int rc = SL_CUDA(cudaSetDevice((*out)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
-}
-
 extern "C" int sl_fuse_bn_finalize_cuda(sl_exec *e, int c, int64_t rows, const float *sum,
                                         const float *sqsum, const float *gamma,
                                         const float *beta, float momentum, float eps,
@@ -93,7 +84,7 @@ extern "C" int sl_fuse_bn_finalize_cuda(sl_exec *e, int c, int64_t rows, const f
 {
     const char *fn = "sl_fuse_bn_finalize";
     sl_cuda_ctx *cx = NULL;
-    int rc = fuse_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc)
         return rc;
     fuse_finalize_kernel<<<fuse_blocks(c), FUSE_THREADS, 0, cx->stream>>>(
@@ -113,7 +104,7 @@ extern "C" int sl_fuse_bn_dx_cuda(sl_exec *e, int64_t rows, int c, const float *
 {
     const char *fn = "sl_fuse_bn_dx";
     sl_cuda_ctx *cx = NULL;
-    int rc = fuse_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc)
         return rc;
     float4 *k = (float4 *)(coef + 4 * (size_t)c);

@@ -479,11 +479,10 @@ static plan_entry *entry_of(sl_cuda_ctx *cx, int g, const sl_conv_shape *sh)
 
 static int ctx_of(const char *fn, sl_exec *e, sl_cuda_ctx **out)
 {
-    *out = sl_cuda_of(e);
-    if (!*out || !(*out)->graphs)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    int rc = SL_CUDA(cudaSetDevice((*out)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
+    int rc = sl_cuda_exec_ctx(fn, e, out);
+    if (!rc && !(*out)->graphs)
+        rc = sl_fail(SL_EINVAL, "%s: the cuda context has no plan cache", fn);
+    return rc;
 }
 
 int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds)

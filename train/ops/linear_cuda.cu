@@ -64,18 +64,6 @@ __global__ void fc_bias_grad_kernel(int n, int out, const float *__restrict__ dy
     }
 }
 
-// The exec's context, its device made current (sl_fc_fwd / sl_fc_bwd
-// checked the shape).
-static int fc_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **cx)
-{
-    *cx = e ? sl_cuda_of(e) : NULL;
-    if (!*cx)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    // the runtime's current device is per host thread (cuda_ctx.cu's DESIGN)
-    int rc = SL_CUDA(cudaSetDevice((*cx)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
-}
-
 // A failed cuBLAS call or launch, wrapped with the op and its shape.
 static int fc_fail(const char *fn, int rc, int n, int in, int out)
 {
@@ -88,7 +76,7 @@ extern "C" int sl_fc_fwd_cuda(sl_exec *e, int n, int in, int out, const float *x
     const char *fn = "sl_fc_fwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = fc_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     const float one = 1.0f, zero = 0.0f;
     // y^T (out x n) = op_T(w) . x^T  (the header comment derives it)
@@ -107,7 +95,7 @@ extern "C" int sl_fc_bwd_cuda(sl_exec *e, int n, int in, int out, const float *x
     const char *fn = "sl_fc_bwd_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = fc_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     const float one = 1.0f, zero = 0.0f;
     // dx^T (in x n) = w^T . dy^T

@@ -570,17 +570,6 @@ static unsigned bn_chan_blocks(int c)
     return (unsigned)(((int64_t)c + BN_FIN_THREADS - 1) / BN_FIN_THREADS);
 }
 
-// The exec's context, its device made current (the runtime's current
-// device is per host thread; cuda_ctx.cu's DESIGN).
-static int bn_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
-{
-    *out = e ? sl_cuda_of(e) : NULL;
-    if (!*out)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    int rc = SL_CUDA(cudaSetDevice((*out)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
-}
-
 // The scratch of one call: nparts (gy, c) partial arrays, gy counts, and c
 // float4 constants.
 struct bn_scratch {
@@ -658,7 +647,7 @@ static int bn_gy_max(const sl_cuda_ctx *cx, int64_t rows)
 static int bn_prep_begin(const char *fn, sl_exec *e, int64_t rows, int c, sl_cuda_ctx **cx,
                          bn_scratch *s)
 {
-    int rc = bn_ctx(fn, e, cx);
+    int rc = sl_cuda_exec_ctx(fn, e, cx);
     if (rc || rows == 0)
         return rc;
     return bn_tmp(*cx, fn, 0, c, 0, s);
@@ -688,7 +677,7 @@ static int bn_fwd_train_run(const char *fn, sl_exec *e, int64_t rows, int c, con
 {
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
@@ -776,7 +765,7 @@ static int bn_bwd_run(const char *fn, sl_exec *e, int64_t rows, int c, const flo
 {
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
@@ -836,7 +825,7 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
     const char *fn = "sl_bn_fwd_apply_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
@@ -863,7 +852,7 @@ extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const floa
     const char *fn = "sl_bn_bwd_reduce_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = bn_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     bn_scratch s;
     if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
@@ -916,7 +905,7 @@ extern "C" int sl_bn_apply_k_cuda(sl_exec *e, int64_t rows, int c, const float *
 {
     const char *fn = "sl_fuse_bn_apply";
     sl_cuda_ctx *cx = NULL;
-    int rc = bn_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc || rows == 0)
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {
@@ -930,7 +919,7 @@ extern "C" int sl_bn_dx_k_cuda(sl_exec *e, int64_t rows, int c, const float *x, 
 {
     const char *fn = "sl_fuse_bn_dx";
     sl_cuda_ctx *cx = NULL;
-    int rc = bn_ctx(fn, e, &cx);
+    int rc = sl_cuda_exec_ctx(fn, e, &cx);
     if (rc || rows == 0)
         return rc;
     return sl_act_switch(fn, e->act, [&](auto t) -> int {

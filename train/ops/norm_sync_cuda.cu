@@ -134,17 +134,6 @@ __global__ void moments_merge_kernel(int64_t rows, int c, int world,
 
 // ------------------------------------------------------------------ host side
 
-// The exec's context with its device current (sl_bn_moments /
-// sl_bn_moments_merge checked the arguments).
-static int mom_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)
-{
-    *out = e ? sl_cuda_of(e) : NULL;
-    if (!*out)
-        return sl_fail(SL_EINVAL, "%s: the exec has no cuda context", fn);
-    int rc = SL_CUDA(cudaSetDevice((*out)->device));
-    return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
-}
-
 static unsigned mom_chan_blocks(int c)
 {
     return (unsigned)(((int64_t)c + MOM_FIN_THREADS - 1) / MOM_FIN_THREADS);
@@ -156,7 +145,7 @@ extern "C" int sl_bn_moments_cuda(sl_exec *e, int64_t rows, int c, const float *
     const char *fn = "sl_bn_moments_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = mom_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     unsigned tiles = (unsigned)((c + MOM_CH - 1) / MOM_CH);
     int64_t need = (rows + MOM_LANES - 1) / MOM_LANES, cap = MOM_TARGET_BLOCKS / tiles;
@@ -189,7 +178,7 @@ extern "C" int sl_bn_moments_merge_cuda(sl_exec *e, int64_t rows, int c, int wor
     const char *fn = "sl_bn_moments_merge_cuda";
     sl_cuda_ctx *cx = NULL;
     int rc;
-    if ((rc = mom_ctx(fn, e, &cx)))
+    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
         return rc;
     moments_merge_kernel<<<mom_chan_blocks(c), MOM_FIN_THREADS, 0, cx->stream>>>(
         rows, c, world, slots, mean, var);
