@@ -23,6 +23,7 @@ static const char *const names[SL_STATUS_COUNT] = {
     [SL_ENOTSUP] = "not supported",
     [SL_ECANCELED] = "canceled",
     [SL_ETIMEDOUT] = "timed out",
+    [SL_EPERM] = "permission denied",
 };
 
 const char *sl_strerror(int code)

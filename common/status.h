@@ -34,6 +34,7 @@ typedef enum sl_status {
     SL_ENOTSUP,    /* not supported by this build or backend */
     SL_ECANCELED,  /* stopped on request (or a peer aborted a collective) */
     SL_ETIMEDOUT,  /* a peer did not arrive within the timeout */
+    SL_EPERM,      /* refused: credentials or permissions (HTTP 401/403) */
     SL_STATUS_COUNT
 } sl_status;
 

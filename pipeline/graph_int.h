@@ -36,6 +36,8 @@ typedef struct sl_unit {
     uint32_t pushed;    /* records pushed into the shuffle so far */
     uint32_t refs;      /* records not yet decoded (pushed or still to push) */
     int ready;          /* read and checked */
+    char *err;          /* own: why the unit could not be read (remote, skip policy:
+                         * its records are SL_FRAME_UNREAD), else NULL */
     struct sl_unit *next_free; /* pool link */
 } sl_unit;
 
@@ -157,6 +159,12 @@ struct sl_pipeline {
     int *fds;
     sl_shard_map *maps;
     int use_pread;              /* SLUICE_READ=pread, read at create */
+    int remote;                 /* const: shards are URLs (bytesrc.h): no fds, no maps;
+                                 * units are fetched by ranged GETs (reader_remote.c) */
+    char **unreachable;         /* (src.n) remote, skip policy: why shard i could not be
+                                 * read after its retries (malloc'd; set once under mu,
+                                 * published by an atomic store), else NULL: its records
+                                 * are bad from then on, without a request */
     int no_populate;            /* atomic: MADV_POPULATE_READ unsupported (kernel < 5.14) */
     pthread_mutex_t fd_mu;
 
@@ -217,6 +225,25 @@ void sl_unit_release_locked(sl_pipeline *p, sl_unit *un);
  * check every record's framing and CRCs into un->bad (no lock; only the
  * caller touches un). */
 int sl_unit_read(sl_pipeline *p, sl_unit *un);
+/* sl_unit_read's parts, for the remote reader: check the unit's size and
+ * size un->bad (clears un->err); make un->buf hold the unit (un->data =
+ * un->buf); every record's framing and CRCs into un->bad. No lock. */
+int sl_unit_prepare(sl_pipeline *p, sl_unit *un);
+int sl_unit_buffer(sl_pipeline *p, sl_unit *un);
+void sl_unit_check_frames(sl_pipeline *p, sl_unit *un);
+/* The next unit of the order into p->pending: 1, 0 at its end, < 0 on error
+ * (set on p); append a claimed unit at the window's tail. mu held. */
+int sl_take_pending_locked(sl_pipeline *p);
+int sl_window_push_locked(sl_pipeline *p, sl_unit *un);
+
+/* ------------------------------------------------------- reader_remote.c */
+/* A reader thread over remote shards: many units in flight (bytesrc.h). */
+void *sl_reader_main_remote(void *arg);
+/* Why shard i is unreachable (p->unreachable), or NULL. Any thread. */
+static inline const char *sl_shard_unreachable(sl_pipeline *p, uint32_t shard)
+{
+    return p->unreachable ? __atomic_load_n(&p->unreachable[shard], __ATOMIC_ACQUIRE) : NULL;
+}
 /* Free every unit (live and pooled) and the tables; threads are joined. */
 void sl_units_free_all(sl_pipeline *p);
 /* Shard i's read-only fd, opened (and the file mapped, see maps) on first

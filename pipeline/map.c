@@ -23,7 +23,9 @@
 
 #include "pipeline/gdec_int.h"
 #include "pipeline/graph_int.h"
+#include "records/bytesrc.h"
 #include "pipeline/mapguard.h"
+#include "records/wds.h"
 
 /* --------------------------------------------------- shuffle (claim) */
 
@@ -98,15 +100,19 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
  * gpu), a JPEG nvJPEG can decode is staged for sample k of ring slot r by
  * worker wi instead (gdec_int.h), and dst is not written. */
 static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
-                      sl_gdec *gdec, unsigned wi, unsigned r, unsigned k, const uint8_t *rec,
-                      size_t len, int32_t epoch, uint64_t id, void *dst, int32_t *label)
+                      sl_gdec *gdec, unsigned wi, unsigned r, unsigned k, sl_shard_kind kind,
+                      const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
+                      int32_t *label)
 {
     sl_image_example ex;
     sl_crop crop;
     int W, H, flip = 0, rc;
     unsigned jf;
 
-    if ((rc = sl_image_example_decode(rec, len, &ex)))
+    /* a TFRecord payload (an Example) or a WebDataset sample's span */
+    rc = kind == SL_SHARD_WDS ? sl_wds_sample_decode(rec, len, c->label_key, &ex)
+                              : sl_image_example_decode(rec, len, &ex);
+    if (rc)
         return rc;
     int64_t l;
     if (__builtin_sub_overflow(ex.label, label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
@@ -147,14 +153,16 @@ int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder 
                   const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
                   int32_t *label)
 {
-    return map_record(c, label_offset, dec, NULL, 0, 0, 0, rec, len, epoch, id, dst, label);
+    return map_record(c, label_offset, dec, NULL, 0, 0, 0, SL_SHARD_TFRECORD, rec, len, epoch, id,
+                      dst, label);
 }
 
-static int transform(sl_pipeline *p, sl_worker *w, const uint8_t *rec, size_t len, int32_t epoch,
-                     uint64_t id, unsigned r, unsigned k, void *dst, int32_t *label)
+static int transform(sl_pipeline *p, sl_worker *w, sl_shard_kind kind, const uint8_t *rec,
+                     size_t len, int32_t epoch, uint64_t id, unsigned r, unsigned k, void *dst,
+                     int32_t *label)
 {
-    return map_record(&p->cfg, p->label_offset, w->dec, p->gdec, w->index, r, k, rec, len, epoch,
-                      id, dst, label);
+    return map_record(&p->cfg, p->label_offset, w->dec, p->gdec, w->index, r, k, kind, rec, len,
+                      epoch, id, dst, label);
 }
 
 /* transform() on a record that may lie in shard's mapping: there, under the
@@ -166,12 +174,13 @@ static int transform_in(sl_pipeline *p, sl_worker *w, uint32_t shard, const uint
                         int32_t *label)
 {
     const sl_shard_map *m = &p->maps[shard];
+    sl_shard_kind kind = p->src.shards[shard].kind;
     if (!m->base || rec < m->base || rec >= m->base + m->len)
-        return transform(p, w, rec, len, epoch, id, r, k, dst, label);
+        return transform(p, w, kind, rec, len, epoch, id, r, k, dst, label);
     sl_mapguard g;
     if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, m->base, m->len);
-        int rc = transform(p, w, rec, len, epoch, id, r, k, dst, label);
+        int rc = transform(p, w, kind, rec, len, epoch, id, r, k, dst, label);
         sl_mapguard_leave(&g);
         return rc;
     }
@@ -220,16 +229,23 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
     uint64_t id = p->src.shards[shard].first_id + recno;
     const uint8_t *rec = un->data + (e->offset - un->u.offset);
     int frame = un->bad[idx];
-    char what[SL_ERRMSG_MAX];
+    const char *unread = un->err; /* why a remote unit could not be read */
+    char what[SL_ERRMSG_MAX], unread_buf[SL_ERRMSG_MAX];
 
     for (uint64_t tries = 0;; tries++) {
         int32_t label = 0;
         int rc = SL_ECORRUPT;
-        if (frame) {
+        if (frame == SL_FRAME_UNREAD && unread) {
+            snprintf(what, sizeof what, "could not be read: %.*s", (int)(sizeof what - 24),
+                     unread);
+        } else if (frame) {
             snprintf(what, sizeof what, "%s", sl_tfrecord_frame_what((sl_frame_status)frame));
         } else {
-            rc = transform_in(p, w, shard, rec + 12, (size_t)(e->size - SL_TFRECORD_OVERHEAD),
-                              epoch, id, r, k, dst, &label);
+            /* TFRecord: the payload inside the framing; WebDataset: the span */
+            int wds = p->src.shards[shard].kind == SL_SHARD_WDS;
+            rc = transform_in(p, w, shard, wds ? rec : rec + 12,
+                              (size_t)(wds ? e->size : e->size - SL_TFRECORD_OVERHEAD), epoch, id,
+                              r, k, dst, &label);
             if (rc == SL_OK) {
                 sl->labels[k] = label;
                 sl->ids[k] = id;
@@ -256,21 +272,50 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
         id = (id + 1) % p->src.total;
         if ((rc = sl_source_set_locate(&p->src, id, &shard, &recno)))
             return rc;
+        /* Refills pass over unreachable shards (reader_remote.c): their
+         * records are each reported once, in their own turn. */
+        for (size_t hop = 0; p->remote && sl_shard_unreachable(p, shard); hop++) {
+            if (hop >= p->src.n)
+                return sl_fail(SL_EIO, "sl_pipeline_next: no shard is reachable; last: %s", what);
+            id = (p->src.shards[shard].first_id + p->src.shards[shard].nrec) % p->src.total;
+            if ((rc = sl_source_set_locate(&p->src, id, &shard, &recno)))
+                return rc;
+        }
         e = &p->src.shards[shard].idx[recno];
-        int fd;
-        if ((rc = sl_shard_fd(p, shard, &fd)))
-            return rc;
-        if (e->size > p->src.max_record || e->size < SL_TFRECORD_OVERHEAD) {
+        int wds = p->src.shards[shard].kind == SL_SHARD_WDS;
+        if (e->size > p->src.max_record || (!wds && e->size < SL_TFRECORD_OVERHEAD)) {
             frame = SL_FRAME_SIZE;
             continue;
         }
+        if (p->remote) { /* one ranged GET (retried by bytesrc) */
+            rc = sl_bytes_read(p->src.shards[shard].path, w->rec, (size_t)e->size, e->offset);
+            if (rc == SL_ENOMEM)
+                return rc;
+            rec = w->rec;
+            frame = rc    ? SL_FRAME_UNREAD
+                    : wds ? SL_FRAME_OK
+                          : (int)sl_tfrecord_frame_check(rec, e->size);
+            if (rc) {
+                snprintf(unread_buf, sizeof unread_buf, "%s", sl_errmsg());
+                unread = unread_buf;
+                pthread_mutex_lock(&p->mu); /* as the reader does: the shard is gone */
+                if (!p->unreachable[shard])
+                    __atomic_store_n(&p->unreachable[shard], strdup(unread_buf),
+                                     __ATOMIC_RELEASE);
+                pthread_mutex_unlock(&p->mu);
+            }
+            continue;
+        }
+        int fd;
+        if ((rc = sl_shard_fd(p, shard, &fd)))
+            return rc;
         rc = sl_pread_full(fd, w->rec, (size_t)e->size, e->offset, p->src.shards[shard].path);
         if (rc == SL_ECORRUPT && sl_shard_changed(p, shard, why, sizeof why))
             return sl_shard_read_error(p, shard, e->offset + e->size, "short read");
         if (rc)
             return rc;
         rec = w->rec;
-        frame = sl_tfrecord_frame_check(rec, e->size);
+        frame = wds ? SL_FRAME_OK : (int)sl_tfrecord_frame_check(rec, e->size);
     }
 }
 

@@ -86,6 +86,7 @@
 
 #include "pipeline/gdec_int.h"
 #include "pipeline/graph_int.h"
+#include "records/bytesrc.h"
 
 #define SL_MAX_SIDE 16384
 #define SL_MAX_THREADS 1024u
@@ -441,6 +442,11 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
     p->use_pread = rd && strcmp(rd, "pread") == 0;
+    p->remote = p->src.n && sl_path_is_remote(p->src.shards[0].path); /* one data path: all or none */
+    if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
+        rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
+        goto fail;
+    }
     if ((rc = alloc_threads(p)))
         goto fail;
     p->skip_seq = UINT64_MAX;
@@ -521,6 +527,9 @@ void sl_pipeline_destroy(sl_pipeline *p)
         }
     free(p->slots);
     free(p->bad);
+    for (size_t i = 0; p->unreachable && i < p->src.n; i++)
+        free(p->unreachable[i]);
+    free(p->unreachable);
     sl_shard_fds_close(p);
     sl_source_set_close(&p->src);
     sl_trace_free(p);

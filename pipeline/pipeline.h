@@ -163,6 +163,10 @@ typedef struct sl_pipeline_config {
     int64_t label_offset;      /* subtracted from stored labels; -1 = from dataset.json */
     int device;                /* CUDA device of the load stage; -1 = host batches */
     sl_decode_mode decode;     /* SL_DECODE_CPU (default), SL_DECODE_GPU or SL_DECODE_AUTO */
+    /* WebDataset shards (records/wds.h): the label is the integer field
+     * label_key of each sample's .json member; NULL = the .cls member.
+     * Borrowed: it must stay valid until sl_pipeline_destroy. */
+    const char *label_key;
 } sl_pipeline_config;
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
@@ -175,6 +179,7 @@ typedef struct sl_pipeline_config {
         .crop_fraction = 0.875f, .mean = {123.675f, 116.28f, 103.53f},                             \
         .std = {58.395f, 57.12f, 57.375f}, .layout = SL_LAYOUT_NCHW_F32, .batch = 64,              \
         .on_error = SL_ON_ERROR_SKIP, .label_offset = -1, .device = -1,                            \
+        .label_key = NULL,                                                                         \
     }
 
 /* A batch lent by sl_pipeline_next; valid until sl_pipeline_release. */

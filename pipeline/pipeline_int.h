@@ -62,8 +62,16 @@ static inline uint64_t sl_rng_below(sl_rng *r, uint64_t n)
 }
 
 /* ---------------------------------------------------------------- sources */
+/* What a shard's index entries are: TFRecord records (framed, CRCs), or
+ * WebDataset samples (records/wds.h: a sample's span of tar members). */
+typedef enum sl_shard_kind {
+    SL_SHARD_TFRECORD = 0,
+    SL_SHARD_WDS,
+} sl_shard_kind;
+
 typedef struct sl_shard_info {
     char *path;
+    sl_shard_kind kind;       /* SL_SHARD_WDS for a ".tar" shard (pipeline/source_wds.c) */
     uint64_t nrec;
     uint64_t first_id;        /* global id of record 0 (ids are dense over this rank's shards) */
     sl_index_entry *idx;      /* nrec entries (loaded from .idx, or built by scanning) */
@@ -102,6 +110,13 @@ int sl_source_set_open(const char *data, const char *split, unsigned rank, unsig
 int sl_source_set_open_policy(const char *data, const char *split, unsigned rank, unsigned world,
                               sl_error_policy policy, sl_source_set *out);
 void sl_source_set_close(sl_source_set *s);
+/* The index of a WebDataset shard sh->path (pipeline/source_wds.c):
+ * "<shard>.idx" in DALI's format, or a scan when there is none (not written
+ * back); one entry per sample, its span. Sets kind, idx, nrec, bytes.
+ * policy SL_ON_ERROR_SKIP: a scan that stops at a damaged header keeps the
+ * samples before it and returns SL_OK with the message of the one bad
+ * record (the rest of the file) in bad (cap bytes; "" when none). */
+int sl_source_load_wds(sl_shard_info *sh, sl_error_policy policy, char *bad, size_t cap);
 /* Shard and record number of a global id (binary search); SL_EINVAL if out of range. */
 int sl_source_set_locate(const sl_source_set *s, uint64_t id, uint32_t *shard, uint64_t *rec);
 

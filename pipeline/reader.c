@@ -66,6 +66,7 @@
 
 #include "pipeline/graph_int.h"
 #include "pipeline/mapguard.h"
+#include "records/bytesrc.h"
 
 /* Units kept for reuse (with their buffers; at most read_window bytes in
  * all), and the largest buffer worth keeping. Why a pool: unit buffers are
@@ -311,6 +312,7 @@ static void unit_free(sl_unit *un)
 {
     free(un->buf);
     free(un->bad);
+    free(un->err);
     free(un);
 }
 
@@ -350,7 +352,7 @@ void sl_units_free_all(sl_pipeline *p)
 }
 
 /* Every record's framing and CRCs into un->bad. */
-static void check_frames(sl_pipeline *p, sl_unit *un)
+void sl_unit_check_frames(sl_pipeline *p, sl_unit *un)
 {
     const sl_read_unit *u = &un->u;
     const sl_shard_info *sh = &p->src.shards[u->shard];
@@ -359,6 +361,8 @@ static void check_frames(sl_pipeline *p, sl_unit *un)
         uint64_t o = e->offset - u->offset;
         if (e->offset < u->offset || e->size > u->bytes || o > u->bytes - e->size)
             un->bad[i] = SL_FRAME_SIZE;
+        else if (sh->kind == SL_SHARD_WDS)
+            un->bad[i] = SL_FRAME_OK; /* a tar sample: its headers are checked by the decode */
         else
             un->bad[i] = (uint8_t)sl_tfrecord_frame_check(un->data + o, e->size);
     }
@@ -371,7 +375,7 @@ static int check_frames_mapped(sl_pipeline *p, sl_unit *un, const sl_shard_map *
     sl_mapguard g;
     if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, m->base, m->len);
-        check_frames(p, un);
+        sl_unit_check_frames(p, un);
         sl_mapguard_leave(&g);
         return SL_OK;
     }
@@ -379,12 +383,13 @@ static int check_frames_mapped(sl_pipeline *p, sl_unit *un, const sl_shard_map *
                                "SIGBUS reading the mapped file");
 }
 
-int sl_unit_read(sl_pipeline *p, sl_unit *un)
+int sl_unit_prepare(sl_pipeline *p, sl_unit *un)
 {
     const sl_read_unit *u = &un->u;
     const sl_shard_info *sh = &p->src.shards[u->shard];
-    int fd, rc;
 
+    free(un->err);
+    un->err = NULL;
     if (u->bytes > SIZE_MAX / 2)
         return sl_fail(SL_ECORRUPT, "sl_pipeline: %s: record %llu @ %llu: unit of %llu bytes",
                        sh->path, (unsigned long long)u->rec, (unsigned long long)u->offset,
@@ -397,6 +402,46 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
         un->bad = nb;
         un->bad_cap = u->nrec ? u->nrec : 1;
     }
+    return SL_OK;
+}
+
+int sl_unit_buffer(sl_pipeline *p, sl_unit *un)
+{
+    const sl_read_unit *u = &un->u;
+    if (un->cap < u->bytes || !un->buf) {
+        /* Round up to 1/8 of the size's octave (at most 12.5 % slack), so
+         * that pooled buffers fit the next units of similar size. */
+        size_t want = u->bytes ? (size_t)u->bytes : 1, step = 4096;
+        while (step * 16 <= want)
+            step *= 2;
+        want = (want + step - 1) / step * step;
+        uint8_t *nd = malloc(want);
+        if (!nd)
+            return sl_fail(SL_ENOMEM, "sl_pipeline: %s: unit of %zu bytes: out of memory",
+                           p->src.shards[u->shard].path, want);
+        free(un->buf);
+        un->buf = nd;
+        un->cap = want;
+    }
+    un->data = un->buf;
+    return SL_OK;
+}
+
+int sl_unit_read(sl_pipeline *p, sl_unit *un)
+{
+    const sl_read_unit *u = &un->u;
+    const sl_shard_info *sh = &p->src.shards[u->shard];
+    int fd, rc;
+
+    if ((rc = sl_unit_prepare(p, un)))
+        return rc;
+    if (p->remote) { /* one ranged GET (the remote readers batch them: reader_remote.c) */
+        if ((rc = sl_unit_buffer(p, un)) ||
+            (rc = sl_bytes_read(sh->path, un->buf, (size_t)u->bytes, u->offset)))
+            return rc;
+        sl_unit_check_frames(p, un);
+        return SL_OK;
+    }
     if ((rc = sl_shard_fd(p, u->shard, &fd)))
         return rc;
     const sl_shard_map *m = &p->maps[u->shard];
@@ -408,34 +453,20 @@ int sl_unit_read(sl_pipeline *p, sl_unit *un)
         un->data = m->base + u->offset;
         return check_frames_mapped(p, un, m);
     }
-    if (un->cap < u->bytes || !un->buf) {
-        /* Round up to 1/8 of the size's octave (at most 12.5 % slack), so
-         * that pooled buffers fit the next units of similar size. */
-        size_t want = u->bytes ? (size_t)u->bytes : 1, step = 4096;
-        while (step * 16 <= want)
-            step *= 2;
-        want = (want + step - 1) / step * step;
-        uint8_t *nd = malloc(want);
-        if (!nd)
-            return sl_fail(SL_ENOMEM, "sl_pipeline: %s: unit of %zu bytes: out of memory",
-                           sh->path, want);
-        free(un->buf);
-        un->buf = nd;
-        un->cap = want;
-    }
+    if ((rc = sl_unit_buffer(p, un)))
+        return rc;
     if ((rc = sl_pread_full(fd, un->buf, (size_t)u->bytes, u->offset, sh->path))) {
         char why[160];
         if (rc == SL_ECORRUPT && sl_shard_changed(p, u->shard, why, sizeof why))
             return sl_shard_read_error(p, u->shard, u->offset + u->bytes, "short read");
         return rc;
     }
-    un->data = un->buf;
-    check_frames(p, un);
+    sl_unit_check_frames(p, un);
     return SL_OK;
 }
 
 /* Append un at the window's tail (mu held). */
-static int window_push(sl_pipeline *p, sl_unit *un)
+int sl_window_push_locked(sl_pipeline *p, sl_unit *un)
 {
     if (p->win_n == p->win_cap) {
         size_t ncap = p->win_cap ? p->win_cap * 2 : 64;
@@ -460,7 +491,7 @@ static int window_push(sl_pipeline *p, sl_unit *un)
 
 /* Take the next unit from the order into p->pending (mu held). 1 when one
  * is pending, 0 when the order is over, < 0 on error (set on p). */
-static int take_pending(sl_pipeline *p)
+int sl_take_pending_locked(sl_pipeline *p)
 {
     if (p->have_pending)
         return 1;
@@ -484,6 +515,8 @@ void *sl_reader_main(void *arg)
 {
     sl_reader_ctx *ctx = arg;
     sl_pipeline *p = ctx->p;
+    if (p->remote)
+        return sl_reader_main_remote(arg);
     uint64_t busy = 0, wait_out = 0, items = 0, bytes = 0;
 
     pthread_mutex_lock(&p->mu);
@@ -494,7 +527,7 @@ void *sl_reader_main(void *arg)
         busy = wait_out = items = bytes = 0;
         if (p->stop || p->err)
             break;
-        if (take_pending(p) <= 0)
+        if (sl_take_pending_locked(p) <= 0)
             break;
         if (p->win_bytes > 0 && p->win_bytes + p->pending.bytes > p->read_window) {
             uint64_t t = sl_now_ns();
@@ -503,7 +536,7 @@ void *sl_reader_main(void *arg)
             continue;
         }
         sl_unit *un = sl_unit_claim_locked(p, &p->pending);
-        if (!un || window_push(p, un)) {
+        if (!un || sl_window_push_locked(p, un)) {
             if (un)
                 sl_unit_release_locked(p, un);
             sl_pipeline_set_error_locked(p, SL_ENOMEM, "sl_pipeline: reader: out of memory");

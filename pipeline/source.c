@@ -32,6 +32,8 @@
 #include <sys/stat.h>
 
 #include "pipeline/pipeline_int.h"
+#include "records/bytesrc.h"
+#include "records/wds.h"
 
 static const char fn_open[] = "sl_source_set_open";
 
@@ -81,10 +83,18 @@ static void note_bad(sl_source_set *set, uint64_t count, const char *msg)
  * names it; with skip the whole records are kept. */
 static int load_index(sl_shard_info *sh, sl_error_policy policy, sl_source_set *set)
 {
-    struct stat st;
+    uint64_t file_size;
     char *idx_path = NULL;
     int built = 0, tail = 0, rc;
     size_t n = 0;
+
+    if (sl_wds_is_shard(sh->path)) { /* a WebDataset tar: pipeline/source_wds.c */
+        char bad[SL_ERRMSG_MAX];
+        rc = sl_source_load_wds(sh, policy, bad, sizeof bad);
+        if (!rc && bad[0])
+            note_bad(set, 1, bad);
+        return rc;
+    }
 
     if (asprintf(&idx_path, "%s.idx", sh->path) < 0)
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
@@ -111,25 +121,24 @@ static int load_index(sl_shard_info *sh, sl_error_policy policy, sl_source_set *
         rc = sl_fail(rc, "%s: %s", fn_open, sl_errmsg());
         goto out;
     }
-    if (stat(sh->path, &st) != 0) {
-        rc = sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s: %s", fn_open, sh->path,
-                     strerror(errno));
+    if ((rc = sl_bytes_size(sh->path, &file_size))) { /* stat, or HEAD (bytesrc.h) */
+        rc = sl_fail(rc, "%s: %s", fn_open, sl_errmsg());
         goto out;
     }
     sh->nrec = n;
     sh->bytes = n ? sh->idx[n - 1].offset + sh->idx[n - 1].size : 0;
-    if (tail && sh->bytes < (uint64_t)st.st_size)
+    if (tail && sh->bytes < file_size)
         goto out; /* the scan above stopped at a bad record: the prefix is what is read */
-    if (!built && sh->bytes > (uint64_t)st.st_size) {
+    if (!built && sh->bytes > file_size) {
         /* The file ends inside the records its index lists: truncated (the
          * index was written with the whole file). */
         size_t k = 0;
-        while (k < n && sh->idx[k].offset + sh->idx[k].size <= (uint64_t)st.st_size)
+        while (k < n && sh->idx[k].offset + sh->idx[k].size <= file_size)
             k++;
         char msg[SL_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s: record %zu @ %llu: truncated record (the file ends at "
                  "byte %llu; %s lists %zu records to byte %llu)", sh->path, k,
-                 (unsigned long long)sh->idx[k].offset, (unsigned long long)st.st_size,
+                 (unsigned long long)sh->idx[k].offset, (unsigned long long)file_size,
                  idx_path, n, (unsigned long long)sh->bytes);
         if (policy != SL_ON_ERROR_SKIP) {
             rc = sl_fail(SL_ECORRUPT, "%s: %s", fn_open, msg);
@@ -140,12 +149,12 @@ static int load_index(sl_shard_info *sh, sl_error_policy policy, sl_source_set *
         sh->bytes = k ? sh->idx[k - 1].offset + sh->idx[k - 1].size : 0;
         goto out;
     }
-    if (sh->bytes != (uint64_t)st.st_size) {
+    if (sh->bytes != file_size) {
         /* sl_index_load already checked the entries follow one another from
          * offset 0, so only the end can disagree with the file. */
         rc = sl_fail(SL_ECORRUPT, "%s: %s: index covers %llu bytes, shard has %llu%s", fn_open,
                      built ? sh->path : idx_path, (unsigned long long)sh->bytes,
-                     (unsigned long long)st.st_size,
+                     (unsigned long long)file_size,
                      built ? " (the shard changed while it was scanned)"
                            : " (stale index: rebuild it, e.g. by re-converting)");
         goto out;
@@ -205,6 +214,21 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
         paths[i] = NULL;
         out->n = k + 1;
         rc = load_index(sh, policy, out);
+        if (rc == SL_EIO && policy == SL_ON_ERROR_SKIP && sl_path_is_remote(sh->path)) {
+            /* Unreachable after its retries (bytesrc.h): under skip the
+             * shard is left out and reported, as a damaged one would be. A
+             * missing one (404) stays an error: a smaller dataset is not a
+             * bad record. */
+            char msg[SL_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s: unreachable, the shard is left out: %s", sh->path,
+                     sl_errmsg());
+            note_bad(out, 1, msg);
+            sl_clear_error();
+            free(sh->idx);
+            sh->idx = NULL;
+            sh->nrec = sh->bytes = 0;
+            rc = SL_OK;
+        }
         if (rc)
             goto out;
         sh->first_id = out->total;

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "records_int.h"
+#include "wds.h"
 
 #define CV_CHUNK 64                    /* inputs per chunk */
 #define CV_WINDOW_MAX 64               /* chunks in flight, at most */
@@ -109,6 +110,7 @@ typedef struct cv_job {
     /* Committer state: the calling thread's alone. */
     sl_tfrecord_writer *tfw;
     sl_lmdb_writer *lmw;
+    sl_wds_writer *wdw;             /* --to wds: records/wds.h */
     uint64_t done, records, bytes, skipped, passthrough, reencoded;
     unsigned shards_closed;         /* whole shards written by this run */
     struct timespec last_progress;
@@ -334,8 +336,11 @@ static int open_writer(cv_job *j, unsigned shard)
             return rc;
         return sl_lmdb_writer_open(path, &j->lmw);
     }
-    if ((rc = sl_shard_path(path, sizeof path, cfg->out_dir, cfg->name, shard, j->st->nshards)) != SL_OK)
+    if ((rc = sl_shard_path_fmt(path, sizeof path, cfg->out_dir, cfg->name, shard, j->st->nshards,
+                                cfg->format)) != SL_OK)
         return rc;
+    if (cfg->format == SL_FORMAT_WDS)
+        return sl_wds_writer_open(path, cfg->fsync ? 0u : SL_TFW_NOSYNC, &j->wdw);
     return sl_tfrecord_writer_open(path, SL_TFW_INDEX | (cfg->fsync ? 0u : SL_TFW_NOSYNC), &j->tfw);
 }
 
@@ -345,6 +350,9 @@ static int close_writer(cv_job *j)
     if (j->lmw) {
         rc = sl_lmdb_writer_close(j->lmw);
         j->lmw = NULL;
+    } else if (j->wdw) {
+        rc = sl_wds_writer_close(j->wdw);
+        j->wdw = NULL;
     } else {
         rc = sl_tfrecord_writer_close(j->tfw);
         j->tfw = NULL;
@@ -361,7 +369,7 @@ static int commit_chunk(cv_job *j, size_t k)
     const cv_range *r = &j->chunks[k];
     const cv_slot *slot = &j->slots[k % j->window];
     int rc;
-    if (!j->tfw && !j->lmw && (rc = open_writer(j, r->shard)) != SL_OK)
+    if (!j->tfw && !j->lmw && !j->wdw && (rc = open_writer(j, r->shard)) != SL_OK)
         return rc;
     for (size_t i = 0; i < slot->nitems; i++) {
         const cv_item *ci = &slot->items[i];
@@ -377,7 +385,17 @@ static int commit_chunk(cv_job *j, size_t k)
             continue;
         }
         const uint8_t *rec = slot->buf + ci->off;
-        rc = j->lmw ? sl_lmdb_writer_put(j->lmw, rec, ci->len) : sl_tfrecord_writer_write(j->tfw, rec, ci->len);
+        if (j->wdw) {
+            /* key: the output position, zero-padded: unique, sorts in
+             * order, the same whatever was skipped before it */
+            char key[32];
+            snprintf(key, sizeof key, "%0*llu", SL_LMDB_KEY_DIGITS,
+                     (unsigned long long)(r->begin + i));
+            rc = sl_wds_writer_write_example(j->wdw, key, rec, ci->len);
+        } else {
+            rc = j->lmw ? sl_lmdb_writer_put(j->lmw, rec, ci->len)
+                        : sl_tfrecord_writer_write(j->tfw, rec, ci->len);
+        }
         if (rc)
             return rc;
         j->records++;
@@ -614,6 +632,7 @@ int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
     /* Only an error leaves a writer open: drop its temp files. */
     sl_tfrecord_writer_abort(j.tfw);
     sl_lmdb_writer_abort(j.lmw);
+    sl_wds_writer_abort(j.wdw);
     free(j.chunks);
     if (j.slots)
         for (size_t i = 0; i < j.window; i++)

@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "records_int.h"
+#include "wds.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "0.1.0"
@@ -67,7 +68,10 @@
 #define CV_MAX_SHARDS 99999u                  /* five digits in NAME-00000-of-99999 */
 #define CV_PLAN_MAX 4096
 
-static const char *format_name(sl_format f) { return f == SL_FORMAT_LMDB ? "lmdb" : "tfrecord"; }
+static const char *format_name(sl_format f)
+{
+    return f == SL_FORMAT_LMDB ? "lmdb" : f == SL_FORMAT_WDS ? "wds" : "tfrecord";
+}
 
 /* ------------------------------------------------------------- hashing */
 #define FNV_OFFSET 0xcbf29ce484222325ull
@@ -240,7 +244,8 @@ static int scan_outputs(const sl_convert_config *cfg, int remove_tmp, char *fina
     struct dirent *e;
     while (rc == SL_OK && (e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (!final[0] && (is_shard_file(n, cfg->name, ".tfrecord") || !strcmp(n, lmdb)))
+        if (!final[0] && (is_shard_file(n, cfg->name, ".tfrecord") ||
+                          is_shard_file(n, cfg->name, ".tar") || !strcmp(n, lmdb)))
             snprintf(final, cap, "%s", n);
         if (!remove_tmp)
             continue;
@@ -248,13 +253,50 @@ static int scan_outputs(const sl_convert_config *cfg, int remove_tmp, char *fina
             rc = sl_fail(SL_EINVAL, "sl_convert_run: %s/%s: path too long", cfg->out_dir, n);
             break;
         }
-        if (is_shard_file(n, cfg->name, ".tfrecord.tmp") || is_shard_file(n, cfg->name, ".tfrecord.idx.tmp"))
+        if (is_shard_file(n, cfg->name, ".tfrecord.tmp") || is_shard_file(n, cfg->name, ".tfrecord.idx.tmp") ||
+            is_shard_file(n, cfg->name, ".tar.tmp") || is_shard_file(n, cfg->name, ".tar.idx.tmp"))
             rc = unlink_if_present(path);
         else if (!strcmp(n, lmdb_tmp))
             rc = remove_flat_dir(path);
     }
     closedir(d);
     return rc;
+}
+
+static void note_kept(sl_convert_state *st, uint64_t records, uint64_t payload, uint64_t items)
+{
+    st->nkept++;
+    st->kept_records += records;
+    st->kept_bytes += payload;
+    st->kept_skipped += items - records; /* every input of a shard is a record or a skip */
+    st->kept_inputs += items;
+}
+
+/* keep_shard for a WebDataset shard (records/wds.h): its index loads, and
+ * its last sample ends where the writer's two end blocks begin. */
+static int keep_wds_shard(sl_convert_state *st, unsigned s, const char *path, const char *idx)
+{
+    struct stat sb;
+    sl_wds_index ix;
+    uint64_t items = sl_convert_shard_begin(st->in.n, st->nshards, s + 1) -
+                     sl_convert_shard_begin(st->in.n, st->nshards, s);
+    int keep = stat(path, &sb) == 0 && sl_wds_index_load(idx, (uint64_t)sb.st_size, &ix) == SL_OK;
+    sl_clear_error();
+    if (keep) {
+        uint64_t end = ix.nsamples ? ix.samples[ix.nsamples - 1].span_end : 0, payload = 0;
+        for (size_t i = 0; i < ix.nmembers; i++)
+            payload += ix.members[i].size;
+        keep = end + 2 * SL_TAR_BLOCK == (uint64_t)sb.st_size && ix.nsamples <= items;
+        if (keep) {
+            st->kept[s] = 1;
+            note_kept(st, ix.nsamples, payload, items);
+        }
+        sl_wds_index_fini(&ix);
+    }
+    if (keep)
+        return SL_OK;
+    int rc = unlink_if_present(path);
+    return rc ? rc : unlink_if_present(idx);
 }
 
 /* Is shard s of a matching plan whole? Its file and index exist, the index
@@ -264,10 +306,13 @@ static int keep_shard(sl_convert_state *st, unsigned s)
 {
     const sl_convert_config *cfg = st->cfg;
     char path[4096], idx[4200];
-    int rc = sl_shard_path(path, sizeof path, cfg->out_dir, cfg->name, s, st->nshards);
+    int rc = sl_shard_path_fmt(path, sizeof path, cfg->out_dir, cfg->name, s, st->nshards,
+                               cfg->format);
     if (rc)
         return rc;
     snprintf(idx, sizeof idx, "%s.idx", path);
+    if (cfg->format == SL_FORMAT_WDS)
+        return keep_wds_shard(st, s, path, idx);
     struct stat sb, ib;
     sl_index_entry *ent = NULL;
     size_t n = 0;
@@ -380,7 +425,8 @@ static int check_config(const sl_convert_config *cfg)
         return sl_fail(SL_EINVAL, "%s: quality %d: want 1..100", fn, cfg->quality);
     if (cfg->resize_short < 0)
         return sl_fail(SL_EINVAL, "%s: resize_short %d: want >= 0", fn, cfg->resize_short);
-    if (cfg->format != SL_FORMAT_TFRECORD && cfg->format != SL_FORMAT_LMDB)
+    if (cfg->format != SL_FORMAT_TFRECORD && cfg->format != SL_FORMAT_LMDB &&
+        cfg->format != SL_FORMAT_WDS)
         return sl_fail(SL_EINVAL, "%s: unknown format %d", fn, (int)cfg->format);
     if (cfg->format == SL_FORMAT_LMDB && cfg->shards > 1)
         return sl_fail(SL_EINVAL, "%s: LMDB keeps a split in one store: shards %u does not apply", fn,

@@ -11,6 +11,7 @@
  * Threading: reentrant; ds belongs to the caller.
  */
 #include "records_int.h"
+#include "bytesrc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -54,6 +55,12 @@ static char *dir_of(const char *p)
     if (slash == p)
         return strdup("/");
     return strndup(p, (size_t)(slash - p));
+}
+
+/* A shard's format by its name: ".tar" is a WebDataset shard. */
+static sl_format file_format(const char *path)
+{
+    return has_suffix(path, ".tar") ? SL_FORMAT_WDS : SL_FORMAT_TFRECORD;
 }
 
 static int oom(void) { return sl_fail(SL_ENOMEM, "%s: out of memory", fn_res); }
@@ -110,11 +117,17 @@ static int load_manifest(sl_dataset *ds)
     char *mp = sl_path_join(ds->dir, SL_MANIFEST_FILE);
     if (!mp)
         return oom();
-    if (!is_file(mp)) {
+    int remote = sl_path_is_remote(mp);
+    if (!remote && !is_file(mp)) {
         free(mp);
         return SL_OK;
     }
     int rc = sl_manifest_load(ds->dir, &ds->manifest);
+    if (rc == SL_ENOENT && remote) { /* none beside a remote shard */
+        sl_clear_error();
+        free(mp);
+        return SL_OK;
+    }
     if (rc) {
         /* sl_manifest_load's message already names the file */
         rc = sl_fail(rc == SL_ENOENT ? SL_ECORRUPT : rc, "%s", sl_errmsg());
@@ -182,7 +195,8 @@ static int open_manifest_dir(sl_dataset *ds, const char *only)
                 return oom();
             for (uint32_t k = 0; k < ms->shards; k++) {
                 char p[4096];
-                if ((rc = sl_shard_path(p, sizeof p, ds->dir, ms->name, k, ms->shards)))
+                if ((rc = sl_shard_path_fmt(p, sizeof p, ds->dir, ms->name, k, ms->shards,
+                                            ms->format)))
                     return rc;
                 if (!(s->files[s->nfiles] = strdup(p)))
                     return oom();
@@ -216,7 +230,7 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
     while ((de = readdir(d))) {
         const char *b = de->d_name;
         if (b[0] == '.' || !(sl_shard_name_len(b) || has_suffix(b, ".tfrecord") ||
-                             has_suffix(b, ".lmdb")))
+                             has_suffix(b, ".tar") || has_suffix(b, ".lmdb")))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -270,8 +284,9 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
             if ((only && strcmp(name, only)) ||
                 (extra && (!strcmp(name, "*") || is_listed(ds, listed, name))))
                 continue;
-            s = find_split(ds, name, SL_FORMAT_TFRECORD);
-            if (!s && (rc = add_split(ds, name, SL_FORMAT_TFRECORD, &s)))
+            sl_format fmt = file_format(names[i]);
+            s = find_split(ds, name, fmt);
+            if (!s && (rc = add_split(ds, name, fmt, &s)))
                 break;
             rc = add_file(s, names[i]);
         }
@@ -314,7 +329,7 @@ static int open_glob(sl_dataset *ds)
                 rc = oom();
                 break;
             }
-            rc = add_split(ds, name, SL_FORMAT_TFRECORD, &s);
+            rc = add_split(ds, name, file_format(p), &s);
         } else if (strcmp(s->name, name)) {
             snprintf(s->name, sizeof s->name, "*"); /* several splits matched */
         }
@@ -354,13 +369,112 @@ static int open_single(sl_dataset *ds, sl_format fmt)
     return add_file(s, ds->path);
 }
 
+/* ------------------------------------------------------------ remote */
+
+/* Does the last part of url name a shard file rather than a folder? */
+static int names_shard_file(const char *url)
+{
+    const char *b = base_of(url);
+    return sl_shard_name_len(b) || has_suffix(b, ".tfrecord") || has_suffix(b, ".tar");
+}
+
+/* A remote PATH (http(s)://, s3://; bytesrc.h). A folder is read through
+ * its dataset.json (the shards it lists, by their names: nothing is
+ * fetched but the manifest); an s3:// folder without one is listed
+ * (ListObjectsV2), an http(s):// one cannot be (a web server's listing is
+ * not a format), so it must have one. A URL whose last part is a shard's
+ * name is that one shard. */
+static int open_remote(sl_dataset *ds, const char *only)
+{
+    int rc;
+    uint64_t size;
+    if (names_shard_file(ds->path)) {
+        if ((rc = sl_bytes_size(ds->path, &size)))
+            return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
+        return open_single(ds, file_format(ds->path));
+    }
+    if (!(ds->dir = strdup(ds->path)))
+        return oom();
+    rc = sl_manifest_load(ds->dir, &ds->manifest);
+    if (rc == SL_OK) {
+        if (!(ds->manifest_path = sl_path_join(ds->dir, SL_MANIFEST_FILE)))
+            return oom();
+        ds->has_manifest = 1;
+        ds->kind = SL_DATASET_MANIFEST;
+        ds->counts_listed = 1;
+        for (size_t i = 0; i < ds->manifest.nsplits; i++) {
+            const sl_manifest_split *ms = &ds->manifest.splits[i];
+            sl_dataset_split *s = NULL;
+            if (only && strcmp(ms->name, only))
+                continue;
+            if (ms->format == SL_FORMAT_LMDB)
+                continue; /* an LMDB store is a local memory map: not served remotely */
+            if (ms->shards > SL_DATASET_MAX_LISTED_SHARDS)
+                return sl_fail(SL_ECORRUPT, "%s: %s: split %s lists %u shards (more than %u)",
+                               fn_res, ds->manifest_path, ms->name, ms->shards,
+                               SL_DATASET_MAX_LISTED_SHARDS);
+            if ((rc = add_split(ds, ms->name, ms->format, &s)))
+                return rc;
+            s->listed = ms;
+            for (uint32_t k = 0; k < ms->shards; k++) {
+                char p[4096];
+                if ((rc = sl_shard_path_fmt(p, sizeof p, ds->dir, ms->name, k, ms->shards,
+                                            ms->format)) ||
+                    (rc = add_file(s, p)))
+                    return rc;
+            }
+        }
+        return SL_OK;
+    }
+    if (rc != SL_ENOENT)
+        return rc;
+    sl_clear_error();
+    if (strncmp(ds->path, "s3://", 5) != 0)
+        return sl_fail(SL_ENOENT, "%s: %s: no %s there (a folder over HTTP is read through its "
+                       "%s, which sluice convert writes; or name one shard)", fn_res, ds->path,
+                       SL_MANIFEST_FILE, SL_MANIFEST_FILE);
+    /* s3:// without a manifest: the prefix's objects named as shards */
+    char **names = NULL, *pre = sl_str_cat(ds->path, "/");
+    size_t n = 0;
+    if (!pre)
+        return oom();
+    rc = sl_bytes_list(pre, &names, &n);
+    free(pre);
+    if (rc)
+        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
+    ds->kind = SL_DATASET_DIR;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char name[64], *full;
+        sl_dataset_split *s;
+        if (!names_shard_file(names[i]) || strchr(names[i], '/'))
+            continue;
+        split_of(names[i], name, sizeof name);
+        if (only && strcmp(name, only))
+            continue;
+        if (!(full = sl_path_join(ds->dir, names[i]))) {
+            rc = oom();
+            break;
+        }
+        s = find_split(ds, name, file_format(names[i]));
+        if (s || !(rc = add_split(ds, name, file_format(names[i]), &s)))
+            rc = add_file(s, full);
+        free(full);
+    }
+    sl_paths_free(names, n);
+    if (!rc && ds->nsplits == 0 && !only)
+        rc = sl_fail(SL_ENOENT, "%s: %s: no %s and no shards NAME-NNNNN-of-NNNNN[.tfrecord|.tar], "
+                     "*.tfrecord or *.tar objects", fn_res, ds->path, SL_MANIFEST_FILE);
+    return rc;
+}
+
 /* Count the TFRecord shards without an index file beside them. */
 static int count_unindexed(sl_dataset *ds)
 {
     for (size_t i = 0; i < ds->nsplits; i++) {
         sl_dataset_split *s = &ds->splits[i];
-        if (s->format != SL_FORMAT_TFRECORD)
-            continue;
+        if ((s->format != SL_FORMAT_TFRECORD && s->format != SL_FORMAT_WDS) ||
+            sl_path_is_remote(ds->path))
+            continue; /* remote: a HEAD per shard would cost more than it tells */
         for (size_t k = 0; k < s->nfiles; k++) {
             char *idx = sl_str_cat(s->files[k], ".idx");
             if (!idx)
@@ -389,6 +503,10 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         n--;
     if (!(ds->path = strndup(path, n)))
         return oom();
+    if (sl_path_is_remote(ds->path)) {
+        rc = open_remote(ds, only);
+        goto out;
+    }
     if (stat(ds->path, &st) != 0) {
         int e = errno;
         if (strpbrk(ds->path, "*?["))
@@ -399,7 +517,7 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         goto out;
     }
     if (S_ISREG(st.st_mode)) {
-        rc = open_single(ds, SL_FORMAT_TFRECORD);
+        rc = open_single(ds, file_format(ds->path));
         goto out;
     }
     if (!S_ISDIR(st.st_mode)) {
@@ -488,7 +606,7 @@ int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
                        split ? split : "(none)",
                        ds->has_manifest ? SL_MANIFEST_FILE : "the folder", names);
     }
-    if (s->format != SL_FORMAT_TFRECORD)
+    if (s->format == SL_FORMAT_LMDB)
         return sl_fail(SL_ENOTSUP, "%s: %s: split '%s' is an LMDB store; this reader takes "
                        "TFRecord shards (convert with --format tfrecord)", fn, ds->path, s->name);
     *out = s;

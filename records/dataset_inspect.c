@@ -8,9 +8,16 @@
  * the whole as JSON (cJSON, as the manifest), which `sluice inspect --json`
  * prints and sluice.inspect returns as a dict.
  *
+ * WebDataset (.tar) shards: a record is a sample (sl_wds_sample_decode:
+ * image and .cls label), its bytes its span (headers and members, what the
+ * pipeline reads), its size from the image header, its format the image
+ * type ("jpeg", "png"); dataset.json's payload bytes (the Examples convert
+ * wrote the samples from) are not compared.
+ *
  * Threading: reentrant; the progress callback runs on the calling thread.
  */
 #include "records_int.h"
+#include "wds.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -142,10 +149,14 @@ typedef struct inspect_ctx {
     void *arg;
 } inspect_ctx;
 
-/* "FILE: record N @ OFFSET" or "FILE: record N" (LMDB) into buf. */
+/* "FILE: record N @ OFFSET", "FILE: record N" (LMDB) or "FILE: sample N
+ * 'KEY' @ OFFSET" (WebDataset) into buf. */
 static const char *where(char *buf, size_t cap, const sl_walk_record *r)
 {
-    if (r->offset == SL_WALK_NO_OFFSET)
+    if (r->key)
+        snprintf(buf, cap, "%s: sample %" PRIu64 "%s%s%s @ %" PRIu64, r->file, r->recno,
+                 r->key[0] ? " '" : "", r->key, r->key[0] ? "'" : "", r->offset);
+    else if (r->offset == SL_WALK_NO_OFFSET)
         snprintf(buf, cap, "%s: record %" PRIu64, r->file, r->recno);
     else
         snprintf(buf, cap, "%s: record %" PRIu64 " @ %" PRIu64, r->file, r->recno, r->offset);
@@ -159,9 +170,10 @@ static int on_record(void *arg, const sl_walk_record *r)
     sl_image_example ex;
     char at[4200];
 
-    if (sl_image_example_decode(r->data, r->len, &ex))
-        return sl_fail(SL_ECORRUPT, "%s: %s: bad Example: %s", fn, where(at, sizeof at, r),
-                       sl_msg_detail(sl_errmsg(), NULL));
+    if (r->key ? sl_wds_sample_decode(r->data, r->len, NULL, &ex)
+               : sl_image_example_decode(r->data, r->len, &ex))
+        return sl_fail(SL_ECORRUPT, "%s: %s: bad %s: %s", fn, where(at, sizeof at, r),
+                       r->key ? "sample" : "Example", sl_msg_detail(sl_errmsg(), NULL));
     s->records++;
     s->bytes += r->len;
     if (hist_add(s, ex.label, 1))
@@ -172,6 +184,16 @@ static int on_record(void *arg, const sl_walk_record *r)
         if (sl_image_probe(ex.image, ex.image_len, &info) == SL_OK) {
             w = w > 0 ? w : info.width;
             h = h > 0 ? h : info.height;
+            if (r->key) { /* a sample has no image/format: the header's type */
+                static const char *const names[] = {[SL_IMAGE_JPEG] = "jpeg",
+                                                    [SL_IMAGE_PNG] = "png",
+                                                    [SL_IMAGE_BMP] = "bmp",
+                                                    [SL_IMAGE_PPM] = "ppm"};
+                const char *t = (size_t)info.type < sizeof names / sizeof *names &&
+                                names[info.type] ? names[info.type] : "unknown";
+                ex.format = t;
+                ex.format_len = strlen(t);
+            }
         }
     }
     if (w > 0 && h > 0) {
@@ -265,7 +287,7 @@ int sl_inspect_warnings(const sl_dataset *ds, size_t i, const sl_inspect_stats *
     if (m->shards != s->files)
         WARN("%s: split %s: dataset.json says %" PRIu32 " shards, found %" PRIu64 "\n",
              ds->path, ds->splits[i].name, m->shards, s->files);
-    if (m->bytes != s->bytes)
+    if (m->bytes != s->bytes && ds->splits[i].format != SL_FORMAT_WDS) /* spans, not Examples */
         WARN("%s: split %s: dataset.json says %" PRIu64 " payload bytes, found %" PRIu64 "\n",
              ds->path, ds->splits[i].name, m->bytes, s->bytes);
 #undef WARN
@@ -329,8 +351,10 @@ char *sl_inspect_json(const sl_dataset *ds, const sl_inspect_result *res)
     for (size_t i = 0; i < ds->nsplits && i < res->nsplits; i++) {
         const sl_inspect_stats *st = &res->splits[i];
         cJSON *o = cJSON_AddObjectToObject(splits, ds->splits[i].name);
-        cJSON_AddStringToObject(o, "format",
-                                ds->splits[i].format == SL_FORMAT_LMDB ? "lmdb" : "tfrecord");
+        sl_format f = ds->splits[i].format;
+        cJSON_AddStringToObject(o, "format", f == SL_FORMAT_LMDB  ? "lmdb"
+                                             : f == SL_FORMAT_WDS ? "wds"
+                                                                  : "tfrecord");
         cJSON_AddNumberToObject(o, "shards_without_index", (double)ds->splits[i].unindexed);
         json_stats(o, st);
         const sl_manifest_split *m = ds->splits[i].listed;

@@ -11,9 +11,18 @@
  * its DALI index file, when it has one, lists exactly the offsets and sizes
  * read. Per split: the counts in dataset.json match what was read.
  *
+ * WebDataset (.tar) shards: per sample, its members parse (the walk's scan
+ * checked every header; a damaged one or a truncation is one problem naming
+ * shard, member and byte offset), sl_wds_sample_decode finds an image and a
+ * label, the image passes the same checks as image/encoded; the shard's
+ * "X.tar.idx", when there is one, lists exactly the members read. Problems
+ * read "<file>: sample N 'KEY' @ OFFSET: <what>".
+ *
  * Threading: reentrant; callbacks run on the calling thread.
  */
 #include "records_int.h"
+#include "bytesrc.h"
+#include "wds.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -42,6 +51,8 @@ typedef struct verify_ctx {
     sl_index_entry *idx;
     size_t nidx;
     int idx_checked; /* idx loaded: compare entries with what is read */
+    sl_wds_index wix; /* a .tar shard's index (then idx is NULL, nidx its samples) */
+    const char *key;  /* the WebDataset sample a problem is about (NULL: none) */
 } verify_ctx;
 
 static int problem_at(verify_ctx *c, const char *split, const char *file, uint64_t recno,
@@ -60,6 +71,9 @@ static int problem_at(verify_ctx *c, const char *split, const char *file, uint64
     va_end(ap);
     if (recno == SL_WALK_NO_RECORD)
         snprintf(msg, sizeof msg, "%s: %s", file, what);
+    else if (c->key) /* a WebDataset sample: its number, key and span offset */
+        snprintf(msg, sizeof msg, "%s: sample %" PRIu64 "%s%s%s @ %" PRIu64 ": %s", file, recno,
+                 c->key[0] ? " '" : "", c->key, c->key[0] ? "'" : "", offset, what);
     else if (offset == SL_WALK_NO_OFFSET)
         snprintf(msg, sizeof msg, "%s: record %" PRIu64 ": %s", file, recno, what);
     else
@@ -94,26 +108,63 @@ static void drop_index(verify_ctx *c)
     free(c->idx_path);
     c->idx = NULL;
     c->idx_path = NULL;
+    sl_wds_index_fini(&c->wix);
     c->nidx = 0;
     c->idx_checked = 0;
+}
+
+/* A .tar shard's "X.tar.idx" (DALI's WebDataset index), when there is one. */
+static int wds_file_begin(verify_ctx *c, const sl_dataset_split *s, const char *file)
+{
+    uint64_t size;
+    if (sl_bytes_size(file, &size) != SL_OK) { /* the walk reports the shard */
+        sl_clear_error();
+        return 0;
+    }
+    if (!(c->idx_path = sl_str_cat(file, ".idx")))
+        return sl_fail(SL_ENOMEM, "sl_verify_path: out of memory");
+    int rc = sl_wds_index_load(c->idx_path, size, &c->wix);
+    if (rc == SL_ENOENT) {
+        sl_clear_error();
+        c->res->unindexed++;
+        return 0;
+    }
+    if (rc)
+        return problem_at(c, s->name, c->idx_path, SL_WALK_NO_RECORD, 0, SL_ECORRUPT,
+                          "bad index file: %s", sl_msg_detail(sl_errmsg(), c->idx_path));
+    c->nidx = c->wix.nsamples;
+    c->idx_checked = 1;
+    return 0;
 }
 
 static int on_file_begin(void *arg, const sl_dataset_split *s, const char *file)
 {
     verify_ctx *c = arg;
     drop_index(c);
+    if (s->format == SL_FORMAT_WDS)
+        return wds_file_begin(c, s, file);
     /* A missing shard is reported by the walk; its index is beside the point. */
-    if (s->format != SL_FORMAT_TFRECORD || access(file, F_OK) != 0)
+    uint64_t size;
+    int remote = sl_path_is_remote(file);
+    if (s->format != SL_FORMAT_TFRECORD || (remote ? sl_bytes_size(file, &size) != SL_OK
+                                                   : access(file, F_OK) != 0)) {
+        sl_clear_error();
         return 0;
+    }
     if (!(c->idx_path = sl_str_cat(file, ".idx")))
         return sl_fail(SL_ENOMEM, "sl_verify_path: out of memory");
-    if (access(c->idx_path, F_OK) != 0) {
+    if (!remote && access(c->idx_path, F_OK) != 0) {
         /* Not a problem: shards from other tools (TensorFlow's ImageNet
          * converter) have none, and readers scan them. */
         c->res->unindexed++;
         return 0;
     }
     int rc = sl_index_load(c->idx_path, &c->idx, &c->nidx);
+    if (rc == SL_ENOENT && remote) { /* the same, asked of the server */
+        sl_clear_error();
+        c->res->unindexed++;
+        return 0;
+    }
     if (rc)
         return problem_at(c, s->name, c->idx_path, SL_WALK_NO_RECORD, 0, SL_ECORRUPT,
                           "bad index file: %s", sl_msg_detail(sl_errmsg(), c->idx_path));
@@ -141,10 +192,62 @@ static int check_index(verify_ctx *c, const sl_walk_record *r)
     return 0;
 }
 
-static int on_record(void *arg, const sl_walk_record *r)
+/* Sample r->recno of the .tar index against the members of the span read. */
+static int check_wds_index(verify_ctx *c, const sl_walk_record *r)
 {
-    verify_ctx *c = arg;
+    sl_tar_iter it;
+    sl_tar_member *m = malloc(sizeof *m);
+    const sl_wds_sample *s = r->recno < c->nidx ? &c->wix.samples[r->recno] : NULL;
+    char what[SL_TAR_NAME_MAX + 256] = "";
+    size_t k = 0;
+    if (!m)
+        return sl_fail(SL_ENOMEM, "sl_verify_path: out of memory");
+    sl_tar_iter_mem(&it, r->data, r->len, 1, r->file);
+    while (s && !what[0] && sl_tar_next(&it, m) == SL_OK) {
+        const sl_wds_member *e = k < s->n ? &c->wix.members[s->first + k] : NULL;
+        const char *ext = m->name + sl_wds_key_len(m->name);
+        ext += *ext == '.';
+        if (!e)
+            snprintf(what, sizeof what, "index file %s has %zu members for it, the tar has "
+                     "member '%s' after them", c->idx_path, s->n, m->name);
+        else if (e->offset != r->offset + m->data_off || e->size != m->size ||
+                 (strcmp(e->ext, ext) && !(e->ext[0] == '-' && !e->ext[1] && !ext[0])) ||
+                 (e->name && strcmp(e->name, m->name)))
+            snprintf(what, sizeof what, "index file %s says member '%s' @ %" PRIu64 " size %"
+                     PRIu64 ", the tar has '%s' @ %" PRIu64 " size %" PRIu64, c->idx_path,
+                     e->name ? e->name : e->ext, e->offset, e->size, m->name,
+                     r->offset + m->data_off, m->size);
+        k++;
+    }
+    sl_clear_error(); /* a bad span is the decoder's to report */
+    free(m);
+    if (!s)
+        snprintf(what, sizeof what, "missing from index file %s (it has %zu samples)",
+                 c->idx_path, c->nidx);
+    else if (!what[0] && k < s->n)
+        snprintf(what, sizeof what, "index file %s has %zu members for it, the tar %zu",
+                 c->idx_path, s->n, k);
+    if (!what[0])
+        return 0;
+    c->idx_checked = 0; /* one complaint per index file */
+    return problem_at(c, r->split->name, r->file, r->recno, r->offset, SL_ECORRUPT, "%s", what);
+}
+
+/* The detail of sl_wds_sample_decode's message: without "sample 'KEY': ",
+ * which the problem's place already says. */
+static const char *wds_detail(const char *msg, const char *key)
+{
+    size_t k = strlen(key);
+    if (!strncmp(msg, "sample '", 8) && !strncmp(msg + 8, key, k) &&
+        !strncmp(msg + 8 + k, "': ", 3))
+        return msg + 8 + k + 3;
+    return sl_msg_detail(msg, NULL);
+}
+
+static int check_record(verify_ctx *c, const sl_walk_record *r)
+{
     const char *sp = r->split->name;
+    const char *img = r->key ? "image" : "image/encoded";
     sl_image_example ex;
     sl_image_info info;
     int rc;
@@ -154,24 +257,27 @@ static int on_record(void *arg, const sl_walk_record *r)
     sc->records++;
     sc->bytes += r->len;
 
-    if (c->idx_checked && (rc = check_index(c, r)))
+    if (c->idx_checked && (rc = r->key ? check_wds_index(c, r) : check_index(c, r)))
         return rc;
-    if (sl_image_example_decode(r->data, r->len, &ex))
+    if (r->key && sl_wds_sample_decode(r->data, r->len, NULL, &ex))
+        return problem_at(c, sp, r->file, r->recno, r->offset, SL_ECORRUPT, "%s",
+                          wds_detail(sl_errmsg(), r->key));
+    if (!r->key && sl_image_example_decode(r->data, r->len, &ex))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_ECORRUPT, "bad Example: %s",
                           sl_msg_detail(sl_errmsg(), NULL));
     if (sl_image_probe(ex.image, ex.image_len, &info))
-        return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "image/encoded: %s",
+        return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "%s: %s", img,
                           sl_msg_detail(sl_errmsg(), NULL));
     if (info.type != SL_IMAGE_JPEG)
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE,
-                          "image/encoded is %s, not JPEG (%zu bytes)", type_name(info.type),
+                          "%s is %s, not JPEG (%zu bytes)", img, type_name(info.type),
                           ex.image_len);
     if (sl_jpeg_scan(ex.image, ex.image_len, NULL))
-        return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "image/encoded: %s",
+        return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "%s: %s", img,
                           sl_msg_detail(sl_errmsg(), NULL));
     if (info.channels == 4) /* TurboJPEG cannot turn CMYK/YCCK into RGB */
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE,
-                          "image/encoded is a CMYK JPEG; the pipeline decodes RGB/YCbCr/gray");
+                          "%s is a CMYK JPEG; the pipeline decodes RGB/YCbCr/gray", img);
     if ((ex.height > 0 && ex.height != info.height) || (ex.width > 0 && ex.width != info.width))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_ECORRUPT,
                           "image/height x image/width say %" PRId64 "x%" PRId64
@@ -184,6 +290,15 @@ static int on_record(void *arg, const sl_walk_record *r)
     return 0;
 }
 
+static int on_record(void *arg, const sl_walk_record *r)
+{
+    verify_ctx *c = arg;
+    c->key = r->key;
+    int rc = check_record(c, r);
+    c->key = NULL;
+    return rc;
+}
+
 static int on_file_error(void *arg, const sl_walk_record *at, int rc, const char *what)
 {
     verify_ctx *c = arg;
@@ -191,7 +306,10 @@ static int on_file_error(void *arg, const sl_walk_record *at, int rc, const char
     if (at->recno == SL_WALK_NO_RECORD)
         return problem_at(c, at->split->name, at->file, SL_WALK_NO_RECORD, 0, rc,
                           "cannot open: %s", what);
-    return problem_at(c, at->split->name, at->file, at->recno, at->offset, rc, "%s", what);
+    c->key = at->key;
+    rc = problem_at(c, at->split->name, at->file, at->recno, at->offset, rc, "%s", what);
+    c->key = NULL;
+    return rc;
 }
 
 static int on_file_end(void *arg, const sl_dataset_split *s, const char *file, uint64_t records,
@@ -233,12 +351,14 @@ static int check_counts(verify_ctx *c)
                              "split %s: lists %" PRIu64 " records, found %" PRIu64, s->name,
                              m->records, sc->records)))
             return rc;
-        if (s->format == SL_FORMAT_TFRECORD && m->shards != s->nfiles &&
+        if (s->format != SL_FORMAT_LMDB && m->shards != s->nfiles &&
             (rc = problem_at(c, s->name, ds->manifest_path, SL_WALK_NO_RECORD, 0, SL_ECORRUPT,
                              "split %s: lists %" PRIu32 " shards, found %zu", s->name,
                              m->shards, s->nfiles)))
             return rc;
-        if (m->bytes != sc->bytes &&
+        /* a .tar's samples are spans (headers, members); dataset.json has
+         * the Examples convert wrote them from */
+        if (s->format != SL_FORMAT_WDS && m->bytes != sc->bytes &&
             (rc = problem_at(c, s->name, ds->manifest_path, SL_WALK_NO_RECORD, 0, SL_ECORRUPT,
                              "split %s: lists %" PRIu64 " payload bytes, found %" PRIu64,
                              s->name, m->bytes, sc->bytes)))

@@ -12,8 +12,14 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "bytesrc.h"
+#include "wds.h"
+
+#define WDS_WINDOW ((size_t)4 << 20) /* bytes of consecutive sample spans read at once */
 
 static const char *base_of(const char *p)
 {
@@ -205,6 +211,97 @@ static int walk_lmdb(walk_ctx *c, sl_walk_record *rec, uint64_t *n, int *clean)
     return rc;
 }
 
+/* A WebDataset shard: scan its headers (sl_wds_index_build_prefix, through
+ * sl_bytes_read), then visit each sample's span, read a window of
+ * consecutive spans at a time. A damaged header or a truncation is one
+ * file_error after the samples before it, with the scan's message (shard,
+ * member, byte offset): about the last sample when the damage cut it short
+ * (it does not decode: the damaged member was one of its own), else about
+ * the place after it (recno the next sample, key ""). */
+static int walk_wds(walk_ctx *c, sl_walk_record *rec, uint64_t *n, int *clean)
+{
+    sl_wds_index ix;
+    char msg[SL_ERRMSG_MAX], *key = NULL;
+    uint8_t *win = NULL;
+    uint64_t woff = 0, wlen = 0, end;
+    size_t cap = 0;
+    int rc, cut = 0, scan = sl_wds_index_build_prefix(rec->file, &ix);
+
+    if (scan && scan != SL_ECORRUPT) {
+        rec->recno = SL_WALK_NO_RECORD;
+        return report(c, rec, scan);
+    }
+    snprintf(msg, sizeof msg, "%s", scan ? sl_errmsg() : "");
+    end = ix.nsamples ? ix.samples[ix.nsamples - 1].span_end : 0;
+    if (!(key = malloc(SL_TAR_NAME_MAX))) {
+        rc = sl_fail(SL_ENOMEM, "sl_dataset_walk: out of memory");
+        goto out;
+    }
+    rec->key = key;
+    for (size_t i = 0; i < ix.nsamples; i++) {
+        const sl_wds_sample *sm = &ix.samples[i];
+        const char *name = ix.members[sm->first].name;
+        size_t k = sl_wds_key_len(name);
+        uint64_t len = sm->span_end - sm->span_off;
+        snprintf(key, SL_TAR_NAME_MAX, "%.*s", (int)k, name);
+        rec->recno = i;
+        rec->offset = sm->span_off;
+        if (sm->span_off < woff || sm->span_end > woff + wlen) {
+            uint64_t want = end - sm->span_off < WDS_WINDOW ? end - sm->span_off : WDS_WINDOW;
+            if (want < len)
+                want = len;
+            if (want > cap) {
+                uint8_t *nw = realloc(win, (size_t)want);
+                if (!nw) {
+                    rc = sl_fail(SL_ENOMEM, "sl_dataset_walk: %s: out of memory", rec->file);
+                    goto out;
+                }
+                win = nw;
+                cap = (size_t)want;
+            }
+            wlen = 0;
+            if ((rc = sl_bytes_read(rec->file, win, (size_t)want, sm->span_off))) {
+                rec->data = NULL;
+                rec->len = 0;
+                rc = report(c, rec, rc);
+                goto out;
+            }
+            woff = sm->span_off;
+            wlen = want;
+        }
+        rec->data = win + (sm->span_off - woff);
+        rec->len = (size_t)len;
+        if (scan && i + 1 == ix.nsamples) {
+            sl_image_example ex;
+            if ((cut = sl_wds_sample_decode(rec->data, rec->len, NULL, &ex) != SL_OK))
+                break;
+        }
+        (*n)++;
+        if ((rc = visit(c, rec)))
+            goto out;
+    }
+    if (scan) {
+        if (!cut) {
+            rec->recno = ix.nsamples;
+            rec->offset = end;
+            key[0] = 0;
+        }
+        rec->data = NULL;
+        rec->len = 0;
+        sl_fail(scan, "%s", msg);
+        rc = report(c, rec, scan);
+        goto out;
+    }
+    *clean = 1;
+    rc = SL_OK;
+out:
+    rec->key = NULL;
+    free(key);
+    free(win);
+    sl_wds_index_fini(&ix);
+    return rc;
+}
+
 int sl_dataset_walk(const sl_dataset *ds, const sl_walk_visitor *v)
 {
     walk_ctx c = {.v = v};
@@ -223,7 +320,9 @@ int sl_dataset_walk(const sl_dataset *ds, const sl_walk_visitor *v)
                 rec.offset = SL_WALK_NO_OFFSET;
             if (v->file_begin && (rc = v->file_begin(v->arg, s, rec.file)))
                 break;
-            if (s->format == SL_FORMAT_LMDB)
+            if (s->format == SL_FORMAT_WDS) /* records/wds.h */
+                rc = walk_wds(&c, &rec, &n, &clean);
+            else if (s->format == SL_FORMAT_LMDB)
                 rc = walk_lmdb(&c, &rec, &n, &clean);
             else
                 rc = walk_tfrecord(&c, &rec, &n, &clean);

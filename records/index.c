@@ -13,6 +13,8 @@
  * Threading: all functions are reentrant.
  */
 #include "records_int.h"
+#include "bytesrc.h"
+#include "wds.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +33,14 @@ static int slurp(const char *fn, const char *path, char **out, size_t *len)
     char *buf = NULL;
     size_t n = 0, cap;
     int rc = SL_OK;
+    if (sl_path_is_remote(path)) { /* an object store's or web server's index */
+        uint8_t *b = NULL;
+        if ((rc = sl_bytes_get(path, &b, &n)))
+            return sl_fail(rc, "%s: %s", fn, sl_errmsg());
+        *out = (char *)b;
+        *len = n;
+        return SL_OK;
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
     if (fd < 0)
@@ -312,6 +322,28 @@ static int index_covers(const char *idx_path, const char *shard)
     return end == (uint64_t)st.st_size;
 }
 
+/* The WebDataset index of shard (records/wds.h): kept when it loads and
+ * its spans end inside the file, else rebuilt by a scan. */
+static int wds_index_one(const char *shard, const char *idx, int force, int *write)
+{
+    struct stat st;
+    sl_wds_index ix;
+    int rc;
+    *write = 1;
+    if (!force && stat(shard, &st) == 0 &&
+        sl_wds_index_load(idx, (uint64_t)st.st_size, &ix) == SL_OK) {
+        sl_wds_index_fini(&ix);
+        *write = 0;
+        return SL_OK;
+    }
+    sl_clear_error();
+    if ((rc = sl_wds_index_build(shard, &ix)))
+        return rc;
+    rc = sl_wds_index_write(idx, &ix);
+    sl_wds_index_fini(&ix);
+    return rc;
+}
+
 int sl_dataset_index(const sl_dataset *ds, int force,
                      void (*progress)(void *arg, const char *shard, size_t done, size_t total,
                                       int written),
@@ -320,11 +352,11 @@ int sl_dataset_index(const sl_dataset *ds, int force,
     size_t total = 0, done = 0, nw = 0, nk = 0;
     int rc = SL_OK;
     for (size_t i = 0; i < ds->nsplits; i++)
-        if (ds->splits[i].format == SL_FORMAT_TFRECORD)
+        if (ds->splits[i].format != SL_FORMAT_LMDB)
             total += ds->splits[i].nfiles;
     for (size_t i = 0; i < ds->nsplits && !rc; i++) {
         const sl_dataset_split *s = &ds->splits[i];
-        if (s->format != SL_FORMAT_TFRECORD)
+        if (s->format == SL_FORMAT_LMDB)
             continue;
         for (size_t k = 0; k < s->nfiles && !rc; k++) {
             const char *shard = s->files[k];
@@ -334,7 +366,9 @@ int sl_dataset_index(const sl_dataset *ds, int force,
             int write = 1;
             if (!idx)
                 return sl_fail(SL_ENOMEM, "sl_dataset_index: out of memory");
-            if (!force && index_covers(idx, shard))
+            if (s->format == SL_FORMAT_WDS) /* records/wds.c: DALI's WebDataset index */
+                rc = wds_index_one(shard, idx, force, &write);
+            else if (!force && index_covers(idx, shard))
                 write = 0;
             else if (!(rc = sl_index_build(shard, &e, &n)))
                 rc = sl_index_write(idx, e, n);

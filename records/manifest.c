@@ -26,6 +26,7 @@
  * new file, never half.
  */
 #include "records_int.h"
+#include "bytesrc.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -45,7 +46,7 @@
 
 static const char *format_name(sl_format f)
 {
-    return f == SL_FORMAT_LMDB ? "lmdb" : "tfrecord";
+    return f == SL_FORMAT_LMDB ? "lmdb" : f == SL_FORMAT_WDS ? "wds" : "tfrecord";
 }
 
 void sl_manifest_init(sl_manifest *m)
@@ -189,8 +190,10 @@ static int load_split(const load_ctx *c, const cJSON *js, sl_manifest_split *s)
         s->format = SL_FORMAT_TFRECORD;
     else if (strcmp(fmt, "lmdb") == 0)
         s->format = SL_FORMAT_LMDB;
+    else if (strcmp(fmt, "wds") == 0)
+        s->format = SL_FORMAT_WDS;
     else
-        return bad(c, field, "not \"tfrecord\" or \"lmdb\"");
+        return bad(c, field, "not \"tfrecord\", \"lmdb\" or \"wds\"");
     if ((rc = get_uint(c, js, "records", FIELD("records"), 1, JSON_INT_MAX, &s->records)) ||
         (rc = get_uint(c, js, "shards", FIELD("shards"), 1, UINT32_MAX, &shards)) ||
         (rc = get_uint(c, js, "bytes", FIELD("bytes"), 0, JSON_INT_MAX, &s->bytes)) ||
@@ -290,6 +293,19 @@ int sl_manifest_load(const char *dir, sl_manifest *m)
     sl_manifest_init(m);
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, SL_MANIFEST_FILE) >= sizeof path)
         return sl_fail(SL_EINVAL, "sl_manifest_load: %s: path too long", dir);
+    size_t got = 0;
+    if (sl_path_is_remote(dir)) { /* a web server's or object store's dataset.json */
+        uint8_t *b = NULL;
+        if ((rc = sl_bytes_get(path, &b, &got)))
+            return sl_fail(rc, "sl_manifest_load: %s", sl_errmsg());
+        text = (char *)b;
+        if (got > MANIFEST_MAX_BYTES) {
+            rc = sl_fail(SL_ECORRUPT, "sl_manifest_load: %s: larger than %u MiB", path,
+                         MANIFEST_MAX_BYTES >> 20);
+            goto out;
+        }
+        goto parse;
+    }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "sl_manifest_load: %s: %s", path,
@@ -308,7 +324,6 @@ int sl_manifest_load(const char *dir, sl_manifest *m)
         rc = sl_fail(SL_ENOMEM, "sl_manifest_load: %s: out of memory", path);
         goto out;
     }
-    size_t got = 0;
     while (got < (size_t)st.st_size) {
         ssize_t r = read(fd, text + got, (size_t)st.st_size - got);
         if (r < 0 && errno == EINTR)
@@ -322,6 +337,7 @@ int sl_manifest_load(const char *dir, sl_manifest *m)
         got += (size_t)r;
     }
     text[got] = '\0';
+parse:;
     const char *end = NULL;
     /* ParseWithLengthOpts reports the error position through end, unlike
      * cJSON_GetErrorPtr, which is a process-wide global. */

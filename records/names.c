@@ -11,7 +11,7 @@
  * TFRecord (so a missing shard is an error, not a silently smaller dataset)
  * and falls back to the directory listing for shards made by other tools.
  */
-#include "records.h"
+#include "records_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,11 +23,18 @@
 int sl_shard_path(char *buf, size_t cap, const char *dir, const char *name, unsigned shard,
                   unsigned nshards)
 {
+    return sl_shard_path_fmt(buf, cap, dir, name, shard, nshards, SL_FORMAT_TFRECORD);
+}
+
+int sl_shard_path_fmt(char *buf, size_t cap, const char *dir, const char *name, unsigned shard,
+                      unsigned nshards, sl_format fmt)
+{
     if (!buf || !dir || !name)
         return sl_fail(SL_EINVAL, "sl_shard_path: NULL argument");
     if (nshards == 0 || shard >= nshards)
         return sl_fail(SL_EINVAL, "sl_shard_path: %s: shard %u of %u", name, shard, nshards);
-    int n = snprintf(buf, cap, "%s/%s-%05u-of-%05u.tfrecord", dir, name, shard, nshards);
+    int n = snprintf(buf, cap, "%s/%s-%05u-of-%05u%s", dir, name, shard, nshards,
+                     fmt == SL_FORMAT_WDS ? ".tar" : ".tfrecord");
     if (n < 0 || (size_t)n >= cap)
         return sl_fail(SL_EINVAL, "sl_shard_path: %s/%s: buffer of %zu bytes too small", dir, name,
                        cap);
@@ -85,6 +92,8 @@ size_t sl_shard_name_len(const char *base)
     size_t n = strlen(base), i;
     if (n >= sizeof suffix - 1 && !strcmp(base + n - (sizeof suffix - 1), suffix))
         n -= sizeof suffix - 1;
+    else if (n >= 4 && !strcmp(base + n - 4, ".tar")) /* a WebDataset shard */
+        n -= 4;
     /* "-<digits>-of-<digits>" at the end, read backwards */
     for (i = n; i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9'; i--)
         ;
@@ -163,7 +172,7 @@ static int shards_by_manifest(const char *dir, const sl_manifest_split *s, path_
         size_t cap = strlen(dir) + strlen(s->name) + 32;
         if (!(p = malloc(cap)))
             return sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
-        if (sl_shard_path(p, cap, dir, s->name, i, s->shards) || list_push(l, p)) {
+        if (sl_shard_path_fmt(p, cap, dir, s->name, i, s->shards, s->format) || list_push(l, p)) {
             free(p);
             return sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
         }
@@ -187,7 +196,7 @@ int sl_dataset_shards(const char *dir, const char *split, char ***paths, size_t 
     rc = sl_manifest_load(dir, &m);
     if (rc == SL_OK) {
         sl_manifest_split *s = sl_manifest_split_find(&m, split);
-        if (s && s->format == SL_FORMAT_TFRECORD)
+        if (s && (s->format == SL_FORMAT_TFRECORD || s->format == SL_FORMAT_WDS))
             rc = shards_by_manifest(dir, s, &l);
         else
             rc = shards_by_listing(dir, split, &l);

@@ -79,6 +79,7 @@ typedef enum sl_frame_status {
     SL_FRAME_LENGTH,     /* length field != size - 16 */
     SL_FRAME_LENGTH_CRC, /* masked CRC of the length field */
     SL_FRAME_DATA_CRC,   /* masked CRC of the payload */
+    SL_FRAME_UNREAD,     /* (readers) its bytes could not be fetched (remote, after retries) */
 } sl_frame_status;
 sl_frame_status sl_tfrecord_frame_check(const uint8_t *rec, uint64_t size);
 const char *sl_tfrecord_frame_what(sl_frame_status code);
@@ -289,6 +290,7 @@ void sl_lmdb_reader_close(sl_lmdb_reader *r);
 typedef enum sl_format {
     SL_FORMAT_TFRECORD = 0,
     SL_FORMAT_LMDB = 1,
+    SL_FORMAT_WDS = 2,      /* WebDataset tar shards "NAME-00003-of-00016.tar" (records/wds.h) */
 } sl_format;
 
 /* "DIR/NAME-00003-of-00016.tfrecord" (5 digits, TensorFlow's pattern); the
@@ -612,9 +614,11 @@ int sl_dataset_index(const sl_dataset *ds, int force,
 /*
  * Read every record of a resolved dataset in order (split, file, record):
  * TFRecord shards through sl_tfrecord_reader (both CRCs checked), LMDB
- * stores through sl_lmdb_reader. `sluice verify` / `sluice inspect` and
- * their Python functions are built on it (sl_verify_path, sl_dataset_inspect
- * below). Single-threaded: callbacks run on the calling thread.
+ * stores through sl_lmdb_reader, WebDataset .tar shards sample by sample
+ * (records/wds.h: a scan, every header checked, then the spans).
+ * `sluice verify` / `sluice inspect` and their Python functions are built on
+ * it (sl_verify_path, sl_dataset_inspect below). Single-threaded: callbacks
+ * run on the calling thread.
  */
 #define SL_WALK_NO_OFFSET UINT64_MAX /* sl_walk_record.offset of LMDB records */
 #define SL_WALK_NO_RECORD UINT64_MAX /* .recno in file_error: the file did not open */
@@ -628,6 +632,11 @@ typedef struct sl_walk_record {
     uint64_t offset;     /* byte offset of the record's framing; SL_WALK_NO_OFFSET for LMDB */
     const uint8_t *data; /* payload (serialized Example), valid during the callback */
     size_t len;
+    /* WebDataset (.tar) shards: a record is a sample, data its span (its
+     * headers and members, records/wds.h), offset the span's start, key the
+     * sample's key ("" in file_error when the damage is past the last
+     * sample); NULL for the other formats. */
+    const char *key;
 } sl_walk_record;
 
 typedef struct sl_walk_progress {

@@ -138,6 +138,10 @@ void sl_convert_input_name(const sl_convert_state *st, size_t i, int full, char 
 
 /* Write the DALI index line "offset size\n" (decimal, no NUL) at p, which
  * has room for SL_INDEX_LINE_MAX bytes; returns its length (records/index.c). */
+/* sl_shard_path with the suffix of fmt: ".tfrecord", or ".tar" for
+ * SL_FORMAT_WDS (records/names.c). */
+int sl_shard_path_fmt(char *buf, size_t cap, const char *dir, const char *name, unsigned shard,
+                      unsigned nshards, sl_format fmt);
 size_t sl_put_index_line(char *p, uint64_t offset, uint64_t size);
 
 #endif /* SL_RECORDS_INT_H */

@@ -24,6 +24,7 @@
  * sl_tfrecord_read_at() only uses pread and may share an fd across threads.
  */
 #include "records.h"
+#include "bytesrc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,9 @@
 
 #define TFR_BUF_SIZE ((size_t)1 << 20)
 #define TFR_BUF_MIN ((size_t)4 << 10) /* >= one record header (12 bytes) */
+/* A remote shard's chunk: one ranged GET each, so larger than a local
+ * read's (at 20 ms a request, 4 MiB is 200 MB/s). */
+#define TFR_REMOTE_CHUNK ((size_t)4 << 20)
 
 struct sl_tfrecord_reader {
     char *path;
@@ -43,6 +47,9 @@ struct sl_tfrecord_reader {
     uint8_t *buf;       /* unread bytes are buf[pos..end) */
     size_t cap, pos, end;
     int eof;            /* read() returned 0 */
+    int remote;         /* read by ranged GETs (bytesrc.h), not fd */
+    uint64_t size;      /* remote: the object's size */
+    uint64_t file_pos;  /* remote: bytes fetched so far (buf[end] is this offset) */
     uint64_t next_rec;  /* number and offset of the record at buf[pos] */
     uint64_t next_off;
     uint64_t last_rec;  /* the record most recently returned */
@@ -86,6 +93,7 @@ const char *sl_tfrecord_frame_what(sl_frame_status code)
     case SL_FRAME_LENGTH: return "length field does not match the index";
     case SL_FRAME_LENGTH_CRC: return "length CRC mismatch";
     case SL_FRAME_DATA_CRC: return "data CRC mismatch";
+    case SL_FRAME_UNREAD: return "could not be read";
     }
     return "bad record";
 }
@@ -107,6 +115,23 @@ int sl_tfrecord_reader_open(const char *path, sl_tfrecord_reader **out)
     if (!r->path) {
         rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
         goto fail;
+    }
+    if (sl_path_is_remote(path)) {
+        /* An object: fetched in chunks of TFR_REMOTE_CHUNK by ranged GETs. */
+        r->remote = 1;
+        if ((rc = sl_bytes_size(path, &r->size))) {
+            rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
+            goto fail;
+        }
+        r->cap = r->size < TFR_REMOTE_CHUNK ? (size_t)r->size : TFR_REMOTE_CHUNK;
+        if (r->cap < TFR_BUF_MIN)
+            r->cap = TFR_BUF_MIN;
+        if (!(r->buf = malloc(r->cap))) {
+            rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
+            goto fail;
+        }
+        *out = r;
+        return SL_OK;
     }
     r->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0) {
@@ -158,7 +183,22 @@ static int tfr_fill(sl_tfrecord_reader *r, size_t need)
         r->end -= r->pos;
         r->pos = 0;
     }
-    while (r->end < need && !r->eof) {
+    while (r->remote && r->end < need && !r->eof) {
+        uint64_t left = r->size - r->file_pos;
+        size_t want = r->cap - r->end < left ? r->cap - r->end : (size_t)left;
+        if (want == 0) {
+            r->eof = 1;
+            break;
+        }
+        int rc = sl_bytes_read(r->path, r->buf + r->end, want, r->file_pos);
+        if (rc)
+            return sl_fail(rc, "sl_tfrecord_reader_next: record %llu @ %llu: %s",
+                           (unsigned long long)r->next_rec, (unsigned long long)r->next_off,
+                           sl_errmsg());
+        r->end += want;
+        r->file_pos += want;
+    }
+    while (!r->remote && r->end < need && !r->eof) {
         ssize_t got = read(r->fd, r->buf + r->end, r->cap - r->end);
         if (got < 0) {
             if (errno == EINTR)
@@ -183,7 +223,9 @@ static int tfr_reserve(sl_tfrecord_reader *r, uint64_t total, uint64_t *file_lef
     *file_left = UINT64_MAX;
     if (total <= r->cap)
         return SL_OK;
-    if (fstat(r->fd, &st) != 0)
+    if (r->remote)
+        st.st_size = (off_t)r->size;
+    else if (fstat(r->fd, &st) != 0)
         return sl_fail(SL_EIO, "sl_tfrecord_reader_next: %s: fstat: %s", r->path, strerror(errno));
     uint64_t size = (uint64_t)st.st_size;
     if (size < r->next_off + total) {

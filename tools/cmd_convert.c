@@ -46,8 +46,11 @@ static void usage(FILE *f)
             "output:\n"
             "  --out DIR             output directory, created if missing            (required)\n"
             "  --name NAME           split name: train, test, ...                   (required)\n"
-            "  --format F            tfrecord or lmdb                                (default tfrecord)\n"
-            "  --shards N            TFRecord shards; 0 = about 128 MiB each        (default 0)\n"
+            "  --format F, --to F    tfrecord, lmdb or wds (WebDataset tar shards NAME-00000-of-0000N.tar:\n"
+            "                        KEY.jpg, KEY.cls, KEY.json per record, KEY the record number,\n"
+            "                        an index NAME-...tar.idx in DALI's format beside each)\n"
+            "                                                                        (default tfrecord)\n"
+            "  --shards N            TFRecord or tar shards; 0 = about 128 MiB each  (default 0)\n"
             "  --class-names FILE    names of labels 0..K-1, one per line; for IDX and list sources,\n"
             "                        or to rename folder classes                     (default none)\n"
             "  --label-offset K      added to every label written (TF's ImageNet: 1) (default 0)\n"
@@ -211,6 +214,7 @@ static const struct option long_opts[] = {
     {"name", required_argument, NULL, OPT_NAME},
     {"shards", required_argument, NULL, OPT_SHARDS},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"to", required_argument, NULL, OPT_FORMAT},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"quality", required_argument, NULL, OPT_QUALITY},
     {"resize-short", required_argument, NULL, OPT_RESIZE},
@@ -262,8 +266,10 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
                 cfg->format = SL_FORMAT_TFRECORD;
             else if (!strcmp(optarg, "lmdb"))
                 cfg->format = SL_FORMAT_LMDB;
+            else if (!strcmp(optarg, "wds") || !strcmp(optarg, "webdataset"))
+                cfg->format = SL_FORMAT_WDS;
             else {
-                cli_error(CMD, "--format: bad value '%s' (want tfrecord or lmdb)", optarg);
+                cli_error(CMD, "--format: bad value '%s' (want tfrecord, lmdb or wds)", optarg);
                 return 2;
             }
             break;

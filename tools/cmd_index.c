@@ -1,6 +1,7 @@
 /*
  * tools/cmd_index.c - `sluice index PATH...`: write the DALI index file
- * "<shard>.idx" of every TFRecord shard that has none, so that readers
+ * "<shard>.idx" of every TFRecord shard that has none (and DALI's
+ * WebDataset index of every .tar shard, records/wds.h), so that readers
  * (global shuffle, the pipeline's block reads, DALI) need not scan the
  * shards each time. TensorFlow's own ImageNet shards come without them.
  *
@@ -34,6 +35,10 @@ static void usage(FILE *f)
             "none, every time. PATH is a dataset directory (with dataset.json or shards named\n"
             "NAME-NNNNN-of-NNNNN, with or without .tfrecord, as TensorFlow's ImageNet\n"
             "converter writes them), a quoted glob, or one shard.\n"
+            "\n"
+            "WebDataset shards (NAME-NNNNN-of-NNNNN.tar, *.tar) get \"<shard>.idx\" in DALI's\n"
+            "WebDataset index format (\"v1.2 N\", then per sample \"ext offset size filename\"\n"
+            "for each member, as DALI's wds2idx writes it), by reading the tar headers.\n"
             "\n"
             "  --split NAME          only this split of a directory\n"
             "  --force               rewrite every index file (default: write the missing\n"

@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "from dataset.json), image width/height min/mean/max and the formats seen,\n"
             "and warns when dataset.json's counts differ from what is on disk.\n"
             "PATH is a dataset directory, a directory of *.tfrecord files, one\n"
-            ".tfrecord file, or an LMDB store directory.\n"
+            ".tfrecord file, WebDataset .tar shards, or an LMDB store directory.\n"
             "\n"
             "  --split NAME   only this split\n"
             "  --json         one JSON object on stdout instead of the table\n"
@@ -123,7 +123,8 @@ static void print_human(const sl_dataset *ds, const sl_inspect_result *r)
     }
     printf("\n\n");
     for (size_t i = 0; i < ds->nsplits; i++) {
-        const char *fmt = ds->splits[i].format == SL_FORMAT_LMDB ? "lmdb" : "tfrecord";
+        sl_format f = ds->splits[i].format;
+        const char *fmt = f == SL_FORMAT_LMDB ? "lmdb" : f == SL_FORMAT_WDS ? "wds" : "tfrecord";
         char title[96];
         snprintf(title, sizeof title, "%s [%s]", ds->splits[i].name, fmt);
         print_block(ds, title, fmt, &r->splits[i]);

@@ -265,6 +265,7 @@ typedef struct run_result {
                                       * shorter than --warmup: then all is measured) */
     int eof, interrupted;
     sl_pipeline_stats s0, s1;        /* at the window's start and at the end */
+    sl_io_stats io0, io1;            /* remote I/O (bytesrc.h), the same two moments */
     char digest[33];
     char decoder[256];               /* sl_pipeline_decoder at the end */
 } run_result;
@@ -291,7 +292,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     uint64_t w_batches = 0, w_samples = 0;    /* taken before the window */
     double t_start = t_create, last = 0, next_s = 0; /* window start: create, or warmup end */
     volatile uint8_t sink = 0;
-    memset(&r->s0, 0, sizeof r->s0);
+    memset(&r->s0, 0, sizeof r->s0); /* r->io0: taken before create (its readers start there) */
     for (;;) {
         double t = now_s();
         if (g_stop) {
@@ -324,6 +325,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
             /* the window starts now: what came before is the warmup's */
             if ((rc = sl_pipeline_stats_get(p, &r->s0)))
                 break;
+            sl_io_stats_get(&r->io0);
             warmed = 1;
             t_start = now_s();
             next_s = 0;
@@ -349,6 +351,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     r->next_s = next_s;
     if ((rc = sl_pipeline_stats_get(p, &r->s1)))
         return rc;
+    sl_io_stats_get(&r->io1);
     sl_pipeline_decoder(p, r->decoder, sizeof r->decoder);
     if (o->digest)
         dg_final(&dg, r->digest);
@@ -356,6 +359,31 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
 }
 
 /* ------------------------------------------------------------ report */
+
+/* Remote I/O over the measured window (zero requests: local data). */
+typedef struct io_fig {
+    uint64_t requests, retries, failures;
+    double mb_per_sec;
+    uint32_t inflight_peak;
+    double busy_pct; /* wall time with a request in flight */
+} io_fig;
+
+static int io_figures(const run_result *r, io_fig *f)
+{
+    const sl_io_stats *a = &r->io0, *b = &r->io1;
+    memset(f, 0, sizeof *f);
+    f->requests = b->requests - a->requests;
+    if (f->requests == 0)
+        return 0;
+    f->retries = b->retries - a->retries;
+    f->failures = b->failures - a->failures;
+    f->mb_per_sec = r->seconds > 0 ? (double)(b->bytes - a->bytes) / 1e6 / r->seconds : 0;
+    f->inflight_peak = b->inflight_peak;
+    f->busy_pct = r->seconds > 0 ? 100.0 * (double)(b->busy_ns - a->busy_ns) * 1e-9 / r->seconds
+                                 : 0;
+    return 1;
+}
+
 typedef struct stage_fig {
     const char *name;
     unsigned threads;
@@ -476,6 +504,12 @@ static void print_text(const profile_opts *o, const run_result *r)
     printf("  images/s   %.1f\n", images_per_sec(r));
     printf("  MB/s       %.2f (records read)\n", read_mb_per_sec(f, n));
     printf("  consumer   waited %.1f%% of the time in sl_pipeline_next\n", pct(r->next_s, r->seconds));
+    io_fig io;
+    if (io_figures(r, &io))
+        printf("  remote     %.2f MB/s in %llu requests, up to %u in flight, in flight %.0f%% of "
+               "the time, %llu retries, %llu failed\n", io.mb_per_sec,
+               (unsigned long long)io.requests, io.inflight_peak, io.busy_pct,
+               (unsigned long long)io.retries, (unsigned long long)io.failures);
     printf("\n  %-8s %7s %12s %8s %8s %11s\n", "stage", "threads", "items/s", "busy %", "wait %",
            "queue fill");
     for (unsigned i = 0; i < n; i++)
@@ -554,6 +588,20 @@ static int print_json(const profile_opts *o, const run_result *r)
         jchk(cJSON_AddNumberToObject(s, "wait_pct", f[i].wait_pct));
         jchk(cJSON_AddNumberToObject(s, "queue_fill", f[i].queue_fill));
     }
+    io_fig io;
+    if (io_figures(r, &io)) {
+        cJSON *j = jchk(cJSON_AddObjectToObject(root, "remote"));
+        if (j) {
+            jchk(cJSON_AddNumberToObject(j, "mb_per_sec", io.mb_per_sec));
+            jchk(cJSON_AddNumberToObject(j, "requests", (double)io.requests));
+            jchk(cJSON_AddNumberToObject(j, "inflight_peak", io.inflight_peak));
+            jchk(cJSON_AddNumberToObject(j, "inflight_pct", io.busy_pct));
+            jchk(cJSON_AddNumberToObject(j, "retries", (double)io.retries));
+            jchk(cJSON_AddNumberToObject(j, "failures", (double)io.failures));
+        }
+    } else {
+        jchk(cJSON_AddNullToObject(root, "remote"));
+    }
     if (bn >= 0)
         jchk(cJSON_AddStringToObject(root, "bottleneck", f[bn].name));
     else
@@ -618,6 +666,7 @@ int cmd_profile(int argc, char **argv)
     memset(&r, 0, sizeof r);
     sl_pipeline *p = NULL;
     double t_create = now_s();
+    sl_io_stats_get(&r.io0);
     if ((rc = sl_pipeline_create(&o.pf.cfg, &p))) {
         rc = cli_fail(CMD, rc);
         goto restore;

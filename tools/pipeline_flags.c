@@ -28,12 +28,16 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"layout", required_argument, NULL, PF_OPT_LAYOUT},
     {"drop-remainder", no_argument, NULL, PF_OPT_DROP_REMAINDER},
     {"on-error", required_argument, NULL, PF_OPT_ON_ERROR},
+    {"io-retries", required_argument, NULL, PF_OPT_IO_RETRIES},
+    {"io-timeout", required_argument, NULL, PF_OPT_IO_TIMEOUT},
+    {"io-inflight", required_argument, NULL, PF_OPT_IO_INFLIGHT},
     {"rank", required_argument, NULL, PF_OPT_RANK},
     {"world", required_argument, NULL, PF_OPT_WORLD},
     {"device", required_argument, NULL, PF_OPT_DEVICE},
     {"label-offset", required_argument, NULL, PF_OPT_LABEL_OFFSET},
     {"max-pixels", required_argument, NULL, PF_OPT_MAX_PIXELS},
     {"decode", required_argument, NULL, PF_OPT_DECODE},
+    {"label-key", required_argument, NULL, PF_OPT_LABEL_KEY},
 };
 
 void pf_init(pf_flags *f, const char *cmd)
@@ -280,6 +284,26 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             return -1;
         c->label_offset = v;
         return 0;
+    case PF_OPT_IO_RETRIES:
+        if (parse_uint(f, "--io-retries", arg, 0, 100, &u))
+            return -1;
+        f->io.retries = u ? (unsigned)u : SL_IO_NO_RETRY;
+        return 0;
+    case PF_OPT_IO_TIMEOUT:
+        if (parse_uint(f, "--io-timeout", arg, 1, 3600, &u))
+            return -1;
+        f->io.timeout_ms = (unsigned)u * 1000u;
+        return 0;
+    case PF_OPT_IO_INFLIGHT:
+        if (parse_uint(f, "--io-inflight", arg, 1, 64, &u))
+            return -1;
+        f->io.inflight = (unsigned)u;
+        return 0;
+    case PF_OPT_LABEL_KEY:
+        if (!arg || !*arg)
+            return bad(f, "--label-key", arg, "a JSON field name");
+        c->label_key = arg; /* argv outlives the pipeline */
+        return 0;
     case PF_OPT_DECODE:
         if (arg && !strcmp(arg, "cpu"))
             c->decode = SL_DECODE_CPU;
@@ -310,6 +334,7 @@ int pf_finish(pf_flags *f)
         c->shuffle = SL_SHUFFLE_NONE;
         c->shuffle_files = 0;
     }
+    sl_io_configure(&f->io); /* process-wide: every remote read of this command */
     return 0;
 }
 
@@ -346,7 +371,9 @@ void pf_usage(FILE *out)
           "  --data DIR            dataset directory (dataset.json, or shards NAME-NNNNN-of-NNNNN\n"
           "                        with or without .tfrecord, as TensorFlow's ImageNet converter\n"
           "                        writes them), a quoted glob of shards ('d/train-0000[0-3]-*'),\n"
-          "                        or one shard                                     (required)\n"
+          "                        or one shard; or the same remote: https://host/dir,\n"
+          "                        http://..., s3://bucket/prefix (AWS_ACCESS_KEY_ID,\n"
+          "                        AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL) (required)\n"
           "  --split NAME          split to read                                    (default train)\n"
           "  --image-size S|HxW    output size                                      (default 224)\n"
           "  --batch B             samples per batch                                (default 64)\n"
@@ -369,8 +396,14 @@ void pf_usage(FILE *out)
           "                                                                         (default skip)\n"
           "  --max-pixels N        a JPEG whose header claims more than N pixels is a bad record\n"
           "                        (--on-error), refused before decoding   (default 67108864 = 2^26)\n"
+          "  --io-retries N        remote reads: tries after the first for a timeout, reset, 5xx or\n"
+          "                        503 SlowDown, with capped exponential backoff    (default 5)\n"
+          "  --io-timeout S        remote reads: seconds per request                (default 30)\n"
+          "  --io-inflight N       remote reads: ranged GETs in flight per reader   (default 8)\n"
           "  --label-offset N      subtracted from stored labels (TensorFlow's ImageNet shards\n"
           "                        count from 1: --label-offset 1)  (default: dataset.json's, else 0)\n"
+          "  --label-key NAME      WebDataset (.tar) shards: the label is the integer field NAME\n"
+          "                        of each sample's .json member            (default: its .cls)\n"
           "  --rank R --world N    read the shards i with i % N == R                (default 0 1)\n"
           "  --device D            CUDA device for pinned batches and copies; -1 = host only\n"
           "                        (default -1; with --backend cuda: the GPU, default 0)\n"

@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "pipeline/pipeline.h"
+#include "records/bytesrc.h"
 
 enum {
     PF_OPT_FIRST = 0x1000,
@@ -52,7 +53,11 @@ enum {
     PF_OPT_LABEL_OFFSET,
     PF_OPT_MAX_PIXELS,
     PF_OPT_DECODE,
-    PF_OPT_LAST = PF_OPT_DECODE,
+    PF_OPT_IO_RETRIES,
+    PF_OPT_IO_TIMEOUT,
+    PF_OPT_IO_INFLIGHT,
+    PF_OPT_LABEL_KEY,
+    PF_OPT_LAST = PF_OPT_LABEL_KEY,
 };
 
 #define PF_NOPTS (PF_OPT_LAST - PF_OPT_FIRST + 1)
@@ -67,6 +72,7 @@ typedef struct pf_flags {
     int shuffle_given;        /* --shuffle was on the command line */
     int split_given;          /* --split was on the command line */
     int getopt_started;       /* pf_getopt has reset getopt's state */
+    sl_io_opts io;            /* --io-*: remote reads (records/bytesrc.h), set by pf_finish */
 } pf_flags;
 
 /* cfg = SL_PIPELINE_CONFIG_INIT; cmd names the command in messages. */

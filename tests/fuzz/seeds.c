@@ -22,6 +22,7 @@
 
 #include "pipeline/pipeline.h"
 #include "records/records.h"
+#include "records/wds.h"
 #include "train/train.h"
 #include "util.h"
 
@@ -247,6 +248,36 @@ static void records_seeds(const char *tmp)
     seed_file("fuzz_dali_idx", "three.idx", idx);
     seed("fuzz_dali_idx", "one.idx", "0 20\n", 5);
     seed("fuzz_dali_idx", "tabs-nonl.idx", "0\t16\n16\t32", 11);
+
+    /* WebDataset: a shard of two samples from our writer (fuzz_tar), its
+     * index and DALI's v1.1 form (fuzz_wds_index). */
+    {
+        char tar[1100], tidx[1110];
+        snprintf(tar, sizeof tar, "%s/train-00000-of-00001.tar", tmp);
+        snprintf(tidx, sizeof tidx, "%s.idx", tar);
+        sl_wds_writer *ww;
+        sl_example_builder wb;
+        sl_example_builder_init(&wb);
+        if (sl_wds_writer_open(tar, SL_TFW_NOSYNC, &ww))
+            die("wds shard");
+        for (int i = 0; i < 2; i++) {
+            static const uint8_t jpg[] = {0xff, 0xd8, 0xff, 0xd9};
+            sl_image_example ex = {.image = jpg, .image_len = sizeof jpg, .label = i,
+                                   .filename = "a.jpg", .filename_len = 5};
+            const uint8_t *rec;
+            size_t len;
+            char key[8] = {'k', (char)('0' + i), 0};
+            if (sl_image_example_encode(&ex, &wb) || sl_example_finish(&wb, &rec, &len) ||
+                sl_wds_writer_write_example(ww, key, rec, len))
+                die("wds sample");
+        }
+        sl_example_builder_fini(&wb);
+        if (sl_wds_writer_close(ww))
+            die("wds close");
+        seed_file("fuzz_tar", "two.tar", tar);
+        seed_file("fuzz_wds_index", "two.idx", tidx);
+        seed("fuzz_wds_index", "v11.idx", "v1.1 2\njpg 512 100 cls 1536 1\njpg 2560 3\n", 41);
+    }
 
     /* LMDB entries ([u8 klen][key][u16 vlen][value]): records 0..2, then a
      * store with a gap. */

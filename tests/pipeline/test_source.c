@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "pipeline/pipeline_int.h"
+#include "records/wds.h"
 #include "testutil.h"
 
 static char *g_dir;
@@ -388,6 +389,94 @@ Test(pipeline_source, truncated_shard_skip)
     sl_source_set_close(&whole);
     free(orig);
     free(idx);
+    free(p);
+}
+
+/* A WebDataset shard of nsamples samples "sNN.jpg" (100 bytes, not an
+ * image: the source set does not decode) + "sNN.cls", no index file, into
+ * path; the data offset of each member into off[2 * i + k]. */
+static void make_wds(const char *path, unsigned nsamples, uint64_t *off)
+{
+    size_t cap = (size_t)nsamples * 4 * SL_TAR_BLOCK + 2 * SL_TAR_BLOCK, n = 0;
+    uint8_t *buf = calloc(1, cap);
+    cr_assert_not_null(buf);
+    for (unsigned i = 0; i < nsamples; i++)
+        for (unsigned k = 0; k < 2; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "s%02u.%s", i, k ? "cls" : "jpg");
+            size_t len = k ? 1 : 100;
+            cr_assert_eq(sl_tar_header(buf + n, name, len), SL_OK, "%s", sl_errmsg());
+            n += SL_TAR_BLOCK;
+            off[2 * i + k] = n;
+            memset(buf + n, k ? '0' + (int)i % 10 : 0xA5, len);
+            n += SL_TAR_BLOCK;
+        }
+    cr_assert_eq(tu_write_file(path, buf, n + 2 * SL_TAR_BLOCK), 0);
+    free(buf);
+}
+
+/* Issue 30: a .tar whose scan meets a damaged header or a truncation keeps
+ * the samples before the damage under skip, the rest one bad record naming
+ * shard, member and offset; under fail the open fails naming them. */
+Test(pipeline_source, wds_damaged_scan_skip)
+{
+    char *p = tu_join(g_dir, "train-00000-of-00001.tar"), want[512];
+    uint64_t off[12];
+    sl_source_set s;
+    make_wds(p, 6, off);
+    cr_assert_eq(sl_source_set_open_policy(p, NULL, 0, 1, SL_ON_ERROR_SKIP, &s), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(s.total, 6);
+    cr_assert_eq(s.bad, 0);
+    sl_source_set_close(&s);
+
+    /* a flipped byte in the name of sample 4's first header */
+    size_t len;
+    uint8_t *orig = tu_read_file(p, &len), *bad = malloc(len);
+    cr_assert(orig && bad);
+    memcpy(bad, orig, len);
+    bad[off[8] - SL_TAR_BLOCK] ^= 0x01; /* "s04.jpg" reads "r04.jpg" */
+    cr_assert_eq(tu_write_file(p, bad, len), 0);
+    snprintf(want, sizeof want, "%s: member 'r04.jpg' @ %llu: header checksum mismatch", p,
+             (unsigned long long)(off[8] - SL_TAR_BLOCK));
+    cr_assert_eq(sl_source_set_open_policy(p, NULL, 0, 1, SL_ON_ERROR_FAIL, &s), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), want), "%s", sl_errmsg());
+    cr_assert_eq(sl_source_set_open_policy(p, NULL, 0, 1, SL_ON_ERROR_SKIP, &s), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(s.total, 4);
+    cr_assert_eq(s.shards[0].nrec, 4);
+    cr_assert_eq(s.shards[0].bytes, off[7] + SL_TAR_BLOCK); /* sample 3's end */
+    cr_assert_eq(s.bad, 1);
+    cr_assert_eq(s.nbad_msgs, 1);
+    cr_assert(strstr(s.bad_msgs[0], want) && strstr(s.bad_msgs[0], "rest of the file"), "%s",
+              s.bad_msgs[0]);
+    sl_source_set_close(&s);
+
+    /* truncated inside sample 2's .cls data: samples 0, 1 and what of 2 was read */
+    cr_assert_eq(tu_write_file(p, orig, (size_t)off[5] + 100), 0);
+    cr_assert_eq(sl_source_set_open_policy(p, NULL, 0, 1, SL_ON_ERROR_FAIL, &s), SL_ECORRUPT);
+    snprintf(want, sizeof want, "%s: member 's02.cls' @ %llu", p,
+             (unsigned long long)(off[5] - SL_TAR_BLOCK));
+    cr_assert(strstr(sl_errmsg(), want) && strstr(sl_errmsg(), "run past the end"), "%s",
+              sl_errmsg());
+    cr_assert_eq(sl_source_set_open_policy(p, NULL, 0, 1, SL_ON_ERROR_SKIP, &s), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(s.total, 3); /* sample 2 kept with its .jpg: the decoder judges it */
+    cr_assert_eq(s.bad, 1);
+    cr_assert(strstr(s.bad_msgs[0], want), "%s", s.bad_msgs[0]);
+    sl_source_set_close(&s);
+
+    /* damage at the first header: nothing kept, still not an error under skip */
+    memcpy(bad, orig, len);
+    bad[148] ^= 0x01;
+    cr_assert_eq(tu_write_file(p, bad, len), 0);
+    cr_assert_eq(sl_source_set_open_policy(p, NULL, 0, 1, SL_ON_ERROR_SKIP, &s), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(s.total, 0);
+    cr_assert_eq(s.bad, 1);
+    sl_source_set_close(&s);
+    free(orig);
+    free(bad);
     free(p);
 }
 

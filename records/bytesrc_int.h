@@ -1,0 +1,53 @@
+/*
+ * records/bytesrc_int.h - between bytesrc.c (local files, dispatch, the
+ * process-wide options and counters) and the remote backend: remote_curl.c,
+ * remote_multi.c, remote_s3list.c and remote_url.c with libcurl, or
+ * remote_nocurl.c without it (CMake picks one set).
+ *
+ * Threading: as bytesrc.h. The sl_io_note_* counters are atomics; the
+ * remote functions are reentrant; an sl_remote_multi belongs to one thread
+ * at a time.
+ */
+#ifndef SLUICE_RECORDS_BYTESRC_INT_H
+#define SLUICE_RECORDS_BYTESRC_INT_H
+
+#include "common/status.h"
+#include "records/bytesrc.h"
+
+/* ---------------------------------------------------------------- counters */
+void sl_io_note_start(int is_retry);   /* a request sent */
+void sl_io_note_end(uint64_t body_bytes); /* a request ended (any outcome) */
+void sl_io_note_failure(void);         /* a request failed for good */
+
+/* Tries in all (1 + retries) under the options o. */
+unsigned sl_io_tries(const sl_io_opts *o);
+/* The backoff before try number `tries + 1` (tries >= 1 already made), in
+ * ns: uniform in [0, min(5000 ms, backoff_ms * 2^(tries-1))] (full jitter). */
+uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries);
+uint64_t sl_io_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---------------------------------------------------------------- remote
+ * fn names the public function in messages. Same contracts as the sl_bytes_*
+ * functions of bytesrc.h for a remote path. */
+int sl_remote_get(const char *fn, const char *path, uint8_t **buf, size_t *len);
+int sl_remote_size(const char *fn, const char *path, uint64_t *size);
+int sl_remote_list(const char *fn, const char *dir, char ***names, size_t *n);
+int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64_t off);
+
+/* The fetcher's remote half: one curl_multi, opts.inflight transfers at a
+ * time (the rest queued), each request retried on its own. wait blocks until
+ * one request completes and returns its status; on error the thread's
+ * sl_errmsg() holds its message. SL_EOF when nothing is pending. */
+typedef struct sl_remote_multi sl_remote_multi;
+int sl_remote_multi_open(sl_remote_multi **out);
+int sl_remote_multi_add(sl_remote_multi *m, const char *path, uint64_t off, void *buf, size_t n,
+                        void *tag);
+unsigned sl_remote_multi_pending(const sl_remote_multi *m);
+int sl_remote_multi_wait(sl_remote_multi *m, void **tag);
+void sl_remote_multi_close(sl_remote_multi *m);
+
+/* Tests only: the max-keys of each ListObjectsV2 page (0: the server's
+ * default, 1000), so that a test walks continuation tokens on a few keys. */
+void sl_remote_set_list_page(unsigned max_keys);
+
+#endif

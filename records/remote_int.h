@@ -1,0 +1,85 @@
+/*
+ * records/remote_int.h - shared by the libcurl backend's files:
+ * remote_url.c (addressing, redaction), remote_curl.c (one transfer: options,
+ * callbacks, the verdict on a try, the blocking calls with retries),
+ * remote_multi.c (the fetcher's curl_multi) and remote_s3list.c
+ * (ListObjectsV2). Built only with SLUICE_WITH_CURL (remote_nocurl.c
+ * otherwise).
+ *
+ * Threading: an sl_xfer and its easy handle belong to one thread.
+ */
+#ifndef SLUICE_RECORDS_REMOTE_INT_H
+#define SLUICE_RECORDS_REMOTE_INT_H
+
+#include <curl/curl.h>
+
+#include "records/bytesrc_int.h"
+
+/* ---------------------------------------------------------------- remote_url.c */
+typedef struct sl_rurl {
+    char *url;       /* what libcurl requests */
+    char *name;      /* for messages: the path as given, no userinfo, no query */
+    int s3;          /* signed with SigV4 when AWS_ACCESS_KEY_ID is set */
+    char region[64]; /* s3: AWS_REGION, AWS_DEFAULT_REGION or us-east-1 */
+} sl_rurl;
+
+/* The request URL of an http(s):// or s3:// object path. */
+int sl_rurl_object(const char *fn, const char *path, sl_rurl *u);
+void sl_rurl_fini(sl_rurl *u);
+/* s3://BUCKET/KEY: *base "ENDPOINT/BUCKET" (path style) or
+ * "https://BUCKET.s3.REGION.amazonaws.com", *key KEY unescaped; malloc'd. */
+int sl_s3_parse(const char *fn, const char *path, char **base, char **key);
+void sl_s3_region(char region[64]);
+/* AWS URI encoding (unreserved bytes kept; '/' kept when keep_slash). */
+char *sl_url_escape(const char *s, int keep_slash);
+/* The path without userinfo and query string (malloc'd). */
+char *sl_url_redact(const char *path);
+
+/* ---------------------------------------------------------------- remote_curl.c */
+enum { SL_XF_RANGE, SL_XF_WHOLE, SL_XF_HEAD };
+
+typedef struct sl_xfer {
+    /* the request */
+    int kind;
+    const sl_rurl *u;
+    const char *what;    /* for messages instead of "bytes A-B" / "GET" / "HEAD" */
+    uint8_t *dst;        /* SL_XF_RANGE: n bytes at off into dst */
+    size_t n;
+    uint64_t off;
+    uint8_t *body;       /* SL_XF_WHOLE: the body, NUL-terminated (caller frees) */
+    size_t len, cap;
+    /* this try */
+    CURL *e;
+    struct curl_slist *hdrs;
+    char range[48];
+    long status;         /* of the last status line seen */
+    uint64_t seen;       /* body bytes received */
+    size_t got;          /* SL_XF_RANGE: bytes of the range placed */
+    int have_cr;         /* Content-Range: bytes FIRST-LAST/TOTAL seen */
+    uint64_t cr_first, cr_total;
+    int cr_total_known;
+    int done_early;      /* 200 with the whole object: stopped once the range was in */
+    int oom;
+    char ebody[768];     /* an error response's body (S3's <Code>) */
+    size_t elen;
+    char cerr[CURL_ERROR_SIZE];
+    /* the verdict */
+    int retry;           /* the failure is worth another try */
+    char why[384];
+} sl_xfer;
+
+/* curl_global_init once per process. */
+int sl_curl_global(const char *fn);
+/* Set e's options for one try of x (per-try state cleared). */
+int sl_xfer_setup(sl_xfer *x, CURL *e, const sl_io_opts *o);
+/* SL_OK, or the try's error code with x->why and x->retry set. */
+int sl_xfer_verdict(sl_xfer *x, CURLcode cc);
+/* "fn: name: bytes A-B: why[ after N tries]" into out. */
+void sl_xfer_message(const sl_xfer *x, const char *fn, int code, unsigned tries, char *out,
+                     size_t cap);
+/* Free the try's header list (not the body). */
+void sl_xfer_fini(sl_xfer *x);
+/* One request with retries on the calling thread's easy handle. */
+int sl_xfer_run(const char *fn, sl_xfer *x);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * records/remote_nocurl.c - the remote backend of a build without libcurl
+ * (SLUICE_WITH_CURL off): every remote path is SL_ENOTSUP, local paths work
+ * as ever (bytesrc.c). CMake builds this file instead of remote_curl.c,
+ * remote_multi.c, remote_s3list.c and remote_url.c.
+ *
+ * Threading: reentrant (no state).
+ */
+#include "records/bytesrc_int.h"
+
+static int nocurl(const char *fn, const char *path)
+{
+    return sl_fail(SL_ENOTSUP, "%s: %s: this sluice was built without libcurl", fn, path);
+}
+
+int sl_remote_get(const char *fn, const char *path, uint8_t **buf, size_t *len)
+{
+    (void)buf;
+    (void)len;
+    return nocurl(fn, path);
+}
+
+int sl_remote_size(const char *fn, const char *path, uint64_t *size)
+{
+    (void)size;
+    return nocurl(fn, path);
+}
+
+int sl_remote_list(const char *fn, const char *dir, char ***names, size_t *n)
+{
+    (void)names;
+    (void)n;
+    return nocurl(fn, dir);
+}
+
+int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64_t off)
+{
+    (void)buf;
+    (void)n;
+    (void)off;
+    return nocurl(fn, path);
+}
+
+/* Succeeds with no multi, so that sl_remote_multi_add names the path. */
+int sl_remote_multi_open(sl_remote_multi **out)
+{
+    *out = NULL;
+    return SL_OK;
+}
+
+int sl_remote_multi_add(sl_remote_multi *m, const char *path, uint64_t off, void *buf, size_t n,
+                        void *tag)
+{
+    (void)m;
+    (void)off;
+    (void)buf;
+    (void)n;
+    (void)tag;
+    return nocurl("sl_fetcher_add", path);
+}
+
+unsigned sl_remote_multi_pending(const sl_remote_multi *m)
+{
+    (void)m;
+    return 0;
+}
+
+int sl_remote_multi_wait(sl_remote_multi *m, void **tag)
+{
+    (void)m;
+    (void)tag;
+    return SL_EOF;
+}
+
+void sl_remote_multi_close(sl_remote_multi *m) { (void)m; }
+
+void sl_remote_set_list_page(unsigned max_keys) { (void)max_keys; }

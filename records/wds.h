@@ -1,0 +1,176 @@
+/*
+ * records/wds.h - WebDataset tar shards, sluice's third store (DESIGN.md 3;
+ * issue 30): the tar member parser and writer (records/tar.c), the sample
+ * index and the sample decoder (records/wds.c).
+ *
+ * A WebDataset shard is a POSIX/ustar (or GNU) tar file; a sample is a run
+ * of consecutive regular-file members sharing a key, the member name up to
+ * the first dot of its basename ("d/abc.seg.png": key "d/abc", extension
+ * "seg.png"): "abc.jpg" + "abc.cls" (label, decimal text) and/or
+ * "abc.json". The pipeline treats a sample like a record: its index entry
+ * (sl_index_entry) is the sample's span, from the end of the previous
+ * sample (0 for the first) to the end of its last member's padded data, so
+ * the span holds every header of the sample (GNU long names, pax headers)
+ * and sl_wds_sample_decode parses it alone.
+ *
+ * Index file "<shard>.idx" (beside "X.tar": "X.tar.idx"), DALI's
+ * WebDataset index (dali/operators/reader/webdataset_reader_op.cc and
+ * tools/wds2idx.py), so DALI reads ours and we read DALI's:
+ *     v1.2 <num_samples>
+ *     <ext> <data_offset> <size> <filename> <ext> <data_offset> <size> <filename> ...
+ * one line per sample, one group per member, offsets of the member's data
+ * (not its header). We write v1.2 (DALI's current version; it adds the
+ * filename, which gives the key back without reading the tar), or v1.1
+ * (groups without the filename) when a member name holds a blank, which
+ * v1.2 cannot carry; we read both.
+ *
+ * Threading: every function is reentrant; a sl_tar_iter or sl_wds_writer
+ * belongs to one thread at a time.
+ */
+#ifndef SL_RECORDS_WDS_H
+#define SL_RECORDS_WDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "records.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ tar */
+#define SL_TAR_BLOCK 512u
+#define SL_TAR_NAME_MAX 4096u            /* longest member name kept, NUL included */
+#define SL_TAR_MEMBER_MAX ((uint64_t)1 << 40) /* a member larger than 1 TiB is "absurd" */
+
+/* Round n up to the next multiple of SL_TAR_BLOCK. */
+static inline uint64_t sl_tar_pad(uint64_t n) { return (n + 511u) & ~(uint64_t)511u; }
+
+/* Reads n bytes at off into buf: all or an error (sl_fail set). */
+typedef int (*sl_tar_read_fn)(void *arg, void *buf, size_t n, uint64_t off);
+
+/* One regular-file member (types '0', '\0', '7'; other types are skipped). */
+typedef struct sl_tar_member {
+    char name[SL_TAR_NAME_MAX]; /* pax path=, GNU 'L', ustar prefix/name, in that order */
+    uint64_t header_off;        /* its first header (a GNU 'L' or pax 'x' one included) */
+    uint64_t data_off;          /* its data, a multiple of 512 */
+    uint64_t size;              /* data bytes (the padding to 512 follows) */
+} sl_tar_member;
+
+/* A member-by-member parser over size bytes read through read(arg, ...).
+ * span = 0: a whole archive, ending at two zero blocks (the end of the
+ * bytes before them is SL_ECORRUPT, "truncated"); span = 1: a run of
+ * members that ends exactly at size (a sample's span). what names the
+ * bytes in messages (the shard path). Every header's checksum is checked
+ * (unsigned or signed sum, as GNU tar accepts). */
+typedef struct sl_tar_iter {
+    sl_tar_read_fn read;
+    void *arg;
+    uint64_t size, pos;
+    const char *what;
+    const uint8_t *mem;  /* sl_tar_iter_mem: the bytes (read is then unused) */
+    int span, done;
+} sl_tar_iter;
+
+void sl_tar_iter_init(sl_tar_iter *it, sl_tar_read_fn read, void *arg, uint64_t size, int span,
+                      const char *what);
+/* The next regular member into *m: SL_OK, SL_EOF after the last,
+ * SL_ECORRUPT "WHAT: member NAME @ OFF: what" for any malformed header,
+ * checksum, number, size past the end or truncation; read's errors as they
+ * are. */
+int sl_tar_next(sl_tar_iter *it, sl_tar_member *m);
+/* sl_tar_iter_init over memory (buf must outlive the iterator). */
+void sl_tar_iter_mem(sl_tar_iter *it, const uint8_t *buf, size_t len, int span, const char *what);
+
+/* A ustar header for a regular file: name (at most 100 bytes, SL_EINVAL
+ * otherwise), size, mode 0644, uid/gid 0, mtime 0, empty uname/gname, so
+ * equal inputs give equal bytes. */
+int sl_tar_header(uint8_t hdr[SL_TAR_BLOCK], const char *name, uint64_t size);
+
+/* --------------------------------------------------------- sample index */
+typedef struct sl_wds_member {
+    char *ext;          /* malloc'd extension ("jpg", "seg.png"; "" when none) */
+    char *name;         /* malloc'd full member name; NULL when loaded from a v1.1 index */
+    uint64_t offset;    /* data offset */
+    uint64_t size;      /* data bytes */
+} sl_wds_member;
+
+typedef struct sl_wds_sample {
+    uint64_t span_off, span_end; /* [span_off, span_end): the sample's bytes (see above) */
+    size_t first, n;             /* its members: members[first .. first + n) */
+} sl_wds_sample;
+
+typedef struct sl_wds_index {
+    sl_wds_sample *samples;
+    size_t nsamples;
+    sl_wds_member *members;
+    size_t nmembers;
+} sl_wds_index;
+
+/* Free what ix holds and zero it; a zeroed ix is a no-op. */
+void sl_wds_index_fini(sl_wds_index *ix);
+/* Scan the tar at path (through records/bytesrc.h's sl_bytes_read) and
+ * group its regular members into samples by key. SL_ECORRUPT names the
+ * shard and the member (name or byte offset). */
+int sl_wds_index_build(const char *path, sl_wds_index *ix);
+/* sl_wds_index_build, but a damaged tar (SL_ECORRUPT, the message naming
+ * the shard, the member and its byte offset) keeps in ix the samples read
+ * before the damage (their members whole; the last may lack members that
+ * came after the damage: sl_wds_sample_decode judges it), as
+ * sl_index_build_prefix does for TFRecord; free ix with sl_wds_index_fini.
+ * Other errors leave ix zeroed. */
+int sl_wds_index_build_prefix(const char *path, sl_wds_index *ix);
+/* Parse index text (a loaded file: what names it in messages). tar_size,
+ * when not UINT64_MAX, bounds the offsets. Bad header line, a count that
+ * is not the number of lines, an offset that is not a data block, that
+ * does not follow the previous member or runs past tar_size, garbage:
+ * SL_ECORRUPT "WHAT: line N: what". */
+int sl_wds_index_parse(const char *text, size_t len, uint64_t tar_size, const char *what,
+                       sl_wds_index *ix);
+/* sl_wds_index_parse of the file idx_path (read through sl_bytes_get). */
+int sl_wds_index_load(const char *idx_path, uint64_t tar_size, sl_wds_index *ix);
+/* The index text (v1.2, or v1.1 when a name has a blank or is missing):
+ * *text malloc'd. */
+int sl_wds_index_format(const sl_wds_index *ix, char **text, size_t *len);
+/* Write ix to idx_path atomically (temp, fsync, rename). */
+int sl_wds_index_write(const char *idx_path, const sl_wds_index *ix);
+/* One sl_index_entry per sample, its span: *entries malloc'd. */
+int sl_wds_index_entries(const sl_wds_index *ix, sl_index_entry **entries, size_t *n);
+
+/* ------------------------------------------------------ sample decoding */
+/* Parse the members of one sample span (headers and checksums checked:
+ * the span comes straight from the reader) into out, whose views point
+ * into span: image = the first member with extension jpg, jpeg, png or
+ * webp (any case), label from ".cls" (decimal, blanks trimmed) or, when
+ * label_key is not NULL, the integer field label_key of ".json";
+ * filename = the key. No image, no label or a label that is not an
+ * integer: SL_ECORRUPT "sample 'KEY': what". */
+int sl_wds_sample_decode(const uint8_t *span, size_t n, const char *label_key,
+                         sl_image_example *out);
+
+/* ---------------------------------------------------------- shard writer */
+/* Writes "path.tmp"; close adds the end-of-archive blocks, fsyncs (unless
+ * SL_TFW_NOSYNC), renames it to path and writes "path.idx" atomically. */
+typedef struct sl_wds_writer sl_wds_writer;
+int sl_wds_writer_open(const char *path, unsigned flags, sl_wds_writer **out);
+/* Append one sample from an Example record (sl_image_example_decode):
+ * members KEY.jpg (the image's own extension from its bytes), KEY.cls
+ * (label), KEY.json ({"label": N, "filename": "...", "class": "..."}). */
+int sl_wds_writer_write_example(sl_wds_writer *w, const char *key, const uint8_t *rec,
+                                size_t len);
+uint64_t sl_wds_writer_count(const sl_wds_writer *w);
+int sl_wds_writer_close(sl_wds_writer *w);
+/* Remove the temp file, free w. NULL is a no-op. */
+void sl_wds_writer_abort(sl_wds_writer *w);
+
+/* Length of the key of member name: up to the first dot of its basename. */
+size_t sl_wds_key_len(const char *name);
+
+/* 1 when path names a WebDataset shard (ends in ".tar"). */
+int sl_wds_is_shard(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_RECORDS_WDS_H */
