@@ -115,6 +115,7 @@ struct sl_pipeline {
     pthread_cond_t cv_slot;     /* workers: a ring slot was released, stop */
     pthread_cond_t cv_batch;    /* consumer: a batch was submitted, error */
     int stop;                   /* mu */
+    int stop_io;                /* atomic: stop set; remote readers' fetchers watch it */
     unsigned wake;              /* mu: SL_WAKE_* to signal once mu is released */
     int err;                    /* mu: first error of a pipeline thread (sticky) */
     char errmsg[SL_ERRMSG_MAX]; /* mu */

@@ -494,6 +494,7 @@ void sl_pipeline_stop(sl_pipeline *p)
         return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
+    __atomic_store_n(&p->stop_io, 1, __ATOMIC_RELEASE); /* a fetch in flight returns */
     p->wake |= SL_WAKE_READ | SL_WAKE_UNIT | SL_WAKE_SLOT | SL_WAKE_BATCH;
     sl_pipeline_unlock(p);
     for (unsigned i = 0; i < p->nthreads; i++)

@@ -83,6 +83,7 @@ void *sl_reader_main_remote(void *arg)
     if (limit > SL_REMOTE_CLAIM_MAX)
         limit = SL_REMOTE_CLAIM_MAX;
     rc = sl_fetcher_open(&f);
+    sl_fetcher_set_stop(f, &p->stop_io); /* a stop does not wait for retries to end */
     pthread_mutex_lock(&p->mu);
     if (rc)
         sl_pipeline_set_error_locked(p, rc, sl_errmsg());
@@ -151,6 +152,10 @@ void *sl_reader_main_remote(void *arg)
         if (!rc && inflight > 0) {
             void *tag = NULL;
             frc = sl_fetcher_wait(f, &tag);
+            if (frc == SL_ECANCELED && !tag) { /* the pipeline stops */
+                pthread_mutex_lock(&p->mu);
+                break;
+            }
             done = tag;
             inflight--;
             if (frc == SL_OK)

@@ -386,7 +386,14 @@ struct sl_fetcher {
     sl_remote_multi *rm;
     int fd;     /* the last local file, or -1 */
     char *fd_path;
+    const int *stop; /* sl_fetcher_set_stop */
 };
+
+void sl_fetcher_set_stop(sl_fetcher *f, const int *stop)
+{
+    if (f)
+        f->stop = stop;
+}
 
 int sl_fetcher_open(sl_fetcher **out)
 {
@@ -466,7 +473,7 @@ int sl_fetcher_wait(sl_fetcher *f, void **tag)
         return sl_fail(SL_EINVAL, "sl_fetcher_wait: NULL argument");
     if (!(d = f->head)) {
         if (f->rm && sl_remote_multi_pending(f->rm))
-            return sl_remote_multi_wait(f->rm, tag);
+            return sl_remote_multi_wait(f->rm, tag, f->stop);
         return SL_EOF;
     }
     if (!(f->head = d->next))

@@ -106,6 +106,11 @@ unsigned sl_fetcher_pending(const sl_fetcher *f);
 int sl_fetcher_wait(sl_fetcher *f, void **tag);
 /* Cancel what is in flight and free. */
 void sl_fetcher_close(sl_fetcher *f);
+/* A flag another thread sets (with an atomic store) to stop f: a wait in
+ * progress or to come then returns SL_ECANCELED within about 100 ms with
+ * *tag untouched, whatever is in flight or backing off (the pipeline's
+ * stop). NULL removes it. */
+void sl_fetcher_set_stop(sl_fetcher *f, const int *stop);
 
 /* Process-wide counters of remote I/O (local reads are not counted). */
 typedef struct sl_io_stats {

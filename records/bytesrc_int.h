@@ -43,7 +43,7 @@ int sl_remote_multi_open(sl_remote_multi **out);
 int sl_remote_multi_add(sl_remote_multi *m, const char *path, uint64_t off, void *buf, size_t n,
                         void *tag);
 unsigned sl_remote_multi_pending(const sl_remote_multi *m);
-int sl_remote_multi_wait(sl_remote_multi *m, void **tag);
+int sl_remote_multi_wait(sl_remote_multi *m, void **tag, const int *stop);
 void sl_remote_multi_close(sl_remote_multi *m);
 
 /* Tests only: the max-keys of each ListObjectsV2 page (0: the server's

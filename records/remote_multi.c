@@ -231,7 +231,7 @@ static int poll_ms(const sl_remote_multi *m)
     return ms > 1000 ? 1000 : (int)ms;
 }
 
-int sl_remote_multi_wait(sl_remote_multi *m, void **tag)
+int sl_remote_multi_wait(sl_remote_multi *m, void **tag, const int *stop)
 {
     if (!m || !m->pending)
         return SL_EOF;
@@ -259,7 +259,10 @@ int sl_remote_multi_wait(sl_remote_multi *m, void **tag)
         reap(m);
         if (m->done_head)
             continue;
-        mc = curl_multi_poll(m->m, NULL, 0, poll_ms(m), NULL);
+        if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE))
+            return sl_fail(SL_ECANCELED, "sl_fetcher_wait: stopped");
+        int ms = poll_ms(m);
+        mc = curl_multi_poll(m->m, NULL, 0, stop && ms > 100 ? 100 : ms, NULL);
         if (mc != CURLM_OK)
             return sl_fail(SL_EIO, "sl_fetcher_wait: curl_multi_poll: %s", curl_multi_strerror(mc));
     }

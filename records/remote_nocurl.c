@@ -65,10 +65,11 @@ unsigned sl_remote_multi_pending(const sl_remote_multi *m)
     return 0;
 }
 
-int sl_remote_multi_wait(sl_remote_multi *m, void **tag)
+int sl_remote_multi_wait(sl_remote_multi *m, void **tag, const int *stop)
 {
     (void)m;
     (void)tag;
+    (void)stop;
     return SL_EOF;
 }
 

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "pipeline/pipeline.h"
 #include "pipeline_testdata.h"
@@ -256,6 +258,39 @@ Test(pipeline_remote, unreachable_shard_fails_or_is_reported, .timeout = 120)
     cr_assert(strstr(st.bad[0], "left out") && strstr(st.bad[0], "503"), "%s", st.bad[0]);
     sl_pipeline_destroy(p);
     pl_run_free(&r);
+    io_defaults();
+    srv_stop(&px);
+    srv_stop(&ng);
+    free(root);
+    pl_dataset_free(&d);
+}
+
+/* Readers backing off from a server that keeps answering 503 (long
+ * backoffs, many retries) do not hold up a stop. */
+Test(pipeline_remote, stop_does_not_wait_for_retries, .timeout = 60)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
+    char *root = parent(&d), url[256];
+    srv ng = {0}, px = {0};
+    srv_nginx_start(root, &ng);
+    srv_proxy_start(ng.url, "503get=.tfrecord", &px);
+    snprintf(url, sizeof url, "%s/%s", px.url, leaf(&d));
+    sl_io_opts o = {.retries = 50, .timeout_ms = 5000, .backoff_ms = 2000, .inflight = 4};
+    sl_io_configure(&o);
+
+    sl_pipeline_config c;
+    pl_config(&c, &d);
+    c.data = url;
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    struct timespec t0, t1;
+    usleep(300 * 1000); /* the readers are in their backoff now */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sl_pipeline_destroy(p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_assert_lt(s, 1.5, "destroy waited %.2f s for retries that would take minutes", s);
     io_defaults();
     srv_stop(&px);
     srv_stop(&ng);
