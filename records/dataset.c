@@ -369,6 +369,86 @@ static int open_single(sl_dataset *ds, sl_format fmt)
     return add_file(s, ds->path);
 }
 
+/* ------------------------------------------------------------ braces */
+
+/* The most names a brace pattern may expand to. */
+#define SL_DATASET_MAX_BRACE 1000000u
+
+/* The first "{A..B}" of p with A, B decimal and A <= B: its offsets and
+ * values, the width of A (zero padding, as WebDataset's and the shell's
+ * "{000000..000099}"). 0 when there is none. */
+static int find_range(const char *p, size_t *at, size_t *len, uint64_t *a, uint64_t *b,
+                      int *width)
+{
+    for (const char *o = strchr(p, '{'); o; o = strchr(o + 1, '{')) {
+        char *e1, *e2;
+        if (o[1] < '0' || o[1] > '9')
+            continue;
+        unsigned long long x = strtoull(o + 1, &e1, 10);
+        if (e1[0] != '.' || e1[1] != '.' || e1[2] < '0' || e1[2] > '9')
+            continue;
+        unsigned long long y = strtoull(e1 + 2, &e2, 10);
+        if (*e2 != '}' || y < x)
+            continue;
+        *at = (size_t)(o - p);
+        *len = (size_t)(e2 + 1 - o);
+        *a = x;
+        *b = y;
+        *width = (int)(e1 - o - 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* Expand every "{A..B}" of pat into s's files, in order. */
+static int expand_braces(const char *pat, sl_dataset_split *s)
+{
+    size_t at, len;
+    uint64_t a, b;
+    int width;
+    if (!find_range(pat, &at, &len, &a, &b, &width))
+        return add_file(s, pat);
+    if (b - a >= SL_DATASET_MAX_BRACE || s->nfiles + (b - a) >= SL_DATASET_MAX_BRACE)
+        return sl_fail(SL_EINVAL, "%s: %s: expands to more than %u names", fn_res, pat,
+                       SL_DATASET_MAX_BRACE);
+    size_t n = strlen(pat);
+    char *one = malloc(n + 32);
+    if (!one)
+        return oom();
+    int rc = SL_OK;
+    for (uint64_t v = a; v <= b && !rc; v++) {
+        snprintf(one, n + 32, "%.*s%0*llu%s", (int)at, pat, width, (unsigned long long)v,
+                 pat + at + len);
+        rc = expand_braces(one, s);
+    }
+    free(one);
+    return rc;
+}
+
+/* "DIR/train-{00000..00015}-of-00016.tfrecord", local or remote: the names
+ * it spells, as one split (as a glob's matches), whether they exist or
+ * not: the readers name a missing one. The way to read shards from a web
+ * server without a dataset.json, and WebDataset's own notation. */
+static int open_braces(sl_dataset *ds)
+{
+    sl_dataset_split *s = NULL;
+    char name[64];
+    int rc;
+    ds->kind = SL_DATASET_GLOB;
+    if (!(ds->dir = dir_of(ds->path)))
+        return oom();
+    if ((rc = add_split(ds, "*", file_format(ds->path), &s)) || (rc = expand_braces(ds->path, s)))
+        return rc;
+    split_of(s->files[0], name, sizeof name);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    for (size_t i = 1; i < s->nfiles; i++) {
+        split_of(s->files[i], name, sizeof name);
+        if (strcmp(name, s->name))
+            snprintf(s->name, sizeof s->name, "*"); /* several splits */
+    }
+    return load_manifest(ds);
+}
+
 /* ------------------------------------------------------------ remote */
 
 /* Does the last part of url name a shard file rather than a folder? */
@@ -431,8 +511,9 @@ static int open_remote(sl_dataset *ds, const char *only)
     sl_clear_error();
     if (strncmp(ds->path, "s3://", 5) != 0)
         return sl_fail(SL_ENOENT, "%s: %s: no %s there (a folder over HTTP is read through its "
-                       "%s, which sluice convert writes; or name one shard)", fn_res, ds->path,
-                       SL_MANIFEST_FILE, SL_MANIFEST_FILE);
+                       "%s, which sluice convert writes; or name its shards: "
+                       "'%s/train-{00000..00015}-of-00016.tfrecord')", fn_res, ds->path,
+                       SL_MANIFEST_FILE, SL_MANIFEST_FILE, ds->path);
     /* s3:// without a manifest: the prefix's objects named as shards */
     char **names = NULL, *pre = sl_str_cat(ds->path, "/");
     size_t n = 0;
@@ -503,6 +584,13 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         n--;
     if (!(ds->path = strndup(path, n)))
         return oom();
+    size_t b_at, b_len;
+    uint64_t b_a, b_b;
+    int b_w;
+    if (find_range(ds->path, &b_at, &b_len, &b_a, &b_b, &b_w)) {
+        rc = open_braces(ds);
+        goto out;
+    }
     if (sl_path_is_remote(ds->path)) {
         rc = open_remote(ds, only);
         goto out;

@@ -192,7 +192,10 @@ int sl_xfer_setup(sl_xfer *x, CURL *e, const sl_io_opts *o)
     x->have_cr = x->cr_total_known = x->done_early = x->oom = x->retry = 0;
     x->ebody[0] = x->cerr[0] = x->why[0] = 0;
 
-#define SET(opt, val) if (cc == CURLE_OK) cc = curl_easy_setopt(e, opt, val)
+    int bad_opt = 0;
+#define SET(opt, val)                                                                          \
+    if (cc == CURLE_OK && (cc = curl_easy_setopt(e, opt, val)) != CURLE_OK)                    \
+    bad_opt = (int)(opt)
     SET(CURLOPT_URL, x->u->url);
     SET(CURLOPT_NOSIGNAL, 1L);
     SET(CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
@@ -202,7 +205,10 @@ int sl_xfer_setup(sl_xfer *x, CURL *e, const sl_io_opts *o)
     SET(CURLOPT_MAXREDIRS, 5L);
     SET(CURLOPT_USERAGENT, "sluice/" SLUICE_VERSION);
     SET(CURLOPT_TCP_KEEPALIVE, 1L);
-    SET(CURLOPT_BUFFERSIZE, 256L << 10);
+    /* A hint (fewer, larger write callbacks). libcurl 7.88 refuses it with
+     * "bad argument" on a handle whose previous try failed to resolve its
+     * host, which must not turn a retry into a failure: not checked. */
+    (void)curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L << 10);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, x);
     SET(CURLOPT_HEADERFUNCTION, on_header);
@@ -245,7 +251,8 @@ int sl_xfer_setup(sl_xfer *x, CURL *e, const sl_io_opts *o)
     }
 #undef SET
     if (cc != CURLE_OK)
-        return sl_fail(SL_EIO, "%s: curl_easy_setopt: %s", x->u->name, curl_easy_strerror(cc));
+        return sl_fail(SL_EIO, "%s: curl_easy_setopt(option %d): %s", x->u->name, bad_opt,
+                       curl_easy_strerror(cc));
     return SL_OK;
 }
 

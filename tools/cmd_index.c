@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "records/bytesrc.h"
 #include "records/records.h"
 
 #define CMD "index"
@@ -109,8 +110,14 @@ int cmd_index(int argc, char **argv)
         sl_dataset ds;
         size_t written = 0, kept = 0;
         index_ctx c = {.tty = !quiet && cli_stderr_tty(), .path = a};
-        int r = sl_dataset_resolve(a, split, &ds);
-        if (r) {
+        int r = sl_path_is_remote(a) ? SL_ENOTSUP : sl_dataset_resolve(a, split, &ds);
+        if (r == SL_ENOTSUP && sl_path_is_remote(a)) {
+            memset(&ds, 0, sizeof ds);
+            cli_error(CMD, "%s: index files are written beside the shards, and remote data is "
+                      "read-only here: index the shards before uploading them (sluice convert "
+                      "writes them too)", a);
+            rc = 2;
+        } else if (r) {
             rc = cli_fail(CMD, r);
         } else if ((r = sl_dataset_index(&ds, force, on_progress, &c, &written, &kept))) {
             if (c.tty)

@@ -648,3 +648,19 @@ Test(bytesrc, fault_timeout, .timeout = 30)
               sl_errmsg());
     faulty_done(&ng, &px, dir, url, want);
 }
+
+/* A host that does not resolve is retried like any other failure, and the
+ * retries say so. (libcurl 7.88 refused CURLOPT_BUFFERSIZE on a handle whose
+ * last try failed to resolve: every retry then failed with "bad argument".) */
+Test(bytesrc, unresolvable_host_retried)
+{
+    if (!SLUICE_WITH_CURL)
+        cr_skip_test("built without libcurl");
+    sl_io_configure(&(sl_io_opts){.retries = 2, .backoff_ms = 1, .timeout_ms = 3000});
+    uint8_t buf[16];
+    int rc = sl_bytes_read("http://sluice-test.invalid/x", buf, sizeof buf, 0);
+    cr_assert_eq(rc, SL_EIO, "%d: %s", rc, sl_errmsg());
+    cr_assert(strstr(sl_errmsg(), "resolve") && strstr(sl_errmsg(), "3 tries") &&
+              !strstr(sl_errmsg(), "bad argument"), "%s", sl_errmsg());
+    sl_io_configure(NULL);
+}

@@ -321,3 +321,38 @@ Test(dataset, manifest_promising_millions_of_missing_shards, .timeout = 20)
     sl_dataset_fini(&ds);
     free(path);
 }
+
+/* "{A..B}" ranges (WebDataset's notation; the way to name shards on a web
+ * server without dataset.json): zero padding from A, several ranges,
+ * the split from the names, a brace that is no range left alone. */
+Test(dataset, brace_patterns)
+{
+    sl_dataset ds;
+    cr_assert_eq(sl_dataset_resolve("/nowhere/d/train-{00000..00003}-of-00004.tfrecord", NULL,
+                                    &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ds.nsplits, 1);
+    cr_assert_str_eq(ds.splits[0].name, "train");
+    cr_assert_eq(ds.splits[0].format, SL_FORMAT_TFRECORD);
+    cr_assert_eq(ds.splits[0].nfiles, 4);
+    cr_assert_str_eq(ds.splits[0].files[0], "/nowhere/d/train-00000-of-00004.tfrecord");
+    cr_assert_str_eq(ds.splits[0].files[3], "/nowhere/d/train-00003-of-00004.tfrecord");
+    sl_dataset_fini(&ds);
+
+    cr_assert_eq(sl_dataset_resolve("/nowhere/s{1..2}/x-{008..011}.tar", NULL, &ds), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(ds.splits[0].format, SL_FORMAT_WDS);
+    cr_assert_eq(ds.splits[0].nfiles, 8);
+    cr_assert_str_eq(ds.splits[0].files[0], "/nowhere/s1/x-008.tar");
+    cr_assert_str_eq(ds.splits[0].files[3], "/nowhere/s1/x-011.tar");
+    cr_assert_str_eq(ds.splits[0].files[4], "/nowhere/s2/x-008.tar");
+    sl_dataset_fini(&ds);
+
+    /* not ranges: {b..a} backwards, {a..b} letters: a plain (missing) path */
+    cr_assert_eq(sl_dataset_resolve("/nowhere/x-{5..1}.tar", NULL, &ds), SL_ENOENT);
+    sl_dataset_fini(&ds);
+    cr_assert_eq(sl_dataset_resolve("/nowhere/x-{a..c}.tar", NULL, &ds), SL_ENOENT);
+    sl_dataset_fini(&ds);
+    cr_assert_eq(sl_dataset_resolve("/nowhere/x-{0..99999999}.tar", NULL, &ds), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), "more than"), "%s", sl_errmsg());
+    sl_dataset_fini(&ds);
+}

@@ -5,7 +5,8 @@
  * signed requests.
  *
  *   digest     one folder converted to TFRecord and to WebDataset tars, each
- *              read from local disk, over HTTP and from S3: six runs of
+ *              read from local disk, over HTTP and from S3, and over HTTP
+ *              without dataset.json through a brace pattern: eight runs of
  *              `profile --digest`, one digest
  *   tools      verify, inspect and profile --json on remote data: the same
  *              counts as local, profile's "remote" figures present; a shard
@@ -105,6 +106,26 @@ Test(remote_cli, same_digest_local_http_s3_tfrecord_wds)
                 free(d);
             }
         }
+    }
+    /* No dataset.json on the server: the shards named by a brace pattern
+     * (WebDataset's notation), TFRecord and tar alike. */
+    char *out = NULL;
+    cr_assert_eq(tu_run(&out, "cd '%s/data' && cp -r tf tf-bare && cp -r wds wds-bare && "
+                        "rm tf-bare/dataset.json wds-bare/dataset.json", dir), 0, "%s", out);
+    free(out);
+    int rc = tu_run(&out, "'%s' profile --data '%s/data/tf-bare' --batches 1", tu_sluice(),
+                    ng.url);
+    cr_assert_neq(rc, 0, "a folder over HTTP without dataset.json was read");
+    cr_assert(strstr(out, "dataset.json") && strstr(out, "{00000..00015}"),
+              "says to write a dataset.json or name the shards: %s", out);
+    free(out);
+    const char *pat[2] = {"tf-bare/train-{00000..00002}-of-00003.tfrecord",
+                          "wds-bare/train-{00000..00002}-of-00003.tar"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(data, sizeof data, "%s/data/%s", ng.url, pat[f]);
+        char *d = digest("", data);
+        cr_assert_str_eq(d, want, "%s gives other batches than local TFRecord", data);
+        free(d);
     }
     free(want);
     srv_stop(&s);
