@@ -21,7 +21,8 @@ own). labels, record_ids and epochs are always small copies of their own.
 
 Errors are sluice.Error subclasses whose message names the file and record
 (sluice.CorruptError: "train-00003-of-00016.tfrecord: record 41 @ 9123: data
-CRC mismatch").
+CRC mismatch"), or the URL of a remote shard (sluice.NotFoundError for a
+404, sluice.PermissionDeniedError, a PermissionError, for a 401/403).
 """
 
 import json as _json
@@ -40,12 +41,15 @@ from ._sluice import (  # noqa: F401  (re-exported)
     NotFoundError,
     NotSupportedError,
     OutOfMemoryError,
+    PermissionDeniedError,
     SystemIOError,
     Tensor,
     __version__,
     _convert,
     _error,
     _inspect,
+    _io_configure,
+    _io_opts,
     _Pipeline,
     _verify,
 )
@@ -53,7 +57,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
 __all__ = [
     "Pipeline", "Batch", "Tensor", "convert", "verify", "inspect", "Error", "ConfigError", "CanceledError",
     "CorruptError", "DeviceError", "ExistsError", "ImageError", "NotFoundError",
-    "NotSupportedError", "OutOfMemoryError", "SystemIOError",
+    "NotSupportedError", "OutOfMemoryError", "PermissionDeniedError", "SystemIOError",
 ]
 
 # pipeline.h's enums, by name
@@ -221,9 +225,14 @@ def _restore(kwargs, state):
 class Pipeline:
     """An iterator of Batch (images, labels) read from record shards.
 
-    data: a dataset directory (dataset.json or NAME-*-of-*.tfrecord shards),
-        a glob of shard files, or one .tfrecord file (str, bytes or
-        os.PathLike; names that are not UTF-8 work as os.fsencode gives them).
+    data: a dataset directory (dataset.json, or NAME-*-of-*.tfrecord or
+        NAME-*-of-*.tar shards), a glob of shard files, or one .tfrecord or
+        .tar (WebDataset) file (str, bytes or os.PathLike; names that are not
+        UTF-8 work as os.fsencode gives them). Remote data: the same as a URL,
+        https://host/dir or http://host/dir (read through its dataset.json)
+        or s3://bucket/prefix (listed; credentials from AWS_ACCESS_KEY_ID,
+        AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; AWS_REGION,
+        AWS_ENDPOINT_URL for other S3 stores), read with ranged GETs.
     image_size: S or (H, W) of the output images, 1 to 16384.
     batch: samples per batch (the last may be smaller unless drop_remainder).
     shuffle: 'buffer:N' (tf.data's shuffle buffer of N records), 'global' (a
@@ -250,15 +259,31 @@ class Pipeline:
     copy: give each batch memory of its own (for batches kept past the next
         step); otherwise images are lent (see the module's doc).
     hold: batches lent at once (default 1 on the CPU, 2 with a device).
+    label_key: WebDataset shards only: the label is the integer field
+        label_key of each sample's .json member; None (default) reads the
+        .cls member.
+    io_retries, io_timeout, io_inflight: remote data only: tries after the
+        first for a timeout, a reset, a 5xx or a 429 (0 to 100; 0 = no
+        retry; default 5), seconds per request (1 to 3600; default 30) and
+        ranged GETs in flight per reader (1 to 64; default 8). These are
+        PROCESS-WIDE, as the CLI's --io-retries and friends: each one given
+        applies to every remote read in this process from then on (other
+        Pipelines, convert, verify, inspect included); None leaves that
+        setting as it is (the default, or SLUICE_IO_RETRIES,
+        SLUICE_IO_TIMEOUT_MS, SLUICE_IO_INFLIGHT from the environment,
+        unless an earlier Pipeline set it).
     Others: split, readers, prefetch, cycle, block, drop_remainder, on_error
         ('skip' refills a bad record's slot and lists it in stats()['bad'];
         'fail' raises), max_bad, max_pixels (a JPEG whose header claims more
         pixels is a bad record, refused before decoding; default 2**26),
         scale, ratio, flip, crop_fraction, mean, std (0..255 units).
 
-    Errors: sluice.NotFoundError for missing data, sluice.ConfigError naming
-    the setting for a bad value or type, sluice.CorruptError naming file and
-    record, at creation or from next(). Ctrl-C while waiting raises
+    Errors: sluice.NotFoundError for missing data (a URL's 404 too),
+    sluice.ConfigError naming the setting for a bad value or type,
+    sluice.CorruptError naming file and record, sluice.PermissionDeniedError
+    (a PermissionError) when a remote store refuses (401/403), at creation
+    or from next(); a remote shard that cannot be read after the retries
+    raises naming its URL, byte range and last HTTP status. Ctrl-C while waiting raises
     KeyboardInterrupt within 0.1 s.
 
     Processes: a Pipeline belongs to the process that made it. In a child of
@@ -274,10 +299,27 @@ class Pipeline:
                  cycle=0, block=0, drop_remainder=False, on_error="skip", max_bad=0, max_pixels=0,
                  rank_split="files", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
-                 std=(58.395, 57.12, 57.375), copy=False, hold=None):
+                 std=(58.395, 57.12, 57.375), copy=False, hold=None, label_key=None,
+                 io_retries=None, io_timeout=None, io_inflight=None):
         kwargs = dict(locals())
         del kwargs["self"]
         self._setup(kwargs, None)
+
+    @staticmethod
+    def _io(w, kw):
+        """(retries, timeout_ms, inflight) for _io_configure (None: as is);
+        kwargs pickled by an older sluice have none of them."""
+        retries, timeout, inflight = (kw.get(k) for k in ("io_retries", "io_timeout",
+                                                          "io_inflight"))
+        if retries is not None:
+            retries = _int(w, "io_retries", retries, 0, 100,
+                           " tries after the first (0 = no retry)")
+        if timeout is not None:
+            timeout = round(1000 * _float(w, "io_timeout", timeout, lambda v: 1 <= v <= 3600,
+                                          " (seconds per request, 1 to 3600)"))
+        if inflight is not None:
+            inflight = _int(w, "io_inflight", inflight, 1, 64, " ranged GETs per reader")
+        return retries, timeout, inflight
 
     def _setup(self, kw, state):
         w = "sluice.Pipeline"
@@ -353,9 +395,14 @@ class Pipeline:
             nw = workers or _os.cpu_count() or 1
             prefetch = 2 + max(1, -(-2 * nw // batch)) + self._hold - 1
         cfg["prefetch"] = prefetch
+        label_key = kw.get("label_key")
+        if label_key is not None:
+            cfg["label_key"] = _str(w, "label_key", label_key)
         self._cfg = cfg
         self._copy = _bool(w, "copy", kw["copy"])
         self._epoch = None
+        self._io_opts = self._io(w, kw)  # checked with the rest, applied just before
+        _io_configure(*self._io_opts)
         self._c = _Pipeline(cfg, state, self._hold, self._copy)
 
     def __reduce__(self):
@@ -464,6 +511,7 @@ class Pipeline:
                 not isinstance(state.get("pipeline"), str):
             raise ConfigError("sluice.Pipeline.load_state_dict: not a sluice state_dict "
                               "(a dict with version 1 and 'pipeline')")
+        _io_configure(*self._io_opts)
         new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy)
         old, self._c = self._c, new
         old.close()
@@ -490,6 +538,12 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
     options and writes the rest. progress(done, total, bytes) is called a
     few times a second. Paths are str, bytes or os.PathLike.
 
+    format: 'tfrecord' (NAME-00000-of-0000N.tfrecord shards), 'lmdb' (one
+    store) or 'wds' (WebDataset tar shards NAME-00000-of-0000N.tar: KEY.jpg,
+    KEY.cls and KEY.json ({"label": N, "filename": ..., "class": ...}) per
+    record, KEY the record number, an index NAME-...tar.idx in DALI's
+    format beside each); shards counts TFRecord or tar shards.
+
     Returns a dict: inputs, records, skipped, bytes, passthrough, reencoded,
     shards, shards_kept, and skipped_inputs, a list of (input, reason) for
     every undecodable input (strict=True makes the first one an error).
@@ -509,8 +563,8 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
                           "idx_images= with idx_labels=")
     if sources[0] == "idx" and (idx_images is None or idx_labels is None):
         raise ConfigError("sluice.convert: idx_images= and idx_labels= go together")
-    if format not in ("tfrecord", "lmdb"):
-        raise ConfigError(f"sluice.convert: format={format!r}: 'tfrecord' or 'lmdb'")
+    if format not in ("tfrecord", "lmdb", "wds"):
+        raise ConfigError(f"sluice.convert: format={format!r}: 'tfrecord', 'lmdb' or 'wds'")
     if progress is not None and not callable(progress):
         raise ConfigError(f"sluice.convert: progress={progress!r}: a callable or None")
     cfg = {

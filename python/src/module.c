@@ -6,9 +6,15 @@
  * (Py_LIMITED_API, one wheel for every CPython >= 3.8); the Python layer
  * (python/sluice/__init__.py) adds the keyword API and the docs.
  *
+ * Remote I/O settings: _io_configure and _io_opts over sl_io_configure and
+ * sl_io_get_opts (records/bytesrc.h), process-wide like the CLI's
+ * --io-retries; sluice.Pipeline's io_retries, io_timeout and io_inflight.
+ *
  * Threading: convert() releases the GIL for the whole conversion; its
  * progress and skipped callbacks run on the calling thread (records.h) and
  * take the GIL back for the Python callable and the skipped list.
+ * _io_configure's read-modify-write of the process-wide settings is atomic
+ * only under the GIL (nothing else in the process calls sl_io_configure).
  */
 #include "ext.h"
 
@@ -19,6 +25,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "records/bytesrc.h"
 #include "records/records.h"
 
 /* ------------------------------------------------------------ errors */
@@ -47,6 +54,9 @@ int pysl_errors_init(PyObject *m)
         {SL_ENOTSUP, "NotSupportedError", &PyExc_NotImplementedError,
          "Not supported by this build (e.g. a device without CUDA)."},
         {SL_ECANCELED, "CanceledError", NULL, "Stopped on request (the pipeline was closed)."},
+        {SL_EPERM, "PermissionDeniedError", &PyExc_PermissionError,
+         "A remote store refused the request (HTTP 401/403): credentials or permissions;\n"
+         "the message names the URL."},
     };
     err_base = PyErr_NewExceptionWithDoc(
         "sluice.Error",
@@ -79,11 +89,12 @@ int pysl_errors_init(PyObject *m)
 
 const char *pysl_status_name(int rc)
 {
-    static const char *const names[SL_STATUS_COUNT] = {
+    static const char *const names[] = {
         "SL_OK", "SL_EOF", "SL_EINVAL", "SL_ENOMEM", "SL_EIO", "SL_ECORRUPT", "SL_ENOENT",
         "SL_EEXIST", "SL_EIMAGE", "SL_ECUDA", "SL_ENCCL", "SL_EMPI", "SL_ENOTSUP", "SL_ECANCELED",
-        "SL_ETIMEDOUT",
+        "SL_ETIMEDOUT", "SL_EPERM",
     };
+    _Static_assert(sizeof names / sizeof names[0] == SL_STATUS_COUNT, "a name per sl_status");
     return rc >= 0 && rc < SL_STATUS_COUNT ? names[rc] : "SL_UNKNOWN";
 }
 
@@ -96,6 +107,8 @@ static const char *const py_words[][2] = {
     {"more than --max-pixels ", "more than max_pixels="},
     {"(convert with --format tfrecord)", "(convert with format='tfrecord')"},
     {"(--label-range)", "(label_range=)"},
+    {"(for --label-key ", "(for label_key="},
+    {"(and no --label-key)", "(and no label_key=)"},
     {"resume finishes the job", "resume=True finishes the job"},
 };
 
@@ -415,7 +428,16 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
     cfg.source = !source || !strcmp(source, "folder") ? SL_SOURCE_FOLDER
                  : !strcmp(source, "list")            ? SL_SOURCE_LIST
                                                       : SL_SOURCE_IDX;
-    cfg.format = format && !strcmp(format, "lmdb") ? SL_FORMAT_LMDB : SL_FORMAT_TFRECORD;
+    if (!format || !strcmp(format, "tfrecord")) {
+        cfg.format = SL_FORMAT_TFRECORD;
+    } else if (!strcmp(format, "lmdb")) {
+        cfg.format = SL_FORMAT_LMDB;
+    } else if (!strcmp(format, "wds")) {
+        cfg.format = SL_FORMAT_WDS; /* WebDataset tar shards (records/wds.h) */
+    } else {
+        pysl_config_error("sluice.convert: format='%s': 'tfrecord', 'lmdb' or 'wds'", format);
+        goto done;
+    }
     /* the range of the field's C type (int, unsigned, uint64_t); the
      * Python layer checks what each setting means */
 #define LL_FIELD(key, field)                                                                       \
@@ -489,6 +511,57 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------ remote I/O */
+/* _io_configure(retries, timeout_ms, inflight): set the given ones of the
+ * process-wide remote I/O settings (None: leave that one as it is: the
+ * default, SLUICE_IO_*, or what an earlier call set). retries 0 means no
+ * retry (SL_IO_NO_RETRY). The Python layer checks and names them; the
+ * ranges are checked again here (the CLI's: 0..100 tries after the first,
+ * 1 s..1 h per request, 1..64 in flight). */
+static PyObject *py_io_configure(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    static const char *const what[3] = {"io_retries", "io_timeout_ms", "io_inflight"};
+    static const long long lo[3] = {0, 1000, 1}, hi[3] = {100, 3600000, 64};
+    PyObject *v[3];
+    long long x[3] = {0, 0, 0};
+    if (!PyArg_ParseTuple(args, "OOO:_io_configure", &v[0], &v[1], &v[2]))
+        return NULL;
+    for (int i = 0; i < 3; i++) {
+        if (v[i] == Py_None)
+            continue;
+        int over = 0;
+        x[i] = PyLong_Check(v[i]) ? PyLong_AsLongLongAndOverflow(v[i], &over) : -1;
+        if (x[i] == -1 && PyErr_Occurred())
+            return NULL;
+        if (!PyLong_Check(v[i]) || over || x[i] < lo[i] || x[i] > hi[i])
+            return pysl_config_error("sluice.Pipeline: %s=%R: an integer from %lld to %lld",
+                                     what[i], v[i], lo[i], hi[i]);
+    }
+    sl_io_opts o;
+    sl_io_get_opts(&o); /* in force, defaults filled in: setting them again changes nothing */
+    if (v[0] != Py_None)
+        o.retries = x[0] ? (unsigned)x[0] : SL_IO_NO_RETRY;
+    if (v[1] != Py_None)
+        o.timeout_ms = (unsigned)x[1];
+    if (v[2] != Py_None)
+        o.inflight = (unsigned)x[2];
+    sl_io_configure(&o);
+    Py_RETURN_NONE;
+}
+
+/* _io_opts() -> dict: the remote I/O settings in force (retries 0: none). */
+static PyObject *py_io_opts(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    sl_io_opts o;
+    sl_io_get_opts(&o);
+    return Py_BuildValue("{sIsIsIsI}", "retries", o.retries == SL_IO_NO_RETRY ? 0u : o.retries,
+                         "timeout_ms", o.timeout_ms, "backoff_ms", o.backoff_ms, "inflight",
+                         o.inflight);
+}
+
 static PyObject *py_strerror(PyObject *mod, PyObject *arg)
 {
     (void)mod;
@@ -502,6 +575,10 @@ static PyMethodDef methods[] = {
     {"_convert", py_convert, METH_VARARGS,
      "_convert(cfg, progress) -> dict: sl_convert_run (use sluice.convert)."},
     {"_strerror", py_strerror, METH_O, "_strerror(code) -> str: sl_strerror."},
+    {"_io_configure", py_io_configure, METH_VARARGS,
+     "_io_configure(retries, timeout_ms, inflight): sl_io_configure, process-wide; None leaves "
+     "a setting as it is."},
+    {"_io_opts", py_io_opts, METH_NOARGS, "_io_opts() -> dict: sl_io_get_opts."},
     {"_error", py_error, METH_VARARGS,
      "_error(code, message) -> the sluice.Error subclass's instance for a status."},
     {NULL, NULL, 0, NULL},

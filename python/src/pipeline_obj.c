@@ -14,7 +14,8 @@
  * never freed memory). With copy=True the images are copied into a buffer of
  * their own and the slot is released at once.
  *
- * Memory. A core (a holder, ext.h) owns the sl_pipeline: one reference for
+ * Memory. A core (a holder, ext.h) owns the sl_pipeline (and its copy of
+ * label_key, which the pipeline borrows until destroy): one reference for
  * the object, one per Tensor and per DLPack export over a slot. close()
  * stops the threads (sl_pipeline_stop), then releases what it holds (the
  * held batches keep their bytes: no worker is left to refill them) and
@@ -52,6 +53,7 @@ typedef struct core {
     sl_holder h;
     sl_pipeline *p;
     pid_t pid;              /* the process whose threads p runs on */
+    char *label_key;        /* p's cfg.label_key (borrowed by p until destroy), or NULL */
 } core;
 
 /* In a child of fork() the pipeline's threads do not exist (only the
@@ -63,6 +65,7 @@ static void core_free(sl_holder *h)
     core *c = (core *)h;
     if (c->pid == getpid())
         sl_pipeline_destroy(c->p);
+    free(c->label_key);
     free(c);
 }
 
@@ -154,6 +157,7 @@ static const field fields[] = {
     FLD("max_pixels", F_U64, max_pixels),
     FLD("label_offset", F_I64, label_offset),
     FLD("device", F_INT, device),
+    FLD("label_key", F_STR, label_key),
 };
 #undef FLD
 
@@ -280,11 +284,13 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return pysl_raise(rc);
     }
     core *c = calloc(1, sizeof *c);
-    if (!c) {
+    if (!c || (cfg.label_key && !(c->label_key = strdup(cfg.label_key)))) {
+        free(c);
         free(st);
         Py_DECREF(keep);
         return PyErr_NoMemory();
     }
+    cfg.label_key = c->label_key; /* the other strings are copied by create; this one lives in c */
     sl_pipeline *p = NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = st ? sl_pipeline_create_from_state(&cfg, st, strlen(st), &p) : sl_pipeline_create(&cfg, &p);
@@ -292,6 +298,7 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     free(st);
     Py_DECREF(keep);
     if (rc) {
+        free(c->label_key);
         free(c);
         return pysl_raise(rc);
     }
