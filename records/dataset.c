@@ -152,13 +152,13 @@ static int is_listed(const sl_dataset *ds, size_t n, const char *name)
 
 static int list_dir(sl_dataset *ds, const char *only, int extra);
 
-/* A directory with dataset.json: its splits, then shards of splits it does
- * not list. */
+/* A directory with dataset.json (loaded into ds): its splits, then shards
+ * of splits it does not list. Remote (bytesrc.h): the shards it promises,
+ * by name, nothing asked of the server; no LMDB stores (a local memory
+ * map), no listing. */
 static int open_manifest_dir(sl_dataset *ds, const char *only)
 {
-    int rc = load_manifest(ds);
-    if (rc)
-        return rc;
+    int rc, remote = sl_path_is_remote(ds->dir);
     ds->kind = SL_DATASET_MANIFEST;
     ds->counts_listed = 1;
     for (size_t i = 0; i < ds->manifest.nsplits; i++) {
@@ -166,14 +166,21 @@ static int open_manifest_dir(sl_dataset *ds, const char *only)
         sl_dataset_split *s = NULL;
         if (only && strcmp(ms->name, only))
             continue;
+        if (remote && ms->format == SL_FORMAT_LMDB)
+            continue;
         if ((rc = add_split(ds, ms->name, ms->format, &s)))
             return rc;
         s->listed = ms;
-        if (ms->format == SL_FORMAT_LMDB) {
+        if (remote) {
+            rc = SL_ENOENT; /* as if missing: the names dataset.json promises */
+        } else if (ms->format == SL_FORMAT_LMDB) {
             char p[4096];
             if ((rc = sl_lmdb_path(p, sizeof p, ds->dir, ms->name)) || (rc = add_file(s, p)))
                 return rc;
-        } else if ((rc = sl_dataset_shards(ds->dir, ms->name, &s->files, &s->nfiles))) {
+        } else {
+            rc = sl_dataset_shards(ds->dir, ms->name, &s->files, &s->nfiles);
+        }
+        if (rc) {
             if (rc != SL_ENOENT)
                 return sl_fail(rc, "%s: %s: split %s: %s", fn_res, ds->dir, ms->name,
                                sl_errmsg());
@@ -204,7 +211,7 @@ static int open_manifest_dir(sl_dataset *ds, const char *only)
             }
         }
     }
-    return list_dir(ds, only, 1);
+    return remote ? SL_OK : list_dir(ds, only, 1);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -475,40 +482,10 @@ static int open_remote(sl_dataset *ds, const char *only)
     }
     if (!(ds->dir = strdup(ds->path)))
         return oom();
-    rc = sl_manifest_load(ds->dir, &ds->manifest);
-    if (rc == SL_OK) {
-        if (!(ds->manifest_path = sl_path_join(ds->dir, SL_MANIFEST_FILE)))
-            return oom();
-        ds->has_manifest = 1;
-        ds->kind = SL_DATASET_MANIFEST;
-        ds->counts_listed = 1;
-        for (size_t i = 0; i < ds->manifest.nsplits; i++) {
-            const sl_manifest_split *ms = &ds->manifest.splits[i];
-            sl_dataset_split *s = NULL;
-            if (only && strcmp(ms->name, only))
-                continue;
-            if (ms->format == SL_FORMAT_LMDB)
-                continue; /* an LMDB store is a local memory map: not served remotely */
-            if (ms->shards > SL_DATASET_MAX_LISTED_SHARDS)
-                return sl_fail(SL_ECORRUPT, "%s: %s: split %s lists %u shards (more than %u)",
-                               fn_res, ds->manifest_path, ms->name, ms->shards,
-                               SL_DATASET_MAX_LISTED_SHARDS);
-            if ((rc = add_split(ds, ms->name, ms->format, &s)))
-                return rc;
-            s->listed = ms;
-            for (uint32_t k = 0; k < ms->shards; k++) {
-                char p[4096];
-                if ((rc = sl_shard_path_fmt(p, sizeof p, ds->dir, ms->name, k, ms->shards,
-                                            ms->format)) ||
-                    (rc = add_file(s, p)))
-                    return rc;
-            }
-        }
-        return SL_OK;
-    }
-    if (rc != SL_ENOENT)
+    if ((rc = load_manifest(ds)))
         return rc;
-    sl_clear_error();
+    if (ds->has_manifest)
+        return open_manifest_dir(ds, only);
     if (strncmp(ds->path, "s3://", 5) != 0)
         return sl_fail(SL_ENOENT, "%s: %s: no %s there (a folder over HTTP is read through its "
                        "%s, which sluice convert writes; or name its shards: "
@@ -619,7 +596,7 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
     }
     if (is_file(mdb))
         rc = open_single(ds, SL_FORMAT_LMDB);
-    else if (is_file(mf))
+    else if (is_file(mf) && !(rc = load_manifest(ds)))
         rc = open_manifest_dir(ds, only);
     else {
         ds->kind = SL_DATASET_DIR;

@@ -87,8 +87,7 @@ out:
     return rc;
 }
 
-/* Parse a decimal u64 at *p (at least one digit, no sign); advance *p. */
-static int parse_u64(const char **p, const char *end, uint64_t *v)
+int sl_parse_u64(const char **p, const char *end, uint64_t *v)
 {
     const char *s = *p;
     uint64_t x = 0;
@@ -137,14 +136,14 @@ int sl_index_load(const char *idx_path, sl_index_entry **entries, size_t *n)
             rc = sl_fail(SL_ECORRUPT, "%s: %s: line %zu: NUL byte", fn, idx_path, line);
             goto fail;
         }
-        if (parse_u64(&p, eol, &off) != 0 || p == eol || (*p != ' ' && *p != '\t')) {
+        if (sl_parse_u64(&p, eol, &off) != 0 || p == eol || (*p != ' ' && *p != '\t')) {
             rc = sl_fail(SL_ECORRUPT, "%s: %s: line %zu: expected \"offset size\", got \"%.*s\"",
                          fn, idx_path, line, show, ls);
             goto fail;
         }
         while (p < eol && (*p == ' ' || *p == '\t'))
             p++;
-        if (parse_u64(&p, eol, &size) != 0 || p != eol) {
+        if (sl_parse_u64(&p, eol, &size) != 0 || p != eol) {
             rc = sl_fail(SL_ECORRUPT, "%s: %s: line %zu: bad size field in \"%.*s\"", fn,
                          idx_path, line, show, ls);
             goto fail;

@@ -143,5 +143,8 @@ void sl_convert_input_name(const sl_convert_state *st, size_t i, int full, char 
 int sl_shard_path_fmt(char *buf, size_t cap, const char *dir, const char *name, unsigned shard,
                       unsigned nshards, sl_format fmt);
 size_t sl_put_index_line(char *p, uint64_t offset, uint64_t size);
+/* Parse a decimal u64 at *p (at least one digit, no sign, no overflow);
+ * advance *p. 0, or -1 (nothing consumed). Index files' numbers. */
+int sl_parse_u64(const char **p, const char *end, uint64_t *v);
 
 #endif /* SL_RECORDS_INT_H */

@@ -32,6 +32,7 @@
 
 #include "records/bytesrc.h"
 #include "records/records_int.h"
+#include "records/records_int.h"
 
 #define SCAN_BUF ((size_t)1 << 20)
 
@@ -76,8 +77,8 @@ void sl_wds_index_fini(sl_wds_index *ix)
 /* Append a member (ext and name copied; name may be NULL); it joins the
  * last sample when same is set, else starts one. span_off of a new sample
  * is the previous span's end. */
-static int ix_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *ext,
-                  const char *name, uint64_t off, uint64_t size, int same)
+int sl_wds_index_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *ext,
+                     const char *name, uint64_t off, uint64_t size, int same)
 {
     if (ix->nmembers == *mcap) {
         size_t c = *mcap ? 2 * *mcap : 256;
@@ -180,7 +181,7 @@ static int index_scan(const char *path, sl_wds_index *ix, int keep_prefix)
         int same = ix->nsamples && strlen(prev_key) == k && !memcmp(prev_key, m->name, k);
         memcpy(prev_key, m->name, k);
         prev_key[k] = 0;
-        if ((rc = ix_add(ix, &mcap, &scap, ext_of(m->name), m->name, m->data_off, m->size,
+        if ((rc = sl_wds_index_add(ix, &mcap, &scap, ext_of(m->name), m->name, m->data_off, m->size,
                          same)))
             goto out;
     }
@@ -204,22 +205,6 @@ int sl_wds_index_build_prefix(const char *path, sl_wds_index *ix)
     return index_scan(path, ix, 1);
 }
 
-static int parse_u64(const char **p, const char *end, uint64_t *v)
-{
-    const char *s = *p;
-    uint64_t x = 0;
-    if (s == end || *s < '0' || *s > '9')
-        return -1;
-    for (; s < end && *s >= '0' && *s <= '9'; s++) {
-        unsigned d = (unsigned)(*s - '0');
-        if (x > (UINT64_MAX - d) / 10)
-            return -1;
-        x = x * 10 + d;
-    }
-    *p = s;
-    *v = x;
-    return 0;
-}
 
 /* The next blank-separated token of [*p, end) into out (cap bytes). */
 static int token(const char **p, const char *end, char *out, size_t cap)
@@ -242,7 +227,7 @@ static int tok_u64(const char **p, const char *end, uint64_t *v)
 {
     char t[32];
     const char *q = t;
-    if (token(p, end, t, sizeof t) != 0 || parse_u64(&q, t + strlen(t), v) != 0 || *q)
+    if (token(p, end, t, sizeof t) != 0 || sl_parse_u64(&q, t + strlen(t), v) != 0 || *q)
         return -1;
     return 0;
 }
@@ -282,7 +267,7 @@ int sl_wds_index_parse(const char *text, size_t len, uint64_t tar_size, const ch
     p += 5;
     while (p < eol && *p == ' ')
         p++;
-    int bad = parse_u64(&p, eol, &nsamples) != 0;
+    int bad = sl_parse_u64(&p, eol, &nsamples) != 0;
     while (!bad && p < eol && (*p == ' ' || *p == '\t' || *p == '\r')) /* text has no NUL */
         p++;
     if (bad || p != eol) {
@@ -330,7 +315,7 @@ int sl_wds_index_parse(const char *text, size_t len, uint64_t tar_size, const ch
                              fn, what, line, ext, off, size, tar_size);
                 goto out;
             }
-            if ((rc = ix_add(ix, &mcap, &scap, ext, group == 4 ? tok : NULL, off, size, same)))
+            if ((rc = sl_wds_index_add(ix, &mcap, &scap, ext, group == 4 ? tok : NULL, off, size, same)))
                 goto out;
             prev_end = off + sl_tar_pad(size);
             same = 1;

@@ -110,6 +110,12 @@ typedef struct sl_wds_index {
 
 /* Free what ix holds and zero it; a zeroed ix is a no-op. */
 void sl_wds_index_fini(sl_wds_index *ix);
+/* Append a member (ext and name copied; name may be NULL) to ix: it joins
+ * the last sample when same is set, else starts one (span_off: the previous
+ * span's end). *mcap, *scap: the arrays' capacities, kept by the caller
+ * (the scan, the writer). */
+int sl_wds_index_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *ext,
+                     const char *name, uint64_t off, uint64_t size, int same);
 /* Scan the tar at path (through records/bytesrc.h's sl_bytes_read) and
  * group its regular members into samples by key. SL_ECORRUPT names the
  * shard and the member (name or byte offset). */

@@ -81,48 +81,6 @@ int sl_wds_writer_open(const char *path, unsigned flags, sl_wds_writer **out)
     return SL_OK;
 }
 
-/* Index bookkeeping mirrors wds.c's ix_add (a new sample at each KEY). */
-static int note_member(sl_wds_writer *w, const char *name, const char *ext, uint64_t off,
-                       uint64_t size, int first)
-{
-    sl_wds_index *ix = &w->ix;
-    if (ix->nmembers == w->mcap) {
-        size_t c = w->mcap ? 2 * w->mcap : 256;
-        sl_wds_member *nm = realloc(ix->members, c * sizeof *nm);
-        if (!nm)
-            return sl_fail(SL_ENOMEM, "sl_wds_writer: out of memory");
-        ix->members = nm;
-        w->mcap = c;
-    }
-    if (first) {
-        if (ix->nsamples == w->scap) {
-            size_t c = w->scap ? 2 * w->scap : 128;
-            sl_wds_sample *ns = realloc(ix->samples, c * sizeof *ns);
-            if (!ns)
-                return sl_fail(SL_ENOMEM, "sl_wds_writer: out of memory");
-            ix->samples = ns;
-            w->scap = c;
-        }
-        sl_wds_sample *s = &ix->samples[ix->nsamples];
-        s->span_off = ix->nsamples ? ix->samples[ix->nsamples - 1].span_end : 0;
-        s->first = ix->nmembers;
-        s->n = 0;
-        ix->nsamples++;
-    }
-    sl_wds_member *m = &ix->members[ix->nmembers];
-    if (!(m->ext = strdup(ext)) || !(m->name = strdup(name))) {
-        free(m->ext);
-        return sl_fail(SL_ENOMEM, "sl_wds_writer: out of memory");
-    }
-    m->offset = off;
-    m->size = size;
-    ix->nmembers++;
-    sl_wds_sample *s = &ix->samples[ix->nsamples - 1];
-    s->n++;
-    s->span_end = off + sl_tar_pad(size);
-    return SL_OK;
-}
-
 static int put_member(sl_wds_writer *w, const char *key, const char *ext, const void *data,
                       size_t n, int first)
 {
@@ -137,7 +95,7 @@ static int put_member(sl_wds_writer *w, const char *key, const char *ext, const 
     uint64_t data_off = w->off;
     if ((rc = wput(w, data, n)) || (rc = wput(w, zeros, (size_t)(sl_tar_pad(n) - n))))
         return rc;
-    return note_member(w, name, ext, data_off, n, first);
+    return sl_wds_index_add(&w->ix, &w->mcap, &w->scap, ext, name, data_off, n, !first);
 }
 
 int sl_wds_writer_write_example(sl_wds_writer *w, const char *key, const uint8_t *rec, size_t len)
