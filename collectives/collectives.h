@@ -63,6 +63,8 @@ typedef enum sl_comm_backend {
 } sl_comm_backend;
 
 typedef struct sl_comm_config {
+    size_t size;          /* sizeof(sl_comm_config), set by SL_COMM_CONFIG_INIT: the create
+                           * functions refuse another (a caller built against other headers) */
     int timeout_ms;       /* a collective waits at most this long for its peers; 300000 */
     size_t segment_bytes; /* local ring: buffers are reduced in segments of at most this
                            * many bytes (cache-sized steps); 0 = 1 MiB x world */
@@ -70,7 +72,9 @@ typedef struct sl_comm_config {
     void *stream;         /* nccl: cudaStream_t the collectives run on; NULL = own stream */
 } sl_comm_config;
 
-#define SL_COMM_CONFIG_INIT {300000, 0, -1, NULL}
+#define SL_COMM_CONFIG_INIT                                                                    \
+    {.size = sizeof(sl_comm_config), .timeout_ms = 300000, .segment_bytes = 0, .device = -1,   \
+     .stream = NULL}
 
 typedef struct sl_comm sl_comm;
 

@@ -577,6 +577,8 @@ int sl_comm_local_group_create(int world, const sl_comm_config *cfg, sl_comm_gro
     if (!out)
         return sl_fail(SL_EINVAL, "%s: NULL output pointer", fn);
     *out = NULL;
+    if (cfg && sl_check_config_size(fn, cfg->size, sizeof *cfg))
+        return SL_EINVAL;
     if (world < 1 || world > 65536)
         return sl_fail(SL_EINVAL, "%s: world %d outside [1, 65536]", fn, world);
     sl_comm_group *g = calloc(1, sizeof *g);

@@ -661,6 +661,8 @@ int sl_comm_mpi_create(const sl_comm_config *cfg, sl_comm **out)
     if (!out)
         return sl_fail(SL_EINVAL, "%s: NULL out", fn);
     *out = NULL;
+    if (cfg && sl_check_config_size(fn, cfg->size, sizeof *cfg))
+        return SL_EINVAL;
     mpi_impl *im = calloc(1, sizeof *im);
     if (!im)
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn);

@@ -583,6 +583,8 @@ int sl_comm_nccl_create(const sl_comm_config *cfg, sl_comm **out)
     if (!out)
         return sl_fail(SL_EINVAL, "%s: NULL out", fn);
     *out = NULL;
+    if (cfg && sl_check_config_size(fn, cfg->size, sizeof *cfg))
+        return SL_EINVAL;
     sl_comm_config cf = cfg ? *cfg : (sl_comm_config)SL_COMM_CONFIG_INIT;
     int timeout_ms = cf.timeout_ms > 0 ? cf.timeout_ms : 300000;
     int rank, world, lrank, lworld, rc;

@@ -37,6 +37,14 @@ const char *sl_errmsg(void) { return tl_msg; }
 
 void sl_clear_error(void) { tl_msg[0] = '\0'; }
 
+int sl_check_config_size(const char *fn, size_t size, size_t want)
+{
+    if (size == want)
+        return SL_OK;
+    return sl_fail(SL_EINVAL, "%s: config of %zu bytes, this library's is %zu: rebuild against "
+                   "this sluice's headers", fn, size, want);
+}
+
 int sl_fail(int code, const char *fmt, ...)
 {
     char tmp[SL_ERRMSG_MAX];

@@ -58,6 +58,14 @@ int sl_fail(int code, const char *fmt, ...)
 /* Clear the calling thread's message. */
 void sl_clear_error(void);
 
+/* The versioned-config check (NCCL's ncclConfig_t pattern): a config
+ * struct that crosses the library boundary starts with `size_t size`, set
+ * to sizeof the struct by its _INIT macro or init function. SL_OK when
+ * size == want; else SL_EINVAL with "fn: config of SIZE bytes, this
+ * library's is WANT: rebuild against this sluice's headers" (a caller
+ * built against other headers, or a config not started from its _INIT). */
+int sl_check_config_size(const char *fn, size_t size, size_t want);
+
 #define SL_ERRMSG_MAX 1024
 
 #ifdef __cplusplus

@@ -11,11 +11,12 @@
  * its 224 x 224 output on 500 x 375 images, and larger on bigger ones. Here
  * libjpeg stops after the IDCT (raw-data output: jpeg_read_raw_data gives
  * the planes as they are stored, 1.5 values per pixel for 4:2:0), and
- * sl_resample_planes (resample.c) resizes Y from the crop's luma window and
- * Cb, Cr from the same window in chroma coordinates, which need not fall on
- * whole chroma samples (an odd x is half a sample) and converts to RGB at
- * 224 x 224: the chroma is "upsampled" by the output's bilinear taps and the
- * conversion runs on the output's pixels only.
+ * sl_resample_planes (resample_planes.c) resizes Y from the crop's luma
+ * window and Cb, Cr from the same window in chroma coordinates, which need
+ * not fall on whole chroma samples (an odd x is half a sample) and
+ * converts to RGB at 224 x 224: the chroma is "upsampled" by the
+ * output's bilinear taps and the conversion runs on the output's pixels
+ * only.
  *
  * Cropping in raw mode: libjpeg's jpeg_crop_scanline and
  * jpeg_skip_scanlines refuse raw-data output (global state DSTATE_RAW_OK;
@@ -62,7 +63,7 @@
  * SL_ENOTSUP so decode.c takes the RGB path.
  *
  * Memory: the planes of the strip go to buf (grows, never shrinks); the
- * resize's scratch is on the stack up to resample.c's limit.
+ * resize's scratch is on the stack up to resample_int.h's limit.
  *
  * Threading: reentrant on distinct decompress objects and buffers.
  */

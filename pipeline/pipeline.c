@@ -365,7 +365,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     *out = NULL;
     if (!cfg)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
-    if ((rc = check_config(cfg)))
+    if ((rc = sl_check_config_size(fn, cfg->size, sizeof *cfg)) || (rc = check_config(cfg)))
         return rc;
     if (!(p = calloc(1, sizeof *p)))
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn);

@@ -118,6 +118,9 @@ typedef enum sl_error_policy {
 } sl_error_policy;
 
 typedef struct sl_pipeline_config {
+    size_t size;               /* sizeof(sl_pipeline_config), set by SL_PIPELINE_CONFIG_INIT:
+                                * the create functions and sl_eval_run refuse another (a
+                                * caller built against other headers; NCCL's ncclConfig_t) */
     /* sources */
     const char *data;          /* dataset directory (dataset.json or *-of-*.tfrecord), a glob
                                 * of shard files ("d/train-*.tfrecord"; sorted), or a
@@ -171,7 +174,7 @@ typedef struct sl_pipeline_config {
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
     {                                                                                              \
-        .split = "train", .rank = 0, .world = 1, .rank_split = SL_SPLIT_FILES,                     \
+        .size = sizeof(sl_pipeline_config), .split = "train", .rank = 0, .world = 1, .rank_split = SL_SPLIT_FILES,                     \
         .shuffle = SL_SHUFFLE_BUFFER,                                                              \
         .shuffle_buffer = 10000, .shuffle_files = 1, .epochs = 1,                                  \
         .transform = SL_TRANSFORM_TRAIN, .height = 224, .width = 224, .scale_min = 0.08f,          \

@@ -8,10 +8,13 @@
  *   geometry.c  random-resized-crop and eval center-crop geometry
  *   decode.c    ROI JPEG decode (libjpeg API) of a crop, resized
  *   decode_yuv.c  the crop as raw Y/Cb/Cr planes (sl_decode_crop_sample's
- *               default path; resample.c's sl_resample_planes finishes it)
+ *               default path; resample_planes.c's sl_resample_planes
+ *               finishes it)
  *   sample.c    flip + normalize + layout into a batch slot
  *   resample.c  resize + flip + normalize + layout in one pass (the map
- *               workers' path: decode.c's sl_decode_crop_sample)
+ *               workers' path: decode.c's sl_decode_crop_sample) from an
+ *               RGB strip; resample_planes.c the same from Y/Cb/Cr planes
+ *               (resample_int.h: what the two share)
  *   reader.c, pipeline.c, state.c, stats.c, trace.c, load_*.c: the graph
  *
  * Threading: everything here is reentrant on distinct objects; objects are
@@ -322,8 +325,8 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
 /* Resize np planes (3: Y, Cb, Cr of JFIF YCbCr; 1: gray) each over its
  * own window to dw x dh, convert to RGB at that size (clamped to 0..255),
  * mirror when flip, and store as sl_store_sample would (u8 rounded; f32
- * (v - mean[c]) / std[c] from the unrounded value). resample.c's
- * "planes" comment gives the filter. SL_EINVAL for bad arguments,
+ * (v - mean[c]) / std[c] from the unrounded value). resample_planes.c's
+ * DESIGN comment gives the filter. SL_EINVAL for bad arguments,
  * SL_ENOMEM when a large output's scratch cannot be had; dst is then
  * untouched. */
 int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,

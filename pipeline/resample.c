@@ -1,10 +1,12 @@
 /*
  * pipeline/resample.c - resize + flip + normalize + layout in one pass:
- * the decoded crop strip straight into its slot of the batch buffer.
+ * the decoded RGB crop strip straight into its slot of the batch buffer
+ * (sl_resample_sample). Its sibling for Y, Cb, Cr planes at their own
+ * resolutions (decode_yuv.c's path) is resample_planes.c; the horizontal
+ * pass both use is in resample_int.h.
  *
  *   in:  src (sh, sw, 3) u8, row pitch sp bytes (the crop in the decoder's
- *        strip); or, for sl_resample_planes (the "planes" section at the
- *        end), Y, Cb, Cr planes at their own resolutions (decode_yuv.c)
+ *        strip)
  *   out: SL_LAYOUT_NHWC_U8   (dh, dw, 3) u8
  *        SL_LAYOUT_NHWC_F32  (dh, dw, 3) f32  (v - mean[c]) / std[c]
  *        SL_LAYOUT_NCHW_F32  (3, dh, dw) f32  same values, one plane per channel
@@ -33,14 +35,6 @@
  * writes the plane rows in place; NHWC f32 and u8 compute three plane rows
  * of dw floats and interleave them.
  *
- * sl_resample_planes picks two AVX2 helpers at run time
- * (__builtin_cpu_supports; target("avx2") functions, since the
- * target_clones clone cannot use intrinsics the default one lacks): the
- * bilinear vertical pass (prow_two_avx2: vpmovzxbd + vcvtdq2ps, where gcc's
- * own vectorization widens through words with extracts) and the NCHW f32
- * row (nchw_fused_avx2: colour, clamp and normalization in one pass, then
- * 32-byte streamed stores). Same operations per value, no FMA: same bytes.
- *
  * Values:
  *   u8:  v rounded exactly as sl_resize_rgb_u8 rounds it (same operations
  *        in the same order, only the loads differ; neither file is built
@@ -67,9 +61,7 @@
  * 224 x 224, 2000 corpus JPEGs, 2-core EPYC VM, thread CPU time, medians
  * of 3): 549 us per sample for sl_decode_crop + sl_store_sample; 516 us
  * fused with resize.c's per-element gather (this file 24 % of it in perf);
- * 476 us with the planes and the window (16 %). The one-vector windows and
- * the two AVX2 helpers: sl_resample_planes 1.1-1.4x faster (perf/RESULTS.md,
- * "A cheaper sl_resample_planes", issue 17).
+ * 476 us with the planes and the window (16 %).
  *
  * Threading: reentrant; distinct dst regions may be written concurrently.
  */
@@ -78,60 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h> /* _mm_stream_ps, _mm_sfence: SSE, every x86-64 */
-#define SL_RESAMPLE_STREAM 1
-#else
-#define SL_RESAMPLE_STREAM 0
-#endif
-/* nchw_fused_avx2: gcc on x86-64 (a target("avx2") function, chosen at run
- * time with __builtin_cpu_supports). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
-#define SL_RESAMPLE_AVX2 1
-#else
-#define SL_RESAMPLE_AVX2 0
-#endif
-
-/* JFIF YCbCr -> RGB (libjpeg jdcolor.c), shared by the plain row and
- * nchw_fused_avx2, which must give the same floats. */
-#define SL_YCC_R_CR 1.40200f
-#define SL_YCC_G_CB 0.34414f
-#define SL_YCC_G_CR 0.71414f
-#define SL_YCC_B_CB 1.77200f
-
-#define SL_RESAMPLE_STACK (64 * 1024)
-/* Floats after each plane row of acc: a window reads 16 from its base. */
-#define SL_RESAMPLE_PAD 16
-
-/* gcc vector extensions; __builtin_shuffle with a variable two-vector mask
- * is one vpermps per source vector and a blend with AVX2 (the "default"
- * clone lowers it to scalar moves, still correct). Other compilers take the
- * per-element path. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define SL_RESAMPLE_WINDOW 1
-#else
-#define SL_RESAMPLE_WINDOW 0
-#endif
-typedef float sl_v8f __attribute__((vector_size(32)));
-typedef int32_t sl_v8i __attribute__((vector_size(32)));
-
-typedef sl_resize_tap sl_rtap; /* records.h: the same filter as sl_resize_rgb_u8 */
-
-/* Eight consecutive bilinear outputs of one plane row: out[k] = wa[k] *
- * p[base + ka[k]] + wb[k] * p[base + kb[k]] + bias, ka, kb in 0..15. win 2:
- * ka, kb in 0..7 (an enlargement by 8/7 or more, e.g. 4:2:0 chroma to a
- * crop's size): one source vector and one permute per weight. win 0: the
- * indices spread further (does not happen for scale < 2, kept as a guard),
- * use the per-pixel tables. */
-typedef struct sl_hblk {
-    sl_v8i ka, kb;
-    sl_v8f wa, wb;
-    int32_t base, win;
-} sl_hblk;
-
+#include "pipeline/resample_int.h"
 
 /* Vertical pass on one u8 RGB source row of n pixels into the three plane
  * rows r, g, b: set (acc = w * v) or add (acc += w * v), per element the
@@ -166,49 +105,11 @@ static inline __attribute__((always_inline)) uint8_t to_u8(float v)
     return (uint8_t)(int)v;
 }
 
-/* Bilinear horizontal pass over one plane row p into out (dw values):
- * wa*p[ia] + wb*p[ib] + bias, windows for the full blocks of 8, the
- * per-pixel tables for the rest. */
-static inline __attribute__((always_inline)) void
-hplane(const sl_hblk *restrict blk, const int32_t *restrict ia, const int32_t *restrict ib,
-       const float *restrict wa, const float *restrict wb, float bias, int dw,
-       const float *restrict p, float *restrict out)
-{
-    int x = 0;
-#if SL_RESAMPLE_WINDOW
-    sl_v8f vb = {bias, bias, bias, bias, bias, bias, bias, bias};
-    for (; x + 8 <= dw; x += 8, blk++) {
-        if (!blk->win)
-            for (int k = x; k < x + 8; k++)
-                out[k] = wa[k] * p[ia[k]] + wb[k] * p[ib[k]] + bias;
-        else if (blk->win == 2) { /* every index in 0..7: one vector, one permute */
-            sl_v8f lo;
-            memcpy(&lo, p + blk->base, sizeof lo);
-            sl_v8f a = __builtin_shuffle(lo, blk->ka);
-            sl_v8f b = __builtin_shuffle(lo, blk->kb);
-            sl_v8f v = blk->wa * a + blk->wb * b + vb;
-            memcpy(out + x, &v, sizeof v);
-        } else {
-            sl_v8f lo, hi;
-            memcpy(&lo, p + blk->base, sizeof lo);
-            memcpy(&hi, p + blk->base + 8, sizeof hi);
-            sl_v8f a = __builtin_shuffle(lo, hi, blk->ka);
-            sl_v8f b = __builtin_shuffle(lo, hi, blk->kb);
-            sl_v8f v = blk->wa * a + blk->wb * b + vb;
-            memcpy(out + x, &v, sizeof v);
-        }
-    }
-#else
-    (void)blk;
-#endif
-    for (; x < dw; x++)
-        out[x] = wa[x] * p[ia[x]] + wb[x] * p[ib[x]] + bias;
-}
-
 /* Expand horizontal taps (all n <= 2) into one plane's tables: per pixel
- * ia, ib, wa, wb (weights times sc), and the window blocks. */
-static void expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32_t *ib,
-                          float *wa, float *wb, sl_hblk *blk)
+ * ia, ib, wa, wb (weights times sc), and the window blocks. Shared with
+ * resample_planes.c (resample_int.h). */
+void sl_resample_expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32_t *ib,
+                               float *wa, float *wb, sl_hblk *blk)
 {
     for (int x = 0; x < dw; x++) {
         ia[x] = t[x].i0;
@@ -232,21 +133,6 @@ static void expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32
             blk->wb[k] = wb[x + k];
         }
     }
-}
-
-/* One output of an area (general) tap over p: resize.c's hrow_store
- * arithmetic. */
-static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, const float *p)
-{
-    int n = t->n;
-    float v = t->w0 * p[0];
-    if (n >= 2) {
-        float m = 0;
-        for (int k = 1; k < n - 1; k++)
-            m += p[k];
-        v += t->wmid * m + t->wn * p[n - 1];
-    }
-    return v;
 }
 
 /* Area (general tap) horizontal pass over the plane rows acc (stride
@@ -294,12 +180,6 @@ static void resample_nearest(const uint8_t *src, int sw, int sh, int sp, int dw,
             }
         }
     }
-}
-
-/* Round up to a multiple of 32 bytes (the vector tables' alignment). */
-static size_t al32(size_t n)
-{
-    return (n + 31) & ~(size_t)31;
 }
 
 /* Built twice, as resize.c (see there): an AVX2 clone (vectorized vertical
@@ -368,8 +248,8 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
     if (linear)
         for (int c = 0; c < 3; c++) {
             int32_t *t = tab + (size_t)c * 4 * dw;
-            expand_linear(ht, dw, sc[c], t, t + dw, (float *)(t + 2 * dw), (float *)(t + 3 * dw),
-                          blk + c * nblk);
+            sl_resample_expand_linear(ht, dw, sc[c], t, t + dw, (float *)(t + 2 * dw),
+                                      (float *)(t + 3 * dw), blk + c * nblk);
         }
 
     size_t plane = (size_t)dh * dw;
@@ -413,402 +293,4 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
     }
     if (mem != stackbuf)
         free(mem);
-}
-
-/* ------------------------------------------------------------ planes */
-/*
- * sl_resample_planes: the decode_yuv.c path's resize. Each plane (Y, Cb,
- * Cr at their own resolutions, or one gray plane) is resized to dw x dh
- * with its own taps over its own window, which need not start or end on a
- * pixel edge (4:2:0 chroma of a crop at an odd x starts mid-sample); only
- * then are the three values converted to RGB (JFIF full-range YCbCr, the
- * constants of libjpeg's jdcolor.c), clamped to 0..255 and written in the
- * layout. Resizing and the colour conversion are both linear, so this
- * equals convert-then-resize except where a clamp bites (saturated colours)
- * and in the chroma filter (libjpeg's fancy upsampling is a triangle filter
- * too, at 2x; here bilinear straight from the chroma samples to the output).
- *
- * Filter per direction and plane, as sl_resize_taps on an exact window:
- * area averaging over [a + x*s, a + (x+1)*s) when the plane's scale s =
- * window / output >= 2 (first and last source pixel weighted by their
- * overlap), otherwise bilinear at centre a + (x + 0.5)*s - 0.5, clamped to
- * the plane. On a whole-pixel window of a whole plane the taps are
- * sl_resize_taps' (the same formulas in double).
- */
-
-/* Taps for d outputs over the window [a, a + len) of a line of s pixels
- * (0 <= a, a + len <= s; len > 0). */
-static void window_taps(sl_rtap *t, double a, double len, int s, int d)
-{
-    double sc = len / d;
-    for (int x = 0; x < d; x++) {
-        if (sc >= 2.0) {
-            double lo = a + x * sc, hi = lo + sc;
-            int first = (int)floor(lo), last = (int)ceil(hi) - 1;
-            first = first < 0 ? 0 : first > s - 1 ? s - 1 : first;
-            last = last < first ? first : last > s - 1 ? s - 1 : last;
-            t[x].i0 = first;
-            t[x].n = last - first + 1;
-            if (t[x].n == 1) {
-                t[x].w0 = 1;
-                t[x].wmid = t[x].wn = 0;
-                continue;
-            }
-            t[x].w0 = (float)((first + 1 - lo) / sc);
-            t[x].wmid = (float)(1.0 / sc);
-            t[x].wn = (float)((hi - last) / sc);
-            continue;
-        }
-        double c = a + (x + 0.5) * sc - 0.5;
-        c = c < 0 ? 0 : c > s - 1 ? s - 1 : c;
-        int i0 = (int)c;
-        double f = c - i0;
-        t[x].i0 = i0;
-        t[x].wmid = 0;
-        if (f == 0 || i0 + 1 >= s) {
-            t[x].n = 1;
-            t[x].w0 = 1;
-            t[x].wn = 0;
-        } else {
-            t[x].n = 2;
-            t[x].w0 = (float)(1 - f);
-            t[x].wn = (float)f;
-        }
-    }
-}
-
-/* Vertical pass on one u8 plane row: acc[i] = w * row[i] or += (n values). */
-static inline __attribute__((always_inline)) void
-prow_set(float *restrict acc, const uint8_t *restrict row, float w, int n)
-{
-    for (int i = 0; i < n; i++)
-        acc[i] = w * (float)row[i];
-}
-
-static inline __attribute__((always_inline)) void
-prow_add(float *restrict acc, const uint8_t *restrict row, float w, int n)
-{
-    for (int i = 0; i < n; i++)
-        acc[i] += w * (float)row[i];
-}
-
-/* The bilinear vertical tap in one pass: acc[i] = wa * a[i] + wb * b[i]
- * (the same value as prow_set then prow_add: neither file contracts to
- * FMA). */
-static inline __attribute__((always_inline)) void
-prow_two(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
-         float wb, int n)
-{
-    for (int i = 0; i < n; i++)
-        acc[i] = wa * (float)a[i] + wb * (float)b[i];
-}
-
-#if SL_RESAMPLE_AVX2
-/* prow_two where the CPU has AVX2: eight bytes to eight floats with
- * vpmovzxbd + vcvtdq2ps, where gcc's vectorization of prow_two's loop widens
- * sixteen bytes through words with extracts (half again the instructions;
- * __builtin_convertvector from eight u8 is scalar in gcc 12). The same
- * operations per element (no FMA), so the same floats. */
-__attribute__((target("avx2"))) static void
-prow_two_avx2(float *restrict acc, const uint8_t *restrict a, const uint8_t *restrict b, float wa,
-              float wb, int n)
-{
-    const __m256 va = _mm256_set1_ps(wa), vb = _mm256_set1_ps(wb);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 fa = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(a + i))));
-        __m256 fb = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(b + i))));
-        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_mul_ps(va, fa), _mm256_mul_ps(vb, fb)));
-    }
-    for (; i < n; i++)
-        acc[i] = wa * (float)a[i] + wb * (float)b[i];
-}
-#endif
-
-/* Area horizontal pass of one plane row (general taps) plus bias. */
-static void harea_plane(const sl_rtap *restrict t, int dw, const float *restrict p, float bias,
-                        float *restrict out)
-{
-    for (int x = 0; x < dw; x++)
-        out[x] = area_tap(&t[x], p + t[x].i0) + bias;
-}
-
-/* One output row of the three NCHW f32 planes, normalized, with
- * non-temporal stores (d and plane * 4 bytes 16-byte aligned, dw % 4 == 0;
- * the caller fences). Same arithmetic as the plain loop: a multiply, then
- * an add, so the bytes are the same. */
-static inline __attribute__((always_inline)) void
-nchw_stream(float *d, const float *r, const float *g, const float *b, const float sc[3],
-            const float bi[3], size_t plane, int dw)
-{
-#if SL_RESAMPLE_STREAM
-    const float *src[3] = {r, g, b};
-    for (int c = 0; c < 3; c++) {
-        __m128 m = _mm_set1_ps(sc[c]), a = _mm_set1_ps(bi[c]);
-        float *o = d + (size_t)c * plane;
-        for (int x = 0; x < dw; x += 4)
-            _mm_stream_ps(o + x, _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(src[c] + x), m), a));
-    }
-#else
-    (void)d, (void)r, (void)g, (void)b, (void)sc, (void)bi, (void)plane, (void)dw;
-#endif
-}
-
-/* The AVX2 form of one NCHW f32 output row: YCbCr -> RGB (np 3) or gray
- * (np 1), the clamp and the normalization in one pass over the plane rows
- * y, cb, cr, eight values at a time, leaving R, G, B in place of them (in
- * L1); then each channel row streamed to its plane, eight at a time. The
- * plain form makes two passes of compute (convert, then normalize while
- * streaming four at a time). Streaming the three planes interleaved, eight
- * values each, measured 10 % slower than one plane row after the other.
- * The same operations in the same order (no FMA: target avx2 does not
- * enable it), so the same bytes (tests/pipeline/test_decode_yuv.c
- * streamed_nchw_equals_plain_stores compares the two): min(v, 255) then
- * max(0, .) is the plain clamp exactly (maxps returns its second operand
- * on equality, so -0.0 stays -0.0). d and plane * 4 bytes 16-byte aligned,
- * dw % 8 == 0; 32-byte stores when d is 32-byte aligned too. Called only
- * where the CPU has AVX2. */
-#if SL_RESAMPLE_AVX2
-__attribute__((target("avx2"))) static void
-nchw_fused_avx2(float *d, float *y, float *cb, float *cr, int np, const float sc[3],
-                const float bi[3], size_t plane, int dw)
-{
-    const __m256 k0 = _mm256_setzero_ps(), k255 = _mm256_set1_ps(255.0f);
-    const __m256 kr = _mm256_set1_ps(SL_YCC_R_CR), kgb = _mm256_set1_ps(SL_YCC_G_CB),
-                 kgr = _mm256_set1_ps(SL_YCC_G_CR), kb = _mm256_set1_ps(SL_YCC_B_CB);
-    const __m256 m0 = _mm256_set1_ps(sc[0]), m1 = _mm256_set1_ps(sc[1]),
-                 m2 = _mm256_set1_ps(sc[2]), a0 = _mm256_set1_ps(bi[0]),
-                 a1 = _mm256_set1_ps(bi[1]), a2 = _mm256_set1_ps(bi[2]);
-    for (int x = 0; x < dw; x += 8) {
-        __m256 Y = _mm256_loadu_ps(y + x), r = Y, g = Y, b = Y;
-        if (np == 3) {
-            __m256 u = _mm256_loadu_ps(cb + x), v = _mm256_loadu_ps(cr + x);
-            r = _mm256_add_ps(Y, _mm256_mul_ps(kr, v));
-            g = _mm256_sub_ps(_mm256_sub_ps(Y, _mm256_mul_ps(kgb, u)), _mm256_mul_ps(kgr, v));
-            b = _mm256_add_ps(Y, _mm256_mul_ps(kb, u));
-        }
-        r = _mm256_add_ps(_mm256_mul_ps(_mm256_max_ps(k0, _mm256_min_ps(r, k255)), m0), a0);
-        g = _mm256_add_ps(_mm256_mul_ps(_mm256_max_ps(k0, _mm256_min_ps(g, k255)), m1), a1);
-        b = _mm256_add_ps(_mm256_mul_ps(_mm256_max_ps(k0, _mm256_min_ps(b, k255)), m2), a2);
-        _mm256_storeu_ps(y + x, r);
-        _mm256_storeu_ps(cb + x, g);
-        _mm256_storeu_ps(cr + x, b);
-    }
-    const float *src[3] = {y, cb, cr};
-    int wide = ((uintptr_t)d & 31) == 0;
-    for (int c = 0; c < 3; c++) {
-        float *o = d + (size_t)c * plane;
-        if (wide)
-            for (int x = 0; x < dw; x += 8)
-                _mm256_stream_ps(o + x, _mm256_loadu_ps(src[c] + x));
-        else
-            for (int x = 0; x < dw; x += 4)
-                _mm_stream_ps(o + x, _mm_loadu_ps(src[c] + x));
-    }
-}
-#endif
-
-/* What one plane needs during the pass (in mem). */
-typedef struct sl_pstate {
-    sl_rtap *ht, *vt;         /* dw horizontal taps (relative to lo), dh vertical */
-    int lo, n;                /* columns [lo, lo + n) are read */
-    int linear;
-    sl_hblk *blk;             /* linear: dw / 8 blocks, then the tables */
-    int32_t *tab;             /* ia, ib, wa, wb: dw each */
-    float *acc;               /* n + pad floats */
-} sl_pstate;
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                        \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
-                       const float mean[3], const float std[3], void *dst)
-{
-    if (!pl || !dst || (np != 1 && np != 3) || dw <= 0 || dh <= 0 || dw > INT32_MAX / 3 ||
-        (unsigned)layout > SL_LAYOUT_NCHW_F32 ||
-        (layout != SL_LAYOUT_NHWC_U8 && (!mean || !std)))
-        return sl_fail(SL_EINVAL, "sl_resample_planes: bad arguments");
-    for (int c = 0; c < np; c++) {
-        const sl_plane_view *v = &pl[c];
-        if (!v->p || v->w < 1 || v->h < 1 || v->pitch < v->w || !(v->cw > 0) || !(v->ch > 0) ||
-            !(v->x0 >= 0) || !(v->y0 >= 0) || v->x0 + v->cw > v->w + 1e-6 ||
-            v->y0 + v->ch > v->h + 1e-6)
-            return sl_fail(SL_EINVAL, "sl_resample_planes: plane %d: window %gx%g at (%g,%g) "
-                           "outside %dx%d", c, v->cw, v->ch, v->x0, v->y0, v->w, v->h);
-    }
-    float sc[3] = {1, 1, 1}, bi[3] = {0, 0, 0};
-    if (layout != SL_LAYOUT_NHWC_U8)
-        for (int c = 0; c < 3; c++) {
-            sc[c] = 1.0f / std[c];
-            bi[c] = -mean[c] * sc[c];
-        }
-
-    /* Memory: per plane taps, tables and the acc row; then 3 output rows. */
-    size_t nblk = (size_t)dw / 8, need = 0, off[3][4];
-    int cols[3];
-    for (int c = 0; c < np; c++) {
-        cols[c] = pl[c].w; /* upper bound on the columns read */
-        off[c][0] = need;
-        need = al32(need + ((size_t)dw + dh) * sizeof(sl_rtap));
-        off[c][1] = need;
-        need = al32(need + nblk * sizeof(sl_hblk) + (size_t)dw * 4 * sizeof(int32_t));
-        off[c][2] = need;
-        need = al32(need + ((size_t)cols[c] + SL_RESAMPLE_PAD) * sizeof(float));
-    }
-    size_t o_out = need;
-    need += 3 * (size_t)dw * sizeof(float);
-    _Alignas(32) unsigned char stackbuf[SL_RESAMPLE_STACK];
-    unsigned char *mem = stackbuf;
-    if (need > sizeof stackbuf && !(mem = aligned_alloc(32, al32(need))))
-        return sl_fail(SL_ENOMEM, "sl_resample_planes: %zu bytes: out of memory", need);
-
-    sl_pstate ps[3];
-    for (int c = 0; c < np; c++) {
-        const sl_plane_view *v = &pl[c];
-        sl_pstate *s = &ps[c];
-        s->ht = (sl_rtap *)(mem + off[c][0]);
-        s->vt = s->ht + dw;
-        s->blk = (sl_hblk *)(mem + off[c][1]);
-        s->tab = (int32_t *)(s->blk + nblk);
-        s->acc = (float *)(mem + off[c][2]);
-        if (c == 2 && v->w == pl[1].w && v->h == pl[1].h && v->x0 == pl[1].x0 &&
-            v->y0 == pl[1].y0 && v->cw == pl[1].cw && v->ch == pl[1].ch) {
-            /* Cr on Cb's grid (every JPEG): Cb's taps and tables, own row */
-            float *acc = s->acc;
-            *s = ps[1];
-            s->acc = acc;
-            memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float));
-            continue;
-        }
-        window_taps(s->ht, v->x0, v->cw, v->w, dw);
-        window_taps(s->vt, v->y0, v->ch, v->h, dh);
-        if (flip)
-            for (int a = 0, b = dw - 1; a < b; a++, b--) {
-                sl_rtap t = s->ht[a];
-                s->ht[a] = s->ht[b];
-                s->ht[b] = t;
-            }
-        int lo = INT32_MAX, hi = 0;
-        s->linear = 1;
-        for (int x = 0; x < dw; x++) {
-            lo = s->ht[x].i0 < lo ? s->ht[x].i0 : lo;
-            hi = s->ht[x].i0 + s->ht[x].n > hi ? s->ht[x].i0 + s->ht[x].n : hi;
-            s->linear &= s->ht[x].n <= 2 && s->ht[x].wmid == 0;
-        }
-        for (int x = 0; x < dw; x++)
-            s->ht[x].i0 -= lo;
-        s->lo = lo;
-        s->n = hi - lo;
-        memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float)); /* windows read the pad */
-        if (s->linear) {
-            int32_t *t = s->tab;
-            expand_linear(s->ht, dw, 1.0f, t, t + dw, (float *)(t + 2 * dw),
-                          (float *)(t + 3 * dw), s->blk);
-        }
-    }
-
-    float *o[3];
-    for (int c = 0; c < 3; c++)
-        o[c] = (float *)(mem + o_out) + (size_t)c * dw;
-    size_t plane = (size_t)dh * dw;
-    /* A 224 x 224 f32 sample is 588 KiB, written once and read next by the
-     * consumer, after the rest of the batch (tens of MiB): streamed stores
-     * skip reading each destination line into the cache first. */
-    int stream = SL_RESAMPLE_STREAM && layout == SL_LAYOUT_NCHW_F32 && dw % 4 == 0 &&
-                 ((uintptr_t)dst & 15) == 0;
-    /* Chroma leaves the planes centred on 0 (the bias), the conversion
-     * wants Cb - 128 and Cr - 128. */
-    const float pbias[3] = {0.0f, -128.0f, -128.0f};
-#if SL_RESAMPLE_AVX2
-    int avx2 = __builtin_cpu_supports("avx2");
-    int fused = avx2 && stream && dw % 8 == 0;
-#endif
-    for (int y = 0; y < dh; y++) {
-        for (int c = 0; c < np; c++) {
-            const sl_pstate *s = &ps[c];
-            const sl_rtap *t = &s->vt[y];
-            const uint8_t *row = pl[c].p + (size_t)t->i0 * pl[c].pitch + s->lo;
-            if (t->n == 2) {
-#if SL_RESAMPLE_AVX2
-                if (avx2)
-                    prow_two_avx2(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
-                else
-#endif
-                prow_two(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
-            } else {
-                prow_set(s->acc, row, t->w0, s->n);
-                for (int k = 1; k < t->n; k++) {
-                    float w = k == t->n - 1 ? t->wn : t->wmid;
-                    prow_add(s->acc, row + (size_t)k * pl[c].pitch, w, s->n);
-                }
-            }
-            if (s->linear) {
-                const int32_t *tc = s->tab;
-                hplane(s->blk, tc, tc + dw, (const float *)(tc + 2 * dw),
-                       (const float *)(tc + 3 * dw), pbias[c], dw, s->acc, o[c]);
-            } else {
-                harea_plane(s->ht, dw, s->acc, pbias[c], o[c]);
-            }
-        }
-#if SL_RESAMPLE_AVX2
-        if (fused) {
-            nchw_fused_avx2((float *)dst + (size_t)y * dw, o[0], o[1], o[2], np, sc, bi, plane,
-                            dw);
-            continue;
-        }
-#endif
-        /* RGB: JFIF YCbCr -> RGB (libjpeg jdcolor.c), clamped, then the
-         * layout (u8 rounded; f32 normalized). Gray: R = G = B = Y. */
-        float *r = o[0], *g = o[1], *b = o[2];
-        if (np == 3) {
-            for (int x = 0; x < dw; x++) {
-                float Y = r[x], cb = g[x], cr = b[x];
-                float vr = Y + SL_YCC_R_CR * cr;
-                float vg = Y - SL_YCC_G_CB * cb - SL_YCC_G_CR * cr;
-                float vb = Y + SL_YCC_B_CB * cb;
-                r[x] = vr < 0.0f ? 0.0f : vr > 255.0f ? 255.0f : vr;
-                g[x] = vg < 0.0f ? 0.0f : vg > 255.0f ? 255.0f : vg;
-                b[x] = vb < 0.0f ? 0.0f : vb > 255.0f ? 255.0f : vb;
-            }
-        } else {
-            for (int x = 0; x < dw; x++) {
-                float Y = r[x] < 0.0f ? 0.0f : r[x] > 255.0f ? 255.0f : r[x];
-                r[x] = g[x] = b[x] = Y;
-            }
-        }
-        if (layout == SL_LAYOUT_NHWC_U8) {
-            uint8_t *d = (uint8_t *)dst + (size_t)y * dw * 3;
-            for (int x = 0; x < dw; x++) {
-                d[3 * x] = (uint8_t)(int)(r[x] + 0.5f);
-                d[3 * x + 1] = (uint8_t)(int)(g[x] + 0.5f);
-                d[3 * x + 2] = (uint8_t)(int)(b[x] + 0.5f);
-            }
-        } else if (layout == SL_LAYOUT_NHWC_F32) {
-            float *d = (float *)dst + (size_t)y * dw * 3;
-            for (int x = 0; x < dw; x++) {
-                d[3 * x] = r[x] * sc[0] + bi[0];
-                d[3 * x + 1] = g[x] * sc[1] + bi[1];
-                d[3 * x + 2] = b[x] * sc[2] + bi[2];
-            }
-        } else {
-            float *d = (float *)dst + (size_t)y * dw;
-            if (stream) {
-                nchw_stream(d, r, g, b, sc, bi, plane, dw);
-            } else {
-                for (int x = 0; x < dw; x++) {
-                    d[x] = r[x] * sc[0] + bi[0];
-                    d[plane + x] = g[x] * sc[1] + bi[1];
-                    d[2 * plane + x] = b[x] * sc[2] + bi[2];
-                }
-            }
-        }
-    }
-#if SL_RESAMPLE_STREAM
-    if (stream)
-        _mm_sfence(); /* order the streamed stores before whatever publishes the sample */
-#endif
-    if (mem != stackbuf)
-        free(mem);
-    return SL_OK;
 }

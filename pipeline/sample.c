@@ -1,8 +1,9 @@
 /*
  * pipeline/sample.c - a sample's flip, normalization and layout from RGB
  * u8 rows: the plain form of what the decode paths now do fused with the
- * resize (resample.c's sl_resample_sample and sl_resample_planes store
- * "as sl_store_sample would"), kept as their reference: the tests pin
+ * resize (resample.c's sl_resample_sample and resample_planes.c's
+ * sl_resample_planes store "as sl_store_sample would"), kept as their
+ * reference: the tests pin
  * those against sl_resize_rgb_u8 + sl_store_sample. No pipeline stage
  * calls it.
  *

@@ -409,7 +409,8 @@ int sl_pipeline_create_from_state(const sl_pipeline_config *cfg, const char *sta
     *out = NULL;
     if (!cfg || !state)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
-    if ((rc = parse_state(state, len, &s)))
+    if ((rc = sl_check_config_size(fn, cfg->size, sizeof *cfg)) ||
+        (rc = parse_state(state, len, &s)))
         return rc;
     if ((rc = sl_pipeline_build(cfg, &p)))
         return rc;
@@ -450,7 +451,8 @@ int sl_pipeline_create_at(const sl_pipeline_config *cfg, uint64_t batches, uint6
     *out = NULL;
     if (!cfg)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
-    if ((rc = sl_pipeline_build(cfg, &p)))
+    if ((rc = sl_check_config_size(fn, cfg->size, sizeof *cfg)) ||
+        (rc = sl_pipeline_build(cfg, &p)))
         return rc;
     if (samples > p->sample_limit) {
         rc = sl_fail(SL_EINVAL, "%s: %s: rank %u of %u: sample %llu is past the end of the run "

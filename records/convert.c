@@ -601,6 +601,9 @@ int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
     if (!cfg || !res)
         return sl_fail(SL_EINVAL, "sl_convert_run: NULL argument");
     memset(res, 0, sizeof *res);
+    int rc0 = sl_check_config_size("sl_convert_run", cfg->size, sizeof *cfg);
+    if (rc0)
+        return rc0;
     sl_convert_state st;
     cv_job j;
     memset(&j, 0, sizeof j);

@@ -432,6 +432,9 @@ typedef enum sl_source_kind {
 #define SL_MAX_PIXELS_DEFAULT ((uint64_t)1 << 26)
 
 typedef struct sl_convert_config {
+    size_t size;              /* sizeof(sl_convert_config), set by SL_CONVERT_CONFIG_INIT:
+                               * sl_convert_run refuses another (a caller built against other
+                               * headers) */
     sl_source_kind source;
     const char *input;        /* folder DIR or list FILE */
     const char *idx_images;   /* IDX images (SL_SOURCE_IDX) */
@@ -477,7 +480,8 @@ typedef struct sl_convert_config {
 
 #define SL_CONVERT_CONFIG_INIT                                                                  \
     {                                                                                           \
-        .source = SL_SOURCE_FOLDER, .format = SL_FORMAT_TFRECORD, .quality = 95,                \
+        .size = sizeof(sl_convert_config), .source = SL_SOURCE_FOLDER,                          \
+        .format = SL_FORMAT_TFRECORD, .quality = 95,                                            \
         .shuffle_seed = 0, .shuffle = 1, .fsync = 1,                                            \
     }
 

@@ -12,9 +12,9 @@
  * threads to any other stage would not raise the rate.
  *
  * --digest hashes every batch's bytes, labels, record ids and epochs in
- * order (a 128-bit hash built from xxHash64's lane round), so two runs can
- * be compared byte for byte: the same seed must give the same digest for
- * any --workers and --readers (pipeline.h, Determinism).
+ * order (digest.c: a 128-bit hash built from xxHash64's lane round), so
+ * two runs can be compared byte for byte: the same seed must give the same
+ * digest for any --workers and --readers (pipeline.h, Determinism).
  *
  * Exit status: 0 done, 2 usage or runtime error (a pipeline error is
  * printed with its message).
@@ -31,6 +31,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "digest.h"
 #include "pipeline/pipeline.h"
 #include "pipeline_flags.h"
 
@@ -70,95 +71,6 @@ static void usage(FILE *f)
             "  sluice profile --data data/imagenet --workers 8 --seconds 20\n"
             "  sluice profile --data data/fmnist --split test --image-size 28 --epochs 1 --digest\n"
             "  sluice profile --data data/imagenet --layout nhwc-u8 --device 0 --json --trace t.json\n");
-}
-
-/* ------------------------------------------------------------ digest */
-/* Four xxHash64 lanes over 32-byte blocks (XXH64's round and primes,
- * github.com/Cyan4973/xxHash, xxhash.h), finished into 128 bits with the
- * murmur3/splitmix finalizer. Not cryptographic: it tells runs apart. */
-#define DG_P1 0x9E3779B185EBCA87ull
-#define DG_P2 0xC2B2AE3D27D4EB4Full
-
-typedef struct digest {
-    uint64_t v[4];
-    uint8_t buf[32];
-    size_t nbuf;
-    uint64_t total;
-} digest;
-
-static uint64_t dg_rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-static uint64_t dg_round(uint64_t acc, uint64_t in)
-{
-    return dg_rotl(acc + in * DG_P2, 31) * DG_P1;
-}
-
-static uint64_t dg_fmix(uint64_t z)
-{
-    z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
-    z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ull;
-    return z ^ (z >> 33);
-}
-
-static void dg_init(digest *d)
-{
-    memset(d, 0, sizeof *d);
-    d->v[0] = DG_P1 + DG_P2;
-    d->v[1] = DG_P2;
-    d->v[2] = 0;
-    d->v[3] = 0 - DG_P1;
-}
-
-static void dg_block(digest *d, const uint8_t *p)
-{
-    for (int i = 0; i < 4; i++) {
-        uint64_t w;
-        memcpy(&w, p + 8 * i, 8); /* host byte order: digests compare on one kind of host */
-        d->v[i] = dg_round(d->v[i], w);
-    }
-}
-
-static void dg_update(digest *d, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    d->total += len;
-    if (d->nbuf) {
-        size_t take = 32 - d->nbuf < len ? 32 - d->nbuf : len;
-        memcpy(d->buf + d->nbuf, p, take);
-        d->nbuf += take;
-        p += take;
-        len -= take;
-        if (d->nbuf < 32)
-            return;
-        dg_block(d, d->buf);
-        d->nbuf = 0;
-    }
-    for (; len >= 32; p += 32, len -= 32)
-        dg_block(d, p);
-    memcpy(d->buf, p, len);
-    d->nbuf = len;
-}
-
-/* 32 hex digits into out[33]. */
-static void dg_final(const digest *in, char out[33])
-{
-    digest d = *in;
-    memset(d.buf + d.nbuf, 0, 32 - d.nbuf);
-    dg_block(&d, d.buf); /* the zero-padded tail; total tells paddings apart */
-    uint64_t a = dg_fmix(d.v[0] ^ dg_rotl(d.v[2], 17) ^ d.total);
-    uint64_t b = dg_fmix(d.v[1] ^ dg_rotl(d.v[3], 29) ^ (d.total * DG_P1));
-    uint64_t hi = dg_fmix(a + b * DG_P2), lo = dg_fmix(b ^ dg_rotl(a, 23) ^ hi);
-    snprintf(out, 33, "%016llx%016llx", (unsigned long long)hi, (unsigned long long)lo);
-}
-
-static void dg_batch(digest *d, const sl_batch *b)
-{
-    uint64_t n = b->n;
-    dg_update(d, &n, sizeof n);
-    dg_update(d, b->data, (size_t)b->n * b->sample_bytes);
-    dg_update(d, b->labels, b->n * sizeof *b->labels);
-    dg_update(d, b->record_ids, b->n * sizeof *b->record_ids);
-    dg_update(d, b->epochs, b->n * sizeof *b->epochs);
 }
 
 /* ------------------------------------------------------------ options */
@@ -286,7 +198,7 @@ static void progress(const profile_opts *o, const run_result *r, double t, doubl
 static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_result *r)
 {
     digest dg;
-    dg_init(&dg);
+    digest_init(&dg);
     int draw = !o->quiet && !o->json && cli_stderr_tty(), drew = 0, rc = SL_OK;
     int warmed = o->warmup == 0;
     uint64_t w_batches = 0, w_samples = 0;    /* taken before the window */
@@ -315,7 +227,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
             break;
         next_s += t1 - t;
         if (o->digest)
-            dg_batch(&dg, b);
+            digest_batch(&dg, b);
         else if (b->n) /* the free consumer: one byte of data and one label */
             sink ^= ((const uint8_t *)b->data)[0] ^ (uint8_t)b->labels[b->n - 1];
         r->batches++;
@@ -354,7 +266,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     sl_io_stats_get(&r->io1);
     sl_pipeline_decoder(p, r->decoder, sizeof r->decoder);
     if (o->digest)
-        dg_final(&dg, r->digest);
+        digest_final(&dg, r->digest);
     return SL_OK;
 }
 

@@ -411,6 +411,9 @@ int sl_strategy_parse(const char *name, sl_strategy *out); /* SL_EINVAL for othe
 #define SL_EVAL_SPLIT_AUTO "auto"
 
 typedef struct sl_train_config {
+    size_t size;                 /* sizeof(sl_train_config), set by sl_train_config_init:
+                                  * sl_train_run refuses another (a caller built against
+                                  * other headers) */
     sl_pipeline_config data;     /* the train input (split, batch, image size, ...); batch is
                                   * the GLOBAL batch, split evenly over mirrored replicas */
     const char *eval_split;      /* evaluated after each epoch; NULL or "" for none;

@@ -1,7 +1,7 @@
 /*
  * perf/resample_ab/driver.c - sl_resample_planes of two commits, A/B in one
  * process (perf/resample-ab builds it; not a CMake target: it needs the two
- * copies of pipeline/resample.c that the script compiles under other names).
+ * copies of pipeline/resample*.c that the script compiles under other names).
  *
  *   driver DIR N REPS [LAYOUT 0|1|2 (default 2: NCHW f32)] [RING (default 64)]
  *

@@ -1045,3 +1045,22 @@ Test(collectives_local, stream_ordered_calls_refused_fence_completes)
     free(run);
     cr_assert_eq(sl_comm_fence(NULL, NULL), SL_EINVAL);
 }
+
+/* A config whose size is not this library's (built against other headers)
+ * is refused by the create functions; NULL still means the defaults. */
+Test(collectives_local, config_of_another_size_is_refused)
+{
+    sl_comm_config cfg = SL_COMM_CONFIG_INIT;
+    cr_assert_eq(cfg.size, sizeof cfg);
+    cfg.size = sizeof cfg + 8;
+    char want[256];
+    snprintf(want, sizeof want, "sl_comm_local_group_create: config of %zu bytes, this library's "
+             "is %zu: rebuild against this sluice's headers", cfg.size, sizeof cfg);
+    sl_comm_group *g = NULL;
+    cr_assert_eq(sl_comm_local_group_create(2, &cfg, &g), SL_EINVAL);
+    cr_assert_null(g);
+    cr_assert_str_eq(sl_errmsg(), want);
+    cfg.size = sizeof cfg;
+    cr_assert_eq(sl_comm_local_group_create(2, &cfg, &g), SL_OK, "%s", sl_errmsg());
+    sl_comm_local_group_destroy(g);
+}

@@ -44,6 +44,8 @@ offflags() {
 offlibs() {
     local c="$OFF/CMakeCache.txt"
     grep -q '^SLUICE_WITH_DNNL:BOOL=ON' "$c" 2>/dev/null && sed -n 's/^DNNL_LIBRARY:FILEPATH=//p' "$c"
+    # records/'s remote reads (bytesrc.h) when that build has libcurl
+    grep -q '^SLUICE_WITH_CURL:BOOL=ON' "$c" 2>/dev/null && pkg-config --libs libcurl
     sed -n 's/^OpenMP_gomp_LIBRARY:FILEPATH=//p' "$c" 2>/dev/null
 }
 

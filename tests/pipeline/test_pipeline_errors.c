@@ -343,3 +343,34 @@ Test(pipeline_errors, empty_dataset_ends_at_once)
     }
     pl_dataset_free(&d);
 }
+
+/* ---------------------------------------------------------- config size */
+
+/* A config whose size is not this library's (a caller built against other
+ * headers, or one not started from SL_PIPELINE_CONFIG_INIT) is refused by
+ * each create function before anything is read. */
+Test(pipeline_errors, config_of_another_size_is_refused)
+{
+    sl_pipeline_config c = SL_PIPELINE_CONFIG_INIT;
+    cr_assert_eq(c.size, sizeof c);
+    c.data = "/nonexistent/sluice-config-size";
+    char want[256];
+    for (int k = 0; k < 2; k++) {
+        c.size = k == 0 ? sizeof c - 8 : 0;
+        snprintf(want, sizeof want, "config of %zu bytes, this library's is %zu: rebuild against "
+                 "this sluice's headers", c.size, sizeof c);
+        sl_pipeline *p = (sl_pipeline *)&c;
+        cr_assert_eq(sl_pipeline_create(&c, &p), SL_EINVAL);
+        cr_assert_null(p);
+        cr_assert(strstr(sl_errmsg(), "sl_pipeline_create: ") == sl_errmsg(), "%s", sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), want), "%s", sl_errmsg());
+        cr_assert_eq(sl_pipeline_create_at(&c, 1, 0, &p), SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "sl_pipeline_create_at: ") == sl_errmsg(), "%s",
+                  sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), want), "%s", sl_errmsg());
+        cr_assert_eq(sl_pipeline_create_from_state(&c, "{}", 2, &p), SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "sl_pipeline_create_from_state: ") == sl_errmsg(), "%s",
+                  sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), want), "%s", sl_errmsg());
+    }
+}

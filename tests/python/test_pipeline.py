@@ -26,8 +26,8 @@ SMALL = dict(split="train", image_size=(16, 20), batch=16, workers=2, seed=5,
 
 
 # ------------------------------------------------------------ the CLI's digest
-# tools/cmd_profile.c's --digest, written again from its comment: four
-# xxHash64 lanes over 32-byte blocks, then the murmur3 finalizer.
+# tools/digest.c's hash (profile --digest), written again from its comment:
+# four xxHash64 lanes over 32-byte blocks, then the murmur3 finalizer.
 P1, P2, M = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, (1 << 64) - 1
 
 

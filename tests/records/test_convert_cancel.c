@@ -148,3 +148,21 @@ Test(convert_cancel, stops_leaving_whole_shards_and_resume_finishes)
     tu_rmrf(dir);
     free(out0), free(out), free(ref), free(list), free(dir);
 }
+
+/* A config whose size is not this library's (a caller built against other
+ * headers, or one not started from SL_CONVERT_CONFIG_INIT) is refused
+ * before anything is read or written. */
+Test(convert_cancel, config_of_another_size_is_refused)
+{
+    sl_convert_config c = SL_CONVERT_CONFIG_INIT;
+    cr_assert_eq(c.size, sizeof c);
+    c.input = "/nonexistent/sluice-config-size";
+    c.out_dir = "/nonexistent/sluice-config-size-out";
+    c.size = sizeof c - 8;
+    char want[256];
+    snprintf(want, sizeof want, "sl_convert_run: config of %zu bytes, this library's is %zu: "
+             "rebuild against this sluice's headers", c.size, sizeof c);
+    sl_convert_result res;
+    cr_assert_eq(sl_convert_run(&c, &res), SL_EINVAL);
+    cr_assert_str_eq(sl_errmsg(), want);
+}

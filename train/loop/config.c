@@ -61,6 +61,7 @@ int sl_precision_parse(const char *name, sl_dtype *out)
 void sl_train_config_init(sl_train_config *c)
 {
     memset(c, 0, sizeof *c);
+    c->size = sizeof *c;
     c->data = (sl_pipeline_config)SL_PIPELINE_CONFIG_INIT;
     c->data.layout = SL_LAYOUT_NHWC_F32;
     c->data.epochs = 0;

@@ -491,6 +491,9 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
 {
     memset(res, 0, sizeof *res);
     res->eval_top1 = res->eval_top5 = -1;
+    int rc0 = sl_check_config_size("sl_train_run", cfg->size, sizeof *cfg);
+    if (rc0)
+        return rc0;
     sl_run r = {.cfg = cfg, .out = cfg->progress ? cfg->progress : stderr, .res = res,
                 .saved_step = -1};
     r.t0 = sl_now_s();

@@ -83,7 +83,9 @@ typedef struct sl_ps_config {
     int timeout_ms;     /* > 0: the longest any call waits (see Deadlines) */
 } sl_ps_config;
 
-#define SL_PS_CONFIG_INIT {1, 1, -1, SL_SGD_CONFIG_INIT, 0, 300000}
+#define SL_PS_CONFIG_INIT                                                                     \
+    {.servers = 1, .workers = 1, .max_staleness = -1, .sgd = SL_SGD_CONFIG_INIT,              \
+     .queue_depth = 0, .timeout_ms = 300000}
 
 /* Staleness histogram buckets: [0] = 0, [i] = 2^(i-1) .. 2^i - 1, the last
  * one open: 0 | 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64+. */

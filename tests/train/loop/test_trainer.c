@@ -605,3 +605,22 @@ Test(train_trainer, synthetic_run_stopped_by_an_error)
     pl_dataset_free(&d);
     pl_dataset_free(&v);
 }
+
+/* A config whose size is not this library's (a caller built against other
+ * headers, or one not started from sl_train_config_init) is refused before
+ * anything is opened. */
+Test(train_trainer, config_of_another_size_is_refused)
+{
+    sl_train_config t;
+    sl_train_config_init(&t);
+    cr_assert_eq(t.size, sizeof t);
+    cr_assert_eq(t.data.size, sizeof t.data);
+    t.data.data = "/nonexistent/sluice-config-size";
+    t.size = sizeof t - 8;
+    char want[256];
+    snprintf(want, sizeof want, "sl_train_run: config of %zu bytes, this library's is %zu: "
+             "rebuild against this sluice's headers", t.size, sizeof t);
+    sl_train_result r;
+    cr_assert_eq(sl_train_run(&t, &r), SL_EINVAL);
+    cr_assert_str_eq(sl_errmsg(), want);
+}

@@ -1,0 +1,126 @@
+/*
+ * pipeline/resample_int.h - what the two one-pass resamplers share:
+ * resample.c (sl_resample_sample, an RGB u8 strip) and resample_planes.c
+ * (sl_resample_planes, Y/Cb/Cr planes at their own resolutions). Both run
+ * a vertical pass into float plane rows, then a horizontal pass per plane
+ * row that writes the final value; that horizontal pass is here: the
+ * bilinear "window" (hplane, over the tables sl_resample_expand_linear
+ * fills; resample.c's DESIGN comment explains the window) and the area
+ * tap (area_tap), with the scratch sizes and the tap type.
+ *
+ * hplane and area_tap are always_inline so that each target_clones clone
+ * of either resampler compiles its own copy (the AVX2 clone's window is
+ * vpermps); neither file is built with FMA, so every copy computes the
+ * same floats. sl_resample_expand_linear runs once per call, out of line
+ * (resample.c).
+ *
+ * Threading: reentrant.
+ */
+#ifndef SL_RESAMPLE_INT_H
+#define SL_RESAMPLE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pipeline/pipeline_int.h"
+
+/* Bytes of scratch on the stack; above that one malloc per call. */
+#define SL_RESAMPLE_STACK (64 * 1024)
+/* Floats after each plane row of acc: a window reads 16 from its base. */
+#define SL_RESAMPLE_PAD 16
+
+/* gcc vector extensions; __builtin_shuffle with a variable two-vector mask
+ * is one vpermps per source vector and a blend with AVX2 (the "default"
+ * clone lowers it to scalar moves, still correct). Other compilers take the
+ * per-element path. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SL_RESAMPLE_WINDOW 1
+#else
+#define SL_RESAMPLE_WINDOW 0
+#endif
+typedef float sl_v8f __attribute__((vector_size(32)));
+typedef int32_t sl_v8i __attribute__((vector_size(32)));
+
+typedef sl_resize_tap sl_rtap; /* records.h: the same filter as sl_resize_rgb_u8 */
+
+/* Eight consecutive bilinear outputs of one plane row: out[k] = wa[k] *
+ * p[base + ka[k]] + wb[k] * p[base + kb[k]] + bias, ka, kb in 0..15. win 2:
+ * ka, kb in 0..7 (an enlargement by 8/7 or more, e.g. 4:2:0 chroma to a
+ * crop's size): one source vector and one permute per weight. win 0: the
+ * indices spread further (does not happen for scale < 2, kept as a guard),
+ * use the per-pixel tables. */
+typedef struct sl_hblk {
+    sl_v8i ka, kb;
+    sl_v8f wa, wb;
+    int32_t base, win;
+} sl_hblk;
+
+/* Bilinear horizontal pass over one plane row p into out (dw values):
+ * wa*p[ia] + wb*p[ib] + bias, windows for the full blocks of 8, the
+ * per-pixel tables for the rest. */
+static inline __attribute__((always_inline)) void
+hplane(const sl_hblk *restrict blk, const int32_t *restrict ia, const int32_t *restrict ib,
+       const float *restrict wa, const float *restrict wb, float bias, int dw,
+       const float *restrict p, float *restrict out)
+{
+    int x = 0;
+#if SL_RESAMPLE_WINDOW
+    sl_v8f vb = {bias, bias, bias, bias, bias, bias, bias, bias};
+    for (; x + 8 <= dw; x += 8, blk++) {
+        if (!blk->win)
+            for (int k = x; k < x + 8; k++)
+                out[k] = wa[k] * p[ia[k]] + wb[k] * p[ib[k]] + bias;
+        else if (blk->win == 2) { /* every index in 0..7: one vector, one permute */
+            sl_v8f lo;
+            memcpy(&lo, p + blk->base, sizeof lo);
+            sl_v8f a = __builtin_shuffle(lo, blk->ka);
+            sl_v8f b = __builtin_shuffle(lo, blk->kb);
+            sl_v8f v = blk->wa * a + blk->wb * b + vb;
+            memcpy(out + x, &v, sizeof v);
+        } else {
+            sl_v8f lo, hi;
+            memcpy(&lo, p + blk->base, sizeof lo);
+            memcpy(&hi, p + blk->base + 8, sizeof hi);
+            sl_v8f a = __builtin_shuffle(lo, hi, blk->ka);
+            sl_v8f b = __builtin_shuffle(lo, hi, blk->kb);
+            sl_v8f v = blk->wa * a + blk->wb * b + vb;
+            memcpy(out + x, &v, sizeof v);
+        }
+    }
+#else
+    (void)blk;
+#endif
+    for (; x < dw; x++)
+        out[x] = wa[x] * p[ia[x]] + wb[x] * p[ib[x]] + bias;
+}
+
+/* Expand horizontal taps (all n <= 2) into one plane's tables: per pixel
+ * ia, ib, wa, wb (weights times sc), and the window blocks (dw / 8 of
+ * them). */
+void sl_resample_expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, int32_t *ib,
+                               float *wa, float *wb, sl_hblk *blk);
+
+/* One output of an area (general) tap over p: resize.c's hrow_store
+ * arithmetic. */
+static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, const float *p)
+{
+    int n = t->n;
+    float v = t->w0 * p[0];
+    if (n >= 2) {
+        float m = 0;
+        for (int k = 1; k < n - 1; k++)
+            m += p[k];
+        v += t->wmid * m + t->wn * p[n - 1];
+    }
+    return v;
+}
+
+/* Round up to a multiple of 32 bytes (the vector tables' alignment). */
+
+static inline size_t al32(size_t n)
+{
+    return (n + 31) & ~(size_t)31;
+}
+
+#endif /* SL_RESAMPLE_INT_H */
