@@ -46,7 +46,7 @@
  * is not shared); replicas (issue 5) each have their own. The cpu backend
  * runs sl_exec.threads threads: oneDNN's (or OpenBLAS's) inside a
  * convolution, and the calling thread's OpenMP team for its own passes;
- * train/ops/ops.c says when one thread is better.
+ * train/ops/exec.c says when one thread is better.
  */
 #ifndef SL_TRAIN_INT_H
 #define SL_TRAIN_INT_H
@@ -109,6 +109,9 @@ typedef struct sl_pool_shape {
 } sl_pool_shape;
 int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int stride, int pad);
 
+/* A NULL slot is an op the backend does not have: its entry point says
+ * SL_ENOTSUP ("sl_<op>: <backend>: the backend has no such op", then
+ * sl_ops_missing's reason in parentheses when there is one). */
 typedef struct sl_ops {
     const char *name;
 
@@ -268,7 +271,8 @@ typedef struct sl_ops {
  * (but where the slot's comment allows one, or the tensor has no
  * elements), or a tensor whose element or byte count overflows 64 bits
  * (issue 26); SL_ENOTSUP when e's backend has no such
- * slot (the fused ones outside cuda). The backends check only what is
+ * slot (the fused ones outside cuda, every one of cuda's in a build without
+ * it), before the other checks. The backends check only what is
  * theirs: their context, their scratch, argmax and device data. Callers
  * (the model, tests) go through these; a backend's slot called directly
  * trusts its arguments. */
@@ -411,7 +415,7 @@ void sl_model_fusion(const sl_model *m, int *fused, int *total);
  *   norm_sync_ref.c / norm_sync_cpu.c  bn_fwd_apply, bn_bwd_reduce, bn_bwd_apply,
  *                                      bn_moments, bn_moments_merge
  *                                      (cuda: norm_cuda.cu, norm_sync_cuda.cu)
- * ops.c assembles sl_ops_ref / sl_ops_cpu / sl_ops_cuda from them. */
+ * exec.c assembles sl_ops_ref / sl_ops_cpu / sl_ops_cuda from them. */
 #define SL_DECLARE_OPS(sfx)                                                                   \
     int sl_conv_fwd_##sfx(sl_exec *, const sl_conv_shape *, const float *, const float *,     \
                           float *);                                                           \
@@ -477,7 +481,10 @@ void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy, const fl
 
 extern const sl_ops sl_ops_ref;
 extern const sl_ops sl_ops_cpu;
-extern const sl_ops sl_ops_cuda; /* SL_ENOTSUP slots in builds without CUDA + cuDNN */
+extern const sl_ops sl_ops_cuda; /* no slots (NULL) in builds without CUDA + cuDNN */
+/* Why every slot of table o is NULL (the cuda table of a build without
+ * it: "this build has no cuda backend"), or NULL when o has ops (exec.c). */
+const char *sl_ops_missing(const sl_ops *o);
 
 /* ------------------------------------------------- io/resume.c: checkpoints of a run
  * The loop's checkpoints on plain data (loop/run.c fills these from its run

@@ -66,7 +66,7 @@ build() {
     done; wait
     echo "== .cu -> host C++"
     cu="$REPO/train/ops/act_cuda.cu $REPO/train/ops/amp_cuda.cu $REPO/train/ops/conv_cuda.cu $REPO/train/ops/cuda_ctx.cu \
-        $REPO/train/ops/linear_cuda.cu $REPO/train/ops/norm_cuda.cu $REPO/train/ops/norm_sync_cuda.cu \
+        $REPO/train/ops/linear_cuda.cu $REPO/train/ops/norm_cuda.cu $REPO/train/ops/norm_pass_cuda.cu $REPO/train/ops/norm_sync_cuda.cu \
         $REPO/train/device/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/gdec_cuda.cu"
     # the fused conv+BN path's own kernels, once the file exists
     [ -f "$REPO/train/ops/fuse_cuda.cu" ] && cu="$cu $REPO/train/ops/fuse_cuda.cu"
@@ -81,6 +81,9 @@ build() {
     for f in $cuobjs; do [ -f $f ] || { echo "missing $f"; exit 1; }; done
     echo "== CUDA-ON C files"
     TRAIN_FLAGS="$(offflags sl_train)" # as the OFF build's train/ (SLUICE_WITH_DNNL, ...)
+    # exec.c: the backend tables, the cuda one here; ops.c (the entry points)
+    # from this tree too, so that mut.sh's mutants of it are what runs
+    $CC $TRAIN_FLAGS -c "$REPO/train/ops/exec.c" -o exec.o
     $CC $TRAIN_FLAGS -c "$REPO/train/ops/ops.c" -o ops.o
     $CC $TRAIN_FLAGS -c "$REPO/train/device/dev_cuda.c" -o dev_cuda.o
     # the fused conv+BN path (cuDNN's graph API: emu_dnn_graph.cpp), once its files exist
@@ -99,11 +102,11 @@ build() {
     $CC $TRAIN_FLAGS -c "$REPO/train/loop/replica.c" -o replica.o & wait
     echo "== archives"
     rm -f libsl_train.a libsl_pipeline.a
-    cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o ops.c.o
+    cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o exec.c.o ops.c.o
     ar d libsl_train.a replica.c.o
     if ar t libsl_train.a | grep -qx fuse.c.o; then ar d libsl_train.a fuse.c.o; fi
-    ar r libsl_train.a ops.o dev_cuda.o replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
-        linear_cuda.emu.o norm_cuda.emu.o norm_sync_cuda.emu.o sgd_cuda.emu.o $fused 2>/dev/null
+    ar r libsl_train.a exec.o ops.o dev_cuda.o replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
+        linear_cuda.emu.o norm_cuda.emu.o norm_pass_cuda.emu.o norm_sync_cuda.emu.o sgd_cuda.emu.o $fused 2>/dev/null
     rm -f libsl_collectives.a
     cp "$OFF/libsl_collectives.a" libsl_collectives.a; ar d libsl_collectives.a nccl_none.c.o comm.c.o
     ar r libsl_collectives.a nccl.o comm.o 2>/dev/null

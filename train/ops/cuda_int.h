@@ -9,7 +9,8 @@
  *                   through cuDNN, NHWC (filters KRSC = our OHWI), the
  *                   algorithm chosen once per shape and cached here
  *   norm_cuda.cu    batch norm (train, eval, backward), the fused BN+add+ReLU
- *                   forward and ReLU+BN backward, and the sync-BN pieces
+ *                   forward and ReLU+BN backward, and the sync-BN pieces;
+ *                   norm_pass_cuda.cu their elementwise passes (norm_cuda.h)
  *   act_cuda.cu     relu, add, max-pool, global average pool, softmax
  *                   cross-entropy
  *   linear_cuda.cu  fully connected through cuBLAS
@@ -213,7 +214,7 @@ int sl_fuse_bn_apply_cuda(sl_exec *e, int64_t rows, int c, const float *y, const
                           const float *r, int relu, float *z);
 int sl_fuse_bn_dx_cuda(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
                        const float *mean, float *coef, float *dx);
-/* norm_cuda.cu's apply and input-gradient passes with per-channel float4
+/* norm_pass_cuda.cu's apply and input-gradient passes with per-channel float4
  * constants k (16-byte aligned, c of them) that fuse_cuda.cu made:
  * y = ((x - K) - md)*scale + beta (+ r, then ReLU) from (K, md, scale,
  * beta); dx = A*dy - B*(x - mu) - C from (mu, A, B, C). */

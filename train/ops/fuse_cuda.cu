@@ -2,7 +2,7 @@
 // convolutions (train_int.h's "cuDNN graph fusion"; graph_cuda.c runs the
 // convolutions): the finalize that turns the conv epilogue's per-channel
 // sum and sum of squares into BN's statistics, and the constants of the
-// apply and input-gradient passes, which norm_cuda.cu runs
+// apply and input-gradient passes, which norm_pass_cuda.cu runs
 // (sl_bn_apply_k_cuda, sl_bn_dx_k_cuda: the unfused ops' own passes).
 //
 // The finalize is ours, not cuDNN's BN_FINALIZE_STATISTICS operation: it

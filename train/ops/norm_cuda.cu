@@ -1,10 +1,13 @@
-// train/ops/norm_cuda.cu - batch norm, cuda backend: training forward, eval
-// forward, backward, the fused BN+add+ReLU forward and ReLU+BN backward,
-// and three synchronized-BN pieces, bn_fwd_apply, bn_bwd_reduce and
-// bn_bwd_apply (train_int.h gives the contract; the statistics pieces are in
-// norm_sync_cuda.cu;
-// norm_ref.c and norm_sync_ref.c are the oracles, and
-// tests/train/ops/test_norm_cuda.c holds these kernels to them).
+// train/ops/norm_cuda.cu - batch norm, cuda backend: the op entry points
+// (training forward, eval forward, backward, the fused BN+add+ReLU forward
+// and ReLU+BN backward, and three synchronized-BN pieces, bn_fwd_apply,
+// bn_bwd_reduce and bn_bwd_apply) with their statistics and reductions and
+// the per-channel kernels that turn those into the elementwise passes'
+// constants; the passes themselves are norm_pass_cuda.cu's (shared with
+// the cuDNN fusion), the pieces both files use norm_cuda.h. train_int.h
+// gives the contract; the sync-BN statistics pieces are in
+// norm_sync_cuda.cu; norm_ref.c and norm_sync_ref.c are the oracles, and
+// tests/train/ops/test_norm_cuda.c holds these kernels to them.
 //
 // Layout: x, y, dy, dx, r, z, dz are (rows, c), rows = n*h*w (NHWC
 // flattened, c fastest); every per-channel array is (c). All pointers are
@@ -81,61 +84,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <initializer_list>
-#include <type_traits>
 
 #include "train/ops/cuda_int.h"
+#include "train/ops/norm_cuda.h"
 
 enum {
-    BN_THREADS = 256,
-    BN_BLOCKS_PER_SM = 4,       // reductions: gy*tiles about this many blocks per SM
-    BN_APPLY_BLOCKS_PER_SM = 8, // elementwise passes
+    BN_BLOCKS_PER_SM = 4, // reductions: gy*tiles about this many blocks per SM
     BN_FIN_THREADS = 256,
 };
-
-// The cut of a (rows, c) pass (the file's DESIGN).
-struct bn_plan {
-    int cv, cw, k, tiles, gy;
-};
-
-static bn_plan bn_plan_make(int64_t rows, int c, int V, int max_blocks)
-{
-    bn_plan p;
-    p.cv = c / V;
-    p.cw = p.cv < BN_THREADS ? p.cv : BN_THREADS;
-    p.k = BN_THREADS / p.cw;
-    p.tiles = (p.cv + p.cw - 1) / p.cw;
-    int64_t need = (rows + p.k - 1) / p.k; // row blocks that have a row
-    int64_t cap = max_blocks / p.tiles;
-    if (cap < 1)
-        cap = 1;
-    int64_t gy = need < cap ? need : cap;
-    p.gy = (int)(gy < 1 ? 1 : gy > 65535 ? 65535 : gy);
-    return p;
-}
-
-// v rounded to T and widened back (f32: v): what a store and a load give.
-template <typename T>
-__device__ __forceinline__ float bn_round(float v)
-{
-    T h;
-    sl_st(&h, v);
-    return sl_ld(&h);
-}
-
-// This thread's place in a plan: row lane, vector column; false when it
-// has no columns (a partial last tile, or lanes past k).
-struct bn_pos {
-    int lane, vc;
-    bool live;
-};
-__device__ __forceinline__ bn_pos bn_where(const bn_plan &p)
-{
-    bn_pos w;
-    w.lane = (int)threadIdx.x / p.cw;
-    w.vc = (int)blockIdx.x * p.cw + ((int)threadIdx.x - w.lane * p.cw);
-    w.live = w.lane < p.k && w.vc < p.cv;
-    return w;
-}
 
 // ------------------------------------------------------------ statistics
 
@@ -291,19 +247,6 @@ __global__ void bn_eval_prep_kernel(int c, const float *__restrict__ gamma,
     ap[ch] = make_float4(running_mean[ch], 0.0f, (float)((double)gamma[ch] * invstd), beta[ch]);
 }
 
-// The float4 constants of vector column vc's V channels, unpacked into
-// registers (an elementwise pass reads them once).
-template <int V>
-__device__ __forceinline__ void bn_consts(const float4 *__restrict__ k, int vc, float (&a)[V],
-                                          float (&b)[V], float (&c)[V], float (&d)[V])
-{
-    #pragma unroll
-    for (int v = 0; v < V; v++) {
-        float4 q = k[vc * V + v];
-        a[v] = q.x, b[v] = q.y, c[v] = q.z, d[v] = q.w;
-    }
-}
-
 // Sync-BN forward: the all-reduced mean and biased var given (train_int.h).
 // mean / var may alias save_mean / save_invstd: both are read first.
 __global__ void bn_sync_prep_kernel(int c, const float *__restrict__ gamma,
@@ -323,48 +266,6 @@ __global__ void bn_sync_prep_kernel(int c, const float *__restrict__ gamma,
     save_mean[ch] = (float)u;
     save_invstd[ch] = (float)invstd;
     ap[ch] = make_float4((float)u, 0.0f, (float)((double)gamma[ch] * invstd), beta[ch]);
-}
-
-// y = ((x - K) - md)*scale + beta with ap[ch] = (K, md, scale, beta); with r
-// (not NULL): y = T(y) + r in f32 as add_kernel; with relu: y = max(T(y),
-// 0) as relu_fwd_kernel (NaN passes). Rounding to T where the unfused ops
-// store keeps the fused result the bits of bn -> add -> relu. y may be x
-// or r.
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS)
-    bn_apply_kernel(int64_t rows, int c, bn_plan p, const T *x, const float4 *__restrict__ ap,
-                    const T *r, int relu, T *y)
-{
-    bn_pos w = bn_where(p);
-    if (!w.live)
-        return;
-    float K[V], md[V], sc[V], bt[V];
-    bn_consts<V>(ap, w.vc, K, md, sc, bt);
-    int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
-    #pragma unroll 4
-    for (int64_t row = (int64_t)blockIdx.y * p.k + w.lane; row < rows; row += step) {
-        int64_t i = row * c + col;
-        float v8[V];
-        sl_ldv<T, V>(x + i, v8);
-        #pragma unroll
-        for (int v = 0; v < V; v++)
-            v8[v] = ((v8[v] - K[v]) - md[v]) * sc[v] + bt[v];
-        if (r) {
-            float rv[V];
-            sl_ldv<T, V>(r + i, rv);
-            #pragma unroll
-            for (int v = 0; v < V; v++)
-                v8[v] = bn_round<T>(v8[v]) + rv[v];
-        }
-        if (relu) {
-            #pragma unroll
-            for (int v = 0; v < V; v++) {
-                float u = bn_round<T>(v8[v]);
-                v8[v] = u < 0.0f ? 0.0f : u;
-            }
-        }
-        sl_stv<T, V>(y + i, v8);
-    }
 }
 
 // --------------------------------------------------------------- backward
@@ -532,32 +433,6 @@ __global__ void bn_bwd_prep_kernel(int c, const float *__restrict__ gamma,
     coef[ch] = bn_coef(gamma[ch], save_mean[ch], save_invstd[ch], sum_dy[ch], sum_dyx[ch], total);
 }
 
-// dx = A*dy - B*(x - mean) - C with coef[ch] = (mean, A, B, C). x, dy and
-// dx may alias (dx written over x: the model's in-place backward).
-template <typename T, int V>
-__global__ void __launch_bounds__(BN_THREADS)
-    bn_bwd_apply_kernel(int64_t rows, int c, bn_plan p, const T *x, const T *dy,
-                        const float4 *__restrict__ coef, T *dx)
-{
-    bn_pos w = bn_where(p);
-    if (!w.live)
-        return;
-    float mu[V], A[V], B[V], C[V];
-    bn_consts<V>(coef, w.vc, mu, A, B, C);
-    int64_t col = (int64_t)w.vc * V, step = (int64_t)gridDim.y * p.k;
-    #pragma unroll 4
-    for (int64_t r = (int64_t)blockIdx.y * p.k + w.lane; r < rows; r += step) {
-        int64_t i = r * c + col;
-        float xv[V], g[V];
-        sl_ldv<T, V>(x + i, xv);
-        sl_ldv<T, V>(dy + i, g);
-        #pragma unroll
-        for (int v = 0; v < V; v++)
-            g[v] = (A[v] * g[v] - C[v]) - B[v] * (xv[v] - mu[v]);
-        sl_stv<T, V>(dx + i, g);
-    }
-}
-
 // ------------------------------------------------------------------ host side
 
 static unsigned bn_fin_blocks(int c)
@@ -594,43 +469,11 @@ static int bn_tmp(sl_cuda_ctx *cx, const char *fn, int gy, int c, int nparts, bn
     return SL_OK;
 }
 
-// A failed launch, wrapped with the op and its shape.
-static int bn_launch_fail(const char *fn, int rc, int64_t rows, int c)
-{
-    return sl_fail(rc, "%s: %lld rows of %d channels: %s", fn, (long long)rows, c, sl_errmsg());
-}
-
-#define BN_LAUNCHED(kernel)                                                                   \
-    do {                                                                                      \
-        int rc_ = SL_LAUNCHED(kernel);                                                        \
-        if (rc_)                                                                              \
-            return bn_launch_fail(fn, rc_, rows, c);                                          \
-    } while (0)
-
-// f(std::integral_constant<int, V>()) with V = sl_vw<T>() when c is a
-// multiple of it and every pointer in ps is 16-byte aligned (or NULL),
-// else V = 1.
-template <typename T, typename F>
-static int bn_vec(int c, std::initializer_list<const void *> ps, F f)
-{
-    bool vec = c % sl_vw<T>() == 0;
-    for (const void *p : ps)
-        vec = vec && sl_vec_ok(p);
-    if (vec)
-        return f(std::integral_constant<int, sl_vw<T>()>());
-    return f(std::integral_constant<int, 1>());
-}
-
-// The reduction and elementwise plans of one call on cx's device.
+// The reduction plan of one call on cx's device.
 static bn_plan bn_plan_reduce(const sl_cuda_ctx *cx, int64_t rows, int c, int V)
 {
     return bn_plan_make(rows, c, V, cx->sms * BN_BLOCKS_PER_SM);
 }
-static bn_plan bn_plan_apply(const sl_cuda_ctx *cx, int64_t rows, int c, int V)
-{
-    return bn_plan_make(rows, c, V, cx->sms * BN_APPLY_BLOCKS_PER_SM);
-}
-static dim3 bn_grid(const bn_plan &p) { return dim3((unsigned)p.tiles, (unsigned)p.gy); }
 
 // At least the gy of any reduction plan of (rows, c) on cx (the count of
 // partials the scratch holds): the block cap, or rows when fewer.
@@ -640,32 +483,33 @@ static int bn_gy_max(const sl_cuda_ctx *cx, int64_t rows)
     return (int)(rows < 1 ? 1 : rows < cap ? rows : cap);
 }
 
-// The start of the calls whose per-channel constants come from a prep
-// kernel and whose pass over the rows follows (bn_fwd_eval, bn_bwd_apply):
-// the context, then (rows > 0: nothing runs for no rows) the scratch for
-// the c float4 constants.
-static int bn_prep_begin(const char *fn, sl_exec *e, int64_t rows, int c, sl_cuda_ctx **cx,
-                         bn_scratch *s)
-{
-    int rc = sl_cuda_exec_ctx(fn, e, cx);
-    if (rc || rows == 0)
-        return rc;
-    return bn_tmp(*cx, fn, 0, c, 0, s);
-}
+// What a call needs beyond its context: nothing, the scratch of its c
+// float4 constants, or that and a reduction's partials (bn_tmp).
+enum bn_need { BN_CTX, BN_CONSTS, BN_PARTIALS };
 
-// The y pass with the constants in k (every caller's last step).
-template <typename T>
-static int bn_apply_run(const char *fn, sl_cuda_ctx *cx, int64_t rows, int c, const float *x,
-                        const float4 *k, const float *r, int relu, float *y)
+// One call's setup, the start of every entry point here: its name (for
+// messages), the context with its device made current (sl_cuda_exec_ctx),
+// the stream, the element type, and the scratch it needs.
+struct bn_call {
+    const char *fn;
+    sl_cuda_ctx *cx;
+    cudaStream_t st;
+    sl_dtype act;
+    bn_scratch s;
+};
+
+static int bn_begin(bn_call *k, const char *fn, sl_exec *e, int64_t rows, int c, bn_need need)
 {
-    return bn_vec<T>(c, {x, r, y}, [&](auto vw) -> int {
-        constexpr int V = decltype(vw)::value;
-        bn_plan pa = bn_plan_apply(cx, rows, c, V);
-        bn_apply_kernel<T, V><<<bn_grid(pa), BN_THREADS, 0, cx->stream>>>(
-            rows, c, pa, (const T *)x, k, (const T *)r, relu, (T *)y);
-        BN_LAUNCHED("bn_apply_kernel");
-        return SL_OK;
-    });
+    k->fn = fn;
+    k->cx = NULL;
+    int rc = sl_cuda_exec_ctx(fn, e, &k->cx);
+    if (rc)
+        return rc;
+    k->st = k->cx->stream;
+    k->act = e->act;
+    if (need == BN_PARTIALS)
+        return bn_tmp(k->cx, fn, bn_gy_max(k->cx, rows), c, 2, &k->s);
+    return need == BN_CONSTS ? bn_tmp(k->cx, fn, 0, c, 0, &k->s) : SL_OK;
 }
 
 // bn_fwd_train and bn_fwd_train_act: the one-pass statistics, their
@@ -675,30 +519,24 @@ static int bn_fwd_train_run(const char *fn, sl_exec *e, int64_t rows, int c, con
                             float *running_mean, float *running_var, const float *r, int relu,
                             float *y, float *save_mean, float *save_invstd)
 {
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
+    bn_call k;
+    int rc = bn_begin(&k, fn, e, rows, c, BN_PARTIALS);
+    if (rc)
         return rc;
-    bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
-        return rc;
-    cudaStream_t st = cx->stream;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+    rc = bn_each(fn, k.act, c, {x}, [&](auto t, auto vw) -> int {
         using T = decltype(t);
-        int rc2 = bn_vec<T>(c, {x}, [&](auto vw) -> int {
-            constexpr int V = decltype(vw)::value;
-            bn_plan p = bn_plan_reduce(cx, rows, c, V);
-            bn_stats_kernel<T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(rows, c, p, (const T *)x,
-                                                                     s.cnt, s.part[0], s.part[1]);
-            BN_LAUNCHED("bn_stats_kernel");
-            bn_stats_fin_kernel<T><<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
-                rows, c, p.gy, (const T *)x, s.cnt, s.part[0], s.part[1], gamma, beta, momentum,
-                eps, running_mean, running_var, save_mean, save_invstd, s.k);
-            BN_LAUNCHED("bn_stats_fin_kernel");
-            return SL_OK;
-        });
-        return rc2 ? rc2 : bn_apply_run<T>(fn, cx, rows, c, x, s.k, r, relu, y);
+        constexpr int V = decltype(vw)::value;
+        bn_plan p = bn_plan_reduce(k.cx, rows, c, V);
+        bn_stats_kernel<T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
+            rows, c, p, (const T *)x, k.s.cnt, k.s.part[0], k.s.part[1]);
+        BN_LAUNCHED("bn_stats_kernel");
+        bn_stats_fin_kernel<T><<<bn_fin_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
+            rows, c, p.gy, (const T *)x, k.s.cnt, k.s.part[0], k.s.part[1], gamma, beta,
+            momentum, eps, running_mean, running_var, save_mean, save_invstd, k.s.k);
+        BN_LAUNCHED("bn_stats_fin_kernel");
+        return SL_OK;
     });
+    return rc ? rc : sl_bn_y_pass(fn, k.cx, k.act, rows, c, x, k.s.k, r, relu, y);
 }
 
 extern "C" int sl_bn_fwd_train_cuda(sl_exec *e, int64_t rows, int c, const float *x,
@@ -727,33 +565,14 @@ extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float 
                                    float eps, float *y)
 {
     const char *fn = "sl_bn_fwd_eval_cuda";
-    sl_cuda_ctx *cx = NULL;
-    bn_scratch s;
-    int rc = bn_prep_begin(fn, e, rows, c, &cx, &s);
+    bn_call k;
+    int rc = bn_begin(&k, fn, e, rows, c, rows ? BN_CONSTS : BN_CTX); // no rows: nothing runs
     if (rc || rows == 0)
         return rc;
-    bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
-        c, gamma, beta, running_mean, running_var, eps, s.k);
+    bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
+        c, gamma, beta, running_mean, running_var, eps, k.s.k);
     BN_LAUNCHED("bn_eval_prep_kernel");
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        return bn_apply_run<T>(fn, cx, rows, c, x, s.k, nullptr, 0, y);
-    });
-}
-
-// The dx pass with the constants in k.
-template <typename T>
-static int bn_bwd_apply_run(const char *fn, sl_cuda_ctx *cx, int64_t rows, int c, const float *x,
-                            const float *dy, const float4 *k, float *dx)
-{
-    return bn_vec<T>(c, {x, dy, dx}, [&](auto vw) -> int {
-        constexpr int V = decltype(vw)::value;
-        bn_plan pa = bn_plan_apply(cx, rows, c, V);
-        bn_bwd_apply_kernel<T, V><<<bn_grid(pa), BN_THREADS, 0, cx->stream>>>(
-            rows, c, pa, (const T *)x, (const T *)dy, k, (T *)dx);
-        BN_LAUNCHED("bn_bwd_apply_kernel");
-        return SL_OK;
-    });
+    return sl_bn_y_pass(fn, k.cx, k.act, rows, c, x, k.s.k, nullptr, 0, y);
 }
 
 // bn_bwd, and bn_bwd_act when z is not NULL (dz masked in place in the
@@ -763,38 +582,32 @@ static int bn_bwd_run(const char *fn, sl_exec *e, int64_t rows, int c, const flo
                       const float *save_mean, const float *save_invstd, float *dx,
                       float *dgamma, float *dbeta)
 {
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
+    bn_call k;
+    int rc = bn_begin(&k, fn, e, rows, c, BN_PARTIALS);
+    if (rc)
         return rc;
-    bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
-        return rc;
-    cudaStream_t st = cx->stream;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+    rc = bn_each(fn, k.act, c, {x, z, dy}, [&](auto t, auto vw) -> int {
         using T = decltype(t);
-        int rc2 = bn_vec<T>(c, {x, z, dy}, [&](auto vw) -> int {
-            constexpr int V = decltype(vw)::value;
-            bn_plan p = bn_plan_reduce(cx, rows, c, V);
-            if (z) {
-                bn_reduce_kernel<BN_DY_MASK, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
-                    rows, c, p, (const T *)x, nullptr, save_mean, (const T *)z, (T *)dz,
-                    s.part[0], s.part[1]);
-                BN_LAUNCHED("bn_reduce_kernel<dy_mask>");
-            } else {
-                bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
-                    rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr,
-                    s.part[0], s.part[1]);
-                BN_LAUNCHED("bn_reduce_kernel<dy>");
-            }
-            bn_bwd_fin_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
-                c, p.gy, s.part[0], s.part[1], (double)rows, gamma, save_mean, save_invstd,
-                dgamma, dbeta, s.k);
-            BN_LAUNCHED("bn_bwd_fin_kernel");
-            return SL_OK;
-        });
-        return rc2 ? rc2 : bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, s.k, dx);
+        constexpr int V = decltype(vw)::value;
+        bn_plan p = bn_plan_reduce(k.cx, rows, c, V);
+        if (z) {
+            bn_reduce_kernel<BN_DY_MASK, T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
+                rows, c, p, (const T *)x, nullptr, save_mean, (const T *)z, (T *)dz,
+                k.s.part[0], k.s.part[1]);
+            BN_LAUNCHED("bn_reduce_kernel<dy_mask>");
+        } else {
+            bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
+                rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr,
+                k.s.part[0], k.s.part[1]);
+            BN_LAUNCHED("bn_reduce_kernel<dy>");
+        }
+        bn_bwd_fin_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
+            c, p.gy, k.s.part[0], k.s.part[1], (double)rows, gamma, save_mean, save_invstd,
+            dgamma, dbeta, k.s.k);
+        BN_LAUNCHED("bn_bwd_fin_kernel");
+        return SL_OK;
     });
+    return rc ? rc : sl_bn_dx_pass(fn, k.cx, k.act, rows, c, x, dy, k.s.k, dx);
 }
 
 extern "C" int sl_bn_bwd_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
@@ -823,23 +636,17 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
                                     float *save_mean, float *save_invstd)
 {
     const char *fn = "sl_bn_fwd_apply_cuda";
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
+    bn_call k;
+    int rc = bn_begin(&k, fn, e, rows, c, BN_CONSTS); // the running update even for no rows
+    if (rc)
         return rc;
-    bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, 0, c, 0, &s)))
-        return rc;
-    bn_sync_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
+    bn_sync_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
         c, gamma, beta, mean, var, total, momentum, eps, running_mean, running_var, save_mean,
-        save_invstd, s.k);
+        save_invstd, k.s.k);
     BN_LAUNCHED("bn_sync_prep_kernel");
     if (rows == 0)
         return SL_OK;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        return bn_apply_run<T>(fn, cx, rows, c, x, s.k, nullptr, 0, y);
-    });
+    return sl_bn_y_pass(fn, k.cx, k.act, rows, c, x, k.s.k, nullptr, 0, y);
 }
 
 // This replica's sum dy and sum dy*xhat (xhat = (x - save_mean)*save_invstd)
@@ -850,28 +657,22 @@ extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const floa
                                      float *sum_dy_xhat)
 {
     const char *fn = "sl_bn_bwd_reduce_cuda";
-    sl_cuda_ctx *cx = NULL;
-    int rc;
-    if ((rc = sl_cuda_exec_ctx(fn, e, &cx)))
+    bn_call k;
+    int rc = bn_begin(&k, fn, e, rows, c, BN_PARTIALS);
+    if (rc)
         return rc;
-    bn_scratch s;
-    if ((rc = bn_tmp(cx, fn, bn_gy_max(cx, rows), c, 2, &s)))
-        return rc;
-    cudaStream_t st = cx->stream;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
+    return bn_each(fn, k.act, c, {x, dy}, [&](auto t, auto vw) -> int {
         using T = decltype(t);
-        return bn_vec<T>(c, {x, dy}, [&](auto vw) -> int {
-            constexpr int V = decltype(vw)::value;
-            bn_plan p = bn_plan_reduce(cx, rows, c, V);
-            bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, st>>>(
-                rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr,
-                s.part[0], s.part[1]);
-            BN_LAUNCHED("bn_reduce_kernel<dy>");
-            bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, st>>>(
-                c, p.gy, s.part[0], s.part[1], save_invstd, sum_dy, sum_dy_xhat);
-            BN_LAUNCHED("bn_sums_out_kernel");
-            return SL_OK;
-        });
+        constexpr int V = decltype(vw)::value;
+        bn_plan p = bn_plan_reduce(k.cx, rows, c, V);
+        bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
+            rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr, k.s.part[0],
+            k.s.part[1]);
+        BN_LAUNCHED("bn_reduce_kernel<dy>");
+        bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
+            c, p.gy, k.s.part[0], k.s.part[1], save_invstd, sum_dy, sum_dy_xhat);
+        BN_LAUNCHED("bn_sums_out_kernel");
+        return SL_OK;
     });
 }
 
@@ -881,49 +682,12 @@ extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
                                     const float *sum_dy_xhat, double total, float *dx)
 {
     const char *fn = "sl_bn_bwd_apply_cuda";
-    sl_cuda_ctx *cx = NULL;
-    bn_scratch s;
-    int rc = bn_prep_begin(fn, e, rows, c, &cx, &s);
+    bn_call k;
+    int rc = bn_begin(&k, fn, e, rows, c, rows ? BN_CONSTS : BN_CTX); // no rows: nothing runs
     if (rc || rows == 0)
         return rc;
-    bn_bwd_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, cx->stream>>>(
-        c, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, s.k);
+    bn_bwd_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
+        c, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, k.s.k);
     BN_LAUNCHED("bn_bwd_prep_kernel");
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        return bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, s.k, dx);
-    });
-}
-
-// ------------------------------------------- cuDNN fusion's passes (fuse_cuda.cu)
-// The apply and input-gradient passes above with per-channel constants
-// made by fuse_cuda.cu's kernels (16-byte aligned float4s): y = ((x - K) -
-// md)*scale + beta (+ r, ReLU) and dx = A*dy - B*(x - mu) - C, the same
-// passes and roundings as the unfused ops'.
-extern "C" int sl_bn_apply_k_cuda(sl_exec *e, int64_t rows, int c, const float *x,
-                                  const void *k, const float *r, int relu, float *y)
-{
-    const char *fn = "sl_fuse_bn_apply";
-    sl_cuda_ctx *cx = NULL;
-    int rc = sl_cuda_exec_ctx(fn, e, &cx);
-    if (rc || rows == 0)
-        return rc;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        return bn_apply_run<T>(fn, cx, rows, c, x, (const float4 *)k, r, relu, y);
-    });
-}
-
-extern "C" int sl_bn_dx_k_cuda(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
-                               const void *k, float *dx)
-{
-    const char *fn = "sl_fuse_bn_dx";
-    sl_cuda_ctx *cx = NULL;
-    int rc = sl_cuda_exec_ctx(fn, e, &cx);
-    if (rc || rows == 0)
-        return rc;
-    return sl_act_switch(fn, e->act, [&](auto t) -> int {
-        using T = decltype(t);
-        return bn_bwd_apply_run<T>(fn, cx, rows, c, x, dy, (const float4 *)k, dx);
-    });
+    return sl_bn_dx_pass(fn, k.cx, k.act, rows, c, x, dy, k.s.k, dx);
 }

@@ -17,13 +17,17 @@
 #include "train/train_int.h"
 
 /* The exec and its slot: SL_EINVAL for no exec, SL_ENOTSUP for a slot the
- * backend does not have (the fused cuda slots elsewhere). */
+ * backend does not have (NULL: the fused cuda slots elsewhere, every cuda
+ * slot in a build without it, where sl_ops_missing says why). */
 static inline int op_ok(const char *fn, const sl_exec *e, int has_slot)
 {
     if (!e || !e->ops)
         return sl_fail(SL_EINVAL, "%s: no exec (sl_exec_init it first)", fn);
-    if (!has_slot)
-        return sl_fail(SL_ENOTSUP, "%s: %s: the backend has no such op", fn, e->ops->name);
+    if (!has_slot) {
+        const char *why = sl_ops_missing(e->ops);
+        return sl_fail(SL_ENOTSUP, "%s: %s: the backend has no such op%s%s%s", fn,
+                       e->ops->name, why ? " (" : "", why ? why : "", why ? ")" : "");
+    }
     return SL_OK;
 }
 

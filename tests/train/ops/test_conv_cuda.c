@@ -107,10 +107,16 @@ Test(train_conv_cuda, init_errors)
     cr_assert_not_null(strstr(sl_errmsg(), "no CUDA backend"), "%s", sl_errmsg());
     cr_assert_null(e.cuda);
     sl_exec_fini(&e);
-    /* the table is still there, and honest */
+    /* the table is still there, and honest: no slots, and the entry
+     * points say why */
     sl_conv_shape sh = make(&shapes[0]);
     float x = 1, w = 1, y = 0;
-    cr_assert_eq(sl_ops_cuda.conv_fwd(NULL, &sh, &x, &w, &y), SL_ENOTSUP);
+    sl_exec ce = {.ops = &sl_ops_cuda, .backend = SL_BACKEND_CUDA};
+    cr_assert_null(sl_ops_cuda.conv_fwd);
+    cr_assert_eq(sl_conv_fwd(&ce, &sh, &x, &w, &y), SL_ENOTSUP);
+    cr_assert_not_null(strstr(sl_errmsg(), "sl_conv_fwd: cuda: the backend has no such op "
+                                           "(this build has no cuda backend)"),
+                       "%s", sl_errmsg());
 #else
     /* Bad settings are refused before any device is touched. */
     cr_assert_eq(setenv("SLUICE_CUDA_DEVICE", "1x", 1), 0);

@@ -411,15 +411,17 @@ Test(train_norm_sync, bad_arguments)
         sl_exec_fini(&e);
     }
 #ifndef SLUICE_TRAIN_CUDA
-    /* the cuda table's slots are present and say so (a build with the cuda
-     * backend has real ops there, which need a cuda sl_exec) */
-    cr_assert_eq(sl_ops_cuda.bn_fwd_apply(NULL, 2, 3, x, one, zero, zero, one, 2.0, 0.1f, 1e-5f,
-                                          rm, rv, out, sm, si), SL_ENOTSUP);
-    cr_assert_eq(sl_ops_cuda.bn_bwd_reduce(NULL, 2, 3, x, x, zero, one, out, out + 3),
+    /* the cuda table's slots are absent and the entry points say so (a
+     * build with the cuda backend has real ops there, which need a cuda
+     * sl_exec) */
+    sl_exec ce = {.ops = &sl_ops_cuda, .backend = SL_BACKEND_CUDA};
+    cr_assert_eq(sl_bn_fwd_apply(&ce, 2, 3, x, one, zero, zero, one, 2.0, 0.1f, 1e-5f, rm, rv,
+                                 out, sm, si), SL_ENOTSUP);
+    cr_assert_eq(sl_bn_bwd_reduce(&ce, 2, 3, x, x, zero, one, out, out + 3), SL_ENOTSUP);
+    cr_assert(strstr(sl_errmsg(), "bn_bwd_reduce") && strstr(sl_errmsg(), "no cuda backend"),
+              "%s", sl_errmsg());
+    cr_assert_eq(sl_bn_bwd_apply(&ce, 2, 3, x, x, one, zero, one, zero, zero, 2.0, out),
                  SL_ENOTSUP);
-    cr_assert(strstr(sl_errmsg(), "bn_bwd_reduce"), "%s", sl_errmsg());
-    cr_assert_eq(sl_ops_cuda.bn_bwd_apply(NULL, 2, 3, x, x, one, zero, one, zero, zero, 2.0,
-                                          out), SL_ENOTSUP);
 #endif
 }
 
@@ -673,8 +675,10 @@ Test(train_norm_sync, moments_bad_arguments)
         sl_exec_fini(&e);
     }
 #ifndef SLUICE_TRAIN_CUDA
-    cr_assert_eq(sl_ops_cuda.bn_moments(NULL, 2, 3, x, 1, 0, slots), SL_ENOTSUP);
-    cr_assert(strstr(sl_errmsg(), "bn_moments"), "%s", sl_errmsg());
-    cr_assert_eq(sl_ops_cuda.bn_moments_merge(NULL, 2, 3, 1, slots, mean, var), SL_ENOTSUP);
+    sl_exec ce = {.ops = &sl_ops_cuda, .backend = SL_BACKEND_CUDA};
+    cr_assert_eq(sl_bn_moments(&ce, 2, 3, x, 1, 0, slots), SL_ENOTSUP);
+    cr_assert(strstr(sl_errmsg(), "bn_moments") && strstr(sl_errmsg(), "no cuda backend"), "%s",
+              sl_errmsg());
+    cr_assert_eq(sl_bn_moments_merge(&ce, 2, 3, 1, slots, mean, var), SL_ENOTSUP);
 #endif
 }
