@@ -312,6 +312,10 @@ int sl_fc_fwd(sl_exec *e, int n, int in, int out, const float *x, const float *w
               const float *b, float *y);
 int sl_fc_bwd(sl_exec *e, int n, int in, int out, const float *x, const float *w,
               const float *dy, float *dx, float *dw, float *db);
+/* The first of n host labels outside [0, classes), or -1 when all are in:
+ * the one label check (train/device/dev_labels.c), under sl_xent_fwd_bwd's
+ * host check and sl_labels_check (dev_int.h). */
+int sl_labels_bad(const int32_t *labels, int n, int classes);
 int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const int32_t *labels,
                     float smoothing, float *loss, float *dlogits, int *correct);
 int sl_bn_fwd_apply(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,

@@ -1,8 +1,10 @@
 /*
  * python/src/ext.h - the pieces of the extension sluice._sluice shared by
- * its files: module.c (init, errors, convert), tensor.c (DLPack tensors),
- * pipeline_obj.c (the pipeline iterator), device.c (the CUDA calls),
- * dataset.c (verify, inspect).
+ * its files: module.c (init, remote I/O settings), errors.c (the
+ * sluice.Error hierarchy), helpers.c (own buffers, small helpers),
+ * convert.c (convert), tensor.c (DLPack tensors), pipeline_obj.c (the
+ * pipeline iterator), device.c (the CUDA calls), dataset.c (verify,
+ * inspect).
  * Python never enters the library: these files only call the public
  * headers (pipeline/pipeline.h, records/records.h).
  *
@@ -43,10 +45,11 @@ static inline void sl_holder_unref(sl_holder *h)
 }
 
 /* A malloc'd (or, device >= 0, cudaMalloc'd) buffer of n bytes with one
- * reference; NULL with a Python MemoryError (or sluice error) set. */
+ * reference; NULL with a Python MemoryError (or sluice error) set
+ * (helpers.c). */
 sl_holder *pysl_buffer_new(size_t n, int device, void **data);
 
-/* ------------------------------------------------------------ errors */
+/* ------------------------------------------------------------ errors.c */
 /* Raise the sluice.Error subclass for status rc with the thread's library
  * message (sl_errmsg(), "function: file: record N @ offset: what"), or
  * sl_strerror(rc) when there is none. Returns NULL. */
@@ -58,12 +61,14 @@ PyObject *pysl_config_error(const char *fmt, ...);
  * the Python keywords (--resume: resume=True), bytes that are not UTF-8
  * show as \xNN. New reference, NULL with an exception. */
 PyObject *pysl_text(const char *msg);
-/* A path argument (str or bytes) as bytes, as os.fsencode gives them (a
- * new reference); else ConfigError "what: a str or bytes, not T". */
-PyObject *pysl_bytes(PyObject *v, const char *what);
+/* The classes, _error and _strerror. */
 int pysl_errors_init(PyObject *module);
 /* "SL_ECORRUPT" for SL_ECORRUPT ("SL_UNKNOWN" out of range). */
 const char *pysl_status_name(int rc);
+
+/* ------------------------------------------------------------ convert.c */
+/* _convert (records.h's sl_convert_run). */
+int pysl_convert_init(PyObject *module);
 
 /* ------------------------------------------------------------ dataset.c */
 /* _verify and _inspect (records.h's sl_verify_path, sl_dataset_inspect). */
@@ -116,7 +121,10 @@ int pysl_dev_copy(int device, void *dst, const void *src, size_t n, void *event)
  * insufficient" on a machine with no driver at all); SL_ENOTSUP without CUDA. */
 int pysl_dev_check(int device);
 
-/* ------------------------------------------------------------ small */
+/* ------------------------------------------------------------ helpers.c */
+/* A path argument (str or bytes) as bytes, as os.fsencode gives them (a
+ * new reference); else ConfigError "what: a str or bytes, not T". */
+PyObject *pysl_bytes(PyObject *v, const char *what);
 /* The UTF-8 of a str into a malloc'd string (NULL + exception on error). */
 char *pysl_strdup_utf8(PyObject *s);
 /* Free a heap-type instance and drop its type (stable-ABI dealloc tail). */

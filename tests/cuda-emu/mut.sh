@@ -1,6 +1,6 @@
 #!/bin/bash
 # mut.sh FILE OLD NEW FILTER [EMU_LAZY] - a mutant of one repo file (path
-# relative to the repo; a file run.sh compiles itself: train/device/dev_cuda.c,
+# relative to the repo; a file run.sh compiles itself: train/device/dev_*_cuda.c,
 # train/ops/exec.c, train/ops/ops.c, train/ops/graph_cuda.c, train/ops/fuse.c, train/loop/replica.c,
 # collectives/nccl.c, collectives/comm.c,
 # train/*/*.cu, pipeline/load_cuda.cu, tests/cuda-emu/*.cpp, or a test), built

@@ -85,7 +85,11 @@ build() {
     # from this tree too, so that mut.sh's mutants of it are what runs
     $CC $TRAIN_FLAGS -c "$REPO/train/ops/exec.c" -o exec.o
     $CC $TRAIN_FLAGS -c "$REPO/train/ops/ops.c" -o ops.o
-    $CC $TRAIN_FLAGS -c "$REPO/train/device/dev_cuda.c" -o dev_cuda.o
+    # train/device's cuda files, one job each (dev_int.h): dev_none.c's place
+    devobjs=""
+    for f in dev_mem_cuda dev_feed_cuda dev_loss_cuda dev_sgd_cuda dev_graph_cuda; do
+        $CC $TRAIN_FLAGS -c "$REPO/train/device/$f.c" -o $f.o; devobjs="$devobjs $f.o"
+    done
     # the fused conv+BN path (cuDNN's graph API: emu_dnn_graph.cpp), once its files exist
     fused=""
     for f in train/ops/graph_cuda.c train/ops/fuse.c; do
@@ -105,7 +109,7 @@ build() {
     cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o exec.c.o ops.c.o
     ar d libsl_train.a replica.c.o
     if ar t libsl_train.a | grep -qx fuse.c.o; then ar d libsl_train.a fuse.c.o; fi
-    ar r libsl_train.a exec.o ops.o dev_cuda.o replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
+    ar r libsl_train.a exec.o ops.o $devobjs replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \
         linear_cuda.emu.o norm_cuda.emu.o norm_pass_cuda.emu.o norm_sync_cuda.emu.o sgd_cuda.emu.o $fused 2>/dev/null
     rm -f libsl_collectives.a
     cp "$OFF/libsl_collectives.a" libsl_collectives.a; ar d libsl_collectives.a nccl_none.c.o comm.c.o

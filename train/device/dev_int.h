@@ -4,10 +4,17 @@
  * issue): device memory, the input feed from the pipeline's load stage,
  * the loss accumulated on the device, and the optimizer on the device.
  *
- *   dev_cuda.c   the cuda implementation (C on the CUDA runtime and the
- *                cuda backend's kernels, train/ops/cuda_int.h); built with it
- *   dev_none.c   builds without the cuda backend: memory is host memory,
- *                the feed and the device optimizer say SL_ENOTSUP
+ *   the cuda implementation (C on the CUDA runtime and the cuda backend's
+ *   kernels, train/ops/cuda_int.h), built with it, one job a file:
+ *     dev_mem_cuda.c    memory
+ *     dev_feed_cuda.c   feed
+ *     dev_loss_cuda.c   loss
+ *     dev_sgd_cuda.c    optimizer
+ *     dev_graph_cuda.c  CUDA graphs
+ *   dev_none.c       builds without the cuda backend: memory is host memory,
+ *                    the feed and the device optimizer say SL_ENOTSUP
+ *   dev_labels.c     every build: the one host label check
+ *   dev_plan.c       every build: the memory plan
  *
  * Memory. For ref and cpu execs "device" memory is host memory
  * (sl_dev_alloc = calloc with 64-byte alignment, copies are memcpy); for
@@ -122,7 +129,7 @@ int sl_dev_feed_done(sl_dev_feed *f);
  * feeds labels to a model: host, feed, eval): SL_EINVAL "fn: record R has
  * label L, the model has K classes", with a hint at --label-offset when L
  * is K (labels counted from 1, as in TensorFlow's ImageNet shards) or
- * negative. Defined in eval.c. */
+ * negative. Defined in dev_labels.c, over sl_labels_bad (train_int.h). */
 int sl_labels_check(const char *fn, const sl_batch *b, int classes);
 
 /* --------------------------------------------------------------- loss */

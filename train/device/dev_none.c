@@ -2,7 +2,8 @@
  * train/device/dev_none.c - train/device/dev_int.h in a build without the cuda backend:
  * "device" memory is host memory, and the feed, the device loss and the
  * device optimizer say SL_ENOTSUP (no cuda exec can exist in such a
- * build: sl_exec_init refuses it).
+ * build: sl_exec_init refuses it). One file for the five dev_*_cuda.c
+ * it replaces (each section names its counterpart): they are stubs.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,8 @@
 #include "train/device/dev_int.h"
 
 #define NOTSUP(fn) sl_fail(SL_ENOTSUP, fn ": this build has no cuda backend")
+
+/* ---------------------------------------------- memory: dev_mem_cuda.c */
 
 int sl_dev_on_device(const sl_exec *e)
 {
@@ -91,6 +94,8 @@ int sl_dev_sync(sl_exec *e)
     return SL_OK;
 }
 
+/* ----------------------------------------------- feed: dev_feed_cuda.c */
+
 int sl_dev_feed_create(sl_exec *e, int max_batch, int h, int w, const float mean[3],
                        const float std[3], sl_dev_feed **out)
 {
@@ -114,6 +119,8 @@ int sl_dev_feed_done(sl_dev_feed *f)
     return SL_OK;
 }
 
+/* ----------------------------------------------- loss: dev_loss_cuda.c */
+
 int sl_dev_xent_acc(sl_exec *e, int n, int classes, const float *logits,
                     const int32_t *labels, float smoothing, const float *d_scale,
                     float *dlogits, double *acc)
@@ -130,6 +137,8 @@ int sl_dev_loss_take(sl_exec *e, double *acc, double out[2])
     acc[0] = acc[1] = 0;
     return SL_OK;
 }
+
+/* ------------------------------------------- optimizer: dev_sgd_cuda.c */
 
 int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model *m,
                       sl_dev_sgd **out)
@@ -193,6 +202,8 @@ int64_t sl_dev_sgd_steps(const sl_dev_sgd *d)
 }
 
 /* No CUDA graphs without the cuda backend: the trainer never asks. */
+/* --------------------------------------- CUDA graphs: dev_graph_cuda.c */
+
 int sl_dev_graph_wanted(sl_exec *e)
 {
     (void)e;

@@ -7,11 +7,11 @@
  *
  * Sources of each figure (keep them in step):
  *   model      sl_model_plan_bytes (resnet.c: sl_model_place's arenas)
- *   optimizer  dev_cuda.c's sl_dev_sgd_create: one f32 momentum buffer per
+ *   optimizer  dev_sgd_cuda.c's sl_dev_sgd_create: one f32 momentum buffer per
  *              param tensor padded as the params arena (so param_floats
  *              floats), its tensor table, the loss scale (fp16), the
  *              learning rate
- *   io         dev_cuda.c's feed (x in the activation type, int32
+ *   io         dev_feed_cuda.c's feed (x in the activation type, int32
  *              labels), replica.c's dlogits (f32) and loss sums (2 doubles)
  *   workspace  conv_cuda.cu's cap (SLUICE_CUDNN_WS_MB)
  *   scratch    the largest sl_cuda_tmp request (cuda_ctx.cu rounds it up to

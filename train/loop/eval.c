@@ -52,22 +52,6 @@ static double row_xent(const float *row, int classes, int label)
     return log(s) + mx - (double)row[label];
 }
 
-int sl_labels_check(const char *fn, const sl_batch *b, int classes)
-{
-    for (unsigned i = 0; i < b->n; i++) {
-        int32_t l = b->labels[i];
-        if (l >= 0 && l < classes)
-            continue;
-        return sl_fail(SL_EINVAL, "%s: record %llu has label %d, the model has %d classes%s", fn,
-                       (unsigned long long)b->record_ids[i], l, classes,
-                       l == classes ? " (labels counted from 1, as in TensorFlow's ImageNet "
-                                      "shards? --label-offset 1)"
-                       : l < 0     ? " (--label-offset too large?)"
-                                   : "");
-    }
-    return SL_OK;
-}
-
 int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
                 sl_eval_result *res)
 {

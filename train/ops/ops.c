@@ -384,11 +384,12 @@ int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const i
     TENSOR(e, loss, 1);
     TENSOR(e, dlogits, n, classes);
     /* Every label before anything is written. Host backends' labels are
-     * host memory, read here; cuda's are device memory, which its kernel
-     * checks (the first bad row comes back the same way). */
-    for (int i = 0; e->backend != SL_BACKEND_CUDA && i < n; i++)
-        CHECK(e, labels[i] >= 0 && labels[i] < classes, "row %d: label %d outside [0, %d)", i,
-              (int)labels[i], classes);
+     * host memory, read here (sl_labels_bad, dev_labels.c); cuda's are
+     * device memory, which its kernel checks (the first bad row comes back
+     * the same way). */
+    int bad = e->backend != SL_BACKEND_CUDA ? sl_labels_bad(labels, n, classes) : -1;
+    CHECK(e, bad < 0, "row %d: label %d outside [0, %d)", bad, bad < 0 ? 0 : (int)labels[bad],
+          classes);
     return e->ops->xent_fwd_bwd(e, n, classes, logits, labels, smoothing, loss, dlogits,
                                 correct);
 }
