@@ -47,14 +47,19 @@ uint8_t *tu_read_file(const char *path, size_t *len)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+    /* One byte more, NUL: callers parse text files with the string functions
+     * (tg_read_losses' strchr ran past an unterminated buffer and wrote a
+     * NUL into the next heap chunk when it met a newline there). */
+    uint8_t *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
     if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
         free(buf);
         buf = NULL;
     }
     fclose(f);
-    if (buf)
-        *len = (size_t)n;
+    if (buf) {
+        buf[n > 0 ? n : 0] = 0;
+        *len = n > 0 ? (size_t)n : 0;
+    }
     return buf;
 }
 

@@ -12,7 +12,8 @@ char *tu_tmpdir(void);
 void tu_rmrf(const char *path);
 /* Path join into a malloc'd string. */
 char *tu_join(const char *a, const char *b);
-/* Read a whole file (malloc'd, *len set); NULL on failure. */
+/* The whole file, malloc'd, with a NUL after its *len bytes (text parses as a
+ * string); NULL when it cannot be read. */
 uint8_t *tu_read_file(const char *path, size_t *len);
 /* Write a whole file; 0 on success. */
 int tu_write_file(const char *path, const void *data, size_t len);
