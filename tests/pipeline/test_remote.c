@@ -70,7 +70,7 @@ static void run_from(const sl_pipeline_config *base, const char *data, pl_run *r
     pl_run_config(&c, r, 0);
 }
 
-Test(pipeline_remote, local_http_s3_same_batches, .timeout = 120)
+Test(pipeline_remote, local_http_s3_same_batches)
 {
     pl_dataset d;
     pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
@@ -113,7 +113,7 @@ Test(pipeline_remote, local_http_s3_same_batches, .timeout = 120)
 
 /* Save a state after k batches of a remote run, resume it remotely: the
  * batches are those of one uninterrupted local run. */
-Test(pipeline_remote, resume_remote_equals_uninterrupted, .timeout = 120)
+Test(pipeline_remote, resume_remote_equals_uninterrupted)
 {
     pl_dataset d;
     pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
@@ -156,7 +156,7 @@ Test(pipeline_remote, resume_remote_equals_uninterrupted, .timeout = 120)
 }
 
 /* 503 SlowDown, resets mid-body and short bodies: retried, nothing changes. */
-Test(pipeline_remote, faults_retried_same_batches, .timeout = 120)
+Test(pipeline_remote, faults_retried_same_batches)
 {
     pl_dataset d;
     pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
@@ -193,7 +193,7 @@ Test(pipeline_remote, faults_retried_same_batches, .timeout = 120)
 }
 
 /* Shard 1 answers 503 forever. */
-Test(pipeline_remote, unreachable_shard_fails_or_is_reported, .timeout = 120)
+Test(pipeline_remote, unreachable_shard_fails_or_is_reported)
 {
     pl_dataset d;
     pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
@@ -267,7 +267,7 @@ Test(pipeline_remote, unreachable_shard_fails_or_is_reported, .timeout = 120)
 
 /* Readers backing off from a server that keeps answering 503 (long
  * backoffs, many retries) do not hold up a stop. */
-Test(pipeline_remote, stop_does_not_wait_for_retries, .timeout = 60)
+Test(pipeline_remote, stop_does_not_wait_for_retries)
 {
     pl_dataset d;
     pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
