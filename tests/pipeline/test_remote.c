@@ -50,6 +50,36 @@ static char *parent(const pl_dataset *d)
     return p;
 }
 
+/* A test's dataset served by nginx, optionally through the fault proxy in
+ * MODE (NULL: none); url is what a pipeline reads (the proxy's when there
+ * is one). */
+typedef struct served {
+    pl_dataset d;
+    char *root;
+    srv ng, px;
+    char url[256];
+} served;
+
+static void serve(served *v, const char *mode)
+{
+    memset(v, 0, sizeof *v);
+    pl_make_dataset(&v->d, NREC, NSHARD, 0, NULL);
+    v->root = parent(&v->d);
+    srv_nginx_start(v->root, &v->ng);
+    if (mode)
+        srv_proxy_start(v->ng.url, mode, &v->px);
+    snprintf(v->url, sizeof v->url, "%s/%s", mode ? v->px.url : v->ng.url, leaf(&v->d));
+}
+
+static void unserve(served *v)
+{
+    io_defaults();
+    srv_stop(&v->px);
+    srv_stop(&v->ng);
+    free(v->root);
+    pl_dataset_free(&v->d);
+}
+
 static void same_runs(const pl_run *a, const pl_run *b, const char *what)
 {
     cr_assert_eq(a->end_rc, SL_EOF, "%s: the reference run ended with %d", what, a->end_rc);
@@ -72,25 +102,23 @@ static void run_from(const sl_pipeline_config *base, const char *data, pl_run *r
 
 Test(pipeline_remote, local_http_s3_same_batches)
 {
-    pl_dataset d;
-    pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
-    char *root = parent(&d), http[256], s3[128];
-    srv ng = {0}, s = {0};
-    srv_nginx_start(root, &ng);
+    served v;
+    serve(&v, NULL);
+    const pl_dataset *dp = &v.d;
+    const char *http = v.url, *s3 = "s3://bucket/sets/small";
+    srv s = {0};
     srv_s3_start(&s);
-    srv_s3_put_dir(&s, "bucket", "sets/small/", d.dir);
+    srv_s3_put_dir(&s, "bucket", "sets/small/", dp->dir);
     srv_s3_env(&s, NULL);
-    snprintf(http, sizeof http, "%s/%s", ng.url, leaf(&d));
-    snprintf(s3, sizeof s3, "s3://bucket/sets/small");
     io_fast(3);
 
     for (int mode = 0; mode < 2; mode++) {
         sl_pipeline_config c;
-        pl_config(&c, &d);
+        pl_config(&c, dp);
         c.epochs = 2;
         c.shuffle = mode ? SL_SHUFFLE_GLOBAL : SL_SHUFFLE_BUFFER;
         pl_run a, b, e;
-        run_from(&c, d.dir, &a);
+        run_from(&c, dp->dir, &a);
         sl_io_stats before, after;
         sl_io_stats_get(&before);
         run_from(&c, http, &b);
@@ -104,30 +132,24 @@ Test(pipeline_remote, local_http_s3_same_batches)
         pl_run_free(&b);
         pl_run_free(&e);
     }
-    io_defaults();
     srv_stop(&s);
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&v);
 }
 
 /* Save a state after k batches of a remote run, resume it remotely: the
  * batches are those of one uninterrupted local run. */
 Test(pipeline_remote, resume_remote_equals_uninterrupted)
 {
-    pl_dataset d;
-    pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
-    char *root = parent(&d), http[256];
-    srv ng = {0};
-    srv_nginx_start(root, &ng);
-    snprintf(http, sizeof http, "%s/%s", ng.url, leaf(&d));
+    served v;
+    serve(&v, NULL);
+    const char *http = v.url;
     io_fast(3);
 
     sl_pipeline_config c;
-    pl_config(&c, &d);
+    pl_config(&c, &v.d);
     c.epochs = 2;
     pl_run whole;
-    run_from(&c, d.dir, &whole);
+    run_from(&c, v.d.dir, &whole);
 
     for (size_t k = 1; k < whole.nb; k += 5) {
         sl_pipeline_config rc = c;
@@ -149,35 +171,27 @@ Test(pipeline_remote, resume_remote_equals_uninterrupted)
         pl_run_free(&r);
     }
     pl_run_free(&whole);
-    io_defaults();
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&v);
 }
 
 /* 503 SlowDown, resets mid-body and short bodies: retried, nothing changes. */
 Test(pipeline_remote, faults_retried_same_batches)
 {
-    pl_dataset d;
-    pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
-    char *root = parent(&d), url[256];
-    srv ng = {0}, px = {0};
-    srv_nginx_start(root, &ng);
-    srv_proxy_start(ng.url, "503every=5", &px);
-    snprintf(url, sizeof url, "%s/%s", px.url, leaf(&d));
+    served v;
+    serve(&v, "503every=5");
     io_fast(4);
 
     sl_pipeline_config c;
-    pl_config(&c, &d);
+    pl_config(&c, &v.d);
     c.on_error = SL_ON_ERROR_FAIL; /* a fault that got through would end the run */
     pl_run a, b;
-    run_from(&c, d.dir, &a);
+    run_from(&c, v.d.dir, &a);
     const char *modes[] = {"503every=5", "reset=3", "short=3", "503=2,reset=2,short=2"};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-        srv_proxy_mode(&px, modes[m]);
+        srv_proxy_mode(&v.px, modes[m]);
         sl_io_stats before, after;
         sl_io_stats_get(&before);
-        run_from(&c, url, &b);
+        run_from(&c, v.url, &b);
         sl_io_stats_get(&after);
         same_runs(&a, &b, modes[m]);
         cr_assert_gt(after.retries, before.retries, "%s: no request was retried", modes[m]);
@@ -185,28 +199,20 @@ Test(pipeline_remote, faults_retried_same_batches)
         pl_run_free(&b);
     }
     pl_run_free(&a);
-    io_defaults();
-    srv_stop(&px);
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&v);
 }
 
 /* Shard 1 answers 503 forever. */
 Test(pipeline_remote, unreachable_shard_fails_or_is_reported)
 {
-    pl_dataset d;
-    pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
-    char *root = parent(&d), url[256];
-    srv ng = {0}, px = {0};
-    srv_nginx_start(root, &ng);
-    srv_proxy_start(ng.url, "503get=train-00001-of-00004.tfrecord", &px);
-    snprintf(url, sizeof url, "%s/%s", px.url, leaf(&d));
+    served v;
+    serve(&v, "503get=train-00001-of-00004.tfrecord");
+    const pl_dataset *dp = &v.d;
     io_fast(2);
 
     sl_pipeline_config c;
-    pl_config(&c, &d);
-    c.data = url;
+    pl_config(&c, dp);
+    c.data = v.url;
     c.on_error = SL_ON_ERROR_FAIL;
     pl_run r = {0};
     pl_run_config(&c, &r, 0);
@@ -215,7 +221,7 @@ Test(pipeline_remote, unreachable_shard_fails_or_is_reported)
     cr_assert(strstr(msg, "train-00001-of-00004.tfrecord"), "names the shard: %s", msg);
     cr_assert(strstr(msg, "503"), "names the status: %s", msg);
     cr_assert(strstr(msg, "3 tries"), "says how often it tried: %s", msg);
-    cr_assert(strstr(msg, px.url) || strstr(msg, "127.0.0.1"), "names the URL: %s", msg);
+    cr_assert(strstr(msg, v.px.url) || strstr(msg, "127.0.0.1"), "names the URL: %s", msg);
     pl_run_free(&r);
 
     c.on_error = SL_ON_ERROR_SKIP;
@@ -226,13 +232,13 @@ Test(pipeline_remote, unreachable_shard_fails_or_is_reported)
     pl_collect(p, &r, SIZE_MAX, 0);
     cr_assert_eq(r.end_rc, SL_EOF, "%s", sl_errmsg());
     cr_assert_eq(r.ns, 2 * NREC, "slots are refilled: batches stay full");
-    uint64_t lo = d.shard_n[0], hi = lo + d.shard_n[1];
+    uint64_t lo = dp->shard_n[0], hi = lo + dp->shard_n[1];
     for (size_t i = 0; i < r.ns; i++)
         cr_assert(r.ids[i] < lo || r.ids[i] >= hi, "record %llu of the dead shard came out",
                   (unsigned long long)r.ids[i]);
     sl_pipeline_stats st;
     cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
-    cr_assert_eq(st.bad_records, 2 * d.shard_n[1], "each record of the dead shard reported "
+    cr_assert_eq(st.bad_records, 2 * dp->shard_n[1], "each record of the dead shard reported "
                  "once per epoch: %llu", (unsigned long long)st.bad_records);
     cr_assert(strstr(st.bad[0], "train-00001-of-00004.tfrecord") && strstr(st.bad[0], "503"),
               "%s", st.bad[0]);
@@ -241,7 +247,7 @@ Test(pipeline_remote, unreachable_shard_fails_or_is_reported)
 
     /* Its index unreachable at open: fail names it; skip leaves the shard
      * out, reported, and reads the others. */
-    srv_proxy_mode(&px, "503path=train-00002-of-00004.tfrecord.idx");
+    srv_proxy_mode(&v.px, "503path=train-00002-of-00004.tfrecord.idx");
     c.on_error = SL_ON_ERROR_FAIL;
     c.epochs = 1;
     cr_assert_neq(sl_pipeline_create(&c, &p), SL_OK, "opened with an unreachable index");
@@ -252,36 +258,27 @@ Test(pipeline_remote, unreachable_shard_fails_or_is_reported)
     memset(&r, 0, sizeof r);
     pl_collect(p, &r, SIZE_MAX, 0);
     cr_assert_eq(r.end_rc, SL_EOF, "%s", sl_errmsg());
-    cr_assert_eq(r.ns, NREC - d.shard_n[2], "the other shards' records, each once");
+    cr_assert_eq(r.ns, NREC - dp->shard_n[2], "the other shards' records, each once");
     cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
     cr_assert_eq(st.bad_records, 1);
     cr_assert(strstr(st.bad[0], "left out") && strstr(st.bad[0], "503"), "%s", st.bad[0]);
     sl_pipeline_destroy(p);
     pl_run_free(&r);
-    io_defaults();
-    srv_stop(&px);
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&v);
 }
 
 /* Readers backing off from a server that keeps answering 503 (long
  * backoffs, many retries) do not hold up a stop. */
 Test(pipeline_remote, stop_does_not_wait_for_retries)
 {
-    pl_dataset d;
-    pl_make_dataset(&d, NREC, NSHARD, 0, NULL);
-    char *root = parent(&d), url[256];
-    srv ng = {0}, px = {0};
-    srv_nginx_start(root, &ng);
-    srv_proxy_start(ng.url, "503get=.tfrecord", &px);
-    snprintf(url, sizeof url, "%s/%s", px.url, leaf(&d));
+    served v;
+    serve(&v, "503get=.tfrecord");
     sl_io_opts o = {.retries = 50, .timeout_ms = 5000, .backoff_ms = 2000, .inflight = 4};
     sl_io_configure(&o);
 
     sl_pipeline_config c;
-    pl_config(&c, &d);
-    c.data = url;
+    pl_config(&c, &v.d);
+    c.data = v.url;
     sl_pipeline *p;
     cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
     struct timespec t0, t1;
@@ -291,9 +288,5 @@ Test(pipeline_remote, stop_does_not_wait_for_retries)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     cr_assert_lt(s, 1.5, "destroy waited %.2f s for retries that would take minutes", s);
-    io_defaults();
-    srv_stop(&px);
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&v);
 }
