@@ -85,10 +85,12 @@ build() {
     # from this tree too, so that mut.sh's mutants of it are what runs
     $CC $TRAIN_FLAGS -c "$REPO/train/ops/exec.c" -o exec.o
     $CC $TRAIN_FLAGS -c "$REPO/train/ops/ops.c" -o ops.o
-    # train/device's cuda files, one job each (dev_int.h): dev_none.c's place
+    # train/device's cuda files, one job each (dev_int.h): dev_none.c's place;
+    # and the exec's memory beside its context (train/ops/mem.h): mem_none.c's
     devobjs=""
-    for f in dev_mem_cuda dev_feed_cuda dev_loss_cuda dev_sgd_cuda dev_graph_cuda; do
-        $CC $TRAIN_FLAGS -c "$REPO/train/device/$f.c" -o $f.o; devobjs="$devobjs $f.o"
+    for f in device/dev_feed_cuda device/dev_loss_cuda device/dev_sgd_cuda device/dev_graph_cuda \
+             ops/mem_cuda; do
+        b=$(basename $f); $CC $TRAIN_FLAGS -c "$REPO/train/$f.c" -o $b.o; devobjs="$devobjs $b.o"
     done
     # the fused conv+BN path (cuDNN's graph API: emu_dnn_graph.cpp), once its files exist
     fused=""
@@ -106,7 +108,7 @@ build() {
     $CC $TRAIN_FLAGS -c "$REPO/train/loop/replica.c" -o replica.o & wait
     echo "== archives"
     rm -f libsl_train.a libsl_pipeline.a
-    cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o exec.c.o ops.c.o
+    cp "$OFF/libsl_train.a" libsl_train.a; ar d libsl_train.a dev_none.c.o mem_none.c.o exec.c.o ops.c.o
     ar d libsl_train.a replica.c.o
     if ar t libsl_train.a | grep -qx fuse.c.o; then ar d libsl_train.a fuse.c.o; fi
     ar r libsl_train.a exec.o ops.o $devobjs replica.o act_cuda.emu.o amp_cuda.emu.o conv_cuda.emu.o cuda_ctx.emu.o \

@@ -1,25 +1,24 @@
 /*
- * train/device/dev_int.h - private to train/: what the model and the training
- * loop need from a device besides the ops (DESIGN.md section 5; the GPU
- * issue): device memory, the input feed from the pipeline's load stage,
- * the loss accumulated on the device, and the optimizer on the device.
+ * train/device/dev_int.h - private to train/: what the training loop needs
+ * from a device besides the ops and memory (DESIGN.md section 5; the GPU
+ * issue): the input feed from the pipeline's load stage, the loss
+ * accumulated on the device, the optimizer on the device, CUDA graphs and
+ * the memory plan.
  *
  *   the cuda implementation (C on the CUDA runtime and the cuda backend's
  *   kernels, train/ops/cuda_int.h), built with it, one job a file:
- *     dev_mem_cuda.c    memory
  *     dev_feed_cuda.c   feed
  *     dev_loss_cuda.c   loss
  *     dev_sgd_cuda.c    optimizer
  *     dev_graph_cuda.c  CUDA graphs
- *   dev_none.c       builds without the cuda backend: memory is host memory,
- *                    the feed and the device optimizer say SL_ENOTSUP
+ *   dev_none.c       builds without the cuda backend: the feed, the device
+ *                    loss, the device optimizer and graphs say SL_ENOTSUP
  *   dev_labels.c     every build: the one host label check
  *   dev_plan.c       every build: the memory plan
  *
- * Memory. For ref and cpu execs "device" memory is host memory
- * (sl_dev_alloc = calloc with 64-byte alignment, copies are memcpy); for
- * cuda it is cudaMalloc'ed memory of the exec's device and copies go
- * through its stream. sl_dev_on_device says which.
+ * Memory (sl_dev_alloc and the copies) is train/ops/mem.h's, beside the
+ * exec's context, since the model places its tensors with it; this header
+ * includes it.
  *
  * Feed (cuda). The pipeline, configured with device = the exec's device
  * and layout SL_LAYOUT_NHWC_U8, copies each batch into device memory on
@@ -55,33 +54,7 @@
 
 #include "pipeline/pipeline.h"
 #include "train/train_int.h" /* the exec's struct; includes train.h */
-
-/* ------------------------------------------------------------- memory */
-
-int sl_dev_on_device(const sl_exec *e); /* 1 for a cuda exec */
-int sl_dev_device(const sl_exec *e);    /* its CUDA device ordinal; -1 for host execs */
-void *sl_dev_stream(const sl_exec *e);  /* its cudaStream_t; NULL for host execs */
-/* bytes of zeroed memory (64-byte aligned on the host). SL_ENOMEM / SL_ECUDA. */
-int sl_dev_alloc(sl_exec *e, size_t bytes, void **out);
-void sl_dev_free(sl_exec *e, void *p); /* NULL is a no-op */
-/* host src -> device dst; returns when dst holds the data. */
-int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes);
-/* device src -> host dst, after the work queued on e so far. */
-int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes);
-/* n f32 values at src (device) to dst (device) in type dt (cuda: a kernel
- * on the stream; host: f32 only). */
-int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt);
-/* Wait for everything queued on e. */
-int sl_dev_sync(sl_exec *e);
-/* Device memory of e (all zero for host execs): the bytes e's context has
- * allocated (model, optimizer, feed, cuDNN workspace, scratch: everything
- * sl_dev_alloc and the op files' buffers take) now and at most, and the
- * device's used and total bytes by cudaMemGetInfo (which also counts the
- * CUDA context, cuDNN's and cuBLAS's own buffers and the pipeline's). */
-typedef struct sl_dev_mem_info {
-    size_t live, peak, device_used, device_total;
-} sl_dev_mem_info;
-int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out);
+#include "train/ops/mem.h"   /* an exec's memory, beside its context */
 
 /* --------------------------------------------------------- memory plan */
 
@@ -103,9 +76,6 @@ typedef struct sl_dev_plan {
 } sl_dev_plan;
 int sl_dev_plan_train(const sl_model_config *cfg, int batch, int h, int w, sl_dtype act,
                       size_t ws_max, int sms, sl_dev_plan *out);
-/* dst = src, n bytes, both device memory (cuda: on the stream, not waited
- * for; host: a move). */
-int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes);
 
 /* --------------------------------------------------------------- feed */
 

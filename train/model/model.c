@@ -110,7 +110,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/device/dev_int.h"
+#include "train/ops/mem.h"
 #include "train/model/model_int.h"
 
 /* Run one op; on failure wrap its message with the function and layer. */

@@ -1,8 +1,8 @@
 /*
  * train/model/model_int.h - private to the model files: the layout of a built
- * ResNet, shared by train/model/resnet.c (building: architecture, memory,
- * initialization, state dict) and train/model/model.c (running: forward,
- * backward, accessors).
+ * ResNet, shared by train/model/resnet.c (building: architecture,
+ * initialization, state dict, placing), train/model/layout.c (the memory
+ * plan) and train/model/model.c (running: forward, backward, accessors).
  *
  * A ResNet here is a list of conv+BN units (sl_cbn) in state-dict order and
  * a list of residual blocks that index into it. Memory (sizes at max_batch):
@@ -34,7 +34,7 @@
  *            tail buffer at the end of the arena (the last block's,
  *            ResNet-50: 0.14 GiB at batch 256). The forward's scratch (the
  *            ztemp outputs) goes into memory not yet written (the blocks
- *            after the one running) the same way. resnet.c's plan_grads
+ *            after the one running) the same way. layout.c's plan_grads
  *            places them; model.c's backward says how each is used.
  * Issue 14's budget: ResNet-50 at batch 256 in bf16 within PyTorch eager's
  * 11.0 GiB (train/device/dev_plan.c counts it; tests hold it there).
@@ -187,6 +187,22 @@ struct sl_model {
     const float *x;      /* input of the last forward (the caller's buffer) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */
 };
+
+/* Floats rounded up to 64 bytes, so every tensor of an arena starts
+ * aligned. */
+static inline int64_t sl_al(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* Arena sizes: params and bufs in floats, the activations in bytes. */
+typedef struct sl_arena_use {
+    int64_t params, bufs;
+    size_t acts;
+} sl_arena_use;
+
+/* layout.c: walk the memory plan and count the arenas into u, or (assign)
+ * also hand out pointers from m's arenas (m->params, grads, bufs, acts);
+ * asz: bytes of one activation element (4 on the host, the exec's on a
+ * device). SL_ENOMEM when the plan's tables cannot be allocated. */
+int sl_model_layout(sl_model *m, sl_arena_use *u, size_t asz, int assign);
 
 /* model.c: free the sync-BN statistics slots (sl_model_destroy; before the
  * device arenas go, with dev_e). */

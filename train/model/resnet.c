@@ -1,7 +1,8 @@
 /*
- * train/model/resnet.c - building a ResNet: the architectures, their memory, the
- * initialization and the state dict (train/model/model_int.h has the layout;
- * train/model/model.c runs it).
+ * train/model/resnet.c - building a ResNet: the architectures, the
+ * initialization, the state dict, creating and placing (train/model/model_int.h
+ * has the layout; train/model/layout.c the memory plan; train/model/model.c
+ * runs it).
  *
  * Architectures, as torchvision.models.resnet (names, state-dict order and
  * shapes match it, so a checkpoint loads into PyTorch):
@@ -32,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/device/dev_int.h"
+#include "train/ops/mem.h"
 #include "train/model/model_int.h"
 
 typedef struct arch_desc {
@@ -161,210 +162,6 @@ static int plan(sl_model *m, const arch_desc *a)
     }
     m->feat = inplanes;
     m->feat_hw = h * w;
-    return SL_OK;
-}
-
-/* ---------------------------------------------------------------- memory */
-
-/* Floats rounded up to 64 bytes, so every tensor starts aligned. */
-static int64_t al(int64_t n) { return (n + 15) & ~(int64_t)15; }
-/* Bytes rounded up to 64. */
-static size_t alb(size_t n) { return (n + 63) & ~(size_t)63; }
-
-/* Arena sizes: params and bufs in floats, the activations in bytes. */
-typedef struct arena_use {
-    int64_t params, bufs;
-    size_t acts;
-} arena_use;
-
-/* A half-open byte range of the activation arena. */
-typedef struct span {
-    size_t lo, hi;
-} span;
-
-/* The first 64-byte aligned offset >= lo where need bytes fit below hi
- * without touching any of the nb busy spans; SIZE_MAX when none does. */
-static size_t fit(size_t lo, size_t hi, size_t need, const span *busy, int nb)
-{
-    size_t at = alb(lo);
-    for (int moved = 1; moved;) {
-        moved = 0;
-        for (int k = 0; k < nb; k++)
-            if (busy[k].lo < at + need && at < busy[k].hi) {
-                at = alb(busy[k].hi);
-                moved = 1;
-            }
-    }
-    return hi >= need && at <= hi - need ? at : SIZE_MAX;
-}
-
-/* need bytes in the dead span [lo, hi) if they fit there, else in the tail
- * (the arena's end, [tail, *tail_end) so far, grown as needed); the busy
- * spans avoided in both. */
-/* SLUICE_MODEL_GRAD_TAIL=1: every scratch and gradient buffer in the tail,
- * none in memory an activation also uses (tests compare the two layouts
- * bit for bit). */
-static int tail_only(void)
-{
-    const char *v = getenv("SLUICE_MODEL_GRAD_TAIL");
-    return v && strcmp(v, "1") == 0;
-}
-
-static size_t place(size_t lo, size_t hi, size_t need, const span *busy, int nb, size_t tail,
-                    size_t *tail_end)
-{
-    size_t at = tail_only() ? SIZE_MAX : fit(lo, hi, need, busy, nb);
-    if (at == SIZE_MAX) {
-        at = fit(tail, SIZE_MAX, need, busy, nb);
-        if (at + need > *tail_end)
-            *tail_end = at + need;
-    }
-    return at;
-}
-
-/* Bytes of cbn i's activation (y or z) at the model's batch. */
-static size_t act_bytes(const sl_model *m, int i, size_t asz)
-{
-    const sl_cbn *c = &m->cbn[i];
-    return (size_t)m->max_batch * c->p * c->q * c->cout * asz;
-}
-
-/* Offsets of the scratch and gradient buffers (model_int.h's "grads"). */
-typedef struct grad_plan {
-    size_t head, pool, stemz; /* ghead, gpool, the pooled stem's z */
-    size_t *gd, *gout, *gtmp, *dsz; /* per block; gtmp SIZE_MAX: none */
-} grad_plan;
-
-/* Place them for blocks whose memory spans [bstart[b], bend[b]); every
- * block after b is dead while b's backward runs, and not yet written while
- * b's forward runs. Returns the arena's size (the tail's end). */
-static size_t plan_grads(const sl_model *m, size_t asz, const size_t *bstart, const size_t *bend,
-                         size_t tail, grad_plan *g)
-{
-    size_t tail_end = tail, end = bend[m->nblock - 1];
-    const sl_block *lb = &m->blk[m->nblock - 1];
-    span ain = {0, 0};
-    ain.lo = g->head = place(0, 0, act_bytes(m, lb->first + lb->nconv - 1, asz), NULL, 0, tail,
-                             &tail_end);
-    ain.hi = ain.lo + act_bytes(m, lb->first + lb->nconv - 1, asz);
-    for (int b = m->nblock - 1; b >= 0; b--) {
-        const sl_block *k = &m->blk[b];
-        const sl_cbn *f = &m->cbn[k->first];
-        size_t in = (size_t)m->max_batch * f->ih * f->iw * f->cin * asz, dsz = 0;
-        for (int j = 0; j + 1 < k->nconv; j++)
-            dsz = act_bytes(m, k->first + j, asz) > dsz ? act_bytes(m, k->first + j, asz) : dsz;
-        if (!m->acc && in > dsz) /* conv_bwd_data into gd, then add */
-            dsz = in;
-        span busy[3] = {ain};
-        g->gd[b] = place(bend[b], end, dsz, busy, 1, tail, &tail_end);
-        busy[1] = (span){g->gd[b], g->gd[b] + dsz};
-        if (k->ds >= 0)
-            g->gout[b] = place(bend[b], end, in, busy, 2, tail, &tail_end);
-        else
-            g->gout[b] = ain.lo; /* accumulated in place */
-        busy[2] = (span){g->gout[b], g->gout[b] + in};
-        /* a measured search's output: only where it is free anyway */
-        g->gtmp[b] = !m->acc ? g->gd[b] : tail_only() ? SIZE_MAX : fit(bend[b], end, in, busy, 3);
-        ain = busy[2];
-        /* forward: a downsample's z, in blocks not yet written */
-        if (k->ds >= 0)
-            g->dsz[b] = place(bend[b], end, act_bytes(m, k->ds, asz), NULL, 0, tail, &tail_end);
-    }
-    if (m->stem_pool) {
-        g->pool = place(bstart[0], end, act_bytes(m, 0, asz), &ain, 1, tail, &tail_end);
-        g->stemz = place(bstart[0], end, act_bytes(m, 0, asz), NULL, 0, tail, &tail_end);
-    }
-    return alb(tail_end);
-}
-
-/* Walk the plan and count the arenas into u, or (assign) also hand out
- * pointers from them; asz: bytes of one activation element (4 on the host,
- * the exec's on a device). Activations in forward order (stem, pool, each
- * block's units, the head's f32 tensors), then the tail of plan_grads.
- * SL_ENOMEM when the plan's tables cannot be allocated. */
-static int layout(sl_model *m, arena_use *u, size_t asz, int assign)
-{
-    int64_t P = 0, B = 0, nb = m->max_batch;
-    size_t A = 0;
-    size_t *tabs = calloc((size_t)m->nblock * 6, sizeof *tabs);
-    if (!tabs)
-        return sl_fail(SL_ENOMEM, "sl_model: the memory plan of %d blocks", m->nblock);
-    size_t *bstart = tabs, *bend = tabs + m->nblock;
-    grad_plan g = {0, 0, 0, tabs + 2 * m->nblock, tabs + 3 * m->nblock, tabs + 4 * m->nblock,
-                   tabs + 5 * m->nblock};
-#define TAKE(ptr, arena, off, n)                          \
-    do {                                                  \
-        if (assign)                                       \
-            (ptr) = m->arena + (off);                     \
-        (off) += al(n);                                   \
-    } while (0)
-#define TAKEA(ptr, elems, esz)                            \
-    do {                                                  \
-        if (assign)                                       \
-            (ptr) = (void *)(m->acts + A);                \
-        A += alb((size_t)(elems) * (esz));                \
-    } while (0)
-    int blk = -1; /* the block cbn i belongs to (-1: the stem) */
-    for (int i = 0; i < m->ncbn; i++) {
-        sl_cbn *c = &m->cbn[i];
-        for (int b = 0; b < m->nblock; b++)
-            if (i == m->blk[b].first) {
-                blk = b;
-                bstart[b] = A;
-            }
-        int64_t wn = (int64_t)c->cout * c->r * c->r * c->cin, an = nb * c->p * c->q * c->cout;
-        if (assign) {
-            c->gw = m->grads + P;
-            c->ggamma = m->grads + P + al(wn);
-            c->gbeta = m->grads + P + al(wn) + al(c->cout);
-            c->nbt = &m->nbts[i];
-        }
-        TAKE(c->w, params, P, wn);
-        TAKE(c->gamma, params, P, c->cout);
-        TAKE(c->beta, params, P, c->cout);
-        TAKE(c->rmean, bufs, B, c->cout);
-        TAKE(c->rvar, bufs, B, c->cout);
-        TAKE(c->smean, bufs, B, c->cout);
-        TAKE(c->sinvstd, bufs, B, c->cout);
-        TAKEA(c->y, an, asz);
-        if (!c->ztemp)
-            TAKEA(c->z, an, asz);
-        if (i == 0 && m->stem_pool)
-            TAKEA(m->pool_y, nb * m->pool_h * m->pool_w * c->cout, asz);
-        if (blk >= 0)
-            bend[blk] = A;
-    }
-    int64_t fw = (int64_t)m->cfg.classes * m->feat;
-    if (assign) {
-        m->fc_gw = m->grads + P;
-        m->fc_gb = m->grads + P + al(fw);
-    }
-    TAKE(m->fc_w, params, P, fw);
-    TAKE(m->fc_b, params, P, m->cfg.classes);
-    TAKEA(m->pooled, nb * m->feat, sizeof(float));
-    TAKEA(m->dpooled, nb * m->feat, sizeof(float));
-    TAKEA(m->logits, nb * m->cfg.classes, sizeof(float));
-#undef TAKE
-#undef TAKEA
-    u->params = P, u->bufs = B;
-    u->acts = plan_grads(m, asz, bstart, bend, A, &g);
-    if (assign) {
-#define AT(off) ((float *)(void *)(m->acts + (off)))
-        m->ghead = AT(g.head);
-        for (int b = 0; b < m->nblock; b++) {
-            sl_block *k = &m->blk[b];
-            k->gd = AT(g.gd[b]), k->gout = AT(g.gout[b]);
-            k->gtmp = g.gtmp[b] == SIZE_MAX ? NULL : AT(g.gtmp[b]);
-            if (k->ds >= 0)
-                m->cbn[k->ds].z = AT(g.dsz[b]);
-        }
-        if (m->stem_pool) {
-            m->gpool = AT(g.pool);
-            m->cbn[0].z = AT(g.stemz);
-        }
-#undef AT
-    }
-    free(tabs);
     return SL_OK;
 }
 
@@ -563,8 +360,8 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     if (rc)
         return rc;
     float *tmp = NULL;
-    arena_use u;
-    if ((rc = layout(m, &u, sizeof(float), 0))) { /* count */
+    sl_arena_use u;
+    if ((rc = sl_model_layout(m, &u, sizeof(float), 0))) { /* count */
         sl_model_destroy(m);
         return rc;
     }
@@ -598,7 +395,7 @@ int sl_model_create(const sl_model_config *cfg, int max_batch, int h, int w, sl_
     memset(m->params, 0, (size_t)u.params * sizeof(float));
     memset(m->grads, 0, (size_t)u.params * sizeof(float));
     memset(m->bufs, 0, (size_t)u.bufs * sizeof(float));
-    if ((rc = layout(m, &u, sizeof(float), 1))) { /* assign */
+    if ((rc = sl_model_layout(m, &u, sizeof(float), 1))) { /* assign */
         free(tmp);
         sl_model_destroy(m);
         return rc;
@@ -627,9 +424,9 @@ int sl_model_plan_bytes(const sl_model_config *cfg, int max_batch, int h, int w,
     int rc = model_new("sl_model_plan_bytes", cfg, max_batch, h, w, &m);
     if (rc)
         return rc;
-    arena_use u;
+    sl_arena_use u;
     m->acc = acc != 0;
-    if ((rc = layout(m, &u, act_size, 0))) {
+    if ((rc = sl_model_layout(m, &u, act_size, 0))) {
         sl_model_destroy(m);
         return rc;
     }
@@ -656,7 +453,7 @@ static int place_fusion(sl_model *m, sl_exec *e)
     int64_t floats = 0;
     int idc = 8;
     for (int i = 0; i < m->ncbn; i++) {
-        floats += 15 * al(m->cbn[i].cout); /* sum, sq, 4 k, 8 coef, 2 fp16 sb */
+        floats += 15 * sl_al(m->cbn[i].cout); /* sum, sq, 4 k, 8 coef, 2 fp16 sb */
         idc = m->cbn[i].cin > idc ? m->cbn[i].cin : idc;
     }
     size_t bytes = (size_t)floats * sizeof(float) + (size_t)idc * 2 * sizeof(uint16_t);
@@ -677,7 +474,7 @@ static int place_fusion(sl_model *m, sl_exec *e)
     float *f = arena;
     for (int i = 0; i < m->ncbn; i++) {
         sl_cbn *c = &m->cbn[i];
-        int64_t C = al(c->cout);
+        int64_t C = sl_al(c->cout);
         c->fsum = f, c->fsq = f + C, c->fk = f + 2 * C, c->fcoef = f + 6 * C;
         c->fsb = f + 14 * C;
         f += 15 * C;
@@ -699,11 +496,11 @@ int sl_model_place(sl_model *m, sl_exec *e)
     if (m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is on a device already", fn);
     size_t asz = sl_exec_act_size(e), pb = (size_t)m->arena_floats * sizeof(float);
-    arena_use u;
+    sl_arena_use u;
     int rc, host_acc = m->acc;
     /* the device's activation arena: asz-byte elements, laid out for its table */
     m->acc = e->ops && e->ops->conv_bwd_data_acc;
-    if ((rc = layout(m, &u, asz, 0))) {
+    if ((rc = sl_model_layout(m, &u, asz, 0))) {
         m->acc = host_acc;
         return rc;
     }
@@ -736,7 +533,7 @@ int sl_model_place(sl_model *m, sl_exec *e)
     m->wc_arena = dwc;
     m->dev_e = e;
     m->acts_bytes = u.acts;
-    if ((rc = layout(m, &u, asz, 1))) /* every pointer again, now into the device arenas */
+    if ((rc = sl_model_layout(m, &u, asz, 1))) /* every pointer again, now into the device arenas */
         return rc; /* only the plan's small table can fail: the counting pass made it */
     for (int i = 0; i < m->ncbn; i++) {
         sl_cbn *c = &m->cbn[i];

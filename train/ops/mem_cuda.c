@@ -1,25 +1,25 @@
 /*
- * train/device/dev_mem_cuda.c - dev_int.h's memory on the CUDA runtime:
- * device memory of an exec (zeroed allocations counted by its context),
- * copies in, out and within, casts, syncs and the memory report. Built
- * with the cuda backend (CMakeLists.txt builds the train *_cuda.c files
- * with it); dev_none.c replaces it otherwise.
+ * train/ops/mem_cuda.c - mem.h on the CUDA runtime: device memory of an
+ * exec (zeroed allocations counted by its context), copies in, out and
+ * within, casts, syncs and the memory report. Built with the cuda backend
+ * (CMakeLists.txt builds the train *_cuda.c files with it); mem_none.c
+ * replaces it otherwise.
  *
  * Execs of the ref and cpu backends work here too: their "device" memory
- * is host memory, as in dev_none.c.
+ * is host memory, as in mem_none.c.
  *
  * Streams. Everything is enqueued on the exec's stream (ctx->stream, a
  * non-blocking stream: it does not serialize with the legacy default
  * stream), so copies use cudaMemcpyAsync on it and a stream synchronize
  * where the host needs the data.
  *
- * Threading: an exec's thread (dev_int.h).
+ * Threading: an exec's thread (mem.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "train/ops/cuda_int.h"
-#include "train/device/dev_int.h"
+#include "train/ops/mem.h"
 
 int sl_dev_on_device(const sl_exec *e) { return e && e->backend == SL_BACKEND_CUDA; }
 

@@ -1,0 +1,89 @@
+/*
+ * train/ops/mem_none.c - mem.h in a build without the cuda backend: every
+ * exec is a host exec, so "device" memory is host memory (64-byte aligned,
+ * zeroed) and copies are moves. mem_cuda.c replaces it with CUDA.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/ops/mem.h"
+
+int sl_dev_on_device(const sl_exec *e)
+{
+    (void)e;
+    return 0;
+}
+
+int sl_dev_device(const sl_exec *e)
+{
+    (void)e;
+    return -1;
+}
+
+void *sl_dev_stream(const sl_exec *e)
+{
+    (void)e;
+    return NULL;
+}
+
+int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
+{
+    (void)e;
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    *out = NULL;
+    if (posix_memalign(&p, 64, cap ? cap : 64))
+        return sl_fail(SL_ENOMEM, "sl_dev_alloc: %zu bytes", bytes);
+    memset(p, 0, cap ? cap : 64);
+    *out = p;
+    return SL_OK;
+}
+
+void sl_dev_free(sl_exec *e, void *p)
+{
+    (void)e;
+    free(p);
+}
+
+int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+{
+    (void)e;
+    memset(out, 0, sizeof *out);
+    return SL_OK;
+}
+
+int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
+{
+    (void)e;
+    if (dt != SL_DTYPE_F32)
+        return sl_fail(SL_ENOTSUP, "sl_dev_cast: host memory holds f32 only");
+    memmove(dst, src, (size_t)n * sizeof(float));
+    return SL_OK;
+}
+
+int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+int sl_dev_sync(sl_exec *e)
+{
+    (void)e;
+    return SL_OK;
+}
