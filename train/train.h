@@ -96,6 +96,9 @@ const char *sl_arch_name(sl_arch a);        /* "resnet20" ...; "?" for no sl_arc
 int sl_arch_parse(const char *name, sl_arch *out); /* SL_EINVAL for unknown names and NULL */
 
 typedef struct sl_model_config {
+    size_t size;            /* sizeof(sl_model_config), set by SL_MODEL_CONFIG_INIT:
+                             * sl_model_create refuses another (a caller built against
+                             * other headers) */
     sl_arch arch;
     int classes;            /* fc outputs */
     int width;              /* base width: 0 = 16 (resnet20) or 64 (resnet18/50) */
@@ -106,8 +109,8 @@ typedef struct sl_model_config {
 } sl_model_config;
 
 #define SL_MODEL_CONFIG_INIT                                                                  \
-    {.arch = SL_ARCH_RESNET50, .classes = 1000, .width = 0, .zero_init_residual = 1,           \
-     .bn_momentum = 0.1f, .bn_eps = 1e-5f, .seed = 0}
+    {.size = sizeof(sl_model_config), .arch = SL_ARCH_RESNET50, .classes = 1000, .width = 0,  \
+     .zero_init_residual = 1, .bn_momentum = 0.1f, .bn_eps = 1e-5f, .seed = 0}
 
 typedef enum sl_dtype_tag { SL_T_F32 = 0, SL_T_I64 } sl_dtype_tag;
 

@@ -300,6 +300,9 @@ static int model_new(const char *fn, const sl_model_config *cfg, int max_batch, 
                      sl_model **out)
 {
     *out = NULL;
+    int rc = sl_check_config_size(fn, cfg->size, sizeof *cfg);
+    if (rc)
+        return rc;
     if ((int)cfg->arch < 0 || (int)cfg->arch >= N_ARCH)
         return sl_fail(SL_EINVAL, "%s: unknown architecture %d", fn, (int)cfg->arch);
     const arch_desc *a = &arch_table[cfg->arch];
@@ -312,7 +315,7 @@ static int model_new(const char *fn, const sl_model_config *cfg, int max_batch, 
     if (max_batch < 1 || h < 1 || w < 1 || h > 65536 || w > 65536)
         return sl_fail(SL_EINVAL, "%s: %s: bad max_batch %d or input %dx%d", fn, a->name,
                        max_batch, h, w);
-    int rc, nblocks = 0, stages = a->stages;
+    int nblocks = 0, stages = a->stages;
     for (int s = 0; s < stages; s++)
         nblocks += a->blocks[s];
     int cap = 1 + nblocks * (a->bottleneck ? 3 : 2) + stages; /* at most one ds per stage */

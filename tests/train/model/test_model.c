@@ -5,6 +5,7 @@
  * few SGD steps that must lower the loss.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "testutil.h"
 #include "train/train.h"
 #include "train/train_int.h" /* white-box: stack sl_exec and its op table */
+#include "train/model/model_int.h" /* sl_model_plan_bytes */
 
 /* torchvision.models.resnet18 / resnet50 modules in state-dict order:
  * convs {name, out, in, kernel}, batch norms {name, channels, 0, 0}; fc
@@ -632,6 +634,25 @@ Test(train_model, bad_arguments)
     cr_assert_eq(sl_model_create(&c, 1, 0, 8, &m), SL_EINVAL);
     c.bn_eps = 0;
     cr_assert_eq(sl_model_create(&c, 1, 8, 8, &m), SL_EINVAL);
+    /* a config from other headers (or not started from the _INIT) is
+     * refused before any field is read, by both entry points */
+    c = (sl_model_config)SL_MODEL_CONFIG_INIT;
+    c.arch = SL_ARCH_RESNET20;
+    for (int d = -1; d <= 1; d += 2) {
+        c.size = sizeof c + (size_t)(d * 8);
+        char want[160];
+        snprintf(want, sizeof want, "sl_model_create: config of %zu bytes, this library's is %zu: "
+                 "rebuild against this sluice's headers", c.size, sizeof c);
+        cr_assert_eq(sl_model_create(&c, 1, 8, 8, &m), SL_EINVAL);
+        cr_assert_null(m);
+        cr_assert_str_eq(sl_errmsg(), want);
+        sl_model_mem mem;
+        cr_assert_eq(sl_model_plan_bytes(&c, 1, 8, 8, 4, 0, &mem), SL_EINVAL);
+        cr_assert(strstr(sl_errmsg(), "config of"), "%s", sl_errmsg());
+    }
+    c.size = sizeof c;
+    cr_assert_eq(sl_model_create(&c, 1, 8, 8, &m), SL_OK, "%s", sl_errmsg());
+    sl_model_destroy(m);
 
     sl_exec e;
     cr_assert_eq(sl_exec_init(&e, SL_BACKEND_REF, 1), SL_OK);
