@@ -14,8 +14,10 @@
 // (grid-stride), reading the decoded image through the same separable taps
 // as records/resize.c's sl_resize_taps (area averaging when the crop
 // shrinks by 2 or more in a direction, else bilinear with half-pixel
-// centres), computed per output coordinate in the kernel (gd_tap, the same
-// arithmetic: integer area edges, double bilinear centres). Not bit-equal
+// centres), computed per output coordinate in the kernel by the same code
+// (sl_resize_tap_at, records/resize_tap.h, __host__ __device__; its
+// bilinear centre is kept unfused, so the taps are the CPU's bits;
+// tests/records/test_resize_tap.c pins them). Not bit-equal
 // to the CPU path: that one decodes at a DCT scale and resizes the Y/Cb/Cr
 // planes before colour conversion (decode_yuv.c), this one resizes the RGB
 // that nvJPEG made at full size; tests/pipeline/test_gdec.c bounds the
@@ -38,6 +40,7 @@ extern "C" {
 }
 #include "common/cuda_check.h"
 #include "pipeline/nvjpeg_api.h"
+#include "records/resize_tap.h" // sl_resize_tap_at (also through gdec_int.h's records.h)
 
 enum { GD_HOST = 0, GD_GPU = 1 };
 
@@ -97,41 +100,6 @@ struct sl_gdec {
 
 // ------------------------------------------------------------------ kernel
 
-// records/resize.c's sl_resize_taps for output coordinate x of s -> d.
-__device__ __forceinline__ void gd_tap(int s, int d, int x, int *i0, int *n, float *w0,
-                                       float *wmid, float *wn)
-{
-    double scale = (double)s / d;
-    if (scale >= 2.0) {
-        long long a = (long long)x * s, b = (long long)(x + 1) * s;
-        long long first = a / d, last = (b - 1) / d;
-        *i0 = (int)first;
-        *n = (int)(last - first + 1);
-        *w0 = (float)((double)((first + 1) * d - a) / s);
-        *wmid = (float)((double)d / s);
-        *wn = (float)((double)(b - last * d) / s);
-        return;
-    }
-    double sx = (x + 0.5) * scale - 0.5;
-    if (sx < 0)
-        sx = 0;
-    if (sx > s - 1)
-        sx = s - 1;
-    int x0 = (int)sx;
-    double f = sx - x0;
-    *i0 = x0;
-    *wmid = 0;
-    if (f == 0 || x0 + 1 >= s) {
-        *n = 1;
-        *w0 = 1;
-        *wn = 0;
-    } else {
-        *n = 2;
-        *w0 = (float)(1 - f);
-        *wn = (float)f;
-    }
-}
-
 __device__ __forceinline__ float gd_w(int j, int n, float w0, float wmid, float wn)
 {
     return j == 0 ? w0 : j == n - 1 ? wn : wmid;
@@ -152,18 +120,16 @@ __global__ void gd_resize_kernel(const uint8_t *__restrict__ img,
         int oy = (int)(px / ow), ox = (int)(px - (unsigned long long)oy * ow);
         gd_param P = par[j];
         int sx = P.flip ? ow - 1 - ox : ox;
-        int x0, nx, y0, ny;
-        float xw0, xwm, xwn, yw0, ywm, ywn;
-        gd_tap(P.cw, ow, sx, &x0, &nx, &xw0, &xwm, &xwn);
-        gd_tap(P.ch, oh, oy, &y0, &ny, &yw0, &ywm, &ywn);
+        // the taps sl_resize_taps stores at tx[sx], ty[oy] (resize_tap.h)
+        sl_resize_tap tx = sl_resize_tap_at(P.cw, ow, sx), ty = sl_resize_tap_at(P.ch, oh, oy);
         float acc[3] = {0, 0, 0};
-        for (int a = 0; a < ny; a++) {
-            float wy = gd_w(a, ny, yw0, ywm, ywn);
+        for (int a = 0; a < ty.n; a++) {
+            float wy = gd_w(a, ty.n, ty.w0, ty.wmid, ty.wn);
             const uint8_t *row =
-                img + P.src + ((size_t)(P.cy + y0 + a) * P.W + (size_t)(P.cx + x0)) * 3;
+                img + P.src + ((size_t)(P.cy + ty.i0 + a) * P.W + (size_t)(P.cx + tx.i0)) * 3;
             float r[3] = {0, 0, 0};
-            for (int b = 0; b < nx; b++) {
-                float wx = gd_w(b, nx, xw0, xwm, xwn);
+            for (int b = 0; b < tx.n; b++) {
+                float wx = gd_w(b, tx.n, tx.w0, tx.wmid, tx.wn);
                 r[0] += wx * row[3 * b];
                 r[1] += wx * row[3 * b + 1];
                 r[2] += wx * row[3 * b + 2];

@@ -26,8 +26,10 @@
  * area averaging over [a + x*s, a + (x+1)*s) when the plane's scale s =
  * window / output >= 2 (first and last source pixel weighted by their
  * overlap), otherwise bilinear at centre a + (x + 0.5)*s - 0.5, clamped to
- * the plane. On a whole-pixel window of a whole plane the taps are
- * sl_resize_taps' (the same formulas in double).
+ * the plane (window_taps, on records/resize_tap.h's bilinear tap and area
+ * weights). On a whole-pixel window of a whole plane the bilinear taps are
+ * sl_resize_taps' bit for bit; the area taps are its formulas with edges
+ * in double rather than integers, equal up to rounding (resize_tap.h).
  *
  * Two AVX2 helpers are picked at run time (__builtin_cpu_supports;
  * target("avx2") functions, since the target_clones clone cannot use
@@ -76,7 +78,10 @@
 #define SL_YCC_B_CB 1.77200f
 
 /* Taps for d outputs over the window [a, a + len) of a line of s pixels
- * (0 <= a, a + len <= s; len > 0). */
+ * (0 <= a, a + len <= s; len > 0). The bilinear tap and the area weights
+ * are records/resize_tap.h's; the area interval's edges are found in
+ * double here, since a fractional window has no exact integer form
+ * (resize_tap.h says why), and clamped to the plane against rounding. */
 static void window_taps(sl_rtap *t, double a, double len, int s, int d)
 {
     double sc = len / d;
@@ -86,33 +91,10 @@ static void window_taps(sl_rtap *t, double a, double len, int s, int d)
             int first = (int)floor(lo), last = (int)ceil(hi) - 1;
             first = first < 0 ? 0 : first > s - 1 ? s - 1 : first;
             last = last < first ? first : last > s - 1 ? s - 1 : last;
-            t[x].i0 = first;
-            t[x].n = last - first + 1;
-            if (t[x].n == 1) {
-                t[x].w0 = 1;
-                t[x].wmid = t[x].wn = 0;
-                continue;
-            }
-            t[x].w0 = (float)((first + 1 - lo) / sc);
-            t[x].wmid = (float)(1.0 / sc);
-            t[x].wn = (float)((hi - last) / sc);
+            sl_resize_tap_area(&t[x], first, last, first + 1 - lo, hi - last, 1.0, sc);
             continue;
         }
-        double c = a + (x + 0.5) * sc - 0.5;
-        c = c < 0 ? 0 : c > s - 1 ? s - 1 : c;
-        int i0 = (int)c;
-        double f = c - i0;
-        t[x].i0 = i0;
-        t[x].wmid = 0;
-        if (f == 0 || i0 + 1 >= s) {
-            t[x].n = 1;
-            t[x].w0 = 1;
-            t[x].wn = 0;
-        } else {
-            t[x].n = 2;
-            t[x].w0 = (float)(1 - f);
-            t[x].wn = (float)f;
-        }
+        sl_resize_tap_linear(&t[x], a, sc, x, s);
     }
 }
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "../common/status.h"
+#include "resize_tap.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -400,11 +401,9 @@ int sl_encode_jpeg_rgb(sl_transcoder *t, const uint8_t *pixels, int w, int h, in
  * (n == 1: w0 only). Area averaging when s >= 2d (exact integer interval
  * edges), bilinear with half-pixel centres otherwise. Shared by
  * sl_resize_rgb_u8 and the pipeline's fused resample, whose u8 output must
- * match it bit for bit. t has d entries. */
-typedef struct sl_resize_tap {
-    int32_t i0, n;
-    float w0, wmid, wn;
-} sl_resize_tap;
+ * match it bit for bit. t has d entries; t[x] is sl_resize_tap_at(s, d, x)
+ * (resize_tap.h: sl_resize_tap and the formula, which the GPU kernel
+ * evaluates per output pixel). */
 void sl_resize_taps(sl_resize_tap *t, int s, int d);
 
 /* Resize RGB u8 (3 channels) src (sw x sh, pitch sp) to dst (dw x dh, pitch dp):

@@ -7,6 +7,8 @@
  *               [x*scale, (x+1)*scale) and averages it, weighted by overlap.
  *   scale <  2: bilinear with half-pixel centres (OpenCV INTER_LINEAR):
  *               sx = (x + 0.5) * scale - 0.5, clamped to [0, src - 1].
+ * The formulas live in resize_tap.h (sl_resize_tap_at), shared with the
+ * GPU kernel (pipeline/gdec_cuda.cu) and pipeline/resample_planes.c.
  * Both are separable: each output pixel of a row is a weighted sum of a run
  * of consecutive source pixels, described by one "tap" per output
  * coordinate (first source index, run length, weights of the first pixel,
@@ -33,45 +35,13 @@
 
 typedef sl_resize_tap sl_tap;
 
-/* Taps for resizing a line of s pixels to d pixels (records.h). */
+/* Taps for resizing a line of s pixels to d pixels (records.h): the shared
+ * per-coordinate formula (resize_tap.h), which the GPU kernel evaluates
+ * for one x at a time. */
 void sl_resize_taps(sl_tap *t, int s, int d)
 {
-    double scale = (double)s / d;
-    if (scale >= 2.0) {
-        /* Area: interval [x*s/d, (x+1)*s/d) in exact integer arithmetic
-         * (units of 1/d pixel), so no epsilon decides which edge pixels are
-         * partial. The weights are overlap / scale = overlap_units / s. */
-        for (int x = 0; x < d; x++) {
-            int64_t a = (int64_t)x * s, b = (int64_t)(x + 1) * s; /* in 1/d units */
-            int64_t first = a / d, last = (b - 1) / d;            /* pixels touched */
-            t[x].i0 = (int32_t)first;
-            t[x].n = (int32_t)(last - first + 1);
-            t[x].w0 = (float)((double)((first + 1) * d - a) / s);
-            t[x].wmid = (float)((double)d / s);
-            t[x].wn = (float)((double)(b - last * d) / s);
-        }
-        return;
-    }
-    for (int x = 0; x < d; x++) {
-        double sx = (x + 0.5) * scale - 0.5;
-        if (sx < 0)
-            sx = 0;
-        if (sx > s - 1)
-            sx = s - 1;
-        int x0 = (int)sx;
-        double f = sx - x0;
-        t[x].i0 = x0;
-        t[x].wmid = 0;
-        if (f == 0 || x0 + 1 >= s) {
-            t[x].n = 1;
-            t[x].w0 = 1;
-            t[x].wn = 0;
-        } else {
-            t[x].n = 2;
-            t[x].w0 = (float)(1 - f);
-            t[x].wn = (float)f;
-        }
-    }
+    for (int x = 0; x < d; x++)
+        t[x] = sl_resize_tap_at(s, d, x);
 }
 
 /* Vertical pass on u8 source rows into a float row of n = sw*3 values:

@@ -249,7 +249,9 @@ Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
 
 /* sl_resample_planes on one gray plane, windowed on the whole plane, is
  * sl_resample_sample on the RGB image with R = G = B = that plane: the same
- * taps (window_taps on a whole-pixel window = sl_resize_taps), the same
+ * taps (window_taps on a whole-pixel window = sl_resize_taps: bit for bit
+ * when bilinear; area edges found in double there, equal up to rounding
+ * that moves no u8 here, records/resize_tap.h), the same
  * vertical value (prow_two's wa*a + wb*b = vrow_set then vrow_add, no FMA)
  * and the same horizontal blocks, so u8 is bit-identical and f32 differs by
  * float rounding only (the sample path folds 1/std into the weights). This
