@@ -95,92 +95,113 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
 
 /* ------------------------------------------------------------- map */
 
-/* One record's payload into a sample at dst; *label set. SL_ECORRUPT or
- * SL_EIMAGE mean "bad record"; anything else is fatal. With gdec (--decode
- * gpu), a JPEG nvJPEG can decode is staged for sample k of ring slot r by
- * worker wi instead (gdec_int.h), and dst is not written. */
-static int map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
-                      sl_gdec *gdec, unsigned wi, unsigned r, unsigned k, sl_shard_kind kind,
-                      const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
-                      int32_t *label)
+/* One sample's work: what map_record needs and what it finds out, handed
+ * from map_sample through transform_in (the SIGBUS guard) as one pointer.
+ * It lives on the caller's stack, filled once per sample and its record's
+ * fields again per refill: nothing is allocated for it. */
+typedef struct {
+    /* in */
+    const sl_pipeline_config *c; /* transform, geometry, output size, layout */
+    int64_t label_offset;        /* subtracted from the stored label */
+    sl_decoder *dec;             /* the worker's own: header, then the CPU decode */
+    sl_gdec *gdec;               /* --decode gpu's stage, or NULL: CPU only */
+    unsigned wi, r, k;           /* gdec's entry: worker index, ring slot, position */
+    sl_shard_kind kind;          /* how rec is laid out: an Example or a WDS span */
+    const uint8_t *rec;          /* the payload (no TFRecord framing), len bytes */
+    size_t len;
+    int32_t epoch;               /* with c->seed and id, seeds the augmentation */
+    uint64_t id;                 /* the record's global id */
+    void *dst;                   /* sample k of slot r: where the CPU writes */
+    /* the JPEG's header (sl_decoder_header), set by map_record: the crop's
+     * geometry and sl_gdec_stage read it; the CPU decode continues from the
+     * parse dec keeps */
+    int W, H;
+    unsigned jf; /* sl_jpeg_scan's SL_JPEG_* bits */
+    /* out */
+    int32_t label; /* the label less label_offset; set only on SL_OK */
+} sl_sample_job;
+
+/* The job's record into a sample at j->dst; j->label set. SL_ECORRUPT or
+ * SL_EIMAGE mean "bad record"; anything else is fatal. With j->gdec
+ * (--decode gpu), a JPEG nvJPEG can decode is staged for sample k of ring
+ * slot r by worker wi instead (gdec_int.h), and dst is not written. */
+static int map_record(sl_sample_job *j)
 {
+    const sl_pipeline_config *c = j->c;
     sl_image_example ex;
     sl_crop crop;
-    int W, H, flip = 0, rc;
-    unsigned jf;
+    int flip = 0, rc;
 
     /* a TFRecord payload (an Example) or a WebDataset sample's span */
-    rc = kind == SL_SHARD_WDS ? sl_wds_sample_decode(rec, len, c->label_key, &ex)
-                              : sl_image_example_decode(rec, len, &ex);
+    rc = j->kind == SL_SHARD_WDS ? sl_wds_sample_decode(j->rec, j->len, c->label_key, &ex)
+                                 : sl_image_example_decode(j->rec, j->len, &ex);
     if (rc)
         return rc;
     int64_t l;
-    if (__builtin_sub_overflow(ex.label, label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
+    if (__builtin_sub_overflow(ex.label, j->label_offset, &l) || l < INT32_MIN || l > INT32_MAX)
         return sl_fail(SL_ECORRUPT, "label %lld - offset %lld out of range", (long long)ex.label,
-                       (long long)label_offset);
+                       (long long)j->label_offset);
     /* Parsed once: the decode below continues from this header (decode.c). */
-    if ((rc = sl_decoder_header(dec, ex.image, ex.image_len, &W, &H, &jf)))
+    if ((rc = sl_decoder_header(j->dec, ex.image, ex.image_len, &j->W, &j->H, &j->jf)))
         return rc;
     if (c->transform == SL_TRANSFORM_TRAIN) {
         /* Draw order: the crop's draws, then one for the flip. */
-        sl_rng rng = sl_rng_for(c->seed, (uint64_t)epoch, id);
-        sl_rrc_geometry(&rng, W, H, c->scale_min, c->scale_max, c->ratio_min, c->ratio_max,
+        sl_rng rng = sl_rng_for(c->seed, (uint64_t)j->epoch, j->id);
+        sl_rrc_geometry(&rng, j->W, j->H, c->scale_min, c->scale_max, c->ratio_min, c->ratio_max,
                         &crop);
         flip = c->flip && sl_rng_uniform(&rng) < 0.5f;
     } else {
-        sl_eval_geometry(W, H, c->height, c->width, c->crop_fraction, &crop);
+        sl_eval_geometry(j->W, j->H, c->height, c->width, c->crop_fraction, &crop);
     }
     /* --decode gpu: staged for nvJPEG when it can decode it (gdec_int.h) */
-    if (gdec) {
-        rc = sl_gdec_stage(gdec, wi, r, k, id, ex.image, ex.image_len, jf, W, H, &crop, flip);
+    if (j->gdec) {
+        rc = sl_gdec_stage(j->gdec, j->wi, j->r, j->k, j->id, ex.image, ex.image_len, j->jf, j->W,
+                           j->H, &crop, flip);
         if (rc == SL_OK)
-            *label = (int32_t)l;
+            j->label = (int32_t)l;
         if (rc != SL_ENOTSUP)
             return rc;
     }
     /* Decode, resize, flip, normalize and lay out in one pass into the slot
      * (decode.c, resample.c). */
-    rc = sl_decode_crop_sample(dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
-                               c->layout, c->mean, c->std, dst);
+    rc = sl_decode_crop_sample(j->dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
+                               c->layout, c->mean, c->std, j->dst);
     if (rc)
         return rc;
-    *label = (int32_t)l;
+    j->label = (int32_t)l;
     return SL_OK;
 }
 
-/* Also the entry point of tests/fuzz/fuzz_roi.c (pipeline_int.h). */
+/* Also the entry point of tests/fuzz/fuzz_roi.c (pipeline_int.h): a CPU
+ * job of a TFRecord payload; *label written only on SL_OK, as the header
+ * says. */
 int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
                   const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
                   int32_t *label)
 {
-    return map_record(c, label_offset, dec, NULL, 0, 0, 0, SL_SHARD_TFRECORD, rec, len, epoch, id,
-                      dst, label);
+    sl_sample_job j = {.c = c, .label_offset = label_offset, .dec = dec,
+                       .kind = SL_SHARD_TFRECORD, .rec = rec, .len = len, .epoch = epoch,
+                       .id = id, .dst = dst};
+    int rc = map_record(&j);
+    if (rc == SL_OK)
+        *label = j.label;
+    return rc;
 }
 
-static int transform(sl_pipeline *p, sl_worker *w, sl_shard_kind kind, const uint8_t *rec,
-                     size_t len, int32_t epoch, uint64_t id, unsigned r, unsigned k, void *dst,
-                     int32_t *label)
-{
-    return map_record(&p->cfg, p->label_offset, w->dec, p->gdec, w->index, r, k, kind, rec, len,
-                      epoch, id, dst, label);
-}
-
-/* transform() on a record that may lie in shard's mapping: there, under the
- * SIGBUS guard (mapguard.h), and a fault is the fatal "file changed" error
- * (SL_EIO). The decoder a fault interrupts is not used again: the error
- * stops every worker, and sl_decoder_destroy frees it in any state. */
-static int transform_in(sl_pipeline *p, sl_worker *w, uint32_t shard, const uint8_t *rec,
-                        size_t len, int32_t epoch, uint64_t id, unsigned r, unsigned k, void *dst,
-                        int32_t *label)
+/* map_record() on a job whose record may lie in shard's mapping: there,
+ * under the SIGBUS guard (mapguard.h), and a fault is the fatal "file
+ * changed" error (SL_EIO). The decoder and job a fault interrupts are not
+ * used again: the error stops every worker, and sl_decoder_destroy frees a
+ * decoder in any state. */
+static int transform_in(sl_pipeline *p, uint32_t shard, sl_sample_job *j)
 {
     const sl_shard_map *m = &p->maps[shard];
-    sl_shard_kind kind = p->src.shards[shard].kind;
-    if (!m->base || rec < m->base || rec >= m->base + m->len)
-        return transform(p, w, kind, rec, len, epoch, id, r, k, dst, label);
+    if (!m->base || j->rec < m->base || j->rec >= m->base + m->len)
+        return map_record(j);
     sl_mapguard g;
     if (sigsetjmp(g.jb, 1) == 0) {
         sl_mapguard_enter(&g, m->base, m->len);
-        int rc = transform(p, w, kind, rec, len, epoch, id, r, k, dst, label);
+        int rc = map_record(j);
         sl_mapguard_leave(&g);
         return rc;
     }
@@ -221,8 +242,11 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
 {
     sl_pipeline *p = w->p;
     sl_ring_slot *sl = &p->slots[r];
-    uint8_t *dst = (uint8_t *)sl_loader_host(p->loader, r) + (size_t)k * p->sample_bytes;
-    int32_t epoch = un->u.epoch;
+    /* what stays across refills; the record's fields are set per try */
+    sl_sample_job j = {.c = &p->cfg, .label_offset = p->label_offset, .dec = w->dec,
+                       .gdec = p->gdec, .wi = w->index, .r = r, .k = k, .epoch = un->u.epoch,
+                       .dst = (uint8_t *)sl_loader_host(p->loader, r) +
+                              (size_t)k * p->sample_bytes};
     uint32_t shard = un->u.shard;
     uint64_t recno = sl_unit_rec(&un->u, idx);
     const sl_index_entry *e = &p->src.shards[shard].idx[recno];
@@ -233,7 +257,6 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
     char what[SL_ERRMSG_MAX], unread_buf[SL_ERRMSG_MAX];
 
     for (uint64_t tries = 0;; tries++) {
-        int32_t label = 0;
         int rc = SL_ECORRUPT;
         if (frame == SL_FRAME_UNREAD && unread) {
             snprintf(what, sizeof what, "could not be read: %.*s", (int)(sizeof what - 24),
@@ -242,14 +265,16 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             snprintf(what, sizeof what, "%s", sl_tfrecord_frame_what((sl_frame_status)frame));
         } else {
             /* TFRecord: the payload inside the framing; WebDataset: the span */
-            int wds = p->src.shards[shard].kind == SL_SHARD_WDS;
-            rc = transform_in(p, w, shard, wds ? rec : rec + 12,
-                              (size_t)(wds ? e->size : e->size - SL_TFRECORD_OVERHEAD), epoch, id,
-                              r, k, dst, &label);
+            j.kind = p->src.shards[shard].kind;
+            int wds = j.kind == SL_SHARD_WDS;
+            j.rec = wds ? rec : rec + 12;
+            j.len = (size_t)(wds ? e->size : e->size - SL_TFRECORD_OVERHEAD);
+            j.id = id;
+            rc = transform_in(p, shard, &j);
             if (rc == SL_OK) {
-                sl->labels[k] = label;
+                sl->labels[k] = j.label;
                 sl->ids[k] = id;
-                sl->epochs[k] = epoch;
+                sl->epochs[k] = j.epoch;
                 return SL_OK;
             }
             if (rc != SL_ECORRUPT && rc != SL_EIMAGE)
