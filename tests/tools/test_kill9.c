@@ -11,7 +11,11 @@
  * The delay before each kill is uniform over the uninterrupted run's
  * duration (measured here), so the kills land in process start, input
  * reading, the workers, the writes, fsyncs and renames alike. A run that
- * ends before its kill does not count. KILL9_SEED overrides the seed. */
+ * ends before its kill does not count. KILL9_SEED overrides the seed.
+ *
+ * The polite stops too: Ctrl-C (SIGINT) and SIGTERM during a convert end it
+ * with 128 + the signal, naming --resume, with no temp file left and no
+ * dataset.json; the resume then gives the uninterrupted run's bytes. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -297,6 +301,99 @@ Test(kill9, convert_40_kills_then_resume_gives_the_same_bytes, .timeout = 600)
                 .skip = skip_plan, .prepare = rm_out, .full_ns = ns};
     uint64_t rng = seed_state(16001);
     run_series(&s, 40, &rng);
+    tu_rmrf(root);
+    free(root);
+    free(in);
+    free(ref);
+    free(out);
+}
+
+/* A folder of n 16-bit PNGs per class in 4 classes (transcoded: work for
+ * the workers). */
+static void png_folder(const char *in, int n)
+{
+    cr_assert_eq(mkdir(in, 0755), 0);
+    for (int c = 0; c < 4; c++) {
+        char cls[32];
+        snprintf(cls, sizeof cls, "c%d", c);
+        char *cd = tu_join(in, cls);
+        cr_assert_eq(mkdir(cd, 0755), 0);
+        for (int i = 0; i < n; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "%04d.png", i);
+            size_t len;
+            uint8_t *png = hi_png(24 + (i % 5), 24 + (c % 3), 0, &len);
+            char *p = tu_join(cd, name);
+            cr_assert_eq(tu_write_file(p, png, len), 0);
+            free(p);
+            free(png);
+        }
+        free(cd);
+    }
+}
+
+/* Files of dir ending in suf. */
+static int count_suffix(const char *dir, const char *suf)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += ends_with(e->d_name, suf);
+    closedir(d);
+    return n;
+}
+
+Test(kill9, convert_sigint_and_sigterm_stop_cleanly_then_resume_gives_the_same_bytes,
+     .timeout = 300)
+{
+    char *root = tu_tmpdir(), *in = tu_join(root, "in"), *ref = tu_join(root, "ref"),
+         *out = tu_join(root, "out");
+    png_folder(in, 1000); /* 4,000 inputs: 20 shards of 200, 63 chunks of 64 */
+    cmdline first, again, refcmd;
+    const char *opts = "--name train --shards 20 --shuffle-seed 9 --threads 1";
+    cmd_make(&refcmd, "convert --from folder %s --out %s %s --quiet", in, ref, opts);
+    /* with its progress line: the line is cleared before the message */
+    cmd_make(&first, "convert --from folder %s --out %s %s", in, out, opts);
+    cmd_make(&again, "convert --from folder %s --out %s %s --quiet --resume", in, out, opts);
+    cr_assert_eq(run(&refcmd, NULL), 0, "%s", last_log());
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int t = 0; t < 2; t++) {
+        rm_out(out);
+        pid_t pid = spawn(&first);
+        /* the signal once a shard is whole, so that it lands mid-run: 19
+         * shards are still to come */
+        int st, polls = 0;
+        while (count_suffix(out, ".tfrecord") == 0 && polls++ < 60000) {
+            cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "ended before its first shard: %s",
+                         last_log());
+            struct timespec d = {0, 1000000};
+            nanosleep(&d, NULL);
+        }
+        cr_assert_eq(kill(pid, sigs[t]), 0);
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        const char *log = last_log();
+        cr_assert(WIFEXITED(st), "signal %d: the handler did not run (killed): %s", sigs[t], log);
+        cr_assert_eq(WEXITSTATUS(st), 128 + sigs[t], "signal %d: exit %d: %s", sigs[t],
+                     WEXITSTATUS(st), log);
+        cr_assert(strstr(log, "--resume"), "signal %d: no --resume hint: %s", sigs[t], log);
+        cr_assert(strstr(log, sigs[t] == SIGINT ? "Ctrl-C" : "SIGTERM"), "%s", log);
+        cr_assert(strstr(log, "shards whole"), "%s", log);
+        char when[64];
+        snprintf(when, sizeof when, "after signal %d", sigs[t]);
+        int whole = check_final_names(out, ref, skip_plan, when);
+        cr_assert_geq(whole, 1, "%s", when);
+        cr_assert_eq(count_suffix(out, ".tmp"), 0, "%s: a temp file left behind", when);
+        char *dj = tu_join(out, "dataset.json");
+        struct stat sb;
+        cr_assert_neq(stat(dj, &sb), 0, "%s: dataset.json written by a stopped run", when);
+        free(dj);
+        cr_assert_eq(run(&again, NULL), 0, "%s: resume: %s", when, last_log());
+        check_complete(out, ref, skip_plan, when);
+    }
+    unlink(log_path);
     tu_rmrf(root);
     free(root);
     free(in);
