@@ -10,6 +10,7 @@
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
+#include <signal.h>
 #include <stdint.h>
 
 int cmd_convert(int argc, char **argv);
@@ -34,6 +35,16 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, int lo, int h
 const char *cli_opt_value(int argc, char **argv, int *i, const char *opt, int *missing);
 /* 1 if stderr is a terminal (progress lines are drawn only then). */
 int cli_stderr_tty(void);
+/* Ctrl-C and SIGTERM as a stop request (signals.c): catch returns the
+ * flag the first of them sets to its number, for a library's stop field;
+ * restore puts the previous handlers back and returns the signal that came
+ * (0: none); a command stopped by one exits with 128 + it. */
+typedef struct cli_stop {
+    struct sigaction old_int, old_term;
+} cli_stop;
+const volatile int *cli_stop_catch(cli_stop *s);
+int cli_stop_restore(const cli_stop *s);
+const char *cli_stop_name(int sig); /* "Ctrl-C (SIGINT)", "SIGTERM" */
 /* "1.23 GB" style byte count into buf. */
 const char *cli_bytes(char *buf, size_t cap, uint64_t bytes);
 

@@ -10,10 +10,9 @@
  * same option serves MNIST, list files and relabelled folders.
  *
  * Ctrl-C (SIGINT) and SIGTERM stop the run through sl_convert_config's
- * cancel: the shard being written is dropped with its temp files, the
- * finished shards stay whole, and the same command with --resume finishes
- * the job. A second Ctrl-C kills at once (SA_RESETHAND): what a kill leaves
- * is only temp names, which --resume overwrites (tests/tools/test_kill9.c).
+ * cancel (tools/signals.c): the shard being written is dropped with its
+ * temp files, the finished shards stay whole, and the same command with
+ * --resume finishes the job. A second Ctrl-C kills at once.
  *
  * Exit status: 0 converted (skipped inputs are listed, not fatal), 1 an
  * input was undecodable under --strict, 2 usage or runtime error, 128 + the
@@ -21,7 +20,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,35 +158,6 @@ static int names_load(const char *path, names_file *nf)
     if (rc)
         names_free(nf);
     return rc;
-}
-
-/* ------------------------------------------------------- signals */
-/* The signal that asked the run to stop (0: none). A plain int, since
- * sl_convert_config's cancel is a const volatile int * (sig_atomic_t is
- * int on every platform sluice builds on; asserted below). */
-static volatile int g_signal;
-_Static_assert(sizeof(sig_atomic_t) == sizeof(int), "cancel flag written by a signal handler");
-
-static void on_signal(int sig) { g_signal = sig; }
-
-/* SIGINT and SIGTERM set g_signal, once each: the default action comes
- * back for a second one. */
-static void signals_catch(struct sigaction old[2])
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    sigaction(SIGINT, &sa, &old[0]);
-    sigaction(SIGTERM, &sa, &old[1]);
-}
-
-static void signals_restore(const struct sigaction old[2])
-{
-    sigaction(SIGINT, &old[0], NULL);
-    sigaction(SIGTERM, &old[1], NULL);
 }
 
 /* ------------------------------------------------------- progress */
@@ -429,18 +398,17 @@ int cmd_convert(int argc, char **argv)
     cfg.skipped_arg = &p;
 
     sl_convert_result res;
-    struct sigaction old[2];
-    signals_catch(old);
-    cfg.cancel = &g_signal;
+    cli_stop stop;
+    cfg.cancel = cli_stop_catch(&stop);
     rc = sl_convert_run(&cfg, &res);
-    signals_restore(old);
+    int sig = cli_stop_restore(&stop);
     clear_line(&p);
     names_free(&nf);
-    if (rc == SL_ECANCELED && g_signal) {
+    if (rc == SL_ECANCELED && sig) {
         cli_fail(CMD, rc);
         cli_error(CMD, "stopped by %s: run the same command with --resume to finish",
-                  g_signal == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM");
-        return 128 + g_signal;
+                  cli_stop_name(sig));
+        return 128 + sig;
     }
     if (rc) {
         cli_fail(CMD, rc);

@@ -12,7 +12,13 @@
  * eval transform that keeps the whole image (crop fraction 1); larger
  * images get resnet50 and torchvision's ImageNet recipe.
  *
- * Exit status: 0 done, 2 usage or runtime error.
+ * Ctrl-C (SIGINT) and SIGTERM ask the run to stop (sl_train_config's
+ * stop, tools/signals.c): the replicas agree on a step, save it as a
+ * checkpoint (--ckpt-dir, else ./sluice-rescue) and the progress says how
+ * to continue with --resume. A second Ctrl-C kills at once.
+ *
+ * Exit status: 0 done, 2 usage or runtime error, 128 + the signal (130 for
+ * Ctrl-C) when a signal stopped it.
  */
 #include <getopt.h>
 #include <math.h>
@@ -69,7 +75,8 @@ static void usage(FILE *f)
             "outputs:\n"
             "  --logdir D            TensorBoard events and metrics.jsonl\n"
             "  --ckpt-dir D          checkpoints D/ckpt-<step>.{safetensors,json}; an error after\n"
-            "                        steps have run saves the last completed step there first\n"
+            "                        steps have run saves the last completed step there first,\n"
+            "                        and so does Ctrl-C (a second one quits at once)\n"
             "                        (without --ckpt-dir: in ./sluice-rescue)\n"
             "  --ckpt-every N        steps between checkpoints (default: every epoch and at the end)\n"
             "  --resume              continue from the newest checkpoint in --ckpt-dir\n"
@@ -387,7 +394,17 @@ int cmd_train(int argc, char **argv)
     o.t.epochs = o.pf.cfg.epochs;
     apply_defaults(&o);
     sl_train_result res;
+    cli_stop stop;
+    o.t.stop = cli_stop_catch(&stop);
     rc = sl_train_run(&o.t, &res);
+    int sig = cli_stop_restore(&stop);
+    if (rc == SL_ECANCELED && sig && res.stopped) {
+        /* the progress named the checkpoint and the resume already */
+        if (res.root)
+            cli_error(CMD, "stopped by %s after step %lld", cli_stop_name(sig),
+                      (long long)res.stopped);
+        return 128 + sig;
+    }
     if (rc)
         return cli_fail(CMD, rc);
     if (!res.root)

@@ -445,6 +445,15 @@ typedef struct sl_train_config {
     int resume;                  /* continue from the newest checkpoint in ckpt_dir */
     int64_t log_every;           /* steps between progress lines; 0 = about 10 per epoch */
     FILE *progress;              /* progress lines; NULL = stderr */
+    const volatile int *stop;    /* optional stop request (the CLI's Ctrl-C): once non-zero,
+                                  * the single and mirrored strategies stop at the next step
+                                  * every replica sees it at (each step with one replica,
+                                  * every SL_TRAIN_STOP_EVERY steps with more: the replicas
+                                  * agree through one all-reduce of a float), save that step
+                                  * as a checkpoint (in ckpt_dir, else ./sluice-rescue) and
+                                  * return SL_ECANCELED naming it. Set it from a signal
+                                  * handler or another thread (a plain store). NULL = never;
+                                  * ps ignores it */
 
     /* distribution */
     sl_strategy strategy;
@@ -461,8 +470,13 @@ typedef struct sl_train_config {
     int comm_timeout_s;          /* a collective waits this long for its peers; 0 = 300 */
 } sl_train_config;
 
+/* Steps between the replicas' agreements on cfg->stop (world > 1). */
+#define SL_TRAIN_STOP_EVERY 10
+
 typedef struct sl_train_result {
     int64_t steps;               /* global step reached */
+    int64_t stopped;             /* the step a stop request ended the run at (its checkpoint
+                                  * is `checkpoint`); 0 when none did */
     int64_t epochs_done;
     double final_loss;           /* mean train loss over the last epoch (or since start) */
     double eval_top1, eval_top5; /* last evaluation; -1 when none ran */
@@ -516,7 +530,9 @@ int sl_precision_parse(const char *name, sl_dtype *out);
  * classes, bad config) leave nothing behind. With the single and mirrored
  * strategies an error after steps have run saves the last completed step
  * as a checkpoint first (in ckpt_dir, else in ./sluice-rescue; progress
- * says so) and the error message says where. SL_EINVAL for a bad config
+ * says so) and the error message says where; a stop request (cfg->stop)
+ * does the same with every replica's statistics averaged first, and
+ * SL_ECANCELED. SL_EINVAL for a bad config
  * (the message names the field), SL_ENOENT for a missing split,
  * SL_ENOTSUP for a combination this build cannot run (cuda without CUDA,
  * bf16 on cpu, ...), SL_EIO / SL_ECORRUPT from the data, checkpoints and

@@ -529,6 +529,11 @@ typedef struct sl_ckpt_job {
  * sl_checkpoint_save and of the device pulls. */
 int sl_ckpt_save(const sl_ckpt_job *j, const char *dir, int64_t step, const char *ps);
 
+/* Where a checkpoint goes when an error or a stop request ends the run
+ * and no ckpt_dir was given: the weights of hours of steps are worth a
+ * folder the user did not ask for. */
+#define SL_RESCUE_DIR "sluice-rescue"
+
 /* The run failed (its message in sl_errmsg()) after completing `step`
  * (state: the pipeline state noted after it); step0 is the run's first.
  * Save that step in dir (NULL: ./sluice-rescue) unless it is saved already or

@@ -15,7 +15,8 @@
  *
  * The polite stops too: Ctrl-C (SIGINT) and SIGTERM during a convert end it
  * with 128 + the signal, naming --resume, with no temp file left and no
- * dataset.json; the resume then gives the uninterrupted run's bytes. */
+ * dataset.json; during a train they save the step reached; the resume then
+ * gives the uninterrupted run's bytes. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -91,11 +92,16 @@ static pid_t spawn(const cmdline *c)
         close(fd);
         log_made = 1;
     }
+    /* emptied here, not only in the child: a caller polling the log must
+     * not read the previous run's lines before the child has started */
+    int fd = open(log_path, O_WRONLY | O_TRUNC | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    close(fd);
     fflush(NULL);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        int log = open(log_path, O_WRONLY | O_TRUNC);
+        int log = open(log_path, O_WRONLY | O_TRUNC | O_CREAT, 0600); /* unlinked after a series */
         dup2(log, 1);
         dup2(log, 2);
         execv(c->argv[0], c->argv);
@@ -444,6 +450,48 @@ Test(kill9, train_30_kills_then_resume_gives_the_same_weights, .timeout = 600)
                 .skip = NULL, .prepare = rm_out, .full_ns = ns};
     uint64_t rng = seed_state(16002);
     run_series(&s, 30, &rng);
+
+    /* Ctrl-C mid-run: the step reached is saved (no --ckpt-every step of
+     * its own), exit 130, and --resume ends with the uninterrupted run's
+     * weights. */
+    const char *opts2 = "--image-size 16 --model resnet20 --width 4 --batch 16 --max-steps 400 "
+                        "--threads 1 --workers 1 --eval-split none --log-every 1 "
+                        "--ckpt-every 1000";
+    cmd_make(&refcmd, "train --data %s %s --ckpt-dir %s", data, opts2, ref);
+    cmd_make(&first, "train --data %s %s --ckpt-dir %s", data, opts2, out);
+    cmd_make(&again, "train --data %s %s --ckpt-dir %s --resume", data, opts2, out);
+    tu_rmrf(ref);
+    rm_out(out);
+    cr_assert_eq(run(&refcmd, NULL), 0, "%s", last_log());
+    pid_t pid = spawn(&first);
+    int polls = 0, status;
+    while (!strstr(last_log(), "step 3/") && polls++ < 60000) {
+        cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "ended before step 3: %s", last_log());
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    cr_assert_eq(kill(pid, SIGINT), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    const char *log = last_log();
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130, "exit %d (signal %d): %s",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+              WIFSIGNALED(status) ? WTERMSIG(status) : 0, log);
+    const char *at = strstr(log, "stopped on request after step ");
+    cr_assert_not_null(at, "%s", log);
+    long long step = atoll(at + strlen("stopped on request after step "));
+    cr_assert(step >= 3 && step < 400, "%s", log);
+    cr_assert(strstr(log, "--resume") && strstr(log, "Ctrl-C"), "%s", log);
+    char name[64];
+    snprintf(name, sizeof name, "ckpt-%09lld.safetensors", step);
+    char *saved = tu_join(out, name);
+    cr_assert_eq(stat(saved, &st), 0, "%s not saved: %s", name, log);
+    free(saved);
+    cr_assert_eq(run(&again, NULL), 0, "resume: %s", last_log());
+    char *a = tu_join(ref, "ckpt-000000400.safetensors"), *b = tu_join(out, "ckpt-000000400.safetensors");
+    cr_assert(same_file(a, b), "resumed after Ctrl-C at step %lld: other weights", step);
+    free(a);
+    free(b);
+    unlink(log_path);
     tu_rmrf(root);
     free(root);
     free(in);

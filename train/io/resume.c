@@ -94,11 +94,6 @@ out:
     return rc;
 }
 
-/* Where a checkpoint goes when an error stops the run and --ckpt-dir was
- * not given: the weights of hours of steps are worth a folder the user did
- * not ask for. */
-#define RESCUE_DIR "sluice-rescue"
-
 /* The weights and momentum buffers are the last completed step's (they
  * change only in its last phase, the SGD update); the pipeline state is the
  * one noted after that step; BN running statistics are this replica's own
@@ -112,7 +107,7 @@ void sl_ckpt_rescue(const sl_ckpt_job *j, const char *dir, int64_t step, int64_t
     if (step <= step0)
         return; /* no step of this run completed: nothing new to keep */
     snprintf(msg, sizeof msg, "%s", sl_errmsg());
-    const char *to = dir ? dir : RESCUE_DIR;
+    const char *to = dir ? dir : SL_RESCUE_DIR;
     if (*j->saved_step != step &&
         (rc = sl_mkdir_p(to, "sl_train_run")) == SL_OK)
         rc = sl_ckpt_save(j, to, step, state);

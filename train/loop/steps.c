@@ -132,7 +132,8 @@ static int meter_report(sl_run *r, sl_replica *rep, const meter *mt)
     float scale = 1.0f;
     sl_dev_mem_info mi;
     int rc = SL_OK;
-    res->steps = r->total_steps;
+    res->steps = r->stopped ? r->stopped : r->total_steps;
+    res->stopped = r->stopped;
     res->images_per_sec = mt->train_s > 0 ? (double)mt->images * r->world / mt->train_s : 0;
     res->images_per_sec_steady = mt->steady_s > 0
                                      ? (double)mt->steady_images * r->world / mt->steady_s
@@ -151,18 +152,41 @@ out:
     return rc;
 }
 
+/* cfg->stop as every replica sees it after `step`: each step with one
+ * replica; with more, every SL_TRAIN_STOP_EVERY steps and summed over
+ * them, so that all stop at the same step (one stopping alone would leave
+ * the others waiting in their next all-reduce). */
+static int stop_asked(sl_run *r, sl_replica *rep, int64_t step, int *stop)
+{
+    *stop = 0;
+    if (!r->cfg->stop || step >= r->total_steps)
+        return SL_OK;
+    if (r->world == 1) {
+        *stop = *r->cfg->stop != 0;
+        return SL_OK;
+    }
+    if (step % SL_TRAIN_STOP_EVERY)
+        return SL_OK;
+    float v = *r->cfg->stop != 0;
+    int rc = sl_replica_sum(rep, &v, 1);
+    *stop = v > 0;
+    return rc;
+}
+
 /* What follows `step` (counted): the log line, the epoch's end
- * (evaluation), a checkpoint, the identical-weights check. */
-static int after_step(sl_run *r, sl_replica *rep, meter *mt, int64_t step, float lr)
+ * (evaluation), a checkpoint, the identical-weights check; with stop (a
+ * stop request every replica agreed on), the log line and a checkpoint of
+ * this step, in ckpt_dir or else the rescue folder. */
+static int after_step(sl_run *r, sl_replica *rep, meter *mt, int64_t step, float lr, int stop)
 {
     const sl_train_config *cfg = r->cfg;
     int root = rep->idx == 0 && r->is_root, rc = SL_OK;
     int epoch_end = step % r->steps_per_epoch == 0 || step == r->total_steps;
-    int ckpt = cfg->ckpt_dir && ((cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) ||
-                                 (cfg->ckpt_every <= 0 && epoch_end) ||
-                                 step == r->total_steps);
+    int ckpt = stop || (cfg->ckpt_dir && ((cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) ||
+                                          (cfg->ckpt_every <= 0 && epoch_end) ||
+                                          step == r->total_steps));
     int check = cfg->check_every > 0 && step % cfg->check_every == 0;
-    int logline = step % r->log_every == 0 || epoch_end;
+    int logline = step % r->log_every == 0 || epoch_end || stop;
     double tw = sl_now_s();
     if (logline) {
         double d[2]; /* the sums kept on the device since the last log */
@@ -194,7 +218,8 @@ static int after_step(sl_run *r, sl_replica *rep, meter *mt, int64_t step, float
         if ((rc = sl_run_evaluate(r, rep, step)))
             goto out;
     }
-    if (ckpt && root && (rc = sl_run_save_checkpoint(r, rep, step)))
+    if (ckpt && root &&
+        (rc = stop ? sl_run_save_stop(r, rep, step) : sl_run_save_checkpoint(r, rep, step)))
         goto out;
     if (check && (rc = sl_replica_check_identical(rep, step)))
         goto out;
@@ -243,8 +268,15 @@ int sl_run_steps(sl_replica *rep)
             if ((rc = sl_pipeline_state_save(rep->p, r->done_state, sizeof r->done_state, NULL)))
                 goto out_held;
         }
-        if ((rc = after_step(r, rep, &mt, step, lr)))
+        int stop;
+        if ((rc = stop_asked(r, rep, step, &stop)) ||
+            (rc = after_step(r, rep, &mt, step, lr, stop)))
             goto out_held;
+        if (stop) {
+            if (rep->idx == 0)
+                r->stopped = step;
+            break;
+        }
     }
     /* a device is up to one step behind the host: count its tail */
     double tsync = sl_now_s();

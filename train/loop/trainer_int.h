@@ -125,6 +125,9 @@ struct sl_run {
     int64_t done_step;         /* the last step the root replica completed */
     char done_state[SL_PIPELINE_STATE_MAX]; /* its pipeline state after that step */
     int64_t saved_step;        /* the step of the last checkpoint written; -1 none */
+    int64_t stopped;           /* the step a stop request (cfg->stop) ended the loop at; 0 none
+                                  (written by each process's replica 0) */
+    char stop_dir[4096];       /* where that step was saved (run.c sl_run_save_stop) */
     char rescue[4200];         /* where the rescue went (or why it failed); "" none */
 };
 
@@ -169,6 +172,9 @@ int sl_replica_check_identical(sl_replica *rep, int64_t step);
  * without --ckpt-dir). ps_train.c and steps.c call them. */
 int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step);
 int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step);
+/* The checkpoint of a stop request at step: in ckpt_dir, else in the
+ * rescue folder (made if need be); says where on the progress stream. */
+int sl_run_save_stop(sl_run *r, sl_replica *rep, int64_t step);
 
 /* steps.c */
 /* The step loop of one replica (single and mirrored strategies), from

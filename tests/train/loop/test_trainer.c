@@ -342,6 +342,83 @@ Test(train_trainer, error_after_steps_keeps_a_checkpoint)
     pl_dataset_free(&v);
 }
 
+/* A stop request (cfg->stop, the CLI's Ctrl-C) ends the run at a step
+ * every replica agrees on (one replica: after step 1, the first it looks;
+ * two mirrored: after step SL_TRAIN_STOP_EVERY, their first agreement),
+ * saves that step with the bytes a checkpoint of the run never stopped has
+ * there, says SL_ECANCELED naming it, and resumes from it to that run's
+ * final bytes (both checkpoint at the same steps: a checkpoint averages the
+ * replicas' BN running statistics, which moves their last bits). */
+Test(train_trainer, stop_request_saves_a_step_that_resumes_exactly)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 3, 0, NULL);
+    char *tmp = tu_tmpdir();
+    for (int replicas = 1; replicas <= 2; replicas++) {
+        char name[32];
+        snprintf(name, sizeof name, "ckA%d", replicas);
+        char *ckA = tu_join(tmp, name);
+        snprintf(name, sizeof name, "ckB%d", replicas);
+        char *ckB = tu_join(tmp, name);
+        sl_train_config t;
+        sl_train_result ra, rb;
+        int64_t at = replicas == 1 ? 1 : SL_TRAIN_STOP_EVERY;
+        small_config(&t, &d, NULL, ckA);
+        t.ckpt_every = at; /* a checkpoint where B will stop, to compare with */
+        if (replicas > 1)
+            t.strategy = SL_STRATEGY_MIRRORED, t.replicas = replicas;
+        volatile int stop = 0;
+        t.stop = &stop; /* never set: no effect */
+        cr_assert_eq(sl_train_run(&t, &ra), SL_OK, "%s", sl_errmsg());
+        fclose(t.progress);
+        cr_assert_eq(ra.steps, 24);
+        cr_assert_eq(ra.stopped, 0);
+
+        small_config(&t, &d, NULL, ckB);
+        t.ckpt_every = 0;
+        if (replicas > 1)
+            t.strategy = SL_STRATEGY_MIRRORED, t.replicas = replicas;
+        stop = 1; /* asked before the first step: the first look stops it */
+        t.stop = &stop;
+        cr_assert_eq(sl_train_run(&t, &rb), SL_ECANCELED, "%s", sl_errmsg());
+        fclose(t.progress);
+        cr_assert_eq(rb.stopped, at);
+        cr_assert_eq(rb.steps, at);
+        char want[4400];
+        snprintf(want, sizeof want, "stopped on request after step %lld; it is saved in "
+                 "%s/ckpt-%09lld: continue with --ckpt-dir %s --resume", (long long)at, ckB,
+                 (long long)at, ckB);
+        cr_assert(strstr(sl_errmsg(), want), "%s\nwant: %s", sl_errmsg(), want);
+        cr_assert_eq(tu_run(NULL, "test -s %s/ckpt-%09lld.safetensors && ls %s | wc -l | "
+                            "grep -qx 2", ckB, (long long)at, ckB), 0,
+                     "one checkpoint, of the step it stopped at");
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(tu_run(NULL, "cmp -s %s/ckpt-%09lld.%s %s/ckpt-%09lld.%s", ckA,
+                                (long long)at, k ? "json" : "safetensors", ckB, (long long)at,
+                                k ? "json" : "safetensors"), 0,
+                         "%d replicas: the stop's checkpoint is not the run's own at step %lld",
+                         replicas, (long long)at);
+
+        small_config(&t, &d, NULL, ckB);
+        t.ckpt_every = at; /* as A: each checkpoint averages the BN statistics */
+        if (replicas > 1)
+            t.strategy = SL_STRATEGY_MIRRORED, t.replicas = replicas;
+        t.resume = 1;
+        stop = 0;
+        t.stop = &stop;
+        cr_assert_eq(sl_train_run(&t, &rb), SL_OK, "%s", sl_errmsg());
+        fclose(t.progress);
+        cr_assert_eq(rb.steps, 24);
+        cr_assert_eq(tu_run(NULL, "cmp -s %s/ckpt-000000024.safetensors "
+                            "%s/ckpt-000000024.safetensors", ckA, ckB), 0,
+                     "%d replicas: the run resumed after the stop differs", replicas);
+        free(ckA), free(ckB);
+    }
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
 /* Without --ckpt-dir the rescue goes to ./sluice-rescue; --sync-bn on one
  * replica is plain batch norm, accepted with a notice. */
 Test(train_trainer, cli_rescue_and_sync_bn_alone)
