@@ -15,7 +15,8 @@
  * Ctrl-C (SIGINT) and SIGTERM ask the run to stop (sl_train_config's
  * stop, tools/signals.c): the replicas agree on a step, save it as a
  * checkpoint (--ckpt-dir, else ./sluice-rescue) and the progress says how
- * to continue with --resume. A second Ctrl-C kills at once.
+ * to continue with --resume. A second Ctrl-C kills at once. The ps
+ * strategy does not take the request: Ctrl-C ends it as any program.
  *
  * Exit status: 0 done, 2 usage or runtime error, 128 + the signal (130 for
  * Ctrl-C) when a signal stopped it.
@@ -394,10 +395,12 @@ int cmd_train(int argc, char **argv)
     o.t.epochs = o.pf.cfg.epochs;
     apply_defaults(&o);
     sl_train_result res;
+    /* ps does not read the stop request: there Ctrl-C keeps its default */
     cli_stop stop;
-    o.t.stop = cli_stop_catch(&stop);
+    int ps = o.t.strategy == SL_STRATEGY_PS;
+    o.t.stop = ps ? NULL : cli_stop_catch(&stop);
     rc = sl_train_run(&o.t, &res);
-    int sig = cli_stop_restore(&stop);
+    int sig = ps ? 0 : cli_stop_restore(&stop);
     if (rc == SL_ECANCELED && sig && res.stopped) {
         /* the progress named the checkpoint and the resume already */
         if (res.root)
