@@ -273,47 +273,6 @@ static int skip_plan(const char *name)
     return ends_with(name, ".plan");
 }
 
-Test(kill9, convert_40_kills_then_resume_gives_the_same_bytes, .timeout = 600)
-{
-    char *root = tu_tmpdir(), *in = tu_join(root, "in"), *ref = tu_join(root, "ref"),
-         *out = tu_join(root, "out");
-    cr_assert_eq(mkdir(in, 0755), 0);
-    /* 240 16-bit PNGs (transcoded: work for the workers) in 4 classes */
-    for (int c = 0; c < 4; c++) {
-        char cls[32];
-        snprintf(cls, sizeof cls, "c%d", c);
-        char *cd = tu_join(in, cls);
-        cr_assert_eq(mkdir(cd, 0755), 0);
-        for (int i = 0; i < 60; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "%03d.png", i);
-            size_t len;
-            uint8_t *png = hi_png(24 + (i % 5), 24 + (c % 3), 0, &len);
-            char *p = tu_join(cd, name);
-            cr_assert_eq(tu_write_file(p, png, len), 0);
-            free(p);
-            free(png);
-        }
-        free(cd);
-    }
-    cmdline first, again, refcmd;
-    const char *opts = "--name train --shards 6 --shuffle-seed 5 --threads 2 --quiet";
-    cmd_make(&refcmd, "convert --from folder %s --out %s %s", in, ref, opts);
-    cmd_make(&first, "convert --from folder %s --out %s %s", in, out, opts);
-    cmd_make(&again, "convert --from folder %s --out %s %s --resume", in, out, opts);
-    int64_t ns;
-    cr_assert_eq(run(&refcmd, &ns), 0);
-    series s = {.name = "convert", .out = out, .ref = ref, .first = &first, .again = &again,
-                .skip = skip_plan, .prepare = rm_out, .full_ns = ns};
-    uint64_t rng = seed_state(16001);
-    run_series(&s, 40, &rng);
-    tu_rmrf(root);
-    free(root);
-    free(in);
-    free(ref);
-    free(out);
-}
-
 /* A folder of n 16-bit PNGs per class in 4 classes (transcoded: work for
  * the workers). */
 static void png_folder(const char *in, int n)
@@ -336,6 +295,29 @@ static void png_folder(const char *in, int n)
         }
         free(cd);
     }
+}
+
+Test(kill9, convert_40_kills_then_resume_gives_the_same_bytes, .timeout = 600)
+{
+    char *root = tu_tmpdir(), *in = tu_join(root, "in"), *ref = tu_join(root, "ref"),
+         *out = tu_join(root, "out");
+    png_folder(in, 60); /* 240 inputs */
+    cmdline first, again, refcmd;
+    const char *opts = "--name train --shards 6 --shuffle-seed 5 --threads 2 --quiet";
+    cmd_make(&refcmd, "convert --from folder %s --out %s %s", in, ref, opts);
+    cmd_make(&first, "convert --from folder %s --out %s %s", in, out, opts);
+    cmd_make(&again, "convert --from folder %s --out %s %s --resume", in, out, opts);
+    int64_t ns;
+    cr_assert_eq(run(&refcmd, &ns), 0);
+    series s = {.name = "convert", .out = out, .ref = ref, .first = &first, .again = &again,
+                .skip = skip_plan, .prepare = rm_out, .full_ns = ns};
+    uint64_t rng = seed_state(16001);
+    run_series(&s, 40, &rng);
+    tu_rmrf(root);
+    free(root);
+    free(in);
+    free(ref);
+    free(out);
 }
 
 /* Files of dir ending in suf. */

@@ -22,8 +22,25 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "train/train_int.h" /* the exec's struct; includes train.h */
+
+/* A host exec's sl_dev_alloc (mem_cuda.c and mem_none.c both): bytes of
+ * zeroed host memory, 64-byte aligned and rounded up to 64 (64 for 0).
+ * *out NULL and SL_ENOMEM when there is none. */
+static inline int sl_host_alloc(size_t bytes, void **out)
+{
+    size_t cap = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+    void *p = NULL;
+    *out = NULL;
+    if (posix_memalign(&p, 64, cap))
+        return sl_fail(SL_ENOMEM, "sl_dev_alloc: %zu bytes of host memory", bytes);
+    memset(p, 0, cap);
+    *out = p;
+    return SL_OK;
+}
 
 int sl_dev_on_device(const sl_exec *e); /* 1 for a cuda exec */
 int sl_dev_device(const sl_exec *e);    /* its CUDA device ordinal; -1 for host execs */

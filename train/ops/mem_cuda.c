@@ -30,22 +30,11 @@ void *sl_dev_stream(const sl_exec *e)
     return sl_dev_on_device(e) ? (void *)sl_cuda_of((sl_exec *)e)->stream : NULL;
 }
 
-static int host_alloc(size_t bytes, void **out)
-{
-    size_t cap = (bytes + 63) & ~(size_t)63;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, cap ? cap : 64))
-        return sl_fail(SL_ENOMEM, "sl_dev_alloc: %zu bytes of host memory", bytes);
-    memset(p, 0, cap ? cap : 64);
-    *out = p;
-    return SL_OK;
-}
-
 int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
 {
     *out = NULL;
     if (!sl_dev_on_device(e))
-        return host_alloc(bytes, out);
+        return sl_host_alloc(bytes, out);
     sl_cuda_ctx *c = sl_cuda_of(e);
     void *p = NULL;
     int rc;

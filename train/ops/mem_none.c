@@ -29,14 +29,7 @@ void *sl_dev_stream(const sl_exec *e)
 int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
 {
     (void)e;
-    size_t cap = (bytes + 63) & ~(size_t)63;
-    void *p = NULL;
-    *out = NULL;
-    if (posix_memalign(&p, 64, cap ? cap : 64))
-        return sl_fail(SL_ENOMEM, "sl_dev_alloc: %zu bytes", bytes);
-    memset(p, 0, cap ? cap : 64);
-    *out = p;
-    return SL_OK;
+    return sl_host_alloc(bytes, out);
 }
 
 void sl_dev_free(sl_exec *e, void *p)
