@@ -534,6 +534,11 @@ int sl_ckpt_save(const sl_ckpt_job *j, const char *dir, int64_t step, const char
  * folder the user did not ask for. */
 #define SL_RESCUE_DIR "sluice-rescue"
 
+/* Save `step` in dir (NULL: SL_RESCUE_DIR, made if need be) unless it is
+ * saved already (*j->saved_step): what an error's rescue and a stop
+ * request keep. Codes as sl_ckpt_save's, or sl_mkdir_p's. */
+int sl_ckpt_keep(const sl_ckpt_job *j, const char *dir, int64_t step, const char *state);
+
 /* The run failed (its message in sl_errmsg()) after completing `step`
  * (state: the pipeline state noted after it); step0 is the run's first.
  * Save that step in dir (NULL: ./sluice-rescue) unless it is saved already or

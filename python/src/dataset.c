@@ -80,19 +80,6 @@ static PyObject *str_or_none(const char *s)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
 }
 
-/* A path (str or bytes) as a malloc'd C string; NULL with an exception. */
-static char *path_strdup(PyObject *v, const char *what)
-{
-    PyObject *b = pysl_bytes(v, what);
-    if (!b)
-        return NULL;
-    char *out = strdup(PyBytes_AsString(b));
-    Py_DECREF(b);
-    if (!out)
-        PyErr_NoMemory();
-    return out;
-}
-
 static void on_problem(void *arg, const sl_verify_problem *p)
 {
     walk_py *w = arg;
@@ -125,7 +112,7 @@ static PyObject *py_verify(PyObject *mod, PyObject *args)
         return NULL;
     sl_verify_options o = {.all = all, .problem = on_problem, .progress = on_progress};
     walk_py w = {.progress = progress};
-    char *path = path_strdup(path_obj, "sluice.verify: data"), *split = NULL;
+    char *path = pysl_path_strdup(path_obj, "sluice.verify: data"), *split = NULL;
     if (!path)
         return NULL;
     if (split_obj != Py_None && !(split = pysl_strdup_utf8(split_obj)))
@@ -180,7 +167,7 @@ static PyObject *py_inspect(PyObject *mod, PyObject *args)
     walk_py w = {.progress = progress};
     sl_dataset ds;
     sl_inspect_result res;
-    char *path = path_strdup(path_obj, "sluice.inspect: data"), *split = NULL, *json = NULL;
+    char *path = pysl_path_strdup(path_obj, "sluice.inspect: data"), *split = NULL, *json = NULL;
     int rc;
     memset(&ds, 0, sizeof ds);
     memset(&res, 0, sizeof res);

@@ -127,6 +127,8 @@ int pysl_dev_check(int device);
 PyObject *pysl_bytes(PyObject *v, const char *what);
 /* The UTF-8 of a str into a malloc'd string (NULL + exception on error). */
 char *pysl_strdup_utf8(PyObject *s);
+/* A path argument (pysl_bytes') into a malloc'd string (NULL + exception). */
+char *pysl_path_strdup(PyObject *v, const char *what);
 /* Free a heap-type instance and drop its type (stable-ABI dealloc tail). */
 void pysl_free_self(PyObject *self);
 

@@ -59,9 +59,10 @@ sl_holder *pysl_buffer_new(size_t n, int device, void **data)
 }
 
 /* ------------------------------------------------------------ small */
-char *pysl_strdup_utf8(PyObject *s)
+/* A malloc'd copy of bytes object b, which it releases (NULL passes
+ * through, with its exception). */
+static char *bytes_strdup(PyObject *b)
 {
-    PyObject *b = PyUnicode_AsUTF8String(s);
     if (!b)
         return NULL;
     char *out = strdup(PyBytes_AsString(b));
@@ -70,6 +71,10 @@ char *pysl_strdup_utf8(PyObject *s)
         PyErr_NoMemory();
     return out;
 }
+
+char *pysl_strdup_utf8(PyObject *s) { return bytes_strdup(PyUnicode_AsUTF8String(s)); }
+
+char *pysl_path_strdup(PyObject *v, const char *what) { return bytes_strdup(pysl_bytes(v, what)); }
 
 void pysl_free_self(PyObject *self)
 {

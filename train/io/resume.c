@@ -94,6 +94,15 @@ out:
     return rc;
 }
 
+int sl_ckpt_keep(const sl_ckpt_job *j, const char *dir, int64_t step, const char *state)
+{
+    const char *to = dir ? dir : SL_RESCUE_DIR;
+    if (*j->saved_step == step)
+        return SL_OK;
+    int rc = sl_mkdir_p(to, "sl_train_run");
+    return rc ? rc : sl_ckpt_save(j, to, step, state);
+}
+
 /* The weights and momentum buffers are the last completed step's (they
  * change only in its last phase, the SGD update); the pipeline state is the
  * one noted after that step; BN running statistics are this replica's own
@@ -103,14 +112,11 @@ void sl_ckpt_rescue(const sl_ckpt_job *j, const char *dir, int64_t step, int64_t
                     const char *state, FILE *out, char *why, size_t cap)
 {
     char msg[SL_ERRMSG_MAX];
-    int rc = SL_OK;
     if (step <= step0)
         return; /* no step of this run completed: nothing new to keep */
     snprintf(msg, sizeof msg, "%s", sl_errmsg());
     const char *to = dir ? dir : SL_RESCUE_DIR;
-    if (*j->saved_step != step &&
-        (rc = sl_mkdir_p(to, "sl_train_run")) == SL_OK)
-        rc = sl_ckpt_save(j, to, step, state);
+    int rc = sl_ckpt_keep(j, dir, step, state);
     if (rc)
         snprintf(why, cap, "saving step %" PRId64 " failed too: %.1000s", step, sl_errmsg());
     else

@@ -151,16 +151,13 @@ int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
 
 int sl_run_save_stop(sl_run *r, sl_replica *rep, int64_t step)
 {
-    const char *dir = r->cfg->ckpt_dir ? r->cfg->ckpt_dir : SL_RESCUE_DIR;
     sl_ckpt_job j = ckpt_job(r, rep);
-    int rc = SL_OK;
-    snprintf(r->stop_dir, sizeof r->stop_dir, "%s", dir);
-    if (r->saved_step != step &&
-        ((rc = sl_mkdir_p(dir, "sl_train_run")) || (rc = sl_ckpt_save(&j, dir, step, NULL))))
+    int rc = sl_ckpt_keep(&j, r->cfg->ckpt_dir, step, NULL);
+    if (rc)
         return rc;
     fprintf(r->out, "train: stopped on request after step %" PRId64 "; it is saved in "
             "%.3000s.safetensors: continue with --ckpt-dir %.1000s --resume\n", step,
-            r->res->checkpoint, dir);
+            r->res->checkpoint, r->cfg->ckpt_dir ? r->cfg->ckpt_dir : SL_RESCUE_DIR);
     fflush(r->out);
     return SL_OK;
 }
@@ -579,7 +576,7 @@ out:
         rc = sl_fail(SL_ECANCELED, "sl_train_run: stopped on request after step %" PRId64
                      "; it is saved in %.3000s: continue with --ckpt-dir %.1000s --resume",
                      r.stopped, res->checkpoint[0] ? res->checkpoint : "(another process)",
-                     r.stop_dir[0] ? r.stop_dir : "(the same)");
+                     cfg->ckpt_dir ? cfg->ckpt_dir : SL_RESCUE_DIR);
     res->stopped = r.stopped;
     run_fini(&r);
     return rc;

@@ -127,7 +127,6 @@ struct sl_run {
     int64_t saved_step;        /* the step of the last checkpoint written; -1 none */
     int64_t stopped;           /* the step a stop request (cfg->stop) ended the loop at; 0 none
                                   (written by each process's replica 0) */
-    char stop_dir[4096];       /* where that step was saved (run.c sl_run_save_stop) */
     char rescue[4200];         /* where the rescue went (or why it failed); "" none */
 };
 
