@@ -11,9 +11,10 @@
  *   empty body's hash (libcurl 7.88 signs the header's value as the
  *   payload hash; S3 accepts an unsigned payload on a signed request, and
  *   the body's integrity is checked end to end by `convert --finish`,
- *   which reads every shard back and checks its CRCs), "Expect:" (no
- *   100-continue round trip), and a header callback that also keeps the
- *   ETag. Tries and backoff as remote_curl.c's sl_xfer_run, which cannot
+ *   which reads every shard back and checks its CRCs), and a header
+ *   callback that also keeps the ETag. No "Expect:" header to turn off
+ *   100-continue: libcurl 7.88 signs the empty header it does not send
+ *   (SignatureDoesNotMatch); a short EXPECT_100_TIMEOUT instead. Tries and backoff as remote_curl.c's sl_xfer_run, which cannot
  *   take a body: a loop of the same shape here.
  *   Multipart (S3 API, CreateMultipartUpload / UploadPart /
  *   CompleteMultipartUpload / AbortMultipartUpload): POST ?uploads gives
@@ -119,11 +120,13 @@ static int send_setup(put_req *r, CURL *e)
     for (t = r->x.hdrs; t; t = t->next)
         if (strncasecmp(t->data, "x-amz-content-sha256:", 21) && !(h = curl_slist_append(h, t->data)))
             goto oom;
-    if (r->x.u->s3 && !(h = curl_slist_append(h, "x-amz-content-sha256: UNSIGNED-PAYLOAD")))
+    if (r->x.u->s3 && !(t = curl_slist_append(h, "x-amz-content-sha256: UNSIGNED-PAYLOAD")))
         goto oom;
-    if (!(t = curl_slist_append(h, "Expect:")))
+    h = r->x.u->s3 ? t : h;
+    /* a POST body is S3's XML, not a form (a form-reading server, moto's
+     * werkzeug, would consume it as one) */
+    if (!strcmp(r->method, "POST") && !(h = curl_slist_append(h, "Content-Type: application/xml")))
         goto oom;
-    h = t;
     curl_slist_free_all(r->x.hdrs);
     r->x.hdrs = h;
     r->pos = 0;
@@ -134,6 +137,9 @@ static int send_setup(put_req *r, CURL *e)
     SET(CURLOPT_HTTPHEADER, h);
     SET(CURLOPT_HEADERFUNCTION, on_header);
     SET(CURLOPT_HEADERDATA, r);
+    /* libcurl asks "Expect: 100-continue" before a large body; a server
+     * that does not answer it costs this wait, not a second */
+    SET(CURLOPT_EXPECT_100_TIMEOUT_MS, 100L);
     if (!strcmp(r->method, "PUT")) {
         SET(CURLOPT_UPLOAD, 1L);
         SET(CURLOPT_READFUNCTION, on_read);
@@ -299,7 +305,9 @@ static int put_multipart(const char *url, const char *path, int fd, uint64_t siz
     uint8_t *buf = NULL;
     size_t xlen = 0, xcap = 0;
     put_req r = {.method = "POST"};
-    int rc = request(fn, url, "?uploads", &r, "POST ?uploads (start a multipart upload)");
+    /* "uploads=": libcurl 7.88 signs the query as written, and SigV4 canonicalizes
+     * a bare "uploads" to "uploads=" */
+    int rc = request(fn, url, "?uploads=", &r, "POST ?uploads (start a multipart upload)");
     if (!rc && (!(id = xml_text((const char *)r.x.body, "UploadId")) || !*id))
         rc = sl_fail(SL_EIO, "%s: %s: the multipart upload's start gave no UploadId", fn, url);
     req_fini(&r);
