@@ -381,18 +381,25 @@ static int keep_lmdb(sl_convert_state *st)
 }
 
 /* ------------------------------------------------------------- plan */
-void sl_convert_plan_text(const sl_convert_state *st, char *buf, size_t cap)
+void sl_convert_plan_text_of(const sl_convert_config *c, uint64_t inputs, uint64_t ihash,
+                             unsigned shards, const char *const *names, uint32_t nnames,
+                             char *buf, size_t cap)
 {
-    const sl_convert_config *c = st->cfg;
     snprintf(buf, cap,
-             "sluice convert plan 1\ninputs %zu\ninputs_hash %016llx\nshuffle %d\nseed %llu\n"
+             "sluice convert plan 1\ninputs %llu\ninputs_hash %016llx\nshuffle %d\nseed %llu\n"
              "shards %u\nformat %s\nquality %d\nresize_short %d\nlabel_offset %d\n"
              "max_pixels %llu\nclasses_hash %016llx\n",
-             st->in.n, (unsigned long long)inputs_hash(&st->in), c->shuffle ? 1 : 0,
-             (unsigned long long)c->shuffle_seed, st->nshards, format_name(c->format), c->quality,
+             (unsigned long long)inputs, (unsigned long long)ihash, c->shuffle ? 1 : 0,
+             (unsigned long long)c->shuffle_seed, shards, format_name(c->format), c->quality,
              c->resize_short, c->label_offset,
              (unsigned long long)(c->max_pixels ? c->max_pixels : SL_MAX_PIXELS_DEFAULT),
-             (unsigned long long)classes_hash(st->class_names, st->nclass_names));
+             (unsigned long long)classes_hash(names, nnames));
+}
+
+void sl_convert_plan_text(const sl_convert_state *st, char *buf, size_t cap)
+{
+    sl_convert_plan_text_of(st->cfg, st->in.n, inputs_hash(&st->in), st->nshards, st->class_names,
+                            st->nclass_names, buf, cap);
 }
 
 /* First line where old and now differ, as "shards: 4 then, 8 now". */

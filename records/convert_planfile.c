@@ -627,6 +627,24 @@ out:
     return rc;
 }
 
+/* The header's options (what a task converts with) must be those its text
+ * (and so its digest, and OUT's marker) was made with. */
+static int check_options(const char *fn, const sl_plan *p)
+{
+    const char *h = strstr(p->text, "\ninputs_hash ");
+    char now[SL_CONVERT_PLAN_MAX], diff[512];
+    if (!h)
+        return sl_fail(SL_ECORRUPT, "%s: %s: its text has no inputs_hash", fn, p->path);
+    uint64_t ihash = strtoull(h + 13, NULL, 16);
+    sl_convert_plan_text_of(&p->cfg, p->inputs, ihash, p->shards,
+                            (const char *const *)p->class_names, p->nclass_names, now, sizeof now);
+    if (!strcmp(now, p->text))
+        return SL_OK;
+    sl_convert_plan_diff(p->text, now, diff, sizeof diff);
+    return sl_fail(SL_EINVAL, "%s: %s: its options differ from those it was made with (%s): the "
+                   "plan was edited; cut a new one with --plan-out", fn, p->path, diff);
+}
+
 int sl_plan_load(const char *fn, const char *path, sl_plan *p)
 {
     char *line = NULL;
@@ -673,7 +691,7 @@ int sl_plan_load(const char *fn, const char *path, sl_plan *p)
         c.num_class_names = p->nclass_names;
     }
     p->cfg = c;
-    return SL_OK;
+    return check_options(fn, p);
 }
 
 /* One shard line of task k into st. */

@@ -146,6 +146,12 @@ int sl_convert_prepare_inputs(const sl_convert_config *cfg, sl_convert_state *st
 /* The plan file's text ("sluice convert plan 1\ninputs ...", the top of
  * convert_plan.c): exactly the parameters that decide the bytes. */
 void sl_convert_plan_text(const sl_convert_state *st, char *buf, size_t cap);
+/* The same text from its parts: the options c, the input count and inputs
+ * hash, the shard count, the class names (a plan file's header is checked
+ * against its text with it: records/convert_planfile.c). */
+void sl_convert_plan_text_of(const sl_convert_config *c, uint64_t inputs, uint64_t ihash,
+                             unsigned shards, const char *const *names, uint32_t nnames,
+                             char *buf, size_t cap);
 /* The first line where two plan texts differ, as "shards: 4 then, 8 now". */
 void sl_convert_plan_diff(const char *old, const char *now, char *out, size_t cap);
 #define SL_CONVERT_PLAN_MAX 4096 /* bytes of a plan text, at most */
