@@ -141,10 +141,6 @@ def convert(out, *, folder=None, list=None, name="train", shards=0, format="tfre
     finish), seconds, images_per_s. Raises sluice.Error naming the failed
     task, or the finish's list of missing or damaged shards.
     """
-    try:
-        import ray
-    except ImportError:
-        raise Error("sluice.ray needs Ray: pip install sluice[ray]") from None
     w = "sluice.ray.convert"
     if (folder is None) == (list is None):
         raise ConfigError(f"{w}: give exactly one of folder= or list=")
@@ -181,6 +177,10 @@ def convert(out, *, folder=None, list=None, name="train", shards=0, format="tfre
     src = ["--from", "folder", _os.path.abspath(_os.fsdecode(_path(w, "folder", folder)))] \
         if folder is not None else \
         ["--from", "list", _os.path.abspath(_os.fsdecode(_path(w, "list", list)))]
+    try:
+        import ray
+    except ImportError:
+        raise Error("sluice.ray needs Ray: pip install sluice[ray]") from None
     bin_here = _find_cli(sluice_bin)
     penv = dict(_os.environ)
     penv.update(env)
@@ -215,7 +215,7 @@ def convert(out, *, folder=None, list=None, name="train", shards=0, format="tfre
     sdone = idone = 0
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            ready, _ = ray.wait([*pending], num_returns=1, timeout=1.0)  # list: the argument
             for r in ready:
                 k = pending.pop(r)
                 ray.get(r)  # raises the task's error once its retries are spent

@@ -223,15 +223,15 @@ def test_ray_convert_wds_to_s3(cluster, sluice_bin, tmp_path):
                "AWS_REGION": "us-east-1", "SLUICE_PUT_PART_BYTES": "65536",
                "SLUICE_BIN": sluice_bin}
         (tmp_path / "empty").mkdir()
-        subprocess.run([MOTO_PY, s3put, "put", url, "ds", "x/", str(tmp_path / "empty")],
+        subprocess.run([MOTO_PY, s3put, "put", url, "dsets", "x/", str(tmp_path / "empty")],
                        check=True, capture_output=True, env=dict(os.environ, **env))
-        d = drive(cluster, "s3://ds/wds", tmp_path / "img", "s3://ds/plans/train.json", env=env,
+        d = drive(cluster, "s3://dsets/wds", tmp_path / "img", "s3://dsets/plans/train.json", env=env,
                   opts=dict(OPTS, format="wds"))
         check_run(d)
-        subprocess.run([MOTO_PY, s3put, "get", url, "ds", "wds/", str(tmp_path / "got")],
+        subprocess.run([MOTO_PY, s3put, "get", url, "dsets", "wds/", str(tmp_path / "got")],
                        check=True, capture_output=True, env=dict(os.environ, **env))
         same_files(tmp_path / "one", tmp_path / "got")
-        left = subprocess.run([MOTO_PY, s3put, "uploads", url, "ds"], check=True,
+        left = subprocess.run([MOTO_PY, s3put, "uploads", url, "dsets"], check=True,
                               capture_output=True, text=True, env=dict(os.environ, **env))
         assert left.stdout.split()[-1] == "0", "multipart uploads left open"
     finally:
