@@ -50,6 +50,13 @@
  *   too, so --resume can finish the job. A stop request (cfg->cancel, read
  *   by the committer before each chunk) ends the run the same way, with
  *   SL_ECANCELED: Ctrl-C in a binding costs at most the open shard.
+ *
+ *   Tasks (records/convert_task.c) run this same machinery through
+ *   sl_convert_write on a state of their own: the other tasks' shards
+ *   marked kept, the writers pointed at a private folder (st->write_dir),
+ *   and st->on_shard called on the committing thread after each shard's
+ *   close to publish it. A listed URL is read through the byte source
+ *   (records/convert_url.c).
  */
 #include <errno.h>
 #include <fcntl.h>

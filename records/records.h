@@ -415,7 +415,8 @@ void sl_resize_rgb_u8(const uint8_t *src, int sw, int sh, int sp, uint8_t *dst, 
 /* ---------------------------------------------------------------- converter */
 typedef enum sl_source_kind {
     SL_SOURCE_FOLDER = 0, /* DIR/<class>/<image>, classes sorted by name -> 0..K-1 */
-    SL_SOURCE_LIST,       /* FILE with lines "path<TAB>label" (relative paths to FILE's dir) */
+    SL_SOURCE_LIST,       /* FILE with lines "path<TAB>label" (relative paths to FILE's dir;
+                           * http://, https:// and s3:// URLs read through bytesrc.h) */
     SL_SOURCE_IDX,        /* MNIST IDX images + labels, gzip or plain */
 } sl_source_kind;
 

@@ -14,6 +14,9 @@
  * temp files, the finished shards stay whole, and the same command with
  * --resume finishes the job. A second Ctrl-C kills at once.
  *
+ * --plan-out, and --plan PLAN with --task or --finish (a conversion cut
+ * into tasks for a cluster), are tools/cmd_convert_task.c's.
+ *
  * Exit status: 0 converted (skipped inputs are listed, not fatal), 1 an
  * input was undecodable under --strict, 2 usage or runtime error, 128 + the
  * signal (130 for Ctrl-C) when a signal stopped it.
