@@ -373,18 +373,16 @@ static int write_manifest(const sl_plan *p, const sl_convert_result *total, int 
 
 int sl_convert_finish_plan(const sl_convert_task_config *tc, sl_convert_finish_result *res)
 {
-    if (!tc || !res || !tc->plan)
+    if (!tc || !res)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     memset(res, 0, sizeof *res);
-    int rc = sl_check_config_size(fn, tc->size, sizeof *tc);
-    if (rc)
-        return rc;
+    int rc;
     sl_plan p;
     fin_ctx c;
     int done = 0;
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
-    if ((rc = sl_plan_load(fn, tc->plan, &p)) || (rc = sl_plan_check_out(fn, &p, &done)))
+    if ((rc = sl_plan_begin(fn, tc, &p)) || (rc = sl_plan_check_out(fn, &p, &done)))
         goto out;
     c.p = &p;
     c.fsync = tc->fsync;

@@ -694,6 +694,15 @@ int sl_plan_load(const char *fn, const char *path, sl_plan *p)
     return check_options(fn, p);
 }
 
+int sl_plan_begin(const char *fn, const sl_convert_task_config *tc, sl_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!tc || !tc->plan)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    int rc = sl_check_config_size(fn, tc->size, sizeof *tc);
+    return rc ? rc : sl_plan_load(fn, tc->plan, p);
+}
+
 /* One shard line of task k into st. */
 static int parse_line(const char *fn, const sl_plan *p, unsigned k, char *line,
                       sl_convert_state *st, unsigned *seen)

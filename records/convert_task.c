@@ -318,12 +318,10 @@ static int make_tmp(task_ctx *c)
 
 int sl_convert_task(const sl_convert_task_config *tc, sl_convert_result *res)
 {
-    if (!tc || !res || !tc->plan)
+    if (!tc || !res)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     memset(res, 0, sizeof *res);
-    int rc = sl_check_config_size(fn, tc->size, sizeof *tc);
-    if (rc)
-        return rc;
+    int rc;
     sl_plan p;
     sl_convert_state st;
     task_ctx c;
@@ -336,7 +334,7 @@ int sl_convert_task(const sl_convert_task_config *tc, sl_convert_result *res)
     c.tc = tc;
     c.p = &p;
     c.k = tc->task;
-    if ((rc = sl_plan_load(fn, tc->plan, &p)))
+    if ((rc = sl_plan_begin(fn, tc, &p)))
         goto out;
     if (tc->tasks != p.tasks) {
         rc = sl_fail(SL_EINVAL, "%s: --tasks %u: %s was cut for %u tasks (0..%u); a different split "

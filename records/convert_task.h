@@ -50,6 +50,10 @@ typedef struct sl_plan {
  * names the caller in messages. */
 int sl_plan_load(const char *fn, const char *path, sl_plan *p);
 void sl_plan_fini(sl_plan *p);
+/* The start of sl_convert_task and sl_convert_finish_plan: tc checked
+ * (not NULL, its size), its plan loaded into p (zeroed first: free it with
+ * sl_plan_fini even on error). */
+int sl_plan_begin(const char *fn, const sl_convert_task_config *tc, sl_plan *p);
 /* Task k's shards: [*first, *end). */
 void sl_plan_task_shards(const sl_plan *p, unsigned k, unsigned *first, unsigned *end);
 /* The task that writes shard s. */
