@@ -84,7 +84,8 @@ static int win_get(win *w, uint64_t off, size_t n, const uint8_t **out)
     }
     uint64_t end = w->boff + w->blen;
     size_t keep = off < end ? (size_t)(end - off) : 0;
-    memmove(w->buf, w->buf + (w->blen - keep), keep);
+    if (keep)
+        memmove(w->buf, w->buf + (w->blen - keep), keep);
     w->boff = end - keep;
     w->blen = keep;
     size_t need = n > WIN_CHUNK ? n : WIN_CHUNK;
