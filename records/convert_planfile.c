@@ -741,7 +741,11 @@ static int parse_line(const char *fn, const sl_plan *p, unsigned k, char *line,
                          p->path, (long long)s, (unsigned long long)(pos - b));
             goto out;
         }
-        sl_input *in = &st->in.items[pos++];
+        sl_input *in = &st->in.items[st->order[pos++]];
+        if (in->path) {
+            rc = sl_fail(SL_ECORRUPT, "%s: %s: shard %lld listed twice", fn, p->path, (long long)s);
+            goto out;
+        }
         if (!(in->path = strdup(ps->valuestring))) {
             rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
             goto out;
@@ -755,13 +759,40 @@ out:
     return rc;
 }
 
+/* Task k's output positions: [*first, *end). */
+static void task_positions(const sl_plan *p, unsigned k, uint64_t *first, uint64_t *end)
+{
+    unsigned f = 0, e = 0;
+    if (k < p->tasks)
+        sl_plan_task_shards(p, k, &f, &e);
+    *first = sl_convert_shard_begin(p->inputs, p->shards, f);
+    *end = sl_convert_shard_begin(p->inputs, p->shards, e);
+}
+
+void sl_plan_state_fini(const sl_plan *p, unsigned k, sl_convert_state *st)
+{
+    uint64_t first, end;
+    task_positions(p, k, &first, &end);
+    for (uint64_t i = 0; st->in.items && i < end - first; i++)
+        free(st->in.items[i].path);
+    free(st->in.items);
+    st->in.items = NULL;
+    st->in.n = 0;
+    st->cfg = NULL;
+    sl_convert_state_fini(st);
+}
+
 int sl_plan_state(const char *fn, const sl_plan *p, unsigned k, sl_convert_state *st)
 {
+    uint64_t first, end;
     memset(st, 0, sizeof *st);
+    task_positions(p, k, &first, &end);
     st->cfg = &p->cfg;
     st->in.n = p->inputs;
     st->nshards = p->shards;
-    st->in.items = calloc(p->inputs, sizeof *st->in.items);
+    /* items: the task's inputs only; order[pos] indexes them (the others'
+     * positions are never read: their shards are kept) */
+    st->in.items = calloc(end > first ? end - first : 1, sizeof *st->in.items);
     st->order = malloc(p->inputs * sizeof *st->order);
     st->kept = calloc(p->shards, 1);
     size_t pl = strlen(p->out) + strlen(p->name) + 16;
@@ -771,7 +802,7 @@ int sl_plan_state(const char *fn, const sl_plan *p, unsigned k, sl_convert_state
                        (unsigned long long)p->inputs);
     snprintf(st->plan_path, pl, "%s/.%s.plan", p->out, p->name);
     for (uint64_t i = 0; i < p->inputs; i++)
-        st->order[i] = (uint32_t)i;
+        st->order[i] = i >= first && i < end ? (uint32_t)(i - first) : 0;
     st->class_names = (const char *const *)p->class_names;
     st->nclass_names = p->nclass_names;
     st->num_classes = p->num_classes;

@@ -5,12 +5,11 @@
  *
  * DESIGN
  *   State. The plan's first line gives the options; the task reads only
- *   its own shard lines. st->in holds every output position of the plan
- *   (order is the identity), the task's own filled in; every other
- *   task's shard is marked kept, so sl_convert_write's chunks cover this
- *   task's shards only. The bytes of a shard are therefore those of
- *   sl_convert_run: same inputs at the same positions, same options, same
- *   code.
+ *   its own shard lines (convert_planfile.c's sl_plan_state: its inputs,
+ *   at their output positions); every other task's shard is marked kept,
+ *   so sl_convert_write's chunks cover this task's shards only. The bytes
+ *   of a shard are therefore those of sl_convert_run: same inputs at the
+ *   same positions, same options, same code.
  *
  *   Idempotent, race-safe publishing. Each run writes into a private
  *   folder (st->write_dir): OUT/.NAME.tmp-HOST-PID-XXXXXX for a local OUT
@@ -413,8 +412,7 @@ out:
     free(c.queue);
     pthread_cond_destroy(&c.cv);
     pthread_mutex_destroy(&c.mu);
-    st.cfg = NULL;
-    sl_convert_state_fini(&st);
+    sl_plan_state_fini(&p, tc->task, &st);
     sl_plan_fini(&p);
     return rc;
 }

@@ -58,11 +58,14 @@ int sl_plan_begin(const char *fn, const sl_convert_task_config *tc, sl_plan *p);
 void sl_plan_task_shards(const sl_plan *p, unsigned k, unsigned *first, unsigned *end);
 /* The task that writes shard s. */
 unsigned sl_plan_shard_task(const sl_plan *p, unsigned s);
-/* Fill st (zeroed first) from p for task k: st->in has every position of
- * the plan, in output order (order is the identity), with the inputs of
- * task k's shards read from the plan's body; the others are empty. st->cfg
- * is &p->cfg. */
+/* Fill st (zeroed first) from p for task k: st->in.n is the plan's input
+ * count (the shards' bounds), st->in.items holds the inputs of task k's
+ * shards only, read from the plan's body in output order, and
+ * st->order[pos] indexes them (4 bytes a position of the plan, 32 + the
+ * path's a position of the task); st->cfg is &p->cfg. Release it with
+ * sl_plan_state_fini (even on error), never sl_convert_state_fini. */
 int sl_plan_state(const char *fn, const sl_plan *p, unsigned k, sl_convert_state *st);
+void sl_plan_state_fini(const sl_plan *p, unsigned k, sl_convert_state *st);
 /* OUT/.NAME.plan (or .done) must say what p's text says: SL_EINVAL naming
  * the first difference, or that OUT was not planned. *done: the split was
  * finished (the done file found). */
