@@ -763,8 +763,10 @@ out:
 static void task_positions(const sl_plan *p, unsigned k, uint64_t *first, uint64_t *end)
 {
     unsigned f = 0, e = 0;
-    if (k < p->tasks)
-        sl_plan_task_shards(p, k, &f, &e);
+    *first = *end = 0;
+    if (k >= p->tasks || !p->shards) /* no plan loaded: none */
+        return;
+    sl_plan_task_shards(p, k, &f, &e);
     *first = sl_convert_shard_begin(p->inputs, p->shards, f);
     *end = sl_convert_shard_begin(p->inputs, p->shards, e);
 }
