@@ -357,6 +357,52 @@ static int check_out_before(const sl_convert_state *st, const char *text, char *
     return rc;
 }
 
+/* The plan file: head (without its closing brace), the shard lines, the
+ * end, streamed into plan (replaced atomically) or, for a URL, into a
+ * local temp file then uploaded (sl_put_file: in parts past the part size;
+ * S3 takes at most 5 GB in one PUT, and a plan of 100 M inputs is ~10 GB). */
+static int write_plan(const char *plan, const char *head, const sbuf *body, int do_sync,
+                      uint64_t *bytes)
+{
+    static const char fn[] = "sl_convert_plan";
+    static const char mid[] = ",\"shard_list\":[\n", end[] = "]}\n";
+    char tmpl[] = "/tmp/sluice-plan-XXXXXX", *local = NULL, *dir = NULL;
+    int remote = sl_path_is_remote(plan), rc;
+    if (remote) {
+        if (!(dir = mkdtemp(tmpl)))
+            return sl_fail(SL_EIO, "%s: mkdtemp %s: %s", fn, tmpl, strerror(errno));
+        if (!(local = sl_path_join(dir, "plan.json"))) {
+            rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
+            goto out;
+        }
+    }
+    size_t hl = strlen(head);
+    sl_atomic_file af;
+    if ((rc = sl_atomic_open(&af, remote ? local : plan, fn)))
+        goto out;
+    rc = sl_atomic_write(&af, head, hl > 1 ? hl - 1 : 0);
+    if (!rc)
+        rc = sl_atomic_write(&af, mid, sizeof mid - 1);
+    if (!rc)
+        rc = sl_atomic_write(&af, body->p, body->len);
+    if (!rc)
+        rc = sl_atomic_write(&af, end, sizeof end - 1);
+    if (rc) {
+        sl_atomic_abort(&af);
+        goto out;
+    }
+    if ((rc = sl_atomic_commit(&af, do_sync && !remote)))
+        goto out;
+    *bytes = (hl > 1 ? hl - 1 : 0) + sizeof mid - 1 + body->len + sizeof end - 1;
+    if (remote)
+        rc = sl_put_file(plan, local);
+out:
+    if (dir)
+        sl_convert_remove_dir(dir);
+    free(local);
+    return rc;
+}
+
 int sl_convert_plan(const sl_convert_config *cfg, const char *plan, unsigned tasks,
                     sl_convert_plan_result *res)
 {
@@ -374,7 +420,7 @@ int sl_convert_plan(const sl_convert_config *cfg, const char *plan, unsigned tas
         return sl_fail(SL_EINVAL, "%s: --from idx: the images are inside the IDX file, not files "
                        "a task could read: convert it on one machine", fn);
     sl_convert_state st;
-    sbuf body = {0}, all = {0};
+    sbuf body = {0};
     char text[SL_CONVERT_PLAN_MAX], cwd[PATH_MAX], *out = NULL, *head = NULL;
     uint64_t *toff = NULL, *tlen = NULL;
     rc = sl_convert_prepare_inputs(cfg, &st);
@@ -406,33 +452,21 @@ int sl_convert_plan(const sl_convert_config *cfg, const char *plan, unsigned tas
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto out;
     }
-    size_t hl = strlen(head);
-    if (hl > 1)
-        sb_put(&all, head, hl - 1); /* without the closing brace */
-    sb_str(&all, ",\"shard_list\":[\n");
-    sb_put(&all, body.p, body.len);
-    sb_str(&all, "]}\n");
-    if (all.oom) {
-        rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
-        goto out;
-    }
     /* OUT's marker first: a plan file then always has its output planned */
     char marker[600];
     snprintf(marker, sizeof marker, ".%s.plan", cfg->name);
     if ((rc = sl_out_put(out, marker, text, strlen(text), cfg->fsync)))
         goto out;
-    rc = sl_path_is_remote(plan) ? sl_put_bytes(plan, all.p, all.len)
-                                 : sl_write_file_atomic(plan, all.p, all.len, cfg->fsync, fn);
-    if (!rc) {
-        res->inputs = st.in.n;
-        res->shards = st.nshards;
-        res->tasks = tasks;
-        res->plan_bytes = all.len;
-    }
+    uint64_t bytes = 0;
+    if ((rc = write_plan(plan, head, &body, cfg->fsync, &bytes)))
+        goto out;
+    res->inputs = st.in.n;
+    res->shards = st.nshards;
+    res->tasks = tasks;
+    res->plan_bytes = bytes;
 out:
     cJSON_free(head);
     free(body.p);
-    free(all.p);
     free(toff);
     free(tlen);
     free(out);
