@@ -20,7 +20,8 @@
  *               uploads, the tasks' requests through the fault proxy (503s
  *               retried per part): downloaded, the one-machine bytes
  *   urls        a list of http:// inputs served by nginx (one 404): the skip
- *               named with its status, the same bytes as one machine
+ *               named with its status, the same bytes as one machine; the
+ *               same with s3:// inputs in moto (signed GETs)
  *
  * Suite "convert_task" (runs the binary; real servers on loopback).
  */
@@ -386,4 +387,33 @@ Test(convert_task, http_inputs_listed)
     free(out);
     same_files("one", "d");
     srv_stop(&ng);
+}
+
+Test(convert_task, s3_inputs_listed)
+{
+    make_inputs();
+    srv s = {0};
+    srv_s3_start(&s);
+    char cmd[4096], env[1024], src[1024], *out = NULL;
+    snprintf(src, sizeof src, "%s/in", dir);
+    srv_s3_put_dir(&s, "imgs", "photos/", src);
+    s3_env(&s, NULL, env, sizeof env);
+    sh_ok("cd in && for f in */*.jpg; do l=0; case $f in b/*) l=1;; c/*) l=2;; esac; "
+          "printf 's3://imgs/photos/%s\\t%s\\n' $f $l; done > ../s3.txt && "
+          "printf 's3://imgs/photos/a/gone.jpg\\t0\\n' >> ../s3.txt");
+    snprintf(cmd, sizeof cmd, "%s '%s' convert --from list s3.txt --out one --name train %s",
+             env, tu_sluice(), CONVERT_OPTS);
+    cr_assert_eq(sh(&out, cmd), 0, "%s", out);
+    cr_assert(strstr(out, "s3://imgs/photos/a/gone.jpg: HTTP 404"), "the 404 named: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "export %s; S='%s'; $S convert --from list s3.txt --out d --name train "
+             "%s --plan-out plan.json --tasks 2 && $S convert --plan plan.json --task 1 --tasks 2 "
+             "--no-fsync --quiet && $S convert --plan plan.json --task 0 --tasks 2 --no-fsync --quiet "
+             "&& $S convert --plan plan.json --finish", env, tu_sluice(), CONVERT_OPTS);
+    cr_assert_eq(sh(&out, cmd), 0, "%s", out);
+    cr_assert(strstr(out, "gone.jpg: HTTP 404") && strstr(out, "2 in all"), "%s", out);
+    cr_assert(!strstr(out, s.secret) && !strstr(out, s.key), "a credential in the output: %s", out);
+    free(out);
+    same_files("one", "d");
+    srv_stop(&s);
 }
