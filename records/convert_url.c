@@ -6,7 +6,10 @@
  *
  * What is a skip: the object is not there (404/410) or refused (401/403),
  * or larger than an image may be. Those are the input's own faults, named
- * with their status in the skip list. Anything else that is still failing
+ * with their status in the skip list. A 403 that says the request's own
+ * credentials are wrong (S3's SignatureDoesNotMatch, InvalidAccessKeyId,
+ * ExpiredToken, InvalidToken) is not: every input would be refused alike,
+ * so it stops the run naming the keys to check. Anything else that is still failing
  * after the byte source's retries (timeouts, 5xx, resets) stops the run
  * with the URL and the status: that is the network's fault, and a task
  * that fails is retried whole by its engine, while a skip would be final.
@@ -30,7 +33,12 @@ int sl_convert_read_url(const char *url, uint64_t max, uint8_t **buf, size_t *ca
 {
     uint8_t *b = NULL;
     size_t n = 0;
+    static const char *const keys_wrong[] = {"(SignatureDoesNotMatch)", "(InvalidAccessKeyId)",
+                                             "(ExpiredToken)", "(InvalidToken)"};
     int rc = sl_bytes_get(url, &b, &n);
+    for (size_t i = 0; rc == SL_EPERM && i < sizeof keys_wrong / sizeof *keys_wrong; i++)
+        if (strstr(sl_errmsg(), keys_wrong[i]))
+            return rc; /* the message says what to check */
     if (rc == SL_ENOENT || rc == SL_EPERM)
         return sl_fail(SL_EIMAGE, "%s", status_part(sl_errmsg()));
     if (rc)

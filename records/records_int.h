@@ -158,7 +158,9 @@ void sl_convert_plan_diff(const char *old, const char *now, char *out, size_t ca
 /* A listed URL's bytes into *buf (realloc'd: *cap its size; *len the
  * bytes), through records/bytesrc.h (retries and all). A 404/410 or a
  * 401/403 is SL_EIMAGE, an input skipped with the status as its reason
- * ("HTTP 404: not found"); an object over max bytes too; any other failure
+ * ("HTTP 404: not found"), but not a 403 that blames the credentials
+ * (SignatureDoesNotMatch, ...: SL_EPERM); an object over max bytes is a
+ * skip too; any other failure
  * after the retries is returned as it is (the run stops: a network that is
  * down must not turn into a data set of skips). records/convert_url.c. */
 int sl_convert_read_url(const char *url, uint64_t max, uint8_t **buf, size_t *cap, size_t *len);

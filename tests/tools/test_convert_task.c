@@ -415,5 +415,18 @@ Test(convert_task, s3_inputs_listed)
     cr_assert(!strstr(out, s.secret) && !strstr(out, s.key), "a credential in the output: %s", out);
     free(out);
     same_files("one", "d");
+    /* a wrong secret refuses every input alike: the run stops naming the
+     * keys, it does not turn the data set into skips */
+    char bad[1024];
+    snprintf(bad, sizeof bad, "AWS_ENDPOINT_URL='%s' AWS_ACCESS_KEY_ID='%s' "
+             "AWS_SECRET_ACCESS_KEY=wrong-secret-0123456789 AWS_REGION=us-east-1", s.url, s.key);
+    snprintf(cmd, sizeof cmd, "%s '%s' convert --from list s3.txt --out w --name train %s", bad,
+             tu_sluice(), CONVERT_OPTS);
+    int rc = sh(&out, cmd);
+    cr_assert_eq(rc, 2, "a wrong secret: exit %d: %s", rc, out);
+    cr_assert(strstr(out, "SignatureDoesNotMatch") && strstr(out, "AWS_SECRET_ACCESS_KEY") &&
+              !strstr(out, "skipped: s3://imgs/photos/a/1-1.jpg") &&
+              !strstr(out, "wrong-secret-0123456789"), "%s", out);
+    free(out);
     srv_stop(&s);
 }
