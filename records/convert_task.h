@@ -1,8 +1,9 @@
 /*
  * records/convert_task.h - private to the planned conversion's files:
- * convert_planfile.c (the plan file: write, read, check; the output's
- * paths), convert_task.c (sl_convert_task: one task's shards, receipts,
- * publishing) and convert_finish.c (sl_convert_finish_plan).
+ * convert_planfile.c (the plan file: write, read, check), convert_out.c
+ * (the output's names, its plan marker, receipts), convert_task.c
+ * (sl_convert_task: one task's shards, receipts, publishing) and
+ * convert_finish.c (sl_convert_finish_plan).
  *
  * Output names (OUT a local folder or s3://BUCKET/PREFIX):
  *   OUT/NAME-00003-of-00016.tfrecord (.tar)   a shard, as sl_convert_run's
