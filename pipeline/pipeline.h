@@ -44,7 +44,13 @@ extern "C" {
 
 typedef enum sl_shuffle_mode {
     SL_SHUFFLE_NONE = 0,   /* interleaved file order, no record shuffle */
-    SL_SHUFFLE_BUFFER,     /* a buffer of shuffle_buffer records (tf.data semantics) */
+    SL_SHUFFLE_BUFFER,     /* a buffer of shuffle_buffer records (tf.data's
+                            * repeat().shuffle(N): it mixes an epoch's last records
+                            * with the next one's first). When the buffer holds a
+                            * whole epoch of the records this rank reads (ceil(R /
+                            * world) with SL_SPLIT_RECORDS), each epoch is read as a
+                            * permutation, as SL_SHUFFLE_GLOBAL reads it (same
+                            * stream), and the stats' shuffle_buffer is 1 */
     SL_SHUFFLE_GLOBAL,     /* a seeded permutation of all records per epoch, read by pread */
 } sl_shuffle_mode;
 
@@ -254,7 +260,8 @@ typedef struct sl_pipeline_stats {
     sl_stage_stats stages[SL_PIPELINE_MAX_STAGES];
     uint64_t bad_records;      /* skipped (refilled) records */
     char bad[SL_PIPELINE_MAX_BAD_REPORT][256]; /* first few: "file: record N @ off: what" */
-    uint64_t shuffle_buffer;   /* effective buffer (records) */
+    uint64_t shuffle_buffer;   /* effective buffer (records); 1 when an epoch fits in the
+                                * configured one (read as a permutation: SL_SHUFFLE_BUFFER) */
     uint64_t records_per_epoch;/* this rank's share: SL_SPLIT_FILES the records of its
                                 * shards; SL_SPLIT_RECORDS the positions of epoch 0 it
                                 * keeps, ceil((R - rank) / world) of R (later epochs may
