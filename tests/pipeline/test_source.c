@@ -191,13 +191,41 @@ Test(pipeline_source, single_file)
     cr_assert_eq(sl_source_set_open(p, NULL, 1, 2, &s), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "rank 1 of 2"), "%s", sl_errmsg());
     free(p);
-    /* One file is a shard whatever its name (TensorFlow's have no suffix);
-     * one that is not TFRecord is refused when scanned, by name. */
-    char *other = tu_join(g_dir, "notes.txt");
-    cr_assert_eq(tu_write_file(other, "x", 1), 0);
-    cr_assert_eq(sl_source_set_open(other, "train", 0, 1, &s), SL_ECORRUPT);
-    cr_assert(strstr(sl_errmsg(), other), "%s", sl_errmsg());
-    free(other);
+    /* One file is a shard whatever its name (TensorFlow's have no suffix)
+     * when it opens with a record header; a file that does not is refused
+     * before it is read, naming what it is and what was expected (issue 38
+     * item 3: dataset.json, an .idx or an image gave an empty pipeline). */
+    struct {
+        const char *name, *bytes;
+        size_t len;
+        const char *says;
+    } others[] = {
+        {"notes.txt", "x", 1, "its first 12 bytes are no TFRecord record header"},
+        {"dataset.json", "{\"version\": 1, \"splits\": {}}", 28, "the dataset's manifest"},
+        {"train-00002-of-00006.tfrecord.idx", "0 40\n40 47\n", 11, "an index file"},
+        {"cat.jpg", "\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00", 15, "an image"},
+        {"data.mdb", "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16, "an LMDB store"},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        char *sub = tu_join(g_dir, "others"), *other;
+        mkdir(sub, 0755);
+        other = tu_join(sub, others[i].name);
+        cr_assert_eq(tu_write_file(other, others[i].bytes, others[i].len), 0);
+        cr_assert_eq(sl_source_set_open(other, "train", 0, 1, &s), SL_EINVAL, "%s", other);
+        cr_assert(strstr(sl_errmsg(), other), "%s", sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), "not a record shard"), "%s", sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), others[i].says), "%s", sl_errmsg());
+        cr_assert(strstr(sl_errmsg(), "dataset directory"), "%s", sl_errmsg());
+        free(other);
+        free(sub);
+    }
+    /* an empty file is an empty shard */
+    char *empty = tu_join(g_dir, "empty.tfrecord");
+    cr_assert_eq(tu_write_file(empty, "", 0), 0);
+    cr_assert_eq(sl_source_set_open(empty, "train", 0, 1, &s), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(s.total, 0);
+    sl_source_set_close(&s);
+    free(empty);
 }
 
 Test(pipeline_source, glob_pattern)
