@@ -620,6 +620,7 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
     p->held++;
     sl_acc_fill(&p->acc[SL_STAGE_LOAD], (double)p->held / (double)(p->prefetch - 1));
     unsigned n = sl_pipeline_batch_size(p, b);
+    sl_source_set_world_ids(&p->src, sl->ids, n); /* SL_SPLIT_FILES: the dataset's ids */
     sl->view = (sl_batch){
         .index = b, .n = n, .height = p->cfg.height, .width = p->cfg.width,
         .layout = p->cfg.layout, .data = sl_loader_host(p->loader, r),

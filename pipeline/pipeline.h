@@ -67,9 +67,13 @@ typedef enum sl_layout {
 
 /* How rank `rank` of `world` takes its part of the data (DESIGN.md 6).
  *
- * SL_SPLIT_FILES: rank r opens only the shards i with i % world == r (record
- *   ids are then dense over its own shards); every other setting applies to
- *   that smaller dataset. W ranks see different samples than one rank would.
+ * SL_SPLIT_FILES: rank r reads only the shards i with i % world == r; every
+ *   other setting applies to that smaller dataset. W ranks see different
+ *   samples than one rank would. The batches' record ids are the whole
+ *   dataset's all the same (world 1's ids), and the stats'
+ *   records_per_epoch_world counts every rank's shards: each rank loads
+ *   every shard's index to count them. A rank needs a shard of its own
+ *   (fewer shards than ranks: SL_EINVAL, pointing at SL_SPLIT_RECORDS).
  *
  * SL_SPLIT_RECORDS: every rank opens ALL shards (record ids are global, the
  *   ids of world 1), runs world 1's read order (same seed, file order,
@@ -268,10 +272,9 @@ typedef struct sl_pipeline_stats {
                                 * give it one fewer or one more when world does not
                                 * divide R) */
     uint64_t records_per_epoch_world; /* records per epoch over all ranks (R, world 1's
-                                * records_per_epoch) with SL_SPLIT_RECORDS or world 1;
-                                * 0 with SL_SPLIT_FILES and world > 1 (a rank opens only
-                                * its own shards). Steps per epoch that agree on every
-                                * rank: ceil(R / (batch * world)) */
+                                * records_per_epoch), in both splits (SL_SPLIT_FILES
+                                * counts the other ranks' shards too). Steps per epoch
+                                * that agree on every rank: ceil(R / (batch * world)) */
 } sl_pipeline_stats;
 
 int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out);
