@@ -359,8 +359,8 @@ void sl_source_set_world_ids(const sl_source_set *s, uint64_t *ids, size_t n)
     if (s->world_total == s->total) /* every shard is this rank's (or the others' are empty) */
         return;
     for (size_t i = 0; i < n; i++) {
-        uint32_t shard;
-        uint64_t rec;
+        uint32_t shard = 0;
+        uint64_t rec = 0;
         if (sl_source_set_locate(s, ids[i], &shard, &rec) == SL_OK)
             ids[i] = s->shards[shard].world_first + rec;
     }
