@@ -395,6 +395,16 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
+    /* A buffer that holds a whole epoch (this rank's records of one; the
+     * same figure on every rank of a record split) is filled from many
+     * epochs at once by the fused repeat: an "epoch" of batches then held
+     * two thirds of the records (issue 38 item 5). Such an epoch is read
+     * as a permutation of its records instead, in the global mode's order. */
+    if (c->shuffle == SL_SHUFFLE_BUFFER && p->src.total > 0 &&
+        p->shuffle_cap >= sl_split_samples(p->src.total, 0, split ? c->world : 1)) {
+        p->cfg.shuffle = SL_SHUFFLE_GLOBAL;
+        p->shuffle_cap = 1;
+    }
     if ((rc = run_length(p)))
         goto fail;
     p->sample_bytes = sl_sample_bytes(c->height, c->width, c->layout);
@@ -610,6 +620,7 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
     p->held++;
     sl_acc_fill(&p->acc[SL_STAGE_LOAD], (double)p->held / (double)(p->prefetch - 1));
     unsigned n = sl_pipeline_batch_size(p, b);
+    sl_source_set_world_ids(&p->src, sl->ids, n); /* SL_SPLIT_FILES: the dataset's ids */
     sl->view = (sl_batch){
         .index = b, .n = n, .height = p->cfg.height, .width = p->cfg.width,
         .layout = p->cfg.layout, .data = sl_loader_host(p->loader, r),

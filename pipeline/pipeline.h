@@ -44,7 +44,13 @@ extern "C" {
 
 typedef enum sl_shuffle_mode {
     SL_SHUFFLE_NONE = 0,   /* interleaved file order, no record shuffle */
-    SL_SHUFFLE_BUFFER,     /* a buffer of shuffle_buffer records (tf.data semantics) */
+    SL_SHUFFLE_BUFFER,     /* a buffer of shuffle_buffer records (tf.data's
+                            * repeat().shuffle(N): it mixes an epoch's last records
+                            * with the next one's first). When the buffer holds a
+                            * whole epoch of the records this rank reads (ceil(R /
+                            * world) with SL_SPLIT_RECORDS), each epoch is read as a
+                            * permutation, as SL_SHUFFLE_GLOBAL reads it (same
+                            * stream), and the stats' shuffle_buffer is 1 */
     SL_SHUFFLE_GLOBAL,     /* a seeded permutation of all records per epoch, read by pread */
 } sl_shuffle_mode;
 
@@ -61,9 +67,13 @@ typedef enum sl_layout {
 
 /* How rank `rank` of `world` takes its part of the data (DESIGN.md 6).
  *
- * SL_SPLIT_FILES: rank r opens only the shards i with i % world == r (record
- *   ids are then dense over its own shards); every other setting applies to
- *   that smaller dataset. W ranks see different samples than one rank would.
+ * SL_SPLIT_FILES: rank r reads only the shards i with i % world == r; every
+ *   other setting applies to that smaller dataset. W ranks see different
+ *   samples than one rank would. The batches' record ids are the whole
+ *   dataset's all the same (world 1's ids), and the stats'
+ *   records_per_epoch_world counts every rank's shards: each rank loads
+ *   every shard's index to count them. A rank needs a shard of its own
+ *   (fewer shards than ranks: SL_EINVAL, pointing at SL_SPLIT_RECORDS).
  *
  * SL_SPLIT_RECORDS: every rank opens ALL shards (record ids are global, the
  *   ids of world 1), runs world 1's read order (same seed, file order,
@@ -254,17 +264,17 @@ typedef struct sl_pipeline_stats {
     sl_stage_stats stages[SL_PIPELINE_MAX_STAGES];
     uint64_t bad_records;      /* skipped (refilled) records */
     char bad[SL_PIPELINE_MAX_BAD_REPORT][256]; /* first few: "file: record N @ off: what" */
-    uint64_t shuffle_buffer;   /* effective buffer (records) */
+    uint64_t shuffle_buffer;   /* effective buffer (records); 1 when an epoch fits in the
+                                * configured one (read as a permutation: SL_SHUFFLE_BUFFER) */
     uint64_t records_per_epoch;/* this rank's share: SL_SPLIT_FILES the records of its
                                 * shards; SL_SPLIT_RECORDS the positions of epoch 0 it
                                 * keeps, ceil((R - rank) / world) of R (later epochs may
                                 * give it one fewer or one more when world does not
                                 * divide R) */
     uint64_t records_per_epoch_world; /* records per epoch over all ranks (R, world 1's
-                                * records_per_epoch) with SL_SPLIT_RECORDS or world 1;
-                                * 0 with SL_SPLIT_FILES and world > 1 (a rank opens only
-                                * its own shards). Steps per epoch that agree on every
-                                * rank: ceil(R / (batch * world)) */
+                                * records_per_epoch), in both splits (SL_SPLIT_FILES
+                                * counts the other ranks' shards too). Steps per epoch
+                                * that agree on every rank: ceil(R / (batch * world)) */
 } sl_pipeline_stats;
 
 int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out);

@@ -89,7 +89,7 @@ int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out)
         out->records_per_epoch_world = p->src.total;
     } else {
         out->records_per_epoch = p->src.total;
-        out->records_per_epoch_world = p->cfg.world == 1 ? p->src.total : 0;
+        out->records_per_epoch_world = p->src.world_total; /* every rank's shards, counted */
     }
     pthread_mutex_unlock(&p->mu);
     return SL_OK;

@@ -675,8 +675,11 @@ typedef struct sl_dataset {
  * or a directory holds no shards or store ("no dataset.json, shards
  * NAME-NNNNN-of-NNNNN[.tfrecord] or LMDB store"); SL_ECORRUPT when
  * dataset.json is unreadable; SL_EINVAL for a path that is neither file nor
- * directory or a glob matching a non-file. Messages name the path. Lists
- * directories and stats files; reads no shard. Reentrant. */
+ * directory, a glob matching a non-file, or a file given as PATH that is no
+ * shard (not .tar, and its first 12 bytes are no TFRecord record header:
+ * dataset.json, an .idx, an image; the message says what was expected).
+ * Messages name the path. Lists directories and stats files; reads no shard
+ * but the 12 bytes of a PATH that is one file. Reentrant. */
 int sl_dataset_resolve(const char *path, const char *only_split, sl_dataset *ds);
 /* Free what ds holds and zero it. NULL and a zeroed ds are no-ops. */
 void sl_dataset_fini(sl_dataset *ds);

@@ -101,9 +101,9 @@ static void usage(FILE *f)
             "                        ahead of the slowest one               (default: no bound)\n"
             "  --comm-timeout S      seconds a collective waits for its peers (default 300)\n"
             "  Multi-worker: mpirun -np K sluice train ... --strategy mirrored (each rank one\n"
-            "  replica, reading its own records/shards). --shuffle global (or none) splits the\n"
-            "  records so any number of replicas sees the same global batches; --shuffle buffer\n"
-            "  splits the shards.\n"
+            "  replica, reading every K-th record, the same share of each epoch on every rank).\n"
+            "  With --shuffle global (or none) any number of replicas sees the same global\n"
+            "  batches; with --shuffle buffer each shuffles its share in its own buffer.\n"
             "  -h, --help            this text\n"
             "\n");
     pf_usage(f);
