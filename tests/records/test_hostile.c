@@ -53,7 +53,7 @@ static void make_files(hfile *f)
     f[H_TRUNC].skip = "truncated";
     f[H_EMPTY].name = "j-empty.jpg";
     f[H_EMPTY].bytes = malloc(1);
-    f[H_EMPTY].skip = "not a JPEG, PNG, BMP or PPM";
+    f[H_EMPTY].skip = "not a JPEG, PNG, BMP, PPM or WebP";
     /* the codings really differ */
     cr_assert_neq(f[H_PROG].bytes[hi_sof_at(f[H_PROG].bytes, f[H_PROG].len) + 1], 0xC0);
     cr_assert_eq(f[H_ARITH].bytes[hi_sof_at(f[H_ARITH].bytes, f[H_ARITH].len) + 1], 0xC9);

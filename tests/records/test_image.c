@@ -281,7 +281,7 @@ Test(image, probe_rejects_garbage)
         junk[i] = (uint8_t)tu_rand(&seed);
     junk[0] = 0; /* not 0xFF, 0x89, 'B' or 'P' */
     cr_assert_eq(sl_image_probe(junk, sizeof junk, &info), SL_EIMAGE);
-    cr_assert(strstr(sl_errmsg(), "not a JPEG, PNG, BMP or PPM image"), "%s", sl_errmsg());
+    cr_assert(strstr(sl_errmsg(), "not a JPEG, PNG, BMP, PPM or WebP image"), "%s", sl_errmsg());
     cr_assert_eq(info.type, SL_IMAGE_UNKNOWN);
     cr_assert_eq(sl_image_probe(NULL, 0, &info), SL_EIMAGE);
     cr_assert_eq(sl_image_probe((const uint8_t *)"hello", 5, &info), SL_EIMAGE);
