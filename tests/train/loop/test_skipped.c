@@ -256,6 +256,64 @@ Test(train_skipped, train_counts_and_names_them)
     pl_dataset_free(&d);
 }
 
+/* Mirrored over two replica threads (the records split between them): the
+ * count is the sum over the replicas, each names what its own share met,
+ * and the evaluation's shares are summed as well. */
+Test(train_skipped, mirrored_sums_the_replicas)
+{
+    pl_dataset d, v;
+    make_data(&d, 1);
+    add_validation(&d, &v);
+    char *tmp = tu_tmpdir(), *prog = tu_join(tmp, "progress.txt");
+    sl_train_config t;
+    sl_train_config_init(&t);
+    t.data.data = d.dir;
+    t.data.split = "train";
+    t.data.height = t.data.width = 16;
+    t.data.batch = 8;
+    t.data.workers = 1;
+    t.data.shuffle = SL_SHUFFLE_GLOBAL;
+    t.data.seed = 4;
+    t.eval_split = "validation";
+    t.model.arch = SL_ARCH_RESNET20;
+    t.model.width = 4;
+    t.model.classes = 10;
+    t.threads = 1;
+    t.epochs = 2;
+    t.base_lr = 0.4;
+    t.strategy = SL_STRATEGY_MIRRORED;
+    t.replicas = 2;
+    t.log_every = 4;
+    t.progress = fopen(prog, "w");
+    cr_assert_not_null(t.progress);
+    sl_train_result res;
+    cr_assert_eq(sl_train_run(&t, &res), SL_OK, "%s", sl_errmsg());
+    fclose(t.progress);
+    cr_assert_eq(res.world, 2);
+    cr_assert_eq(res.skipped, 6, "%lld", (long long)res.skipped);
+    cr_assert_eq(res.eval_skipped, 2);
+    size_t len;
+    char *text = (char *)tu_read_file(prog, &len);
+    cr_assert_not_null(text);
+    int named = count_lines(text, "train: replica 0 skipped a bad record") +
+                count_lines(text, "train: replica 1 skipped a bad record");
+    /* once by each replica that met it (the epochs' permutations deal a
+     * record to either) */
+    cr_assert(named >= 3 && named <= 6, "%d names:\n%s", named, text);
+    cr_assert(strstr(text, "train-00000-of-00002.tfrecord: record 3 @") &&
+              strstr(text, "train-00000-of-00002.tfrecord: record 17 @") &&
+              strstr(text, "train-00001-of-00002.tfrecord: record 19 @"), "%s", text);
+    const char *l16 = line_of(text, "step 16/16 ");
+    cr_assert(strstr(l16, " skipped 6 allreduce-wait"), "%s", l16);
+    cr_assert_eq(count_lines(text, "(14 images,"), 2, "%s", text);
+    free(text);
+    tu_rmrf(tmp);
+    free(tmp);
+    free(prog);
+    pl_dataset_free(&v);
+    pl_dataset_free(&d);
+}
+
 /* The CLI: sluice train's summary and --json, sluice eval's line and
  * --json (a clean run says nothing of skipped records but the zeros). */
 Test(train_skipped, cli_train_and_eval_report_them)
