@@ -83,22 +83,7 @@ static char *write_tree(const char *root, const hfile *f)
     return in;
 }
 
-typedef struct skips {
-    int n;
-    char input[16][512], reason[16][512];
-} skips;
-
-static void on_skip(void *arg, const char *input, const char *reason)
-{
-    skips *s = arg;
-    if (s->n < 16) {
-        snprintf(s->input[s->n], sizeof s->input[0], "%s", input);
-        snprintf(s->reason[s->n], sizeof s->reason[0], "%s", reason);
-    }
-    s->n++;
-}
-
-static void config(sl_convert_config *c, const char *in, const char *out, skips *s)
+static void config(sl_convert_config *c, const char *in, const char *out, hi_skips *s)
 {
     sl_convert_config init = SL_CONVERT_CONFIG_INIT;
     *c = init;
@@ -109,7 +94,7 @@ static void config(sl_convert_config *c, const char *in, const char *out, skips 
     c->threads = 2;
     c->shuffle = 0;
     c->fsync = 0;
-    c->skipped = on_skip;
+    c->skipped = hi_on_skip;
     c->skipped_arg = s;
 }
 
@@ -149,7 +134,7 @@ Test(hostile, convert_lists_or_converts_each)
     hfile f[H_NFILES];
     make_files(f);
     char *root = tu_tmpdir(), *in = write_tree(root, f), *out = tu_join(root, "out");
-    skips s = {0};
+    hi_skips s = {0};
     sl_convert_config c;
     config(&c, in, out, &s);
     sl_convert_result res;
@@ -225,7 +210,7 @@ Test(hostile, strict_names_the_first_bad_file)
     hfile f[H_NFILES];
     make_files(f);
     char *root = tu_tmpdir(), *in = write_tree(root, f), *out = tu_join(root, "out");
-    skips s = {0};
+    hi_skips s = {0};
     sl_convert_config c;
     config(&c, in, out, &s);
     c.strict = 1;
@@ -257,7 +242,7 @@ Test(hostile, max_pixels_bound_is_exact)
         char name[32];
         snprintf(name, sizeof name, "out%d", k);
         char *out = tu_join(root, name);
-        skips s = {0};
+        hi_skips s = {0};
         sl_convert_config c;
         config(&c, in, out, &s);
         c.max_pixels = px - (uint64_t)k;

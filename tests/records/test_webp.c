@@ -74,23 +74,6 @@ static uint8_t *rgba_thirds(void)
     return p;
 }
 
-/* The same RGBA pixels as a PNG (libpng's simplified writer). */
-static uint8_t *png_rgba(const uint8_t *px, int w, int h, size_t *len)
-{
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    im.width = (png_uint_32)w;
-    im.height = (png_uint_32)h;
-    im.format = PNG_FORMAT_RGBA;
-    png_alloc_size_t n = 0;
-    cr_assert(png_image_write_to_memory(&im, NULL, &n, 0, px, 0, NULL));
-    uint8_t *out = malloc(n);
-    cr_assert(png_image_write_to_memory(&im, out, &n, 0, px, 0, NULL));
-    *len = n;
-    return out;
-}
-
 /* Transcode (quality 100, no resize) and decode the JPEG back (malloc'd
  * RGB, size checked). */
 static uint8_t *transcode_pixels(sl_transcoder *t, const uint8_t *img, size_t len, int w, int h)
@@ -195,7 +178,7 @@ Test(webp, alpha_composited_over_white_as_png)
     cr_assert_eq(sl_transcoder_create(&t), SL_OK);
     uint8_t *rgba = rgba_thirds();
     size_t nw, np;
-    uint8_t *webp = wi_webp(rgba, WW, WH, 4, -1, &nw), *png = png_rgba(rgba, WW, WH, &np);
+    uint8_t *webp = wi_webp(rgba, WW, WH, 4, -1, &nw), *png = hi_png_pixels(rgba, WW, WH, PNG_FORMAT_RGBA, &np);
     cr_assert_not_null(webp);
     uint8_t *fw = transcode_pixels(t, webp, nw, WW, WH), *fp = transcode_pixels(t, png, np, WW, WH);
     /* the same pixels as the PNG path (libpng composites in linear light;
@@ -266,21 +249,6 @@ Test(webp, truncated_and_animated_are_refused)
 
 /* ------------------------------------------------------------ convert */
 
-typedef struct skips {
-    int n;
-    char input[8][512], reason[8][512];
-} skips;
-
-static void on_skip(void *arg, const char *input, const char *reason)
-{
-    skips *s = arg;
-    if (s->n < 8) {
-        snprintf(s->input[s->n], sizeof s->input[0], "%s", input);
-        snprintf(s->reason[s->n], sizeof s->reason[0], "%s", reason);
-    }
-    s->n++;
-}
-
 Test(webp, convert_takes_still_files_and_names_the_rest)
 {
     uint8_t *rgb = hi_rgb(WW, WH, 5), *rgba = rgba_thirds();
@@ -309,7 +277,7 @@ Test(webp, convert_takes_still_files_and_names_the_rest)
         cr_assert_eq(tu_write_file(p, f[i].bytes, f[i].len), 0);
         free(p);
     }
-    skips s = {0};
+    hi_skips s = {0};
     sl_convert_config c = SL_CONVERT_CONFIG_INIT;
     c.input = in;
     c.out_dir = out;
@@ -318,7 +286,7 @@ Test(webp, convert_takes_still_files_and_names_the_rest)
     c.threads = 2;
     c.shuffle = 0;
     c.fsync = 0;
-    c.skipped = on_skip;
+    c.skipped = hi_on_skip;
     c.skipped_arg = &s;
     sl_convert_result res;
     cr_assert_eq(sl_convert_run(&c, &res), SL_OK, "%s", sl_errmsg());

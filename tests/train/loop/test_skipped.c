@@ -158,6 +158,30 @@ static int count_lines(const char *text, const char *needle)
     return n;
 }
 
+/* Two epochs of resnet20 (width 4) on d at 16 x 16, batch 8, evaluating
+ * the validation split after each; the permutation of --shuffle global
+ * puts every record once in each epoch. Progress into the file prog. */
+static void train_config(sl_train_config *t, const pl_dataset *d, const char *prog)
+{
+    sl_train_config_init(t);
+    t->data.data = d->dir;
+    t->data.split = "train";
+    t->data.height = t->data.width = 16;
+    t->data.batch = 8;
+    t->data.workers = 2;
+    t->data.shuffle = SL_SHUFFLE_GLOBAL; /* each epoch a permutation: 3 bad records each */
+    t->data.seed = 4;
+    t->eval_split = "validation";
+    t->model.arch = SL_ARCH_RESNET20;
+    t->model.width = 4;
+    t->model.classes = 10;
+    t->threads = 1;
+    t->epochs = 2;
+    t->base_lr = 0.4;
+    t->progress = fopen(prog, "w");
+    cr_assert_not_null(t->progress);
+}
+
 typedef struct tags {
     double train_skipped, eval_skipped;
     int n_train, n_eval;
@@ -181,25 +205,9 @@ Test(train_skipped, train_counts_and_names_them)
     add_validation(&d, &v);
     char *tmp = tu_tmpdir(), *log = tu_join(tmp, "log"), *prog = tu_join(tmp, "progress.txt");
     sl_train_config t;
-    sl_train_config_init(&t);
-    t.data.data = d.dir;
-    t.data.split = "train";
-    t.data.height = t.data.width = 16;
-    t.data.batch = 8;
-    t.data.workers = 2;
-    t.data.shuffle = SL_SHUFFLE_GLOBAL; /* each epoch a permutation: 3 bad records each */
-    t.data.seed = 4;
-    t.eval_split = "validation";
-    t.model.arch = SL_ARCH_RESNET20;
-    t.model.width = 4;
-    t.model.classes = 10;
-    t.threads = 1;
-    t.epochs = 2;
-    t.base_lr = 0.4;
+    train_config(&t, &d, prog);
     t.logdir = log;
     t.log_every = 2;
-    t.progress = fopen(prog, "w");
-    cr_assert_not_null(t.progress);
     sl_train_result res;
     cr_assert_eq(sl_train_run(&t, &res), SL_OK, "%s", sl_errmsg());
     fclose(t.progress);
@@ -266,26 +274,11 @@ Test(train_skipped, mirrored_sums_the_replicas)
     add_validation(&d, &v);
     char *tmp = tu_tmpdir(), *prog = tu_join(tmp, "progress.txt");
     sl_train_config t;
-    sl_train_config_init(&t);
-    t.data.data = d.dir;
-    t.data.split = "train";
-    t.data.height = t.data.width = 16;
-    t.data.batch = 8;
+    train_config(&t, &d, prog);
     t.data.workers = 1;
-    t.data.shuffle = SL_SHUFFLE_GLOBAL;
-    t.data.seed = 4;
-    t.eval_split = "validation";
-    t.model.arch = SL_ARCH_RESNET20;
-    t.model.width = 4;
-    t.model.classes = 10;
-    t.threads = 1;
-    t.epochs = 2;
-    t.base_lr = 0.4;
     t.strategy = SL_STRATEGY_MIRRORED;
     t.replicas = 2;
     t.log_every = 4;
-    t.progress = fopen(prog, "w");
-    cr_assert_not_null(t.progress);
     sl_train_result res;
     cr_assert_eq(sl_train_run(&t, &res), SL_OK, "%s", sl_errmsg());
     fclose(t.progress);
