@@ -458,4 +458,17 @@ static inline void hi_on_skip(void *arg, const char *input, const char *reason)
     s->n++;
 }
 
+/* Assert that an input whose path holds name was listed with a reason
+ * that holds why. */
+static inline void hi_skips_assert(const hi_skips *s, const char *name, const char *why)
+{
+    int hit = -1;
+    for (int k = 0; k < s->n && k < 16; k++)
+        if (strstr(s->input[k], name))
+            hit = k;
+    cr_assert_geq(hit, 0, "%s is listed as skipped", name);
+    cr_assert(strstr(s->reason[hit], why), "%s: reason '%s' lacks '%s'", name, s->reason[hit],
+              why);
+}
+
 #endif
