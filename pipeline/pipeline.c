@@ -258,7 +258,7 @@ void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s)
     for (unsigned r = 0; r < P; r++) {
         sl_ring_slot *sl = &p->slots[r];
         sl->batch = k + (r + P - (unsigned)(k % P)) % P;
-        sl->done = 0;
+        sl->done = sl->bad = sl->holes = 0;
         sl->ready = sl->lent = 0;
     }
 }
@@ -442,7 +442,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         p->fds[i] = -1;
     /* what the source set left out (on_error skip: truncated shards) are
      * bad records like any other: counted, named, bounded by max_bad */
-    p->bad_count = p->src.bad;
+    p->bad_count = p->bad_out = p->src.bad;
     for (unsigned i = 0; i < p->src.nbad_msgs; i++)
         memcpy(p->bad[i], p->src.bad_msgs[i], sizeof p->bad[i]);
     if (p->src.bad > c->max_bad) {
@@ -622,14 +622,15 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
     unsigned n = sl_pipeline_batch_size(p, b);
     sl_source_set_world_ids(&p->src, sl->ids, n); /* SL_SPLIT_FILES: the dataset's ids */
     sl->view = (sl_batch){
-        .index = b, .n = n, .height = p->cfg.height, .width = p->cfg.width,
+        .index = b, .n = n - sl->holes, .height = p->cfg.height, .width = p->cfg.width,
         .layout = p->cfg.layout, .data = sl_loader_host(p->loader, r),
         .sample_bytes = p->sample_bytes, .labels = sl->labels, .record_ids = sl->ids,
         .epochs = sl->epochs, .d_data = sl_loader_device(p->loader, r),
-        .ready_event = sl_loader_event(p->loader, r),
+        .ready_event = sl_loader_event(p->loader, r), .skipped = sl->bad,
     };
     p->next_index++;
     p->samples_out += n;
+    p->bad_out += sl->bad;
     *out = &sl->view;
     sl_pipeline_unlock(p);
     return SL_OK;
@@ -685,7 +686,7 @@ void sl_pipeline_release(sl_pipeline *p, sl_batch *b)
     if (rc)
         sl_pipeline_set_error_locked(p, rc, sl_errmsg());
     sl->batch += p->prefetch;
-    sl->done = 0;
+    sl->done = sl->bad = sl->holes = 0;
     p->wake |= SL_WAKE_SLOT;
     sl_pipeline_unlock(p);
 }

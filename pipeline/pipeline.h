@@ -18,8 +18,14 @@
  * record id) and batches are assembled by sequence number, so the same
  * config and data give byte-identical batches whatever the numbers of
  * reader and worker threads. A corrupt record (skip policy) does not shift
- * anything: its slot is refilled with the next good record after it in the
- * dataset (by record id), so the batch stays full and every run is identical.
+ * anything: under SL_TRANSFORM_TRAIN its slot is refilled with the next good
+ * record after it in the dataset (by record id), so the batch stays full and
+ * every run is identical; under SL_TRANSFORM_EVAL it is left out instead (the
+ * batch has that many samples fewer, n < batch, 0 when all are bad), so an
+ * evaluation counts every good record once and no record twice. Batch
+ * indices, their number and the resume state are the same either way. Each
+ * bad record is counted once where it is met in the input stream (once per
+ * epoch), named among the first SL_PIPELINE_MAX_BAD_REPORT (stats).
  *
  * Memory: bounded by configuration: the shuffle buffer (records and bytes),
  * the reader window (bytes) and the batch ring (prefetch x batch bytes).
@@ -123,7 +129,8 @@ typedef enum sl_decode_mode {
 } sl_decode_mode;
 
 typedef enum sl_error_policy {
-    SL_ON_ERROR_SKIP = 0,   /* refill the slot, count and name the record (default) */
+    SL_ON_ERROR_SKIP = 0,   /* count and name the record; refill its slot (train transform)
+                             * or leave it out (eval transform: a shorter batch) (default) */
     SL_ON_ERROR_FAIL,       /* the first bad record fails the pipeline */
 } sl_error_policy;
 
@@ -198,7 +205,9 @@ typedef struct sl_pipeline_config {
 /* A batch lent by sl_pipeline_next; valid until sl_pipeline_release. */
 typedef struct sl_batch {
     uint64_t index;            /* batch number since the start of the run (0, 1, ...) */
-    unsigned n;                /* samples in the batch (== batch except a last partial one) */
+    unsigned n;                /* samples in the batch (== batch except a last partial one,
+                                * and, under the eval transform, less the bad records left
+                                * out: see Determinism above) */
     int height, width;
     sl_layout layout;
     void *data;                /* host: n samples in the layout (u8 or f32) */
@@ -209,6 +218,9 @@ typedef struct sl_batch {
     void *d_data;              /* device copy when config.device >= 0, else NULL */
     void *ready_event;         /* cudaEvent_t recorded after the copy (device only); wait on
                                 * it on the consumer's stream: cudaStreamWaitEvent */
+    unsigned skipped;          /* bad records (skip policy) whose slots this batch refilled
+                                * with the next good record (train transform) or left out
+                                * (eval transform: n is that much smaller) */
 } sl_batch;
 
 typedef struct sl_pipeline sl_pipeline;
@@ -259,11 +271,19 @@ typedef struct sl_stage_stats {
 
 typedef struct sl_pipeline_stats {
     double elapsed_s;
-    uint64_t batches, samples;
+    uint64_t batches, samples; /* handed out; samples counts positions in the run (a
+                                * record left out under the eval transform too) */
     unsigned nstages;
     sl_stage_stats stages[SL_PIPELINE_MAX_STAGES];
-    uint64_t bad_records;      /* skipped (refilled) records */
+    uint64_t bad_records;      /* skipped records (refilled under the train transform, left
+                                * out under eval), each counted where the input stream meets
+                                * it (once per epoch), and records left out at open (the
+                                * unreadable tail of a truncated shard) */
     char bad[SL_PIPELINE_MAX_BAD_REPORT][256]; /* first few: "file: record N @ off: what" */
+    uint64_t bad_records_out;  /* of bad_records, those in the batches handed out so far (the
+                                * sum of their sl_batch.skipped) and those left out at open:
+                                * what the consumer has skipped, without the batches the
+                                * pipeline decoded ahead */
     uint64_t shuffle_buffer;   /* effective buffer (records); 1 when an epoch fits in the
                                 * configured one (read as a permutation: SL_SHUFFLE_BUFFER) */
     uint64_t records_per_epoch;/* this rank's share: SL_SPLIT_FILES the records of its

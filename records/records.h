@@ -349,17 +349,20 @@ typedef enum sl_image_type {
     SL_IMAGE_PNG,
     SL_IMAGE_BMP,
     SL_IMAGE_PPM,
+    SL_IMAGE_WEBP,       /* RIFF "WEBP": lossy (VP8), lossless (VP8L), extended (VP8X) */
 } sl_image_type;
 
 typedef struct sl_image_info {
     sl_image_type type;
     int width, height;
-    int channels;        /* 1 gray, 3 color, 4 CMYK/RGBA */
+    int channels;        /* 1 gray, 3 color, 4 CMYK/RGBA (a WebP with alpha: 4) */
     int jpeg_passthrough;/* JPEG that can be stored as is (baseline/progressive YCbCr or RGB, 3 ch) */
 } sl_image_info;
 
 /* Sniff the type from magic bytes and read the header (no pixel decode).
- * SL_EIMAGE with a reason when unreadable. */
+ * SL_EIMAGE with a reason when unreadable, and for what the converter
+ * cannot take: an animated WebP, or any WebP in a build without libwebp
+ * (SLUICE_WITH_WEBP=0), each refused by name. */
 int sl_image_probe(const uint8_t *data, size_t len, sl_image_info *out);
 
 /* Check a JPEG's marker structure without decoding it: SOI, segments whose
@@ -384,7 +387,8 @@ void sl_transcoder_destroy(sl_transcoder *t);
 /* Refuse (SL_EIMAGE, before allocating) images of more than n decoded
  * pixels; 0 = SL_MAX_PIXELS_DEFAULT (the default of a new transcoder). */
 void sl_transcoder_set_max_pixels(sl_transcoder *t, uint64_t n);
-/* Decode data (JPEG any colorspace, PNG, BMP, PPM), convert to RGB, shrink so
+/* Decode data (JPEG any colorspace, PNG, BMP, PPM, still WebP with libwebp;
+ * transparent pixels of PNG and WebP composited over white), convert to RGB, shrink so
  * the shorter side is at most resize_short (0 = keep size; never enlarges),
  * encode JPEG at quality (4:2:0). *jpeg points into t, valid until the next
  * call on t. *w, *h get the output size. SL_EIMAGE if undecodable. */

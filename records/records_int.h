@@ -99,6 +99,15 @@ int sl_pnm_parse_header(const uint8_t *data, size_t len, sl_pnm_header *h);
  * 2 gray+alpha, 3 RGB or palette, 4 RGBA. */
 int sl_png_parse_header(const uint8_t *data, size_t len, sl_image_info *info);
 
+/* WebP (image_probe.c): the RIFF header read by libwebp's WebPGetFeatures
+ * (no pixel decode). channels 4 when the file has alpha, else 3. Refused
+ * (SL_EIMAGE, by name): an animated file (ANIM: which frame would be the
+ * sample?), a header libwebp cannot read (its VP8StatusCode named), and
+ * every WebP when the build has no libwebp (SLUICE_WITH_WEBP=0). */
+int sl_webp_parse_header(const uint8_t *data, size_t len, sl_image_info *info);
+/* libwebp's VP8StatusCode in words ("truncated data (NOT_ENOUGH_DATA)"). */
+const char *sl_webp_status_what(int status);
+
 /* ------------------------------------------------------------ converter */
 /* Shared by records/convert.c (workers, in-order commit) and
  * records/convert_plan.c (permutation, plan file, resume scan, manifest).

@@ -185,9 +185,11 @@ void pl_collect(sl_pipeline *p, pl_run *r, size_t max_batches, int keep_data)
                      (unsigned long long)b->index, r->nb);
         r->digest = realloc(r->digest, (r->nb + 1) * sizeof *r->digest);
         r->bn = realloc(r->bn, (r->nb + 1) * sizeof *r->bn);
-        r->ids = realloc(r->ids, (r->ns + b->n) * sizeof *r->ids);
-        r->labels = realloc(r->labels, (r->ns + b->n) * sizeof *r->labels);
-        r->epochs = realloc(r->epochs, (r->ns + b->n) * sizeof *r->epochs);
+        /* + 1: an eval batch can be empty (its records all bad), and
+         * realloc(p, 0) frees p */
+        r->ids = realloc(r->ids, (r->ns + b->n + 1) * sizeof *r->ids);
+        r->labels = realloc(r->labels, (r->ns + b->n + 1) * sizeof *r->labels);
+        r->epochs = realloc(r->epochs, (r->ns + b->n + 1) * sizeof *r->epochs);
         cr_assert(r->digest && r->bn && r->ids && r->labels && r->epochs);
         r->digest[r->nb] = pl_digest(b);
         r->bn[r->nb] = b->n;
@@ -196,7 +198,7 @@ void pl_collect(sl_pipeline *p, pl_run *r, size_t max_batches, int keep_data)
         memcpy(r->epochs + r->ns, b->epochs, b->n * sizeof *r->epochs);
         if (keep_data) {
             r->sample_bytes = b->sample_bytes;
-            r->data = realloc(r->data, (r->ns + b->n) * b->sample_bytes);
+            r->data = realloc(r->data, (r->ns + b->n + 1) * b->sample_bytes);
             cr_assert_not_null(r->data);
             memcpy(r->data + r->ns * b->sample_bytes, b->data, b->n * b->sample_bytes);
         }

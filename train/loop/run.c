@@ -188,14 +188,21 @@ int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
         return rc;
     r->res->eval_top1 = er.top1;
     r->res->eval_top5 = er.top5;
+    r->res->eval_skipped = er.skipped;
+    snprintf(r->res->eval_skipped_first, sizeof r->res->eval_skipped_first, "%s",
+             er.skipped_first);
     fprintf(r->out, "eval  epoch %" PRId64 " step %" PRId64 ": top1 %.4f top5 %.4f loss %.4f "
-            "(%" PRId64 " images, %.1f s)\n", step / r->steps_per_epoch, step, er.top1, er.top5,
+            "(%" PRId64 " images, %.1f s)", step / r->steps_per_epoch, step, er.top1, er.top5,
             er.loss, er.images, er.seconds);
+    if (er.skipped > 0) /* left out, not refilled: the figures count each good record once */
+        fprintf(r->out, "; %" PRId64 " bad records left out, the first: %s", er.skipped,
+                er.skipped_first[0] ? er.skipped_first : "(another process's share)");
+    fputc('\n', r->out);
     fflush(r->out);
     if (r->sum) {
-        const char *tags[] = {"eval/top1", "eval/top5", "eval/loss"};
-        double v[] = {er.top1, er.top5, er.loss};
-        rc = sl_summary_scalars(r->sum, step, tags, v, 3, NULL);
+        const char *tags[] = {"eval/top1", "eval/top5", "eval/loss", "eval/skipped_records"};
+        double v[] = {er.top1, er.top5, er.loss, (double)er.skipped};
+        rc = sl_summary_scalars(r->sum, step, tags, v, 4, NULL);
     }
     return rc;
 }
