@@ -2,6 +2,8 @@
 import os
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
+__all__ = ["convert"]
+
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 def convert(
