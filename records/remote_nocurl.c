@@ -76,3 +76,5 @@ int sl_remote_multi_wait(sl_remote_multi *m, void **tag, const int *stop)
 void sl_remote_multi_close(sl_remote_multi *m) { (void)m; }
 
 void sl_remote_set_list_page(unsigned max_keys) { (void)max_keys; }
+
+void sl_norange_drop_all(void) {}

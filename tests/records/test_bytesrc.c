@@ -124,7 +124,8 @@ Test(bytesrc, classify_and_opts)
     cr_assert(!sl_path_is_remote("httpx://h"));
     sl_io_configure(NULL);
     sl_io_get_opts(&o);
-    cr_assert_eq(o.retries, 5);
+    cr_assert_eq(o.retries, 0, "no count: the retry budget decides");
+    cr_assert_eq(o.retry_ms, 60000);
     cr_assert_eq(o.timeout_ms, 30000);
     cr_assert_eq(o.backoff_ms, 100);
     cr_assert_eq(o.inflight, 8);
