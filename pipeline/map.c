@@ -292,7 +292,8 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
         if (rc)
             return rc;
         if (tries + 1 >= p->src.total)
-            return sl_fail(SL_ECORRUPT, "sl_pipeline_next: no good record left to refill with");
+            return sl_fail(SL_ECORRUPT, "sl_pipeline_next: no good record left to refill with; "
+                           "last: %s", what);
         /* Refill: the next record id, by pread through the index. */
         id = (id + 1) % p->src.total;
         if ((rc = sl_source_set_locate(&p->src, id, &shard, &recno)))
