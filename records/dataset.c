@@ -556,12 +556,26 @@ static int add_listed(sl_dataset *ds, char **names, size_t n, const char *only, 
     return rc;
 }
 
+/* List the prefix dir + "/" and add its shards to ds (add_listed). */
+static int list_remote(sl_dataset *ds, const char *dir, const char *only, const char *glob)
+{
+    char **names = NULL, *pre = sl_str_cat(dir, "/");
+    size_t n = 0;
+    if (!pre)
+        return oom();
+    int rc = sl_bytes_list(pre, &names, &n);
+    free(pre);
+    if (rc)
+        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
+    rc = add_listed(ds, names, n, only, glob);
+    sl_paths_free(names, n);
+    return rc;
+}
+
 /* s3://B/P/GLOB: the prefix P listed, its names matched against GLOB (the
  * last part only: a listing is one level deep). */
 static int open_remote_glob(sl_dataset *ds)
 {
-    char **names = NULL;
-    size_t n = 0;
     int rc;
     const char *pat = base_of(ds->path);
     ds->kind = SL_DATASET_GLOB;
@@ -570,15 +584,7 @@ static int open_remote_glob(sl_dataset *ds)
                        "listing is one level deep)", fn_res, ds->path);
     if (!(ds->dir = dir_of(ds->path)))
         return oom();
-    char *pre = sl_str_cat(ds->dir, "/");
-    if (!pre)
-        return oom();
-    rc = sl_bytes_list(pre, &names, &n);
-    free(pre);
-    if (rc)
-        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
-    rc = add_listed(ds, names, n, NULL, pat);
-    sl_paths_free(names, n);
+    rc = list_remote(ds, ds->dir, NULL, pat);
     if (!rc && ds->nsplits == 0)
         rc = sl_fail(SL_ENOENT, "%s: %s: no object matches", fn_res, ds->path);
     return rc ? rc : load_manifest(ds);
@@ -624,17 +630,8 @@ static int open_remote(sl_dataset *ds, const char *only)
                        "'%s/train-{00000..00015}-of-00016.tfrecord')", fn_res, ds->path,
                        SL_MANIFEST_FILE, SL_MANIFEST_FILE, ds->path);
     /* s3:// without a manifest: the prefix's objects named as shards */
-    char **names = NULL, *pre = sl_str_cat(ds->path, "/");
-    size_t n = 0;
-    if (!pre)
-        return oom();
-    rc = sl_bytes_list(pre, &names, &n);
-    free(pre);
-    if (rc)
-        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
     ds->kind = SL_DATASET_DIR;
-    rc = add_listed(ds, names, n, only, NULL);
-    sl_paths_free(names, n);
+    rc = list_remote(ds, ds->path, only, NULL);
     if (!rc && ds->nsplits == 0 && !only)
         rc = sl_fail(SL_ENOENT, "%s: %s: no %s and no shards NAME-NNNNN-of-NNNNN[.tfrecord|.tar], "
                      "*.tfrecord or *.tar objects", fn_res, ds->path, SL_MANIFEST_FILE);
