@@ -134,7 +134,7 @@ static void *reads_main(void *arg)
 /* nginx killed and back 3 s later: with the default budget every read
  * (blocking and in the fetcher) waits it out and gets its bytes. (The old
  * 5 retries backed off 1.5 s on average: a 1 s restart failed 3 runs in 7.) */
-Test(bytesrc_hostile, restart_ridden_out_by_default, .timeout = 60)
+Test(bytesrc_hostile, restart_ridden_out_by_default)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -164,7 +164,7 @@ Test(bytesrc_hostile, restart_ridden_out_by_default, .timeout = 60)
 
 /* A server that stays down: the error comes after the budget, not a
  * count, and says how long and how often it tried. */
-Test(bytesrc_hostile, budget_spent_then_named, .timeout = 30)
+Test(bytesrc_hostile, budget_spent_then_named)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -193,7 +193,7 @@ Test(bytesrc_hostile, budget_spent_then_named, .timeout = 30)
 /* A server that ignores Range: each object crosses the network once (it
  * crossed up to each block's end for every block: quadratic), blocking
  * reads and the fetcher alike, the bytes right. */
-Test(bytesrc_hostile, range_ignored_object_read_once, .timeout = 60)
+Test(bytesrc_hostile, range_ignored_object_read_once)
 {
     need_curl();
     enum { BIG = 4 << 20, BLOCK = 64 << 10 };
@@ -252,7 +252,7 @@ Test(bytesrc_hostile, range_ignored_object_read_once, .timeout = 60)
 
 /* A 206 that goes on past the range (64 MiB more): the range is taken and
  * the rest not read. */
-Test(bytesrc_hostile, long_206_not_read_to_its_end, .timeout = 30)
+Test(bytesrc_hostile, long_206_not_read_to_its_end)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -279,7 +279,7 @@ Test(bytesrc_hostile, long_206_not_read_to_its_end, .timeout = 30)
 /* Whole-object GETs (dataset.json, an index, a listing page) stop at
  * SL_BYTES_GET_MAX: refused from Content-Length, or once the stream passes
  * it, with a message naming the object. */
-Test(bytesrc_hostile, whole_get_capped, .timeout = 60)
+Test(bytesrc_hostile, whole_get_capped)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -314,7 +314,7 @@ Test(bytesrc_hostile, whole_get_capped, .timeout = 60)
 
 /* An S3 listing whose continuation token comes back (at once, or after a
  * round of three) is refused; it grew without end before. */
-Test(bytesrc_hostile, listing_with_repeated_token_refused, .timeout = 30)
+Test(bytesrc_hostile, listing_with_repeated_token_refused)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -344,7 +344,7 @@ Test(bytesrc_hostile, listing_with_repeated_token_refused, .timeout = 30)
 /* A stall (headers, then nothing) is cut after the timeout; a slow but
  * steady transfer that takes longer than the timeout is not (it was: the
  * timeout covered the whole transfer). */
-Test(bytesrc_hostile, stall_cut_slow_transfer_kept, .timeout = 60)
+Test(bytesrc_hostile, stall_cut_slow_transfer_kept)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -381,7 +381,7 @@ Test(bytesrc_hostile, stall_cut_slow_transfer_kept, .timeout = 60)
  * AWS_CA_BUNDLE for s3:// (path style to the https endpoint); a missing
  * bundle named. A redirect from https to http is refused, to https
  * followed. */
-Test(bytesrc_hostile, private_ca_and_redirects, .timeout = 60)
+Test(bytesrc_hostile, private_ca_and_redirects)
 {
     need_curl();
     static const char *const vars[] = {"CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
@@ -464,7 +464,7 @@ Test(bytesrc_hostile, private_ca_and_redirects, .timeout = 60)
  * signed requests to HOST:PORT); a name that is not a DNS label (dots,
  * '_', capitals) is addressed by path on AWS; AWS_SESSION_TOKEN never goes
  * over http:// to another host. */
-Test(bytesrc_hostile, s3_bucket_checked_and_token_kept, .timeout = 30)
+Test(bytesrc_hostile, s3_bucket_checked_and_token_kept)
 {
     need_curl();
     char *dir = tu_tmpdir();
@@ -537,7 +537,7 @@ Test(bytesrc_hostile, s3_bucket_checked_and_token_kept, .timeout = 30)
  * no signature, and the requests still carry them (nginx checks the
  * password; the query goes with the one object it belongs to). A name
  * beside a presigned object is not fetched. */
-Test(bytesrc_hostile, redacted_names_keep_their_secrets, .timeout = 30)
+Test(bytesrc_hostile, redacted_names_keep_their_secrets)
 {
     need_curl();
     char *dir = tu_tmpdir(), extra[700], *pw = tu_join(dir, "htpasswd"), *out = NULL;
@@ -598,7 +598,7 @@ Test(bytesrc_hostile, redacted_names_keep_their_secrets, .timeout = 30)
 /* A child's requests go on a connection of its own, and the parent's
  * connection survives the child (nothing cleaned up on its socket); a
  * fetcher opened before the fork is refused in the child. */
-Test(bytesrc_hostile, fork_child_has_its_own_connection, .timeout = 30)
+Test(bytesrc_hostile, fork_child_has_its_own_connection)
 {
     need_curl();
     char *dir = tu_tmpdir();
