@@ -572,7 +572,8 @@ typedef struct sl_dataset_split {
 } sl_dataset_split;
 
 typedef struct sl_dataset {
-    char *path;            /* the PATH as given, without trailing slashes */
+    char *path;            /* the PATH as given, without trailing slashes, a URL's userinfo
+                            * and query string (bytesrc.h's sl_path_redact) */
     char *dir;             /* the folder of the data: path itself for the directory
                             * kinds, else the one holding the file or the first match */
     sl_dataset_kind kind;

@@ -137,7 +137,7 @@ static int thread_easy(const char *fn, CURL **out)
 
     if (rc)
         return rc;
-    if ((sl = pthread_getspecific(g_easy_key)) && sl->gen == gen) {
+    if ((sl = pthread_getspecific(g_easy_key)) && sl->e && sl->gen == gen) {
         *out = sl->e;
         return SL_OK;
     }
@@ -148,7 +148,7 @@ static int thread_easy(const char *fn, CURL **out)
             free(sl);
             return sl_fail(SL_ENOMEM, "%s: pthread_setspecific failed", fn);
         }
-    } else {
+    } else if (sl->e) {
         sl_curl_abandon(sl->e); /* the parent's: its connections are not ours */
         sl->e = NULL;
     }

@@ -191,13 +191,13 @@ static void start_due(sl_remote_multi *m)
             continue;
         }
         CURL *e = m->nidle ? m->idle[--m->nidle] : curl_easy_init();
-        int rc = e ? SL_OK : sl_fail(SL_ENOMEM, "curl_easy_init failed");
+        int rc = e ? SL_OK : sl_fail(SL_ENOMEM, "%s: curl_easy_init failed", r->u.name);
         if (!rc) {
             curl_easy_reset(e);
             rc = sl_xfer_setup(&r->x, e, &m->o);
         }
         if (!rc && curl_multi_add_handle(m->m, e) != CURLM_OK)
-            rc = sl_fail(SL_EIO, "curl_multi_add_handle failed");
+            rc = sl_fail(SL_EIO, "%s: curl_multi_add_handle failed", r->u.name);
         if (r->tries++ == 0)
             r->x.first_ns = now;
         if (rc) {
