@@ -41,18 +41,6 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static uint8_t *make_file(const char *dir, const char *name, size_t size, uint64_t seed)
-{
-    uint8_t *b = malloc(size);
-    cr_assert_not_null(b);
-    for (size_t i = 0; i < size; i++)
-        b[i] = (uint8_t)(tu_rand(&seed) >> 24);
-    char *p = tu_join(dir, name);
-    cr_assert_eq(tu_write_file(p, b, size), 0, "%s", p);
-    free(p);
-    return b;
-}
-
 static char *url_of(const srv *s, const char *path)
 {
     char *u = malloc(strlen(s->url) + strlen(path) + 2);
@@ -138,7 +126,7 @@ Test(bytesrc_hostile, restart_ridden_out_by_default)
 {
     need_curl();
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "f.bin", SIZE, 1);
+    uint8_t *want = tu_random_file(dir, "f.bin", SIZE, 1);
     srv ng;
     srv_nginx_start(dir, &ng);
     sl_io_configure(NULL); /* the defaults, as a user has them */
@@ -168,7 +156,7 @@ Test(bytesrc_hostile, budget_spent_then_named)
 {
     need_curl();
     char *dir = tu_tmpdir();
-    free(make_file(dir, "f.bin", 1000, 2));
+    free(tu_random_file(dir, "f.bin", 1000, 2));
     srv ng;
     srv_nginx_start(dir, &ng);
     char *url = url_of(&ng, "f.bin");
@@ -198,8 +186,8 @@ Test(bytesrc_hostile, range_ignored_object_read_once)
     need_curl();
     enum { BIG = 4 << 20, BLOCK = 64 << 10 };
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "big.bin", BIG, 3);
-    free(make_file(dir, "two.bin", BIG, 4));
+    uint8_t *want = tu_random_file(dir, "big.bin", BIG, 3);
+    free(tu_random_file(dir, "two.bin", BIG, 4));
     srv h;
     srv_hostile_start(dir, "norange", &h);
     sl_io_configure(&(sl_io_opts){.backoff_ms = 1, .inflight = 8});
@@ -256,7 +244,7 @@ Test(bytesrc_hostile, long_206_not_read_to_its_end)
 {
     need_curl();
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "f.bin", SIZE, 5);
+    uint8_t *want = tu_random_file(dir, "f.bin", SIZE, 5);
     srv h;
     srv_hostile_start(dir, "long206", &h);
     sl_io_configure(&(sl_io_opts){.backoff_ms = 1, .retries = 2});
@@ -348,7 +336,7 @@ Test(bytesrc_hostile, stall_cut_slow_transfer_kept)
 {
     need_curl();
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "f.bin", 600000, 6);
+    uint8_t *want = tu_random_file(dir, "f.bin", 600000, 6);
     srv h;
     srv_hostile_start(dir, "stall", &h);
     sl_io_configure(&(sl_io_opts){.retries = SL_IO_NO_RETRY, .timeout_ms = 1000});
@@ -389,10 +377,10 @@ Test(bytesrc_hostile, private_ca_and_redirects)
     for (size_t i = 0; i < 4; i++)
         unsetenv(vars[i]);
     char *dir = tu_tmpdir(), *tls = tu_tmpdir(), ca[600], cadir[600], extra[600];
-    uint8_t *want = make_file(dir, "f.bin", SIZE, 7);
+    uint8_t *want = tu_random_file(dir, "f.bin", SIZE, 7);
     char *bkt = tu_join(dir, "bkt");
     cr_assert_eq(mkdir(bkt, 0755), 0);
-    free(make_file(bkt, "k.bin", 1000, 8));
+    free(tu_random_file(bkt, "k.bin", 1000, 8));
     srv_tls_make(tls);
     snprintf(ca, sizeof ca, "%s/ca.pem", tls);
     snprintf(cadir, sizeof cadir, "%s/cadir", tls);
@@ -470,7 +458,7 @@ Test(bytesrc_hostile, s3_bucket_checked_and_token_kept)
     char *dir = tu_tmpdir();
     char *bkt = tu_join(dir, "bkt");
     cr_assert_eq(mkdir(bkt, 0755), 0);
-    uint8_t *want = make_file(bkt, "k.bin", 1000, 9);
+    uint8_t *want = tu_random_file(bkt, "k.bin", 1000, 9);
     srv h;
     srv_hostile_start(dir, "pass", &h);
     unsetenv("AWS_ENDPOINT_URL");
@@ -541,7 +529,7 @@ Test(bytesrc_hostile, redacted_names_keep_their_secrets)
 {
     need_curl();
     char *dir = tu_tmpdir(), extra[700], *pw = tu_join(dir, "htpasswd"), *out = NULL;
-    uint8_t *want = make_file(dir, "f.bin", SIZE, 10);
+    uint8_t *want = tu_random_file(dir, "f.bin", SIZE, 10);
     cr_assert_eq(tu_run(&out, "printf 'user:%%s\\n' \"$(openssl passwd -apr1 hunter2)\" > '%s'",
                         pw), 0, "%s", out);
     free(out);

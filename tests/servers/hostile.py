@@ -41,7 +41,15 @@ import threading
 import time
 import urllib.parse
 
+from faultproxy import header as raw_header, read_head  # the same HTTP/1.1 parsing
+
 CHUNK = 1 << 16
+
+
+def header(head, name):
+    """A header's value as text, or None."""
+    v = raw_header(head, name)
+    return None if v is None else v.decode("latin-1")
 
 
 class Stats:
@@ -61,24 +69,6 @@ def parse_mode(text):
         k, _, v = part.partition("=")
         opts[k] = int(v) if v else 1
     return opts
-
-
-def read_head(sock, buf):
-    while b"\r\n\r\n" not in buf:
-        d = sock.recv(CHUNK)
-        if not d:
-            return None, buf
-        buf += d
-    i = buf.index(b"\r\n\r\n") + 4
-    return buf[:i], buf[i:]
-
-
-def header(head, name):
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == name:
-            return v.strip().decode("latin-1")
-    return None
 
 
 class Handler(socketserver.BaseRequestHandler):

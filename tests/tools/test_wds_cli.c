@@ -17,6 +17,7 @@
  * Suite "wds_cli" (not pipeline*): it runs the binary.
  */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,19 @@ Test(wds_cli, verify_index_disagrees)
 
 /* ------------------------------------------------------------ issue 39 */
 
+/* Run cmd (sh's format with one "%s" for arg) in DIR, want its exit
+ * status, and each of the NULL-ended strings after it in its output. */
+static void sh_has(int want, const char *cmd, const char *arg, ...)
+{
+    char *out = sh(want, cmd, arg);
+    va_list ap;
+    va_start(ap, arg);
+    for (const char *w; (w = va_arg(ap, const char *));)
+        has(out, w);
+    va_end(ap);
+    free(out);
+}
+
 /* DIR/SUB/NAME: a tar written by Python's tarfile, k samples of KEY.jpg (or
  * KEY.png for the sample `png`, -1: none), KEY.cls (k % 3) and KEY.json
  * ({"y": k}). */
@@ -346,19 +360,10 @@ Test(wds_cli, folder_of_tars_needs_no_split)
     py_tar("s", "shard-000001.tar", 4, -1);
     py_tar("v", "validation-000000.tar", 4, -1);
     const char *run = "\"$S\" profile --data %s --image-size 32 --batch 2 --epochs 1 --warmup 0";
-    char *out = sh(0, run, "t");
-    has(out, "(split train): 8 records");
-    free(out);
-    out = sh(0, run, "s");
-    has(out, "(split train): 8 records");
-    free(out);
-    out = sh(2, run, "v");
-    has(out, "no split 'train'");
-    has(out, "validation");
-    free(out);
-    out = sh(0, "\"$S\" inspect %s", "t");
-    has(out, "train [wds]: 8 records in 2 shards");
-    free(out);
+    sh_has(0, run, "t", "(split train): 8 records", NULL);
+    sh_has(0, run, "s", "(split train): 8 records", NULL);
+    sh_has(2, run, "v", "no split 'train'", "validation", NULL);
+    sh_has(0, "\"$S\" inspect %s", "t", "train [wds]: 8 records in 2 shards", NULL);
 }
 
 /* .tar.gz shards (read as TFRecord before: CRC errors, and profile ended
@@ -367,48 +372,32 @@ Test(wds_cli, folder_of_tars_needs_no_split)
 Test(wds_cli, compressed_tars_refused_by_name)
 {
     py_tar("d", "train-000000.tar", 3, -1);
-    char *out = sh(0, "mkdir z && gzip -c d/train-000000.tar > z/train-000000.tar.gz && "
-                   "mkdir y && cp z/train-000000.tar.gz y/train-000000.tar%s", "");
-    free(out);
+    sh_has(0, "mkdir z && gzip -c d/train-000000.tar > z/train-000000.tar.gz && "
+           "mkdir y && cp z/train-000000.tar.gz y/train-000000.tar%s", "", NULL);
     const char *cmds[] = {"\"$S\" inspect z/train-000000.tar.gz", "\"$S\" inspect z",
                           "\"$S\" verify z", "\"$S\" index z",
                           "\"$S\" profile --data z --image-size 32 --batches 1",
                           "\"$S\" profile --data z/train-000000.tar.gz --image-size 32 --batches 1"};
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        out = sh(2, "%s", cmds[i]);
-        has(out, "train-000000.tar.gz");
-        has(out, "gzip-compressed");
-        free(out);
-    }
-    out = sh(2, "\"$S\" profile --data y --image-size 32 --batches 1%s", "");
-    has(out, "y/train-000000.tar: a gzip-compressed tar");
-    free(out);
-    out = sh(2, "\"$S\" inspect y%s", "");
-    has(out, "gzip-compressed tar");
-    free(out);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        sh_has(2, "%s", cmds[i], "train-000000.tar.gz", "gzip-compressed", NULL);
+    sh_has(2, "\"$S\" profile --data %s --image-size 32 --batches 1", "y",
+           "y/train-000000.tar: a gzip-compressed tar", NULL);
+    sh_has(2, "\"$S\" inspect %s", "y", "gzip-compressed tar", NULL);
 }
 
 /* inspect and verify take --label-key (the error suggested it). */
 Test(wds_cli, inspect_verify_label_key)
 {
+    static const char labels[] = "\"$S\" inspect --json d %s | python3 -c \"import json, sys; "
+                                 "print(sorted(json.load(sys.stdin)['labels'].items()))\"";
     py_tar("d", "shard-000000.tar", 6, -1);
-    char *out = sh(0, "\"$S\" inspect --json d --label-key y | python3 -c \"import json, sys; "
-                   "print(sorted(json.load(sys.stdin)['labels'].items()))\"%s", "");
-    has(out, "[('0', 1), ('1', 1), ('2', 1), ('3', 1), ('4', 1), ('5', 1)]");
-    free(out);
-    out = sh(0, "\"$S\" inspect --json d | python3 -c \"import json, sys; "
-             "print(sorted(json.load(sys.stdin)['labels'].items()))\"%s", "");
-    has(out, "[('0', 2), ('1', 2), ('2', 2)]");
-    free(out);
-    out = sh(0, "\"$S\" verify d --label-key=y%s", "");
-    has(out, "ok: 6 records");
-    free(out);
-    out = sh(1, "\"$S\" verify d --label-key nope%s", "");
-    has(out, "\"nope\" is not an integer");
-    free(out);
-    out = sh(0, "\"$S\" inspect --help%s", "");
-    has(out, "--label-key NAME");
-    free(out);
+    sh_has(0, labels, "--label-key y",
+           "[('0', 1), ('1', 1), ('2', 1), ('3', 1), ('4', 1), ('5', 1)]", NULL);
+    sh_has(0, labels, "", "[('0', 2), ('1', 2), ('2', 2)]", NULL);
+    sh_has(0, "\"$S\" verify d %s", "--label-key=y", "ok: 6 records", NULL);
+    sh_has(1, "\"$S\" verify d %s", "--label-key nope", "\"nope\" is not an integer", NULL);
+    sh_has(0, "\"$S\" %s --help", "inspect", "--label-key NAME", NULL);
+    sh_has(0, "\"$S\" %s --help", "verify", "--label-key NAME", NULL);
 }
 
 /* DALI's wds2idx writes X.idx beside X.tar by default: read when there is
@@ -416,46 +405,36 @@ Test(wds_cli, inspect_verify_label_key)
 Test(wds_cli, dali_index_name_read)
 {
     py_tar("d", "shard-000000.tar", 6, -1);
-    char *out = sh(0, "\"$S\" index d && mv d/shard-000000.tar.idx d/shard-000000.idx && "
-                   "\"$S\" inspect d%s", "");
-    cr_assert_null(strstr(out, "no index file"), "X.idx not found: %s", out);
-    free(out);
-    out = sh(0, "\"$S\" verify d%s", "");
-    cr_assert_null(strstr(out, "no index file"), "%s", out);
-    free(out);
-    out = sh(1, "awk 'NR==2 {$3 = 2} {print}' d/shard-000000.idx > i && mv i d/shard-000000.idx "
-             "&& \"$S\" verify d%s", "");
-    has(out, "shard-000000.idx");
-    free(out);
+    for (int verify = 0; verify < 2; verify++) {
+        char *out = sh(0, verify ? "\"$S\" verify d%s"
+                                 : "\"$S\" index d && mv d/shard-000000.tar.idx "
+                                   "d/shard-000000.idx && \"$S\" inspect d%s", "");
+        cr_assert_null(strstr(out, "no index file"), "X.idx not found: %s", out);
+        free(out);
+    }
+    sh_has(1, "awk 'NR==2 {$3 = 2} {print}' d/shard-000000.idx > i && mv i d/shard-000000.idx "
+           "&& \"$S\" verify d%s", "", "shard-000000.idx", NULL);
 }
 
 /* An index that declares a 3 GiB sample (over a sparse tar that holds one)
- * is refused, naming it, before anything of that size is allocated. */
+ * is refused, naming it, before anything of that size is allocated; the
+ * scan of the tar without it too. */
 Test(wds_cli, index_sample_size_capped)
 {
-    char *out = sh(0, "mkdir d && python3 -c \"\n"
-                   "import tarfile\n"
-                   "i = tarfile.TarInfo('a.jpg'); i.size = 3 << 30\n"
-                   "h = i.tobuf(format=tarfile.GNU_FORMAT)\n"
-                   "with open('d/big-000000.tar', 'wb') as f:\n"
-                   "    f.write(h); f.truncate(len(h) + (3 << 30) + 1024)\n"
-                   "open('d/big-000000.tar.idx', 'w').write('v1.2 1\\\\njpg %%d %%d a.jpg\\\\n' %% "
-                   "(len(h), 3 << 30))\n"
-                   "\"%s", "");
-    free(out);
-    out = sh(2, "\"$S\" profile --data d --image-size 32 --batches 1%s", "");
-    has(out, "big-000000.tar.idx");
-    has(out, "256 MiB");
-    free(out);
-    out = sh(0, "rm d/big-000000.tar.idx%s", "");
-    free(out);
-    out = sh(2, "\"$S\" profile --data d --image-size 32 --batches 1 --on-error fail%s", "");
-    has(out, "big-000000.tar: member 'a.jpg' @ 512");
-    has(out, "256 MiB");
-    free(out);
-    out = sh(1, "\"$S\" verify d%s", ""); /* the scan: a problem of that shard */
-    has(out, "256 MiB");
-    free(out);
+    sh_has(0, "mkdir d && python3 -c \"\n"
+           "import tarfile\n"
+           "i = tarfile.TarInfo('a.jpg'); i.size = 3 << 30\n"
+           "h = i.tobuf(format=tarfile.GNU_FORMAT)\n"
+           "with open('d/big-000000.tar', 'wb') as f:\n"
+           "    f.write(h); f.truncate(len(h) + (3 << 30) + 1024)\n"
+           "open('d/big-000000.tar.idx', 'w').write('v1.2 1\\\\njpg %%d %%d a.jpg\\\\n' %% "
+           "(len(h), 3 << 30))\n"
+           "\"%s", "", NULL);
+    const char *run = "\"$S\" profile --data d --image-size 32 --batches 1 %s";
+    sh_has(2, run, "", "big-000000.tar.idx", "256 MiB", NULL);
+    sh_has(0, "rm %s", "d/big-000000.tar.idx", NULL);
+    sh_has(2, run, "--on-error fail", "big-000000.tar: member 'a.jpg' @ 512", "256 MiB", NULL);
+    sh_has(1, "\"$S\" verify %s", "d", "256 MiB", NULL); /* the scan: a problem of the shard */
 }
 
 /* A PNG member reaches the JPEG decoder: the bad record says what it is
@@ -463,11 +442,7 @@ Test(wds_cli, index_sample_size_capped)
 Test(wds_cli, png_member_says_why)
 {
     py_tar("d", "shard-000000.tar", 6, 2);
-    char *out = sh(0, "\"$S\" profile --data d/shard-000000.tar --image-size 32 --batch 2 "
-                   "--epochs 1 --warmup 0%s", "");
-    has(out, "bad records: 1");
-    has(out, "shard-000000.tar: record 2 @ ");
-    has(out, "a PNG image");
-    has(out, "decodes JPEG only");
-    free(out);
+    sh_has(0, "\"$S\" profile --data %s --image-size 32 --batch 2 --epochs 1 --warmup 0",
+           "d/shard-000000.tar", "bad records: 1", "shard-000000.tar: record 2 @ ", "a PNG image",
+           "decodes JPEG only", NULL);
 }
