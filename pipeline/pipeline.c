@@ -377,9 +377,14 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     pthread_cond_init(&p->cv_batch, NULL);
     p->t0_ns = sl_now_ns();
     p->cfg = *cfg;
-    p->data = strdup(cfg->data);
+    /* the redacted path (bytesrc.h, "Credentials"): every message and
+     * report from here on names the data without a password or signature */
+    if (sl_path_redact(cfg->data, &p->data)) {
+        rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
+        goto fail;
+    }
     p->split = strdup(cfg->split);
-    if (!p->data || !p->split) {
+    if (!p->split) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
     }

@@ -20,15 +20,27 @@
  *   room (cv_read) or stop at the order's end; else unlock, hand the new
  *   units to the fetcher, wait for one completion, check its frames, lock
  *   and mark it ready.
- *   Faults: the fetcher retries each request (bytesrc.h). A unit that
- *   fails for good is fatal under the fail policy (the message names the
- *   URL, the byte range and the HTTP status). Under skip its records are
- *   marked SL_FRAME_UNREAD with the message kept in un->err, so the map
- *   stage reports each as a bad record (and refills), never drops one
- *   silently; and its shard is unreachable from then on
- *   (p->unreachable): its later units are bad without a request, and
- *   refills pass over it (map.c), so a dead shard of n records costs n
- *   reports, not n retried requests per refill.
+ *   Faults: the fetcher retries each request (bytesrc.h) while the retry
+ *   budget lasts (60 s from its first try by default): the failed unit
+ *   backs off on the fetcher's list while this thread fetches the units
+ *   after it into the window, and is asked for again when due. It keeps its
+ *   place in the order, so a server that restarts within the budget costs
+ *   time, never a record: the batches (and what a training run learns) are
+ *   those of an undisturbed run. (Moving the unit later in the epoch would
+ *   change every batch after it.)
+ *   A unit that fails for good with an I/O error (SL_EIO: the budget spent
+ *   on timeouts, resets, 5xx; a refusal the retries cannot mend) ends the
+ *   run under either error policy, with the fetcher's message: the URL,
+ *   the byte range, the last HTTP status, the tries and the time. A shard
+ *   the server cannot serve is not a bad record, and skipping it would
+ *   quietly train on another dataset. Under skip, the errors that are
+ *   about the data (SL_ECORRUPT: the object is shorter than its index;
+ *   SL_ENOENT: it was deleted; SL_EPERM) mark its records SL_FRAME_UNREAD
+ *   with the message kept in un->err, so the map stage reports each as a
+ *   bad record (and refills), never drops one silently; and its shard is
+ *   unreachable from then on (p->unreachable): its later units are bad
+ *   without a request, and refills pass over it (map.c), so a dead shard
+ *   of n records costs n reports, not n failed requests per refill.
  *   Stop: units still in flight belong to the window; sl_fetcher_close
  *   cancels their transfers before the thread returns, so no transfer
  *   writes into a unit after the pipeline frees it.
@@ -53,11 +65,14 @@ static void unit_unread(sl_unit *un, const char *why)
         un->bad[i] = SL_FRAME_UNREAD;
 }
 
-/* A unit the fetcher could not read: fatal, or (skip) its records bad and
- * its shard unreachable for the rest of the run (mu held). */
+/* A unit the fetcher could not read: fatal (an I/O error after the retry
+ * budget, under either policy; anything under fail), or (skip, an error
+ * about the object) its records bad and its shard unreachable for the rest
+ * of the run (mu held). */
 static int unit_failed_locked(sl_pipeline *p, sl_unit *un, int rc, const char *why)
 {
-    if (rc == SL_ENOMEM || p->cfg.on_error != SL_ON_ERROR_SKIP)
+    if (rc == SL_ENOMEM || rc == SL_EIO || rc == SL_EINVAL ||
+        p->cfg.on_error != SL_ON_ERROR_SKIP)
         return rc;
     unit_unread(un, why);
     if (!p->unreachable[un->u.shard]) {

@@ -294,21 +294,9 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
         rc = rcs[i];
         if (rc)
             sl_fail(rc, "%s", msgs[i]); /* the loader thread's message, on this thread */
-        if (rc == SL_EIO && policy == SL_ON_ERROR_SKIP && sl_path_is_remote(sh->path)) {
-            /* Unreachable after its retries (bytesrc.h): under skip the
-             * shard is left out and reported, as a damaged one would be. A
-             * missing one (404) stays an error: a smaller dataset is not a
-             * bad record. */
-            char msg[SL_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s: unreachable, the shard is left out: %s", sh->path,
-                     sl_errmsg());
-            note_bad(own ? out : NULL, 1, msg);
-            sl_clear_error();
-            free(sh->idx);
-            sh->idx = NULL;
-            sh->nrec = sh->bytes = 0;
-            rc = SL_OK;
-        }
+        /* A shard whose index stays unreachable for the retry budget
+         * (bytesrc.h) is an error under either policy, as in the readers
+         * (reader_remote.c): leaving it out would train on another dataset. */
         if (rc)
             goto out;
         sh->world_first = out->world_total;

@@ -8,8 +8,9 @@
  * (reader.c's check_frames) and the map stage decodes it with
  * sl_wds_sample_decode (map.c), which checks every tar header again.
  *
- * The index: "<shard>.idx" in DALI's WebDataset format (sl_wds_index_load,
- * offsets bounded by the file's size), or, when there is none, a scan of
+ * The index: "<shard>.idx" in DALI's WebDataset format, or DALI's own
+ * default name "X.idx" beside "X.tar" (sl_wds_index_load_beside, offsets
+ * bounded by the file's size), or, when there is none, a scan of
  * the tar (not written back: the data directory may be read-only or
  * shared; `sluice index` writes it). Spans end before the end-of-archive
  * blocks, so bytes (the end of the last span) is below the file's size.
@@ -36,7 +37,6 @@ int sl_source_load_wds(sl_shard_info *sh, sl_error_policy policy, char *bad, siz
     sl_wds_index ix;
     uint64_t size;
     size_t n = 0;
-    char *idx_path = NULL;
     int rc;
 
     if (cap)
@@ -44,9 +44,7 @@ int sl_source_load_wds(sl_shard_info *sh, sl_error_policy policy, char *bad, siz
     sh->kind = SL_SHARD_WDS;
     if ((rc = sl_bytes_size(sh->path, &size)))
         return sl_fail(rc, "%s: %s", fn, sl_errmsg());
-    if (asprintf(&idx_path, "%s.idx", sh->path) < 0)
-        return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
-    rc = sl_wds_index_load(idx_path, size, &ix);
+    rc = sl_wds_index_load_beside(sh->path, size, &ix, NULL);
     if (rc == SL_ENOENT) {
         sl_clear_error();
         if (policy != SL_ON_ERROR_SKIP) {
@@ -58,7 +56,6 @@ int sl_source_load_wds(sl_shard_info *sh, sl_error_policy policy, char *bad, siz
             rc = SL_OK;
         }
     }
-    free(idx_path);
     if (rc)
         return sl_fail(rc, "%s: %s", fn, sl_errmsg());
     rc = sl_wds_index_entries(&ix, &sh->idx, &n);

@@ -7,9 +7,13 @@
  * DESIGN
  *   Options: one process-wide sl_io_opts behind a mutex; every request reads
  *   a copy at its start, so sl_io_configure affects requests begun after it.
- *   SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS, SLUICE_IO_BACKOFF_MS and
- *   SLUICE_IO_INFLIGHT (read once, at the first use) stand in for fields
- *   that sl_io_configure never set.
+ *   SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS, SLUICE_IO_BACKOFF_MS,
+ *   SLUICE_IO_INFLIGHT and SLUICE_IO_RETRY_MS (read once, at the first use)
+ *   stand in for fields that sl_io_configure never set.
+ *   Retries: a request is tried again while its budget (retry_ms since its
+ *   first try) lasts and, with retries set, at most that many times; the
+ *   backoff before the last try is cut to the budget's end, so a server
+ *   back within the budget is always asked once more.
  *   Counters: relaxed atomics, except the in-flight count and the busy time,
  *   which move together under a mutex (busy_ns is the wall time with at
  *   least one request in flight: the clock starts when the count leaves 0 and
@@ -36,11 +40,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IO_RETRIES_DEFAULT 5
 #define IO_TIMEOUT_DEFAULT 30000
 #define IO_BACKOFF_DEFAULT 100
 #define IO_BACKOFF_CAP 5000
 #define IO_INFLIGHT_DEFAULT 8
+#define IO_RETRY_MS_DEFAULT 60000
 
 /* ---------------------------------------------------------------- options */
 
@@ -49,7 +53,34 @@ static sl_io_opts opts_set;   /* what sl_io_configure said (zeros: unset) */
 static sl_io_opts opts_env;   /* SLUICE_IO_* */
 static int opts_env_read;
 
-static unsigned env_uint(const char *name)
+/* Strings an sl_io_opts points to (ca_bundle): copied once and kept for
+ * the process's life, so that a request's copy of the options never points
+ * to freed memory whatever sl_io_configure does meanwhile (a handful of
+ * bytes per distinct value). opts_mu held. */
+typedef struct kept_str {
+    struct kept_str *next;
+    char s[];
+} kept_str;
+static kept_str *kept;
+
+static const char *keep_str(const char *s)
+{
+    kept_str *k;
+    for (k = kept; k; k = k->next)
+        if (!strcmp(k->s, s))
+            return k->s;
+    size_t n = strlen(s) + 1;
+    if (!(k = malloc(sizeof *k + n)))
+        return NULL;
+    memcpy(k->s, s, n);
+    k->next = kept;
+    kept = k;
+    return k->s;
+}
+
+/* SLUICE_IO_*: 0 when unset or not a number (the default), else its value;
+ * zero_means for a value of 0 (SLUICE_IO_RETRIES=0: SL_IO_NO_RETRY). */
+static unsigned env_uint(const char *name, unsigned zero_means)
 {
     const char *s = getenv(name);
     char *end;
@@ -59,44 +90,54 @@ static unsigned env_uint(const char *name)
         return 0;
     errno = 0;
     v = strtoul(s, &end, 10);
-    if (errno || *end || v > 0xfffffffful)
+    if (errno || *end || v > 0xfffffffful || *s == '-')
         return 0; /* not a number: the default */
-    return (unsigned)v;
+    return v ? (unsigned)v : zero_means;
 }
 
-void sl_io_configure(const sl_io_opts *o)
+int sl_io_configure(const sl_io_opts *o)
 {
+    int rc = SL_OK;
     pthread_mutex_lock(&opts_mu);
     if (o)
         opts_set = *o;
     else
         memset(&opts_set, 0, sizeof opts_set);
+    if (opts_set.ca_bundle && !*opts_set.ca_bundle)
+        opts_set.ca_bundle = NULL;
+    if (opts_set.ca_bundle && !(opts_set.ca_bundle = keep_str(opts_set.ca_bundle)))
+        rc = sl_fail(SL_ENOMEM, "sl_io_configure: out of memory");
     pthread_mutex_unlock(&opts_mu);
+    return rc;
 }
 
 void sl_io_get_opts(sl_io_opts *o)
 {
     pthread_mutex_lock(&opts_mu);
     if (!opts_env_read) {
-        opts_env.retries = env_uint("SLUICE_IO_RETRIES");
-        opts_env.timeout_ms = env_uint("SLUICE_IO_TIMEOUT_MS");
-        opts_env.backoff_ms = env_uint("SLUICE_IO_BACKOFF_MS");
-        opts_env.inflight = env_uint("SLUICE_IO_INFLIGHT");
+        opts_env.retries = env_uint("SLUICE_IO_RETRIES", SL_IO_NO_RETRY);
+        opts_env.timeout_ms = env_uint("SLUICE_IO_TIMEOUT_MS", 0);
+        opts_env.backoff_ms = env_uint("SLUICE_IO_BACKOFF_MS", 0);
+        opts_env.inflight = env_uint("SLUICE_IO_INFLIGHT", 0);
+        opts_env.retry_ms = env_uint("SLUICE_IO_RETRY_MS", 0);
         opts_env_read = 1;
     }
     *o = opts_set;
     pthread_mutex_unlock(&opts_mu);
 #define PICK(f, def) o->f = o->f ? o->f : opts_env.f ? opts_env.f : (def)
-    PICK(retries, IO_RETRIES_DEFAULT);
+    PICK(retries, 0); /* 0: no count, the budget alone */
     PICK(timeout_ms, IO_TIMEOUT_DEFAULT);
     PICK(backoff_ms, IO_BACKOFF_DEFAULT);
     PICK(inflight, IO_INFLIGHT_DEFAULT);
+    PICK(retry_ms, IO_RETRY_MS_DEFAULT);
 #undef PICK
 }
 
 unsigned sl_io_tries(const sl_io_opts *o)
 {
-    return o->retries == SL_IO_NO_RETRY ? 1 : 1 + o->retries;
+    if (o->retries == SL_IO_NO_RETRY)
+        return 1;
+    return o->retries ? 1 + o->retries : UINT32_MAX;
 }
 
 uint64_t sl_io_now_ns(void)
@@ -124,6 +165,18 @@ uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     return cap ? z % (cap + 1) : 0;
+}
+
+int sl_io_retry_next(const sl_io_opts *o, unsigned tries, uint64_t first_ns, uint64_t *wait_ns)
+{
+    uint64_t now = sl_io_now_ns(), budget = (uint64_t)o->retry_ms * 1000000ull;
+    uint64_t spent = now > first_ns ? now - first_ns : 0;
+
+    if (tries >= sl_io_tries(o) || spent >= budget)
+        return 0;
+    uint64_t w = sl_io_backoff_ns(o, tries);
+    *wait_ns = w < budget - spent ? w : budget - spent; /* the last try at the budget's end */
+    return 1;
 }
 
 /* ---------------------------------------------------------------- counters */

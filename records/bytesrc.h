@@ -13,16 +13,55 @@
  * x-amz-security-token header); unsigned when no key is set (public
  * buckets). Credentials never appear in a message, a log or a stats line:
  * names in errors are the URL as given (s3://bucket/key), without userinfo
- * or query string.
+ * or query string (see Credentials below).
  *
- * Faults: a timeout, a connection refused or reset, a 5xx (503 SlowDown
- * included), a 429, or a body shorter than asked for is retried with capped
- * exponential backoff and full jitter (opts.retries times after the first
- * try); a 4xx other than 429 is not retried. When the tries are spent the
- * error names the URL, the byte range and the last HTTP status or curl's
- * text: "https://h/d/train-00001-of-00004.tfrecord: bytes 0-65535: HTTP 503
- * after 6 tries". 404 is SL_ENOENT, 401/403 SL_EPERM ("refused: check
- * AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"), the rest SL_EIO.
+ * Faults: a timeout, a stall, a connection refused or reset, a 5xx (503
+ * SlowDown included), a 429, or a body shorter than asked for is retried
+ * with capped exponential backoff and full jitter, for as long as the retry
+ * budget lasts (opts.retry_ms, counted from the request's first try: 60 s
+ * by default, so a server restart of tens of seconds is ridden out, as
+ * object-store clients do) and, when opts.retries is set, at most that
+ * many times; a 4xx other than 429 is not retried. When the budget or the
+ * tries are spent the error names the URL, the byte range, the last HTTP
+ * status or curl's text, the tries and the time: "https://h/d/train-00001-
+ * of-00004.tfrecord: bytes 0-65535: HTTP 503 after 14 tries in 60.2 s".
+ * 404 is SL_ENOENT, 401/403 SL_EPERM ("refused: check AWS_ACCESS_KEY_ID /
+ * AWS_SECRET_ACCESS_KEY"), the rest SL_EIO.
+ *
+ * Bounds (a hostile or broken server cannot make a read unbounded): a
+ * whole-object GET (sl_bytes_get: dataset.json, index files, listing pages)
+ * stops past SL_BYTES_GET_MAX with SL_ECORRUPT naming the object; a ranged
+ * read takes n bytes, however long the 206 (the rest is not read); a
+ * server that ignores Range (200 to a ranged GET) has each object fetched
+ * whole once into a temporary file ($TMPDIR, unlinked) and every range
+ * read from there; a transfer slower than SL_IO_LOW_SPEED bytes/s for
+ * opts.timeout_ms is cut (and retried); an S3 listing that repeats a
+ * continuation token or passes SL_LIST_MAX names is refused.
+ *
+ * Trust: https is always verified. The CAs are the system's unless a file
+ * or folder is named: opts.ca_bundle (--ca-bundle), else AWS_CA_BUNDLE
+ * (s3:// only, as the AWS SDKs read it), else CURL_CA_BUNDLE, else
+ * SSL_CERT_FILE; SSL_CERT_DIR names a folder of hashed certificates
+ * (c_rehash). A named file replaces the system's store, as in curl. A
+ * redirect never leaves https for http. AWS_SESSION_TOKEN is never sent
+ * over http:// to a host other than the loopback (SL_EPERM: it would go in
+ * clear); SigV4 signatures (which reveal no secret) are.
+ *
+ * Credentials: a path enters the program through sl_path_redact (done by
+ * sl_dataset_resolve and the CLI's arguments), which keeps its userinfo
+ * ("https://user:pass@h/...") and its query string (a presigned URL's
+ * "?X-Amz-Signature=...") in a process-wide table and hands back the path
+ * without them; every name after that (errors, reports, --json, bad-record
+ * lists, Python exceptions) is the redacted one, and the requests take the
+ * secrets back from the table: the userinfo for any path on that origin
+ * (scheme, host and port), the query for that exact object. A name derived
+ * from a presigned object (its .idx beside it) has no signature of its own
+ * and is SL_ENOENT without a request.
+ *
+ * fork(): connections are per process. A child's first request opens its
+ * own (the handle inherited from the parent is left alone: cleaning it up
+ * would close or write to the parent's socket); an sl_fetcher opened before
+ * a fork is refused in the child.
  *
  * Threading: sl_bytes_* calls are reentrant (each thread keeps one libcurl
  * handle, and so its open connections, for its next call; it is freed when
@@ -45,24 +84,45 @@ extern "C" {
 
 /* Remote I/O settings; zeros mean the defaults below. Process-wide:
  * sl_io_configure sets them for every later request (the CLI's --io-retries,
- * --io-timeout; the Python Pipeline's io_retries). */
+ * --io-timeout, --io-retry-budget, --ca-bundle; the Python Pipeline's
+ * io_retries). SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS,
+ * SLUICE_IO_BACKOFF_MS, SLUICE_IO_INFLIGHT and SLUICE_IO_RETRY_MS stand in
+ * for fields left at zero (SLUICE_IO_RETRIES=0: no retry). */
 typedef struct sl_io_opts {
-    unsigned retries;      /* tries after the first (default 5; SL_IO_NO_RETRY for none) */
-    unsigned timeout_ms;   /* one request, connect to last byte (default 30000) */
+    unsigned retries;      /* most tries after the first; 0: no count, the budget alone
+                            * (default); SL_IO_NO_RETRY: none */
+    unsigned timeout_ms;   /* the connect, and a stall: a transfer below SL_IO_LOW_SPEED
+                            * bytes/s for this long is cut (default 30000) */
     unsigned backoff_ms;   /* first backoff (default 100); doubles, capped at 5000, jittered */
     unsigned inflight;     /* ranged GETs in flight per fetcher (default 8) */
+    unsigned retry_ms;     /* retry budget: a failing request is retried until this long after
+                            * its first try (default 60000) */
+    const char *ca_bundle; /* PEM file of the CAs to trust (NULL: the environment's, else the
+                            * system's); copied by sl_io_configure */
 } sl_io_opts;
 
 #define SL_IO_NO_RETRY 0xffffffffu
+#define SL_IO_LOW_SPEED 1024u                  /* bytes/s: below it for timeout_ms is a stall */
+#define SL_BYTES_GET_MAX ((size_t)64 << 20)     /* the largest whole-object GET of a remote path */
+#define SL_LIST_MAX 10000000u                  /* the most names one listing may hold */
 
-void sl_io_configure(const sl_io_opts *o);
+/* SL_OK, or SL_ENOMEM copying ca_bundle (the rest is set). NULL: all defaults. */
+int sl_io_configure(const sl_io_opts *o);
 void sl_io_get_opts(sl_io_opts *o); /* the settings in force, defaults filled in */
 
 /* 1 when path is http://, https:// or s3://. */
 int sl_path_is_remote(const char *path);
 
+/* The name of path from now on (see Credentials above): *out is path less
+ * its userinfo and query string (malloc'd); those are kept for the
+ * requests. A local path, or a remote one without secrets, comes back
+ * copied as it is. Call it once where a path enters (a command's argument,
+ * a library entry point), and use only *out after. Thread-safe. */
+int sl_path_redact(const char *path, char **out);
+
 /* Whole small object or file (dataset.json, an index) into a malloc'd
- * buffer (NUL-terminated one past *len). SL_ENOENT when it does not exist. */
+ * buffer (NUL-terminated one past *len). SL_ENOENT when it does not exist;
+ * a remote one larger than SL_BYTES_GET_MAX is SL_ECORRUPT. */
 int sl_bytes_get(const char *path, uint8_t **buf, size_t *len);
 
 /* Size in bytes (stat, or HEAD). SL_ENOENT when it does not exist. */

@@ -19,8 +19,14 @@ void sl_io_note_start(int is_retry);   /* a request sent */
 void sl_io_note_end(uint64_t body_bytes); /* a request ended (any outcome) */
 void sl_io_note_failure(void);         /* a request failed for good */
 
-/* Tries in all (1 + retries) under the options o. */
+/* Tries in all (1 + retries) under the options o; UINT32_MAX when only the
+ * time budget counts. */
 unsigned sl_io_tries(const sl_io_opts *o);
+/* After try number `tries` (>= 1) of a request first tried at first_ns
+ * failed in a way worth another: 1 with *wait_ns the backoff before the
+ * next try (cut to the budget's end), 0 when the tries or the budget are
+ * spent. */
+int sl_io_retry_next(const sl_io_opts *o, unsigned tries, uint64_t first_ns, uint64_t *wait_ns);
 /* The backoff before try number `tries + 1` (tries >= 1 already made), in
  * ns: uniform in [0, min(5000 ms, backoff_ms * 2^(tries-1))] (full jitter). */
 uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries);
@@ -45,6 +51,20 @@ int sl_remote_multi_add(sl_remote_multi *m, const char *path, uint64_t off, void
 unsigned sl_remote_multi_pending(const sl_remote_multi *m);
 int sl_remote_multi_wait(sl_remote_multi *m, void **tag, const int *stop);
 void sl_remote_multi_close(sl_remote_multi *m);
+
+/* ---------------------------------------------------------------- secrets
+ * remote_redact.c (both builds). sl_url_redact: path without userinfo and
+ * query string (malloc'd; NULL when out of memory). sl_secret_url: the URL
+ * to request for the (redacted) http(s) path, the table's userinfo and
+ * query put back (malloc'd); SL_ENOENT for a name beside a presigned
+ * object. sl_secrets_forget: empty the table (tests). */
+char *sl_url_redact(const char *path);
+int sl_secret_url(const char *fn, const char *path, char **url);
+void sl_secrets_forget(void);
+
+/* Tests only: forget the objects kept whole for servers that ignore Range
+ * (remote_norange.c), so that a test starts from none. */
+void sl_norange_drop_all(void);
 
 /* Tests only: the max-keys of each ListObjectsV2 page (0: the server's
  * default, 1000), so that a test walks continuation tokens on a few keys. */

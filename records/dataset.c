@@ -5,16 +5,21 @@
  *
  * Directories are listed with readdir and sorted (shard names are
  * zero-padded, so the byte order is the shard order); nothing is read but
- * dataset.json. Each TFRecord shard is stat'ed for its "<shard>.idx" so the
- * commands can say once that shards without one will be scanned.
+ * dataset.json. Each TFRecord shard is stat'ed for its "<shard>.idx" (a
+ * WebDataset tar also for DALI's "X.idx" beside "X.tar") so the commands
+ * can say once that shards without one will be scanned.
+ * The path enters through sl_path_redact: ds and every name in it are
+ * without the URL's password or signature (bytesrc.h).
  *
  * Threading: reentrant; ds belongs to the caller.
  */
 #include "records_int.h"
 #include "bytesrc.h"
+#include "wds.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,12 +70,46 @@ static sl_format file_format(const char *path)
 
 static int oom(void) { return sl_fail(SL_ENOMEM, "%s: out of memory", fn_res); }
 
+/* The compression a shard's name says it has ("gzip", ...), or NULL. */
+static const char *compressed_as(const char *path)
+{
+    static const struct {
+        const char *suffix, *what;
+    } kinds[] = {{".tgz", "gzip"}, {".gz", "gzip"}, {".zst", "zstd"}, {".bz2", "bzip2"},
+                 {".xz", "xz"},    {".lz4", "lz4"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (has_suffix(path, kinds[i].suffix))
+            return kinds[i].what;
+    return NULL;
+}
+
+/* Refuse a compressed shard by name (records.h: the readers seek by offset). */
+static int refuse_compressed(const char *path, const char *what)
+{
+    return sl_fail(SL_ENOTSUP, "%s: %s: a %s-compressed file: sluice reads shards in place, "
+                   "seeking to each record (global shuffle, resume, ranged reads), which a "
+                   "compressed stream does not allow; decompress it first (%s -d: JPEGs inside "
+                   "compress by a few percent only)", fn_res, path, what,
+                   !strcmp(what, "gzip") ? "gzip" : what);
+}
+
+/* Would a listing take this file as a shard? (a compressed tar is one
+ * too, so that it is refused by name rather than passed over) */
+static int shard_like(const char *b)
+{
+    return sl_shard_name_len(b) || has_suffix(b, ".tfrecord") || has_suffix(b, ".tar") ||
+           ((strstr(b, ".tar.") || has_suffix(b, ".tgz")) && compressed_as(b));
+}
+
 /* The split a shard file belongs to by its name: NAME of
- * "NAME-NNNNN-of-NNNNN[.tfrecord]", else "*". */
+ * "NAME-NNNNN-of-NNNNN[.tfrecord]" or of WebDataset's "NAME-NNNNNN.tar",
+ * else "*". */
 static void split_of(const char *path, char *out, size_t cap)
 {
     const char *b = base_of(path);
     size_t n = sl_shard_name_len(b);
+    if (!n)
+        n = sl_wds_shard_name_len(b);
     if (n == 0 || n + 1 > cap)
         snprintf(out, cap, "*");
     else
@@ -236,9 +275,10 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
     errno = 0;
     while ((de = readdir(d))) {
         const char *b = de->d_name;
-        if (b[0] == '.' || !(sl_shard_name_len(b) || has_suffix(b, ".tfrecord") ||
-                             has_suffix(b, ".tar") || has_suffix(b, ".lmdb")))
+        if (b[0] == '.' || !(shard_like(b) || has_suffix(b, ".lmdb")))
             continue;
+        if (compressed_as(b) && extra)
+            continue; /* beside dataset.json's shards: not part of the data */
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             char **nn = realloc(names, cap * sizeof *nn);
@@ -287,6 +327,11 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
             }
             if (!S_ISREG(st.st_mode))
                 continue;
+            const char *z = compressed_as(names[i]);
+            if (z) {
+                rc = refuse_compressed(names[i], z);
+                break;
+            }
             split_of(names[i], name, sizeof name);
             if ((only && strcmp(name, only)) ||
                 (extra && (!strcmp(name, "*") || is_listed(ds, listed, name))))
@@ -328,6 +373,10 @@ static int open_glob(sl_dataset *ds)
         if (!is_file(p)) {
             rc = sl_fail(SL_EINVAL, "%s: %s: matches %s, which is not a shard file", fn_res,
                          ds->path, p);
+            break;
+        }
+        if (compressed_as(p)) {
+            rc = refuse_compressed(p, compressed_as(p));
             break;
         }
         split_of(p, name, sizeof name);
@@ -503,8 +552,84 @@ static int open_braces(sl_dataset *ds)
 /* Does the last part of url name a shard file rather than a folder? */
 static int names_shard_file(const char *url)
 {
-    const char *b = base_of(url);
-    return sl_shard_name_len(b) || has_suffix(b, ".tfrecord") || has_suffix(b, ".tar");
+    return shard_like(base_of(url));
+}
+
+/* Add the listed names (relative to ds->dir) that are shards to ds: one
+ * split per name group (glob NULL), or those glob matches as one split. */
+static int add_listed(sl_dataset *ds, char **names, size_t n, const char *only, const char *glob)
+{
+    int rc = SL_OK;
+    sl_dataset_split *one = NULL;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char name[64], *full;
+        sl_dataset_split *s;
+        if (!names_shard_file(names[i]) || strchr(names[i], '/') ||
+            (glob && fnmatch(glob, names[i], FNM_PERIOD) != 0))
+            continue;
+        if (!(full = sl_path_join(ds->dir, names[i])))
+            return oom();
+        const char *z = compressed_as(names[i]);
+        if (z) {
+            rc = refuse_compressed(full, z);
+            free(full);
+            break;
+        }
+        split_of(names[i], name, sizeof name);
+        if (glob) { /* one split, as a local glob's */
+            if (!one)
+                rc = add_split(ds, name, file_format(names[i]), &one);
+            else if (strcmp(one->name, name))
+                snprintf(one->name, sizeof one->name, "*");
+            if (!rc)
+                rc = add_file(one, full);
+            free(full);
+            continue;
+        }
+        if (only && strcmp(name, only)) {
+            free(full);
+            continue;
+        }
+        s = find_split(ds, name, file_format(names[i]));
+        if (s || !(rc = add_split(ds, name, file_format(names[i]), &s)))
+            rc = add_file(s, full);
+        free(full);
+    }
+    return rc;
+}
+
+/* List the prefix dir + "/" and add its shards to ds (add_listed). */
+static int list_remote(sl_dataset *ds, const char *dir, const char *only, const char *glob)
+{
+    char **names = NULL, *pre = sl_str_cat(dir, "/");
+    size_t n = 0;
+    if (!pre)
+        return oom();
+    int rc = sl_bytes_list(pre, &names, &n);
+    free(pre);
+    if (rc)
+        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
+    rc = add_listed(ds, names, n, only, glob);
+    sl_paths_free(names, n);
+    return rc;
+}
+
+/* s3://B/P/GLOB: the prefix P listed, its names matched against GLOB (the
+ * last part only: a listing is one level deep). */
+static int open_remote_glob(sl_dataset *ds)
+{
+    int rc;
+    const char *pat = base_of(ds->path);
+    ds->kind = SL_DATASET_GLOB;
+    if (strpbrk(ds->path + 5, "*?[") < pat)
+        return sl_fail(SL_EINVAL, "%s: %s: a pattern in the last part of the path only (an S3 "
+                       "listing is one level deep)", fn_res, ds->path);
+    if (!(ds->dir = dir_of(ds->path)))
+        return oom();
+    rc = list_remote(ds, ds->dir, NULL, pat);
+    if (!rc && ds->nsplits == 0)
+        rc = sl_fail(SL_ENOENT, "%s: %s: no object matches", fn_res, ds->path);
+    return rc ? rc : load_manifest(ds);
 }
 
 /* A remote PATH (http(s)://, s3://; bytesrc.h). A folder is read through
@@ -512,12 +637,25 @@ static int names_shard_file(const char *url)
  * fetched but the manifest); an s3:// folder without one is listed
  * (ListObjectsV2), an http(s):// one cannot be (a web server's listing is
  * not a format), so it must have one. A URL whose last part is a shard's
- * name is that one shard. */
+ * name is that one shard; an s3:// one with * ? or [ in its last part is a
+ * glob over the listing. */
 static int open_remote(sl_dataset *ds, const char *only)
 {
     int rc;
     uint64_t size;
+    int s3 = !strncmp(ds->path, "s3://", 5);
+    if (strpbrk(base_of(ds->path), s3 ? "*?[" : "*[")) {
+        if (s3)
+            return open_remote_glob(ds);
+        return sl_fail(SL_EINVAL, "%s: %s: a glob needs a listing, and a web server's is not a "
+                       "format: name the shards with a brace pattern ('%.*s/train-{000000..000099}"
+                       ".tar') or read the folder through its %s", fn_res, ds->path,
+                       (int)(base_of(ds->path) - ds->path - 1), ds->path, SL_MANIFEST_FILE);
+    }
     if (names_shard_file(ds->path)) {
+        const char *z = compressed_as(ds->path);
+        if (z)
+            return refuse_compressed(ds->path, z);
         if ((rc = sl_bytes_size(ds->path, &size)))
             return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
         return open_single(ds, file_format(ds->path));
@@ -528,39 +666,14 @@ static int open_remote(sl_dataset *ds, const char *only)
         return rc;
     if (ds->has_manifest)
         return open_manifest_dir(ds, only);
-    if (strncmp(ds->path, "s3://", 5) != 0)
+    if (!s3)
         return sl_fail(SL_ENOENT, "%s: %s: no %s there (a folder over HTTP is read through its "
                        "%s, which sluice convert writes; or name its shards: "
                        "'%s/train-{00000..00015}-of-00016.tfrecord')", fn_res, ds->path,
                        SL_MANIFEST_FILE, SL_MANIFEST_FILE, ds->path);
     /* s3:// without a manifest: the prefix's objects named as shards */
-    char **names = NULL, *pre = sl_str_cat(ds->path, "/");
-    size_t n = 0;
-    if (!pre)
-        return oom();
-    rc = sl_bytes_list(pre, &names, &n);
-    free(pre);
-    if (rc)
-        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
     ds->kind = SL_DATASET_DIR;
-    for (size_t i = 0; i < n && !rc; i++) {
-        char name[64], *full;
-        sl_dataset_split *s;
-        if (!names_shard_file(names[i]) || strchr(names[i], '/'))
-            continue;
-        split_of(names[i], name, sizeof name);
-        if (only && strcmp(name, only))
-            continue;
-        if (!(full = sl_path_join(ds->dir, names[i]))) {
-            rc = oom();
-            break;
-        }
-        s = find_split(ds, name, file_format(names[i]));
-        if (s || !(rc = add_split(ds, name, file_format(names[i]), &s)))
-            rc = add_file(s, full);
-        free(full);
-    }
-    sl_paths_free(names, n);
+    rc = list_remote(ds, ds->path, only, NULL);
     if (!rc && ds->nsplits == 0 && !only)
         rc = sl_fail(SL_ENOENT, "%s: %s: no %s and no shards NAME-NNNNN-of-NNNNN[.tfrecord|.tar], "
                      "*.tfrecord or *.tar objects", fn_res, ds->path, SL_MANIFEST_FILE);
@@ -576,11 +689,14 @@ static int count_unindexed(sl_dataset *ds)
             sl_path_is_remote(ds->path))
             continue; /* remote: a HEAD per shard would cost more than it tells */
         for (size_t k = 0; k < s->nfiles; k++) {
-            char *idx = sl_str_cat(s->files[k], ".idx");
-            if (!idx)
+            char *idx = sl_str_cat(s->files[k], ".idx"), *dali = NULL;
+            if (!idx || (s->format == SL_FORMAT_WDS && !(dali = sl_wds_dali_idx_path(s->files[k])))) {
+                free(idx);
                 return oom();
-            s->unindexed += !is_file(idx);
+            }
+            s->unindexed += !is_file(idx) && !(dali && is_file(dali)); /* DALI's X.idx too */
             free(idx);
+            free(dali);
         }
     }
     return SL_OK;
@@ -598,11 +714,14 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
     sl_manifest_init(&ds->manifest);
     if (!path || !*path)
         return sl_fail(SL_EINVAL, "%s: no dataset path", fn_res);
+    /* where a path enters: its credentials go to bytesrc's table, and every
+     * name from here on (ds->path, ds->dir, the files) is without them */
+    if ((rc = sl_path_redact(path, &ds->path)))
+        return rc;
+    path = ds->path;
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
-        n--;
-    if (!(ds->path = strndup(path, n)))
-        return oom();
+        ds->path[--n] = 0;
     size_t b_at, b_len;
     uint64_t b_a, b_b;
     int b_w;
@@ -619,11 +738,16 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         if (strpbrk(ds->path, "*?["))
             rc = open_glob(ds);
         else
-            rc = sl_fail(e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO, "%s: %s", path,
+            rc = sl_fail(e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO, "%s: %s", ds->path,
                          strerror(e));
         goto out;
     }
     if (S_ISREG(st.st_mode)) {
+        const char *z = compressed_as(ds->path);
+        if (z) {
+            rc = refuse_compressed(ds->path, z);
+            goto out;
+        }
         sl_format fmt = file_format(ds->path);
         if (fmt == SL_FORMAT_TFRECORD && (rc = check_shard_file(ds->path, (uint64_t)st.st_size)))
             goto out;
@@ -631,7 +755,7 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         goto out;
     }
     if (!S_ISDIR(st.st_mode)) {
-        rc = sl_fail(SL_EINVAL, "%s: not a file or directory", path);
+        rc = sl_fail(SL_EINVAL, "%s: not a file or directory", ds->path);
         goto out;
     }
     if (!(ds->dir = strdup(ds->path)) || !(mdb = sl_path_join(ds->path, "data.mdb")) ||
@@ -654,7 +778,7 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         if (sl_dataset_resolve(ds->path, NULL, &all) == SL_OK)
             sl_dataset_split_names(&all, names, sizeof names);
         sl_dataset_fini(&all);
-        rc = sl_fail(SL_ENOENT, "%s: no split '%s' (%s has: %s)", path, only,
+        rc = sl_fail(SL_ENOENT, "%s: no split '%s' (%s has: %s)", ds->path, only,
                      ds->has_manifest ? SL_MANIFEST_FILE : "the folder", names);
     }
 out:
@@ -701,6 +825,18 @@ void sl_dataset_split_names(const sl_dataset *ds, char *buf, size_t cap)
     }
 }
 
+/* Is name a split name with a meaning ("validation-000000.tar" are not a
+ * training set, even alone in their folder)? */
+static int split_named(const char *name)
+{
+    static const char *const names[] = {"train", "training", "test", "testing", "validation",
+                                        "valid", "val", "eval", "dev"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
 int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
                             const sl_dataset_split **out)
 {
@@ -709,6 +845,9 @@ int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
     *out = NULL;
     if (ds->kind == SL_DATASET_GLOB || ds->kind == SL_DATASET_FILE) {
         s = &ds->splits[0]; /* the path chose the files */
+    } else if (ds->kind == SL_DATASET_DIR && !ds->has_manifest && ds->nsplits == 1 &&
+               !sl_dataset_split_find(ds, split) && !split_named(ds->splits[0].name)) {
+        s = &ds->splits[0]; /* a folder whose files form one set is that set */
     } else if (!(s = sl_dataset_split_find(ds, split))) {
         char names[512];
         sl_dataset_split_names(ds, names, sizeof names);

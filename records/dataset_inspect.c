@@ -170,7 +170,7 @@ static int on_record(void *arg, const sl_walk_record *r)
     sl_image_example ex;
     char at[4200];
 
-    if (r->key ? sl_wds_sample_decode(r->data, r->len, NULL, &ex)
+    if (r->key ? sl_wds_sample_decode(r->data, r->len, r->label_key, &ex)
                : sl_image_example_decode(r->data, r->len, &ex))
         return sl_fail(SL_ECORRUPT, "%s: %s: bad %s: %s", fn, where(at, sizeof at, r),
                        r->key ? "sample" : "Example", sl_msg_detail(sl_errmsg(), NULL));

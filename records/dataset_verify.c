@@ -113,7 +113,8 @@ static void drop_index(verify_ctx *c)
     c->idx_checked = 0;
 }
 
-/* A .tar shard's "X.tar.idx" (DALI's WebDataset index), when there is one. */
+/* A .tar shard's "X.tar.idx" or "X.idx" (DALI's WebDataset index), when
+ * there is one. */
 static int wds_file_begin(verify_ctx *c, const sl_dataset_split *s, const char *file)
 {
     uint64_t size;
@@ -121,9 +122,9 @@ static int wds_file_begin(verify_ctx *c, const sl_dataset_split *s, const char *
         sl_clear_error();
         return 0;
     }
-    if (!(c->idx_path = sl_str_cat(file, ".idx")))
-        return sl_fail(SL_ENOMEM, "sl_verify_path: out of memory");
-    int rc = sl_wds_index_load(c->idx_path, size, &c->wix);
+    int rc = sl_wds_index_load_beside(file, size, &c->wix, &c->idx_path);
+    if (rc == SL_ENOMEM)
+        return rc;
     if (rc == SL_ENOENT) {
         sl_clear_error();
         c->res->unindexed++;
@@ -259,7 +260,7 @@ static int check_record(verify_ctx *c, const sl_walk_record *r)
 
     if (c->idx_checked && (rc = r->key ? check_wds_index(c, r) : check_index(c, r)))
         return rc;
-    if (r->key && sl_wds_sample_decode(r->data, r->len, NULL, &ex))
+    if (r->key && sl_wds_sample_decode(r->data, r->len, r->label_key, &ex))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_ECORRUPT, "%s",
                           wds_detail(sl_errmsg(), r->key));
     if (!r->key && sl_image_example_decode(r->data, r->len, &ex))
@@ -377,6 +378,7 @@ int sl_verify_path(const char *path, const sl_verify_options *o, sl_verify_resul
         return sl_fail(SL_EINVAL, "sl_verify_path: NULL result");
     o = c.o;
     rc = sl_dataset_resolve(path, o->split, &ds);
+    ds.label_key = o->label_key;
     if (rc == SL_ECORRUPT) { /* dataset.json broken: a data problem */
         char msg[SL_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", sl_errmsg());

@@ -273,7 +273,7 @@ static int walk_wds(walk_ctx *c, sl_walk_record *rec, uint64_t *n, int *clean)
         rec->len = (size_t)len;
         if (scan && i + 1 == ix.nsamples) {
             sl_image_example ex;
-            if ((cut = sl_wds_sample_decode(rec->data, rec->len, NULL, &ex) != SL_OK))
+            if ((cut = sl_wds_sample_decode(rec->data, rec->len, rec->label_key, &ex) != SL_OK))
                 break;
         }
         (*n)++;
@@ -313,7 +313,8 @@ int sl_dataset_walk(const sl_dataset *ds, const sl_walk_visitor *v)
     for (size_t si = 0; si < ds->nsplits && !rc; si++) {
         const sl_dataset_split *s = &ds->splits[si];
         for (size_t fi = 0; fi < s->nfiles && !rc; fi++) {
-            sl_walk_record rec = {.split = s, .file = s->files[fi], .file_index = fi};
+            sl_walk_record rec = {.split = s, .file = s->files[fi], .file_index = fi,
+                                  .label_key = ds->label_key};
             uint64_t n = 0;
             int clean = 0;
             if (s->format == SL_FORMAT_LMDB)

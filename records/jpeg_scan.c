@@ -160,6 +160,22 @@ static int check_sos(const scan_tables *t, const uint8_t *p, const uint8_t *end,
     return SL_OK;
 }
 
+/* What a file that is not a JPEG is, by its magic bytes, for the message:
+ * a WebDataset sample's .png or .webp member reaches the JPEG decoder as it
+ * is, and "no SOI marker" alone did not say why it was skipped. */
+static const char *not_jpeg_kind(const uint8_t *d, size_t len)
+{
+    if (len >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8))
+        return "PNG";
+    if (len >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4))
+        return "WebP";
+    if (len >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6)))
+        return "GIF";
+    if (len >= 2 && d[0] == 'B' && d[1] == 'M')
+        return "BMP";
+    return NULL;
+}
+
 int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
 {
     size_t pos = 2;
@@ -169,8 +185,16 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
 
     if (flags)
         *flags = 0;
-    if (len < 4 || d[0] != 0xFF || d[1] != 0xD8)
+    if (len < 4 || d[0] != 0xFF || d[1] != 0xD8) {
+        const char *kind = not_jpeg_kind(d, len);
+        int converts = kind && (kind[0] == 'P' || kind[0] == 'B'); /* PNG, BMP: convert reads them */
+        if (kind)
+            return sl_fail(SL_EIMAGE, "sl_jpeg_scan: not a JPEG file: a %s image (the pipeline "
+                           "decodes JPEG only: %s)", kind,
+                           converts ? "sluice convert re-encodes it to JPEG"
+                                    : "re-encode it to JPEG first");
         return sl_fail(SL_EIMAGE, "sl_jpeg_scan: not a JPEG file (no SOI marker)");
+    }
     for (;;) {
         if (pos >= len || d[pos] != 0xFF)
             goto bad_marker;

@@ -6,6 +6,8 @@
  *   DIR/NAME-00003-of-01024            the same without it, as TensorFlow's
  *                                      build_imagenet_data.py writes ImageNet
  *   DIR/NAME.lmdb                      the LMDB store of a split (a directory)
+ *   DIR/NAME-000003.tar                WebDataset's names ("%s-%06d.tar", ShardWriter;
+ *                                      '_' too): split NAME (sl_wds_shard_name_len)
  *
  * sl_dataset_shards trusts DIR/dataset.json when it lists the split as
  * TFRecord (so a missing shard is an error, not a silently smaller dataset)
@@ -103,6 +105,19 @@ size_t sl_shard_name_len(const char *base)
     for (i = n; i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9'; i--)
         ;
     if (i == n || i < 2 || base[i - 1] != '-')
+        return 0;
+    return i - 1;
+}
+
+size_t sl_wds_shard_name_len(const char *base)
+{
+    size_t n = strlen(base), i;
+    if (n < 5 || strcmp(base + n - 4, ".tar"))
+        return 0;
+    n -= 4;
+    for (i = n; i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9'; i--)
+        ;
+    if (i == n || i < 2 || (base[i - 1] != '-' && base[i - 1] != '_'))
         return 0;
     return i - 1;
 }

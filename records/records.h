@@ -610,6 +610,10 @@ void sl_paths_free(char **paths, size_t n);
 /* Length of NAME when base (a file name, no directory) is a shard name
  * "NAME-<digits>-of-<digits>", with or without ".tfrecord"; 0 otherwise. */
 size_t sl_shard_name_len(const char *base);
+/* Length of NAME when base is a WebDataset shard name "NAME-<digits>.tar"
+ * or "NAME_<digits>.tar" (webdataset's ShardWriter, "train-000000.tar");
+ * 0 otherwise. */
+size_t sl_wds_shard_name_len(const char *base);
 
 /* -------------------------------------------------------- dataset paths */
 /*
@@ -625,12 +629,21 @@ size_t sl_shard_name_len(const char *base);
  *                        NAME-NNNNN-of-NNNNN, with or without ".tfrecord"
  *                        (TensorFlow's build_imagenet_data.py writes
  *                        train-00000-of-01024 and validation-00000-of-00128),
- *                        grouped into split NAME; other *.tfrecord files into
- *                        split "*"; NAME.lmdb stores (folders with data.mdb)
+ *                        or NAME-NNNNNN.tar (WebDataset's), grouped into
+ *                        split NAME; other *.tfrecord and *.tar files into
+ *                        split "*"; NAME.lmdb stores (folders with data.mdb).
+ *                        An s3:// prefix without dataset.json is listed so.
  *   SL_DATASET_GLOB      a pattern with * ? or [ that names no existing path
- *                        ("d/train-0000[0-3]*"): the regular files it
- *                        matches, sorted, less index (.idx), temporary (.tmp)
- *                        and dataset.json files, as one split
+ *                        ("d/train-0000[0-3]*"; on s3:// in its last part,
+ *                        matched against the prefix's listing): the regular
+ *                        files it matches, sorted, less index (.idx),
+ *                        temporary (.tmp) and dataset.json files, as one split
+ *
+ * Compressed shards (.tar.gz, .tgz, .tar.zst, .tar.bz2, .tar.xz, and any
+ * shard name ending in .gz, .zst, .bz2, .xz or .lz4) are refused by name
+ * (SL_ENOTSUP): the readers seek to records by offset, which a compressed
+ * stream does not allow; decompress them (their JPEGs compress by a few
+ * percent only).
  *   SL_DATASET_FILE      one file: a TFRecord shard, whatever its name
  *   SL_DATASET_LMDB      an LMDB environment directory (it holds data.mdb)
  *
@@ -659,7 +672,8 @@ typedef struct sl_dataset_split {
 } sl_dataset_split;
 
 typedef struct sl_dataset {
-    char *path;            /* the PATH as given, without trailing slashes */
+    char *path;            /* the PATH as given, without trailing slashes, a URL's userinfo
+                            * and query string (bytesrc.h's sl_path_redact) */
     char *dir;             /* the folder of the data: path itself for the directory
                             * kinds, else the one holding the file or the first match */
     sl_dataset_kind kind;
@@ -669,6 +683,9 @@ typedef struct sl_dataset {
     sl_manifest manifest;  /* class names, num_classes, label_offset, splits */
     sl_dataset_split *splits;
     size_t nsplits;
+    const char *label_key; /* WebDataset shards: the label is this integer field of each
+                            * sample's .json member (NULL, as resolve leaves it: its .cls);
+                            * the caller's string, read by the walk (inspect) */
 } sl_dataset;
 
 /* Resolve path into ds (caller-owned; release it with sl_dataset_fini, also
@@ -690,7 +707,12 @@ void sl_dataset_fini(sl_dataset *ds);
 /* The split called name, NULL when ds has none. */
 const sl_dataset_split *sl_dataset_split_find(const sl_dataset *ds, const char *name);
 /* The TFRecord shards a reader of split `split` takes: that split of a
- * directory; for a glob or a file its one split whatever its name.
+ * directory; for a glob or a file its one split whatever its name; for a
+ * directory without dataset.json whose files form one set (one split, as
+ * a folder of WebDataset tars "shard-000000.tar" ... is), that set
+ * whatever split is asked for, unless its own name is a split's (train,
+ * test, validation, val, ...: a folder of validation shards is not read as
+ * the training set).
  * SL_ENOENT naming the splits there when a directory has no such split;
  * SL_ENOTSUP when the split is an LMDB store. */
 int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
@@ -743,6 +765,7 @@ typedef struct sl_walk_record {
      * sample's key ("" in file_error when the damage is past the last
      * sample); NULL for the other formats. */
     const char *key;
+    const char *label_key; /* WebDataset: the dataset's label_key (NULL: .cls) */
 } sl_walk_record;
 
 typedef struct sl_walk_progress {
@@ -823,6 +846,8 @@ typedef struct sl_verify_options {
     void (*problem)(void *arg, const sl_verify_problem *p);
     sl_walk_progress_fn progress;
     void *arg;
+    const char *label_key; /* WebDataset shards: the label is this integer field of each
+                            * sample's .json member; NULL: its .cls member */
 } sl_verify_options;
 
 typedef struct sl_verify_result {

@@ -15,6 +15,16 @@
  *   next backoff is due. A finished try gets the verdict of remote_curl.c:
  *   done, requeued with a jittered backoff, or done with its error message
  *   (kept on the request, set as the thread's sl_errmsg when handed back).
+ *   Retries: as bytesrc.h says (sl_io_retry_next: the time budget from the
+ *   request's first try, and the count when one is set); a request backing
+ *   off waits on the list while the others run, and comes back when due.
+ *   An object whose server ignores Range and which is held whole
+ *   (remote_norange.c) is read from that copy when its request comes due,
+ *   without a transfer; one being fetched whole by another request waits
+ *   20 ms at a time on the list.
+ *   fork(): a fetcher is its opener's process's (its connections are); in
+ *   a child add and wait refuse it and close frees its memory without
+ *   touching a handle (remote_curl.c's abandon).
  *
  * Threading: one thread at a time (the fetcher's owner).
  */
@@ -46,7 +56,17 @@ struct sl_remote_multi {
     unsigned running;
     CURL **idle;      /* pooled easy handles, up to o.inflight */
     unsigned nidle;
+    unsigned fork_gen; /* sl_curl_fork_gen at open */
 };
+
+/* SL_OK in the process that opened m; SL_EINVAL in a child of it. */
+static int same_process(const sl_remote_multi *m, const char *fn)
+{
+    if (m->fork_gen == sl_curl_fork_gen())
+        return SL_OK;
+    return sl_fail(SL_EINVAL, "%s: this fetcher was opened before a fork(): its connections "
+                   "are the parent's; open a new one in the child", fn);
+}
 
 static void push(mreq **head, mreq **tail, mreq *r)
 {
@@ -76,6 +96,7 @@ int sl_remote_multi_open(sl_remote_multi **out)
     if (!(m = calloc(1, sizeof *m)))
         return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
     sl_io_get_opts(&m->o);
+    m->fork_gen = sl_curl_fork_gen();
     if (!(m->idle = calloc(m->o.inflight, sizeof *m->idle)) || !(m->m = curl_multi_init())) {
         free(m->idle);
         free(m);
@@ -88,10 +109,12 @@ int sl_remote_multi_open(sl_remote_multi **out)
 int sl_remote_multi_add(sl_remote_multi *m, const char *path, uint64_t off, void *buf, size_t n,
                         void *tag)
 {
-    mreq *r = calloc(1, sizeof *r);
-    int rc;
+    mreq *r;
+    int rc = same_process(m, "sl_fetcher_add");
 
-    if (!r)
+    if (rc)
+        return rc;
+    if (!(r = calloc(1, sizeof *r)))
         return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
     if ((rc = sl_rurl_object("sl_fetcher_add", path, &r->u))) {
         free(r);
@@ -125,6 +148,17 @@ static void finish(sl_remote_multi *m, mreq *r, int rc)
     push(&m->done_head, &m->done_tail, r);
 }
 
+/* Unlink r (whose predecessor is prev) from the waiting list. */
+static void unwait(sl_remote_multi *m, mreq *prev, mreq *r)
+{
+    if (prev)
+        prev->next = r->next;
+    else
+        m->wait_head = r->next;
+    if (m->wait_tail == r)
+        m->wait_tail = prev;
+}
+
 /* Start the due requests while fewer than inflight run. */
 static void start_due(sl_remote_multi *m)
 {
@@ -137,25 +171,38 @@ static void start_due(sl_remote_multi *m)
             prev = r;
             continue;
         }
-        /* unlink */
-        if (prev)
-            prev->next = next;
-        else
-            m->wait_head = next;
-        if (m->wait_tail == r)
-            m->wait_tail = prev;
+        /* its object held whole (a server that ignores Range): no transfer */
+        int hrc = SL_OK, held = sl_norange_read(r->u.url, r->u.name, r->x.dst, r->x.n, r->x.off,
+                                                &hrc);
+        if (held == 2) { /* another request fetches it whole: wait for that */
+            r->due_ns = now + 20ull * 1000000ull;
+            prev = r;
+            continue;
+        }
+        unwait(m, prev, r);
+        if (held) {
+            r->rc = hrc;
+            if (hrc) {
+                char msg[SL_ERRMSG_MAX];
+                snprintf(msg, sizeof msg, "sl_fetcher_wait: %s", sl_errmsg());
+                r->msg = strdup(msg);
+            }
+            push(&m->done_head, &m->done_tail, r);
+            continue;
+        }
         CURL *e = m->nidle ? m->idle[--m->nidle] : curl_easy_init();
-        int rc = e ? SL_OK : sl_fail(SL_ENOMEM, "curl_easy_init failed");
+        int rc = e ? SL_OK : sl_fail(SL_ENOMEM, "%s: curl_easy_init failed", r->u.name);
         if (!rc) {
             curl_easy_reset(e);
             rc = sl_xfer_setup(&r->x, e, &m->o);
         }
         if (!rc && curl_multi_add_handle(m->m, e) != CURLM_OK)
-            rc = sl_fail(SL_EIO, "curl_multi_add_handle failed");
-        r->tries++;
+            rc = sl_fail(SL_EIO, "%s: curl_multi_add_handle failed", r->u.name);
+        if (r->tries++ == 0)
+            r->x.first_ns = now;
         if (rc) {
             char msg[SL_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "sl_fetcher_wait: %s: %s", r->u.name, sl_errmsg());
+            snprintf(msg, sizeof msg, "sl_fetcher_wait: %s", sl_errmsg());
             if (e)
                 curl_easy_cleanup(e);
             r->rc = rc;
@@ -185,7 +232,6 @@ static void reap(sl_remote_multi *m)
 {
     CURLMsg *msg;
     int left;
-    unsigned max = sl_io_tries(&m->o);
 
     while ((msg = curl_multi_info_read(m->m, &left))) {
         if (msg->msg != CURLMSG_DONE)
@@ -204,8 +250,9 @@ static void reap(sl_remote_multi *m)
                 break;
             }
         m->running--;
-        if (rc && x->retry && r->tries < max) {
-            r->due_ns = sl_io_now_ns() + sl_io_backoff_ns(&m->o, r->tries);
+        uint64_t wait;
+        if (rc && x->retry && sl_io_retry_next(&m->o, r->tries, x->first_ns, &wait)) {
+            r->due_ns = sl_io_now_ns() + wait;
             push(&m->wait_head, &m->wait_tail, r);
         } else {
             finish(m, r, rc);
@@ -235,6 +282,9 @@ int sl_remote_multi_wait(sl_remote_multi *m, void **tag, const int *stop)
 {
     if (!m || !m->pending)
         return SL_EOF;
+    int rc0 = same_process(m, "sl_fetcher_wait");
+    if (rc0)
+        return rc0;
     for (;;) {
         mreq *r = m->done_head;
         if (r) {
@@ -272,6 +322,20 @@ void sl_remote_multi_close(sl_remote_multi *m)
 {
     if (!m)
         return;
+    if (same_process(m, "sl_fetcher_close")) { /* a child: free memory, touch no handle */
+        sl_clear_error();
+        while (m->run_head) {
+            mreq *r = m->run_head;
+            m->run_head = r->next;
+            sl_curl_abandon(r->x.e);
+            req_free(r);
+        }
+        for (unsigned i = 0; i < m->nidle; i++)
+            sl_curl_abandon(m->idle[i]);
+        m->nidle = 0;
+        sl_curl_abandon(m->m);
+        m->m = NULL;
+    }
     while (m->run_head) { /* cancel what is in flight */
         mreq *r = m->run_head;
         m->run_head = r->next;
@@ -292,7 +356,8 @@ void sl_remote_multi_close(sl_remote_multi *m)
     }
     for (unsigned i = 0; i < m->nidle; i++)
         curl_easy_cleanup(m->idle[i]);
-    curl_multi_cleanup(m->m);
+    if (m->m)
+        curl_multi_cleanup(m->m);
     free(m->idle);
     free(m);
 }

@@ -17,6 +17,12 @@
  *   URI-encoded (remote_url.c's sl_url_escape), so the URL is built that way.
  *   An empty listing is SL_ENOENT: S3 has no empty folders, and a
  *   mistyped prefix is the likely cause.
+ *   Bounds: each page is a whole-object GET (SL_BYTES_GET_MAX); a
+ *   continuation token seen before (a server in a loop would have the
+ *   listing grow without end: 3.4 GB in 20 s) is refused, as are more than
+ *   SL_LIST_MAX names or LIST_MAX_PAGES pages. Tokens are remembered by a
+ *   64-bit hash (FNV-1a) in an open-addressing set: a repeat costs O(1) to
+ *   find, and two distinct tokens colliding in a listing is a 1e-10 event.
  *
  * Threading: reentrant (sl_xfer_run on the thread's easy handle); the
  * test-only page size is a plain static set before requests start.
@@ -163,6 +169,56 @@ static int parse_page(const char *xml, size_t len, size_t plen, names *nm, char 
     return SL_OK;
 }
 
+/* Pages one listing may take (S3 serves up to 1,000 keys a page: this is
+ * ten times SL_LIST_MAX's worth of full pages). */
+#define LIST_MAX_PAGES 100000u
+
+/* The continuation tokens seen: a set of 64-bit hashes (0 marks a free
+ * slot; a hash of 0 is stored as 1). */
+typedef struct token_set {
+    uint64_t *h;
+    size_t n, cap;
+} token_set;
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+/* Add tok: 1 when it was there already, 0 when added, -1 out of memory. */
+static int token_seen(token_set *t, const char *tok)
+{
+    uint64_t h = fnv1a(tok);
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        uint64_t *nh = calloc(cap, sizeof *nh);
+        if (!nh)
+            return -1;
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->h[i])
+                for (size_t j = t->h[i] & (cap - 1);; j = (j + 1) & (cap - 1))
+                    if (!nh[j]) {
+                        nh[j] = t->h[i];
+                        break;
+                    }
+        free(t->h);
+        t->h = nh;
+        t->cap = cap;
+    }
+    for (size_t j = h & (t->cap - 1);; j = (j + 1) & (t->cap - 1)) {
+        if (t->h[j] == h)
+            return 1;
+        if (!t->h[j]) {
+            t->h[j] = h;
+            t->n++;
+            return 0;
+        }
+    }
+}
+
 static int name_cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -192,8 +248,10 @@ int sl_remote_list(const char *fn, const char *dir, char ***out, size_t *nout)
 {
     sl_rurl u = {0};
     names nm = {0};
+    token_set seen = {0};
     char *base = NULL, *key = NULL, *prefix = NULL, *token = NULL;
-    int rc, pages = 0;
+    int rc;
+    unsigned pages = 0;
 
     if (strncmp(dir, "s3://", 5))
         return sl_fail(SL_ENOTSUP, "%s: %s: listing needs s3:// (a remote directory over HTTP "
@@ -223,13 +281,25 @@ int sl_remote_list(const char *fn, const char *dir, char ***out, size_t *nout)
             if (rc == SL_ENOMEM)
                 rc = sl_fail(rc, "%s: %s: out of memory", fn, dir);
             else if (rc)
-                rc = sl_fail(rc, "%s: %s: ListObjectsV2 page %d: IsTruncated without a "
+                rc = sl_fail(rc, "%s: %s: ListObjectsV2 page %u: IsTruncated without a "
                              "NextContinuationToken", fn, u.name, pages + 1);
         }
         free(x.body);
         free(token);
         token = next;
         pages++;
+        if (rc || !token)
+            continue;
+        int again = token_seen(&seen, token);
+        if (again < 0)
+            rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, dir);
+        else if (again)
+            rc = sl_fail(SL_ECORRUPT, "%s: %s: ListObjectsV2 page %u: its NextContinuationToken "
+                         "came before: the server's listing goes round in a loop", fn, u.name,
+                         pages);
+        else if (nm.n > SL_LIST_MAX || pages >= LIST_MAX_PAGES)
+            rc = sl_fail(SL_ECORRUPT, "%s: %s: ListObjectsV2: more than %u names or %u pages: "
+                         "list a narrower prefix", fn, u.name, SL_LIST_MAX, LIST_MAX_PAGES);
     } while (!rc && token);
     if (!rc && nm.n == 0)
         rc = sl_fail(SL_ENOENT, "%s: %s: no objects under this prefix", fn, u.name);
@@ -241,6 +311,7 @@ int sl_remote_list(const char *fn, const char *dir, char ***out, size_t *nout)
         nm.n = 0;
     }
 done:
+    free(seen.h);
     sl_bytes_names_free(nm.v, nm.n);
     sl_rurl_fini(&u);
     free(token);

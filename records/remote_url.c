@@ -7,7 +7,16 @@
  *   A message names the path as the user gave it, cut at the query string
  *   and without userinfo ("https://u:p@h/x?X-Amz-Signature=..." is named
  *   "https://h/x"), so neither a password nor a presigned URL's signature
- *   ever reaches a log. s3:// paths carry no credentials to begin with.
+ *   ever reaches a log; the request URL takes them back from the table of
+ *   remote_redact.c. s3:// paths carry no credentials to begin with.
+ *   Buckets: a bucket name is checked (letters, digits, '.', '-', '_'; 3
+ *   to 255 bytes; a letter or digit at each end) before it goes into a
+ *   URL: "s3://HOST:PORT?/key" would otherwise send signed requests to
+ *   HOST:PORT. AWS itself is addressed by virtual host
+ *   (BUCKET.s3.REGION.amazonaws.com) when the name is a DNS label
+ *   (lowercase, no dot, at most 63 bytes), else by path
+ *   (s3.REGION.amazonaws.com/BUCKET), as the AWS SDKs do: a dotted name
+ *   does not match the *.s3.REGION.amazonaws.com certificate.
  *   Keys are percent-encoded as SigV4's canonical URI wants them (every byte
  *   but A-Z a-z 0-9 - _ . ~ and '/'), which libcurl then signs as sent: the
  *   URL libcurl requests and the one it signs are the same string.
@@ -43,31 +52,6 @@ char *sl_url_escape(const char *s, int keep_slash)
     return out;
 }
 
-char *sl_url_redact(const char *path)
-{
-    const char *scheme_end = strstr(path, "://");
-    const char *host = scheme_end ? scheme_end + 3 : path;
-    size_t hostlen = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', hostlen);
-    size_t pre = (size_t)(host - path);
-    const char *rest;
-    char *out;
-
-    if (at) {
-        hostlen -= (size_t)(at + 1 - host);
-        host = at + 1;
-    }
-    rest = host + hostlen;
-    size_t restlen = strcspn(rest, "?#");
-    if (!(out = malloc(pre + hostlen + restlen + 1)))
-        return NULL;
-    memcpy(out, path, pre);
-    memcpy(out + pre, host, hostlen);
-    memcpy(out + pre + hostlen, rest, restlen);
-    out[pre + hostlen + restlen] = 0;
-    return out;
-}
-
 static const char *env_nonempty(const char *name)
 {
     const char *v = getenv(name);
@@ -83,17 +67,55 @@ void sl_s3_region(char region[64])
     snprintf(region, 64, "%s", r ? r : "us-east-1");
 }
 
+/* A region goes into a host name: letters, digits and '-' only. */
+static int region_ok(const char *r)
+{
+    if (!*r)
+        return 0;
+    for (; *r; r++)
+        if (!((*r >= 'a' && *r <= 'z') || (*r >= 'A' && *r <= 'Z') || (*r >= '0' && *r <= '9') ||
+              *r == '-'))
+            return 0;
+    return 1;
+}
+
+static int alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* 0: not a bucket name; 1: one, but only for path-style requests; 2: a DNS
+ * label too (virtual-host requests). */
+static int bucket_kind(const char *b, size_t n)
+{
+    int dns = n <= 63;
+    if (n < 3 || n > 255 || !alnum(b[0]) || !alnum(b[n - 1]))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (!alnum(c) && c != '.' && c != '-' && c != '_')
+            return 0;
+        if (c == '.' || c == '_' || (c >= 'A' && c <= 'Z'))
+            dns = 0;
+    }
+    return dns ? 2 : 1;
+}
+
 int sl_s3_parse(const char *fn, const char *path, char **base, char **key)
 {
     const char *b = path + 5, *slash = strchr(b, '/');
     size_t blen = slash ? (size_t)(slash - b) : strlen(b);
     const char *ep = env_nonempty("AWS_ENDPOINT_URL_S3");
     char region[64], *bucket = NULL;
-    int len;
+    int kind, len;
 
     *base = *key = NULL;
     if (strncmp(path, "s3://", 5) || blen == 0)
         return sl_fail(SL_EINVAL, "%s: %s: no bucket (s3://BUCKET/KEY)", fn, path);
+    if (!(kind = bucket_kind(b, blen)))
+        return sl_fail(SL_EINVAL, "%s: %s: '%.*s' is not a bucket name (3 to 255 letters, digits, "
+                       "'.', '-' or '_', a letter or digit at each end)", fn, path,
+                       (int)(blen > 80 ? 80 : blen), b);
     if (!ep)
         ep = env_nonempty("AWS_ENDPOINT_URL");
     if (!(bucket = strndup(b, blen)) || !(*key = strdup(slash ? slash + 1 : "")))
@@ -108,10 +130,20 @@ int sl_s3_parse(const char *fn, const char *path, char **base, char **key)
         snprintf(*base, (size_t)len + 1, "%.*s/%s", (int)eplen, ep, bucket);
     } else {
         sl_s3_region(region);
-        len = snprintf(NULL, 0, "https://%s.s3.%s.amazonaws.com", bucket, region);
-        if (!(*base = malloc((size_t)len + 1)))
+        if (!region_ok(region)) {
+            free(bucket);
+            free(*key);
+            *key = NULL;
+            return sl_fail(SL_EINVAL, "%s: %s: AWS_REGION '%s' is not a region name", fn, path,
+                           region);
+        }
+        /* virtual host for a DNS label, else path style */
+        len = kind == 2 ? asprintf(base, "https://%s.s3.%s.amazonaws.com", bucket, region)
+                        : asprintf(base, "https://s3.%s.amazonaws.com/%s", region, bucket);
+        if (len < 0) {
+            *base = NULL;
             goto oom;
-        snprintf(*base, (size_t)len + 1, "https://%s.s3.%s.amazonaws.com", bucket, region);
+        }
     }
     free(bucket);
     return SL_OK;
@@ -129,9 +161,10 @@ int sl_rurl_object(const char *fn, const char *path, sl_rurl *u)
     if (!(u->name = sl_url_redact(path)))
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
     if (strncmp(path, "s3://", 5)) {
-        if (!(u->url = strdup(path)))
-            goto oom;
-        return SL_OK;
+        int rc = sl_secret_url(fn, path, &u->url); /* userinfo, query: remote_redact.c */
+        if (rc)
+            sl_rurl_fini(u);
+        return rc;
     }
     char *base, *key, *ekey;
     int rc = sl_s3_parse(fn, path, &base, &key);
@@ -152,7 +185,6 @@ int sl_rurl_object(const char *fn, const char *path, sl_rurl *u)
     free(ekey);
     if (u->url)
         return SL_OK;
-oom:
     sl_rurl_fini(u);
     return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
 }

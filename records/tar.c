@@ -177,6 +177,21 @@ static int parse_pax(const char *p, size_t n, char *path, size_t cap, int *have_
 
 #define BAD(...) sl_fail(SL_ECORRUPT, __VA_ARGS__)
 
+/* A compressed stream's magic at an archive's first byte ("gzip", ...),
+ * or NULL: a .tar.gz named .tar is refused by name, not as a bad header. */
+static const char *compressed_magic(const uint8_t *h)
+{
+    if (h[0] == 0x1f && h[1] == 0x8b)
+        return "gzip";
+    if (h[0] == 0x28 && h[1] == 0xb5 && h[2] == 0x2f && h[3] == 0xfd)
+        return "zstd";
+    if (h[0] == 'B' && h[1] == 'Z' && h[2] == 'h')
+        return "bzip2";
+    if (h[0] == 0xfd && !memcmp(h + 1, "7zXZ", 4))
+        return "xz";
+    return NULL;
+}
+
 int sl_tar_next(sl_tar_iter *it, sl_tar_member *m)
 {
     uint8_t h[SL_TAR_BLOCK];
@@ -224,6 +239,11 @@ int sl_tar_next(sl_tar_iter *it, sl_tar_member *m)
             it->pos = at + 2 * SL_TAR_BLOCK;
             return SL_EOF;
         }
+        const char *z = at == 0 && !it->span && !checksum_ok(h) ? compressed_magic(h) : NULL;
+        if (z)
+            return sl_fail(SL_ENOTSUP, "%s: a %s-compressed tar: sluice reads tars in place, "
+                           "seeking to each sample, which a compressed stream does not allow; "
+                           "decompress it first (%s -d)", it->what, z, z);
         char hname[101];
         field_str(hname, sizeof hname, h, 100);
         const char *who = have_long ? longname : hname;

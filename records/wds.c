@@ -80,6 +80,14 @@ void sl_wds_index_fini(sl_wds_index *ix)
 int sl_wds_index_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *ext,
                      const char *name, uint64_t off, uint64_t size, int same)
 {
+    int join = same && ix->nsamples;
+    uint64_t span_off = join ? ix->samples[ix->nsamples - 1].span_off
+                        : ix->nsamples ? ix->samples[ix->nsamples - 1].span_end : 0;
+    if (size > SL_WDS_SAMPLE_MAX || off + sl_tar_pad(size) - span_off > SL_WDS_SAMPLE_MAX)
+        return sl_fail(SL_ECORRUPT, "sample %zu: member of %llu bytes @ %llu: the sample passes "
+                       "the %llu MiB a sample may hold", ix->nsamples - (size_t)join,
+                       (unsigned long long)size, (unsigned long long)off,
+                       (unsigned long long)(SL_WDS_SAMPLE_MAX >> 20));
     if (ix->nmembers == *mcap) {
         size_t c = *mcap ? 2 * *mcap : 256;
         sl_wds_member *nm = realloc(ix->members, c * sizeof *nm);
@@ -88,7 +96,7 @@ int sl_wds_index_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *e
         ix->members = nm;
         *mcap = c;
     }
-    if (!same || !ix->nsamples) {
+    if (!join) {
         if (ix->nsamples == *scap) {
             size_t c = *scap ? 2 * *scap : 128;
             sl_wds_sample *ns = realloc(ix->samples, c * sizeof *ns);
@@ -98,7 +106,7 @@ int sl_wds_index_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *e
             *scap = c;
         }
         sl_wds_sample *s = &ix->samples[ix->nsamples];
-        s->span_off = ix->nsamples ? ix->samples[ix->nsamples - 1].span_end : 0;
+        s->span_off = span_off;
         s->first = ix->nmembers;
         s->n = 0;
         ix->nsamples++;
@@ -182,8 +190,12 @@ static int index_scan(const char *path, sl_wds_index *ix, int keep_prefix)
         memcpy(prev_key, m->name, k);
         prev_key[k] = 0;
         if ((rc = sl_wds_index_add(ix, &mcap, &scap, ext_of(m->name), m->name, m->data_off, m->size,
-                         same)))
+                         same))) {
+            if (rc == SL_ECORRUPT) /* a sample too large: name the shard and the member */
+                rc = sl_fail(rc, "%s: member '%s' @ %llu: %s", path, m->name,
+                             (unsigned long long)m->data_off, sl_errmsg());
             goto out;
+        }
     }
     if (rc == SL_EOF)
         rc = SL_OK;
@@ -315,8 +327,11 @@ int sl_wds_index_parse(const char *text, size_t len, uint64_t tar_size, const ch
                              fn, what, line, ext, off, size, tar_size);
                 goto out;
             }
-            if ((rc = sl_wds_index_add(ix, &mcap, &scap, ext, group == 4 ? tok : NULL, off, size, same)))
+            if ((rc = sl_wds_index_add(ix, &mcap, &scap, ext, group == 4 ? tok : NULL, off, size, same))) {
+                if (rc == SL_ECORRUPT)
+                    rc = sl_fail(rc, "%s: %s: line %zu: %s", fn, what, line, sl_errmsg());
                 goto out;
+            }
             prev_end = off + sl_tar_pad(size);
             same = 1;
         }
@@ -347,6 +362,51 @@ int sl_wds_index_load(const char *idx_path, uint64_t tar_size, sl_wds_index *ix)
         return rc;
     rc = sl_wds_index_parse((const char *)buf, len, tar_size, idx_path, ix);
     free(buf);
+    return rc;
+}
+
+char *sl_wds_dali_idx_path(const char *tar)
+{
+    size_t n = strlen(tar);
+    if (n > 4 && !strcmp(tar + n - 4, ".tar"))
+        n -= 4;
+    char *p = malloc(n + 5);
+    if (p) {
+        memcpy(p, tar, n);
+        memcpy(p + n, ".idx", 5);
+    }
+    return p;
+}
+
+int sl_wds_index_load_beside(const char *tar, uint64_t tar_size, sl_wds_index *ix, char **which)
+{
+    char *ours = NULL, *dali = NULL;
+    int rc;
+    if (which)
+        *which = NULL;
+    if (asprintf(&ours, "%s.idx", tar) < 0)
+        return sl_fail(SL_ENOMEM, "sl_wds_index_load: out of memory");
+    rc = sl_wds_index_load(ours, tar_size, ix);
+    if (rc == SL_ENOENT) { /* DALI's wds2idx names it X.idx by default */
+        if (!(dali = sl_wds_dali_idx_path(tar))) {
+            free(ours);
+            return sl_fail(SL_ENOMEM, "sl_wds_index_load: out of memory");
+        }
+        sl_clear_error();
+        rc = sl_wds_index_load(dali, tar_size, ix);
+        if (rc == SL_ENOENT)
+            rc = sl_fail(SL_ENOENT, "sl_wds_index_load: %s: no %s or %s beside it", tar, ours,
+                         dali);
+    }
+    if (which && rc != SL_ENOENT) {
+        *which = dali && rc != SL_ENOENT ? dali : ours;
+        if (*which == dali)
+            dali = NULL;
+        else
+            ours = NULL;
+    }
+    free(ours);
+    free(dali);
     return rc;
 }
 

@@ -13,7 +13,9 @@
  * the span holds every header of the sample (GNU long names, pax headers)
  * and sl_wds_sample_decode parses it alone.
  *
- * Index file "<shard>.idx" (beside "X.tar": "X.tar.idx"), DALI's
+ * Index file "<shard>.idx" (beside "X.tar": "X.tar.idx", what sluice
+ * index writes; DALI's wds2idx writes "X.idx" by default, which is read
+ * when there is no "X.tar.idx"), DALI's
  * WebDataset index (dali/operators/reader/webdataset_reader_op.cc and
  * tools/wds2idx.py), so DALI reads ours and we read DALI's:
  *     v1.2 <num_samples>
@@ -77,8 +79,9 @@ void sl_tar_iter_init(sl_tar_iter *it, sl_tar_read_fn read, void *arg, uint64_t 
                       const char *what);
 /* The next regular member into *m: SL_OK, SL_EOF after the last,
  * SL_ECORRUPT "WHAT: member NAME @ OFF: what" for any malformed header,
- * checksum, number, size past the end or truncation; read's errors as they
- * are. */
+ * checksum, number, size past the end or truncation; SL_ENOTSUP for an
+ * archive that starts with a gzip, zstd, bzip2 or xz stream (a .tar.gz
+ * named .tar: refused by name); read's errors as they are. */
 int sl_tar_next(sl_tar_iter *it, sl_tar_member *m);
 /* sl_tar_iter_init over memory (buf must outlive the iterator). */
 void sl_tar_iter_mem(sl_tar_iter *it, const uint8_t *buf, size_t len, int span, const char *what);
@@ -101,6 +104,12 @@ typedef struct sl_wds_sample {
     size_t first, n;             /* its members: members[first .. first + n) */
 } sl_wds_sample;
 
+/* The largest sample span an index or a scan may hold: a sample is one
+ * image and its label, and the pipeline keeps a buffer of the largest
+ * sample per worker, so an index that declares a 3 GiB sample is refused
+ * rather than allocated. */
+#define SL_WDS_SAMPLE_MAX ((uint64_t)256 << 20)
+
 typedef struct sl_wds_index {
     sl_wds_sample *samples;
     size_t nsamples;
@@ -113,7 +122,8 @@ void sl_wds_index_fini(sl_wds_index *ix);
 /* Append a member (ext and name copied; name may be NULL) to ix: it joins
  * the last sample when same is set, else starts one (span_off: the previous
  * span's end). *mcap, *scap: the arrays' capacities, kept by the caller
- * (the scan, the writer). */
+ * (the scan, the writer). A sample span past SL_WDS_SAMPLE_MAX is
+ * SL_ECORRUPT "sample N: ..." (the caller names the file). */
 int sl_wds_index_add(sl_wds_index *ix, size_t *mcap, size_t *scap, const char *ext,
                      const char *name, uint64_t off, uint64_t size, int same);
 /* Scan the tar at path (through records/bytesrc.h's sl_bytes_read) and
@@ -136,6 +146,12 @@ int sl_wds_index_parse(const char *text, size_t len, uint64_t tar_size, const ch
                        sl_wds_index *ix);
 /* sl_wds_index_parse of the file idx_path (read through sl_bytes_get). */
 int sl_wds_index_load(const char *idx_path, uint64_t tar_size, sl_wds_index *ix);
+/* DALI's default index name of tar ("X.tar" -> "X.idx"), malloc'd. */
+char *sl_wds_dali_idx_path(const char *tar);
+/* The index beside tar: "X.tar.idx", else DALI's "X.idx"; SL_ENOENT when
+ * neither exists. *which (when not NULL) gets the one loaded (malloc'd). */
+int sl_wds_index_load_beside(const char *tar, uint64_t tar_size, sl_wds_index *ix,
+                             char **which);
 /* The index text (v1.2, or v1.1 when a name has a blank or is missing):
  * *text malloc'd. */
 int sl_wds_index_format(const sl_wds_index *ix, char **text, size_t *len);

@@ -151,11 +151,10 @@ static void start(srv *s, const char *what, char **argv, int port_arg, char *con
 
 /* ---------------------------------------------------------------- nginx */
 
-void srv_nginx_start(const char *root, srv *s)
+/* nginx's binary, or the test fails (skips) naming what to install. */
+static const char *nginx_bin(void)
 {
     const char *nginx = getenv("SLUICE_TEST_NGINX");
-    char conf[320], rootabs[PATH_MAX], why[2048] = "";
-
     if (!nginx || !*nginx)
         nginx = "/usr/sbin/nginx";
     if (access(nginx, X_OK) != 0) {
@@ -164,36 +163,108 @@ void srv_nginx_start(const char *root, srv *s)
                  "(tools/dev deps) or point SLUICE_TEST_NGINX at an nginx", nginx);
         missing(msg);
     }
+    return nginx;
+}
+
+/* Write s's nginx.conf for the port in s->port. */
+static void nginx_conf(const srv *s, const char *conf, const char *rootabs, const char *extra,
+                       const char *tls_dir)
+{
+    char listen[1200];
+    if (tls_dir)
+        snprintf(listen, sizeof listen, "listen 127.0.0.1:%d ssl; ssl_certificate %s/server.pem; "
+                 "ssl_certificate_key %s/server.key;", s->port, tls_dir, tls_dir);
+    else
+        snprintf(listen, sizeof listen, "listen 127.0.0.1:%d;", s->port);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f, "%s: %s", conf, strerror(errno));
+    fprintf(f,
+            "daemon off;\nmaster_process off;\nworker_processes 1;\n"
+            "pid %1$s/nginx.pid;\nerror_log %1$s/error.log warn;\n"
+            "events { worker_connections 512; }\n"
+            "http {\n"
+            "  log_format sl '$connection $request $status $body_bytes_sent';\n"
+            "  access_log %1$s/access.log sl;\n"
+            "  client_body_temp_path %1$s/body; proxy_temp_path %1$s/proxy;\n"
+            "  fastcgi_temp_path %1$s/fastcgi; uwsgi_temp_path %1$s/uwsgi;\n"
+            "  scgi_temp_path %1$s/scgi;\n"
+            "  keepalive_requests 100000; keepalive_timeout 60s;\n"
+            "  default_type application/octet-stream;\n"
+            "  server { %2$s root %3$s; %4$s location / { } }\n"
+            "}\n",
+            s->dir, listen, rootabs, extra ? extra : "");
+    fclose(f);
+}
+
+void srv_nginx_start_ex(const char *root, const char *extra, const char *tls_dir, srv *s)
+{
+    const char *nginx = nginx_bin();
+    char conf[320], rootabs[PATH_MAX], why[2048] = "";
+
     cr_assert_not_null(realpath(root, rootabs), "%s: %s", root, strerror(errno));
     srv_init(s);
     snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
     snprintf(s->log, sizeof s->log, "%s/access.log", s->dir);
     for (int attempt = 0; attempt < 3; attempt++) {
         s->port = free_port();
-        snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
-        FILE *f = fopen(conf, "w");
-        cr_assert_not_null(f, "%s: %s", conf, strerror(errno));
-        fprintf(f,
-                "daemon off;\nmaster_process off;\nworker_processes 1;\n"
-                "pid %1$s/nginx.pid;\nerror_log %1$s/error.log warn;\n"
-                "events { worker_connections 512; }\n"
-                "http {\n"
-                "  log_format sl '$connection $request $status';\n"
-                "  access_log %1$s/access.log sl;\n"
-                "  client_body_temp_path %1$s/body; proxy_temp_path %1$s/proxy;\n"
-                "  fastcgi_temp_path %1$s/fastcgi; uwsgi_temp_path %1$s/uwsgi;\n"
-                "  scgi_temp_path %1$s/scgi;\n"
-                "  keepalive_requests 100000; keepalive_timeout 60s;\n"
-                "  default_type application/octet-stream;\n"
-                "  server { listen 127.0.0.1:%2$d; root %3$s; location / { } }\n"
-                "}\n",
-                s->dir, s->port, rootabs);
-        fclose(f);
+        snprintf(s->url, sizeof s->url, "%s://127.0.0.1:%d", tls_dir ? "https" : "http", s->port);
+        nginx_conf(s, conf, rootabs, extra, tls_dir);
         char *argv[] = {(char *)nginx, "-p", s->dir, "-c", conf, "-e", "stderr", NULL};
         if (spawn_wait(s, argv, NULL, why, sizeof why) == 0)
             return;
     }
     cr_assert_fail("nginx did not start; its log:\n%s", why);
+}
+
+void srv_nginx_start(const char *root, srv *s) { srv_nginx_start_ex(root, NULL, NULL, s); }
+
+/* Kill the process, keep its folder (the config). */
+static void kill_wait(srv *s)
+{
+    if (s->pid > 0) {
+        int st;
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &st, 0);
+        s->pid = 0;
+    }
+}
+
+void srv_nginx_restart(srv *s, int down_ms)
+{
+    char conf[320], why[2048] = "";
+    kill_wait(s);
+    if (down_ms < 0)
+        return; /* down until the next call */
+    sleep_ms(down_ms);
+    snprintf(conf, sizeof conf, "%s/nginx.conf", s->dir);
+    char *argv[] = {(char *)nginx_bin(), "-p", s->dir, "-c", conf, "-e", "stderr", NULL};
+    for (int attempt = 0; attempt < 50; attempt++) { /* the port may linger a moment */
+        if (spawn_wait(s, argv, NULL, why, sizeof why) == 0)
+            return;
+        sleep_ms(100);
+    }
+    cr_assert_fail("nginx did not restart on port %d; its log:\n%s", s->port, why);
+}
+
+void srv_tls_make(const char *dir)
+{
+    char *out = NULL;
+    /* a CA, and a server certificate for 127.0.0.1 (an IP SAN) signed by it */
+    int rc = tu_run(&out,
+                    "cd '%s' && "
+                    "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=sluice-test-ca "
+                    "-keyout ca.key -out ca.pem 2>&1 && "
+                    "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key "
+                    "-out server.csr 2>&1 && "
+                    "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && "
+                    "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+                    "-days 2 -extfile san.ext -out server.pem 2>&1 && "
+                    "mkdir -p cadir && cp ca.pem cadir/ && openssl rehash cadir 2>&1",
+                    dir);
+    if (rc != 0 && tu_run(NULL, "command -v openssl") != 0)
+        missing("openssl not found on PATH (the TLS tests' certificates): install openssl");
+    cr_assert_eq(rc, 0, "making test certificates in %s: %s", dir, out ? out : "");
+    free(out);
 }
 
 /* ---------------------------------------------------------------- moto */
@@ -313,6 +384,40 @@ void srv_proxy_start(const char *upstream_url, const char *mode, srv *s)
     char *argv[] = {"python3", script, "--upstream", up, "--mode", (char *)mode,
                     "--control", s->control, "--port", NULL, NULL};
     start(s, "tests/servers/faultproxy.py", argv, 9, NULL, "%d");
+}
+
+void srv_hostile_start(const char *root, const char *mode, srv *s)
+{
+    char script[PATH_MAX], rootabs[PATH_MAX];
+    snprintf(script, sizeof script, "%s/tests/servers/hostile.py", SLUICE_SOURCE_DIR);
+    if (tu_run(NULL, "command -v python3") != 0)
+        missing("python3 not found on PATH (tests/servers/hostile.py): install python3");
+    cr_assert_not_null(realpath(root, rootabs), "%s: %s", root, strerror(errno));
+    srv_init(s);
+    snprintf(s->control, sizeof s->control, "%s/mode", s->dir);
+    char *argv[] = {"python3", script, "--root", rootabs, "--mode", (char *)mode,
+                    "--control", s->control, "--port", NULL, NULL};
+    start(s, "tests/servers/hostile.py", argv, 9, NULL, "%d");
+}
+
+void srv_hostile_stats(const srv *s, long *connections, long *requests, long *bytes)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char buf[512];
+    size_t len = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "stats: %s", strerror(errno));
+    static const char req[] = "GET /__stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    cr_assert_eq(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    for (ssize_t r; len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0;)
+        len += (size_t)r;
+    buf[len] = 0;
+    close(fd);
+    const char *body = strstr(buf, "\r\n\r\n");
+    cr_assert(body && sscanf(body + 4, "connections %ld requests %ld bytes %ld", connections,
+                             requests, bytes) == 3, "stats: %s", buf);
 }
 
 void srv_proxy_mode(const srv *s, const char *mode)

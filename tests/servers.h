@@ -1,8 +1,9 @@
 /* tests/servers.h - real servers on loopback for the remote-I/O tests:
  * nginx serving a folder (ranges, keep-alive, an access log that names each
  * request's connection), moto's S3 server (SigV4 checked against an IAM
- * key made at start), and tests/servers/faultproxy.py (delays, 503s, resets,
- * short bodies) in front of either.
+ * key made at start), tests/servers/faultproxy.py (delays, 503s, resets,
+ * short bodies, stalls) in front of either, and tests/servers/hostile.py (a
+ * server that ignores Range, sends too much, stalls, loops its listing).
  *
  * Each server is a child process on an ephemeral port, killed by srv_stop
  * and, should the test die first, by PR_SET_PDEATHSIG. A start returns once
@@ -28,7 +29,7 @@ typedef struct srv {
     int port;
     char url[64];       /* "http://127.0.0.1:PORT" */
     char dir[256];      /* the server's own temp folder (config, logs) */
-    char log[320];      /* nginx: access log, "$connection $request $status" per line */
+    char log[320];      /* nginx: access log, "$connection $request $status $bytes" per line */
     char control[320];  /* proxy: its control file (srv_proxy_mode) */
     char key[128];      /* s3: the access key id made at start */
     char secret[128];   /* s3: its secret */
@@ -36,6 +37,24 @@ typedef struct srv {
 
 /* nginx serving root at s->url. */
 void srv_nginx_start(const char *root, srv *s);
+/* The same with extra directives inside its server block (NULL: none) and,
+ * when tls_dir is set, https with tls_dir/server.pem and server.key
+ * (srv_tls_make): s->url "https://127.0.0.1:PORT". */
+void srv_nginx_start_ex(const char *root, const char *extra, const char *tls_dir, srv *s);
+/* Kill nginx (a crash: no goodbye on its connections), wait down_ms, start
+ * it again on the same port (a server restart); down_ms < 0: leave it down
+ * (a later call starts it). Call it from the thread that started it: the
+ * server dies with the thread that forked it (PR_SET_PDEATHSIG). */
+void srv_nginx_restart(srv *s, int down_ms);
+/* In dir: a test CA (ca.pem; cadir/ hashed for SSL_CERT_DIR) and a server
+ * certificate for 127.0.0.1 it signed (server.pem, server.key); openssl. */
+void srv_tls_make(const char *dir);
+/* tests/servers/hostile.py serving root, misbehaving as MODE says ("norange",
+ * "long206", "huge", "stall", "looptoken=1", "peer", ...); srv_proxy_mode
+ * changes its mode too. */
+void srv_hostile_start(const char *root, const char *mode, srv *s);
+/* What hostile.py has seen: connections, requests, body and header bytes sent. */
+void srv_hostile_stats(const srv *s, long *connections, long *requests, long *bytes);
 /* moto's S3 server at s->url, with signature checks on and a key made. */
 void srv_s3_start(srv *s);
 /* Upload every file under local_dir to s3://bucket/prefix<relative path>
@@ -52,7 +71,8 @@ void srv_s3_env(const srv *s, const char *endpoint);
 /* The fault proxy in front of upstream_url ("http://127.0.0.1:PORT"),
  * faults as faultproxy.py's MODE ("pass", "503=2", "delay=500,reset=1"...). */
 void srv_proxy_start(const char *upstream_url, const char *mode, srv *s);
-/* New faults from the next request on (the proxy's counter restarts). */
+/* New faults from the next request on (the proxy's counter restarts), or
+ * hostile.py's new mode. */
 void srv_proxy_mode(const srv *s, const char *mode);
 /* Kill the server, wait for it, remove its folder. A zeroed srv is a no-op. */
 void srv_stop(srv *s);

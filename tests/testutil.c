@@ -155,3 +155,15 @@ void tu_assert_close(const float *got, const float *want, int64_t n, double atol
         cr_assert_fail("%s[%lld]: got %.9g want %.9g (diff %.3g)", what, (long long)i, got[i],
                        want[i], fabs((double)got[i] - want[i]));
 }
+
+uint8_t *tu_random_file(const char *dir, const char *name, size_t size, uint64_t seed)
+{
+    uint8_t *b = malloc(size ? size : 1);
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < size; i++)
+        b[i] = (uint8_t)(tu_rand(&seed) >> 24);
+    char *p = tu_join(dir, name);
+    cr_assert_eq(tu_write_file(p, b, size), 0, "%s", p);
+    free(p);
+    return b;
+}

@@ -17,6 +17,9 @@ char *tu_join(const char *a, const char *b);
 uint8_t *tu_read_file(const char *path, size_t *len);
 /* Write a whole file; 0 on success. */
 int tu_write_file(const char *path, const void *data, size_t len);
+/* dir/name with size pseudo-random bytes (tu_rand from seed); returns them
+ * (malloc'd). */
+uint8_t *tu_random_file(const char *dir, const char *name, size_t size, uint64_t seed);
 /* Run a shell command (printf format); returns its exit status (or -1). The
  * command's stdout+stderr are captured into a malloc'd *out when out != NULL. */
 int tu_run(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline_flags.h"
 #include "records/bytesrc.h"
 #include "records/records.h"
 
@@ -97,8 +98,9 @@ int cmd_index(int argc, char **argv)
                       a);
             rc = 2;
             goto done;
-        } else {
-            paths[npaths++] = argv[i];
+        } else if (!(paths[npaths++] = (char *)pf_redacted(CMD, argv[i]))) { /* where it enters */
+            rc = 2;
+            goto done;
         }
     }
     if (npaths == 0) {

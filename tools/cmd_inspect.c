@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline_flags.h"
 #include "walk_progress.h"
 
 #define CMD "inspect"
@@ -24,7 +25,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice inspect PATH [--split NAME] [--json]\n"
+            "usage: sluice inspect PATH [--split NAME] [--label-key NAME] [--json]\n"
             "\n"
             "Reads every record and shows per split and in total: records, shards,\n"
             "payload bytes, mean record size, the label histogram (with class names\n"
@@ -32,10 +33,14 @@ static void usage(FILE *f)
             "and warns when dataset.json's counts differ from what is on disk.\n"
             "PATH is a dataset directory, a directory of *.tfrecord files, one\n"
             ".tfrecord file, WebDataset .tar shards, or an LMDB store directory; or\n"
-            "the same on a server: https://HOST/DIR, s3://BUCKET/PREFIX.\n"
+            "the same on a server: https://HOST/DIR, s3://BUCKET/PREFIX, a glob on\n"
+            "s3:// ('s3://B/P/*.tar'), a presigned URL (a password or signature in a\n"
+            "URL is never printed). Compressed shards (.tar.gz ...) are refused by name.\n"
             "\n"
-            "  --split NAME   only this split\n"
-            "  --json         one JSON object on stdout instead of the table\n"
+            "  --split NAME       only this split\n"
+            "  --label-key NAME   WebDataset (.tar) shards: the label is the integer field\n"
+            "                     NAME of each sample's .json member   (default: its .cls)\n"
+            "  --json             one JSON object on stdout instead of the table\n"
             "\n"
             "Exit 0 when every record was read; 2 on a corrupt record (file, record\n"
             "and offset named), a missing PATH or bad usage.\n"
@@ -158,7 +163,7 @@ static const char *without_fn(const char *msg)
 
 int cmd_inspect(int argc, char **argv)
 {
-    const char *path = NULL, *split = NULL;
+    const char *path = NULL, *split = NULL, *label_key = NULL;
     int json = 0, rc = 0;
     sl_dataset ds;
     sl_inspect_result res = {0};
@@ -174,17 +179,25 @@ int cmd_inspect(int argc, char **argv)
             json = 1;
         } else if ((val = cli_opt_value(argc, argv, &i, "--split", &missing))) {
             split = val;
+        } else if (!missing && (val = cli_opt_value(argc, argv, &i, "--label-key", &missing))) {
+            if (!*val) {
+                cli_error(CMD, "--label-key: bad value '' (want a JSON field name)");
+                return 2;
+            }
+            label_key = val;
         } else if (missing) {
-            cli_error(CMD, "--split needs a value");
+            cli_error(CMD, "%s needs a value", a);
             return 2;
         } else if (a[0] == '-' && a[1]) {
             cli_error(CMD, "unknown option '%s' (sluice inspect --help)", a);
             return 2;
         } else if (path) {
-            cli_error(CMD, "one PATH at a time ('%s' and '%s')", path, a);
+            const char *b = pf_redacted(CMD, a);
+            if (b)
+                cli_error(CMD, "one PATH at a time ('%s' and '%s')", path, b);
             return 2;
-        } else {
-            path = a;
+        } else if (!(path = pf_redacted(CMD, a))) { /* where the path enters */
+            return 2;
         }
     }
     if (!path) {
@@ -196,6 +209,7 @@ int cmd_inspect(int argc, char **argv)
         rc = cli_fail(CMD, rc);
         goto out;
     }
+    ds.label_key = label_key;
     walk_line_init(&line, CMD);
     rc = sl_dataset_inspect(&ds, walk_line_draw, &line, &res);
     walk_line_clear(&line);

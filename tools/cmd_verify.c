@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline_flags.h"
 #include "walk_progress.h"
 
 #define CMD "verify"
@@ -24,6 +25,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice verify PATH... [--split NAME] [--all] [--quiet] [--label-range LO:HI]\n"
+            "                            [--label-key NAME]\n"
             "\n"
             "Reads every record and checks CRCs, Examples (image/encoded and\n"
             "image/class/label present), JPEG headers (and that their size matches\n"
@@ -34,8 +36,10 @@ static void usage(FILE *f)
             "ImageNet converter writes them), a quoted glob, one shard, or an LMDB store\n"
             "directory; or the same on a server: https://HOST/DIR, s3://BUCKET/PREFIX\n"
             "(sluice profile --help says which variables S3 reads). WebDataset .tar\n"
-            "shards: each sample's members parse and hold an image and a .cls label,\n"
-            "checked as above; problems read \"<file>: sample N 'KEY' @ OFFSET: <what>\".\n"
+            "shards: each sample's members parse and hold an image and a .cls label\n"
+            "(or the --label-key field of its .json), checked as above; problems read\n"
+            "\"<file>: sample N 'KEY' @ OFFSET: <what>\". Their index is X.tar.idx, or\n"
+            "DALI's X.idx. A password or signature in a URL is never printed.\n"
             "\n"
             "  --split NAME          only this split\n"
             "  --all                 go on past problems, list them all and count them\n"
@@ -43,6 +47,8 @@ static void usage(FILE *f)
             "  --label-range LO:HI   stored labels must lie in LO..HI (inclusive); the\n"
             "                        default comes from dataset.json (num_classes and\n"
             "                        label_offset), no check without it\n"
+            "  --label-key NAME      WebDataset (.tar) shards: the label is the integer field\n"
+            "                        NAME of each sample's .json member (default: its .cls)\n"
             "\n"
             "Prints \"ok: N records in M files\" and exits 0 when clean; otherwise prints\n"
             "\"<file>: record N @ OFFSET: <what>\" and exits 1 (at the first problem\n"
@@ -110,6 +116,13 @@ int cmd_verify(int argc, char **argv)
                 goto done;
             }
             o.label_range = 1;
+        } else if (!missing && (val = cli_opt_value(argc, argv, &i, "--label-key", &missing))) {
+            if (!*val) {
+                cli_error(CMD, "--label-key: bad value '' (want a JSON field name)");
+                rc = 2;
+                goto done;
+            }
+            o.label_key = val;
         } else if (missing) {
             cli_error(CMD, "%s needs a value", a);
             rc = 2;
@@ -118,8 +131,9 @@ int cmd_verify(int argc, char **argv)
             cli_error(CMD, "unknown option '%s' (sluice verify --help)", a);
             rc = 2;
             goto done;
-        } else {
-            paths[npaths++] = argv[i];
+        } else if (!(paths[npaths++] = (char *)pf_redacted(CMD, argv[i]))) { /* where it enters */
+            rc = 2;
+            goto done;
         }
     }
     if (npaths == 0) {

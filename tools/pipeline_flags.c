@@ -38,7 +38,30 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"max-pixels", required_argument, NULL, PF_OPT_MAX_PIXELS},
     {"decode", required_argument, NULL, PF_OPT_DECODE},
     {"label-key", required_argument, NULL, PF_OPT_LABEL_KEY},
+    {"io-retry-budget", required_argument, NULL, PF_OPT_IO_RETRY_BUDGET},
+    {"ca-bundle", required_argument, NULL, PF_OPT_CA_BUNDLE},
 };
+
+/* The redacted paths handed out, kept reachable for the process's life
+ * (a command holds a few). */
+typedef struct kept_path {
+    struct kept_path *next;
+    char *path;
+} kept_path;
+static kept_path *g_kept;
+
+const char *pf_redacted(const char *cmd, const char *path)
+{
+    kept_path *k = calloc(1, sizeof *k);
+    if (!k || sl_path_redact(path, &k->path)) {
+        free(k);
+        cli_error(cmd, "out of memory");
+        return NULL;
+    }
+    k->next = g_kept;
+    g_kept = k;
+    return k->path;
+}
 
 void pf_init(pf_flags *f, const char *cmd)
 {
@@ -169,7 +192,10 @@ int pf_parse(pf_flags *f, int code, const char *arg)
     uint64_t u;
     int v;
     switch (code) {
-    case PF_OPT_DATA: c->data = arg; return 0;
+    case PF_OPT_DATA:
+        if (!arg || !(c->data = pf_redacted(f->cmd, arg))) /* where the path enters */
+            return -1;
+        return 0;
     case PF_OPT_SPLIT:
         if (!arg || !*arg)
             return bad(f, "--split", arg, "a split name such as train");
@@ -289,6 +315,16 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             return -1;
         f->io.retries = u ? (unsigned)u : SL_IO_NO_RETRY;
         return 0;
+    case PF_OPT_IO_RETRY_BUDGET:
+        if (parse_uint(f, "--io-retry-budget", arg, 1, 86400, &u))
+            return -1;
+        f->io.retry_ms = (unsigned)u * 1000u;
+        return 0;
+    case PF_OPT_CA_BUNDLE:
+        if (!arg || !*arg)
+            return bad(f, "--ca-bundle", arg, "a PEM file of CA certificates");
+        f->io.ca_bundle = arg; /* copied by sl_io_configure */
+        return 0;
     case PF_OPT_IO_TIMEOUT:
         if (parse_uint(f, "--io-timeout", arg, 1, 3600, &u))
             return -1;
@@ -334,7 +370,10 @@ int pf_finish(pf_flags *f)
         c->shuffle = SL_SHUFFLE_NONE;
         c->shuffle_files = 0;
     }
-    sl_io_configure(&f->io); /* process-wide: every remote read of this command */
+    if (sl_io_configure(&f->io)) { /* process-wide: every remote read of this command */
+        cli_error(f->cmd, "out of memory");
+        return -1;
+    }
     return 0;
 }
 
@@ -373,7 +412,10 @@ void pf_usage(FILE *out)
           "                        writes them), a quoted glob of shards ('d/train-0000[0-3]-*'),\n"
           "                        or one shard; or the same remote: https://host/dir,\n"
           "                        http://..., s3://bucket/prefix (AWS_ACCESS_KEY_ID,\n"
-          "                        AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL) (required)\n"
+          "                        AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL), a\n"
+          "                        presigned shard URL; a folder of WebDataset tars NAME-NNNNNN.tar\n"
+          "                        needs no --split: the folder's one set of shards is taken\n"
+          "                        (a password or signature in the URL is never printed) (required)\n"
           "  --split NAME          split to read                                    (default train)\n"
           "  --image-size S|HxW    output size                                      (default 224)\n"
           "  --batch B             samples per batch                                (default 64)\n"
@@ -396,10 +438,18 @@ void pf_usage(FILE *out)
           "                                                                         (default skip)\n"
           "  --max-pixels N        a JPEG whose header claims more than N pixels is a bad record\n"
           "                        (--on-error), refused before decoding   (default 67108864 = 2^26)\n"
-          "  --io-retries N        remote reads: tries after the first for a timeout, reset, 5xx or\n"
-          "                        503 SlowDown, with capped exponential backoff    (default 5)\n"
-          "  --io-timeout S        remote reads: seconds per request                (default 30)\n"
+          "  --io-retry-budget S   remote reads: a timeout, stall, reset, 5xx or 503 SlowDown is\n"
+          "                        retried (capped exponential backoff) for S seconds from the\n"
+          "                        request's first try; then the run ends naming the shard, under\n"
+          "                        either --on-error               (default 60: rides out a restart)\n"
+          "  --io-retries N        remote reads: at most N tries after the first (0: none)\n"
+          "                                                   (default: as many as the budget allows)\n"
+          "  --io-timeout S        remote reads: seconds to connect, and a transfer below 1 KiB/s\n"
+          "                        for S seconds is a stall (cut, retried)         (default 30)\n"
           "  --io-inflight N       remote reads: ranged GETs in flight per reader   (default 8)\n"
+          "  --ca-bundle FILE      https: trust the CAs in FILE (PEM) instead of the system's\n"
+          "                        (default: AWS_CA_BUNDLE for s3://, CURL_CA_BUNDLE or\n"
+          "                        SSL_CERT_FILE, and SSL_CERT_DIR, when set)\n"
           "  --label-offset N      subtracted from stored labels (TensorFlow's ImageNet shards\n"
           "                        count from 1: --label-offset 1)  (default: dataset.json's, else 0)\n"
           "  --label-key NAME      WebDataset (.tar) shards: the label is the integer field NAME\n"

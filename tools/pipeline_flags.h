@@ -17,7 +17,10 @@
  *     if (pf_finish(&pf)) return 2;
  *     sl_pipeline_create(&pf.cfg, &p);
  *
- * Strings in cfg point into argv (valid for the command's run).
+ * Strings in cfg point into argv (valid for the command's run), but for
+ * cfg.data: its redacted copy (bytesrc.h's sl_path_redact: a password or a
+ * presigned URL's signature never reaches a message or a report), which
+ * pf_redacted also gives for the path arguments of the other commands.
  * Threading: none (CLI thread only).
  */
 #ifndef SL_PIPELINE_FLAGS_H
@@ -57,7 +60,9 @@ enum {
     PF_OPT_IO_TIMEOUT,
     PF_OPT_IO_INFLIGHT,
     PF_OPT_LABEL_KEY,
-    PF_OPT_LAST = PF_OPT_LABEL_KEY,
+    PF_OPT_IO_RETRY_BUDGET,
+    PF_OPT_CA_BUNDLE,
+    PF_OPT_LAST = PF_OPT_CA_BUNDLE,
 };
 
 #define PF_NOPTS (PF_OPT_LAST - PF_OPT_FIRST + 1)
@@ -74,6 +79,11 @@ typedef struct pf_flags {
     int getopt_started;       /* pf_getopt has reset getopt's state */
     sl_io_opts io;            /* --io-*: remote reads (records/bytesrc.h), set by pf_finish */
 } pf_flags;
+
+/* The name of a path argument from now on: sl_path_redact's copy, kept
+ * for the process's life (the secrets go to bytesrc's table); NULL, with
+ * the error printed for cmd, when out of memory. */
+const char *pf_redacted(const char *cmd, const char *path);
 
 /* cfg = SL_PIPELINE_CONFIG_INIT; cmd names the command in messages. */
 void pf_init(pf_flags *f, const char *cmd);

@@ -210,10 +210,12 @@ class Pipeline:
     label_key: WebDataset shards only: the label is the integer field
         label_key of each sample's .json member; None (default) reads the
         .cls member.
-    io_retries, io_timeout, io_inflight: remote data only: tries after the
-        first for a timeout, a reset, a 5xx or a 429 (0 to 100; 0 = no
-        retry; default 5), seconds per request (1 to 3600; default 30) and
-        ranged GETs in flight per reader (1 to 64; default 8). These are
+    io_retries, io_timeout, io_inflight: remote data only: at most this
+        many tries after the first for a timeout, a reset, a 5xx or a 429
+        (0 to 100; 0 = no retry; default: no count, a failed read is retried
+        for 60 s from its first try, SLUICE_IO_RETRY_MS), seconds to connect
+        and of a stall (1 to 3600; default 30) and ranged GETs in flight per
+        reader (1 to 64; default 8). These are
         PROCESS-WIDE, as the CLI's --io-retries and friends: each one given
         applies to every remote read in this process from then on (other
         Pipelines, convert, verify, inspect included); None leaves that
@@ -246,7 +248,8 @@ class Pipeline:
     sluice.CorruptError naming file and record, sluice.PermissionDeniedError
     (a PermissionError) when a remote store refuses (401/403), at creation
     or from next(); a remote shard that cannot be read after the retries
-    raises naming its URL, byte range and last HTTP status. Ctrl-C while waiting raises
+    raises naming its URL (without a password or signature), byte range,
+    last HTTP status, the tries and the time. Ctrl-C while waiting raises
     KeyboardInterrupt within 0.1 s.
 
     Processes: a Pipeline belongs to the process that made it. In a child of

@@ -185,6 +185,18 @@ static int take_stream(tensor_obj *t, PyObject *stream)
                                               "in the DLPack protocol: pass 1 or 2");
             return -1;
         }
+        /* The integer becomes a cudaStream_t handed to cudaStreamWaitEvent,
+         * which takes a bad pointer on trust (a crash, or another process's
+         * memory read as a stream): refuse what cannot be one. 1 and 2 are
+         * the legacy and per-thread default streams (DLPack); any other
+         * stream is a CUstream_st pointer: above the null page, aligned. */
+        if (v < -1 || (v > 2 && (v < 4096 || (v & 7))) ||
+            (unsigned long long)v > (unsigned long long)UINTPTR_MAX) {
+            PyErr_Format(PyExc_ValueError, "sluice.Tensor.__dlpack__: stream=%lld is not a CUDA "
+                         "stream (want None, -1, 1 (legacy default), 2 (per-thread default) or "
+                         "a cudaStream_t such as torch.cuda.current_stream().cuda_stream)", v);
+            return -1;
+        }
         s = (uintptr_t)v;
     }
     if (t->d.ready_event) {

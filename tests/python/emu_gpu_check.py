@@ -48,6 +48,16 @@ def main():
         print(f"copy={copy}: {len(got)} device batches equal the host pipeline's", flush=True)
     pipe = sluice.Pipeline(root / "d", device="cuda:0", **cfg)
     b = next(pipe)
+    # a stream integer that cannot be a cudaStream_t is refused before it
+    # reaches cudaStreamWaitEvent (it was cast to one as it came)
+    for bad in (3, 5, 4097, 4096 + 4, -2, -(1 << 40)):
+        try:
+            b.images.__dlpack__(stream=bad)
+        except ValueError as e:
+            assert "not a CUDA stream" in str(e), str(e)
+        else:
+            raise AssertionError(f"stream={bad} was taken for a CUDA stream")
+    print("stream integers that are no CUDA stream refused", flush=True)
     cap = b.images.__dlpack__(stream=2)
     pipe.close()
     assert read_capsule(cap, b.images.nbytes) == host[0][0], "the ring lives while a capsule does"

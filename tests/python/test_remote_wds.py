@@ -301,3 +301,17 @@ def test_http_403_is_a_permission_error(nginx, io_settings):
         P(url, io_retries=0)
     assert isinstance(e.value, sluice.PermissionDeniedError), (type(e.value), str(e.value))
     assert url in str(e.value) and "403" in str(e.value), str(e.value)
+
+
+def test_credentials_never_in_an_exception(nginx, io_settings):
+    """Issue 39: a password or a presigned URL's signature in the data URL
+    never reaches the exception's text (the library redacts the path where
+    it enters); the URL is named without them."""
+    host = nginx.split("://", 1)[1]
+    for url in (f"http://user:hunter2@{host}/no-such-dir",
+                f"http://{host}/no-such-dir/train-000000.tar?X-Amz-Signature=5ec2e7&x=1"):
+        with pytest.raises(sluice.Error) as e:
+            P(url, io_retries=0)
+        text = str(e.value)
+        assert "hunter2" not in text and "5ec2e7" not in text, text
+        assert f"http://{host}/no-such-dir" in text, text

@@ -35,19 +35,6 @@ static void io_fast(unsigned retries, unsigned timeout_ms, unsigned inflight)
     sl_io_stats_reset();
 }
 
-/* dir/name with size pseudo-random bytes; returns them (malloc'd). */
-static uint8_t *make_file(const char *dir, const char *name, size_t size, uint64_t seed)
-{
-    uint8_t *b = malloc(size);
-    cr_assert_not_null(b);
-    for (size_t i = 0; i < size; i++)
-        b[i] = (uint8_t)(tu_rand(&seed) >> 24);
-    char *p = tu_join(dir, name);
-    cr_assert_eq(tu_write_file(p, b, size), 0, "%s", p);
-    free(p);
-    return b;
-}
-
 static char *cat(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -124,7 +111,8 @@ Test(bytesrc, classify_and_opts)
     cr_assert(!sl_path_is_remote("httpx://h"));
     sl_io_configure(NULL);
     sl_io_get_opts(&o);
-    cr_assert_eq(o.retries, 5);
+    cr_assert_eq(o.retries, 0, "no count: the retry budget decides");
+    cr_assert_eq(o.retry_ms, 60000);
     cr_assert_eq(o.timeout_ms, 30000);
     cr_assert_eq(o.backoff_ms, 100);
     cr_assert_eq(o.inflight, 8);
@@ -159,14 +147,14 @@ Test(bytesrc, without_curl)
 Test(bytesrc, local_files)
 {
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "a.bin", FILE_SIZE, 1);
+    uint8_t *want = tu_random_file(dir, "a.bin", FILE_SIZE, 1);
     char *path = tu_join(dir, "a.bin");
     check_object(path, want, FILE_SIZE);
     char *missing = tu_join(dir, "nope.bin");
     check_missing(missing);
 
     /* list: sorted, folders end in '/' */
-    free(make_file(dir, "B", 3, 2));
+    free(tu_random_file(dir, "B", 3, 2));
     char *sub = tu_join(dir, "sub");
     cr_assert_eq(mkdir(sub, 0755), 0);
     char **names;
@@ -219,7 +207,7 @@ Test(bytesrc, local_files)
 Test(bytesrc, nginx_reads, .timeout = 30)
 {
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "train-00000-of-00001.tfrecord", FILE_SIZE, 3);
+    uint8_t *want = tu_random_file(dir, "train-00000-of-00001.tfrecord", FILE_SIZE, 3);
     srv ng;
     io_fast(2, 5000, 8);
     srv_nginx_start(dir, &ng);
@@ -283,7 +271,7 @@ Test(bytesrc, nginx_fetcher_inflight, .timeout = 30)
 {
     enum { NREQ = 96, INFLIGHT = 32 };
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "s.bin", FILE_SIZE, 4);
+    uint8_t *want = tu_random_file(dir, "s.bin", FILE_SIZE, 4);
     srv ng;
     io_fast(2, 5000, INFLIGHT);
     srv_nginx_start(dir, &ng);
@@ -378,12 +366,12 @@ Test(bytesrc, nginx_fetcher_inflight, .timeout = 30)
 Test(bytesrc, s3_list_and_read, .timeout = 60)
 {
     char *dir = tu_tmpdir();
-    uint8_t *want = make_file(dir, "train-00000-of-00002.tfrecord", FILE_SIZE, 5);
-    free(make_file(dir, "train-00001-of-00002.tfrecord", 1000, 6));
-    free(make_file(dir, "dataset.json", 20, 7));
+    uint8_t *want = tu_random_file(dir, "train-00000-of-00002.tfrecord", FILE_SIZE, 5);
+    free(tu_random_file(dir, "train-00001-of-00002.tfrecord", 1000, 6));
+    free(tu_random_file(dir, "dataset.json", 20, 7));
     char *sub = tu_join(dir, "idx");
     cr_assert_eq(mkdir(sub, 0755), 0);
-    free(make_file(sub, "a b+c.idx", 10, 8)); /* a key that needs escaping */
+    free(tu_random_file(sub, "a b+c.idx", 10, 8)); /* a key that needs escaping */
     srv s3;
     io_fast(2, 10000, 8);
     srv_s3_start(&s3);
@@ -478,7 +466,7 @@ Test(bytesrc, s3_list_and_read, .timeout = 60)
 static uint8_t *faulty(srv *ng, srv *px, const char *mode, char **dir, char **url)
 {
     *dir = tu_tmpdir();
-    uint8_t *want = make_file(*dir, "f.bin", FILE_SIZE, 9);
+    uint8_t *want = tu_random_file(*dir, "f.bin", FILE_SIZE, 9);
     srv_nginx_start(*dir, ng);
     srv_proxy_start(ng->url, mode, px);
     *url = cat(px->url, "/f.bin");

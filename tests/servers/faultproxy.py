@@ -24,6 +24,8 @@ the proxy's address still verifies upstream. MODE is a comma-separated list:
                 CPU (perf/remote-read; not for signed S3 requests)
   503get=TEXT   the same for GET requests only (HEAD answers: reachable at open,
                 its reads fail)
+  404get=TEXT   answer 404 to every GET whose path ends with TEXT (HEAD answers:
+                an object removed after open)
 
 Requests are counted from 1 across connections. --control FILE: when the
 file exists its content replaces MODE (checked at each request; the counter
@@ -58,11 +60,11 @@ class Faults:
         self.opts = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             k, _, v = part.partition("=")
-            self.opts[k] = v if k in ("503path", "503get") else int(v) if v else 1
+            self.opts[k] = v if k in ("503path", "503get", "404get") else int(v) if v else 1
 
     def next(self, path=b"", method=b"GET"):
         """The faults for the next request (to path): (delay_ms, action) with
-        action one of pass, 503, reset, short."""
+        action one of pass, 404, 503, reset, short."""
         with self.lock:
             if self.control and os.path.exists(self.control):
                 with open(self.control) as f:
@@ -73,7 +75,10 @@ class Faults:
             n, o = self.count, self.opts
             act = "pass"
             dead = o.get("503path") or (o.get("503get") if method == b"GET" else None)
-            if (n <= o.get("503", 0) or (o.get("503every") and n % o["503every"] == 0) or
+            gone = o.get("404get") if method == b"GET" else None
+            if gone and path.endswith(gone.encode()):
+                act = "404"
+            elif (n <= o.get("503", 0) or (o.get("503every") and n % o["503every"] == 0) or
                     (dead and path.endswith(dead.encode()))):
                 act = "503"
             elif n <= o.get("reset", 0):
@@ -133,6 +138,9 @@ class Handler(socketserver.BaseRequestHandler):
                                              self.server.upstream[1]) + parts[1]
                     c.sendall(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: " + loc +
                               b"\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                if act == "404":
+                    c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                     continue
                 if act == "503":
                     c.sendall(b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"

@@ -17,6 +17,7 @@
  * Suite "wds_cli" (not pipeline*): it runs the binary.
  */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,4 +301,148 @@ Test(wds_cli, verify_index_disagrees)
     cr_assert(strstr(out, " size 1\n"), "%s", out);
     has(out, "1 problem in 18 records");
     free(out);
+}
+
+/* ------------------------------------------------------------ issue 39 */
+
+/* Run cmd (sh's format with one "%s" for arg) in DIR, want its exit
+ * status, and each of the NULL-ended strings after it in its output. */
+static void sh_has(int want, const char *cmd, const char *arg, ...)
+{
+    char *out = sh(want, cmd, arg);
+    va_list ap;
+    va_start(ap, arg);
+    for (const char *w; (w = va_arg(ap, const char *));)
+        has(out, w);
+    va_end(ap);
+    free(out);
+}
+
+/* DIR/SUB/NAME: a tar written by Python's tarfile, k samples of KEY.jpg (or
+ * KEY.png for the sample `png`, -1: none), KEY.cls (k % 3) and KEY.json
+ * ({"y": k}). */
+static void py_tar(const char *sub, const char *name, int k, int png)
+{
+    char *out = NULL;
+    int rc = tu_run(&out,
+                    "cd '%s' && mkdir -p '%s' && python3 -c \"\n"
+                    "import io, tarfile, zlib, struct\n"
+                    "def png(w, h):\n"
+                    "    raw = b''.join(b'\\\\0' + bytes(3 * w) for y in range(h))\n"
+                    "    c = lambda t, d: struct.pack('>I', len(d)) + t + d + "
+                    "struct.pack('>I', zlib.crc32(t + d))\n"
+                    "    return (b'\\\\x89PNG\\\\r\\\\n\\\\x1a\\\\n' + c(b'IHDR', struct.pack('>IIBBBBB', "
+                    "w, h, 8, 2, 0, 0, 0)) + c(b'IDAT', zlib.compress(raw)) + c(b'IEND', b''))\n"
+                    "imgs = ['%s/tests/data/photos/' + n for n in ('building.jpg', 'fruits.jpg')]\n"
+                    "with tarfile.open('%s/%s', 'w', format=tarfile.PAX_FORMAT) as t:\n"
+                    "    for k in range(%d):\n"
+                    "        img = ('png', png(16, 16)) if k == %d else ('jpg', open(imgs[k %% 2], 'rb').read())\n"
+                    "        for ext, data in (img, ('cls', str(k %% 3).encode()),\n"
+                    "                          ('json', ('{\\\"y\\\": %%d}' %% k).encode())):\n"
+                    "            i = tarfile.TarInfo('s%%02d.%%s' %% (k, ext)); i.size = len(data)\n"
+                    "            t.addfile(i, io.BytesIO(data))\n"
+                    "\"",
+                    dir, sub, SLUICE_SOURCE_DIR, sub, name, k, png);
+    cr_assert_eq(rc, 0, "%s", out ? out : "");
+    free(out);
+}
+
+/* A folder of WebDataset tars named as WebDataset users name them, no
+ * dataset.json: read without --split (it said "no split 'train' (the
+ * folder has: *)"). A name pattern gives the split; a folder whose tars
+ * form one set is that set; a folder of validation tars is not taken for
+ * the training set. */
+Test(wds_cli, folder_of_tars_needs_no_split)
+{
+    py_tar("t", "train-000000.tar", 4, -1);
+    py_tar("t", "train-000001.tar", 4, -1);
+    py_tar("s", "shard-000000.tar", 4, -1);
+    py_tar("s", "shard-000001.tar", 4, -1);
+    py_tar("v", "validation-000000.tar", 4, -1);
+    const char *run = "\"$S\" profile --data %s --image-size 32 --batch 2 --epochs 1 --warmup 0";
+    sh_has(0, run, "t", "(split train): 8 records", NULL);
+    sh_has(0, run, "s", "(split train): 8 records", NULL);
+    sh_has(2, run, "v", "no split 'train'", "validation", NULL);
+    sh_has(0, "\"$S\" inspect %s", "t", "train [wds]: 8 records in 2 shards", NULL);
+}
+
+/* .tar.gz shards (read as TFRecord before: CRC errors, and profile ended
+ * 0 after 0 records) are refused by name, whatever reads them; a gzip
+ * stream named .tar too. */
+Test(wds_cli, compressed_tars_refused_by_name)
+{
+    py_tar("d", "train-000000.tar", 3, -1);
+    sh_has(0, "mkdir z && gzip -c d/train-000000.tar > z/train-000000.tar.gz && "
+           "mkdir y && cp z/train-000000.tar.gz y/train-000000.tar%s", "", NULL);
+    const char *cmds[] = {"\"$S\" inspect z/train-000000.tar.gz", "\"$S\" inspect z",
+                          "\"$S\" verify z", "\"$S\" index z",
+                          "\"$S\" profile --data z --image-size 32 --batches 1",
+                          "\"$S\" profile --data z/train-000000.tar.gz --image-size 32 --batches 1"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        sh_has(2, "%s", cmds[i], "train-000000.tar.gz", "gzip-compressed", NULL);
+    sh_has(2, "\"$S\" profile --data %s --image-size 32 --batches 1", "y",
+           "y/train-000000.tar: a gzip-compressed tar", NULL);
+    sh_has(2, "\"$S\" inspect %s", "y", "gzip-compressed tar", NULL);
+}
+
+/* inspect and verify take --label-key (the error suggested it). */
+Test(wds_cli, inspect_verify_label_key)
+{
+    static const char labels[] = "\"$S\" inspect --json d %s | python3 -c \"import json, sys; "
+                                 "print(sorted(json.load(sys.stdin)['labels'].items()))\"";
+    py_tar("d", "shard-000000.tar", 6, -1);
+    sh_has(0, labels, "--label-key y",
+           "[('0', 1), ('1', 1), ('2', 1), ('3', 1), ('4', 1), ('5', 1)]", NULL);
+    sh_has(0, labels, "", "[('0', 2), ('1', 2), ('2', 2)]", NULL);
+    sh_has(0, "\"$S\" verify d %s", "--label-key=y", "ok: 6 records", NULL);
+    sh_has(1, "\"$S\" verify d %s", "--label-key nope", "\"nope\" is not an integer", NULL);
+    sh_has(0, "\"$S\" %s --help", "inspect", "--label-key NAME", NULL);
+    sh_has(0, "\"$S\" %s --help", "verify", "--label-key NAME", NULL);
+}
+
+/* DALI's wds2idx writes X.idx beside X.tar by default: read when there is
+ * no X.tar.idx (it was ignored: "no index file"), and named when damaged. */
+Test(wds_cli, dali_index_name_read)
+{
+    py_tar("d", "shard-000000.tar", 6, -1);
+    for (int verify = 0; verify < 2; verify++) {
+        char *out = sh(0, verify ? "\"$S\" verify d%s"
+                                 : "\"$S\" index d && mv d/shard-000000.tar.idx "
+                                   "d/shard-000000.idx && \"$S\" inspect d%s", "");
+        cr_assert_null(strstr(out, "no index file"), "X.idx not found: %s", out);
+        free(out);
+    }
+    sh_has(1, "awk 'NR==2 {$3 = 2} {print}' d/shard-000000.idx > i && mv i d/shard-000000.idx "
+           "&& \"$S\" verify d%s", "", "shard-000000.idx", NULL);
+}
+
+/* An index that declares a 3 GiB sample (over a sparse tar that holds one)
+ * is refused, naming it, before anything of that size is allocated; the
+ * scan of the tar without it too. */
+Test(wds_cli, index_sample_size_capped)
+{
+    sh_has(0, "mkdir d && python3 -c \"\n"
+           "import tarfile\n"
+           "i = tarfile.TarInfo('a.jpg'); i.size = 3 << 30\n"
+           "h = i.tobuf(format=tarfile.GNU_FORMAT)\n"
+           "with open('d/big-000000.tar', 'wb') as f:\n"
+           "    f.write(h); f.truncate(len(h) + (3 << 30) + 1024)\n"
+           "open('d/big-000000.tar.idx', 'w').write('v1.2 1\\\\njpg %%d %%d a.jpg\\\\n' %% "
+           "(len(h), 3 << 30))\n"
+           "\"%s", "", NULL);
+    const char *run = "\"$S\" profile --data d --image-size 32 --batches 1 %s";
+    sh_has(2, run, "", "big-000000.tar.idx", "256 MiB", NULL);
+    sh_has(0, "rm %s", "d/big-000000.tar.idx", NULL);
+    sh_has(2, run, "--on-error fail", "big-000000.tar: member 'a.jpg' @ 512", "256 MiB", NULL);
+    sh_has(1, "\"$S\" verify %s", "d", "256 MiB", NULL); /* the scan: a problem of the shard */
+}
+
+/* A PNG member reaches the JPEG decoder: the bad record says what it is
+ * ("not a JPEG file (no SOI marker)" said nothing of why). */
+Test(wds_cli, png_member_says_why)
+{
+    py_tar("d", "shard-000000.tar", 6, 2);
+    sh_has(0, "\"$S\" profile --data %s --image-size 32 --batch 2 --epochs 1 --warmup 0",
+           "d/shard-000000.tar", "bad records: 1", "shard-000000.tar: record 2 @ ", "a PNG image",
+           "decodes JPEG only", NULL);
 }

@@ -78,6 +78,7 @@ struct sl_safetensors {
     const cJSON *meta;     /* "__metadata__" or NULL */
     st_entry *t;
     int count;
+    int *by_name;          /* indices of t in name order (sl_safetensors_find's bsearch) */
 };
 
 /* ------------------------------------------------------------------ write */
@@ -113,6 +114,25 @@ static void st_layout(const sl_st_tensor *t, int count, uint64_t *off)
             }
 }
 
+/* Names in byte order, for the duplicate checks and the lookup: sorting
+ * is O(n log n) where comparing each name with all before it was O(n^2)
+ * (100,000 tensors: 57 s). */
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A name that occurs twice among names[0..n) (the array is sorted in
+ * place), or NULL. */
+static const char *first_dup(const char **names, size_t n)
+{
+    qsort(names, n, sizeof *names, cmp_name);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            return names[i];
+    return NULL;
+}
+
 /* Check the caller's tensors and metadata. */
 static int st_check_args(const char *path, const sl_st_tensor *t, int count,
                          const char *const *meta_kv, int meta_count)
@@ -145,19 +165,27 @@ static int st_check_args(const char *path, const sl_st_tensor *t, int count,
         }
         if (n && !x->data)
             return sl_fail(SL_EINVAL, "%s: %s: tensor %s: no data", fn, path, x->name);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(t[j].name, x->name))
-                return sl_fail(SL_EINVAL, "%s: %s: tensor %s: name given twice", fn, path,
-                               x->name);
     }
-    for (int i = 0; i < meta_count; i++) {
-        const char *k = meta_kv[2 * i], *v = meta_kv[2 * i + 1];
-        if (!k || !v)
+    for (int i = 0; i < meta_count; i++)
+        if (!meta_kv[2 * i] || !meta_kv[2 * i + 1])
             return sl_fail(SL_EINVAL, "%s: %s: metadata %d: NULL key or value", fn, path, i);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(meta_kv[2 * j], k))
-                return sl_fail(SL_EINVAL, "%s: %s: metadata key %s given twice", fn, path, k);
+    size_t most = (size_t)(count > meta_count ? count : meta_count);
+    const char **names = malloc((most ? most : 1) * sizeof *names), *dup;
+    if (!names)
+        return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
+    for (int i = 0; i < count; i++)
+        names[i] = t[i].name;
+    if ((dup = first_dup(names, (size_t)count))) {
+        free(names);
+        return sl_fail(SL_EINVAL, "%s: %s: tensor %s: name given twice", fn, path, dup);
     }
+    for (int i = 0; i < meta_count; i++)
+        names[i] = meta_kv[2 * i];
+    if ((dup = first_dup(names, (size_t)meta_count))) {
+        free(names);
+        return sl_fail(SL_EINVAL, "%s: %s: metadata key %s given twice", fn, path, dup);
+    }
+    free(names);
     return SL_OK;
 }
 
@@ -368,6 +396,19 @@ static int cmp_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+/* f->by_name sorted by the names of f->t (qsort_r: the entries are the
+ * comparison's context). */
+static int cmp_index_name(const void *a, const void *b, void *ctx)
+{
+    const st_entry *t = ctx;
+    return strcmp(t[*(const int *)a].name, t[*(const int *)b].name);
+}
+
+static void st_sort_by_name(sl_safetensors *f)
+{
+    qsort_r(f->by_name, (size_t)f->count, sizeof *f->by_name, cmp_index_name, f->t);
+}
+
 /* Everything after the file is mapped: header, JSON, entries, overlaps. */
 static int st_validate(sl_safetensors *f)
 {
@@ -420,10 +461,6 @@ static int st_validate(sl_safetensors *f)
             f->meta = item;
             continue;
         }
-        for (int j = 0; j < f->count; j++)
-            if (!strcmp(f->t[j].name, item->string))
-                return sl_fail(SL_ECORRUPT, "%s: %s: tensor %s: named twice", fn, p,
-                               item->string);
         st_entry *e = &f->t[f->count];
         e->name = item->string;
         const char *what = st_parse_entry(item, f->buf_len, e);
@@ -431,6 +468,17 @@ static int st_validate(sl_safetensors *f)
             return sl_fail(SL_ECORRUPT, "%s: %s: tensor %s: %s", fn, p, e->name, what);
         f->count++;
     }
+
+    /* Names: each once (sorted: the lookup's order too). */
+    if (!(f->by_name = malloc((size_t)(f->count ? f->count : 1) * sizeof *f->by_name)))
+        return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, p);
+    for (int i = 0; i < f->count; i++)
+        f->by_name[i] = i;
+    st_sort_by_name(f);
+    for (int i = 1; i < f->count; i++)
+        if (!strcmp(f->t[f->by_name[i - 1]].name, f->t[f->by_name[i]].name))
+            return sl_fail(SL_ECORRUPT, "%s: %s: tensor %s: named twice", fn, p,
+                           f->t[f->by_name[i]].name);
 
     /* Overlaps: sort views by begin; each must start at or after the end of
      * the one before (empty tensors overlap nothing). */
@@ -521,6 +569,7 @@ void sl_safetensors_close(sl_safetensors *f)
         munmap(f->map, f->size);
     cJSON_Delete(f->json);
     free(f->t);
+    free(f->by_name);
     free(f->path);
     free(f);
 }
@@ -555,9 +604,16 @@ int sl_safetensors_at(const sl_safetensors *f, int i, sl_st_tensor *out)
 
 int sl_safetensors_find(const sl_safetensors *f, const char *name, sl_st_tensor *out)
 {
-    for (int i = 0; i < f->count; i++)
-        if (!strcmp(f->t[i].name, name))
-            return sl_safetensors_at(f, i, out);
+    int lo = 0, hi = f->count; /* binary search of by_name */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->t[f->by_name[mid]].name, name);
+        if (c == 0)
+            return sl_safetensors_at(f, f->by_name[mid], out);
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return sl_fail(SL_ENOENT, "sl_safetensors_find: %s: tensor %s: not in the file", f->path,
                    name);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -357,6 +358,52 @@ Test(train_safetensors, every_flip_and_truncation)
     free(copy);
     free(orig);
     free(bad);
+    free(path);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* 100,000 tensors (issue 39: the duplicate-name checks compared each name
+ * with every one before it, 57 s): written, opened and every one found by
+ * name within seconds; a duplicate among them still refused both ways. */
+Test(train_safetensors, many_tensors_fast)
+{
+    enum { N = 100000 };
+    char *dir = tu_tmpdir(), *path = tu_join(dir, "many.safetensors");
+    sl_st_tensor *t = calloc(N, sizeof *t);
+    char (*names)[24] = malloc((size_t)N * sizeof *names);
+    float *v = malloc(N * sizeof *v);
+    cr_assert(t && names && v);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "layer%06d.w", (i * 7919) % N); /* not sorted */
+        v[i] = (float)i;
+        t[i] = (sl_st_tensor){.name = names[i], .dtype = SL_T_F32, .ndim = 1, .shape = {1},
+                              .data = &v[i]};
+    }
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    cr_assert_eq(sl_safetensors_write(path, t, N, NULL, 0), SL_OK, "%s", sl_errmsg());
+    sl_safetensors *f;
+    cr_assert_eq(sl_safetensors_open(path, &f), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_safetensors_count(f), N);
+    for (int i = 0; i < N; i++) {
+        sl_st_tensor got;
+        cr_assert_eq(sl_safetensors_find(f, names[i], &got), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(((const float *)got.data)[0], (float)i);
+    }
+    sl_st_tensor none;
+    cr_assert_eq(sl_safetensors_find(f, "layer100000.w", &none), SL_ENOENT);
+    sl_safetensors_close(f);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    cr_assert_lt(s, 10.0, "100,000 tensors written, opened and found in %.1f s", s);
+    /* the last name repeats the first: refused on write */
+    memcpy(names[N - 1], names[0], sizeof names[0]);
+    cr_assert_eq(sl_safetensors_write(path, t, N, NULL, 0), SL_EINVAL);
+    cr_assert(strstr(sl_errmsg(), names[0]) && strstr(sl_errmsg(), "twice"), "%s", sl_errmsg());
+    free(v);
+    free(names);
+    free(t);
     free(path);
     tu_rmrf(dir);
     free(dir);
