@@ -509,6 +509,9 @@ typedef struct sl_train_result {
                                   * cuDNN's fused plans in the last step: "on", "partial (n
                                   * of N)" or "off" */
     char cudnn_fusion_why[240];  /* why partial / off: cuDNN's first refusal, or the setting */
+    char cudnn_fusion_detail[32768]; /* GPU, fp16: each convolution's fused plans and every
+                                  * refusal's reason in cuDNN's words, as one JSON object
+                                  * (train/model/model_fuse.c's top comment); "" otherwise */
 } sl_train_result;
 
 /* The config initializer of this struct (it holds a pipeline config, so a
