@@ -81,6 +81,7 @@ struct GraphKnobs {
     bool no_1x1s2;  // EMU_CUDNN_GRAPH_1X1S2=0: 1x1 stride-2 convolutions refused
     int wgrad_virt; // EMU_CUDNN_GRAPH_WGRAD_VIRT=HALF|FLOAT: ConvBNwgrad's only intermediate
                     // type (-1: unset, both)
+    unsigned refuse; // EMU_CUDNN_GRAPH_REFUSE=F,W,D: those patterns refused (bits 1 F, 2 W, 4 D)
 };
 GraphKnobs graph_knobs_from_env();
 // EMU_CUDNN_VERSION (cudnnGetVersion's answer; unset: the headers' CUDNN_VERSION).

@@ -38,7 +38,8 @@
 // next, as atomics do). Switches (at the cudnnCreate of the graph's
 // OPERATIONGRAPH_HANDLE or at the heuristics' Finalize): EMU_CUDNN_GRAPH=0
 // refuses every graph, EMU_CUDNN_GRAPH_MAX_C=N those with C or K above N,
-// EMU_CUDNN_GRAPH_1X1S2=0 1x1 stride-2 convolutions, and
+// EMU_CUDNN_GRAPH_1X1S2=0 1x1 stride-2 convolutions, EMU_CUDNN_GRAPH_REFUSE=F,W,D
+// the named patterns, and
 // EMU_CUDNN_GRAPH_WGRAD_VIRT=HALF|FLOAT ConvBNwgrad graphs whose
 // intermediates are of the other type; EMU_CUDNN_VERSION is the cuDNN
 // version answered and matched (SUB in D needs 9.8.0).
@@ -81,7 +82,7 @@ struct Desc {
     // ENGINEHEUR (results), ENGINE / ENGINECFG / EXECUTION_PLAN (engine, workspace)
     std::shared_ptr<const Pattern> pat;
     std::string refused;
-    GraphKnobs knobs{false, 0, 0, -1, false, -1}; // OPERATIONGRAPH: its handle's (unset without one);
+    GraphKnobs knobs{false, 0, 0, -1, false, -1, 0}; // OPERATIONGRAPH: its handle's (unset without one);
                                                    // ENGINEHEUR: those in force at its Finalize
     int nresults = 0, engine = -1;
     bool nondet = false; // ENGINE / ENGINECFG / EXECUTION_PLAN: NUMERICAL_NOTE_NONDETERMINISTIC
@@ -790,6 +791,7 @@ static GraphKnobs knobs_of(const Desc *graph)
     r.nondet = now.nondet >= 0 ? now.nondet : kn.nondet >= 0 ? kn.nondet : 0;
     r.no_1x1s2 = kn.no_1x1s2 || now.no_1x1s2;
     r.wgrad_virt = now.wgrad_virt >= 0 ? now.wgrad_virt : kn.wgrad_virt;
+    r.refuse = kn.refuse | now.refuse;
     return r;
 }
 
@@ -803,6 +805,10 @@ static bool engine_for(const Desc *graph, std::string *why)
     if (kn.max_c > 0 && (p.g.c > kn.max_c || p.g.k > kn.max_c)) {
         *why = "C " + std::to_string(p.g.c) + " or K " + std::to_string(p.g.k) + " above EMU_CUDNN_GRAPH_MAX_C=" +
                std::to_string(kn.max_c);
+        return false;
+    }
+    if (kn.refuse & (1u << p.kind)) {
+        *why = std::string(pattern_names[p.kind]) + " refused (EMU_CUDNN_GRAPH_REFUSE)";
         return false;
     }
     if (kn.no_1x1s2 && p.g.r == 1 && p.g.s == 1 && (p.g.sh == 2 || p.g.sw == 2)) {
@@ -1075,7 +1081,9 @@ GraphKnobs emu::graph_knobs_from_env()
     const char *off = getenv("EMU_CUDNN_GRAPH"), *max_c = getenv("EMU_CUDNN_GRAPH_MAX_C");
     const char *cfgs = getenv("EMU_CUDNN_GRAPH_CONFIGS"), *nd = getenv("EMU_CUDNN_GRAPH_NONDET");
     const char *s2 = getenv("EMU_CUDNN_GRAPH_1X1S2"), *wv = getenv("EMU_CUDNN_GRAPH_WGRAD_VIRT");
-    GraphKnobs k{off && !strcmp(off, "0"), max_c && *max_c ? atol(max_c) : 0, 0, -1, s2 && !strcmp(s2, "0"), -1};
+    const char *rf = getenv("EMU_CUDNN_GRAPH_REFUSE");
+    GraphKnobs k{off && !strcmp(off, "0"), max_c && *max_c ? atol(max_c) : 0, 0, -1, s2 && !strcmp(s2, "0"), -1, 0};
+    for (const char *c = rf; c && *c; c++) k.refuse |= *c == 'F' ? 1u : *c == 'W' ? 2u : *c == 'D' ? 4u : 0u;
     if (cfgs && *cfgs) k.configs = atoi(cfgs) < 1 ? 1 : atoi(cfgs) > 16 ? 16 : atoi(cfgs);
     if (nd && *nd) k.nondet = atoi(nd);
     if (wv && !strcmp(wv, "HALF")) k.wgrad_virt = CUDNN_DATA_HALF;

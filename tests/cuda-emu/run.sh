@@ -216,7 +216,7 @@ graph_selftest() {
     local out n
     out=$(EMU_ABORT=0 timeout 120 "$OUT/selftest" graph 2>&1)
     n=$(echo "$out" | grep -c '^graph: .*: ok')
-    if [ "$n" = 32 ] && ! echo "$out" | grep -q WRONG && [ "$(echo "$out" | grep -c '^EMU: error: ')" = 3 ] &&
+    if [ "$n" = 34 ] && ! echo "$out" | grep -q WRONG && [ "$(echo "$out" | grep -c '^EMU: error: ')" = 3 ] &&
         echo "$out" | grep -q "^EMU: error: cudnnBackendExecute: the variant pack has no pointer for w (uid 4)" &&
         echo "$out" | grep -q "^EMU: error: cudnnBackendExecute: workspace .* + 65536 bytes leaves device allocation" &&
         echo "$out" | grep -q "^EMU: error: cudnnBackendDestroyDescriptor: ENGINECFG .* used after cudnnBackendDestroyDescriptor"; then

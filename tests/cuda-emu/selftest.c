@@ -879,6 +879,12 @@ static int graph_cases(void)
         unsetenv("EMU_CUDNN_GRAPH_1X1S2");
         sprintf(why, "%lld results", (long long)got);
         graph_case("EMU_CUDNN_GRAPH_1X1S2=0 accepts F 3x3 s1", got == 2, why);
+        setenv("EMU_CUDNN_GRAPH_REFUSE", "D", 1);
+        refused_case("EMU_CUDNN_GRAPH_REFUSE=D refuses D", graph_D(h, g3, CUDNN_DATA_FLOAT, 's'));
+        got = heur(graph_W(h, g3, CUDNN_DATA_FLOAT), cfg);
+        unsetenv("EMU_CUDNN_GRAPH_REFUSE");
+        sprintf(why, "%lld results", (long long)got);
+        graph_case("EMU_CUDNN_GRAPH_REFUSE=D accepts W", got == 2, why);
         setenv("EMU_CUDNN_GRAPH_WGRAD_VIRT", "FLOAT", 1);
         refused_case("EMU_CUDNN_GRAPH_WGRAD_VIRT=FLOAT refuses W with HALF intermediates", graph_W(h, g3, CUDNN_DATA_HALF));
         got = heur(graph_W(h, g3, CUDNN_DATA_FLOAT), cfg);

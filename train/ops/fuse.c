@@ -40,6 +40,20 @@ int sl_fuse_available(const sl_exec *e)
 
 #define CHAN(e, t, c) TENSOR(e, t, c)
 
+/* A BN's statistics and what folding them writes: the apply's constants
+ * (4c floats, 16-byte aligned) and the fp16 prologue (2c). */
+#define BN_FOLD_ARGS(e, c, gamma, beta, mean, invstd, consts, sb)                               \
+    do {                                                                                      \
+        CHAN(e, gamma, c);                                                                    \
+        CHAN(e, beta, c);                                                                     \
+        CHAN(e, mean, c);                                                                     \
+        CHAN(e, invstd, c);                                                                   \
+        CHAN(e, consts, 4 * (int64_t)(c));                                                    \
+        CHECK(e, ((uintptr_t)(consts) & 15) == 0, "consts %p not 16-byte aligned",           \
+              (const void *)(consts));                                                        \
+        CHAN(e, sb, 2 * (int64_t)(c));                                                        \
+    } while (0)
+
 #ifdef SLUICE_TRAIN_CUDA
 #define RUN(call) return (call)
 #else
@@ -135,16 +149,9 @@ int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const
           (long long)rows);
     CHAN(e, sum, c);
     CHAN(e, sqsum, c);
-    CHAN(e, gamma, c);
-    CHAN(e, beta, c);
     CHAN(e, running_mean, c);
     CHAN(e, running_var, c);
-    CHAN(e, save_mean, c);
-    CHAN(e, save_invstd, c);
-    CHAN(e, consts, 4 * (int64_t)c);
-    CHECK(e, ((uintptr_t)consts & 15) == 0, "consts %p not 16-byte aligned",
-          (const void *)consts);
-    CHAN(e, sb, 2 * (int64_t)c);
+    BN_FOLD_ARGS(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
     (void)momentum, (void)eps; /* used by the cuda build only */
     RUN(sl_fuse_bn_finalize_cuda(e, c, rows, sum, sqsum, gamma, beta, momentum, eps,
                                  running_mean, running_var, save_mean, save_invstd, consts, sb));
@@ -155,14 +162,7 @@ int sl_fuse_bn_fold(sl_exec *e, int c, const float *gamma, const float *beta,
 {
     FUSE_OK(e);
     CHECK(e, c >= 1, "%d channels", c);
-    CHAN(e, gamma, c);
-    CHAN(e, beta, c);
-    CHAN(e, save_mean, c);
-    CHAN(e, save_invstd, c);
-    CHAN(e, consts, 4 * (int64_t)c);
-    CHECK(e, ((uintptr_t)consts & 15) == 0, "consts %p not 16-byte aligned",
-          (const void *)consts);
-    CHAN(e, sb, 2 * (int64_t)c);
+    BN_FOLD_ARGS(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
     RUN(sl_fuse_bn_fold_cuda(e, c, gamma, beta, save_mean, save_invstd, consts, sb));
 }
 

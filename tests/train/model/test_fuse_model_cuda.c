@@ -12,6 +12,8 @@
  *     those three convolutions unfused, everything else of their blocks
  *     still fused, the report naming them and cuDNN's reason, the step
  *     within tolerance;
+ *   - every DgradDreluBNBwdWeight refused (EMU_CUDNN_GRAPH_REFUSE=D): those
+ *     pieces unfused, the forward and weight gradients fused;
  *   - some plans refused (EMU_CUDNN_GRAPH_MAX_C): partial fusion, still
  *     within tolerance of the unfused step;
  *   - the CLI's --json: "cudnn_fusion" and the per-convolution
@@ -246,7 +248,7 @@ static void fused_near_unfused_json(const net *t, const char *env, double floor,
     within(db, sb, floor, "BN buffers");
     if (json)
         *json = f.json, f.json = NULL;
-    else
+    else if (f.fused < f.total || !on_emulator()) /* what ran how, where it says something */
         cr_log_info("%s", f.json);
     out_free(&f), out_free(&u), out_free(&j);
 }
@@ -328,6 +330,25 @@ Test(train_fuse_model_cuda, refused_downsample_keeps_the_rest_fused)
               "the reason, with the shape: %s", json);
     cr_assert(strstr(json, "a 1x1 stride-2 convolution (EMU_CUDNN_GRAPH_1X1S2=0)"),
               "cuDNN's own words for it: %s", json);
+    free(json);
+}
+
+/* A device whose engines lack DgradDreluBNBwdWeight (the emulator's
+ * EMU_CUDNN_GRAPH_REFUSE=D): each data gradient and its previous BN's
+ * backward run unfused (on that BN's output, written for them), the
+ * forward and weight-gradient plans stay fused. */
+Test(train_fuse_model_cuda, dgrad_refused_keeps_fprop_and_wgrad_fused)
+{
+    if (!tg_has_gpu() || !on_emulator())
+        cr_skip_test("EMU_CUDNN_GRAPH_REFUSE is the emulator's switch");
+    int fused, total;
+    char *json = NULL;
+    fused_near_unfused_json(&r20, "EMU_CUDNN_GRAPH_REFUSE=D", 1e-2, &fused, &total, &json);
+    cr_assert_eq(fused, 11, "the blocks' first convolutions and the downsamples: %d of %d\n%s",
+                 fused, total, json);
+    cr_assert(strstr(json, "{\"conv\":\"layer1.0.conv2\",\"fused\":false,\"fprop\":\"fused\","
+                           "\"wgrad\":\"fused\",\"dgrad\":\"refused #0\"}"), "%s", json);
+    cr_assert(strstr(json, "DgradDreluBNBwdWeight refused (EMU_CUDNN_GRAPH_REFUSE)"), "%s", json);
     free(json);
 }
 

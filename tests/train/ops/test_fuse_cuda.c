@@ -163,6 +163,40 @@ static sl_conv_shape conv_of(const shape *s)
     return sh;
 }
 
+/* Elements of a convolution's x (n,h,w,c), w (k,r,s,c) and y (n,p,q,k). */
+typedef struct counts {
+    int64_t x, w, y;
+} counts;
+
+static counts counts_of(const sl_conv_shape *sh)
+{
+    counts n = {(int64_t)sh->n * sh->h * sh->w * sh->c, (int64_t)sh->k * sh->r * sh->s * sh->c,
+                (int64_t)sh->n * sh->p * sh->q * sh->k};
+    return n;
+}
+
+/* A prologue's input for sh from seeded data: x (n,h,w,c) in [-2, 2),
+ * scale in [0.5, 1.5), bias in [-0.5, 0.5), on the host (f32 of fp16
+ * values) and the device (x fp16, sb the fp16 scale then bias). */
+typedef struct pro {
+    float *x, *s, *b;
+    void *dx, *dsb;
+} pro;
+
+static void pro_make(const sl_conv_shape *sh, uint64_t seed, pro *p)
+{
+    int64_t nx = counts_of(sh).x;
+    p->x = rnd16(nx, seed, -2, 2);
+    p->s = rnd16(sh->c, seed + 1, 0.5f, 1.5f), p->b = rnd16(sh->c, seed + 2, -0.5f, 0.5f);
+    p->dx = tg_upa(p->x, nx, SL_DTYPE_F16), p->dsb = up_sb(p->s, p->b, sh->c);
+}
+
+static void pro_free(pro *p)
+{
+    free(p->x), free(p->s), free(p->b);
+    tg_free(p->dx), tg_free(p->dsb);
+}
+
 /* ConvBNfprop of sh on e from seeded data, checked against ref; SL_OK
  * when run, SL_ENOTSUP when refused (prepared's rule). */
 static int check_fwd(sl_exec *e, sl_exec *ref, const sl_conv_shape *shp, int seed)
@@ -170,21 +204,22 @@ static int check_fwd(sl_exec *e, sl_exec *ref, const sl_conv_shape *shp, int see
     sl_conv_shape sh = *shp;
     if (!prepared(e, &sh, SL_FUSE_FPROP))
         return SL_ENOTSUP;
-    int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c, nw = (int64_t)sh.k * sh.r * sh.s * sh.c,
-            ny = (int64_t)sh.n * sh.p * sh.q * sh.k;
-    float *x = rnd16(nx, 11 + seed, -2, 2), *w = rnd16(nw, 12 + seed, -0.5f, 0.5f);
-    float *s = rnd16(sh.c, 13 + seed, 0.5f, 1.5f), *b = rnd16(sh.c, 14 + seed, -0.5f, 0.5f);
-    void *dx = tg_upa(x, nx, SL_DTYPE_F16), *dw = tg_upa(w, nw, SL_DTYPE_F16);
-    void *dsb = up_sb(s, b, sh.c), *dy = tg_newa(ny, SL_DTYPE_F16);
+    counts cn = counts_of(&sh);
+    int64_t nx = cn.x, nw = cn.w, ny = cn.y;
+    pro in;
+    pro_make(&sh, 11 + seed, &in);
+    float *w = rnd16(nw, 14 + seed, -0.5f, 0.5f);
+    void *dw = tg_upa(w, nw, SL_DTYPE_F16), *dy = tg_newa(ny, SL_DTYPE_F16);
     float *dsum = tg_newf(sh.k), *dsq = tg_newf(sh.k);
     tg_ready();
-    cr_assert_eq(sl_fuse_conv_fwd(e, &sh, dx, dsb, dw, dy, dsum, dsq), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_fuse_conv_fwd(e, &sh, in.dx, in.dsb, dw, dy, dsum, dsq), SL_OK, "%s",
+                 sl_errmsg());
     float *y = malloc((size_t)ny * 4), *sum = malloc((size_t)sh.k * 4),
           *sq = malloc((size_t)sh.k * 4), *want = malloc((size_t)ny * 4);
     tg_downa(y, dy, ny, SL_DTYPE_F16);
     tg_downf(sum, dsum, sh.k);
     tg_downf(sq, dsq, sh.k);
-    float *tin = prologue(x, nx / sh.c, sh.c, s, b);
+    float *tin = prologue(in.x, nx / sh.c, sh.c, in.s, in.b);
     cr_assert_eq(sl_conv_fwd(ref, &sh, tin, w, want), SL_OK);
     near(y, want, ny, 1.0 / 1024, 1e-5, "y");
     /* the sums: of y before or after its fp16 rounding (2^-11 relative a
@@ -199,9 +234,9 @@ static int check_fwd(sl_exec *e, sl_exec *ref, const sl_conv_shape *shp, int see
         cr_assert(fabs(sq[k] - hq[k]) <= 0x1p-10 * hq[k] + 1e-5 * hq[k] + 1e-6,
                   "sqsum[%d]: %g want %g", k, sq[k], hq[k]);
     }
-    free(hs), free(hq), free(ha), free(tin), free(x), free(w), free(s), free(b), free(y);
-    free(sum), free(sq), free(want);
-    tg_free(dx), tg_free(dw), tg_free(dsb), tg_free(dy), tg_free(dsum), tg_free(dsq);
+    free(hs), free(hq), free(ha), free(tin), free(w), free(y), free(sum), free(sq), free(want);
+    pro_free(&in);
+    tg_free(dw), tg_free(dy), tg_free(dsum), tg_free(dsq);
     return SL_OK;
 }
 
@@ -211,23 +246,24 @@ static int check_wgrad(sl_exec *e, sl_exec *ref, const sl_conv_shape *shp, int s
     sl_conv_shape sh = *shp;
     if (!prepared(e, &sh, SL_FUSE_WGRAD))
         return SL_ENOTSUP;
-    int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c, nw = (int64_t)sh.k * sh.r * sh.s * sh.c,
-            ny = (int64_t)sh.n * sh.p * sh.q * sh.k;
-    float *x = rnd16(nx, 21 + seed, -2, 2), *dy = rnd16(ny, 22 + seed, -1, 1);
-    float *s = rnd16(sh.c, 23 + seed, 0.5f, 1.5f), *b = rnd16(sh.c, 24 + seed, -0.5f, 0.5f);
-    void *dx = tg_upa(x, nx, SL_DTYPE_F16), *ddy = tg_upa(dy, ny, SL_DTYPE_F16);
-    void *dsb = up_sb(s, b, sh.c);
+    counts cn = counts_of(&sh);
+    int64_t nx = cn.x, nw = cn.w, ny = cn.y;
+    pro in;
+    pro_make(&sh, 21 + seed, &in);
+    float *dy = rnd16(ny, 24 + seed, -1, 1);
+    void *ddy = tg_upa(dy, ny, SL_DTYPE_F16);
     float *ddw = tg_newf(nw);
     tg_ready();
-    cr_assert_eq(sl_fuse_conv_wgrad(e, &sh, dx, dsb, ddy, ddw), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_fuse_conv_wgrad(e, &sh, in.dx, in.dsb, ddy, ddw), SL_OK, "%s", sl_errmsg());
     float *dw = malloc((size_t)nw * 4), *want = malloc((size_t)nw * 4);
     tg_downf(dw, ddw, nw);
-    float *tin = prologue(x, nx / sh.c, sh.c, s, b);
+    float *tin = prologue(in.x, nx / sh.c, sh.c, in.s, in.b);
     cr_assert_eq(sl_conv_bwd_filter(ref, &sh, tin, dy, want), SL_OK);
     /* HALF intermediates (NVIDIA's sample form) round relu(x*s + b) once more */
     near(dw, want, nw, 1.0 / 512, 1e-3, "dw");
-    free(tin), free(x), free(dy), free(s), free(b), free(dw), free(want);
-    tg_free(dx), tg_free(ddy), tg_free(dsb), tg_free(ddw);
+    free(tin), free(dy), free(dw), free(want);
+    pro_free(&in);
+    tg_free(ddy), tg_free(ddw);
     return SL_OK;
 }
 
@@ -546,15 +582,14 @@ Test(train_fuse_cuda, nondeterministic_configurations_filtered)
         cr_assert_eq(pi.nondeterministic, !det);
         /* two runs of the same inputs: the sums bit for bit when deterministic
          * (the emulator's NONDETERMINISTIC engines sum in a moving order) */
-        int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c, nw = (int64_t)sh.k * sh.r * sh.s * sh.c,
-                ny = (int64_t)sh.n * sh.p * sh.q * sh.k;
-        float *x = rnd16(nx, 3, -2, 2), *w = rnd16(nw, 4, -0.5f, 0.5f);
-        float *s = rnd16(sh.c, 5, 0.5f, 1.5f), *b = rnd16(sh.c, 6, -0.5f, 0.5f);
-        void *dx = tg_upa(x, nx, SL_DTYPE_F16), *dw = tg_upa(w, nw, SL_DTYPE_F16);
-        void *dsb = up_sb(s, b, sh.c), *dy = tg_newa(ny, SL_DTYPE_F16);
+        int64_t nw = counts_of(&sh).w, ny = counts_of(&sh).y;
+        pro in;
+        pro_make(&sh, 3, &in);
+        float *w = rnd16(nw, 6, -0.5f, 0.5f);
+        void *dw = tg_upa(w, nw, SL_DTYPE_F16), *dy = tg_newa(ny, SL_DTYPE_F16);
         float *ds[2] = {tg_newf(sh.k), tg_newf(sh.k)}, *dq = tg_newf(sh.k), *sum[2];
         for (int i = 0; i < 2; i++) {
-            cr_assert_eq(sl_fuse_conv_fwd(&e, &sh, dx, dsb, dw, dy, ds[i], dq), SL_OK, "%s",
+            cr_assert_eq(sl_fuse_conv_fwd(&e, &sh, in.dx, in.dsb, dw, dy, ds[i], dq), SL_OK, "%s",
                          sl_errmsg());
             sum[i] = malloc((size_t)sh.k * 4);
             tg_downf(sum[i], ds[i], sh.k);
@@ -563,9 +598,9 @@ Test(train_fuse_cuda, nondeterministic_configurations_filtered)
             assert_same(sum[1], sum[0], sh.k, "sums of two deterministic runs");
         else
             near(sum[1], sum[0], sh.k, 1e-5, 1e-6, "sums of two nondeterministic runs");
-        free(x), free(w), free(s), free(b), free(sum[0]), free(sum[1]);
-        tg_free(dx), tg_free(dw), tg_free(dsb), tg_free(dy), tg_free(ds[0]), tg_free(ds[1]);
-        tg_free(dq);
+        free(w), free(sum[0]), free(sum[1]);
+        pro_free(&in);
+        tg_free(dw), tg_free(dy), tg_free(ds[0]), tg_free(ds[1]), tg_free(dq);
         if (det) {
             sl_conv_shape sh2 = conv_of(&shapes[1]);
             cr_assert_eq(setenv("EMU_CUDNN_GRAPH_CONFIGS", "3", 1), 0);
