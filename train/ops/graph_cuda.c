@@ -132,6 +132,7 @@ typedef struct tally {
     int64_t least_ws;      /* the smallest workspace over the cap */
     char first_fail[300];  /* the first configuration that failed to finalize: why */
     char none[300];        /* no configuration at all: cuDNN's words, if any */
+    char call[400];        /* a call around the heuristics themselves failed: which, why */
 } tally;
 
 /* The engine behind cfg: its global index and whether its numerical notes
@@ -172,11 +173,11 @@ static void cudnn_words(cudnnStatus_t s, const char *call, char *out, size_t n)
 
 /* The first configuration of the heuristics (mode) on og that passes
  * (the top comment's step 3): its plan into p, the configuration kept
- * with it. false with t saying why not (b: a call around the heuristics
- * themselves failed). */
-static bool pick_plan(sl_graph_builder *b, plan_entry *p, sl_cuda_ctx *cx, sl_bdesc og,
-                      cudnnBackendHeurMode_t mode, int det, tally *t)
+ * with it. false with t saying why not. */
+static bool pick_plan(plan_entry *p, sl_cuda_ctx *cx, sl_bdesc og, cudnnBackendHeurMode_t mode,
+                      int det, tally *t)
 {
+    sl_graph_builder hb = {&p->keep, CUDNN_STATUS_SUCCESS, ""}, *b = &hb;
     sl_bdesc heur = NULL, *cfg = NULL;
     int64_t want = 0, got = 0;
     bool chosen = false;
@@ -275,6 +276,8 @@ static bool pick_plan(sl_graph_builder *b, plan_entry *p, sl_cuda_ctx *cx, sl_bd
             (void)cudnnBackendDestroyDescriptor(plan);
     }
 done:
+    if (hb.st != CUDNN_STATUS_SUCCESS)
+        snprintf(t->call, sizeof t->call, "%s", hb.what);
     for (int64_t i = 0; cfg && i < want; i++)
         if (cfg[i])
             (void)cudnnBackendDestroyDescriptor(cfg[i]);
@@ -288,6 +291,10 @@ done:
 static void describe(char *out, size_t n, const char *mode, const tally *t, size_t cap)
 {
     const char *sep = out[0] ? "; " : "";
+    if (t->call[0] && !t->offered) {
+        append(out, n, "%sheuristics %s: %s", sep, mode, t->call);
+        return;
+    }
     if (!t->offered) {
         append(out, n, "%sheuristics %s offer no engine configuration%s%s%s", sep, mode,
                t->none[0] ? " (cuDNN: " : "", t->none, t->none[0] ? ")" : "");
@@ -303,6 +310,8 @@ static void describe(char *out, size_t n, const char *mode, const tally *t, size
         append(out, n, ", %d need more workspace than the %zu MiB cap (SLUICE_CUDNN_WS_MB; "
                "the least %lld MiB)", t->over, cap >> 20,
                (long long)((t->least_ws + (1 << 20) - 1) >> 20));
+    if (t->call[0])
+        append(out, n, "; then %s", t->call);
 }
 
 /* Graph p->graph of p->sh in form f, and a plan for it: true when made;
@@ -312,18 +321,16 @@ static bool build(plan_entry *p, sl_cuda_ctx *cx, const sl_graph_form *f, char *
     sl_graph_builder b = {&p->keep, CUDNN_STATUS_SUCCESS, ""};
     tally ta = {0}, tf = {0};
     sl_bdesc og = sl_graph_build(&b, cx->cudnn, p->graph, &p->sh, f);
-    bool ok = og && (pick_plan(&b, p, cx, og, CUDNN_HEUR_MODE_A, cx->graphs->det, &ta) ||
-                     pick_plan(&b, p, cx, og, CUDNN_HEUR_MODE_FALLBACK, cx->graphs->det, &tf));
+    bool ok = og && (pick_plan(p, cx, og, CUDNN_HEUR_MODE_A, cx->graphs->det, &ta) ||
+                     pick_plan(p, cx, og, CUDNN_HEUR_MODE_FALLBACK, cx->graphs->det, &tf));
     if (ok) {
         p->form = *f;
         return true;
     }
     why[0] = '\0';
-    if (!og)
+    if (!og) {
         append(why, n, "the operation graph: %s", b.what);
-    else if (b.st != CUDNN_STATUS_SUCCESS)
-        append(why, n, "%s", b.what);
-    else {
+    } else {
         describe(why, n, "mode A", &ta, cx->ws_max);
         describe(why, n, "FALLBACK", &tf, cx->ws_max);
     }
