@@ -455,14 +455,16 @@ int cmd_train(int argc, char **argv)
                "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld, "
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
                "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\", "
-               "\"skipped_records\": %lld, \"eval_skipped_records\": %lld}\n",
+               "\"skipped_records\": %lld, \"eval_skipped_records\": %lld, "
+               "\"cudnn_fusion_detail\": %s}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
                o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped,
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
                (long long)res.cuda_graph_replays, res.cudnn_fusion, (long long)res.skipped,
-               (long long)res.eval_skipped);
+               (long long)res.eval_skipped,
+               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null");
         fflush(stdout);
     }
     return 0;

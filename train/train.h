@@ -518,6 +518,9 @@ typedef struct sl_train_result {
     int64_t eval_skipped;        /* bad records the last evaluation left out (its top1/top5
                                   * count only the others); 0 when none ran */
     char eval_skipped_first[256];/* the first of them (this process's share); "" when none */
+    char cudnn_fusion_detail[32768]; /* GPU, fp16: each convolution's fused plans and every
+                                  * refusal's reason in cuDNN's words, as one JSON object
+                                  * (train/model/model_fuse.c's top comment); "" otherwise */
 } sl_train_result;
 
 /* The config initializer of this struct (it holds a pipeline config, so a

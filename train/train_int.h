@@ -335,42 +335,50 @@ int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float 
 
 
 /* ------------------------------------------------ cuDNN graph fusion
- * MLPerf ResNet's conv + BN chain through cuDNN's graph API (issue 27):
- * a cuda exec with fp16 activations (e->act == SL_DTYPE_F16) and
- * SLUICE_CUDNN_FUSION not 0 (read by the context; default 1). Entry
- * points in train/ops/fuse.c (argument checks as ops.c's), cuDNN's plans
- * in graph_cuda.c, the BN kernels in fuse_cuda.cu; SL_ENOTSUP on every
- * other exec and in builds without CUDA. Activations (A: fp16 here) and
- * f32 (F) as the op table's comment says; S16 marks fp16 per-channel
- * vectors (the prologue's scale and bias, which cuDNN's engines take in
- * fp16 only).
+ * MLPerf ResNet's conv + BN chain through cuDNN's graph API (issue 27;
+ * the graphs as NVIDIA documents them: issue 37): a cuda exec with fp16
+ * activations (e->act == SL_DTYPE_F16) and SLUICE_CUDNN_FUSION not 0
+ * (read by the context; default 1). Entry points in train/ops/fuse.c
+ * (argument checks as ops.c's), cuDNN's plans in graph_cuda.c (the graphs
+ * and their sources in graph_build_cuda.c), the BN kernels in
+ * fuse_cuda.cu; SL_ENOTSUP on every other exec and in builds without
+ * CUDA. Activations (A: fp16 here) and f32 (F) as the op table's comment
+ * says; S16 marks fp16 per-channel vectors (the prologue's scale and
+ * bias, which cuDNN's ConvBNfprop / ConvBNwgrad engines take in fp16).
  *   sl_fuse_available  1 when e can run these at all, else 0.
  *   sl_fuse_prepare    the cuDNN plans of `kinds` (SL_FUSE_* bits) for sh
  *                      built (first call per shape, then cached): SL_OK,
  *                      or SL_ENOTSUP when cuDNN has no plan for one (the
- *                      caller runs that layer unfused; the first refusal
- *                      is kept for sl_fuse_refusal), other codes for
- *                      errors.
+ *                      caller runs that convolution unfused; every
+ *                      refusal is kept with its reason, sl_fuse_plan),
+ *                      other codes for errors.
+ *   sl_fuse_plan       the state of one kind's plan for sh (SL_ENOENT
+ *                      before sl_fuse_prepare asked for it): built or
+ *                      refused, the engine and its determinism, and in
+ *                      words why refused (cuDNN's own reason) or how
+ *                      built (the form; a retry). Strings valid while e
+ *                      is.
  *   sl_fuse_conv_fwd   y = conv(relu(x*s + b), w) with sum[k] = sum y and
  *                      sqsum[k] = sum y^2 over n, p, q (cuDNN's
  *                      ConvBNfprop: the BN statistics in the conv's
- *                      epilogue). x A (n,h,w,c), sb S16 (2c: scale then
+ *                      epilogue; cuDNN may sum y before or after its fp16
+ *                      rounding). x A (n,h,w,c), sb S16 (2c: scale then
  *                      bias; ones and zeros pass x through when x >= 0),
  *                      w A, y A, sum / sqsum F (k).
  *   sl_fuse_conv_wgrad dw = conv_bwd_filter(relu(x*s + b), dy)
  *                      (ConvBNwgrad). x A, sb S16 (2c), dy A, dw F.
  *   sl_fuse_conv_dgrad (DgradDreluBNBwdWeight) g = conv_bwd_data(dy, w);
- *                      da = g where xc*s + b > 0 else 0 (the previous
- *                      BN's ReLU, recomputed from its input xc); then
- *                      that BN's weight gradients and the coefficients
- *                      of its input gradient: dbeta = sum da, dgamma =
- *                      sum da*xhat, coef (8c floats, 16-byte aligned:
- *                      eq_dy, eq_x, eq_b (c each) with dx = eq_dy*da +
- *                      eq_x*xc + eq_b = bn_bwd's dx, then room for
- *                      sl_fuse_bn_dx's per-channel constants).
- *                      dy A (n,p,q,k), w A, xc A (n,h,w,c), sb S16 (2c),
- *                      mean, invstd, gamma F (c), da A (n,h,w,c), dgamma,
- *                      dbeta, coef F.
+ *                      da = g where (xc - mean)*invstd*gamma + beta > 0
+ *                      else 0 (the previous BN and its ReLU, recomputed in
+ *                      f32 from its input xc); then that BN's weight
+ *                      gradients and the coefficients of its input
+ *                      gradient: dbeta = sum da, dgamma = sum da*xhat,
+ *                      coef (8c floats, 16-byte aligned: eq_dy, eq_x,
+ *                      eq_b (c each) with dx = eq_dy*da + eq_x*xc + eq_b
+ *                      = bn_bwd's dx, then room for sl_fuse_bn_dx's
+ *                      per-channel constants). dy A (n,p,q,k), w A, xc A
+ *                      (n,h,w,c), mean, invstd, gamma, beta F (c), da A
+ *                      (n,h,w,c), dgamma, dbeta, coef F.
  *   sl_fuse_bn_finalize from sum / sqsum of rows values a channel: the
  *                      biased variance sqsum/rows - mean^2 (in double,
  *                      clamped at 0), save_mean, save_invstd, the running
@@ -379,6 +387,10 @@ int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float 
  *                      and sb (S16 2c: gamma*invstd, beta -
  *                      mean*gamma*invstd) for the next conv's prologue.
  *                      rows >= 2.
+ *   sl_fuse_bn_fold    consts and sb as the finalize makes them, from
+ *                      statistics an unfused bn_fwd_train saved (a
+ *                      convolution whose ConvBNfprop was refused, so that
+ *                      the next one still fuses).
  *   sl_fuse_bn_apply   z = (y - mean)*scale + beta from consts, + r when r
  *                      is not NULL, then max(., 0) when relu (norm_cuda.cu's
  *                      apply pass, bn_fwd_train_act's rounding). y, r, z A.
@@ -389,27 +401,47 @@ int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float 
  *                      xc, dx A (rows, c); dx may be xc or da.
  *   sl_fuse_refusal    the first refusal's text ("" when none). */
 enum { SL_FUSE_FPROP = 1, SL_FUSE_WGRAD = 2, SL_FUSE_DGRAD = 4 };
+typedef struct sl_fuse_plan_info {
+    int built;            /* 1 built, 0 refused */
+    int engine;           /* built: the engine's global index (-1: cuDNN did not say) */
+    int nondeterministic; /* built: its engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+                             (only with SLUICE_CUDNN_DETERMINISTIC=0) */
+    int64_t workspace;    /* built: bytes */
+    const char *form;     /* built: "FLOAT intermediates", "mean step SUB (cuDNN >= 9.8)", ... */
+    const char *note;     /* refused: why, in cuDNN's words; built: a retry's story or "" */
+} sl_fuse_plan_info;
 int sl_fuse_available(const sl_exec *e);
 int sl_fuse_prepare(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
+int sl_fuse_plan(const sl_exec *e, const sl_conv_shape *sh, unsigned kind,
+                 sl_fuse_plan_info *out);
 int sl_fuse_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
                      const float *w, float *y, float *sum, float *sqsum);
 int sl_fuse_conv_wgrad(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
                        const float *dy, float *dw);
 int sl_fuse_conv_dgrad(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
-                       const float *xc, const void *sb, const float *mean, const float *invstd,
-                       const float *gamma, float *da, float *dgamma, float *dbeta, float *coef);
+                       const float *xc, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta, float *da, float *dgamma,
+                       float *dbeta, float *coef);
 int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const float *sqsum,
                         const float *gamma, const float *beta, float momentum, float eps,
                         float *running_mean, float *running_var, float *save_mean,
                         float *save_invstd, float *consts, void *sb);
+int sl_fuse_bn_fold(sl_exec *e, int c, const float *gamma, const float *beta,
+                    const float *save_mean, const float *save_invstd, float *consts, void *sb);
 int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
                      const float *r, int relu, float *z);
 int sl_fuse_bn_dx(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
                   const float *mean, float *coef, float *dx);
 const char *sl_fuse_refusal(const sl_exec *e);
 /* The convolutions of m's residual blocks that its last train forward ran
- * through cuDNN's fused plans, and how many there are (train/model/model.c). */
+ * with every fused plan they are meant to use, and how many there are
+ * (train/model/model_fuse.c). */
 void sl_model_fusion(const sl_model *m, int *fused, int *total);
+/* The per-convolution fusion state of m's last train forward on e as
+ * JSON (model_fuse.c's top comment gives the shape) into buf (cap bytes,
+ * NUL-terminated, always whole JSON: reasons that do not fit are cut and
+ * say so). "" when m never ran a train forward. */
+void sl_model_fusion_json(const sl_model *m, const sl_exec *e, char *buf, size_t cap);
 
 /* The functions behind the tables, one set per backend file:
  *   conv_ref.c / conv_cpu.c      conv_fwd, conv_bwd_data, conv_bwd_filter

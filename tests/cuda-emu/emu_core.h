@@ -70,11 +70,22 @@ void conv_f32(ConvDir d, const ConvShape &g, const float *a, const float *b, flo
 }
 struct cudnnContext;
 namespace emu {
-// emu_dnn_graph.cpp's fault injection, EMU_CUDNN_GRAPH=0 (off),
-// EMU_CUDNN_GRAPH_MAX_C: read when a handle is made (cudnnCreate) and again
-// at the heuristics.
-struct GraphKnobs { bool off; long max_c; }; // max_c 0: no limit
+// emu_dnn_graph.cpp's switches (README's "cuDNN graph API"): read when a
+// handle is made (cudnnCreate) and again at the heuristics (the later
+// setting wins; off and no_1x1s2 if either says so, max_c the smaller).
+struct GraphKnobs {
+    bool off;       // EMU_CUDNN_GRAPH=0: every graph refused
+    long max_c;     // EMU_CUDNN_GRAPH_MAX_C: C or K above refused (0: no limit)
+    int configs;    // EMU_CUDNN_GRAPH_CONFIGS: engine configurations answered, 1..16 (0: unset, 2)
+    int nondet;     // EMU_CUDNN_GRAPH_NONDET: the first N marked NONDETERMINISTIC (-1: unset, 0)
+    bool no_1x1s2;  // EMU_CUDNN_GRAPH_1X1S2=0: 1x1 stride-2 convolutions refused
+    int wgrad_virt; // EMU_CUDNN_GRAPH_WGRAD_VIRT=HALF|FLOAT: ConvBNwgrad's only intermediate
+                    // type (-1: unset, both)
+    unsigned refuse; // EMU_CUDNN_GRAPH_REFUSE=F,W,D: those patterns refused (bits 1 F, 2 W, 4 D)
+};
 GraphKnobs graph_knobs_from_env();
+// EMU_CUDNN_VERSION (cudnnGetVersion's answer; unset: the headers' CUDNN_VERSION).
+long dnn_version();
 // A cuDNN handle for emu_dnn_graph.cpp: 1 live (*stream and *knobs set),
 // 0 destroyed, -1 never made by cudnnCreate.
 int dnn_handle_state(cudnnContext *h, cudaStream_t *stream, GraphKnobs *knobs = nullptr);

@@ -28,6 +28,23 @@ struct cudnnConvolutionStruct { int set, dead; int ph, pw, sh, sw, dh, dw; cudnn
 static std::set<void *> objs;
 static thread_local char last_msg[512];
 
+// cuDNN's own log (docs, "Error Reporting And API Logging"):
+// CUDNN_LOGLEVEL_DBG >= 2 (warning and error) writes each warning to
+// CUDNN_LOGDEST_DBG (stdout, stderr or a file, appended), so that a script
+// that wires the log in (perf/train-gpu) sees a file appear here too.
+static void dbg_log(const char *msg)
+{
+    const char *lv = getenv("CUDNN_LOGLEVEL_DBG"), *dest = getenv("CUDNN_LOGDEST_DBG");
+    if (!lv || atoi(lv) < 2 || !dest || !*dest)
+        return;
+    FILE *f = !strcmp(dest, "stdout") ? stdout : !strcmp(dest, "stderr") ? stderr : fopen(dest, "a");
+    if (!f)
+        return;
+    fprintf(f, "W! CuDNN (v%ld, emulated) %s\n", dnn_version(), msg);
+    if (f != stdout && f != stderr)
+        fclose(f);
+}
+
 static cudnnStatus_t bad(cudnnStatus_t s, const char *fmt, ...)
 {
     va_list ap;
@@ -35,6 +52,7 @@ static cudnnStatus_t bad(cudnnStatus_t s, const char *fmt, ...)
     vsnprintf(last_msg, sizeof last_msg, fmt, ap);
     va_end(ap);
     warn("cuDNN: %s", last_msg);
+    dbg_log(last_msg);
     return s;
 }
 
@@ -49,6 +67,12 @@ int emu::dnn_handle_state(cudnnContext *h, cudaStream_t *stream, GraphKnobs *kno
     return 1;
 }
 void emu::dnn_error(const char *msg) { bad(CUDNN_STATUS_SUCCESS, "%s", msg); }
+
+long emu::dnn_version()
+{
+    const char *v = getenv("EMU_CUDNN_VERSION");
+    return v && *v ? atol(v) : CUDNN_VERSION;
+}
 
 // ---------------------------------------------------------------- numbers
 using emu::bf16_to_f;
@@ -323,7 +347,7 @@ template <class T> static cudnnStatus_t destroy_desc(T *d, const char *api)
 }
 
 extern "C" {
-size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+size_t cudnnGetVersion(void) { return (size_t)dnn_version(); }
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
     switch (s) {

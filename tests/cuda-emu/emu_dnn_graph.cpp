@@ -1,29 +1,55 @@
 // emu_dnn_graph.cpp - cuDNN's backend graph API (cudnn_graph.h:
 // cudnnBackendCreateDescriptor / SetAttribute / GetAttribute / Finalize /
 // Execute) on the host, for the three fused patterns of NVIDIA's MLPerf
-// ResNet, as cuDNN's specialized engines take them (cuDNN developer guide,
-// "Specialized Pre-Compiled Engines"; apex contrib/csrc/bottleneck):
+// ResNet, checked rule by rule against what NVIDIA documents and ships
+// (never against sluice's own graphs):
 //   F  ConvBNfprop            [x*s+b -> relu ->] conv fwd -> genstats (sum, sqsum)
 //   W  ConvBNwgrad            x*s+b -> relu -> conv bwd filter
-//   D  DgradDreluBNBwdWeight  conv bwd data, xc*s+b, relu bwd -> bn bwd weights
+//   D  DgradDreluBNBwdWeight  conv bwd data; (xc - mean)*invstd*gamma + beta;
+//                             relu bwd -> bn bwd weights on the same tensors
+// The sources each rule cites:
+//   [doc] cuDNN developer guide, Graph API, "Supported Graph Patterns" >
+//         "Specialized Pre-Compiled Engines" (ConvBNfprop, ConvBNwgrad,
+//         DgradDreluBNBwdWeight, dBNApply);
+//   [fe]  NVIDIA/cudnn-frontend: samples/cpp/convolution/fprop.cpp "SBRCS",
+//         wgrads.cpp "scale-bias-relu-wgrad", dgrads.cpp "Dgrad Drelu
+//         DBNweight Graph" (v1.11.0 changed its mean step from ADD to SUB and
+//         its cuDNN floor to 9.8.0: "the right operation for the dgrad + drelu
+//         fusion"); samples/legacy_samples/fusion_sample.cpp
+//         run_bn_conv_gen_stat, run_bn_bwd_weight; include/cudnn_frontend/
+//         node/pointwise.h (RELU_BWD: IN_0 dy, IN_1 x), node/dbn_weight.h,
+//         Filters.h (numerical notes read from a config's engine);
+//   [pd]  PaddlePaddle paddle/phi/kernels/fusion/gpu/
+//         fused_dconv_drelu_dbn_kernel.cu (ADD mean with alpha2 = -1; fp32
+//         BN vectors; "bn_dgamma, bn_dbeta, bn_mean, bn_inv_std, bn_scale,
+//         bn_bias should have shape [C] and dtype FP32") and
+//         fused_scale_bias_relu_conv_bn_kernel.cu.
 // Descriptors are attribute maps checked against a schema (type, count,
 // descriptor kind); a finalized one is immutable. An operation graph that
 // is well formed finalizes; it is matched against F / W / D by dataflow
-// (tensor uids, in any op order) and the engines' limits (fp16 NHWC
-// packed activations, f32 statistics, C and K multiples of 8, 16-byte
-// alignment, compute capability 8.0 / 9.0). An accepted graph gets two
-// made-up engines (0: a workspace of 4 KiB per output channel, 1: none);
-// a refused one gets zero heuristic results, and an ENGINE built for it
-// by index fails to finalize (CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN).
-// EMU_CUDNN_GRAPH=0 refuses every graph, EMU_CUDNN_GRAPH_MAX_C=N those with
-// C or K above N: either in the environment at the cudnnCreate of the
-// graph's OPERATIONGRAPH_HANDLE or at the heuristics' (or ENGINE's)
-// Finalize. cudnnBackendExecute checks the variant pack (a pointer
-// per real tensor, device memory with the tensor's extent and alignment,
-// the workspace) and queues the work on the handle's stream (captured into
-// a CUDA graph with its arguments as at the capture), like emu_dnn.cpp's
-// legacy calls. Numerics: f32 (emu_dnn.cpp's conv_f32), each output and
-// each fp16 virtual tensor rounded to nearest even, sums in double.
+// (tensor uids, in any op order) and each rule below; a graph that breaks
+// one gets zero heuristic results (the rule's words in
+// cudnnGetLastErrorString), and an ENGINE built for it by index fails to
+// finalize (CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN). An accepted graph
+// gets EMU_CUDNN_GRAPH_CONFIGS made-up engines (default 2; engine 0 needs
+// a workspace of 4 KiB per output channel, the others none; the first
+// EMU_CUDNN_GRAPH_NONDET carry CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC and
+// sum their statistics in an order that moves from one execution to the
+// next, as atomics do). Switches (at the cudnnCreate of the graph's
+// OPERATIONGRAPH_HANDLE or at the heuristics' Finalize): EMU_CUDNN_GRAPH=0
+// refuses every graph, EMU_CUDNN_GRAPH_MAX_C=N those with C or K above N,
+// EMU_CUDNN_GRAPH_1X1S2=0 1x1 stride-2 convolutions, EMU_CUDNN_GRAPH_REFUSE=F,W,D
+// the named patterns, and
+// EMU_CUDNN_GRAPH_WGRAD_VIRT=HALF|FLOAT ConvBNwgrad graphs whose
+// intermediates are of the other type; EMU_CUDNN_VERSION is the cuDNN
+// version answered and matched (SUB in D needs 9.8.0).
+// cudnnBackendExecute checks the variant pack (a pointer per real tensor,
+// device memory with the tensor's extent and alignment, the workspace)
+// and queues the work on the handle's stream (captured into a CUDA graph
+// with its arguments as at the capture), like emu_dnn.cpp's legacy calls.
+// Numerics: f32 (emu_dnn.cpp's conv_f32), each output and each fp16
+// virtual tensor rounded to nearest even, sums in double (float in a
+// moving order on a NONDETERMINISTIC engine).
 #include "emu.h"
 #include "emu_core.h"
 #include <cudnn.h>
@@ -56,8 +82,10 @@ struct Desc {
     // ENGINEHEUR (results), ENGINE / ENGINECFG / EXECUTION_PLAN (engine, workspace)
     std::shared_ptr<const Pattern> pat;
     std::string refused;
-    GraphKnobs knobs{}; // OPERATIONGRAPH: its handle's
+    GraphKnobs knobs{false, 0, 0, -1, false, -1, 0}; // OPERATIONGRAPH: its handle's (unset without one);
+                                                   // ENGINEHEUR: those in force at its Finalize
     int nresults = 0, engine = -1;
+    bool nondet = false; // ENGINE / ENGINECFG / EXECUTION_PLAN: NUMERICAL_NOTE_NONDETERMINISTIC
     int64_t ws = 0;
 };
 // Descriptors live on after destroy (dead: a later use is reported), so
@@ -440,11 +468,11 @@ static cudnnStatus_t op_finalize(Desc *d)
 // The roles of a matched graph's real tensors (the variant pack's pointers).
 enum { F_X, F_S, F_B, F_W, F_Y, F_SUM, F_SQSUM, F_N };
 enum { W_X, W_S, W_B, W_DY, W_DW, W_N };
-enum { D_DY, D_W, D_XC, D_S, D_B, D_DA, D_MEAN, D_INVSTD, D_GAMMA, D_DSCALE, D_DBIAS, D_EQ_DY, D_EQ_X, D_EQ_B, D_N };
+enum { D_DY, D_W, D_XC, D_MEAN, D_INVSTD, D_GAMMA, D_BETA, D_DA, D_DSCALE, D_DBIAS, D_EQ_DY, D_EQ_X, D_EQ_B, D_N };
 static const char *role_names[3][D_N] = {
     {"x", "scale", "bias", "w", "y", "sum", "sqsum"},
     {"x", "scale", "bias", "dy", "dw"},
-    {"dy", "w", "xc", "scale", "bias", "da", "mean", "invstd", "bn_scale", "dbn_scale", "dbn_bias", "eq_dy_scale",
+    {"dy", "w", "xc", "mean", "invstd", "bn_scale", "bn_bias", "da", "dbn_scale", "dbn_bias", "eq_dy_scale",
      "eq_x_scale", "eq_bias"}};
 static const char *pattern_names[3] = {"ConvBNfprop", "ConvBNwgrad", "DgradDreluBNBwdWeight"};
 struct Role { int64_t uid = -1; size_t bytes = 0; int64_t align = 0; };
@@ -452,8 +480,10 @@ struct Pattern {
     int kind = -1; // 0 F, 1 W, 2 D
     bool prologue = false; // F: scale, bias, ReLU before the convolution
     ConvShape g{};
-    // virtual tensors' types: F / W: mul, add, relu outputs; D: dgrad dx, mul, add outputs
-    int v[3] = {CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT};
+    // virtual tensors' types: F / W: mul, add, relu outputs; D: dgrad dx, then the
+    // mean, invstd, gamma and beta steps' outputs
+    int v[5] = {CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT};
+    bool sub = false; // D: the mean step is SUB (else ADD with alpha2 = -1)
     Role role[D_N];
     int out_c = 0; // channels of the fused op's output (engine 0's workspace)
 };
@@ -521,11 +551,17 @@ static int virt(Check &ck, const Tensor &t, const char *what)
             (long long)t.uid, t.dt);
     return t.dt;
 }
-static void pointwise(Check &ck, const Desc *op, const char *what)
+// A pointwise op of the patterns: compute type FLOAT ([fe] pointwise.h sets
+// the graph's compute type, FLOAT in every sample; [pd] compute_dtype FLOAT),
+// alpha1 1 and alpha2 as given (1, or D's ADD mean with -1: [pd]), a plain
+// ReLU ([fe]: lower clip 0, upper clip FLT_MAX, slope 0; the legacy
+// run_bn_conv_gen_stat's leaky slope 0.01 is not the ResNet chain).
+static void pointwise(Check &ck, const Desc *op, const char *what, double alpha2 = 1)
 {
     const Desc *pw = ref(op, A(OPERATION_POINTWISE_PW_DESCRIPTOR));
     ck.need(e32(pw, A(POINTWISE_MATH_PREC)) == CUDNN_DATA_FLOAT, "%s: MATH_PREC must be FLOAT", what);
-    ck.need(num(op, A(OPERATION_POINTWISE_ALPHA1), 1) == 1 && num(op, A(OPERATION_POINTWISE_ALPHA2), 1) == 1, "%s: alpha1 / alpha2 must be 1", what);
+    ck.need(num(op, A(OPERATION_POINTWISE_ALPHA1), 1) == 1, "%s: alpha1 must be 1", what);
+    ck.need(num(op, A(OPERATION_POINTWISE_ALPHA2), 1) == alpha2, "%s: alpha2 must be %g", what, alpha2);
     ck.need(num(pw, A(POINTWISE_RELU_LOWER_CLIP), 0) == 0 && num(pw, A(POINTWISE_RELU_LOWER_CLIP_SLOPE), 0) == 0 &&
                 num(pw, A(POINTWISE_RELU_UPPER_CLIP), 1e300) >= 3.4e38,
             "%s: a clipped or leaky ReLU", what);
@@ -557,12 +593,22 @@ static bool prologue(Check &ck, const GraphView &g, Pattern *p, int64_t out, int
     p->v[2] = virt(ck, g.t.at(out), "the RELU_FWD's output");
     return true;
 }
+// C and K multiples of 8: fp16 NHWC rows and (1,C,1,1) vectors 16 bytes
+// aligned ([fe] legacy samples: "16B alignment is needed to run a tensor
+// core engine", every tensor setAlignment(16)).
 static void channels(Check &ck, const ConvShape &cs)
 {
     ck.need(cs.c % 8 == 0, "C = %d is not a multiple of 8", cs.c);
     ck.need(cs.k % 8 == 0, "K = %d is not a multiple of 8", cs.k);
 }
 
+// ConvBNfprop ([doc]; [fe] SBRCS and run_bn_conv_gen_stat): x (HALF) ->
+// MUL s -> ADD b -> RELU_FWD -> CONVOLUTION_FORWARD(w) -> y (HALF) ->
+// GEN_STATS(SUM_SQSUM) -> sum, sqsum (FLOAT (1,K,1,1)); s and b HALF
+// (1,C,1,1) ([fe] SBRCS: Surface<half> s_tensor(c), b_tensor(c)); the
+// intermediates virtual (FLOAT in the samples). Without the prologue: the
+// conv and GEN_STATS alone (the block input of sluice's identity
+// prologue is the only other use; kept for the selftest).
 static bool match_F(const GraphView &g, Pattern *p, Check &ck)
 {
     const Desc *conv = g.one(D(OPERATION_CONVOLUTION_FORWARD)), *gs = g.one(D(OPERATION_GEN_STATS));
@@ -589,6 +635,11 @@ static bool match_F(const GraphView &g, Pattern *p, Check &ck)
     return ck.why.empty();
 }
 
+// ConvBNwgrad ([doc]; [fe] scale-bias-relu-wgrad; [pd] _BnActWgradImpl):
+// x -> MUL s -> ADD b -> RELU_FWD -> CONVOLUTION_BACKWARD_FILTER(dy) -> dw,
+// x, s, b, dy, dw HALF; the intermediates HALF in [fe] (its
+// set_intermediate_data_type(HALF)), FLOAT in [pd]: both taken, unless
+// EMU_CUDNN_GRAPH_WGRAD_VIRT names one (at the heuristics).
 static bool match_W(const GraphView &g, Pattern *p, Check &ck)
 {
     const Desc *conv = g.one(D(OPERATION_CONVOLUTION_BACKWARD_FILTER));
@@ -605,24 +656,69 @@ static bool match_W(const GraphView &g, Pattern *p, Check &ck)
     return ck.why.empty();
 }
 
+// DgradDreluBNBwdWeight ([doc]; [fe] "Dgrad Drelu DBNweight Graph" and
+// run_bn_bwd_weight; [pd] _DgradDreluBnBwdWeightImpl), seven operations:
+//   dy (HALF) -> CONVOLUTION_BACKWARD_DATA(w) -> g (virtual)
+//   xc (HALF) -> SUB mean ([fe] v1.11.0 on, cuDNN >= 9.8.0) or ADD mean
+//       with alpha2 = -1 ([pd]) -> MUL invstd -> MUL bn_scale -> ADD bn_bias
+//       -> t (virtual): the previous BN recomputed in fp32;
+//   RELU_BWD(dy = g, x = t) -> da (HALF, real: [fe] drelu_output
+//       set_output(true));
+//   BN_BWD_WEIGHTS(x = xc, dy = da) with mean, invstd and scale the very
+//       tensors (uids) of the recompute ([fe] dbn_weight(drelu_output, X, M,
+//       V, S); [pd] bn1_mean_desc, bn1_inv_std_desc, bn1_scale_desc in both)
+//       -> dbn_scale, dbn_bias, eq_dy_scale, eq_x_scale, eq_bias.
+//   mean, invstd, bn_scale, bn_bias and the five outputs FLOAT (1,C,1,1)
+//   ([fe] set_data_type(FLOAT) on M, V, S, B; [pd] "dtype FP32").
+// A plain ADD of the mean (alpha2 1: x + mean) is the graph of the samples
+// before v1.11.0, which its release notes correct; fp16 or folded
+// scale / bias vectors, or a BN_BWD_WEIGHTS with tensors of its own, are
+// not this pattern.
 static bool match_D(const GraphView &g, Pattern *p, Check &ck)
 {
     const Desc *conv = g.one(D(OPERATION_CONVOLUTION_BACKWARD_DATA)), *bnw = g.one(D(OPERATION_BN_BWD_WEIGHTS));
-    if (!ck.need(conv && bnw && g.ops.size() == 5, "DgradDreluBNBwdWeight: CONVOLUTION_BACKWARD_DATA, MUL, ADD, RELU_BWD, BN_BWD_WEIGHTS"))
+    if (!ck.need(conv && bnw && g.ops.size() == 7,
+                 "DgradDreluBNBwdWeight: %zu operations, the pattern has 7 (CONVOLUTION_BACKWARD_DATA; SUB mean (or ADD "
+                 "alpha2 -1), MUL invstd, MUL scale, ADD bias on fp32 (1,C,1,1) vectors; RELU_BWD; BN_BWD_WEIGHTS)",
+                 g.ops.size()))
         return false;
     std::string err;
     conv_shape(conv, &p->g, &err);
     int64_t g_uid = uid(conv, A(OPERATION_CONVOLUTION_BWD_DATA_DX));
     const Desc *rb = g.one(D(OPERATION_POINTWISE), CUDNN_POINTWISE_RELU_BWD);
-    const Desc *add = rb ? g.producer(uid(rb, A(OPERATION_POINTWISE_XDESC)), D(OPERATION_POINTWISE), CUDNN_POINTWISE_ADD) : NULL;
-    const Desc *mul = add ? g.producer(uid(add, A(OPERATION_POINTWISE_XDESC)), D(OPERATION_POINTWISE), CUDNN_POINTWISE_MUL) : NULL;
-    if (!ck.need(rb && add && mul, "no RELU_BWD whose x is xc*scale+bias (MUL, ADD by uid)")) return false;
-    int64_t xc = uid(mul, A(OPERATION_POINTWISE_XDESC)), da = uid(rb, A(OPERATION_POINTWISE_DXDESC));
-    if (!ck.need(uid(rb, A(OPERATION_POINTWISE_DYDESC)) == g_uid, "RELU_BWD's dy is not the dgrad's dx") ||
-        !ck.need(uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_X_DESC)) == xc, "BN_BWD_WEIGHTS's x is not the MUL's x") ||
-        !ck.need(uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_DY_DESC)) == da, "BN_BWD_WEIGHTS's dy is not the RELU_BWD's dx"))
+    const Desc *addb = rb ? g.producer(uid(rb, A(OPERATION_POINTWISE_XDESC)), D(OPERATION_POINTWISE), CUDNN_POINTWISE_ADD) : NULL;
+    const Desc *mulg = addb ? g.producer(uid(addb, A(OPERATION_POINTWISE_XDESC)), D(OPERATION_POINTWISE), CUDNN_POINTWISE_MUL) : NULL;
+    const Desc *muli = mulg ? g.producer(uid(mulg, A(OPERATION_POINTWISE_XDESC)), D(OPERATION_POINTWISE), CUDNN_POINTWISE_MUL) : NULL;
+    int64_t v1 = muli ? uid(muli, A(OPERATION_POINTWISE_XDESC)) : -1;
+    const Desc *msub = g.producer(v1, D(OPERATION_POINTWISE), CUDNN_POINTWISE_SUB);
+    const Desc *madd = g.producer(v1, D(OPERATION_POINTWISE), CUDNN_POINTWISE_ADD);
+    const Desc *mean = msub ? msub : madd;
+    if (!ck.need(rb && addb && mulg && muli && mean,
+                 "RELU_BWD's x is not (xc SUB mean) MUL invstd MUL scale ADD bias (by uid through each op's XDESC)"))
         return false;
-    pointwise(ck, mul, "MUL"), pointwise(ck, add, "ADD"), pointwise(ck, rb, "RELU_BWD");
+    p->sub = msub != NULL;
+    // the emulated cuDNN's version: SUB from 9.8.0 ([fe] dgrads.cpp: "requires cudnn 9.8.0 and up")
+    ck.need(!p->sub || dnn_version() >= 90800, "the SUB mean step needs cuDNN 9.8.0 (this is %ld; ADD with alpha2 -1 "
+            "before)", dnn_version());
+    int64_t xc = uid(mean, A(OPERATION_POINTWISE_XDESC)), da = uid(rb, A(OPERATION_POINTWISE_DXDESC));
+    int64_t mu = uid(mean, A(OPERATION_POINTWISE_BDESC)), is = uid(muli, A(OPERATION_POINTWISE_BDESC)),
+            ga = uid(mulg, A(OPERATION_POINTWISE_BDESC)), be = uid(addb, A(OPERATION_POINTWISE_BDESC));
+    // [fe] pointwise.h: RELU_BWD's IN_0 (the dgrad output) is DYDESC, IN_1 (the recompute) XDESC
+    if (!ck.need(uid(rb, A(OPERATION_POINTWISE_DYDESC)) == g_uid, "RELU_BWD's dy is not the dgrad's dx") ||
+        !ck.need(uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_X_DESC)) == xc, "BN_BWD_WEIGHTS's x is not the recompute's xc") ||
+        !ck.need(uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_DY_DESC)) == da, "BN_BWD_WEIGHTS's dy is not the RELU_BWD's dx") ||
+        !ck.need(uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_MEAN_DESC)) == mu &&
+                     uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC)) == is &&
+                     uid(bnw, A(OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC)) == ga,
+                 "BN_BWD_WEIGHTS's mean / invstd / scale are not the recompute's (the same uids)"))
+        return false;
+    // [pd]: ADD(x, mean) with alpha1 1, alpha2 -1; [fe] v1.11.0: SUB, alphas 1
+    ck.need(p->sub || num(mean, A(OPERATION_POINTWISE_ALPHA2), 1) == -1,
+            "ADD(xc, mean) with alpha2 %g adds the mean (the samples before cudnn-frontend v1.11.0): the "
+            "pattern subtracts it (SUB, or ADD with alpha2 -1)", num(mean, A(OPERATION_POINTWISE_ALPHA2), 1));
+    pointwise(ck, mean, p->sub ? "SUB mean" : "ADD mean (x - mean: alpha2 -1)", p->sub ? 1 : -1);
+    pointwise(ck, muli, "MUL invstd"), pointwise(ck, mulg, "MUL scale"), pointwise(ck, addb, "ADD bias");
+    pointwise(ck, rb, "RELU_BWD");
     conv_op(ck, conv, A(OPERATION_CONVOLUTION_BWD_DATA_ALPHA), A(OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC), "CONVOLUTION_BACKWARD_DATA");
     ck.need(e32(bnw, A(OPERATION_BN_BWD_WEIGHTS_MATH_PREC)) == CUDNN_DATA_FLOAT, "BN_BWD_WEIGHTS: MATH_PREC must be FLOAT");
     ck.need(same_dims(g.t.at(xc), g.t.at(g_uid)), "xc and the dgrad's dx differ in shape");
@@ -630,17 +726,18 @@ static bool match_D(const GraphView &g, Pattern *p, Check &ck)
     real(ck, p, D_DY, g.t.at(uid(conv, A(OPERATION_CONVOLUTION_BWD_DATA_DY))), CUDNN_DATA_HALF);
     real(ck, p, D_W, g.t.at(uid(conv, A(OPERATION_CONVOLUTION_BWD_DATA_W))), CUDNN_DATA_HALF);
     real(ck, p, D_XC, g.t.at(xc), CUDNN_DATA_HALF);
-    per_channel(ck, p, D_S, g.t.at(uid(mul, A(OPERATION_POINTWISE_BDESC))), CUDNN_DATA_HALF, c);
-    per_channel(ck, p, D_B, g.t.at(uid(add, A(OPERATION_POINTWISE_BDESC))), CUDNN_DATA_HALF, c);
     real(ck, p, D_DA, g.t.at(da), CUDNN_DATA_HALF);
-    static const int bn[] = {A(OPERATION_BN_BWD_WEIGHTS_MEAN_DESC), A(OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC),
-                             A(OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC), A(OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC),
-                             A(OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC), A(OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC),
-                             A(OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC), A(OPERATION_BN_BWD_WEIGHTS_EQ_BIAS)};
-    for (int i = 0; i < 8; i++) per_channel(ck, p, D_MEAN + i, g.t.at(uid(bnw, bn[i])), CUDNN_DATA_FLOAT, c);
+    const int64_t vecs[4] = {mu, is, ga, be};
+    for (int i = 0; i < 4; i++) per_channel(ck, p, D_MEAN + i, g.t.at(vecs[i]), CUDNN_DATA_FLOAT, c);
+    static const int outs[] = {A(OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC), A(OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC),
+                               A(OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC), A(OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC),
+                               A(OPERATION_BN_BWD_WEIGHTS_EQ_BIAS)};
+    for (int i = 0; i < 5; i++) per_channel(ck, p, D_DSCALE + i, g.t.at(uid(bnw, outs[i])), CUDNN_DATA_FLOAT, c);
     p->v[0] = virt(ck, g.t.at(g_uid), "the dgrad's dx");
-    p->v[1] = virt(ck, g.t.at(uid(mul, A(OPERATION_POINTWISE_YDESC))), "the MUL's output");
-    p->v[2] = virt(ck, g.t.at(uid(add, A(OPERATION_POINTWISE_YDESC))), "the ADD's output");
+    p->v[1] = virt(ck, g.t.at(v1), "the mean step's output");
+    p->v[2] = virt(ck, g.t.at(uid(muli, A(OPERATION_POINTWISE_YDESC))), "the MUL invstd's output");
+    p->v[3] = virt(ck, g.t.at(uid(mulg, A(OPERATION_POINTWISE_YDESC))), "the MUL scale's output");
+    p->v[4] = virt(ck, g.t.at(uid(addb, A(OPERATION_POINTWISE_YDESC))), "the ADD bias's output");
     channels(ck, p->g);
     p->out_c = c;
     return ck.why.empty();
@@ -683,19 +780,47 @@ static cudnnStatus_t graph_finalize(Desc *d)
     return CUDNN_STATUS_SUCCESS;
 }
 
+// The switches in force for graph: its handle's (at cudnnCreate) and the
+// environment's now, the later winning (emu_core.h).
+static GraphKnobs knobs_of(const Desc *graph)
+{
+    GraphKnobs kn = graph->knobs, now = graph_knobs_from_env(), r = kn;
+    r.off = kn.off || now.off;
+    r.max_c = kn.max_c > 0 && (now.max_c <= 0 || kn.max_c < now.max_c) ? kn.max_c : now.max_c;
+    r.configs = now.configs > 0 ? now.configs : kn.configs > 0 ? kn.configs : 2;
+    r.nondet = now.nondet >= 0 ? now.nondet : kn.nondet >= 0 ? kn.nondet : 0;
+    r.no_1x1s2 = kn.no_1x1s2 || now.no_1x1s2;
+    r.wgrad_virt = now.wgrad_virt >= 0 ? now.wgrad_virt : kn.wgrad_virt;
+    r.refuse = kn.refuse | now.refuse;
+    return r;
+}
+
 // Whether an engine serves graph (a finalized OPERATIONGRAPH); why not.
 static bool engine_for(const Desc *graph, std::string *why)
 {
-    GraphKnobs kn = graph->knobs, now = graph_knobs_from_env(); // at cudnnCreate, now
-    if (kn.off || now.off) { *why = "EMU_CUDNN_GRAPH=0 refuses every graph"; return false; }
+    GraphKnobs kn = knobs_of(graph);
+    if (kn.off) { *why = "EMU_CUDNN_GRAPH=0 refuses every graph"; return false; }
     if (!graph->pat) { *why = graph->refused; return false; }
     const Pattern &p = *graph->pat;
-    long max_c = kn.max_c > 0 && (now.max_c <= 0 || kn.max_c < now.max_c) ? kn.max_c : now.max_c;
-    if (max_c > 0 && (p.g.c > max_c || p.g.k > max_c)) {
+    if (kn.max_c > 0 && (p.g.c > kn.max_c || p.g.k > kn.max_c)) {
         *why = "C " + std::to_string(p.g.c) + " or K " + std::to_string(p.g.k) + " above EMU_CUDNN_GRAPH_MAX_C=" +
-               std::to_string(max_c);
+               std::to_string(kn.max_c);
         return false;
     }
+    if (kn.refuse & (1u << p.kind)) {
+        *why = std::string(pattern_names[p.kind]) + " refused (EMU_CUDNN_GRAPH_REFUSE)";
+        return false;
+    }
+    if (kn.no_1x1s2 && p.g.r == 1 && p.g.s == 1 && (p.g.sh == 2 || p.g.sw == 2)) {
+        *why = "a 1x1 stride-2 convolution (EMU_CUDNN_GRAPH_1X1S2=0)";
+        return false;
+    }
+    if (p.kind == 1 && kn.wgrad_virt >= 0 && (p.v[0] != kn.wgrad_virt || p.v[1] != kn.wgrad_virt || p.v[2] != kn.wgrad_virt)) {
+        *why = std::string("ConvBNwgrad's intermediates must be ") + (kn.wgrad_virt == CUDNN_DATA_HALF ? "HALF" : "FLOAT") +
+               " (EMU_CUDNN_GRAPH_WGRAD_VIRT)";
+        return false;
+    }
+    // [fe]: every pattern's sample skips unless Ampere or Hopper
     int dev = 0, major = 0, minor = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -711,7 +836,26 @@ static int64_t workspace_of(const Pattern &p, int engine) { return engine == 0 ?
 // ---------------------------------------------------------------- execution
 // One cudnnBackendExecute: the plan's pattern and the pack's pointers by
 // role, as at the call (a CUDA graph replays them as captured).
-struct Job { std::shared_ptr<const Pattern> pat; void *p[D_N] = {}; void *ws = NULL; int64_t wsb = 0; };
+struct Job { std::shared_ptr<const Pattern> pat; void *p[D_N] = {}; void *ws = NULL; int64_t wsb = 0; bool nondet = false; };
+
+// Per-channel sums of v (rows of c values) into out: in double, row order;
+// on a NONDETERMINISTIC engine in float from a row that moves with each
+// execution (as atomics arrive), so that its bits may change run to run.
+static unsigned long executions;
+static void channel_sums(const std::vector<double> &v, int c, bool nondet, std::vector<double> &out)
+{
+    size_t rows = v.size() / (size_t)c;
+    out.assign((size_t)c, 0.0);
+    if (!nondet) {
+        for (size_t i = 0; i < v.size(); i++) out[i % c] += v[i];
+        return;
+    }
+    size_t start = rows ? (size_t)(executions++ * 7919u) % rows : 0;
+    std::vector<float> f((size_t)c, 0.0f);
+    for (size_t r = 0; r < rows; r++)
+        for (int ch = 0; ch < c; ch++) f[ch] += (float)v[((start + r) % rows) * c + ch];
+    for (int ch = 0; ch < c; ch++) out[ch] = f[ch];
+}
 
 static std::vector<float> load_h(const void *p, size_t n)
 {
@@ -753,12 +897,12 @@ static void run_F(const Job &j)
     if (p.prologue) scale_bias_relu(x, j.p[F_S], j.p[F_B], g.c, p.v);
     conv_f32(CONV_FWD, g, x.data(), w.data(), y.data());
     uint16_t *yo = (uint16_t *)j.p[F_Y];
-    std::vector<double> sum(g.k), sq(g.k);
+    std::vector<double> r(ny), r2(ny), sum, sq;
     for (size_t i = 0; i < ny; i++) {
         yo[i] = f_to_h(y[i]);
-        double r = h_to_f(yo[i]);
-        sum[i % g.k] += r, sq[i % g.k] += r * r;
+        r[i] = h_to_f(yo[i]), r2[i] = r[i] * r[i];
     }
+    channel_sums(r, g.k, j.nondet, sum), channel_sums(r2, g.k, j.nondet, sq);
     for (int k = 0; k < g.k; k++) ((float *)j.p[F_SUM])[k] = (float)sum[k], ((float *)j.p[F_SQSUM])[k] = (float)sq[k];
 }
 
@@ -774,7 +918,8 @@ static void run_W(const Job &j)
     store_h(j.p[W_DW], dw);
 }
 
-// D: g = conv_bwd_data(dy, w); da = (xc*s+b > 0 ? g : 0) rounded to half;
+// D: g = conv_bwd_data(dy, w); t = (xc - mean)*invstd*gamma + beta (each
+// step rounded as its virtual's type); da = (t > 0 ? g : 0) rounded to half;
 // batch norm's weight gradients and the coefficients of its input gradient
 // dx = eq_dy_scale*da + eq_x_scale*xc + eq_bias (M = n*h*w):
 //   dbn_bias = sum da, dbn_scale = sum da*xhat, xhat = (xc-mean)*invstd,
@@ -788,17 +933,18 @@ static void run_D(const Job &j)
     size_t nx = (size_t)g.n * g.h * g.w * g.c, nw = (size_t)g.k * g.r * g.s * g.c, ny = (size_t)g.n * g.p * g.q * g.k;
     std::vector<float> w = load_h(j.p[D_W], nw), dy = load_h(j.p[D_DY], ny), gr(nx);
     conv_f32(CONV_BWD_DATA, g, w.data(), dy.data(), gr.data());
-    std::vector<float> xc = load_h(j.p[D_XC], nx), S = load_h(j.p[D_S], c), B = load_h(j.p[D_B], c);
-    std::vector<float> mean = load_f(j.p[D_MEAN], c), inv = load_f(j.p[D_INVSTD], c), gamma = load_f(j.p[D_GAMMA], c);
+    std::vector<float> xc = load_h(j.p[D_XC], nx), mean = load_f(j.p[D_MEAN], c), inv = load_f(j.p[D_INVSTD], c);
+    std::vector<float> gamma = load_f(j.p[D_GAMMA], c), beta = load_f(j.p[D_BETA], c);
     uint16_t *da = (uint16_t *)j.p[D_DA];
-    std::vector<double> db(c), ds(c);
+    std::vector<double> dv(nx), dxv(nx), db, ds;
     for (size_t i = 0; i < nx; i++) {
         int ch = (int)(i % c);
-        float t = as(as(xc[i] * S[ch], p.v[1]) + B[ch], p.v[2]);
+        float t = as(as(as(as(xc[i] - mean[ch], p.v[1]) * inv[ch], p.v[2]) * gamma[ch], p.v[3]) + beta[ch], p.v[4]);
         da[i] = f_to_h(t > 0 ? as(gr[i], p.v[0]) : 0.0f);
-        double d = h_to_f(da[i]);
-        db[ch] += d, ds[ch] += d * (((double)xc[i] - mean[ch]) * inv[ch]);
+        dv[i] = h_to_f(da[i]);
+        dxv[i] = dv[i] * (((double)xc[i] - mean[ch]) * inv[ch]);
     }
+    channel_sums(dv, c, j.nondet, db), channel_sums(dxv, c, j.nondet, ds);
     double M = (double)g.n * g.h * g.w;
     for (int k = 0; k < c; k++) {
         double gi = (double)gamma[k] * inv[k];
@@ -851,7 +997,10 @@ static cudnnStatus_t finalize(Desc *d)
         int m = e32(d, A(ENGINEHEUR_MODE));
         if (m < CUDNN_HEUR_MODE_INSTANT || m > CUDNN_HEUR_MODE_A) return fail(CUDNN_STATUS_BAD_PARAM, "%s: ENGINEHEUR: mode %d", api, m);
         std::string why;
-        d->nresults = engine_for(ref(d, A(ENGINEHEUR_OPERATION_GRAPH)), &why) ? 2 : 0;
+        const Desc *graph = ref(d, A(ENGINEHEUR_OPERATION_GRAPH));
+        GraphKnobs kn = knobs_of(graph);
+        d->nresults = engine_for(graph, &why) ? kn.configs : 0;
+        d->knobs = kn; // the engines' notes (heur_results)
         if (!d->nresults) dnn_error(("cudnnBackendFinalize: ENGINEHEUR: no engine for this graph: " + why).c_str());
         return CUDNN_STATUS_SUCCESS;
     }
@@ -859,15 +1008,18 @@ static cudnnStatus_t finalize(Desc *d)
         int64_t i = i64(d, A(ENGINE_GLOBAL_INDEX));
         const Desc *graph = ref(d, A(ENGINE_OPERATION_GRAPH));
         std::string why;
-        if (i < 0 || i > 1) return fail(CUDNN_STATUS_BAD_PARAM, "%s: ENGINE: global index %lld (this graph has 2)", api, (long long)i);
+        GraphKnobs kn = knobs_of(graph);
+        if (i < 0 || i >= kn.configs)
+            return fail(CUDNN_STATUS_BAD_PARAM, "%s: ENGINE: global index %lld (this graph has %d)", api, (long long)i, kn.configs);
         if (!engine_for(graph, &why))
             return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, "%s: ENGINE %lld: no engine for this graph: %s", api, (long long)i, why.c_str());
-        d->engine = (int)i, d->pat = graph->pat;
+        d->engine = (int)i, d->pat = graph->pat, d->nondet = i < kn.nondet;
         return CUDNN_STATUS_SUCCESS;
     }
     case D(ENGINECFG): case D(EXECUTION_PLAN): {
         const Desc *from = ref(d, d->type == D(ENGINECFG) ? A(ENGINECFG_ENGINE) : A(EXECUTION_PLAN_ENGINE_CONFIG));
         d->engine = from->engine, d->pat = from->pat, d->ws = workspace_of(*from->pat, from->engine);
+        d->nondet = from->nondet;
         return CUDNN_STATUS_SUCCESS;
     }
     case D(VARIANT_PACK): {
@@ -903,11 +1055,12 @@ static cudnnStatus_t heur_results(const Desc *h, int64_t req, int64_t *cnt, void
         eng->type = D(ENGINE);
         set_raw(eng, A(ENGINE_OPERATION_GRAPH), T(BACKEND_DESCRIPTOR), &graph);
         set_raw(eng, A(ENGINE_GLOBAL_INDEX), T(INT64), &i);
-        eng->final = true, eng->engine = (int)i, eng->pat = graph->pat;
+        eng->final = true, eng->engine = (int)i, eng->pat = graph->pat, eng->nondet = i < h->knobs.nondet;
         *cfg = Desc();
         cfg->type = D(ENGINECFG);
         set_raw(cfg, A(ENGINECFG_ENGINE), T(BACKEND_DESCRIPTOR), &eng);
         cfg->final = true, cfg->engine = (int)i, cfg->pat = graph->pat, cfg->ws = workspace_of(*graph->pat, (int)i);
+        cfg->nondet = eng->nondet;
     }
     return CUDNN_STATUS_SUCCESS;
 }
@@ -926,7 +1079,16 @@ static cudnnStatus_t put(const void *vals, int64_t n, size_t es, int64_t req, in
 GraphKnobs emu::graph_knobs_from_env()
 {
     const char *off = getenv("EMU_CUDNN_GRAPH"), *max_c = getenv("EMU_CUDNN_GRAPH_MAX_C");
-    return GraphKnobs{off && !strcmp(off, "0"), max_c && *max_c ? atol(max_c) : 0};
+    const char *cfgs = getenv("EMU_CUDNN_GRAPH_CONFIGS"), *nd = getenv("EMU_CUDNN_GRAPH_NONDET");
+    const char *s2 = getenv("EMU_CUDNN_GRAPH_1X1S2"), *wv = getenv("EMU_CUDNN_GRAPH_WGRAD_VIRT");
+    const char *rf = getenv("EMU_CUDNN_GRAPH_REFUSE");
+    GraphKnobs k{off && !strcmp(off, "0"), max_c && *max_c ? atol(max_c) : 0, 0, -1, s2 && !strcmp(s2, "0"), -1, 0};
+    for (const char *c = rf; c && *c; c++) k.refuse |= *c == 'F' ? 1u : *c == 'W' ? 2u : *c == 'D' ? 4u : 0u;
+    if (cfgs && *cfgs) k.configs = atoi(cfgs) < 1 ? 1 : atoi(cfgs) > 16 ? 16 : atoi(cfgs);
+    if (nd && *nd) k.nondet = atoi(nd);
+    if (wv && !strcmp(wv, "HALF")) k.wgrad_virt = CUDNN_DATA_HALF;
+    if (wv && !strcmp(wv, "FLOAT")) k.wgrad_virt = CUDNN_DATA_FLOAT;
+    return k;
 }
 
 #define G_BEGIN EMU_LOCK; emu::init()
@@ -1018,12 +1180,15 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc, cudn
         return fail(CUDNN_STATUS_BAD_PARAM, "%s: %s attribute %d: attribute type %d (this attribute is %d)", api, tn, (int)name, (int)type, s->t1);
     if (req < 0) return fail(CUDNN_STATUS_BAD_PARAM, "%s: requested %lld elements", api, (long long)req);
     static const int64_t two = 2;
-    static const int32_t tensor_core = CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    // every engine a tensor-core one; the first EMU_CUDNN_GRAPH_NONDET also
+    // NONDETERMINISTIC ([fe] Filters.h reads exactly this attribute)
+    static const int32_t notes[2] = {CUDNN_NUMERICAL_NOTE_TENSOR_CORE, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC};
+    int64_t nengines;
     switch ((int)name) {
-    case A(OPERATIONGRAPH_ENGINE_GLOBAL_COUNT): return put(&two, 1, 8, req, cnt, out);
+    case A(OPERATIONGRAPH_ENGINE_GLOBAL_COUNT): nengines = knobs_of(d).configs; return put(&nengines, 1, 8, req, cnt, out);
     case A(ENGINEHEUR_RESULTS): return heur_results(d, req, cnt, out);
     case A(ENGINECFG_WORKSPACE_SIZE): case A(EXECUTION_PLAN_WORKSPACE_SIZE): return put(&d->ws, 1, 8, req, cnt, out);
-    case A(ENGINE_NUMERICAL_NOTE): return put(&tensor_core, 1, 4, req, cnt, out);
+    case A(ENGINE_NUMERICAL_NOTE): return put(notes, d->nondet ? 2 : 1, 4, req, cnt, out);
     case A(ENGINE_BEHAVIOR_NOTE): case A(ENGINE_KNOB_INFO): case A(ENGINE_LAYOUT_INFO):
     case A(EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS): return put(&two, 0, 8, req, cnt, out);
     }
@@ -1078,6 +1243,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         return fail(CUDNN_STATUS_BAD_PARAM, "%s: the %s is not finalized", api, !pl->final ? "EXECUTION_PLAN" : "VARIANT_PACK");
     auto job = std::make_shared<Job>();
     job->pat = pl->pat;
+    job->nondet = pl->nondet;
     const Pattern &p = *pl->pat;
     std::map<int64_t, void *> given;
     for (int64_t i = 0; i < count(vp, A(VARIANT_PACK_UNIQUE_IDS)); i++)

@@ -96,7 +96,7 @@ build() {
     done
     # the fused conv+BN path (cuDNN's graph API: emu_dnn_graph.cpp), once its files exist
     fused=""
-    for f in train/ops/graph_cuda.c train/ops/fuse.c; do
+    for f in train/ops/graph_cuda.c train/ops/graph_build_cuda.c train/ops/fuse.c; do
         b=$(basename "$f" .c)
         if [ -f "$REPO/$f" ]; then $CC $TRAIN_FLAGS -c "$REPO/$f" -o $b.o; fused="$fused $b.o"; else rm -f $b.o; fi
     done
@@ -218,7 +218,7 @@ graph_selftest() {
     local out n
     out=$(EMU_ABORT=0 timeout 120 "$OUT/selftest" graph 2>&1)
     n=$(echo "$out" | grep -c '^graph: .*: ok')
-    if [ "$n" = 21 ] && ! echo "$out" | grep -q WRONG && [ "$(echo "$out" | grep -c '^EMU: error: ')" = 3 ] &&
+    if [ "$n" = 34 ] && ! echo "$out" | grep -q WRONG && [ "$(echo "$out" | grep -c '^EMU: error: ')" = 3 ] &&
         echo "$out" | grep -q "^EMU: error: cudnnBackendExecute: the variant pack has no pointer for w (uid 4)" &&
         echo "$out" | grep -q "^EMU: error: cudnnBackendExecute: workspace .* + 65536 bytes leaves device allocation" &&
         echo "$out" | grep -q "^EMU: error: cudnnBackendDestroyDescriptor: ENGINECFG .* used after cudnnBackendDestroyDescriptor"; then

@@ -264,7 +264,10 @@ static bdesc tensor(int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64
     set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
     return fin(t);
 }
-static bdesc pw_op(cudnnPointwiseMode_t m, bdesc x, bdesc b, bdesc y)
+static bdesc pw_op2(cudnnPointwiseMode_t m, bdesc x, bdesc b, bdesc y, float alpha2);
+static bdesc pw_op(cudnnPointwiseMode_t m, bdesc x, bdesc b, bdesc y) { return pw_op2(m, x, b, y, 0); }
+/* alpha2 0: not set (cuDNN's default 1) */
+static bdesc pw_op2(cudnnPointwiseMode_t m, bdesc x, bdesc b, bdesc y, float alpha2)
 {
     cudnnDataType_t f = CUDNN_DATA_FLOAT;
     bdesc pw = mk(CUDNN_BACKEND_POINTWISE_DESCRIPTOR), op = mk(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
@@ -281,6 +284,8 @@ static bdesc pw_op(cudnnPointwiseMode_t m, bdesc x, bdesc b, bdesc y)
             setd(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
         setd(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
     }
+    if (alpha2 != 0)
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2);
     return fin(op);
 }
 /* a conv op of type t: (x, w, y) in forward terms; pad / stride both ways */
@@ -334,7 +339,7 @@ static struct gshape gshape_of(int n, int c, int hw, int k, int r, int pad, int 
 }
 /* Uids: the real tensors 1.., virtuals 100.. */
 enum { U_X = 1, U_S, U_B, U_W, U_Y, U_SUM, U_SQ, U_DY, U_DW, U_XC, U_DA, U_MEAN, U_INV, U_GAMMA, U_DSC, U_DBI, U_EQDY,
-       U_EQX, U_EQB, U_NREAL, U_V1 = 100, U_V2, U_V3 };
+       U_EQX, U_EQB, U_BETA, U_MEAN2, U_NREAL, U_V1 = 100, U_V2, U_V3, U_V4, U_V5 };
 
 /* A graph of n ops (in the order given), finalized */
 static bdesc graph_of(cudnnHandle_t h, bdesc *ops, int n)
@@ -388,7 +393,9 @@ static bdesc graph_W(cudnnHandle_t h, struct gshape g, cudnnDataType_t vt)
                      g.pad, g.st);
     return graph_of(h, ops, 4);
 }
-static bdesc graph_D(cudnnHandle_t h, struct gshape g, cudnnDataType_t vt)
+/* D as sluice built it before issue 37: the previous BN folded into fp16
+ * scale / bias, two ops, BN_BWD_WEIGHTS on tensors of its own (refused) */
+static bdesc graph_D_old(cudnnHandle_t h, struct gshape g, cudnnDataType_t vt)
 {
     bdesc ops[5], gr = tensor(U_V1, vt, g.n, g.c, g.h, g.w, 1), xc = tensor(U_XC, CUDNN_DATA_HALF, g.n, g.c, g.h, g.w, 0);
     bdesc v2 = tensor(U_V2, vt, g.n, g.c, g.h, g.w, 1), t = tensor(U_V3, vt, g.n, g.c, g.h, g.w, 1);
@@ -415,6 +422,51 @@ static bdesc graph_D(cudnnHandle_t h, struct gshape g, cudnnDataType_t vt)
     /* given out of order: the bn op first, the dgrad last */
     bdesc o[5] = {ops[4], ops[3], ops[1], ops[2], ops[0]};
     return graph_of(h, o, 5);
+}
+
+/* D as NVIDIA documents it (emu_dnn_graph.cpp's match_D), in form:
+ * 's' SUB mean, 'a' ADD mean with alpha2 -1, 'p' plain ADD (x + mean), 'h'
+ * fp16 mean / invstd / scale / bias, 'o' a BN_BWD_WEIGHTS with a mean of
+ * its own ('p', 'h', 'o' are refused); the ops given out of order */
+static bdesc graph_D(cudnnHandle_t h, struct gshape g, cudnnDataType_t vt, char form)
+{
+    cudnnDataType_t bt = form == 'h' ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+    bdesc gr = tensor(U_V1, vt, g.n, g.c, g.h, g.w, 1), xc = tensor(U_XC, CUDNN_DATA_HALF, g.n, g.c, g.h, g.w, 0);
+    bdesc da = tensor(U_DA, CUDNN_DATA_HALF, g.n, g.c, g.h, g.w, 0), v[4];
+    bdesc mean = tensor(U_MEAN, bt, 1, g.c, 1, 1, 0), inv = tensor(U_INV, bt, 1, g.c, 1, 1, 0);
+    bdesc gam = tensor(U_GAMMA, bt, 1, g.c, 1, 1, 0), bet = tensor(U_BETA, bt, 1, g.c, 1, 1, 0);
+    for (int i = 0; i < 4; i++)
+        v[i] = tensor(U_V2 + i, vt, g.n, g.c, g.h, g.w, 1);
+    bdesc ops[7];
+    ops[0] = conv_op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, gr,
+                     tensor(U_W, CUDNN_DATA_HALF, g.k, g.c, g.r, g.r, 0), tensor(U_DY, CUDNN_DATA_HALF, g.n, g.k, g.p, g.q, 0),
+                     g.pad, g.st);
+    if (form == 'a' || form == 'p')
+        ops[1] = pw_op2(CUDNN_POINTWISE_ADD, xc, mean, v[0], form == 'a' ? -1.0f : 0.0f);
+    else
+        ops[1] = pw_op(CUDNN_POINTWISE_SUB, xc, mean, v[0]);
+    ops[2] = pw_op(CUDNN_POINTWISE_MUL, v[0], inv, v[1]);
+    ops[3] = pw_op(CUDNN_POINTWISE_MUL, v[1], gam, v[2]);
+    ops[4] = pw_op(CUDNN_POINTWISE_ADD, v[2], bet, v[3]);
+    ops[5] = pw_op(CUDNN_POINTWISE_RELU_BWD, v[3], gr, da);
+    bdesc bn = mk(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
+    cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    set(bn, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f);
+    setd(bn, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, xc);
+    setd(bn, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, da);
+    setd(bn, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, form == 'o' ? tensor(U_MEAN2, bt, 1, g.c, 1, 1, 0) : mean);
+    setd(bn, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, inv);
+    setd(bn, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, gam);
+    static const cudnnBackendAttributeName_t a[5] = {
+        CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC,
+        CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC,
+        CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS};
+    for (int i = 0; i < 5; i++)
+        setd(bn, a[i], tensor(U_DSC + i, CUDNN_DATA_FLOAT, 1, g.c, 1, 1, 0));
+    ops[6] = fin(bn);
+    /* given out of order: the bn op first, the dgrad last */
+    bdesc o[7] = {ops[6], ops[5], ops[3], ops[1], ops[4], ops[2], ops[0]};
+    return graph_of(h, o, 7);
 }
 
 /* The heuristics' results for g (mode A): count, cfgs filled */
@@ -526,15 +578,16 @@ static int tap(struct gshape g, int n, int p, int q, int r, int s, int c)
 static void upload_inputs(struct gshape g)
 {
     size_t nx = (size_t)g.n * g.h * g.w * g.c, nw = (size_t)g.k * g.r * g.r * g.c, ny = (size_t)g.n * g.p * g.q * g.k;
-    float mean[64], inv[64], gam[64];
+    float mean[64], inv[64], gam[64], bet[64];
     for (int c = 0; c < g.c; c++)
-        mean[c] = (float)(c % 3 - 1) / 8, inv[c] = 1 + (float)(c % 4) / 4, gam[c] = 0.5f + (float)(c % 5) / 8;
+        mean[c] = (float)(c % 3 - 1) / 8, inv[c] = 1 + (float)(c % 4) / 4, gam[c] = 0.5f + (float)(c % 5) / 8,
+        bet[c] = (float)(c % 3 - 1) / 4;
     up_h(U_X, nx, 3, 1.0f / 8), up_h(U_XC, nx, 5, 1.0f / 8), up_h(U_W, nw, 1, 1.0f / 16), up_h(U_DY, ny, 2, 1.0f / 8);
     up_h(U_S, g.c, 11, 1.0f / 16), up_h(U_B, g.c, 4, 1.0f / 8);
     for (int c = 0; c < g.c; c++) /* positive scales */
         hh[U_S][c] = (_Float16)(0.25f + (float)(c % 5) / 8);
     cudaMemcpy(g_dev[U_S], hh[U_S], g.c * 2, cudaMemcpyHostToDevice);
-    up_f(U_MEAN, g.c, mean), up_f(U_INV, g.c, inv), up_f(U_GAMMA, g.c, gam);
+    up_f(U_MEAN, g.c, mean), up_f(U_INV, g.c, inv), up_f(U_GAMMA, g.c, gam), up_f(U_BETA, g.c, bet);
     out_h(U_Y, ny), out_h(U_DW, nw), out_h(U_DA, nx);
     for (int u = U_SUM; u <= U_SQ; u++)
         up_f(u, g.k, NULL);
@@ -626,7 +679,8 @@ static int check_D(struct gshape g, char *why)
                                             acc += (double)hh[U_DY][(((size_t)n * g.p + p) * g.q + q) * g.k + k] *
                                                    (double)hh[U_W][((k * g.r + r) * g.r + s) * g.c + c];
                     size_t i = (((size_t)n * g.h + h) * g.w + w) * g.c + c;
-                    double t = (double)hh[U_XC][i] * (double)hh[U_S][c] + (double)hh[U_B][c];
+                    /* the previous BN recomputed (exact in f32 and f16 with these data) */
+                    double t = ((double)hh[U_XC][i] - hf[U_MEAN][c]) * hf[U_INV][c] * hf[U_GAMMA][c] + hf[U_BETA][c];
                     _Float16 want = (_Float16)(t > 0 ? acc : 0);
                     if (da[i] != want) {
                         sprintf(why, "da[%zu] = %g, want %g", i, (double)da[i], (double)want);
@@ -659,15 +713,18 @@ static int check_D(struct gshape g, char *why)
 
 static const int F_UIDS[] = {U_X, U_S, U_B, U_W, U_Y, U_SUM, U_SQ};
 static const int W_UIDS[] = {U_X, U_S, U_B, U_DY, U_DW};
-static const int D_UIDS[] = {U_DY, U_W, U_XC, U_S, U_B, U_DA, U_MEAN, U_INV, U_GAMMA, U_DSC, U_DBI, U_EQDY, U_EQX, U_EQB};
+static const int D_UIDS[] = {U_DY, U_W, U_XC, U_MEAN, U_INV, U_GAMMA, U_BETA, U_DA, U_DSC, U_DBI, U_EQDY, U_EQX, U_EQB};
 
 /* Build, plan (engine e), execute, sync, check one pattern ('F' / 'f'
- * without prologue, 'W', 'D'). */
+ * without prologue, 'W', 'D' with SUB, 'd' with ADD alpha2 -1). */
 static void run_pattern(cudnnHandle_t h, const char *name, char pat, struct gshape g, cudnnDataType_t vt, int e)
 {
     char why[256] = "";
     upload_inputs(g);
-    bdesc gr = pat == 'W' ? graph_W(h, g, vt) : pat == 'D' ? graph_D(h, g, vt) : graph_F(h, g, pat == 'F', vt, CUDNN_DATA_HALF, 1);
+    char D = pat == 'd' ? 'a' : 's';
+    if (pat == 'd')
+        pat = 'D';
+    bdesc gr = pat == 'W' ? graph_W(h, g, vt) : pat == 'D' ? graph_D(h, g, vt, D) : graph_F(h, g, pat == 'F', vt, CUDNN_DATA_HALF, 1);
     bdesc cfg[2];
     int64_t ws = -1, got = heur(gr, cfg);
     void *dws = NULL;
@@ -680,7 +737,7 @@ static void run_pattern(cudnnHandle_t h, const char *name, char pat, struct gsha
     if (ws)
         cudaMalloc(&dws, ws);
     const int *u = pat == 'W' ? W_UIDS : pat == 'D' ? D_UIDS : F_UIDS;
-    int nu = pat == 'W' ? 5 : pat == 'D' ? 14 : 7;
+    int nu = pat == 'W' ? 5 : pat == 'D' ? 13 : 7;
     static const int f_uids[] = {U_X, U_W, U_Y, U_SUM, U_SQ}; /* no scale / bias in the graph */
     if (pat == 'f')
         u = f_uids, nu = 5;
@@ -718,6 +775,7 @@ static int graph_cases(void)
     cudnnSetStream(h, st);
     struct gshape g3 = gshape_of(2, 8, 5, 16, 3, 1, 1), g1 = gshape_of(2, 8, 5, 16, 1, 0, 2);
     char why[256];
+    int64_t k1;
 
     /* the three patterns, two shapes each, both engines, both virtual types */
     run_pattern(h, "F 3x3 s1 (ops reversed, f32 virtuals, engine 0)", 'F', g3, CUDNN_DATA_FLOAT, 0);
@@ -725,8 +783,8 @@ static int graph_cases(void)
     run_pattern(h, "F without scale/bias/ReLU, 1x1 s2", 'f', g1, CUDNN_DATA_FLOAT, 0);
     run_pattern(h, "W 3x3 s1 (engine 0)", 'W', g3, CUDNN_DATA_FLOAT, 0);
     run_pattern(h, "W 1x1 s2 (f16 virtuals, engine 1)", 'W', g1, CUDNN_DATA_HALF, 1);
-    run_pattern(h, "D 3x3 s1 (ops shuffled, engine 0)", 'D', g3, CUDNN_DATA_FLOAT, 0);
-    run_pattern(h, "D 1x1 s2 (f16 virtuals, engine 1)", 'D', g1, CUDNN_DATA_HALF, 1);
+    run_pattern(h, "D 3x3 s1 (SUB mean, ops shuffled, engine 0)", 'D', g3, CUDNN_DATA_FLOAT, 0);
+    run_pattern(h, "D 1x1 s2 (ADD mean alpha2 -1, f16 virtuals, engine 1)", 'd', g1, CUDNN_DATA_HALF, 1);
 
     /* refusals: the op graph finalizes, no engine serves it */
     {
@@ -741,6 +799,22 @@ static int graph_cases(void)
     refused_case("refused: F with a BF16 x", graph_F(h, g3, 0, CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16, 0));
     refused_case("refused: F with C = 4", graph_F(h, gshape_of(2, 4, 5, 16, 3, 1, 1), 1, CUDNN_DATA_FLOAT, CUDNN_DATA_HALF, 0));
     refused_case("refused: W with K = 12", graph_W(h, gshape_of(2, 8, 5, 12, 3, 1, 1), CUDNN_DATA_FLOAT));
+    /* D: the documented graph only (emu_dnn_graph.cpp's match_D) */
+    refused_case("refused: D as sluice built it before issue 37 (fp16 folded scale/bias, 5 ops)",
+                 graph_D_old(h, g3, CUDNN_DATA_FLOAT));
+    refused_case("refused: D with fp16 mean/invstd/scale/bias", graph_D(h, g3, CUDNN_DATA_FLOAT, 'h'));
+    refused_case("refused: D with a plain ADD of the mean (x + mean)", graph_D(h, g3, CUDNN_DATA_FLOAT, 'p'));
+    refused_case("refused: D whose BN_BWD_WEIGHTS reads a mean of its own", graph_D(h, g3, CUDNN_DATA_FLOAT, 'o'));
+    {
+        bdesc cfg[2];
+        setenv("EMU_CUDNN_VERSION", "90700", 1);
+        bdesc sub = graph_D(h, g3, CUDNN_DATA_FLOAT, 's');
+        refused_case("refused: D's SUB mean before cuDNN 9.8.0 (EMU_CUDNN_VERSION=90700)", sub);
+        int64_t got = heur(graph_D(h, g3, CUDNN_DATA_FLOAT, 'a'), cfg);
+        unsetenv("EMU_CUDNN_VERSION");
+        sprintf(why, "%lld results", (long long)got);
+        graph_case("D's ADD mean alpha2 -1 at cuDNN 9.7.0: accepted", got == 2, why);
+    }
     /* fault injection: in the environment at cudnnCreate or at the heuristics */
     {
         bdesc cfg[2];
@@ -759,11 +833,64 @@ static int graph_cases(void)
         setenv("EMU_CUDNN_GRAPH_MAX_C", "16", 1);
         cudnnCreate(&h16);
         unsetenv("EMU_CUDNN_GRAPH_MAX_C");
-        refused_case("EMU_CUDNN_GRAPH_MAX_C=8 refuses K = 16", graph_D(h8, g3, CUDNN_DATA_FLOAT));
-        got = heur(graph_D(h16, g3, CUDNN_DATA_FLOAT), cfg);
+        refused_case("EMU_CUDNN_GRAPH_MAX_C=8 refuses K = 16", graph_D(h8, g3, CUDNN_DATA_FLOAT, 's'));
+        got = heur(graph_D(h16, g3, CUDNN_DATA_FLOAT, 's'), cfg);
         sprintf(why, "%lld results", (long long)got);
         graph_case("EMU_CUDNN_GRAPH_MAX_C=16 accepts C 8, K 16", got == 2, why);
         cudnnDestroy(h0), cudnnDestroy(h8), cudnnDestroy(h16);
+    }
+    /* many configurations, some NONDETERMINISTIC; 1x1 stride 2; ConvBNwgrad's intermediates */
+    {
+        setenv("EMU_CUDNN_GRAPH_CONFIGS", "10", 1);
+        setenv("EMU_CUDNN_GRAPH_NONDET", "3", 1);
+        bdesc gr = graph_D(h, g3, CUDNN_DATA_FLOAT, 's'), cfg[16], he = mk(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        cudnnBackendHeurMode_t m = CUDNN_HEUR_MODE_A;
+        int64_t n = -1, gc = -1;
+        setd(he, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, gr);
+        set(he, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &m);
+        fin(he);
+        for (int i = 0; i < 16; i++)
+            cfg[i] = mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+        cudnnBackendGetAttribute(he, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 16, &n, cfg);
+        cudnnBackendGetAttribute(gr, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &k1, &gc);
+        unsetenv("EMU_CUDNN_GRAPH_CONFIGS"), unsetenv("EMU_CUDNN_GRAPH_NONDET");
+        int nd = 0, order = 1;
+        for (int64_t i = 0; i < n && i < 16; i++) {
+            bdesc eng = mk(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+            cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+            int64_t nn = 0, gi = -1, one;
+            cudnnBackendGetAttribute(cfg[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one, &eng);
+            cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes);
+            cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &one, &gi);
+            int this_nd = 0;
+            for (int64_t k = 0; k < nn; k++)
+                this_nd |= notes[k] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+            nd += this_nd;
+            order &= gi == i && this_nd == (i < 3);
+        }
+        sprintf(why, "%lld results, global count %lld, %d NONDETERMINISTIC, order %d", (long long)n, (long long)gc, nd,
+                order);
+        graph_case("EMU_CUDNN_GRAPH_CONFIGS=10 NONDET=3: ten configurations, engines 0-2 NONDETERMINISTIC",
+                   n == 10 && gc == 10 && nd == 3 && order, why);
+        setenv("EMU_CUDNN_GRAPH_1X1S2", "0", 1);
+        refused_case("EMU_CUDNN_GRAPH_1X1S2=0 refuses F 1x1 s2", graph_F(h, g1, 1, CUDNN_DATA_FLOAT, CUDNN_DATA_HALF, 0));
+        int64_t got = heur(graph_F(h, g3, 1, CUDNN_DATA_FLOAT, CUDNN_DATA_HALF, 0), cfg);
+        unsetenv("EMU_CUDNN_GRAPH_1X1S2");
+        sprintf(why, "%lld results", (long long)got);
+        graph_case("EMU_CUDNN_GRAPH_1X1S2=0 accepts F 3x3 s1", got == 2, why);
+        setenv("EMU_CUDNN_GRAPH_REFUSE", "D", 1);
+        refused_case("EMU_CUDNN_GRAPH_REFUSE=D refuses D", graph_D(h, g3, CUDNN_DATA_FLOAT, 's'));
+        got = heur(graph_W(h, g3, CUDNN_DATA_FLOAT), cfg);
+        unsetenv("EMU_CUDNN_GRAPH_REFUSE");
+        sprintf(why, "%lld results", (long long)got);
+        graph_case("EMU_CUDNN_GRAPH_REFUSE=D accepts W", got == 2, why);
+        setenv("EMU_CUDNN_GRAPH_WGRAD_VIRT", "FLOAT", 1);
+        refused_case("EMU_CUDNN_GRAPH_WGRAD_VIRT=FLOAT refuses W with HALF intermediates", graph_W(h, g3, CUDNN_DATA_HALF));
+        got = heur(graph_W(h, g3, CUDNN_DATA_FLOAT), cfg);
+        unsetenv("EMU_CUDNN_GRAPH_WGRAD_VIRT");
+        sprintf(why, "%lld results", (long long)got);
+        graph_case("EMU_CUDNN_GRAPH_WGRAD_VIRT=FLOAT accepts W with FLOAT intermediates", got == 2, why);
     }
 
     /* the API's rules */

@@ -650,6 +650,8 @@ static void fusion_report(const sl_replica *rep, sl_train_result *res)
             why = "--sync-bn runs the unfused batch norm";
     }
     snprintf(res->cudnn_fusion_why, sizeof res->cudnn_fusion_why, "%s", why);
+    sl_model_fusion_json(rep->m, &rep->e, res->cudnn_fusion_detail,
+                         sizeof res->cudnn_fusion_detail);
 }
 
 void sl_replica_graph_report(const sl_replica *rep, sl_train_result *res)

@@ -47,28 +47,11 @@
  * (train_int.h); eval forwards and sync-BN keep the unfused ops.
  *
  * cuDNN fusion (sl_fuse_available: a cuda exec with fp16 activations;
- * train_int.h's "cuDNN graph fusion"). A train forward without sync-BN
- * runs each residual block whose cuDNN plans exist at its shapes
- * (sl_fuse_prepare; a refused block runs as above) as MLPerf's chain:
- *   unit j:  y_j = conv_j(relu(y_{j-1}*s_{j-1} + b_{j-1})), with the sum
- *            and sum of squares of y_j from the conv's epilogue
- *            (ConvBNfprop); unit 0 and the downsample read the block input
- *            through the identity prologue (s = 1, b = 0: the input is a
- *            ReLU's output, so relu passes it); then BN finalize: the
- *            statistics, running update and (s_j, b_j) = BN_j folded, so
- *            the BN'd, ReLU'd z_j of a main-path unit is never written;
- *   last:    out = relu(bn(y_last) + shortcut) by the apply pass into z_last;
- *   ds:      z_ds = bn(y_ds) (the apply pass, no ReLU).
- * Backward (A = d(out)): bn_bwd_act on the last unit as above; each unit
- * j >= 1's weight gradient recomputes its input relu(y_{j-1}*s + b)
- * (ConvBNwgrad); its data gradient comes with the previous BN's ReLU mask
- * and weight gradients (DgradDreluBNBwdWeight: da in gd, dgamma, dbeta,
- * and the coefficients of d(y_{j-1}) = eq_dy*da + eq_x*y_{j-1} + eq_b,
- * which sl_fuse_bn_dx writes over y_{j-1}); unit 0 and the downsample as
- * unfused. The grad-ready hooks come in the unfused order. Fused steps
- * match the unfused ones within fp16 tolerance, not bits (the variance
- * from sums, not Welford's); with every plan refused the step is the
- * unfused one bit for bit (tests/train/ops/test_fuse_cuda.c).
+ * train_int.h's "cuDNN graph fusion"): a train forward without sync-BN
+ * runs each residual block with at least one cuDNN plan through
+ * model_fuse.c (MLPerf's chain; a refused convolution runs unfused inside
+ * it, the rest stays fused; its top comment), and every other block as
+ * above.
  *
  * The input x of a train forward is not copied: it must stay unchanged
  * until the matching backward (the stem's weight gradient reads it).
@@ -113,17 +96,9 @@
 #include "train/ops/mem.h"
 #include "train/model/model_int.h"
 
-/* Run one op; on failure wrap its message with the function and layer. */
-#define OP(fn, what, call)                                                                  \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_)                                                                            \
-            return sl_fail(rc_, "%s: %s: %s", fn, what, sl_errmsg());                       \
-    } while (0)
+#define OP SL_MODEL_OP
 
-/* The activation a cbn reads: the model input, the max-pool output or the
- * z of an earlier cbn. */
-static const float *input_of(const sl_model *m, const sl_cbn *c)
+const float *sl_model_input_of(const sl_model *m, const sl_cbn *c)
 {
     if (c->input == -2)
         return m->x;
@@ -139,7 +114,7 @@ static int same_memory(const sl_model *m, const sl_exec *e)
     return m->dev_e ? e == m->dev_e : e->backend != SL_BACKEND_CUDA;
 }
 
-static int conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh)
+int sl_model_conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh)
 {
     return sl_conv_shape_init(sh, n, c->ih, c->iw, c->cin, c->cout, c->r, c->r, c->stride,
                               c->pad);
@@ -250,12 +225,12 @@ static int fuse_fwd(const sl_model *m, const sl_exec *e, int train)
  * Fused (fuse_fwd): z = relu(bn(y) + r) in one op when the cbn has its
  * own ReLU (r NULL) or r is the block's shortcut (its last cbn); r is
  * NULL otherwise. */
-static int cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const float *r)
+int sl_model_cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const float *r)
 {
     const char *fn = "sl_model_forward";
     sl_conv_shape sh;
-    OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_conv_fwd(e, &sh, input_of(m, c), c->wc, c->y));
+    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
+    OP(fn, c->conv_name, sl_conv_fwd(e, &sh, sl_model_input_of(m, c), c->wc, c->y));
     int64_t rows = (int64_t)n * c->p * c->q;
     if (fuse_fwd(m, e, train) && (c->relu || r)) {
         OP(fn, c->bn_name, sl_bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
@@ -291,15 +266,15 @@ static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int trai
 {
     const char *fn = "sl_model_forward";
     int fuse = fuse_fwd(m, e, train), rc;
-    const float *shortcut = input_of(m, &m->cbn[b->first]);
+    const float *shortcut = sl_model_input_of(m, &m->cbn[b->first]);
     if (fuse && b->ds >= 0) {
-        if ((rc = cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
+        if ((rc = sl_model_cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
             return rc;
         shortcut = m->cbn[b->ds].z;
     }
     for (int j = 0; j < b->nconv; j++) {
         const float *r = fuse && j == b->nconv - 1 ? shortcut : NULL;
-        if ((rc = cbn_fwd(m, e, &m->cbn[b->first + j], n, train, r)))
+        if ((rc = sl_model_cbn_fwd(m, e, &m->cbn[b->first + j], n, train, r)))
             return rc;
     }
     if (fuse)
@@ -307,83 +282,12 @@ static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int trai
     sl_cbn *last = &m->cbn[b->first + b->nconv - 1];
     int64_t cnt = (int64_t)n * last->p * last->q * last->cout;
     if (b->ds >= 0) {
-        if ((rc = cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
+        if ((rc = sl_model_cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
             return rc;
         shortcut = m->cbn[b->ds].z;
     }
     OP(fn, last->bn_name, sl_add(e, cnt, last->z, shortcut, last->z));
     OP(fn, last->bn_name, sl_relu_fwd(e, cnt, last->z, last->z));
-    return SL_OK;
-}
-
-/* The cuDNN plans block b needs at batch n (the top comment): SL_OK, or
- * SL_ENOTSUP when the model does not fuse or cuDNN refuses one. */
-static int fuse_ready(sl_model *m, sl_exec *e, const sl_block *b, int n)
-{
-    if (!m->fuse_arena || b->nconv < 2)
-        return SL_ENOTSUP;
-    sl_conv_shape sh;
-    int rc;
-    for (int j = 0; j < b->nconv; j++) {
-        const sl_cbn *c = &m->cbn[b->first + j];
-        if (j < b->nconv - 1 && !c->relu)
-            return SL_ENOTSUP;
-        unsigned kinds = j ? SL_FUSE_FPROP | SL_FUSE_WGRAD | SL_FUSE_DGRAD : SL_FUSE_FPROP;
-        if ((rc = conv_shape(c, n, &sh)) || (rc = sl_fuse_prepare(e, &sh, kinds)))
-            return rc;
-    }
-    if (b->ds >= 0 && ((rc = conv_shape(&m->cbn[b->ds], n, &sh)) ||
-                       (rc = sl_fuse_prepare(e, &sh, SL_FUSE_FPROP))))
-        return rc;
-    return SL_OK;
-}
-
-/* A unit's fused conv + statistics + BN finalize, its input x through the
- * prologue sb (fp16 scale then bias of x's channels). */
-static int unit_fwd_fused(sl_model *m, sl_exec *e, sl_cbn *c, int n, const float *x,
-                          const void *sb)
-{
-    const char *fn = "sl_model_forward";
-    sl_conv_shape sh;
-    OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_fuse_conv_fwd(e, &sh, x, sb, c->wc, c->y, c->fsum, c->fsq));
-    OP(fn, c->bn_name, sl_fuse_bn_finalize(e, c->cout, (int64_t)n * c->p * c->q, c->fsum,
-                                           c->fsq, c->gamma, c->beta, m->cfg.bn_momentum,
-                                           m->cfg.bn_eps, c->rmean, c->rvar, c->smean,
-                                           c->sinvstd, c->fk, c->fsb));
-    (*c->nbt)++;
-    return SL_OK;
-}
-
-/* The identity prologue of c input channels: ones, then zeros (model_int.h). */
-static const void *fuse_id(const sl_model *m, int c)
-{
-    return (const char *)m->fuse_id + (size_t)(m->fuse_idc - c) * 2;
-}
-
-/* Block b through the fused plans (the top comment). */
-static int block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n)
-{
-    const char *fn = "sl_model_forward";
-    sl_cbn *u = &m->cbn[b->first], *last = u + b->nconv - 1;
-    const float *xin = input_of(m, u), *shortcut = xin;
-    int rc;
-    if (b->ds >= 0) {
-        sl_cbn *d = &m->cbn[b->ds];
-        if ((rc = unit_fwd_fused(m, e, d, n, xin, fuse_id(m, d->cin))))
-            return rc;
-        OP(fn, d->bn_name, sl_fuse_bn_apply(e, (int64_t)n * d->p * d->q, d->cout, d->y, d->fk,
-                                            NULL, 0, d->z));
-        shortcut = d->z;
-    }
-    for (int j = 0; j < b->nconv; j++) {
-        const float *x = j ? u[j - 1].y : xin;
-        const void *sb = j ? u[j - 1].fsb : fuse_id(m, u[0].cin);
-        if ((rc = unit_fwd_fused(m, e, &u[j], n, x, sb)))
-            return rc;
-    }
-    OP(fn, last->bn_name, sl_fuse_bn_apply(e, (int64_t)n * last->p * last->q, last->cout,
-                                           last->y, last->fk, shortcut, 1, last->z));
     return SL_OK;
 }
 
@@ -412,7 +316,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     }
     m->train_n = 0; /* the kept activations are about to change */
     m->x = x;
-    int rc = cbn_fwd(m, e, &m->cbn[0], n, train, NULL);
+    int rc = sl_model_cbn_fwd(m, e, &m->cbn[0], n, train, NULL);
     if (rc)
         return rc;
     if (m->stem_pool) {
@@ -425,19 +329,9 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         m->fuse_units = m->fuse_total = 0;
     for (int b = 0; b < m->nblock; b++) {
         sl_block *k = &m->blk[b];
-        int convs = k->nconv + (k->ds >= 0);
-        if (train && !m->sync_on) {
-            rc = fuse_ready(m, e, k, n);
-            if (rc && rc != SL_ENOTSUP)
-                return sl_fail(rc, "%s: block %d: %s", fn, b, sl_errmsg());
-            k->fused = rc == SL_OK;
-            m->fuse_total += convs;
-            m->fuse_units += k->fused ? convs : 0;
-        } else if (train) {
-            k->fused = 0;
-            m->fuse_total += convs;
-        }
-        rc = k->fused && train ? block_fwd_fused(m, e, k, n) : block_fwd(m, e, k, n, train);
+        if (train && (rc = sl_model_fuse_plan(m, e, k, n)) < 0)
+            return sl_fail(-rc, "%s: block %d: %s", fn, b, sl_errmsg());
+        rc = k->fused && train ? sl_model_block_fwd_fused(m, e, k, n) : block_fwd(m, e, k, n, train);
         if (rc)
             return rc;
     }
@@ -454,9 +348,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
 
 /* --------------------------------------------------------------- backward */
 
-/* Tell the grad-ready hook (if any) that tensor t's grad is final. A
- * non-zero return stops backward with that code. */
-static int grad_ready(sl_model *m, int t)
+int sl_model_grad_ready(sl_model *m, int t)
 {
     if (!m->hook)
         return SL_OK;
@@ -468,21 +360,12 @@ static int grad_ready(sl_model *m, int t)
     return SL_OK;
 }
 
-/* What cbn_bwd does with the gradient of the cbn's input. */
-enum { DX_NONE, DX_SET, DX_ADD };
-
-static int conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp);
-
 /* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when relu
  * (the cbn's own ReLU, or the block output's for its last cbn); d(y) by the
- * BN backward, written over y (dgamma, dbeta into the grads); dw; then
- * d(input): DX_SET dx = conv_bwd_data(d(y)), DX_ADD dx += it (tmp: a free
- * buffer of dx's size), DX_NONE nothing. dx may be dz: the BN backward has
- * consumed dz before conv_bwd_data writes. Without sync-BN, bn_bwd_act
- * (when the table has it) does the mask and bn_bwd in one op, the masked dz
- * left in dz all the same. */
-static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *dx,
-                   int how, float *tmp)
+ * BN backward, written over y (dgamma, dbeta into the grads, then their
+ * hooks). Without sync-BN, bn_bwd_act (when the table has it) does the
+ * mask and bn_bwd in one op, the masked dz left in dz all the same. */
+int sl_model_bn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz)
 {
     const char *fn = "sl_model_backward";
     int64_t rows = (int64_t)n * c->p * c->q;
@@ -501,27 +384,32 @@ static int cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *d
                                               c->sinvstd, c->y, c->ggamma, c->gbeta));
         }
     }
-    if ((rc = grad_ready(m, c->tensor + 1)) || (rc = grad_ready(m, c->tensor + 2)))
+    if ((rc = sl_model_grad_ready(m, c->tensor + 1)) || (rc = sl_model_grad_ready(m, c->tensor + 2)))
         return rc;
-    return conv_bwd(m, e, c, n, dx, how, tmp);
+    return SL_OK;
 }
 
-/* c's conv backward from d(y) in y: dw (then its hook), and d(input) as
- * cbn_bwd says. */
-static int conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp)
+int sl_model_cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *dx,
+                     int how, float *tmp)
+{
+    int rc = sl_model_bn_bwd(m, e, c, n, relu, dz);
+    return rc ? rc : sl_model_conv_bwd(m, e, c, n, dx, how, tmp);
+}
+
+int sl_model_conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp)
 {
     const char *fn = "sl_model_backward";
     int rc;
     sl_conv_shape sh;
-    OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_conv_bwd_filter(e, &sh, input_of(m, c), c->y, c->gw));
-    if ((rc = grad_ready(m, c->tensor)))
+    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
+    OP(fn, c->conv_name, sl_conv_bwd_filter(e, &sh, sl_model_input_of(m, c), c->y, c->gw));
+    if ((rc = sl_model_grad_ready(m, c->tensor)))
         return rc;
-    if (how == DX_SET)
+    if (how == SL_DX_SET)
         OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, dx));
-    else if (how == DX_ADD && e->ops->conv_bwd_data_acc)
+    else if (how == SL_DX_ADD && e->ops->conv_bwd_data_acc)
         OP(fn, c->conv_name, sl_conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp));
-    else if (how == DX_ADD) {
+    else if (how == SL_DX_ADD) {
         OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, tmp));
         OP(fn, c->conv_name, sl_add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx));
     }
@@ -535,62 +423,18 @@ static int block_bwd(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A
 {
     /* the block output's ReLU is undone on A in place (the shortcut reads it) */
     sl_cbn *last = &m->cbn[b->first + b->nconv - 1];
-    int rc = cbn_bwd(m, e, last, n, 1, A, b->gd, DX_SET, NULL);
+    int rc = sl_model_cbn_bwd(m, e, last, n, 1, A, b->gd, SL_DX_SET, NULL);
     if (!rc && b->ds >= 0)
-        rc = cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, b->gout, DX_SET, NULL);
+        rc = sl_model_cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, b->gout, SL_DX_SET, NULL);
     for (int j = b->nconv - 2; !rc && j >= 1; j--) {
         sl_cbn *c = &m->cbn[b->first + j];
-        rc = cbn_bwd(m, e, c, n, c->relu, b->gd, b->gd, DX_SET, NULL);
+        rc = sl_model_cbn_bwd(m, e, c, n, c->relu, b->gd, b->gd, SL_DX_SET, NULL);
     }
     if (!rc) {
         sl_cbn *first = &m->cbn[b->first];
-        rc = cbn_bwd(m, e, first, n, first->relu, b->gd, b->gout, DX_ADD, b->gtmp);
+        rc = sl_model_cbn_bwd(m, e, first, n, first->relu, b->gd, b->gout, SL_DX_ADD, b->gtmp);
     }
     return rc;
-}
-
-/* Unit c's weight gradient from its input relu(p->y*s + b) recomputed
- * (ConvBNwgrad), then its hook. */
-static int wgrad_fused(sl_model *m, sl_exec *e, sl_cbn *c, const sl_cbn *p, int n)
-{
-    const char *fn = "sl_model_backward";
-    sl_conv_shape sh;
-    OP(fn, c->conv_name, conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_fuse_conv_wgrad(e, &sh, p->y, p->fsb, c->y, c->gw));
-    return grad_ready(m, c->tensor);
-}
-
-/* block_bwd for a block its forward fused (the top comment). */
-static int block_bwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A)
-{
-    const char *fn = "sl_model_backward";
-    sl_cbn *u = &m->cbn[b->first];
-    int L = b->nconv - 1, rc;
-    sl_cbn *last = &u[L];
-    OP(fn, last->bn_name, sl_bn_bwd_act(e, (int64_t)n * last->p * last->q, last->cout, last->y,
-                                        last->z, A, last->gamma, last->smean, last->sinvstd,
-                                        last->y, last->ggamma, last->gbeta));
-    if ((rc = grad_ready(m, last->tensor + 1)) || (rc = grad_ready(m, last->tensor + 2)) ||
-        (rc = wgrad_fused(m, e, last, &u[L - 1], n)))
-        return rc;
-    if (b->ds >= 0 &&
-        (rc = cbn_bwd(m, e, &m->cbn[b->ds], n, m->cbn[b->ds].relu, A, b->gout, DX_SET, NULL)))
-        return rc;
-    for (int j = L; j >= 1; j--) {
-        sl_cbn *c = &u[j], *p = &u[j - 1];
-        if (j < L && (rc = wgrad_fused(m, e, c, p, n)))
-            return rc;
-        sl_conv_shape sh;
-        OP(fn, c->conv_name, conv_shape(c, n, &sh));
-        OP(fn, c->conv_name, sl_fuse_conv_dgrad(e, &sh, c->y, c->wc, p->y, p->fsb, p->smean,
-                                                p->sinvstd, p->gamma, b->gd, p->ggamma,
-                                                p->gbeta, p->fcoef));
-        if ((rc = grad_ready(m, p->tensor + 1)) || (rc = grad_ready(m, p->tensor + 2)))
-            return rc;
-        OP(fn, p->bn_name, sl_fuse_bn_dx(e, (int64_t)n * p->p * p->q, p->cout, b->gd, p->y,
-                                         p->smean, p->fcoef, p->y));
-    }
-    return conv_bwd(m, e, &u[0], n, b->gout, DX_ADD, b->gtmp);
 }
 
 int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
@@ -610,18 +454,18 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     OP(fn, "fc", sl_fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
                                 m->dpooled, m->fc_gw, m->fc_gb));
     int rc;
-    if ((rc = grad_ready(m, m->fc_tensor)) || (rc = grad_ready(m, m->fc_tensor + 1)))
+    if ((rc = sl_model_grad_ready(m, m->fc_tensor)) || (rc = sl_model_grad_ready(m, m->fc_tensor + 1)))
         return rc;
     OP(fn, "avgpool", sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
     for (int b = m->nblock - 1; b >= 0; b--) {
         const sl_block *k = &m->blk[b];
-        if ((rc = k->fused ? block_bwd_fused(m, e, k, n, A) : block_bwd(m, e, k, n, A)))
+        if ((rc = k->fused ? sl_model_block_bwd_fused(m, e, k, n, A) : block_bwd(m, e, k, n, A)))
             return rc;
         A = m->blk[b].gout;
     }
     /* stem: A = d(max-pool output) or d(stem z) */
     sl_cbn *stem = &m->cbn[0];
-    int how = dx ? DX_SET : DX_NONE;
+    int how = dx ? SL_DX_SET : SL_DX_NONE;
     if (m->stem_pool) {
         sl_pool_shape ps;
         OP(fn, "maxpool", sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1));
@@ -630,9 +474,9 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
             OP(fn, "maxpool", sl_relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
                                                A));
         OP(fn, "maxpool", sl_maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
-        rc = cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
+        rc = sl_model_cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
     } else {
-        rc = cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);
+        rc = sl_model_cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);
     }
     return rc;
 }
@@ -648,12 +492,6 @@ void sl_model_note_replay(sl_model *m, const float *x, int n)
 /* -------------------------------------------------------------- accessors */
 
 const sl_model_config *sl_model_config_of(const sl_model *m) { return &m->cfg; }
-
-void sl_model_fusion(const sl_model *m, int *fused, int *total)
-{
-    *fused = m ? m->fuse_units : 0;
-    *total = m ? m->fuse_total : 0;
-}
 
 sl_tensor_info *sl_model_tensors(sl_model *m, int *count)
 {

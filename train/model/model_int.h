@@ -94,6 +94,9 @@ typedef struct sl_cbn {
     float *fk;           /* (4 cout) the BN apply's constants (sl_fuse_bn_finalize) */
     float *fcoef;        /* (8 cout) its input gradient's coefficients (sl_fuse_conv_dgrad) */
     void *fsb;           /* (2 cout) fp16: this BN folded into the next conv's prologue */
+    unsigned fuse_want;  /* the last train forward: the SL_FUSE_* plans this conv is meant
+                            to use in a fused block (model_fuse.c), 0 outside one */
+    unsigned fuse_got;   /* those of them cuDNN built (the rest ran unfused) */
 } sl_cbn;
 
 /* A residual block: main path cbn[first .. first+nconv-1], optional
@@ -108,7 +111,8 @@ typedef struct sl_block {
     float *gout;         /* d(block input): the incoming d(block output) itself (identity,
                             accumulated in place) or a buffer of its own (downsample) */
     float *gtmp;         /* a measured search's scratch of d(block input)'s size, or NULL */
-    int fused;           /* the last train forward ran it through cuDNN's fused plans */
+    int fused;           /* the last train forward ran it through model_fuse.c (at least one
+                            of its cuDNN plans built) */
 } sl_block;
 
 struct sl_model {
@@ -181,12 +185,58 @@ struct sl_model {
     void *fuse_arena;
     void *fuse_id;
     int fuse_idc;
-    int fuse_units, fuse_total; /* convolutions of the residual blocks fused in the last
-                                   train forward, and in all */
+    int fuse_units, fuse_total; /* convolutions of the residual blocks with every plan they
+                                   want built in the last train forward, and in all */
+    int fuse_n;          /* the batch of that forward (its plans' shapes) */
 
     const float *x;      /* input of the last forward (the caller's buffer) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */
 };
+
+/* model.c's pieces that model_fuse.c (the cuDNN-fused blocks) runs too. */
+/* Run one op; on failure wrap its message with the function and layer. */
+#define SL_MODEL_OP(fn, what, call)                                                         \
+    do {                                                                                    \
+        int rc_ = (call);                                                                   \
+        if (rc_)                                                                            \
+            return sl_fail(rc_, "%s: %s: %s", fn, what, sl_errmsg());                       \
+    } while (0)
+/* The activation a cbn reads: the model input, the max-pool output or the
+ * z of an earlier cbn. */
+const float *sl_model_input_of(const sl_model *m, const sl_cbn *c);
+int sl_model_conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh);
+/* y = conv(x); z = bn(y) (batch or running statistics); z = relu(z).
+ * Fused BN slots (a train forward without sync-BN on a table that has
+ * them): z = relu(bn(y) + r) in one op when the cbn has its own ReLU (r
+ * NULL) or r is the block's shortcut; r is NULL otherwise. */
+int sl_model_cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const float *r);
+/* Tell the grad-ready hook (if any) that tensor t's grad is final. A
+ * non-zero return stops backward with that code. */
+int sl_model_grad_ready(sl_model *m, int t);
+/* What a conv backward does with the gradient of the cbn's input:
+ * nothing, dx = conv_bwd_data(d(y)), dx += it (tmp: a free buffer of dx's
+ * size). */
+enum { SL_DX_NONE, SL_DX_SET, SL_DX_ADD };
+/* The BN half of a cbn's backward: from dz = d(z), d(y) written over y
+ * (relu: the ReLU undone on dz in place first), dgamma and dbeta, their
+ * hooks. */
+int sl_model_bn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz);
+/* The conv half: dw from y's gradient and the cbn's input (then its
+ * hook), and d(input) as how says. */
+int sl_model_conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp);
+/* Both, BN first; dx may be dz (the BN backward consumed dz before the
+ * conv's data gradient writes). */
+int sl_model_cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *dx,
+                     int how, float *tmp);
+
+/* model_fuse.c: for a train forward of block b at batch n, each conv's
+ * cuDNN plans (fuse_want, fuse_got) and b->fused, the model's fusion
+ * counts updated; then the block's forward and backward through them.
+ * The plan: SL_OK, or a negated error code (not SL_ENOTSUP: a refusal is
+ * a state, not an error). */
+int sl_model_fuse_plan(sl_model *m, sl_exec *e, sl_block *b, int n);
+int sl_model_block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n);
+int sl_model_block_bwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n, float *A);
 
 /* Floats rounded up to 64 bytes, so every tensor of an arena starts
  * aligned. */

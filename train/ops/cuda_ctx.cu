@@ -209,7 +209,7 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
     }
     if ((rc = sl_conv_algo_cache_create(find, det, &c->algos)))
         goto fail;
-    if ((rc = sl_graph_cache_create(&c->graphs)))
+    if ((rc = sl_graph_cache_create(det, &c->graphs)))
         goto fail;
     *out = c;
     return SL_OK;

@@ -187,12 +187,15 @@ int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *
                               const float *w, float *dx, float *tmp);
 
 /* ------------------------------------------------ cuDNN graph fusion */
-/* graph_cuda.c: cuDNN's plans (ConvBNfprop, ConvBNwgrad,
- * DgradDreluBNBwdWeight) per (kind, shape), built on first use and kept
- * until the context goes; the functions behind train_int.h's sl_fuse_*
- * entry points, which checked the arguments. fuse_cuda.cu: the BN
- * finalize, apply and input-gradient kernels. */
-int sl_graph_cache_create(sl_graph_cache **out);
+/* graph_cuda.c (graph_build_cuda.c its graphs): cuDNN's plans
+ * (ConvBNfprop, ConvBNwgrad, DgradDreluBNBwdWeight) per (kind, shape),
+ * built on first use and kept until the context goes; the functions
+ * behind train_int.h's sl_fuse_* entry points, which checked the
+ * arguments. deterministic: engine configurations whose numerical notes
+ * say NONDETERMINISTIC are skipped (SLUICE_CUDNN_DETERMINISTIC, as the
+ * convolutions'). fuse_cuda.cu: the BN finalize, fold, apply and
+ * input-gradient kernels. */
+int sl_graph_cache_create(int deterministic, sl_graph_cache **out);
 void sl_graph_cache_free(sl_graph_cache *g); /* NULL is a no-op */
 int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
 int sl_graph_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
@@ -200,9 +203,14 @@ int sl_graph_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x, 
 int sl_graph_conv_wgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x,
                              const void *sb, const float *dy, float *dw);
 int sl_graph_conv_dgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *dy,
-                             const float *w, const float *xc, const void *sb, const float *mean,
-                             const float *invstd, const float *gamma, float *da, float *dgamma,
-                             float *dbeta, float *coef);
+                             const float *w, const float *xc, const float *mean,
+                             const float *invstd, const float *gamma, const float *beta,
+                             float *da, float *dgamma, float *dbeta, float *coef);
+/* The state of graph g's plan (0 ConvBNfprop, 1 ConvBNwgrad, 2
+ * DgradDreluBNBwdWeight) for sh: SL_OK, or SL_ENOENT when none was asked
+ * for yet. The strings live as long as the context. */
+int sl_graph_plan_info_cuda(const sl_cuda_ctx *c, int g, const sl_conv_shape *sh,
+                            sl_fuse_plan_info *out);
 const char *sl_graph_refusal_cuda(const sl_cuda_ctx *c);
 /* Plans built and refused so far (tests). */
 void sl_graph_stats(const sl_cuda_ctx *c, int *built, int *refused);
@@ -210,6 +218,9 @@ int sl_fuse_bn_finalize_cuda(sl_exec *e, int c, int64_t rows, const float *sum,
                              const float *sqsum, const float *gamma, const float *beta,
                              float momentum, float eps, float *running_mean, float *running_var,
                              float *save_mean, float *save_invstd, float *consts, void *sb);
+int sl_fuse_bn_fold_cuda(sl_exec *e, int c, const float *gamma, const float *beta,
+                         const float *save_mean, const float *save_invstd, float *consts,
+                         void *sb);
 int sl_fuse_bn_apply_cuda(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
                           const float *r, int relu, float *z);
 int sl_fuse_bn_dx_cuda(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,

@@ -7,6 +7,7 @@
  * the model asks sl_fuse_available once and runs its unfused ops.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "train/ops/op_check.h"
 #include "train/train_int.h"
@@ -39,6 +40,20 @@ int sl_fuse_available(const sl_exec *e)
 
 #define CHAN(e, t, c) TENSOR(e, t, c)
 
+/* A BN's statistics and what folding them writes: the apply's constants
+ * (4c floats, 16-byte aligned) and the fp16 prologue (2c). */
+#define BN_FOLD_ARGS(e, c, gamma, beta, mean, invstd, consts, sb)                               \
+    do {                                                                                      \
+        CHAN(e, gamma, c);                                                                    \
+        CHAN(e, beta, c);                                                                     \
+        CHAN(e, mean, c);                                                                     \
+        CHAN(e, invstd, c);                                                                   \
+        CHAN(e, consts, 4 * (int64_t)(c));                                                    \
+        CHECK(e, ((uintptr_t)(consts) & 15) == 0, "consts %p not 16-byte aligned",           \
+              (const void *)(consts));                                                        \
+        CHAN(e, sb, 2 * (int64_t)(c));                                                        \
+    } while (0)
+
 #ifdef SLUICE_TRAIN_CUDA
 #define RUN(call) return (call)
 #else
@@ -52,6 +67,26 @@ int sl_fuse_prepare(sl_exec *e, const sl_conv_shape *sh, unsigned kinds)
     CHECK_CONV(e, sh);
     CHECK(e, kinds != 0 && (kinds & ~7u) == 0, "kinds 0x%x", kinds);
     RUN(sl_graph_prepare_cuda(e, sh, kinds));
+}
+
+int sl_fuse_plan(const sl_exec *e, const sl_conv_shape *sh, unsigned kind,
+                 sl_fuse_plan_info *out)
+{
+    if (!out || !sh)
+        return sl_fail(SL_EINVAL, "sl_fuse_plan: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->engine = -1;
+    out->form = out->note = "";
+    if (!sl_fuse_available(e))
+        return sl_fail(SL_ENOTSUP, "sl_fuse_plan: the exec does not fuse");
+    int g = kind == SL_FUSE_FPROP ? 0 : kind == SL_FUSE_WGRAD ? 1 : kind == SL_FUSE_DGRAD ? 2 : -1;
+    if (g < 0)
+        return sl_fail(SL_EINVAL, "sl_fuse_plan: kind 0x%x (one SL_FUSE_* bit)", kind);
+#ifdef SLUICE_TRAIN_CUDA
+    return sl_graph_plan_info_cuda(sl_cuda_of((sl_exec *)e), g, sh, out);
+#else
+    return SL_ENOTSUP; /* not reached: sl_fuse_available is 0 */
+#endif
 }
 
 int sl_fuse_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
@@ -81,24 +116,25 @@ int sl_fuse_conv_wgrad(sl_exec *e, const sl_conv_shape *sh, const float *x, cons
 }
 
 int sl_fuse_conv_dgrad(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
-                       const float *xc, const void *sb, const float *mean, const float *invstd,
-                       const float *gamma, float *da, float *dgamma, float *dbeta, float *coef)
+                       const float *xc, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta, float *da, float *dgamma,
+                       float *dbeta, float *coef)
 {
     FUSE_OK(e);
     CHECK_CONV(e, sh);
     CONV_Y(e, sh, dy);
     CONV_W(e, sh, w);
     CONV_X(e, sh, xc);
-    CHAN(e, sb, 2 * (int64_t)sh->c);
     CHAN(e, mean, sh->c);
     CHAN(e, invstd, sh->c);
     CHAN(e, gamma, sh->c);
+    CHAN(e, beta, sh->c);
     CONV_X(e, sh, da);
     CHAN(e, dgamma, sh->c);
     CHAN(e, dbeta, sh->c);
     CHAN(e, coef, 8 * (int64_t)sh->c);
     CHECK(e, ((uintptr_t)coef & 15) == 0, "coef %p not 16-byte aligned", (const void *)coef);
-    RUN(sl_graph_conv_dgrad_cuda(e, sh, dy, w, xc, sb, mean, invstd, gamma, da, dgamma, dbeta,
+    RUN(sl_graph_conv_dgrad_cuda(e, sh, dy, w, xc, mean, invstd, gamma, beta, da, dgamma, dbeta,
                                  coef));
 }
 
@@ -113,19 +149,21 @@ int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const
           (long long)rows);
     CHAN(e, sum, c);
     CHAN(e, sqsum, c);
-    CHAN(e, gamma, c);
-    CHAN(e, beta, c);
     CHAN(e, running_mean, c);
     CHAN(e, running_var, c);
-    CHAN(e, save_mean, c);
-    CHAN(e, save_invstd, c);
-    CHAN(e, consts, 4 * (int64_t)c);
-    CHECK(e, ((uintptr_t)consts & 15) == 0, "consts %p not 16-byte aligned",
-          (const void *)consts);
-    CHAN(e, sb, 2 * (int64_t)c);
+    BN_FOLD_ARGS(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
     (void)momentum, (void)eps; /* used by the cuda build only */
     RUN(sl_fuse_bn_finalize_cuda(e, c, rows, sum, sqsum, gamma, beta, momentum, eps,
                                  running_mean, running_var, save_mean, save_invstd, consts, sb));
+}
+
+int sl_fuse_bn_fold(sl_exec *e, int c, const float *gamma, const float *beta,
+                    const float *save_mean, const float *save_invstd, float *consts, void *sb)
+{
+    FUSE_OK(e);
+    CHECK(e, c >= 1, "%d channels", c);
+    BN_FOLD_ARGS(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
+    RUN(sl_fuse_bn_fold_cuda(e, c, gamma, beta, save_mean, save_invstd, consts, sb));
 }
 
 int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,

@@ -1,9 +1,14 @@
 // train/ops/fuse_cuda.cu - the batch-norm pieces around cuDNN's fused
 // convolutions (train_int.h's "cuDNN graph fusion"; graph_cuda.c runs the
 // convolutions): the finalize that turns the conv epilogue's per-channel
-// sum and sum of squares into BN's statistics, and the constants of the
+// sum and sum of squares into BN's statistics, the fold of statistics an
+// unfused BN saved (a refused ConvBNfprop), and the constants of the
 // apply and input-gradient passes, which norm_pass_cuda.cu runs
 // (sl_bn_apply_k_cuda, sl_bn_dx_k_cuda: the unfused ops' own passes).
+// The input-gradient pass is ours rather than cuDNN's dBNApply pattern
+// (the same dx = A*dy + B*x + C, cudnn docs' "dBNApply"; Paddle's
+// _DbnApplyImpl): one plan fewer to be refused, and centred on the mean
+// (below).
 //
 // The finalize is ours, not cuDNN's BN_FINALIZE_STATISTICS operation: it
 // is a C-sized kernel (a few thousand threads a step), and one plan fewer
@@ -26,6 +31,18 @@
 #define FUSE_THREADS 256
 
 static unsigned fuse_blocks(int c) { return (unsigned)((c + FUSE_THREADS - 1) / FUSE_THREADS); }
+
+// Channel ch of the apply's constants k[ch] = (0, mean, gamma*invstd,
+// beta) and the next convolution's prologue in fp16: sb[ch] =
+// gamma*invstd, sb[c + ch] = beta - mean*gamma*invstd.
+static __device__ void fold_channel(int c, int ch, double mean, double invstd, float gamma,
+                                    float beta, float4 *__restrict__ k, __half *__restrict__ sb)
+{
+    double scale = (double)gamma * invstd;
+    k[ch] = make_float4(0.0f, (float)mean, (float)scale, beta);
+    sb[ch] = __float2half_rn((float)scale);
+    sb[c + ch] = __float2half_rn((float)((double)beta - mean * scale));
+}
 
 // Per channel: mean = sum/rows, var = sqsum/rows - mean^2 (biased, >= 0),
 // invstd = 1/sqrt(var + eps); the running update, the saved statistics,
@@ -50,14 +67,24 @@ __global__ void fuse_finalize_kernel(int c, int64_t rows, const float *__restric
     if (!(var > 0.0)) // rounding of an (almost) constant channel; NaN stays NaN below
         var = var != var ? var : 0.0;
     double invstd = 1.0 / sqrt(var + (double)eps), mom = momentum;
-    double scale = (double)gamma[ch] * invstd;
     running_mean[ch] = (float)((1.0 - mom) * running_mean[ch] + mom * mean);
     running_var[ch] = (float)((1.0 - mom) * running_var[ch] + mom * var * n / (n - 1.0));
     save_mean[ch] = (float)mean;
     save_invstd[ch] = (float)invstd;
-    k[ch] = make_float4(0.0f, (float)mean, (float)scale, beta[ch]);
-    sb[ch] = __float2half_rn((float)scale);
-    sb[c + ch] = __float2half_rn((float)((double)beta[ch] - mean * scale));
+    fold_channel(c, ch, mean, invstd, gamma[ch], beta[ch], k, sb);
+}
+
+// The same constants from statistics bn_fwd_train saved (a convolution
+// whose ConvBNfprop plan was refused: model_fuse.c's fallback).
+__global__ void fuse_fold_kernel(int c, const float *__restrict__ gamma,
+                                 const float *__restrict__ beta,
+                                 const float *__restrict__ save_mean,
+                                 const float *__restrict__ save_invstd, float4 *__restrict__ k,
+                                 __half *__restrict__ sb)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch < c)
+        fold_channel(c, ch, save_mean[ch], save_invstd[ch], gamma[ch], beta[ch], k, sb);
 }
 
 // From cuDNN's BN_BWD_WEIGHTS coefficients (dx = eq_dy*da + eq_x*xc +
@@ -91,6 +118,19 @@ extern "C" int sl_fuse_bn_finalize_cuda(sl_exec *e, int c, int64_t rows, const f
         c, rows, sum, sqsum, gamma, beta, momentum, eps, running_mean, running_var, save_mean,
         save_invstd, (float4 *)consts, (__half *)sb);
     return SL_LAUNCHED("fuse_finalize_kernel");
+}
+
+extern "C" int sl_fuse_bn_fold_cuda(sl_exec *e, int c, const float *gamma, const float *beta,
+                                    const float *save_mean, const float *save_invstd,
+                                    float *consts, void *sb)
+{
+    sl_cuda_ctx *cx = NULL;
+    int rc = sl_cuda_exec_ctx("sl_fuse_bn_fold", e, &cx);
+    if (rc)
+        return rc;
+    fuse_fold_kernel<<<fuse_blocks(c), FUSE_THREADS, 0, cx->stream>>>(
+        c, gamma, beta, save_mean, save_invstd, (float4 *)consts, (__half *)sb);
+    return SL_LAUNCHED("fuse_fold_kernel");
 }
 
 extern "C" int sl_fuse_bn_apply_cuda(sl_exec *e, int64_t rows, int c, const float *y,

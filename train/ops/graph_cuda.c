@@ -1,40 +1,42 @@
 /*
  * train/ops/graph_cuda.c - MLPerf ResNet's fused convolutions through
- * cuDNN's graph API (cudnn_graph.h's backend descriptors, plain C): the
- * functions behind train_int.h's sl_fuse_prepare / sl_fuse_conv_* (issue
- * 27). Three op graphs, those of cuDNN's specialized engines for the
- * ResNet chain (fp16 in and out, NHWC, filters KRSC; NVIDIA's
- * cudnn-frontend samples and apex's bottleneck build the same):
+ * cuDNN's graph API: the plan cache behind train_int.h's sl_fuse_prepare /
+ * sl_fuse_conv_* / sl_fuse_plan (issue 27; issue 37 made the graphs
+ * NVIDIA's documented ones). graph_build_cuda.c builds the three operation
+ * graphs (ConvBNfprop, ConvBNwgrad, DgradDreluBNBwdWeight: its top
+ * comment gives them and their sources); this file chooses an engine
+ * configuration for each, keeps the plan, and runs it.
  *
- *   ConvBNfprop            X -> *S -> +B -> ReLU -> conv(W) -> Y
- *                          Y -> GenStats -> SUM, SQSUM (f32, per channel)
- *   ConvBNwgrad            X -> *S -> +B -> ReLU -> wgrad(DY) -> DW
- *   DgradDreluBNBwdWeight  DY -> dgrad(W) -> G;  XC -> *S -> +B -> T;
- *                          DA = ReLU'(T) G;  BN_BWD_WEIGHTS(XC, DA, MEAN,
- *                          INVSTD, GAMMA) -> DGAMMA, DBETA, EQ_DY, EQ_X, EQ_B
- *
- * S and B are the previous BN's folded scale and bias (fp16, what the
- * engines take), so the BN'd, ReLU'd activation between two convolutions is
- * never written: ConvBNfprop recomputes it on the way into the
- * convolution, ConvBNwgrad on the way into the weight gradient, and the
- * dgrad plan recomputes its ReLU mask. The intermediates are virtual
- * tensors of f32 (the engines' compute type).
- *
- * Plans: per (graph, shape), built on the first sl_fuse_prepare: the
- * operation graph, cuDNN's heuristic ranking (mode A, then FALLBACK), and
- * the first engine configuration whose execution plan finalizes with a
- * workspace within the context's cap (SLUICE_CUDNN_WS_MB, as conv_cuda.cu).
- * Channel counts that are not multiples of 8 are refused without asking
- * (the engines' documented rule). A graph with no such plan is refused:
- * whatever cuDNN said (a
- * NOT_SUPPORTED code on a device whose engines lack the pattern, or any
- * other failure while building) is kept as the cache's refusal text, the
- * shape is remembered as refused, and the caller runs that layer unfused,
- * which is always correct. Once built, a plan runs with a variant pack of
- * device pointers on the context's stream (capturable: no allocation and
- * no host wait; the workspace is grown when the plan is made).
- * The descriptors of a plan (tensors, operations, graph, configuration)
- * stay alive with it until the context goes.
+ * Plans: per (graph, shape), built on the first sl_fuse_prepare that asks:
+ *   1. Channel counts not multiples of 8 are refused without asking
+ *      (fp16 NHWC rows and per-channel vectors 16-byte aligned, which the
+ *      descriptors promise).
+ *   2. The operation graph in its form (graph_cuda.h's sl_graph_form):
+ *      DgradDreluBNBwdWeight's mean step by cudnnGetVersion() (SUB from
+ *      9.8.0 on, ADD with alpha2 = -1 before); ConvBNwgrad's intermediates
+ *      HALF as cudnn-frontend's sample, and when cuDNN refuses that form,
+ *      FLOAT as Paddle's (the first refusal's reason kept in the note).
+ *   3. cuDNN's heuristics, mode A then FALLBACK; every configuration they
+ *      offer, in their order: its engine's numerical notes read
+ *      (ENGINECFG_ENGINE, ENGINE_NUMERICAL_NOTE, as cudnn-frontend's
+ *      Filters.h does); with SLUICE_CUDNN_DETERMINISTIC=1 (the default, as
+ *      conv_cuda.cu, and as Paddle filters under FLAGS_cudnn_deterministic)
+ *      NONDETERMINISTIC ones are skipped; the first whose execution plan
+ *      finalizes with a workspace within the context's cap
+ *      (SLUICE_CUDNN_WS_MB) is the plan. Only that configuration's
+ *      descriptors are kept (the table grows as needed); the others go.
+ *   4. No plan: the shape is remembered as refused with the real cause in
+ *      words (which call failed and cuDNN's own reason from
+ *      cudnnGetLastErrorString, or per heuristics mode how many
+ *      configurations were offered, filtered as nondeterministic, failed
+ *      to finalize (the first one's reason), or needed more workspace than
+ *      the cap), and the caller runs that convolution unfused, which is
+ *      always correct. sl_fuse_plan gives each entry's state and words.
+ * A built plan runs with a variant pack of device pointers on the
+ * context's stream (capturable: no allocation and no host wait; the
+ * workspace is grown when the plan is made). Its descriptors (tensors,
+ * operations, graph, configuration, plan) stay alive with it until the
+ * context goes, the chain cudnn-frontend keeps.
  *
  * The weight gradient comes out in fp16 (the engine's output type) into
  * the context's tmp buffer and is widened into the f32 gradient, as
@@ -42,56 +44,48 @@
  *
  * Threading: the cache belongs to its context (one thread at a time).
  */
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/ops/cuda_int.h"
-
-typedef cudnnBackendDescriptor_t bdesc;
-
-enum { G_FPROP, G_WGRAD, G_DGRAD, NGRAPH };
-static const char *const graph_name[NGRAPH] = {"ConvBNfprop", "ConvBNwgrad",
-                                               "DgradDreluBNBwdWeight"};
-
-/* Unique ids of the tensors (the variant pack names them). */
-enum {
-    U_X = 1, U_S, U_B, U_W, U_Y, U_SUM, U_SQSUM, U_DY, U_DW, U_XC, U_DA,
-    U_MEAN, U_INVSTD, U_GAMMA, U_DGAMMA, U_DBETA, U_EQ_DY, U_EQ_X, U_EQ_B,
-    U_V1 = 101, U_V2, U_V3
-};
-
-#define MAX_DESC 32
+#include "train/ops/graph_cuda.h"
 
 typedef struct plan_entry {
     int graph;
     sl_conv_shape sh;
-    int ok;             /* a plan was made (else: refused) */
-    bdesc plan;
-    int64_t ws;         /* its workspace bytes */
-    bdesc keep[MAX_DESC]; /* the plan's descriptors, destroyed with the cache */
-    int nkeep;
+    int ok;               /* a plan was made (else: refused) */
+    sl_bdesc plan;
+    int64_t ws;           /* its workspace bytes */
+    int engine;           /* its engine's global index (-1: not read) */
+    int nondet;           /* that engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC */
+    sl_graph_form form;   /* the form built */
+    char note[600];       /* refused: why; built: a retry's story, or "" */
+    sl_desc_set keep;     /* the plan's descriptors, destroyed with the cache */
 } plan_entry;
 
 struct sl_graph_cache {
     plan_entry **e;
     int n, cap;
     int built, refused;
-    char refusal[240];  /* the first refusal */
+    int det;              /* NONDETERMINISTIC engine configurations skipped */
+    char refusal[600];    /* the first refusal */
 };
 
-int sl_graph_cache_create(sl_graph_cache **out)
+int sl_graph_cache_create(int deterministic, sl_graph_cache **out)
 {
     *out = calloc(1, sizeof **out);
-    return *out ? SL_OK : sl_fail(SL_ENOMEM, "sl_graph_cache_create: out of memory");
+    if (!*out)
+        return sl_fail(SL_ENOMEM, "sl_graph_cache_create: out of memory");
+    (*out)->det = deterministic;
+    return SL_OK;
 }
 
 static void entry_free(plan_entry *p)
 {
-    for (int i = p->nkeep - 1; i >= 0; i--)
-        (void)cudnnBackendDestroyDescriptor(p->keep[i]);
+    sl_desc_set_clear(&p->keep);
     free(p);
 }
 
@@ -116,307 +110,248 @@ void sl_graph_stats(const sl_cuda_ctx *c, int *built, int *refused)
     *refused = c && c->graphs ? c->graphs->refused : 0;
 }
 
-/* ------------------------------------------------------------- building */
+/* ----------------------------------------------------- engine configurations */
 
-/* A plan under construction: its descriptors (kept by the entry) and the
- * first cuDNN call that failed. */
-typedef struct builder {
-    plan_entry *p;
-    cudnnStatus_t st;
-    char what[120];
-} builder;
-
-static bool ok(builder *b, cudnnStatus_t s, const char *call)
+/* printf onto the end of out (cap bytes), cut at its end. */
+static void append(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *out, size_t cap, const char *fmt, ...)
 {
-    if (s == CUDNN_STATUS_SUCCESS)
-        return true;
-    if (b->st == CUDNN_STATUS_SUCCESS) {
-        b->st = s;
-        snprintf(b->what, sizeof b->what, "%s", call);
+    size_t at = strlen(out);
+    if (at + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + at, cap - at, fmt, ap);
+    va_end(ap);
+}
+
+
+/* What one heuristics mode offered and why none of it was taken. */
+typedef struct tally {
+    int offered, nondet, failed, over;
+    int64_t least_ws;      /* the smallest workspace over the cap */
+    char first_fail[300];  /* the first configuration that failed to finalize: why */
+    char none[300];        /* no configuration at all: cuDNN's words, if any */
+    char call[400];        /* a call around the heuristics themselves failed: which, why */
+} tally;
+
+/* The engine behind cfg: its global index and whether its numerical notes
+ * say NONDETERMINISTIC. false when cuDNN does not say (then it is not
+ * known to be deterministic). */
+static bool cfg_engine(sl_bdesc cfg, int *engine, int *nondet)
+{
+    sl_bdesc eng = NULL;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t n = 0, nn = 0, gi = -1;
+    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) ==
+                  CUDNN_STATUS_SUCCESS &&
+              cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+                  CUDNN_STATUS_SUCCESS &&
+              cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                       CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
+                                       &nn, notes) == CUDNN_STATUS_SUCCESS;
+    if (ok)
+        (void)cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                                       &n, &gi);
+    if (eng)
+        (void)cudnnBackendDestroyDescriptor(eng);
+    *engine = (int)gi;
+    *nondet = !ok;
+    for (int64_t i = 0; ok && i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+        *nondet |= notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+    return ok;
+}
+
+/* cuDNN's status and reason for a failed call, into out. */
+static void cudnn_words(cudnnStatus_t s, const char *call, char *out, size_t n)
+{
+    char why[256] = "";
+    cudnnGetLastErrorString(why, sizeof why);
+    snprintf(out, n, "%s: %s%s%s", call, cudnnGetErrorString(s), why[0] ? ": " : "", why);
+}
+
+/* The first configuration of the heuristics (mode) on og that passes
+ * (the top comment's step 3): its plan into p, the configuration kept
+ * with it. false with t saying why not. */
+static bool pick_plan(plan_entry *p, sl_cuda_ctx *cx, sl_bdesc og, cudnnBackendHeurMode_t mode,
+                      int det, tally *t)
+{
+    sl_graph_builder hb = {&p->keep, CUDNN_STATUS_SUCCESS, ""}, *b = &hb;
+    sl_bdesc heur = NULL, *cfg = NULL;
+    int64_t want = 0, got = 0;
+    bool chosen = false;
+    if (!sl_graph_ok(b, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur),
+                     "cudnnBackendCreateDescriptor(ENGINEHEUR)") ||
+        !sl_graph_ok(b, cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og),
+                     "cudnnBackendSetAttribute(ENGINEHEUR_OPERATION_GRAPH)") ||
+        !sl_graph_ok(b, cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE,
+                                                 CUDNN_TYPE_HEUR_MODE, 1, &mode),
+                     "cudnnBackendSetAttribute(ENGINEHEUR_MODE)") ||
+        !sl_graph_ok(b, cudnnBackendFinalize(heur), "cudnnBackendFinalize(ENGINEHEUR)") ||
+        !sl_graph_ok(b, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &want, NULL),
+                     "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)"))
+        goto done;
+    if (want <= 0) {
+        char why[256] = "";
+        cudnnGetLastErrorString(why, sizeof why);
+        snprintf(t->none, sizeof t->none, "%s", why);
+        goto done;
     }
-    return false;
-}
-#define TRY(b, call) ok((b), (call), #call)
-
-static bdesc mk(builder *b, cudnnBackendDescriptorType_t t)
-{
-    bdesc d = NULL;
-    if (b->p->nkeep == MAX_DESC) {
-        ok(b, CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED, "descriptor table full");
-        return NULL;
+    if (!(cfg = calloc((size_t)want, sizeof *cfg))) {
+        sl_graph_ok(b, CUDNN_STATUS_ALLOC_FAILED, "engine configurations: out of host memory");
+        goto done;
     }
-    if (!TRY(b, cudnnBackendCreateDescriptor(t, &d)))
-        return NULL;
-    b->p->keep[b->p->nkeep++] = d;
-    return d;
-}
-
-static bool set(builder *b, bdesc d, cudnnBackendAttributeName_t a,
-                cudnnBackendAttributeType_t t, int64_t n, const void *v)
-{
-    return d && TRY(b, cudnnBackendSetAttribute(d, a, t, n, v));
-}
-
-static bool fin(builder *b, bdesc d) { return d && TRY(b, cudnnBackendFinalize(d)); }
-
-/* An NHWC-packed tensor of logical dims (n, c, h, w) (a KRSC filter is (k,
- * c, r, s), a per-channel vector (1, c, 1, 1)). */
-static bdesc tensor(builder *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c,
-                    int64_t h, int64_t w, bool virt)
-{
-    int64_t dim[4] = {n, c, h, w}, str[4] = {h * w * c, 1, w * c, c}, align = 16;
-    bdesc d = mk(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    if (!set(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt) ||
-        !set(b, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim) ||
-        !set(b, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str) ||
-        !set(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
-        !set(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align) ||
-        !set(b, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt) || !fin(b, d))
-        return NULL;
-    return d;
-}
-
-static bdesc vec(builder *b, int64_t uid, cudnnDataType_t dt, int64_t c)
-{
-    return tensor(b, uid, dt, 1, c, 1, 1, false);
-}
-
-static bdesc conv_desc(builder *b, const sl_conv_shape *sh)
-{
-    cudnnDataType_t ct = CUDNN_DATA_FLOAT;
-    cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    int64_t nd = 2, dil[2] = {1, 1}, str[2] = {sh->stride, sh->stride},
-            pad[2] = {sh->pad, sh->pad};
-    bdesc d = mk(b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-    if (!set(b, d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct) ||
-        !set(b, d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
-        !set(b, d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nd) ||
-        !set(b, d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
-        !set(b, d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str) ||
-        !set(b, d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
-        !set(b, d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) || !fin(b, d))
-        return NULL;
-    return d;
-}
-
-/* A pointwise operation: y = mode(x, bb) (bb NULL for unary modes), or for
- * RELU_BWD dx = relu'(x) dy with x = the forward input, bb = dy, y = dx. */
-static bdesc pointwise(builder *b, cudnnPointwiseMode_t mode, bdesc x, bdesc bb, bdesc y)
-{
-    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    bdesc pw = mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    if (!set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode) ||
-        !set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec) ||
-        !fin(b, pw))
-        return NULL;
-    bdesc op = mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    if (!set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-             1, &pw))
-        return NULL;
-    const cudnnBackendAttributeType_t t = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    if (mode == CUDNN_POINTWISE_RELU_BWD) {
-        if (!set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t, 1, &x) ||
-            !set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, t, 1, &bb) ||
-            !set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, t, 1, &y))
-            return NULL;
-    } else if (!set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t, 1, &x) ||
-               (bb && !set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, t, 1, &bb)) ||
-               !set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, t, 1, &y)) {
-        return NULL;
-    }
-    return fin(b, op) ? op : NULL;
-}
-
-/* The prologue relu(x*s + b) into the virtual v3; its three operations
- * into ops. */
-static bool prologue(builder *b, bdesc x, bdesc s, bdesc bias, bdesc v1, bdesc v2, bdesc v3,
-                     bdesc *ops)
-{
-    ops[0] = pointwise(b, CUDNN_POINTWISE_MUL, x, s, v1);
-    ops[1] = pointwise(b, CUDNN_POINTWISE_ADD, v1, bias, v2);
-    ops[2] = pointwise(b, CUDNN_POINTWISE_RELU_FWD, v2, NULL, v3);
-    return ops[0] && ops[1] && ops[2];
-}
-
-/* A convolution operation of direction t: (a, w_or_dy, out) are (x, w, y)
- * forward, (dy, w, dx) backward-data, (x, dy, dw) backward-filter. */
-static bdesc conv_op(builder *b, const sl_conv_shape *sh, int dir, bdesc a, bdesc bb, bdesc out)
-{
-    static const cudnnBackendDescriptorType_t type[3] = {
-        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
-    static const cudnnBackendAttributeName_t attr[3][6] = {
-        {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
-        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
-        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}};
-    const cudnnBackendAttributeType_t t = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    float alpha = 1.0f, beta = 0.0f;
-    bdesc cd = conv_desc(b, sh), op = mk(b, type[dir]);
-    if (!cd || !set(b, op, attr[dir][0], t, 1, &cd) || !set(b, op, attr[dir][1], t, 1, &a) ||
-        !set(b, op, attr[dir][2], t, 1, &bb) || !set(b, op, attr[dir][3], t, 1, &out) ||
-        !set(b, op, attr[dir][4], CUDNN_TYPE_FLOAT, 1, &alpha) ||
-        !set(b, op, attr[dir][5], CUDNN_TYPE_FLOAT, 1, &beta) || !fin(b, op))
-        return NULL;
-    return op;
-}
-
-/* The operations of graph g for sh into ops (*nops of them). */
-static bool graph_ops(builder *b, int g, const sl_conv_shape *sh, bdesc *ops, int *nops)
-{
-    const cudnnDataType_t H = CUDNN_DATA_HALF, F = CUDNN_DATA_FLOAT;
-    const cudnnBackendAttributeType_t t = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    int64_t n = sh->n, c = sh->c, h = sh->h, w = sh->w, k = sh->k, p = sh->p, q = sh->q;
-    bdesc W = tensor(b, g == G_WGRAD ? U_DW : U_W, H, k, c, sh->r, sh->s, false);
-    bdesc S = vec(b, U_S, H, c), B = vec(b, U_B, H, c);
-    if (!W || !S || !B)
-        return false;
-    if (g == G_FPROP || g == G_WGRAD) {
-        bdesc X = tensor(b, U_X, H, n, c, h, w, false);
-        bdesc v1 = tensor(b, U_V1, F, n, c, h, w, true), v2 = tensor(b, U_V2, F, n, c, h, w, true);
-        bdesc v3 = tensor(b, U_V3, F, n, c, h, w, true);
-        if (!X || !v1 || !v2 || !v3 || !prologue(b, X, S, B, v1, v2, v3, ops))
-            return false;
-        if (g == G_WGRAD) {
-            bdesc DY = tensor(b, U_DY, H, n, k, p, q, false);
-            *nops = 4;
-            return DY && (ops[3] = conv_op(b, sh, 2, v3, DY, W)) != NULL;
+    for (int64_t i = 0; i < want; i++)
+        if (!sl_graph_ok(b, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                                                         &cfg[i]),
+                         "cudnnBackendCreateDescriptor(ENGINECFG)"))
+            goto done;
+    if (!sl_graph_ok(b, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &got, cfg),
+                     "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)"))
+        goto done;
+    got = got < want ? got : want; /* cuDNN's count may exceed what was asked for */
+    t->offered += (int)got;
+    for (int64_t i = 0; i < got && !chosen; i++) {
+        int engine = -1, nondet = 0;
+        (void)cfg_engine(cfg[i], &engine, &nondet);
+        if (nondet && det) {
+            t->nondet++;
+            continue;
         }
-        bdesc Y = tensor(b, U_Y, H, n, k, p, q, false);
-        bdesc SUM = vec(b, U_SUM, F, k), SQ = vec(b, U_SQSUM, F, k);
-        if (!Y || !SUM || !SQ || !(ops[3] = conv_op(b, sh, 0, v3, W, Y)))
-            return false;
-        cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
-        cudnnDataType_t prec = F;
-        bdesc gs = mk(b, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
-        if (!set(b, gs, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &gm) ||
-            !set(b, gs, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec) ||
-            !set(b, gs, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, t, 1, &Y) ||
-            !set(b, gs, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, t, 1, &SUM) ||
-            !set(b, gs, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, t, 1, &SQ) || !fin(b, gs))
-            return false;
-        ops[4] = gs;
-        *nops = 5;
-        return true;
-    }
-    /* G_DGRAD */
-    bdesc DY = tensor(b, U_DY, H, n, k, p, q, false), XC = tensor(b, U_XC, H, n, c, h, w, false);
-    bdesc G = tensor(b, U_V1, F, n, c, h, w, true), v2 = tensor(b, U_V2, F, n, c, h, w, true);
-    bdesc T = tensor(b, U_V3, F, n, c, h, w, true), DA = tensor(b, U_DA, H, n, c, h, w, false);
-    bdesc M = vec(b, U_MEAN, F, c), IS = vec(b, U_INVSTD, F, c), GA = vec(b, U_GAMMA, F, c);
-    bdesc DG = vec(b, U_DGAMMA, F, c), DB = vec(b, U_DBETA, F, c);
-    bdesc E1 = vec(b, U_EQ_DY, F, c), E2 = vec(b, U_EQ_X, F, c), E3 = vec(b, U_EQ_B, F, c);
-    if (!DY || !XC || !G || !v2 || !T || !DA || !M || !IS || !GA || !DG || !DB || !E1 || !E2 ||
-        !E3)
-        return false;
-    if (!(ops[0] = conv_op(b, sh, 1, DY, W, G)) ||
-        !(ops[1] = pointwise(b, CUDNN_POINTWISE_MUL, XC, S, v2)) ||
-        !(ops[2] = pointwise(b, CUDNN_POINTWISE_ADD, v2, B, T)) ||
-        !(ops[3] = pointwise(b, CUDNN_POINTWISE_RELU_BWD, T, G, DA)))
-        return false;
-    cudnnDataType_t prec = F;
-    bdesc bw = mk(b, CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
-    if (!set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, t, 1, &M) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, t, 1, &IS) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, t, 1, &GA) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, t, 1, &XC) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, t, 1, &DA) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, t, 1, &DG) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, t, 1, &DB) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, t, 1, &E1) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, t, 1, &E2) ||
-        !set(b, bw, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, t, 1, &E3) || !fin(b, bw))
-        return false;
-    ops[4] = bw;
-    *nops = 5;
-    return true;
-}
-
-/* The first engine configuration of graph og, by heuristics mode, whose
- * plan finalizes with a workspace within cap: the plan into p. */
-static bool pick_plan(builder *b, sl_cuda_ctx *cx, bdesc og, cudnnBackendHeurMode_t mode,
-                      size_t cap)
-{
-    bdesc heur = mk(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    if (!set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-             &og) ||
-        !set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
-        !fin(b, heur))
-        return false;
-    enum { MAX_CFG = 8 };
-    bdesc cfg[MAX_CFG];
-    int64_t got = 0, want = 0;
-    if (!TRY(b, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &want, NULL)))
-        return false;
-    if (want > MAX_CFG)
-        want = MAX_CFG;
-    for (int i = 0; i < want; i++)
-        if (!(cfg[i] = mk(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)))
-            return false;
-    if (want > 0 && !TRY(b, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &got,
-                                                      cfg)))
-        return false;
-    for (int i = 0; i < got; i++) {
-        bdesc plan = NULL;
-        int64_t ws = 0;
+        sl_bdesc plan = NULL;
+        int64_t ws = 0, cnt = 0;
+        const char *call = "cudnnBackendCreateDescriptor(EXECUTION_PLAN)";
         cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
                                                        &plan);
-        if (s == CUDNN_STATUS_SUCCESS)
+        if (s == CUDNN_STATUS_SUCCESS) {
+            call = "cudnnBackendSetAttribute(EXECUTION_PLAN_HANDLE)";
             s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
                                          CUDNN_TYPE_HANDLE, 1, &cx->cudnn);
-        if (s == CUDNN_STATUS_SUCCESS)
+        }
+        if (s == CUDNN_STATUS_SUCCESS) {
+            call = "cudnnBackendSetAttribute(EXECUTION_PLAN_ENGINE_CONFIG)";
             s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
-        if (s == CUDNN_STATUS_SUCCESS)
+        }
+        if (s == CUDNN_STATUS_SUCCESS) {
+            call = "cudnnBackendFinalize(EXECUTION_PLAN)";
             s = cudnnBackendFinalize(plan);
-        int64_t cnt = 0;
-        if (s == CUDNN_STATUS_SUCCESS)
+        }
+        if (s == CUDNN_STATUS_SUCCESS) {
+            call = "cudnnBackendGetAttribute(EXECUTION_PLAN_WORKSPACE_SIZE)";
             s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                          CUDNN_TYPE_INT64, 1, &cnt, &ws);
-        if (s == CUDNN_STATUS_SUCCESS && ws >= 0 && (size_t)ws <= cap &&
-            b->p->nkeep < MAX_DESC) {
-            b->p->keep[b->p->nkeep++] = plan;
-            b->p->plan = plan;
-            b->p->ws = ws;
-            return true;
         }
-        if (s != CUDNN_STATUS_SUCCESS)
-            ok(b, s, "cudnnBackendFinalize(execution plan)");
-        else if (b->st == CUDNN_STATUS_SUCCESS)
-            snprintf(b->what, sizeof b->what, "every plan's workspace is over the %zu MiB cap",
-                     cap >> 20);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            if (!t->failed++) {
+                char w[260];
+                cudnn_words(s, call, w, sizeof w);
+                snprintf(t->first_fail, sizeof t->first_fail, "engine %d: %s", engine, w);
+            }
+        } else if (ws < 0 || (size_t)ws > cx->ws_max) {
+            t->over++;
+            t->least_ws = t->least_ws && t->least_ws < ws ? t->least_ws : ws;
+        } else {
+            sl_bdesc c = cfg[i];
+            cfg[i] = NULL; /* kept with the plan, or destroyed by a failed add */
+            bool kept = sl_desc_set_add(&p->keep, c);
+            if (!kept)
+                (void)cudnnBackendDestroyDescriptor(plan); /* c went with the failed add */
+            else
+                kept = sl_desc_set_add(&p->keep, plan);   /* a failed add destroys plan */
+            if (!kept) {
+                sl_graph_ok(b, CUDNN_STATUS_ALLOC_FAILED,
+                            "the plan's descriptors: out of host memory");
+                break;
+            }
+            p->plan = plan, p->ws = ws, p->engine = engine, p->nondet = nondet;
+            chosen = true;
+            continue;
+        }
         if (plan)
             (void)cudnnBackendDestroyDescriptor(plan);
     }
-    if (got == 0 && b->st == CUDNN_STATUS_SUCCESS)
-        snprintf(b->what, sizeof b->what, "cuDNN's heuristics offer no engine");
+done:
+    if (hb.st != CUDNN_STATUS_SUCCESS)
+        snprintf(t->call, sizeof t->call, "%s", hb.what);
+    for (int64_t i = 0; cfg && i < want; i++)
+        if (cfg[i])
+            (void)cudnnBackendDestroyDescriptor(cfg[i]);
+    free(cfg);
+    if (heur)
+        (void)cudnnBackendDestroyDescriptor(heur);
+    return chosen;
+}
+
+/* Why mode's configurations did not serve, appended to out. */
+static void describe(char *out, size_t n, const char *mode, const tally *t, size_t cap)
+{
+    const char *sep = out[0] ? "; " : "";
+    if (t->call[0] && !t->offered) {
+        append(out, n, "%sheuristics %s: %s", sep, mode, t->call);
+        return;
+    }
+    if (!t->offered) {
+        append(out, n, "%sheuristics %s offer no engine configuration%s%s%s", sep, mode,
+               t->none[0] ? " (cuDNN: " : "", t->none, t->none[0] ? ")" : "");
+        return;
+    }
+    append(out, n, "%sheuristics %s: %d configuration(s)", sep, mode, t->offered);
+    if (t->nondet)
+        append(out, n, ", %d NONDETERMINISTIC (skipped: SLUICE_CUDNN_DETERMINISTIC=1)",
+               t->nondet);
+    if (t->failed)
+        append(out, n, ", %d failed to finalize (the first: %s)", t->failed, t->first_fail);
+    if (t->over)
+        append(out, n, ", %d need more workspace than the %zu MiB cap (SLUICE_CUDNN_WS_MB; "
+               "the least %lld MiB)", t->over, cap >> 20,
+               (long long)((t->least_ws + (1 << 20) - 1) >> 20));
+    if (t->call[0])
+        append(out, n, "; then %s", t->call);
+}
+
+/* Graph p->graph of p->sh in form f, and a plan for it: true when made;
+ * false with why (everything built for it destroyed). */
+static bool build(plan_entry *p, sl_cuda_ctx *cx, const sl_graph_form *f, char *why, size_t n)
+{
+    sl_graph_builder b = {&p->keep, CUDNN_STATUS_SUCCESS, ""};
+    tally ta = {0}, tf = {0};
+    sl_bdesc og = sl_graph_build(&b, cx->cudnn, p->graph, &p->sh, f);
+    bool ok = og && (pick_plan(p, cx, og, CUDNN_HEUR_MODE_A, cx->graphs->det, &ta) ||
+                     pick_plan(p, cx, og, CUDNN_HEUR_MODE_FALLBACK, cx->graphs->det, &tf));
+    if (ok) {
+        p->form = *f;
+        return true;
+    }
+    why[0] = '\0';
+    if (!og) {
+        append(why, n, "the operation graph: %s", b.what);
+    } else {
+        describe(why, n, "mode A", &ta, cx->ws_max);
+        describe(why, n, "FALLBACK", &tf, cx->ws_max);
+    }
+    sl_desc_set_clear(&p->keep);
     return false;
 }
 
-/* Build graph g's plan for sh into p: true when one was made. */
-static bool build(builder *b, sl_cuda_ctx *cx, int g, const sl_conv_shape *sh)
+static const char *form_name(int g, const sl_graph_form *f)
 {
-    bdesc ops[5] = {0};
-    int nops = 0;
-    if (!graph_ops(b, g, sh, ops, &nops))
-        return false;
-    bdesc og = mk(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    if (!set(b, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops) ||
-        !set(b, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cx->cudnn) ||
-        !fin(b, og))
-        return false;
-    size_t cap = cx->ws_max;
-    return pick_plan(b, cx, og, CUDNN_HEUR_MODE_A, cap) ||
-           pick_plan(b, cx, og, CUDNN_HEUR_MODE_FALLBACK, cap);
+    if (g == SL_G_DGRAD)
+        return f->mean_sub ? "mean step SUB (cuDNN >= 9.8)" : "mean step ADD alpha2 -1";
+    return f->virt == CUDNN_DATA_HALF ? "HALF intermediates" : "FLOAT intermediates";
+}
+
+/* The entry of (g, sh), or NULL. */
+static plan_entry *find(const sl_graph_cache *gc, int g, const sl_conv_shape *sh)
+{
+    for (int i = 0; gc && i < gc->n; i++)
+        if (gc->e[i]->graph == g && memcmp(&gc->e[i]->sh, sh, sizeof *sh) == 0)
+            return gc->e[i];
+    return NULL;
 }
 
 /* The entry of (g, sh), built on first use; NULL with sl_fail on an
@@ -424,9 +359,9 @@ static bool build(builder *b, sl_cuda_ctx *cx, int g, const sl_conv_shape *sh)
 static plan_entry *entry_of(sl_cuda_ctx *cx, int g, const sl_conv_shape *sh)
 {
     sl_graph_cache *gc = cx->graphs;
-    for (int i = 0; i < gc->n; i++)
-        if (gc->e[i]->graph == g && memcmp(&gc->e[i]->sh, sh, sizeof *sh) == 0)
-            return gc->e[i];
+    plan_entry *p = find(gc, g, sh);
+    if (p)
+        return p;
     if (gc->n == gc->cap) {
         int ncap = gc->cap ? 2 * gc->cap : 32;
         plan_entry **ne = realloc(gc->e, (size_t)ncap * sizeof *ne);
@@ -436,23 +371,30 @@ static plan_entry *entry_of(sl_cuda_ctx *cx, int g, const sl_conv_shape *sh)
         }
         gc->e = ne, gc->cap = ncap;
     }
-    plan_entry *p = calloc(1, sizeof *p);
-    if (!p) {
+    if (!(p = calloc(1, sizeof *p))) {
         sl_fail(SL_ENOMEM, "sl_fuse_prepare: out of memory");
         return NULL;
     }
-    p->graph = g;
-    p->sh = *sh;
-    builder b = {p, CUDNN_STATUS_SUCCESS, ""};
-    /* The engines' rule, asked of no device: channels in multiples of 8
-     * (16-byte vectors of fp16), which the per-channel vectors' alignment
-     * relies on too. */
+    p->graph = g, p->sh = *sh, p->engine = -1;
+    /* the forms to try, in order (graph_cuda.h) */
+    int sub = cudnnGetVersion() >= 90800;
+    sl_graph_form forms[2] = {{CUDNN_DATA_FLOAT, sub}, {CUDNN_DATA_FLOAT, sub}};
+    int nforms = 1;
+    if (g == SL_G_WGRAD)
+        forms[0].virt = CUDNN_DATA_HALF, nforms = 2;
+    char why[2][600] = {"", ""};
     if (sh->c % 8 || sh->k % 8)
-        snprintf(b.what, sizeof b.what, "channels not multiples of 8");
+        snprintf(why[0], sizeof why[0], "channels not multiples of 8 (fp16 NHWC tensors "
+                 "16-byte aligned)");
     else
-        p->ok = build(&b, cx, g, sh);
+        for (int i = 0; i < nforms && !p->ok; i++) {
+            p->ok = build(p, cx, &forms[i], why[i], sizeof why[i]);
+            if (p->ok && i)
+                append(p->note, sizeof p->note, "%s refused (%s); built with %s",
+                       form_name(g, &forms[0]), why[0], form_name(g, &forms[1]));
+        }
     if (p->ok && p->ws > 0 && !sl_cuda_workspace(cx, (size_t)p->ws)) {
-        sl_fail(SL_ECUDA, "sl_fuse_prepare: %s workspace of %lld bytes: %s", graph_name[g],
+        sl_fail(SL_ECUDA, "sl_fuse_prepare: %s workspace of %lld bytes: %s", sl_graph_names[g],
                 (long long)p->ws, sl_errmsg());
         entry_free(p);
         return NULL;
@@ -461,17 +403,13 @@ static plan_entry *entry_of(sl_cuda_ctx *cx, int g, const sl_conv_shape *sh)
         gc->built++;
     } else {
         gc->refused++;
+        append(p->note, sizeof p->note, "%s refused for n=%d %dx%d c=%d k=%d %dx%d/%d: ",
+               sl_graph_names[g], sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s, sh->stride);
+        for (int i = 0; i < nforms && why[i][0]; i++)
+            append(p->note, sizeof p->note, "%s%s%s%s", i ? "; then " : "",
+                   nforms > 1 ? form_name(g, &forms[i]) : "", nforms > 1 ? ": " : "", why[i]);
         if (!gc->refusal[0])
-            snprintf(gc->refusal, sizeof gc->refusal,
-                     "%s refused for n=%d %dx%d c=%d k=%d %dx%d/%d: %s%s%s", graph_name[g],
-                     sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s, sh->stride, b.what,
-                     b.st != CUDNN_STATUS_SUCCESS ? ": " : "",
-                     b.st != CUDNN_STATUS_SUCCESS ? cudnnGetErrorString(b.st) : "");
-        /* The refused plan's descriptors go now; the entry remembers the refusal. */
-        for (int i = p->nkeep - 1; i >= 0; i--)
-            (void)cudnnBackendDestroyDescriptor(p->keep[i]);
-        p->nkeep = 0;
-        p->plan = NULL;
+            memcpy(gc->refusal, p->note, sizeof gc->refusal);
     }
     gc->e[gc->n++] = p;
     return p;
@@ -491,14 +429,35 @@ int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds)
     int rc = ctx_of("sl_fuse_prepare", e, &cx);
     if (rc)
         return rc;
-    for (int g = 0; g < NGRAPH; g++) {
+    const char *refused = NULL;
+    for (int g = 0; g < SL_NGRAPH; g++) {
         if (!(kinds & (1u << g)))
             continue;
         plan_entry *p = entry_of(cx, g, sh);
         if (!p)
             return SL_ENOMEM;
-        if (!p->ok)
-            return sl_fail(SL_ENOTSUP, "sl_fuse_prepare: %s", cx->graphs->refusal);
+        if (!p->ok && !refused)
+            refused = p->note; /* every kind asked for is built or refused first */
+    }
+    return refused ? sl_fail(SL_ENOTSUP, "sl_fuse_prepare: %s", refused) : SL_OK;
+}
+
+int sl_graph_plan_info_cuda(const sl_cuda_ctx *c, int g, const sl_conv_shape *sh,
+                            sl_fuse_plan_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->engine = -1;
+    out->note = out->form = "";
+    const plan_entry *p = find(c ? c->graphs : NULL, g, sh);
+    if (!p)
+        return SL_ENOENT;
+    out->built = p->ok;
+    out->note = p->note;
+    if (p->ok) {
+        out->engine = p->engine;
+        out->nondeterministic = p->nondet;
+        out->workspace = p->ws;
+        out->form = form_name(g, &p->form);
     }
     return SL_OK;
 }
@@ -517,12 +476,11 @@ static int run_plan(const char *fn, sl_exec *e, int g, const sl_conv_shape *sh, 
     if (!p)
         return SL_ENOMEM;
     if (!p->ok)
-        return sl_fail(SL_ENOTSUP, "%s: %s (sl_fuse_prepare refuses it)", fn,
-                       cx->graphs->refusal);
+        return sl_fail(SL_ENOTSUP, "%s: %s (sl_fuse_prepare refuses it)", fn, p->note);
     void *ws = NULL;
     if (p->ws > 0 && !(ws = sl_cuda_workspace(cx, (size_t)p->ws)))
         return sl_fail(SL_ECUDA, "%s: workspace: %s", fn, sl_errmsg());
-    bdesc vp = NULL;
+    sl_bdesc vp = NULL;
     if ((rc = SL_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp))))
         return sl_fail(rc, "%s: %s", fn, sl_errmsg());
     if (!(rc = SL_CUDNN(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
@@ -535,7 +493,7 @@ static int run_plan(const char *fn, sl_exec *e, int g, const sl_conv_shape *sh, 
         rc = SL_CUDNN(cudnnBackendExecute(cx->cudnn, p->plan, vp));
     (void)cudnnBackendDestroyDescriptor(vp);
     return rc ? sl_fail(rc, "%s: %s n=%d %dx%d c=%d k=%d: %s (SLUICE_CUDNN_FUSION=0 runs the "
-                        "unfused ops)", fn, graph_name[g], sh->n, sh->h, sh->w, sh->c, sh->k,
+                        "unfused ops)", fn, sl_graph_names[g], sh->n, sh->h, sh->w, sh->c, sh->k,
                         sl_errmsg())
               : SL_OK;
 }
@@ -546,9 +504,9 @@ static void *bias_of(const void *sb, int c) { return (char *)(uintptr_t)sb + (si
 int sl_graph_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
                            const float *w, float *y, float *sum, float *sqsum)
 {
-    int64_t uid[] = {U_X, U_S, U_B, U_W, U_Y, U_SUM, U_SQSUM};
+    int64_t uid[] = {SL_U_X, SL_U_S, SL_U_B, SL_U_W, SL_U_Y, SL_U_SUM, SL_U_SQSUM};
     void *ptr[] = {(void *)x, (void *)sb, bias_of(sb, sh->c), (void *)w, y, sum, sqsum};
-    return run_plan("sl_fuse_conv_fwd", e, G_FPROP, sh, 7, uid, ptr);
+    return run_plan("sl_fuse_conv_fwd", e, SL_G_FPROP, sh, 7, uid, ptr);
 }
 
 int sl_graph_conv_wgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x,
@@ -564,23 +522,23 @@ int sl_graph_conv_wgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x
     if (!dw16)
         return sl_fail(SL_ECUDA, "%s: %lld fp16 weight gradients of scratch: %s", fn,
                        (long long)nw, sl_errmsg());
-    int64_t uid[] = {U_X, U_S, U_B, U_DY, U_DW};
+    int64_t uid[] = {SL_U_X, SL_U_S, SL_U_B, SL_U_DY, SL_U_DW};
     void *ptr[] = {(void *)x, (void *)sb, bias_of(sb, sh->c), (void *)dy, dw16};
-    if ((rc = run_plan(fn, e, G_WGRAD, sh, 5, uid, ptr)))
+    if ((rc = run_plan(fn, e, SL_G_WGRAD, sh, 5, uid, ptr)))
         return rc;
     return sl_cast_cuda(e, nw, dw16, SL_DTYPE_F16, dw, SL_DTYPE_F32);
 }
 
 int sl_graph_conv_dgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *dy,
-                             const float *w, const float *xc, const void *sb, const float *mean,
-                             const float *invstd, const float *gamma, float *da, float *dgamma,
-                             float *dbeta, float *coef)
+                             const float *w, const float *xc, const float *mean,
+                             const float *invstd, const float *gamma, const float *beta,
+                             float *da, float *dgamma, float *dbeta, float *coef)
 {
     int c = sh->c;
-    int64_t uid[] = {U_DY, U_W, U_XC, U_S, U_B, U_DA, U_MEAN, U_INVSTD, U_GAMMA,
-                     U_DGAMMA, U_DBETA, U_EQ_DY, U_EQ_X, U_EQ_B};
-    void *ptr[] = {(void *)dy, (void *)w, (void *)xc, (void *)sb, bias_of(sb, c), da,
-                   (void *)mean, (void *)invstd, (void *)gamma, dgamma, dbeta, coef,
-                   coef + c, coef + 2 * (size_t)c};
-    return run_plan("sl_fuse_conv_dgrad", e, G_DGRAD, sh, 14, uid, ptr);
+    int64_t uid[] = {SL_U_DY, SL_U_W, SL_U_XC, SL_U_MEAN, SL_U_INVSTD, SL_U_GAMMA, SL_U_BETA,
+                     SL_U_DA, SL_U_DGAMMA, SL_U_DBETA, SL_U_EQ_DY, SL_U_EQ_X, SL_U_EQ_B};
+    void *ptr[] = {(void *)dy, (void *)w, (void *)xc, (void *)mean, (void *)invstd,
+                   (void *)gamma, (void *)beta, da, dgamma, dbeta, coef, coef + c,
+                   coef + 2 * (size_t)c};
+    return run_plan("sl_fuse_conv_dgrad", e, SL_G_DGRAD, sh, 13, uid, ptr);
 }
