@@ -789,6 +789,8 @@ typedef struct sl_verify_result {
     uint64_t records, files;
     uint64_t problems;
     uint64_t unindexed;       /* TFRecord shards without an index file */
+    uint64_t restart_records; /* records whose JPEG has restart markers (sluice convert
+                               * --restart; the pipeline reads only the intervals a crop needs) */
     int first_status;         /* the first problem's status (SL_OK: none) */
     char first[SL_ERRMSG_MAX];/* the first problem's message ("" none) */
 } sl_verify_result;
@@ -820,6 +822,7 @@ typedef struct sl_inspect_stats {
     size_t nlabels, label_cap;
     sl_inspect_dim width, height;
     uint64_t unknown_size;    /* records whose image size could not be read */
+    uint64_t restart;         /* records whose JPEG has restart markers (SL_JPEG_RESTART) */
     struct {
         char name[24];
         uint64_t n;
@@ -842,6 +845,11 @@ typedef struct sl_inspect_result {
 int sl_dataset_inspect(const sl_dataset *ds, sl_walk_progress_fn progress, void *arg,
                        sl_inspect_result *res);
 void sl_inspect_result_fini(sl_inspect_result *res);
+/* Records of ds and how many of them hold a JPEG with restart markers
+ * (sl_jpeg_scan's SL_JPEG_RESTART), by reading every record once (`sluice
+ * index` reports it). A record that does not decode is counted, not an
+ * error; a shard that cannot be read is (named). */
+int sl_dataset_count_restarts(const sl_dataset *ds, uint64_t *records, uint64_t *with_markers);
 /* Where split i's counts differ from its dataset.json entry: one line each
  * ("PATH: split S: dataset.json says N records, found M\n") into buf
  * (truncated to cap); the number of differences. */
