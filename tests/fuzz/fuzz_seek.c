@@ -1,0 +1,113 @@
+/*
+ * tests/fuzz/fuzz_seek.c - the restart-interval seek (pipeline/huff.c's
+ * sl_huff_seek, issue 41), a differential target: the planar path's
+ * planes of one crop from three decoders of the same bytes:
+ *   [0] huff.c reading only the intervals the crop needs,
+ *   [1] libjpeg's decoder with the same seek (SLUICE_HUFF=libjpeg),
+ *   [2] libjpeg's decoder from the start (SLUICE_SEEK=off: no seek).
+ * Where [1] fails, [0] must fail (huff.c may fail where libjpeg silently
+ * decodes: a code no table holds); where [0] decodes, [1] must give the
+ * same bytes; where [2] decodes, [0] must decode the same bytes ([2] reads
+ * every interval before the crop's end, the seek only some, so the seek
+ * may decode a crop that [2] fails on: damage in an interval it skips).
+ * Anything else, a crash or a sanitizer report, aborts.
+ *
+ * Input: one byte that picks the crop (a random-resized crop from the
+ * byte as seed, or the whole image when bit 7 is set; output 224 or, for
+ * odd bytes, a tenth of the crop: DCT scales below 8/8), then the JPEG.
+ * The seeds (fuzz_seeds) are files with restart markers at several
+ * intervals; the mutations make missing, extra, renumbered and displaced
+ * markers and damaged intervals. Images over 2^22 pixels are skipped.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/pipeline_int.h"
+
+static sl_decoder *decs[3];
+
+static sl_decoder *make(const char *var, const char *val)
+{
+    sl_decoder *d;
+    unsetenv("SLUICE_DECODE");
+    unsetenv("SLUICE_HUFF");
+    unsetenv("SLUICE_SEEK");
+    if (var)
+        setenv(var, val, 1);
+    if (sl_decoder_create(&d) != SL_OK)
+        abort();
+    if (var)
+        unsetenv(var);
+    return d;
+}
+
+static int same(const sl_plane_view *a, int na, const sl_plane_view *b, int nb)
+{
+    if (na != nb)
+        return 0;
+    for (int p = 0; p < na; p++) {
+        if (a[p].w != b[p].w || a[p].h != b[p].h)
+            return 0;
+        for (int y = 0; y < a[p].h; y++)
+            if (memcmp(a[p].p + (size_t)y * a[p].pitch, b[p].p + (size_t)y * b[p].pitch,
+                       (size_t)a[p].w) != 0)
+                return 0;
+    }
+    return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    if (!decs[0]) {
+        decs[0] = make(NULL, NULL);
+        decs[1] = make("SLUICE_HUFF", "libjpeg");
+        decs[2] = make("SLUICE_SEEK", "off");
+    }
+    unsigned k = data[0];
+    size_t len = size - 1;
+    uint8_t *jpeg = malloc(len);
+    if (!jpeg)
+        abort();
+    memcpy(jpeg, data + 1, len);
+    int W, H, W1, H1;
+    int rh = sl_decoder_header(decs[0], jpeg, len, &W, &H, NULL);
+    for (int i = 1; i < 3; i++) /* the structure check is the same for all */
+        if ((sl_decoder_header(decs[i], jpeg, len, &W1, &H1, NULL) == SL_OK) != (rh == SL_OK))
+            abort();
+    if (rh != SL_OK || (uint64_t)W * (uint64_t)H > (1u << 22)) {
+        sl_clear_error();
+        free(jpeg);
+        return 0;
+    }
+    sl_crop c = {0, 0, W, H};
+    if (!(k & 128)) {
+        sl_rng rng = sl_rng_for(k, 0, 0);
+        sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
+    }
+    int ow = 224, oh = 224;
+    if (k & 1) {
+        ow = c.w / 10 + 1;
+        oh = c.h / 10 + 1;
+    }
+    /* One decoder's planes stay valid until its next call: [0] is
+     * decoded again after [1] and after [2]. */
+    sl_plane_view a[3], b[3];
+    int na = 0, nb = 0;
+    int r1 = sl_decode_crop_planes(decs[1], jpeg, len, &c, ow, oh, b, &nb);
+    int r0 = sl_decode_crop_planes(decs[0], jpeg, len, &c, ow, oh, a, &na);
+    if (r1 != SL_OK && r0 == SL_OK)
+        abort(); /* libjpeg's seek fails, huff.c's decodes */
+    if (r0 == SL_OK && !same(a, na, b, nb))
+        abort(); /* the two seeks differ */
+    int r2 = sl_decode_crop_planes(decs[2], jpeg, len, &c, ow, oh, b, &nb);
+    if (r2 == SL_OK) {
+        r0 = sl_decode_crop_planes(decs[0], jpeg, len, &c, ow, oh, a, &na);
+        if (r0 != SL_OK || !same(a, na, b, nb))
+            abort(); /* the seek differs from the decode from the start */
+    }
+    sl_clear_error();
+    free(jpeg);
+    return 0;
+}
