@@ -41,6 +41,9 @@
 #include "pipeline/pipeline_int.h"
 #include "records/records.h"
 
+#define BENCH_NAME "bench_restart"
+#include "bench_util.h"
+
 #define MAX_FILES 100000
 #define MAX_SPECS 12
 
@@ -51,12 +54,6 @@ typedef struct blob {
 
 static blob files[MAX_FILES];
 static size_t nfiles;
-
-static void die(const char *m)
-{
-    fprintf(stderr, "bench_restart: %s\n", m);
-    exit(1);
-}
 
 static int add(const char *path, const struct stat *st, int type, struct FTW *f)
 {
@@ -87,18 +84,6 @@ static double now_thread(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static const float mean[3] = {0.485f * 255, 0.456f * 255, 0.406f * 255};
 static const float stdv[3] = {0.229f * 255, 0.224f * 255, 0.225f * 255};
 
@@ -107,14 +92,14 @@ static void sample(sl_decoder *d, const blob *b, size_t i, uint64_t seed, int si
 {
     int W, H;
     if (sl_decoder_header(d, b->p, b->len, &W, &H, NULL))
-        die(sl_errmsg());
+        die("%s", sl_errmsg());
     sl_rng rng = sl_rng_for(seed, 0, i);
     sl_crop c;
     sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
     int flip = sl_rng_uniform(&rng) < 0.5f;
     if (sl_decode_crop_sample(d, b->p, b->len, &c, size, size, flip, SL_LAYOUT_NCHW_F32, mean,
                               stdv, out))
-        die(sl_errmsg());
+        die("%s", sl_errmsg());
 }
 
 typedef struct spec {
@@ -174,7 +159,7 @@ int main(int argc, char **argv)
     /* The rewrites, timed once each. */
     sl_jpeg_restarter *rs;
     if (sl_jpeg_restarter_create(&rs))
-        die(sl_errmsg());
+        die("%s", sl_errmsg());
     for (int k = 0; k < ns; k++) {
         spec *s = &sp[k];
         s->out = calloc(nfiles, sizeof *s->out);
@@ -186,7 +171,7 @@ int main(int argc, char **argv)
             sl_restart_info info;
             double t0 = now_thread();
             if (sl_jpeg_restart(rs, files[i].p, files[i].len, s->mcus, s->rows, &o, &ol, &info))
-                die(sl_errmsg());
+                die("%s", sl_errmsg());
             s->convert_s += now_thread() - t0;
             s->out[i].p = malloc(ol);
             if (!s->out[i].p)
@@ -210,10 +195,10 @@ int main(int argc, char **argv)
      * markers are decoded from the start, by libjpeg). */
     sl_decoder *d, *d0;
     if (sl_decoder_create(&d))
-        die(sl_errmsg());
+        die("%s", sl_errmsg());
     setenv("SLUICE_SEEK", "off", 1);
     if (sl_decoder_create(&d0))
-        die(sl_errmsg());
+        die("%s", sl_errmsg());
     unsetenv("SLUICE_SEEK");
     size_t nout = (size_t)3 * size * size;
     float *a = malloc(nout * sizeof *a), *b = malloc(nout * sizeof *b);
@@ -237,7 +222,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nfiles; i++) {
         int w, h, ss, cs;
         if (tjDecompressHeader3(tj, files[i].p, (unsigned long)files[i].len, &w, &h, &ss, &cs))
-            die(tjGetErrorStr2(tj));
+            die("%s", tjGetErrorStr2(tj));
         maxw = w > maxw ? w : maxw;
         maxh = h > maxh ? h : maxh;
     }
@@ -253,7 +238,7 @@ int main(int argc, char **argv)
             tjDecompressHeader3(tj, files[i].p, (unsigned long)files[i].len, &w, &h, &ss, &cs);
             if (tjDecompress2(tj, files[i].p, (unsigned long)files[i].len, rgb, w, 0, h, TJPF_RGB,
                               0))
-                die(tjGetErrorStr2(tj));
+                die("%s", tjGetErrorStr2(tj));
         }
         tc[r] = now_thread() - t0;
         t0 = now_thread();

@@ -519,7 +519,12 @@ static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
  * be: the interval's data used up to its last byte (fewer than 8 bits,
  * the padding, left) and the next bytes RSTn with n the interval's number
  * mod 8; otherwise libjpeg's warnings (extraneous bytes; a wrong marker),
- * which sluice's decoders take as errors. An interval the crop does not
+ * which sluice's decoders take as errors. libjpeg itself is not always
+ * that strict about bytes left over: it warns only when it has to look
+ * for the marker (jdmarker.c's next_marker), not when its bit buffer
+ * already read up to it, which depends on where the bytes fall in its
+ * buffer; such a damaged file is refused here and may decode with
+ * SLUICE_HUFF=libjpeg (as a code no table holds, see above). An interval the crop does not
  * reach is not read, so damage inside it is not seen (as today's ROI path
  * does not see damage below the crop).
  *
@@ -529,6 +534,20 @@ static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
  * decoder (start_pass: bit buffer, DC predictions, restarts_to_go) and
  * sets the RST number it expects next. Both decoders read the same
  * intervals for the same crop: the same coefficients, the same planes. */
+
+/* Our reader at p, the first byte of an interval: no bits, the DC
+ * predictions 0, a whole interval to go, RST(rst) after it. */
+static void reader_at(sl_huff *h, const uint8_t *p, unsigned rst)
+{
+    h->p = p;
+    h->acc = 0;
+    h->nbits = 0;
+    h->marker = 0;
+    h->fake = 0;
+    memset(h->dc_pred, 0, sizeof h->dc_pred);
+    h->togo = h->ri;
+    h->next_rst = rst & 7;
+}
 
 /* The reader (ours or libjpeg's) at the start of interval k. */
 static void seek_to(j_decompress_ptr ci, sl_huff *h, uint64_t k)
@@ -545,14 +564,7 @@ static void seek_to(j_decompress_ptr ci, sl_huff *h, uint64_t k)
         (*ci->entropy->start_pass)(ci);
         ci->marker->next_restart_num = (int)(k & 7);
     } else {
-        h->p = p;
-        h->acc = 0;
-        h->nbits = 0;
-        h->marker = 0;
-        h->fake = 0;
-        memset(h->dc_pred, 0, sizeof h->dc_pred);
-        h->togo = h->ri;
-        h->next_rst = (unsigned)(k & 7);
+        reader_at(h, p, (unsigned)(k & 7));
     }
     h->reading = 1;
 }
@@ -577,14 +589,7 @@ static void next_interval(j_decompress_ptr ci, sl_huff *h)
         WARNMS2(ci, JWRN_MUST_RESYNC, m, (int)h->next_rst);
         return;
     }
-    h->p = q + 1;
-    h->acc = 0;
-    h->nbits = 0;
-    h->marker = 0;
-    h->fake = 0;
-    memset(h->dc_pred, 0, sizeof h->dc_pred);
-    h->togo = h->ri;
-    h->next_rst = (h->next_rst + 1) & 7;
+    reader_at(h, q + 1, h->next_rst + 1);
 }
 
 /* After the last needed MCU of row `row`: read on, or stop until the
