@@ -5,7 +5,7 @@
  * with markers against today's path on the originals and a bare full
  * decode of the originals.
  *
- *   bench_restart DIR [--reps 5] [--size 224] [--seed 1] [--specs auto,1,4,r1]
+ *   bench_restart DIR [--reps 5] [--size 224] [--seed 1] [--specs auto,1,4,r1] [--only 1]
  *
  * DIR: any tree of JPEG files, read into memory first (perf/make-corpus's
  * corpus, or perf/photo-corpus's large photos). --specs: restart intervals
@@ -27,6 +27,8 @@
  * marker bytes), the rewrite's time per image, the sample's time per image
  * and the ratios today / SPEC and ceiling / SPEC.
  *
+ * --only 1 times the specs' samples alone (the other figures are then
+ * meaningless): for a profiler.
  * Exit: 0 after printing; 1 (with a message) if a check fails.
  */
 #include <ftw.h>
@@ -118,6 +120,7 @@ int main(int argc, char **argv)
     int reps = 5, size = 224;
     uint64_t seed = 1;
     const char *specs_arg = "auto,1,2,4,8,r1";
+    int only = 0; /* --only 1: the specs' samples alone (for a profiler) */
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--reps"))
             reps = atoi(argv[i + 1]);
@@ -127,6 +130,8 @@ int main(int argc, char **argv)
             seed = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--specs"))
             specs_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--only"))
+            only = atoi(argv[i + 1]);
         else
             die("unknown option");
     }
@@ -233,7 +238,7 @@ int main(int argc, char **argv)
         die("out of memory");
     for (int r = 0; r < reps; r++) {
         double t0 = now_thread();
-        for (size_t i = 0; i < nfiles; i++) {
+        for (size_t i = 0; i < nfiles && !only; i++) {
             int w, h, ss, cs;
             tjDecompressHeader3(tj, files[i].p, (unsigned long)files[i].len, &w, &h, &ss, &cs);
             if (tjDecompress2(tj, files[i].p, (unsigned long)files[i].len, rgb, w, 0, h, TJPF_RGB,
@@ -242,7 +247,7 @@ int main(int argc, char **argv)
         }
         tc[r] = now_thread() - t0;
         t0 = now_thread();
-        for (size_t i = 0; i < nfiles; i++)
+        for (size_t i = 0; i < nfiles && !only; i++)
             sample(d0, &files[i], i, seed, size, a);
         tt[r] = now_thread() - t0;
         for (int k = 0; k < ns; k++) {

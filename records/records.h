@@ -403,9 +403,12 @@ void sl_jpeg_restarts_free(sl_jpeg_restarts *r);
  * jpeg_write_coefficients, as `jpegtran -restart N -optimize -copy all`)
  * as one baseline Huffman scan with a restart marker every `mcus` MCUs,
  * or every `rows` MCU rows (exactly one of the two is non-zero;
- * mcus = SL_RESTART_AUTO: ceil(MCUs per row / 16), the measured default).
+ * mcus = SL_RESTART_AUTO: max(4, ceil(MCUs per row / 16)), the measured
+ * default).
  * Decoded pixels are the original's; APPn and COM segments are copied;
- * Huffman tables are optimized for the image; progressive, arithmetic and
+ * Huffman tables are the source's where they can code the result (a
+ * one-scan sequential file whose DC tables are complete, as the standard
+ * tables are), else optimized for the image; progressive, arithmetic and
  * multi-scan files become baseline. *out points at the new file (in r,
  * valid until r's next call) with info->rewritten = 1, or at the input,
  * kept as it is, with info->why saying why: a restart interval already,

@@ -18,12 +18,18 @@
  * source's size, sampling, component ids and quantization tables;
  * jpeg_write_coefficients writes them as one interleaved baseline scan with
  * restart_interval MCUs (or restart_in_rows MCU rows) per interval.
- * Huffman tables are optimized for the image (optimize_coding: the
- * coefficients are gathered once for statistics, then coded), as
- * `jpegtran -optimize`: the source's own tables may lack the DC categories
- * the interval starts need (the DC there is coded from 0) and libjpeg's
- * encoder does not check for a missing code (jchuff.c emits it as zero
- * bits), and the standard tables make most files larger.
+ * Huffman tables: the source's own where they can code the rewrite (a
+ * sequential one-scan file whose DC tables hold all 12 categories, as the
+ * standard tables of cameras, cjpeg and TurboJPEG do: the DC of an
+ * interval's first block is coded from 0 after a marker, and libjpeg's
+ * encoder does not check for a missing code, jchuff.c emits it as zero
+ * bits), so the entropy-coded data is the source's but for the markers,
+ * their padding and those DC codes; otherwise tables optimized for the
+ * image (optimize_coding: the coefficients gathered once for statistics,
+ * then coded, as `jpegtran -optimize`). Keeping them measured faster to
+ * write and, in the pipeline, to read (huff.c builds its lookup tables
+ * once for files that share tables): perf/RESULTS.md, "Issue 41".
+ * SLUICE_RESTART_TABLES=optimize (read at create) optimizes always.
  *
  * Pixels: the decoded pixels depend only on the coefficients, the
  * quantization tables, the sampling and the colour interpretation, all of
@@ -69,10 +75,13 @@
 #include "records_int.h"
 
 /* The default interval (SL_RESTART_AUTO): one marker every
- * ceil(MCUs per row / RST_AUTO_PER_ROW) MCUs, so every MCU row is cut into
- * about RST_AUTO_PER_ROW intervals whatever the image's width.
- * perf/RESULTS.md ("Issue 41") has the measurement that chose it. */
+ * max(RST_AUTO_MIN, ceil(MCUs per row / RST_AUTO_PER_ROW)) MCUs: every MCU
+ * row cut into about RST_AUTO_PER_ROW intervals whatever the image's
+ * width, but none shorter than RST_AUTO_MIN MCUs (on 500-px images 2 MCUs
+ * decode no faster than 4 and cost twice the marker bytes).
+ * perf/RESULTS.md ("Issue 41") has the measurements that chose it. */
 #define RST_AUTO_PER_ROW 16
+#define RST_AUTO_MIN 4
 
 typedef struct rst_err {
     struct jpeg_error_mgr pub;
@@ -89,6 +98,7 @@ struct sl_jpeg_restarter {
     uint8_t *out;            /* the rewritten file; grows, kept */
     size_t cap;
     char why[JMSG_LENGTH_MAX + 64];
+    int keep_tables;         /* the source's tables where they fit (see the file comment) */
 };
 
 /* ------------------------------------------------------- error manager */
@@ -180,6 +190,8 @@ int sl_jpeg_restarter_create(sl_jpeg_restarter **out)
     r->dm.init_destination = dm_init;
     r->dm.empty_output_buffer = dm_empty;
     r->dm.term_destination = dm_term;
+    const char *tables = getenv("SLUICE_RESTART_TABLES"); /* a measurement switch */
+    r->keep_tables = !(tables && !strcmp(tables, "optimize"));
     if (setjmp(r->err.jb)) {
         int rc = sl_fail(SL_ENOMEM, "sl_jpeg_restarter_create: %s", r->err.msg);
         jpeg_destroy_decompress(&r->src);
@@ -231,6 +243,59 @@ static unsigned mcus_per_row(const struct jpeg_decompress_struct *s)
         return (w + 7) / 8;
     unsigned step = 8u * (unsigned)s->max_h_samp_factor;
     return (w + step - 1) / step;
+}
+
+/* Can the source's own Huffman tables code the rewrite? Its AC symbols are
+ * the source's (a block's AC coefficients are coded alone); its DC
+ * differences are too, but for the first block of each component in an
+ * interval, coded from 0 after a marker: so every DC table used must hold
+ * all 12 categories of 8-bit data (Annex K.3's standard tables do). A
+ * sequential Huffman file of one scan only (a progressive or multi-scan
+ * file's tables are per scan). */
+static int tables_fit(const struct jpeg_decompress_struct *s)
+{
+    if (s->progressive_mode || s->arith_code || s->input_scan_number != 1 ||
+        s->comps_in_scan != s->num_components)
+        return 0;
+    for (int c = 0; c < s->num_components; c++) {
+        int dt = s->comp_info[c].dc_tbl_no, at = s->comp_info[c].ac_tbl_no;
+        if (dt < 0 || dt >= NUM_HUFF_TBLS || at < 0 || at >= NUM_HUFF_TBLS ||
+            !s->dc_huff_tbl_ptrs[dt] || !s->ac_huff_tbl_ptrs[at])
+            return 0;
+        const JHUFF_TBL *t = s->dc_huff_tbl_ptrs[dt];
+        unsigned have = 0, n = 0;
+        for (int l = 1; l <= 16; l++)
+            n += t->bits[l];
+        for (unsigned i = 0; i < n && i < 256; i++)
+            if (t->huffval[i] < 12)
+                have |= 1u << t->huffval[i];
+        if (have != 0xFFFu)
+            return 0;
+    }
+    return 1;
+}
+
+/* The source's Huffman tables and their assignment, for the compressor
+ * (after jpeg_copy_critical_parameters, which set the standard ones). */
+static void copy_tables(j_compress_ptr d, const struct jpeg_decompress_struct *s)
+{
+    for (int t = 0; t < NUM_HUFF_TBLS; t++) {
+        JHUFF_TBL *const *src[2] = {&s->dc_huff_tbl_ptrs[t], &s->ac_huff_tbl_ptrs[t]};
+        JHUFF_TBL **dst[2] = {&d->dc_huff_tbl_ptrs[t], &d->ac_huff_tbl_ptrs[t]};
+        for (int k = 0; k < 2; k++) {
+            if (!*src[k])
+                continue;
+            if (!*dst[k])
+                *dst[k] = jpeg_alloc_huff_table((j_common_ptr)d);
+            memcpy((*dst[k])->bits, (*src[k])->bits, sizeof (*dst[k])->bits);
+            memcpy((*dst[k])->huffval, (*src[k])->huffval, sizeof (*dst[k])->huffval);
+            (*dst[k])->sent_table = FALSE;
+        }
+    }
+    for (int c = 0; c < s->num_components; c++) {
+        d->comp_info[c].dc_tbl_no = s->comp_info[c].dc_tbl_no;
+        d->comp_info[c].ac_tbl_no = s->comp_info[c].ac_tbl_no;
+    }
 }
 
 /* Copy the saved APPn and COM segments (jpegtran's jcopy_markers_execute:
@@ -298,7 +363,10 @@ static int body(sl_jpeg_restarter *r, const rst_job *j)
     jpeg_copy_critical_parameters(s, d);
     d->write_JFIF_header = s->saw_JFIF_marker;
     d->write_Adobe_marker = s->saw_Adobe_marker;
-    d->optimize_coding = TRUE;
+    if (r->keep_tables && tables_fit(s))
+        copy_tables(d, s);
+    else
+        d->optimize_coding = TRUE;
     if (j->rows) {
         d->restart_in_rows = (int)j->rows;
     } else {
@@ -306,6 +374,7 @@ static int body(sl_jpeg_restarter *r, const rst_job *j)
         if (n == SL_RESTART_AUTO) {
             unsigned mpr = mcus_per_row(s);
             n = (mpr + RST_AUTO_PER_ROW - 1) / RST_AUTO_PER_ROW;
+            n = n < RST_AUTO_MIN ? RST_AUTO_MIN : n;
         }
         d->restart_interval = n > 65535 ? 65535 : n;
     }

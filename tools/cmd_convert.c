@@ -71,11 +71,12 @@ static void usage(FILE *f)
             "                        before decoding it; bounds memory at about 12 bytes x N per\n"
             "                        thread                         (default 67108864 = 2^26, 8192^2)\n"
             "  --restart N|auto      store every JPEG with a restart marker every N MCUs (auto: the\n"
-            "                        measured default, 16 intervals per MCU row), re-written\n"
-            "                        losslessly (the same pixels; progressive becomes baseline) when\n"
-            "                        it has none: the pipeline then entropy-decodes only the\n"
-            "                        intervals a crop covers. Worth it for large photos (README,\n"
-            "                        \"Restart markers\"); costs a few %% of bytes and convert time\n"
+            "                        measured default, 16 intervals per MCU row, 4 MCUs at least),\n"
+            "                        re-written losslessly (the same pixels; progressive becomes\n"
+            "                        baseline) when it has none: the pipeline then entropy-decodes\n"
+            "                        only the intervals a crop covers. Worth it for large photos\n"
+            "                        (README, \"Restart markers\"); costs a few %% of bytes and a\n"
+            "                        rewrite per image at convert time\n"
             "                                                                        (default off)\n"
             "  --restart-rows R      the same with a marker every R MCU rows\n"
             "\n"
@@ -459,7 +460,7 @@ int cmd_convert(int argc, char **argv)
         char b2[32], b3[32];
         int64_t grow = (int64_t)res.restart_bytes_out - (int64_t)res.restart_bytes_in;
         printf("restart markers: %llu JPEGs re-written with %llu markers (%s of marker bytes), "
-               "%s -> %s (%+.2f%%, Huffman tables optimized too); %llu kept as they were\n",
+               "%s -> %s (%+.2f%%); %llu kept as they were\n",
                (unsigned long long)res.restarted, (unsigned long long)res.restart_markers,
                cli_bytes(b, sizeof b, 2 * res.restart_markers),
                cli_bytes(b2, sizeof b2, res.restart_bytes_in),
