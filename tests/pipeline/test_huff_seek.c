@@ -310,7 +310,8 @@ static uint8_t *splice(const uint8_t *p, size_t len, size_t at, size_t cut, cons
     uint8_t *q = malloc(*out);
     cr_assert_not_null(q);
     memcpy(q, p, at);
-    memcpy(q + at, ins, nins);
+    if (nins)
+        memcpy(q + at, ins, nins);
     memcpy(q + at + nins, p + at + cut, len - at - cut);
     return q;
 }
