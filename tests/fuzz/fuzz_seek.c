@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "pipeline/pipeline_int.h"
+#include "util.h"
 
 static sl_decoder *decs[3];
 
@@ -43,21 +44,6 @@ static sl_decoder *make(const char *var, const char *val)
     if (var)
         unsetenv(var);
     return d;
-}
-
-static int same(const sl_plane_view *a, int na, const sl_plane_view *b, int nb)
-{
-    if (na != nb)
-        return 0;
-    for (int p = 0; p < na; p++) {
-        if (a[p].w != b[p].w || a[p].h != b[p].h)
-            return 0;
-        for (int y = 0; y < a[p].h; y++)
-            if (memcmp(a[p].p + (size_t)y * a[p].pitch, b[p].p + (size_t)y * b[p].pitch,
-                       (size_t)a[p].w) != 0)
-                return 0;
-    }
-    return 1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -85,16 +71,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(jpeg);
         return 0;
     }
-    sl_crop c = {0, 0, W, H};
-    if (!(k & 128)) {
-        sl_rng rng = sl_rng_for(k, 0, 0);
-        sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
-    }
-    int ow = 224, oh = 224;
-    if (k & 1) {
-        ow = c.w / 10 + 1;
-        oh = c.h / 10 + 1;
-    }
+    sl_crop c;
+    int ow, oh;
+    fz_crop(k, W, H, &c, &ow, &oh);
     /* One decoder's planes stay valid until its next call: [0] is
      * decoded again after [1] and after [2]. */
     sl_plane_view a[3], b[3];
@@ -103,14 +82,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r0 = sl_decode_crop_planes(decs[0], jpeg, len, &c, ow, oh, a, &na);
     if (r1 != SL_OK && r0 == SL_OK)
         abort(); /* libjpeg's seek fails, huff.c's decodes */
-    if (r0 == SL_OK && !same(a, na, b, nb))
+    if (r0 == SL_OK && !fz_same_planes(a, na, b, nb))
         abort(); /* the two seeks differ */
     int r2 = sl_decode_crop_planes(decs[2], jpeg, len, &c, ow, oh, b, &nb);
     if (r2 == SL_OK) {
         r0 = sl_decode_crop_planes(decs[0], jpeg, len, &c, ow, oh, a, &na);
         if (r0 != SL_OK && !strstr(sl_errmsg(), "extraneous bytes"))
             abort(); /* the seek fails where the decode from the start does not */
-        if (r0 == SL_OK && !same(a, na, b, nb))
+        if (r0 == SL_OK && !fz_same_planes(a, na, b, nb))
             abort(); /* the seek differs from the decode from the start */
     }
     sl_clear_error();

@@ -18,6 +18,7 @@
  * files without markers.
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h> /* before jpeglib.h */
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "hostile_images.h"
 #include "pipeline/pipeline_int.h"
 #include "photos.h"
+#include "pipeline_testdata.h"
 #include "testutil.h"
 
 enum { HUFF, LIBJPEG, NOSEEK, NDEC };
@@ -404,10 +406,10 @@ Test(pipeline_huff_seek, bad_restart_sequences_are_refused)
 
 /* ------------------------------------------------------------ pipeline */
 
-/* Every batch of two epochs, as one byte string; bad record reports. */
+/* Every batch of two epochs (pipeline_testdata.h's collector: samples,
+ * labels, ids), and the bad records' reports. */
 typedef struct run_out {
-    uint8_t *bytes;
-    size_t len;
+    pl_run r;
     uint64_t bad;
     char bad_msg[4][SL_ERRMSG_MAX];
 } run_out;
@@ -438,25 +440,22 @@ static void run(const char *shard, unsigned workers, int mode, run_out *o)
     unsetenv("SLUICE_HUFF");
     unsetenv("SLUICE_SEEK");
     memset(o, 0, sizeof *o);
-    sl_batch *b;
-    int rc;
-    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
-        size_t add = b->n * (b->sample_bytes + sizeof(int32_t));
-        o->bytes = realloc(o->bytes, o->len + add);
-        cr_assert_not_null(o->bytes);
-        memcpy(o->bytes + o->len, b->data, b->n * b->sample_bytes);
-        o->len += b->n * b->sample_bytes;
-        memcpy(o->bytes + o->len, b->labels, b->n * sizeof(int32_t));
-        o->len += b->n * sizeof(int32_t);
-        sl_pipeline_release(p, b);
-    }
-    cr_assert_eq(rc, SL_EOF, "%s", sl_errmsg());
+    pl_collect(p, &o->r, SIZE_MAX, 1);
+    cr_assert_eq(o->r.end_rc, SL_EOF, "%s", sl_errmsg());
     sl_pipeline_stats st;
     cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
     o->bad = st.bad_records;
     for (uint64_t k = 0; k < st.bad_records && k < 4 && k < SL_PIPELINE_MAX_BAD_REPORT; k++)
         snprintf(o->bad_msg[k], sizeof o->bad_msg[k], "%s", st.bad[k]);
     sl_pipeline_destroy(p);
+}
+
+/* The same batches, sample bytes included. */
+static int same_run(const pl_run *a, const pl_run *b)
+{
+    return a->nb == b->nb && a->ns == b->ns &&
+           !memcmp(a->digest, b->digest, a->nb * sizeof *a->digest) &&
+           !memcmp(a->data, b->data, a->ns * a->sample_bytes);
 }
 
 Test(pipeline_huff_seek, pipeline_batches_same_as_without_markers_bad_record_named)
@@ -479,6 +478,7 @@ Test(pipeline_huff_seek, pipeline_batches_same_as_without_markers_bad_record_nam
     run_out ref, o;
     run(a, 1, HUFF, &ref);
     cr_assert_eq(ref.bad, 0);
+    cr_assert_eq(ref.r.ns, 2 * N);
     static const struct {
         unsigned workers;
         int mode;
@@ -486,10 +486,9 @@ Test(pipeline_huff_seek, pipeline_batches_same_as_without_markers_bad_record_nam
     for (size_t k = 0; k < 4; k++) {
         run(b, runs[k].workers, runs[k].mode, &o);
         cr_assert_eq(o.bad, 0, "%s", o.bad_msg[0]);
-        cr_assert_eq(o.len, ref.len);
-        cr_assert(!memcmp(o.bytes, ref.bytes, ref.len), "run %zu (%u workers, mode %d): other "
-                  "batches than the files without markers", k, runs[k].workers, runs[k].mode);
-        free(o.bytes);
+        cr_assert(same_run(&o.r, &ref.r), "run %zu (%u workers, mode %d): other batches than "
+                  "the files without markers", k, runs[k].workers, runs[k].mode);
+        pl_run_free(&o.r);
     }
     /* record 4 with a marker out of order: a bad record, named */
     size_t at[8];
@@ -503,9 +502,9 @@ Test(pipeline_huff_seek, pipeline_batches_same_as_without_markers_bad_record_nam
         cr_assert(strstr(o.bad_msg[0], "bad-00000-of-00001.tfrecord") &&
                   strstr(o.bad_msg[0], "record 4 @") && strstr(o.bad_msg[0], "RST7"),
                   "report: %s", o.bad_msg[0]);
-        free(o.bytes);
+        pl_run_free(&o.r);
     }
-    free(ref.bytes);
+    pl_run_free(&ref.r);
     tu_rmrf(dir);
     free(dir);
     free(a);
