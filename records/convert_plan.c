@@ -445,7 +445,8 @@ static int check_config(const sl_convert_config *cfg)
     if (cfg->restart_mcus && cfg->restart_rows)
         return sl_fail(SL_EINVAL, "%s: restart_mcus %u and restart_rows %u: one or the other", fn,
                        cfg->restart_mcus, cfg->restart_rows);
-    if (cfg->restart_rows > 65535 || (cfg->restart_mcus > 65535 && cfg->restart_mcus != SL_RESTART_AUTO))
+    if (cfg->restart_rows > 65535 ||
+        (cfg->restart_mcus > 65535 && cfg->restart_mcus != SL_RESTART_AUTO))
         return sl_fail(SL_EINVAL, "%s: restart interval %u: at most 65535 (JPEG's DRI field)", fn,
                        cfg->restart_rows ? cfg->restart_rows : cfg->restart_mcus);
     if (cfg->class_names && cfg->num_class_names == 0)
