@@ -4,14 +4,16 @@
     python examples/train_torch.py --data data/fmnist --image-size 32 --epochs 2
     torchrun --nproc_per_node 2 examples/train_torch.py --data data/imagenet --device cuda
 
-The input pipeline is sluice.Pipeline in place of a DataLoader: batches are
-DLPack tensors taken by torch.from_dlpack without a copy. Under torchrun
-(RANK, WORLD_SIZE, LOCAL_RANK in the environment) each rank reads every
-world-th record (rank_split="records", the same number of batches on every
-rank) and the model is wrapped in DistributedDataParallel (gloo on the CPU,
-nccl on GPUs). --checkpoint saves the model, the optimizer and the
-pipeline's state_dict() atomically at each epoch's end (batch.epoch_end:
-once per epoch; and at --steps), --eval-split evaluates there; --resume
+The input pipeline is sluice.Pipeline in place of a DataLoader, in the
+loop people write for one (`for epoch in range(E): for x, y in pipe:`):
+each loop over the pipeline is one epoch, and batches are DLPack tensors
+taken by torch.from_dlpack without a copy. Under torchrun (RANK,
+WORLD_SIZE, LOCAL_RANK in the environment) each rank reads every world-th
+record (the default rank_split="records": the same number of batches per
+epoch on every rank, whatever the shards' sizes) and the model is wrapped in
+DistributedDataParallel (gloo on the CPU, nccl on GPUs). --checkpoint saves
+the model, the optimizer and the pipeline's state_dict() atomically at each
+epoch's end (and at --steps), --eval-split evaluates there; --resume
 continues with exactly the batches an uninterrupted run would see.
 
 Tested with Debian's python3-torch 1.13 (CPU, gloo) on Python 3.11, whose
@@ -80,11 +82,11 @@ def save_atomic(obj, path):
 
 
 def evaluate(model, args, device, rank, world):
+    # train=False: one pass, each record once (on each rank its share)
     pipe = sluice.Pipeline(args.data, split=args.eval_split, image_size=args.image_size,
                            batch=args.batch, workers=args.workers, train=False,
                            device=None if device.type == "cpu" else str(device),
-                           rank=rank, world=world, rank_split="records",
-                           label_offset=args.label_offset)
+                           rank=rank, world=world, label_offset=args.label_offset)
     correct = total = 0
     model.eval()
     with torch.no_grad():
@@ -124,17 +126,16 @@ def main():
     # The three lines that replace a DataLoader: make, iterate, from_dlpack.
     pipe = sluice.Pipeline(args.data, split=args.split, image_size=args.image_size,
                            batch=args.batch, workers=args.workers, seed=args.seed,
-                           epochs=args.epochs, rank=rank, world=world,
-                           rank_split="records", drop_remainder=world > 1,
+                           rank=rank, world=world,
                            device=None if device.type == "cpu" else str(device),
                            label_offset=args.label_offset)
-    step = 0
+    step = done = 0  # steps taken, epochs done
     if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
         ck = torch.load(args.checkpoint, map_location=device)
         (model.module if world > 1 else model).load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         pipe.load_state_dict(ck["data"][rank] if isinstance(ck["data"], list) else ck["data"])
-        step = ck["step"]
+        step, done = ck["step"], ck["epochs_done"]
         if rank == 0:
             print(f"resumed at step {step} from {args.checkpoint}", flush=True)
 
@@ -147,44 +148,48 @@ def main():
             dist.all_gather_object(states, pipe.state_dict())
         if rank == 0:
             save_atomic({"model": (model.module if world > 1 else model).state_dict(),
-                         "optimizer": opt.state_dict(), "step": step,
+                         "optimizer": opt.state_dict(), "step": step, "epochs_done": done,
                          "data": states if world > 1 else states[0]}, args.checkpoint)
 
     model.train()
-    t0, seen, evaluated = time.perf_counter(), 0, False
+    t0, seen, loss = time.perf_counter(), 0, torch.zeros(())
     if rank == 0:
-        print(f"{len(pipe)} steps, {pipe.records_per_epoch} records per epoch", flush=True)
-    for batch in pipe:
-        images, labels = batch
-        x = torch.from_dlpack(images)
-        y = torch.from_dlpack(labels).to(device, non_blocking=True)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        step += 1
-        seen += y.numel()
-        if rank == 0 and step % args.log_every == 0:
-            dt = time.perf_counter() - t0
-            print(f"step {step} epoch {batch.epoch} loss {loss.item():.4f} "
-                  f"{seen * world / dt:.0f} images/s", flush=True)
-        evaluated = False
+        print(f"{pipe.records_per_epoch} records per epoch, {len(pipe)} steps in the next",
+              flush=True)
+    for epoch in range(done, args.epochs):
+        # One epoch: the loop ends with the batch whose batch.epoch_end is
+        # True (the same step on every rank); a loop left by --steps is
+        # finished by the next run's first loop (--resume).
+        for batch in pipe:
+            images, labels = batch
+            x = torch.from_dlpack(images)
+            y = torch.from_dlpack(labels).to(device, non_blocking=True)
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            seen += y.numel()
+            if rank == 0 and step % args.log_every == 0:
+                dt = time.perf_counter() - t0
+                print(f"step {step} epoch {batch.epoch} loss {loss.item():.4f} "
+                      f"{seen * world / dt:.0f} images/s", flush=True)
+            if args.steps and step >= args.steps:
+                break
         if batch.epoch_end:
-            # An epoch's worth of samples is done with this step (the same
-            # step on every rank; batch.epochs, each sample's own epoch, mixes
-            # two epochs around the boundary: the shuffle buffer spans it).
-            # The model has trained on it and the pipeline's position is
-            # after it, so the checkpoint's two halves agree.
+            # The epoch is done: the model has trained on it and the
+            # pipeline's position is after it, so the checkpoint's two
+            # halves agree. Evaluate and checkpoint once per epoch.
+            done = epoch + 1
             checkpoint()
             if args.eval_split:
                 acc = evaluate(model, args, device, rank, world)
                 if rank == 0:
-                    print(f"epoch {batch.epoch} top1 {acc:.4f}", flush=True)
-            evaluated = True
+                    print(f"epoch {epoch} top1 {acc:.4f}", flush=True)
         if args.steps and step >= args.steps:
+            if not batch.epoch_end:
+                checkpoint()  # stopped by --steps inside an epoch
             break
-    if not evaluated:
-        checkpoint()  # stopped by --steps inside an epoch
     if rank == 0:
         print(f"done: {step} steps, final loss {loss.item():.4f}", flush=True)
     pipe.close()

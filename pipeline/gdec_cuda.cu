@@ -390,6 +390,14 @@ cpu:
 
 // -------------------------------------------------------------- submit
 
+extern "C" void sl_gdec_move(sl_gdec *g, unsigned slot, unsigned from, unsigned to)
+{
+    gd_entry *a = &g->e[(size_t)slot * g->batch + from], *b = &g->e[(size_t)slot * g->batch + to];
+    gd_entry t = *a; // the JPEG buffers travel with their entries: nothing is freed twice
+    *a = *b;
+    *b = t;
+}
+
 // Copy host positions [k0, k1) of the slot to the device batch.
 static int gd_copy_host(sl_gdec *g, const uint8_t *host, uint8_t *dev, unsigned k0, unsigned k1)
 {

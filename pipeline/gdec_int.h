@@ -32,7 +32,7 @@
  *
  * Threading: stage is called by the map workers concurrently, each on its
  * own (slot, position) entry and its own worker index; submit by one
- * thread at a time (map.c's gdec_busy) for a slot whose samples are all
+ * thread at a time (map.c's submit_busy) for a slot whose samples are all
  * staged (p->mu orders the two); describe from any thread.
  */
 #ifndef SL_GDEC_INT_H
@@ -59,6 +59,10 @@ void sl_gdec_destroy(sl_gdec *g);
 int sl_gdec_stage(sl_gdec *g, unsigned worker, unsigned slot, unsigned k, uint64_t id,
                   const uint8_t *jpeg, size_t len, unsigned jflags, int W, int H,
                   const sl_crop *crop, int flip);
+/* Position `from` of the slot's entries becomes position `to` (swapped):
+ * a batch whose left-out samples are closed up (map.c) moves each staged
+ * entry with its host sample before sl_gdec_submit. Same caller as submit. */
+void sl_gdec_move(sl_gdec *g, unsigned slot, unsigned from, unsigned to);
 /* Batch of n samples in `slot` into dev (the loader's device slot), then
  * cudaEventRecord(event) on the stage's stream. host is the slot's pinned
  * host batch. */

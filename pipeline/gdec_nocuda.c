@@ -32,6 +32,11 @@ int sl_gdec_stage(sl_gdec *g, unsigned worker, unsigned slot, unsigned k, uint64
     return SL_ENOTSUP;
 }
 
+void sl_gdec_move(sl_gdec *g, unsigned slot, unsigned from, unsigned to)
+{
+    (void)g, (void)slot, (void)from, (void)to;
+}
+
 int sl_gdec_submit(sl_gdec *g, unsigned slot, unsigned n, void *host, void *dev, void *event)
 {
     (void)g, (void)slot, (void)n, (void)host, (void)dev, (void)event;

@@ -58,9 +58,17 @@ static inline uint64_t sl_handle(uint32_t id, uint32_t idx)
 }
 
 /* One batch slot of the ring (slot r holds batches r, r + P, r + 2P, ...). */
+/* ids[k] of a sample left out (map.c: a bad record under the eval
+ * transform is not refilled); complete_batches compacts the slot. */
+#define SL_SAMPLE_HOLE UINT64_MAX
+
 typedef struct sl_ring_slot {
     uint64_t batch;     /* mu: the batch this slot holds or may be filled with now */
-    unsigned done;      /* mu: samples of `batch` finished */
+    unsigned done;      /* mu: samples of `batch` finished (holes included) */
+    unsigned bad;       /* mu: of those, samples whose own record was bad (refilled, or
+                         * left out: holes) */
+    unsigned holes;     /* mu: of those, left out (SL_SAMPLE_HOLE); the batch lent has
+                         * done - holes samples, moved to its front before submit */
     int ready;          /* mu: complete and submitted, not yet handed out */
     int lent;           /* mu: handed to the consumer, not yet released */
     int32_t *labels;    /* (B) written by workers into distinct entries */
@@ -150,7 +158,9 @@ struct sl_pipeline {
     uint64_t samples_out;       /* samples in the batches next() returned */
     unsigned held;              /* batches lent */
     uint64_t base_index, base_samples; /* where this pipeline started (0, or a resume point) */
-    uint64_t bad_count;         /* skipped records */
+    uint64_t bad_count;         /* skipped records, met (as they are decoded) */
+    uint64_t bad_out;           /* skipped records in the batches next() returned, and the
+                                 * records left out at open (sl_pipeline_stats) */
     char (*bad)[256];           /* (SL_PIPELINE_MAX_BAD_REPORT) first messages */
 
     /* shard files: fds[i] opened lazily, -1 until then (atomic loads/stores);
@@ -180,7 +190,9 @@ struct sl_pipeline {
     sl_trace *trace;            /* atomic pointer; NULL when not recording */
 
     struct sl_gdec *gdec;       /* const: the GPU decode stage (gdec_int.h), NULL = CPU */
-    int gdec_busy;              /* mu: a worker is in sl_gdec_submit (map.c) */
+    int submit_busy;            /* mu: a worker submits a batch without the lock (map.c's
+                                 * complete_batches: the GPU decode, or a batch with holes
+                                 * compacted); the others leave the submits to it */
 };
 
 /* Deferred wake-ups. A thread that changes state under p->mu marks which

@@ -17,6 +17,13 @@
  *   Ordering: samples are numbered in pop order under the lock, and a
  *   sample's bytes depend only on its record, epoch and the seed, so which
  *   worker decodes it, and when, changes nothing.
+ *   Bad records (skip policy): under the train transform the slot is
+ *   refilled from the next record ids (the batch stays full); under the
+ *   eval transform it is left out (a hole, SL_SAMPLE_HOLE), and the worker
+ *   that submits the batch moves the samples after each hole forward
+ *   without the lock (submit_busy, as the GPU decode), so an evaluation
+ *   never counts a record twice. Either way a bad record is counted and
+ *   named once, at its own turn, never when a refill passes over it.
  */
 #include <stdio.h>
 #include <string.h>
@@ -209,8 +216,9 @@ static int transform_in(sl_pipeline *p, uint32_t shard, sl_sample_job *j)
                                "SIGBUS reading the mapped file");
 }
 
-/* A bad record under the error policy (takes mu): SL_OK to refill,
- * otherwise the error to fail with. */
+/* A bad record met at its own turn under the error policy (takes mu):
+ * counted, its message kept among the first few; SL_OK to refill or
+ * leave out, otherwise the error to fail with. */
 static int report_bad(sl_pipeline *p, const char *path, uint64_t rec, uint64_t off, uint64_t id,
                       const char *what)
 {
@@ -236,9 +244,24 @@ static int report_bad(sl_pipeline *p, const char *path, uint64_t rec, uint64_t o
     return SL_OK;
 }
 
+/* Every record a refill tried is bad: the error names the first bad
+ * record's reason (what the stats kept first), else this one's. */
+static int none_left(sl_pipeline *p, const char *what)
+{
+    char first[SL_ERRMSG_MAX];
+    pthread_mutex_lock(&p->mu);
+    snprintf(first, sizeof first, "%s", p->bad_count ? p->bad[0] : what);
+    pthread_mutex_unlock(&p->mu);
+    return sl_fail(SL_ECORRUPT, "sl_pipeline_next: no good record left to refill with: all %llu "
+                   "records are bad; the first: %.700s", (unsigned long long)p->src.total, first);
+}
+
 /* Decode record idx of un into ring slot r, position k, refilling from the
- * following record ids while records are bad (skip policy). */
-static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r, unsigned k)
+ * following record ids while records are bad (skip policy, train
+ * transform: *bad = 1), or leaving the slot a hole (eval transform: *bad =
+ * 2); *bad stays 0 when the record itself was good. */
+static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r, unsigned k,
+                      int *bad)
 {
     sl_pipeline *p = w->p;
     sl_ring_slot *sl = &p->slots[r];
@@ -288,11 +311,22 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             return sl_fail(SL_EIO, "sl_pipeline: %s: file changed while the pipeline read it "
                            "(%s; record %llu @ %llu: %s)", p->src.shards[shard].path, why,
                            (unsigned long long)recno, (unsigned long long)e->offset, what);
-        rc = report_bad(p, p->src.shards[shard].path, recno, e->offset, id, what);
-        if (rc)
+        /* Counted and named at its own turn only: a refill that passes over
+         * it meets it again, and so does its own turn later on. */
+        if (tries == 0 && (rc = report_bad(p, p->src.shards[shard].path, recno, e->offset, id,
+                                           what)))
             return rc;
+        if (tries == 0 && p->cfg.transform == SL_TRANSFORM_EVAL) {
+            /* evaluation: left out, never a duplicate of another record */
+            sl->labels[k] = -1;
+            sl->ids[k] = SL_SAMPLE_HOLE;
+            sl->epochs[k] = j.epoch;
+            *bad = 2;
+            return SL_OK;
+        }
+        *bad = 1;
         if (tries + 1 >= p->src.total)
-            return sl_fail(SL_ECORRUPT, "sl_pipeline_next: no good record left to refill with");
+            return none_left(p, what);
         /* Refill: the next record id, by pread through the index. */
         id = (id + 1) % p->src.total;
         if ((rc = sl_source_set_locate(&p->src, id, &shard, &recno)))
@@ -344,6 +378,32 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
     }
 }
 
+/* Close up the holes of complete slot r's n samples (without the lock:
+ * nothing else touches a complete slot that is not ready): each kept
+ * sample, its label, id and epoch (and its GPU decode entry) move to the
+ * first free position, in order. Returns the samples kept. */
+static unsigned close_holes(sl_pipeline *p, unsigned r, unsigned n)
+{
+    sl_ring_slot *sl = &p->slots[r];
+    uint8_t *host = sl_loader_host(p->loader, r);
+    size_t sb = p->sample_bytes;
+    unsigned m = 0;
+    for (unsigned k = 0; k < n; k++) {
+        if (sl->ids[k] == SL_SAMPLE_HOLE)
+            continue;
+        if (m != k) {
+            memcpy(host + (size_t)m * sb, host + (size_t)k * sb, sb);
+            sl->labels[m] = sl->labels[k];
+            sl->ids[m] = sl->ids[k];
+            sl->epochs[m] = sl->epochs[k];
+            if (p->gdec)
+                sl_gdec_move(p->gdec, r, k, m);
+        }
+        m++;
+    }
+    return m;
+}
+
 /* Submit completed batches in index order (mu held). */
 static void complete_batches(sl_pipeline *p, uint32_t tid)
 {
@@ -351,24 +411,31 @@ static void complete_batches(sl_pipeline *p, uint32_t tid)
         uint64_t b = p->next_submit;
         unsigned r = (unsigned)(b % p->prefetch), n = sl_pipeline_batch_size(p, b);
         sl_ring_slot *sl = &p->slots[r];
-        if (sl->batch != b || sl->done < n || sl->ready || sl->lent)
+        /* another worker submits without the lock: it submits the batches
+         * completed meanwhile when it comes back (this loop) */
+        if (p->submit_busy || sl->batch != b || sl->done < n || sl->ready || sl->lent)
             return;
         uint64_t t = sl_now_ns();
         int rc;
-        if (p->gdec) {
-            /* The GPU decode of the batch runs without the lock, by one
-             * worker at a time; it submits the batches completed meanwhile
-             * when it comes back (this loop). */
-            if (p->gdec_busy)
-                return;
-            p->gdec_busy = 1;
+        /* The GPU decode of a batch, and closing up a batch's holes (moves
+         * of up to a batch of samples), run without the lock, by one
+         * worker at a time. */
+        int unlocked = p->gdec || sl->holes;
+        unsigned holes = sl->holes, m = n - holes;
+        if (unlocked) {
+            p->submit_busy = 1;
             sl_pipeline_unlock(p);
-            rc = sl_gdec_submit(p->gdec, r, n, sl_loader_host(p->loader, r),
+        }
+        if (holes)
+            m = close_holes(p, r, n);
+        if (p->gdec)
+            rc = sl_gdec_submit(p->gdec, r, m, sl_loader_host(p->loader, r),
                                 sl_loader_device(p->loader, r), sl_loader_event(p->loader, r));
+        else
+            rc = sl_loader_submit(p->loader, r, (size_t)m * p->sample_bytes);
+        if (unlocked) {
             pthread_mutex_lock(&p->mu);
-            p->gdec_busy = 0;
-        } else {
-            rc = sl_loader_submit(p->loader, r, (size_t)n * p->sample_bytes);
+            p->submit_busy = 0;
         }
         uint64_t t1 = sl_now_ns();
         sl_trace_span(p, tid, "submit", t, t1, b);
@@ -379,7 +446,7 @@ static void complete_batches(sl_pipeline *p, uint32_t tid)
             return;
         }
         a->items++;
-        a->bytes += (uint64_t)n * p->sample_bytes;
+        a->bytes += (uint64_t)m * p->sample_bytes;
         sl->ready = 1;
         p->next_submit++;
         sl_acc_fill(&p->acc[SL_STAGE_MAP],
@@ -418,7 +485,8 @@ void *sl_worker_main(void *arg)
             break;
         sl_pipeline_unlock(p);
 
-        rc = map_sample(w, un, idx, r, k);
+        int bad = 0;
+        rc = map_sample(w, un, idx, r, k, &bad);
         t1 = sl_now_ns();
         sl_trace_span(p, w->tid, "decode", t, t1, s);
 
@@ -433,6 +501,8 @@ void *sl_worker_main(void *arg)
         if (--un->refs == 0)
             sl_unit_release_locked(p, un);
         p->slots[r].done++;
+        p->slots[r].bad += bad != 0;
+        p->slots[r].holes += bad == 2;
         complete_batches(p, w->tid);
     }
     sl_pipeline_unlock(p);

@@ -258,7 +258,7 @@ void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s)
     for (unsigned r = 0; r < P; r++) {
         sl_ring_slot *sl = &p->slots[r];
         sl->batch = k + (r + P - (unsigned)(k % P)) % P;
-        sl->done = 0;
+        sl->done = sl->bad = sl->holes = 0;
         sl->ready = sl->lent = 0;
     }
 }
@@ -395,6 +395,16 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
+    /* A buffer that holds a whole epoch (this rank's records of one; the
+     * same figure on every rank of a record split) is filled from many
+     * epochs at once by the fused repeat: an "epoch" of batches then held
+     * two thirds of the records (issue 38 item 5). Such an epoch is read
+     * as a permutation of its records instead, in the global mode's order. */
+    if (c->shuffle == SL_SHUFFLE_BUFFER && p->src.total > 0 &&
+        p->shuffle_cap >= sl_split_samples(p->src.total, 0, split ? c->world : 1)) {
+        p->cfg.shuffle = SL_SHUFFLE_GLOBAL;
+        p->shuffle_cap = 1;
+    }
     if ((rc = run_length(p)))
         goto fail;
     p->sample_bytes = sl_sample_bytes(c->height, c->width, c->layout);
@@ -432,7 +442,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         p->fds[i] = -1;
     /* what the source set left out (on_error skip: truncated shards) are
      * bad records like any other: counted, named, bounded by max_bad */
-    p->bad_count = p->src.bad;
+    p->bad_count = p->bad_out = p->src.bad;
     for (unsigned i = 0; i < p->src.nbad_msgs; i++)
         memcpy(p->bad[i], p->src.bad_msgs[i], sizeof p->bad[i]);
     if (p->src.bad > c->max_bad) {
@@ -610,15 +620,17 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
     p->held++;
     sl_acc_fill(&p->acc[SL_STAGE_LOAD], (double)p->held / (double)(p->prefetch - 1));
     unsigned n = sl_pipeline_batch_size(p, b);
+    sl_source_set_world_ids(&p->src, sl->ids, n); /* SL_SPLIT_FILES: the dataset's ids */
     sl->view = (sl_batch){
-        .index = b, .n = n, .height = p->cfg.height, .width = p->cfg.width,
+        .index = b, .n = n - sl->holes, .height = p->cfg.height, .width = p->cfg.width,
         .layout = p->cfg.layout, .data = sl_loader_host(p->loader, r),
         .sample_bytes = p->sample_bytes, .labels = sl->labels, .record_ids = sl->ids,
         .epochs = sl->epochs, .d_data = sl_loader_device(p->loader, r),
-        .ready_event = sl_loader_event(p->loader, r),
+        .ready_event = sl_loader_event(p->loader, r), .skipped = sl->bad,
     };
     p->next_index++;
     p->samples_out += n;
+    p->bad_out += sl->bad;
     *out = &sl->view;
     sl_pipeline_unlock(p);
     return SL_OK;
@@ -674,7 +686,7 @@ void sl_pipeline_release(sl_pipeline *p, sl_batch *b)
     if (rc)
         sl_pipeline_set_error_locked(p, rc, sl_errmsg());
     sl->batch += p->prefetch;
-    sl->done = 0;
+    sl->done = sl->bad = sl->holes = 0;
     p->wake |= SL_WAKE_SLOT;
     sl_pipeline_unlock(p);
 }

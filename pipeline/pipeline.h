@@ -18,8 +18,14 @@
  * record id) and batches are assembled by sequence number, so the same
  * config and data give byte-identical batches whatever the numbers of
  * reader and worker threads. A corrupt record (skip policy) does not shift
- * anything: its slot is refilled with the next good record after it in the
- * dataset (by record id), so the batch stays full and every run is identical.
+ * anything: under SL_TRANSFORM_TRAIN its slot is refilled with the next good
+ * record after it in the dataset (by record id), so the batch stays full and
+ * every run is identical; under SL_TRANSFORM_EVAL it is left out instead (the
+ * batch has that many samples fewer, n < batch, 0 when all are bad), so an
+ * evaluation counts every good record once and no record twice. Batch
+ * indices, their number and the resume state are the same either way. Each
+ * bad record is counted once where it is met in the input stream (once per
+ * epoch), named among the first SL_PIPELINE_MAX_BAD_REPORT (stats).
  *
  * Memory: bounded by configuration: the shuffle buffer (records and bytes),
  * the reader window (bytes) and the batch ring (prefetch x batch bytes).
@@ -44,7 +50,13 @@ extern "C" {
 
 typedef enum sl_shuffle_mode {
     SL_SHUFFLE_NONE = 0,   /* interleaved file order, no record shuffle */
-    SL_SHUFFLE_BUFFER,     /* a buffer of shuffle_buffer records (tf.data semantics) */
+    SL_SHUFFLE_BUFFER,     /* a buffer of shuffle_buffer records (tf.data's
+                            * repeat().shuffle(N): it mixes an epoch's last records
+                            * with the next one's first). When the buffer holds a
+                            * whole epoch of the records this rank reads (ceil(R /
+                            * world) with SL_SPLIT_RECORDS), each epoch is read as a
+                            * permutation, as SL_SHUFFLE_GLOBAL reads it (same
+                            * stream), and the stats' shuffle_buffer is 1 */
     SL_SHUFFLE_GLOBAL,     /* a seeded permutation of all records per epoch, read by pread */
 } sl_shuffle_mode;
 
@@ -61,9 +73,13 @@ typedef enum sl_layout {
 
 /* How rank `rank` of `world` takes its part of the data (DESIGN.md 6).
  *
- * SL_SPLIT_FILES: rank r opens only the shards i with i % world == r (record
- *   ids are then dense over its own shards); every other setting applies to
- *   that smaller dataset. W ranks see different samples than one rank would.
+ * SL_SPLIT_FILES: rank r reads only the shards i with i % world == r; every
+ *   other setting applies to that smaller dataset. W ranks see different
+ *   samples than one rank would. The batches' record ids are the whole
+ *   dataset's all the same (world 1's ids), and the stats'
+ *   records_per_epoch_world counts every rank's shards: each rank loads
+ *   every shard's index to count them. A rank needs a shard of its own
+ *   (fewer shards than ranks: SL_EINVAL, pointing at SL_SPLIT_RECORDS).
  *
  * SL_SPLIT_RECORDS: every rank opens ALL shards (record ids are global, the
  *   ids of world 1), runs world 1's read order (same seed, file order,
@@ -113,7 +129,8 @@ typedef enum sl_decode_mode {
 } sl_decode_mode;
 
 typedef enum sl_error_policy {
-    SL_ON_ERROR_SKIP = 0,   /* refill the slot, count and name the record (default) */
+    SL_ON_ERROR_SKIP = 0,   /* count and name the record; refill its slot (train transform)
+                             * or leave it out (eval transform: a shorter batch) (default) */
     SL_ON_ERROR_FAIL,       /* the first bad record fails the pipeline */
 } sl_error_policy;
 
@@ -188,7 +205,9 @@ typedef struct sl_pipeline_config {
 /* A batch lent by sl_pipeline_next; valid until sl_pipeline_release. */
 typedef struct sl_batch {
     uint64_t index;            /* batch number since the start of the run (0, 1, ...) */
-    unsigned n;                /* samples in the batch (== batch except a last partial one) */
+    unsigned n;                /* samples in the batch (== batch except a last partial one,
+                                * and, under the eval transform, less the bad records left
+                                * out: see Determinism above) */
     int height, width;
     sl_layout layout;
     void *data;                /* host: n samples in the layout (u8 or f32) */
@@ -199,6 +218,9 @@ typedef struct sl_batch {
     void *d_data;              /* device copy when config.device >= 0, else NULL */
     void *ready_event;         /* cudaEvent_t recorded after the copy (device only); wait on
                                 * it on the consumer's stream: cudaStreamWaitEvent */
+    unsigned skipped;          /* bad records (skip policy) whose slots this batch refilled
+                                * with the next good record (train transform) or left out
+                                * (eval transform: n is that much smaller) */
 } sl_batch;
 
 typedef struct sl_pipeline sl_pipeline;
@@ -249,22 +271,30 @@ typedef struct sl_stage_stats {
 
 typedef struct sl_pipeline_stats {
     double elapsed_s;
-    uint64_t batches, samples;
+    uint64_t batches, samples; /* handed out; samples counts positions in the run (a
+                                * record left out under the eval transform too) */
     unsigned nstages;
     sl_stage_stats stages[SL_PIPELINE_MAX_STAGES];
-    uint64_t bad_records;      /* skipped (refilled) records */
+    uint64_t bad_records;      /* skipped records (refilled under the train transform, left
+                                * out under eval), each counted where the input stream meets
+                                * it (once per epoch), and records left out at open (the
+                                * unreadable tail of a truncated shard) */
     char bad[SL_PIPELINE_MAX_BAD_REPORT][256]; /* first few: "file: record N @ off: what" */
-    uint64_t shuffle_buffer;   /* effective buffer (records) */
+    uint64_t bad_records_out;  /* of bad_records, those in the batches handed out so far (the
+                                * sum of their sl_batch.skipped) and those left out at open:
+                                * what the consumer has skipped, without the batches the
+                                * pipeline decoded ahead */
+    uint64_t shuffle_buffer;   /* effective buffer (records); 1 when an epoch fits in the
+                                * configured one (read as a permutation: SL_SHUFFLE_BUFFER) */
     uint64_t records_per_epoch;/* this rank's share: SL_SPLIT_FILES the records of its
                                 * shards; SL_SPLIT_RECORDS the positions of epoch 0 it
                                 * keeps, ceil((R - rank) / world) of R (later epochs may
                                 * give it one fewer or one more when world does not
                                 * divide R) */
     uint64_t records_per_epoch_world; /* records per epoch over all ranks (R, world 1's
-                                * records_per_epoch) with SL_SPLIT_RECORDS or world 1;
-                                * 0 with SL_SPLIT_FILES and world > 1 (a rank opens only
-                                * its own shards). Steps per epoch that agree on every
-                                * rank: ceil(R / (batch * world)) */
+                                * records_per_epoch), in both splits (SL_SPLIT_FILES
+                                * counts the other ranks' shards too). Steps per epoch
+                                * that agree on every rank: ceil(R / (batch * world)) */
 } sl_pipeline_stats;
 
 int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out);

@@ -76,7 +76,8 @@ typedef struct sl_shard_info {
     char *path;
     sl_shard_kind kind;       /* SL_SHARD_WDS for a ".tar" shard (pipeline/source_wds.c) */
     uint64_t nrec;
-    uint64_t first_id;        /* global id of record 0 (ids are dense over this rank's shards) */
+    uint64_t first_id;        /* id of record 0 (ids are dense over this rank's shards) */
+    uint64_t world_first;     /* the whole dataset's id of record 0 (first_id with world 1) */
     sl_index_entry *idx;      /* nrec entries (loaded from .idx, or built by scanning) */
     uint64_t bytes;           /* file bytes covered by the index */
 } sl_shard_info;
@@ -85,6 +86,7 @@ typedef struct sl_source_set {
     sl_shard_info *shards;
     size_t n;
     uint64_t total;           /* records over all shards */
+    uint64_t world_total;     /* records over every rank's shards (total with world 1) */
     uint64_t total_bytes;     /* framed bytes over all shards */
     uint64_t max_record;      /* largest framed record (16 + payload) */
     int64_t label_offset;     /* from dataset.json, 0 when absent */
@@ -100,8 +102,12 @@ typedef struct sl_source_set {
  * split, or every file of a glob pattern or of one file), keep those with
  * shard index % world == rank (SL_SPLIT_FILES; SL_SPLIT_RECORDS opens
  * rank 0 of 1, every shard, and lets the order split), load each
- * index file (or build it by scanning when the .idx is missing). SL_EINVAL
- * when this rank gets no shard ("rank 3 of 8: only 2 shards"). */
+ * index file (or build it by scanning when the .idx is missing). With
+ * world > 1 the other ranks' shards' indexes are loaded too, to count their
+ * records: world_total and each shard's world_first (the ids a batch hands
+ * out are the whole dataset's, as pipeline.h promises). SL_EINVAL when this
+ * rank gets no shard ("rank 3 of 8: only 2 shards", with a hint at
+ * SL_SPLIT_RECORDS). */
 int sl_source_set_open(const char *data, const char *split, unsigned rank, unsigned world,
                        sl_source_set *out);
 /* sl_source_set_open under an error policy. SL_ON_ERROR_FAIL is
@@ -122,6 +128,10 @@ void sl_source_set_close(sl_source_set *s);
 int sl_source_load_wds(sl_shard_info *sh, sl_error_policy policy, char *bad, size_t cap);
 /* Shard and record number of a global id (binary search); SL_EINVAL if out of range. */
 int sl_source_set_locate(const sl_source_set *s, uint64_t id, uint32_t *shard, uint64_t *rec);
+/* ids[0..n) (this set's ids) as the whole dataset's ids, in place: the
+ * same under world 1 and SL_SPLIT_RECORDS, shifted by the other ranks'
+ * shards before each one under SL_SPLIT_FILES. Any thread. */
+void sl_source_set_world_ids(const sl_source_set *s, uint64_t *ids, size_t n);
 
 /* ------------------------------------------------------------------ order */
 /* A read unit: nrec records of one shard, rec, rec + stride, ..., read with

@@ -6,15 +6,20 @@
  *
  *   data (DIR | GLOB | FILE)
  *     └─ sl_dataset_resolve(data)              all shards of the split, sorted by name
- *         └─ keep shard i when i % world == rank   (SL_SPLIT_FILES; the
- *             pipeline opens rank 0 of 1, every shard, for SL_SPLIT_RECORDS)
- *             └─ "<shard>.idx" (sl_index_load), or a scan (sl_index_build)
- *                 when the shard has no index file
+ *         └─ "<shard>.idx" (sl_index_load), or a scan (sl_index_build)
+ *             when the shard has no index file, for every shard
+ *             └─ keep shard i when i % world == rank   (SL_SPLIT_FILES; the
+ *                 pipeline opens rank 0 of 1, every shard, for SL_SPLIT_RECORDS)
  *
  * Record ids: shard k of this rank holds ids [first_id, first_id + nrec),
  * with first_id the prefix sum of the nrec before it, so ids 0..total-1 name
  * every record this rank reads exactly once; sl_source_set_locate maps an id
- * back with a binary search over first_id.
+ * back with a binary search over first_id. The other ranks' shards are
+ * loaded only to be counted (issue 38 item 2): world_first is a shard's
+ * first id among every rank's shards, so the ids a batch hands out
+ * (sl_source_set_world_ids) and the records per epoch (world_total) are the
+ * whole dataset's on every rank, whatever the split: ranks that split the
+ * shards count their epochs, and name their records, alike.
  *
  * Why the index must cover the shard exactly: the global-shuffle mode and
  * the block readers pread records at the index's offsets. An index left over
@@ -69,9 +74,12 @@ static int list_shards(const char *data, const char *split, char ***paths, size_
 /* note_bad's lock: remote indexes load on several threads (load_all). */
 static pthread_mutex_t bad_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Note records left out under the skip policy (count, message). */
+/* Note records left out under the skip policy (count, message); set NULL:
+ * another rank's shard, which that rank reports. */
 static void note_bad(sl_source_set *set, uint64_t count, const char *msg)
 {
+    if (!set)
+        return;
     pthread_mutex_lock(&bad_mu);
     set->bad += count;
     if (set->nbad_msgs < SL_PIPELINE_MAX_BAD_REPORT) { /* cut to the report's width */
@@ -181,6 +189,7 @@ out:
 
 typedef struct load_job {
     sl_source_set *set;
+    unsigned rank, world;    /* shard i is this rank's when i % world == rank */
     sl_error_policy policy;
     size_t n, next;          /* shards; the next to claim (atomic) */
     int *rc;                 /* (n) */
@@ -194,17 +203,20 @@ static void *loader_main(void *arg)
         size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n)
             return NULL;
-        j->rc[i] = load_index(&j->set->shards[i], j->policy, j->set);
+        j->rc[i] = load_index(&j->set->shards[i], j->policy,
+                              i % j->world == j->rank ? j->set : NULL);
         if (j->rc[i])
             snprintf(j->msg[i], sizeof j->msg[i], "%s", sl_errmsg());
     }
 }
 
-/* Load the indexes of set's n shards (paths set) into rc[i] / msg[i]. */
-static int load_all(sl_source_set *set, size_t n, sl_error_policy policy, int *rc,
-                    char (*msg)[SL_ERRMSG_MAX])
+/* Load the indexes of set's n shards (paths set) into rc[i] / msg[i]; what
+ * the skip policy leaves out is noted for this rank's shards only. */
+static int load_all(sl_source_set *set, size_t n, unsigned rank, unsigned world,
+                    sl_error_policy policy, int *rc, char (*msg)[SL_ERRMSG_MAX])
 {
-    load_job j = {.set = set, .policy = policy, .n = n, .rc = rc, .msg = msg};
+    load_job j = {.set = set, .rank = rank, .world = world, .policy = policy, .n = n, .rc = rc,
+                  .msg = msg};
     pthread_t th[SL_INDEX_LOADERS];
     unsigned nt = 0, want = n < SL_INDEX_LOADERS ? (unsigned)n : SL_INDEX_LOADERS;
     if (!sl_path_is_remote(set->shards[0].path))
@@ -248,35 +260,40 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
     /* Shards rank, rank + world, rank + 2*world, ... */
     mine = npaths > rank ? (npaths - rank + world - 1) / world : 0;
     if (mine == 0) {
-        rc = sl_fail(SL_EINVAL, "%s: %s: rank %u of %u: only %zu shards", fn_open, data, rank,
-                     world, npaths);
+        rc = sl_fail(SL_EINVAL, "%s: %s: rank %u of %u: only %zu shard%s, and splitting by "
+                     "files gives each rank whole shards of its own (split the records "
+                     "instead: SL_SPLIT_RECORDS)", fn_open, data, rank, world, npaths,
+                     npaths == 1 ? "" : "s");
         goto out;
     }
     if (mine > UINT32_MAX) { /* sl_read_unit.shard is 32 bits */
         rc = sl_fail(SL_EINVAL, "%s: %s: %zu shards is too many", fn_open, data, mine);
         goto out;
     }
-    out->shards = calloc(mine, sizeof *out->shards);
+    /* every shard, loaded; the other ranks' are dropped below */
+    out->shards = calloc(npaths, sizeof *out->shards);
     if (!out->shards) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
         goto out;
     }
     out->label_offset = label_offset;
-    for (size_t i = rank, k = 0; i < npaths; i += world, k++) {
-        out->shards[k].path = paths[i]; /* ownership moves to the set */
+    for (size_t i = 0; i < npaths; i++) {
+        out->shards[i].path = paths[i]; /* ownership moves to the set */
         paths[i] = NULL;
-        out->n = k + 1;
+        out->n = i + 1;
     }
-    if (!(rcs = calloc(mine, sizeof *rcs)) || !(msgs = calloc(mine, sizeof *msgs))) {
+    if (!(rcs = calloc(npaths, sizeof *rcs)) || !(msgs = calloc(npaths, sizeof *msgs))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn_open);
         goto out;
     }
-    load_all(out, mine, policy, rcs, msgs);
-    for (size_t k = 0; k < mine; k++) {
-        sl_shard_info *sh = &out->shards[k];
-        rc = rcs[k];
+    load_all(out, npaths, rank, world, policy, rcs, msgs);
+    size_t k = 0;
+    for (size_t i = 0; i < npaths; i++) {
+        sl_shard_info *sh = &out->shards[i];
+        int own = i % world == rank;
+        rc = rcs[i];
         if (rc)
-            sl_fail(rc, "%s", msgs[k]); /* the loader thread's message, on this thread */
+            sl_fail(rc, "%s", msgs[i]); /* the loader thread's message, on this thread */
         if (rc == SL_EIO && policy == SL_ON_ERROR_SKIP && sl_path_is_remote(sh->path)) {
             /* Unreachable after its retries (bytesrc.h): under skip the
              * shard is left out and reported, as a damaged one would be. A
@@ -285,7 +302,7 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
             char msg[SL_ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s: unreachable, the shard is left out: %s", sh->path,
                      sl_errmsg());
-            note_bad(out, 1, msg);
+            note_bad(own ? out : NULL, 1, msg);
             sl_clear_error();
             free(sh->idx);
             sh->idx = NULL;
@@ -294,13 +311,28 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
         }
         if (rc)
             goto out;
+        sh->world_first = out->world_total;
+        out->world_total += sh->nrec;
+        if (!own) { /* counted: another rank reads it */
+            free(sh->path);
+            free(sh->idx);
+            sh->path = NULL;
+            sh->idx = NULL;
+            continue;
+        }
         sh->first_id = out->total;
         out->total += sh->nrec;
         out->total_bytes += sh->bytes;
         for (uint64_t r = 0; r < sh->nrec; r++)
             if (sh->idx[r].size > out->max_record)
                 out->max_record = sh->idx[r].size;
+        if (k != i) { /* k < i: moved down (zeroed behind, so a close frees it once) */
+            out->shards[k] = *sh;
+            memset(sh, 0, sizeof *sh);
+        }
+        k++;
     }
+    out->n = k;
 out:
     free(rcs);
     free(msgs);
@@ -320,6 +352,18 @@ void sl_source_set_close(sl_source_set *s)
     }
     free(s->shards);
     memset(s, 0, sizeof *s);
+}
+
+void sl_source_set_world_ids(const sl_source_set *s, uint64_t *ids, size_t n)
+{
+    if (s->world_total == s->total) /* every shard is this rank's (or the others' are empty) */
+        return;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t shard = 0;
+        uint64_t rec = 0;
+        if (sl_source_set_locate(s, ids[i], &shard, &rec) == SL_OK)
+            ids[i] = s->shards[shard].world_first + rec;
+    }
 }
 
 int sl_source_set_locate(const sl_source_set *s, uint64_t id, uint32_t *shard, uint64_t *rec)

@@ -79,6 +79,7 @@ int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out)
     stage_out(&p->acc[SL_STAGE_MAP], "map", p->workers, &out->stages[SL_STAGE_MAP]);
     stage_out(&p->acc[SL_STAGE_LOAD], "load", 1, &out->stages[SL_STAGE_LOAD]);
     out->bad_records = p->bad_count;
+    out->bad_records_out = p->bad_out;
     uint64_t nbad = p->bad_count < SL_PIPELINE_MAX_BAD_REPORT ? p->bad_count
                                                                 : SL_PIPELINE_MAX_BAD_REPORT;
     for (uint64_t i = 0; i < nbad; i++)
@@ -89,7 +90,7 @@ int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out)
         out->records_per_epoch_world = p->src.total;
     } else {
         out->records_per_epoch = p->src.total;
-        out->records_per_epoch_world = p->cfg.world == 1 ? p->src.total : 0;
+        out->records_per_epoch_world = p->src.world_total; /* every rank's shards, counted */
     }
     pthread_mutex_unlock(&p->mu);
     return SL_OK;

@@ -55,6 +55,13 @@
  *   every JPEG it stores through its own sl_jpeg_restarter (records/
  *   restart.c) after reading or re-encoding it; the counts travel in the
  *   chunk's items to the committer like the rest.
+ *
+ *   Tasks (records/convert_task.c) run this same machinery through
+ *   sl_convert_write on a state of their own: the other tasks' shards
+ *   marked kept, the writers pointed at a private folder (st->write_dir),
+ *   and st->on_shard called on the committing thread after each shard's
+ *   close to publish it. A listed URL is read through the byte source
+ *   (records/convert_url.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +73,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bytesrc.h"
 #include "records_int.h"
 #include "wds.h"
 
@@ -121,6 +129,7 @@ typedef struct cv_job {
     sl_wds_writer *wdw;             /* --to wds: records/wds.h */
     uint64_t done, records, bytes, skipped, passthrough, reencoded;
     uint64_t restarted, restart_kept, restart_markers, restart_in, restart_out;
+    uint64_t shard_records, shard_bytes; /* at the last shard close: st->on_shard's deltas */
     unsigned shards_closed;         /* whole shards written by this run */
     struct timespec last_progress;
 } cv_job;
@@ -154,6 +163,8 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 /* Whole file into w->file. Unreadable inputs are skips (SL_EIMAGE). */
 static int read_input(cv_worker *w, const char *path, size_t *len)
 {
+    if (sl_path_is_remote(path)) /* a listed URL: records/convert_url.c */
+        return sl_convert_read_url(path, CV_MAX_FILE, &w->file, &w->file_cap, len);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sl_fail(SL_EIMAGE, "cannot open: %s", strerror(errno));
@@ -362,14 +373,16 @@ static int64_t ns_since(const struct timespec *t0, const struct timespec *t1)
 static int open_writer(cv_job *j, unsigned shard)
 {
     const sl_convert_config *cfg = j->cfg;
+    /* st->write_dir: a task's private folder (records/convert_task.c) */
+    const char *dir = j->st->write_dir ? j->st->write_dir : cfg->out_dir;
     char path[4096];
     int rc;
     if (cfg->format == SL_FORMAT_LMDB) {
-        if ((rc = sl_lmdb_path(path, sizeof path, cfg->out_dir, cfg->name)) != SL_OK)
+        if ((rc = sl_lmdb_path(path, sizeof path, dir, cfg->name)) != SL_OK)
             return rc;
         return sl_lmdb_writer_open(path, &j->lmw);
     }
-    if ((rc = sl_shard_path_fmt(path, sizeof path, cfg->out_dir, cfg->name, shard, j->st->nshards,
+    if ((rc = sl_shard_path_fmt(path, sizeof path, dir, cfg->name, shard, j->st->nshards,
                                 cfg->format)) != SL_OK)
         return rc;
     if (cfg->format == SL_FORMAT_WDS)
@@ -451,6 +464,12 @@ static int commit_chunk(cv_job *j, size_t k)
         if ((rc = close_writer(j)))
             return rc;
         j->shards_closed++;
+        if (st->on_shard &&
+            (rc = st->on_shard(st->on_shard_arg, r->shard, j->records - j->shard_records,
+                               j->bytes - j->shard_bytes)) != SL_OK)
+            return rc;
+        j->shard_records = j->records;
+        j->shard_bytes = j->bytes;
     }
     if (cfg->progress) {
         struct timespec now;
@@ -641,46 +660,36 @@ static int run_workers(cv_job *j)
     return rc;
 }
 
-int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
+int sl_convert_write(const sl_convert_state *st, sl_convert_result *res)
 {
-    if (!cfg || !res)
-        return sl_fail(SL_EINVAL, "sl_convert_run: NULL argument");
-    memset(res, 0, sizeof *res);
-    int rc0 = sl_check_config_size("sl_convert_run", cfg->size, sizeof *cfg);
-    if (rc0)
-        return rc0;
-    sl_convert_state st;
+    const sl_convert_config *cfg = st->cfg;
     cv_job j;
     memset(&j, 0, sizeof j);
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv_done, NULL);
     pthread_cond_init(&j.cv_space, NULL);
     j.cfg = cfg;
-    j.st = &st;
+    j.st = st;
 
-    int rc = sl_convert_prepare(cfg, &st);
-    if (!rc)
-        rc = plan_chunks(&j);
+    int rc = plan_chunks(&j);
     if (!rc)
         rc = run_workers(&j);
 
-    res->inputs = st.in.n;
-    res->records = st.kept_records + j.records;
-    res->skipped = st.kept_skipped + j.skipped;
-    res->bytes = st.kept_bytes + j.bytes;
+    res->inputs = st->in.n;
+    res->records = st->kept_records + j.records;
+    res->skipped = st->kept_skipped + j.skipped;
+    res->bytes = st->kept_bytes + j.bytes;
     res->passthrough = j.passthrough;
     res->reencoded = j.reencoded;
-    res->shards = st.nshards;
-    res->shards_kept = st.nkept;
+    res->shards = st->nshards;
+    res->shards_kept = st->nkept;
     res->restarted = j.restarted;
     res->restart_kept = j.restart_kept;
     res->restart_markers = j.restart_markers;
     res->restart_bytes_in = j.restart_in;
     res->restart_bytes_out = j.restart_out;
     if (!rc && cfg->progress)
-        cfg->progress(cfg->progress_arg, st.in.n, st.in.n, res->bytes);
-    if (!rc)
-        rc = sl_convert_finish(&st, res);
+        cfg->progress(cfg->progress_arg, st->in.n, st->in.n, res->bytes);
 
     /* Only an error leaves a writer open: drop its temp files. */
     sl_tfrecord_writer_abort(j.tfw);
@@ -694,6 +703,25 @@ int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
     pthread_cond_destroy(&j.cv_done);
     pthread_cond_destroy(&j.cv_space);
     pthread_mutex_destroy(&j.mu);
+    return rc;
+}
+
+int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
+{
+    if (!cfg || !res)
+        return sl_fail(SL_EINVAL, "sl_convert_run: NULL argument");
+    memset(res, 0, sizeof *res);
+    int rc = sl_check_config_size("sl_convert_run", cfg->size, sizeof *cfg);
+    if (rc)
+        return rc;
+    sl_convert_state st;
+    rc = sl_convert_prepare(cfg, &st);
+    if (!rc)
+        rc = sl_convert_write(&st, res);
+    else
+        res->inputs = st.in.n;
+    if (!rc)
+        rc = sl_convert_finish(&st, res);
     sl_convert_state_fini(&st);
     return rc;
 }

@@ -56,6 +56,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bytesrc.h"
 #include "records_int.h"
 #include "wds.h"
 
@@ -65,8 +66,9 @@
 
 #define CV_SHARD_BYTES ((uint64_t)128 << 20) /* target shard size when cfg->shards == 0 */
 #define CV_IDX_ESTIMATE 1024u                 /* bytes per IDX image record (28x28 JPEG ~ 0.7-1 KB) */
+#define CV_URL_ESTIMATE (110u << 10)          /* bytes per listed URL (size unknown: ImageNet's mean) */
 #define CV_MAX_SHARDS 99999u                  /* five digits in NAME-00000-of-99999 */
-#define CV_PLAN_MAX 4096
+#define CV_PLAN_MAX SL_CONVERT_PLAN_MAX
 
 static const char *format_name(sl_format f)
 {
@@ -182,8 +184,9 @@ static int unlink_if_present(const char *path)
     return SL_OK;
 }
 
-/* rm -r of a temp LMDB environment (a flat directory: data.mdb, lock.mdb). */
-static int remove_flat_dir(const char *path)
+/* rm -r of a temp LMDB environment (a flat directory: data.mdb, lock.mdb),
+ * or of a task's private folder (records/convert_task.c). */
+int sl_convert_remove_dir(const char *path)
 {
     DIR *d = opendir(path);
     if (!d)
@@ -257,7 +260,7 @@ static int scan_outputs(const sl_convert_config *cfg, int remove_tmp, char *fina
             is_shard_file(n, cfg->name, ".tar.tmp") || is_shard_file(n, cfg->name, ".tar.idx.tmp"))
             rc = unlink_if_present(path);
         else if (!strcmp(n, lmdb_tmp))
-            rc = remove_flat_dir(path);
+            rc = sl_convert_remove_dir(path);
     }
     closedir(d);
     return rc;
@@ -378,18 +381,19 @@ static int keep_lmdb(sl_convert_state *st)
 }
 
 /* ------------------------------------------------------------- plan */
-static void plan_text(const sl_convert_state *st, char *buf, size_t cap)
+void sl_convert_plan_text_of(const sl_convert_config *c, uint64_t inputs, uint64_t ihash,
+                             unsigned shards, const char *const *names, uint32_t nnames,
+                             char *buf, size_t cap)
 {
-    const sl_convert_config *c = st->cfg;
     snprintf(buf, cap,
-             "sluice convert plan 1\ninputs %zu\ninputs_hash %016llx\nshuffle %d\nseed %llu\n"
+             "sluice convert plan 1\ninputs %llu\ninputs_hash %016llx\nshuffle %d\nseed %llu\n"
              "shards %u\nformat %s\nquality %d\nresize_short %d\nlabel_offset %d\n"
              "max_pixels %llu\nclasses_hash %016llx\n",
-             st->in.n, (unsigned long long)inputs_hash(&st->in), c->shuffle ? 1 : 0,
-             (unsigned long long)c->shuffle_seed, st->nshards, format_name(c->format), c->quality,
+             (unsigned long long)inputs, (unsigned long long)ihash, c->shuffle ? 1 : 0,
+             (unsigned long long)c->shuffle_seed, shards, format_name(c->format), c->quality,
              c->resize_short, c->label_offset,
              (unsigned long long)(c->max_pixels ? c->max_pixels : SL_MAX_PIXELS_DEFAULT),
-             (unsigned long long)classes_hash(st->class_names, st->nclass_names));
+             (unsigned long long)classes_hash(names, nnames));
     /* restart markers change every stored JPEG: a resume must use the same
      * (the line is left out without them, so older plans still match) */
     size_t n = strlen(buf);
@@ -401,8 +405,14 @@ static void plan_text(const sl_convert_state *st, char *buf, size_t cap)
         snprintf(buf + n, cap - n, "restart mcus %u\n", c->restart_mcus);
 }
 
+void sl_convert_plan_text(const sl_convert_state *st, char *buf, size_t cap)
+{
+    sl_convert_plan_text_of(st->cfg, st->in.n, inputs_hash(&st->in), st->nshards, st->class_names,
+                            st->nclass_names, buf, cap);
+}
+
 /* First line where old and now differ, as "shards: 4 then, 8 now". */
-static void plan_diff(const char *old, const char *now, char *out, size_t cap)
+void sl_convert_plan_diff(const char *old, const char *now, char *out, size_t cap)
 {
     snprintf(out, cap, "the plan file does not parse");
     while (*old && *now) {
@@ -496,7 +506,9 @@ static unsigned shard_count(const sl_convert_state *st)
         return cfg->shards;
     uint64_t total = 0;
     for (size_t i = 0; i < st->in.n; i++)
-        total += st->in.items[i].path ? st->in.items[i].size : CV_IDX_ESTIMATE;
+        total += !st->in.items[i].path                    ? CV_IDX_ESTIMATE
+                 : sl_path_is_remote(st->in.items[i].path) ? CV_URL_ESTIMATE
+                                                            : st->in.items[i].size;
     uint64_t n = (total + CV_SHARD_BYTES - 1) / CV_SHARD_BYTES;
     return n < 1 ? 1 : n > CV_MAX_SHARDS ? CV_MAX_SHARDS : (unsigned)n;
 }
@@ -518,7 +530,7 @@ static int plan_and_resume(sl_convert_state *st)
 {
     const sl_convert_config *cfg = st->cfg;
     char now[CV_PLAN_MAX], final[256], *old = NULL;
-    plan_text(st, now, sizeof now);
+    sl_convert_plan_text(st, now, sizeof now);
     int rc = read_small(st->plan_path, &old);
     if (rc == SL_ENOENT && cfg->resume) { /* finished, maybe killed right after */
         char *done = done_path(st);
@@ -550,7 +562,7 @@ static int plan_and_resume(sl_convert_state *st)
     }
     if (strcmp(old, now) != 0) {
         char diff[512];
-        plan_diff(old, now, diff, sizeof diff);
+        sl_convert_plan_diff(old, now, diff, sizeof diff);
         rc = sl_fail(SL_EINVAL, "sl_convert_run: --resume: %s was made with different inputs or options (%s)",
                      cfg->out_dir, diff);
         goto out;
@@ -572,12 +584,24 @@ out:
 
 int sl_convert_prepare(const sl_convert_config *cfg, sl_convert_state *st)
 {
+    int rc = sl_convert_prepare_inputs(cfg, st);
+    if (rc)
+        return rc;
+    size_t pl = strlen(cfg->out_dir) + strlen(cfg->name) + 16;
+    st->plan_path = malloc(pl);
+    if (!st->plan_path)
+        return sl_fail(SL_ENOMEM, "sl_convert_run: out of memory");
+    snprintf(st->plan_path, pl, "%s/.%s.plan", cfg->out_dir, cfg->name);
+    if ((rc = sl_mkdir_p(cfg->out_dir, "sl_convert_run")) != SL_OK)
+        return rc;
+    return plan_and_resume(st);
+}
+
+int sl_convert_prepare_inputs(const sl_convert_config *cfg, sl_convert_state *st)
+{
     memset(st, 0, sizeof *st);
     st->cfg = cfg;
     int rc = check_config(cfg);
-    if (rc)
-        return rc;
-    rc = sl_mkdir_p(cfg->out_dir, "sl_convert_run");
     if (rc)
         return rc;
     rc = sl_inputs_load(cfg, &st->in);
@@ -606,13 +630,10 @@ int sl_convert_prepare(const sl_convert_config *cfg, sl_convert_state *st)
     st->order = malloc(st->in.n * sizeof *st->order);
     st->nshards = shard_count(st);
     st->kept = calloc(st->nshards, 1);
-    size_t pl = strlen(cfg->out_dir) + strlen(cfg->name) + 16;
-    st->plan_path = malloc(pl);
-    if (!st->order || !st->kept || !st->plan_path)
+    if (!st->order || !st->kept)
         return sl_fail(SL_ENOMEM, "sl_convert_run: out of memory for %zu inputs", st->in.n);
-    snprintf(st->plan_path, pl, "%s/.%s.plan", cfg->out_dir, cfg->name);
     permute(st->order, st->in.n, cfg->shuffle_seed, cfg->shuffle);
-    return plan_and_resume(st);
+    return SL_OK;
 }
 
 /* ------------------------------------------------------------ finish */
@@ -624,7 +645,8 @@ static void source_text(const sl_convert_config *cfg, char *buf, size_t cap)
         snprintf(buf, cap, "%s %s", cfg->source == SL_SOURCE_LIST ? "list" : "folder", cfg->input);
 }
 
-int sl_convert_finish(sl_convert_state *st, const sl_convert_result *res)
+int sl_convert_manifest_update(const sl_convert_state *st, const sl_convert_result *res,
+                               const char *save_dir)
 {
     const sl_convert_config *cfg = st->cfg;
     sl_manifest m;
@@ -657,9 +679,16 @@ int sl_convert_finish(sl_convert_state *st, const sl_convert_result *res)
             m.num_classes = st->num_classes;
         m.label_offset = cfg->label_offset;
         snprintf(m.created_by, sizeof m.created_by, "sluice %s", SLUICE_VERSION);
-        rc = sl_manifest_save(cfg->out_dir, &m);
+        rc = sl_manifest_save(save_dir, &m);
     }
     sl_manifest_fini(&m);
+    return rc;
+}
+
+int sl_convert_finish(sl_convert_state *st, const sl_convert_result *res)
+{
+    const sl_convert_config *cfg = st->cfg;
+    int rc = sl_convert_manifest_update(st, res, cfg->out_dir);
     if (rc)
         return rc;
     /* The split is complete and described: the plan becomes the done file
@@ -668,7 +697,7 @@ int sl_convert_finish(sl_convert_state *st, const sl_convert_result *res)
     char *done = done_path(st);
     if (!done)
         return sl_fail(SL_ENOMEM, "sl_convert_run: out of memory");
-    if (rename(st->plan_path, done) != 0)
+    if (rename(st->plan_path, done) != 0 && !(errno == ENOENT && access(done, F_OK) == 0))
         rc = sl_fail(SL_EIO, "sl_convert_run: %s: rename to %s: %s", st->plan_path, done,
                      strerror(errno));
     free(done);

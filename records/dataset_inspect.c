@@ -189,7 +189,8 @@ static int on_record(void *arg, const sl_walk_record *r)
                 static const char *const names[] = {[SL_IMAGE_JPEG] = "jpeg",
                                                     [SL_IMAGE_PNG] = "png",
                                                     [SL_IMAGE_BMP] = "bmp",
-                                                    [SL_IMAGE_PPM] = "ppm"};
+                                                    [SL_IMAGE_PPM] = "ppm",
+                                                    [SL_IMAGE_WEBP] = "webp"};
                 const char *t = (size_t)info.type < sizeof names / sizeof *names &&
                                 names[info.type] ? names[info.type] : "unknown";
                 ex.format = t;

@@ -1,7 +1,8 @@
 /*
  * records/image_probe.c - what kind of image a byte buffer holds, read from
  * its header alone (no pixel decode): JPEG (through TurboJPEG), PNG (the
- * IHDR chunk), BMP and binary PPM/PGM (parsed here).
+ * IHDR chunk), BMP and binary PPM/PGM (parsed here), WebP (through
+ * libwebp's WebPGetFeatures, when the build has it: SLUICE_WITH_WEBP).
  *
  * The converter probes every input: a JPEG that TensorFlow's decoder takes
  * as is (3 components, YCbCr or RGB) is stored untouched ("passthrough");
@@ -17,6 +18,9 @@
 
 #include <turbojpeg.h>
 #include <zlib.h>
+#if SLUICE_WITH_WEBP
+#include <webp/decode.h>
+#endif
 
 #include "records_int.h"
 
@@ -44,6 +48,9 @@ sl_image_type sl_image_sniff(const uint8_t *data, size_t len)
         return SL_IMAGE_BMP;
     if (len >= 2 && data[0] == 'P' && (data[1] == '5' || data[1] == '6'))
         return SL_IMAGE_PPM;
+    /* RIFF container: "RIFF" | u32 size | "WEBP" (WebP container spec) */
+    if (len >= 12 && !memcmp(data, "RIFF", 4) && !memcmp(data + 8, "WEBP", 4))
+        return SL_IMAGE_WEBP;
     return SL_IMAGE_UNKNOWN;
 }
 
@@ -281,6 +288,54 @@ int sl_pnm_parse_header(const uint8_t *data, size_t len, sl_pnm_header *h)
     return SL_OK;
 }
 
+/* ------------------------------------------------------------------- WebP */
+
+const char *sl_webp_status_what(int status)
+{
+    /* libwebp's VP8StatusCode (webp/decode.h), by value: the header may be
+     * absent from this build */
+    switch (status) {
+    case 0: return "ok";
+    case 1: return "out of memory (OUT_OF_MEMORY)";
+    case 2: return "invalid parameter (INVALID_PARAM)";
+    case 3: return "corrupt bitstream (BITSTREAM_ERROR)";
+    case 4: return "unsupported feature (UNSUPPORTED_FEATURE)";
+    case 5: return "suspended (SUSPENDED)";
+    case 6: return "aborted (USER_ABORT)";
+    case 7: return "truncated data (NOT_ENOUGH_DATA)";
+    default: return "unknown status";
+    }
+}
+
+int sl_webp_parse_header(const uint8_t *data, size_t len, sl_image_info *info)
+{
+#if SLUICE_WITH_WEBP
+    WebPBitstreamFeatures f;
+    VP8StatusCode st = WebPGetFeatures(data, len, &f);
+    if (st != VP8_STATUS_OK)
+        return sl_fail(st == VP8_STATUS_OUT_OF_MEMORY ? SL_ENOMEM : SL_EIMAGE, "WebP header: %s",
+                       sl_webp_status_what(st));
+    if (f.has_animation)
+        return sl_fail(SL_EIMAGE, "WebP: animated (an ANIM chunk): not supported, only still "
+                       "images (extract one frame first, e.g. webpmux -get frame 1)");
+    int rc = check_dims("WebP", f.width, f.height);
+    if (rc)
+        return rc;
+    memset(info, 0, sizeof *info);
+    info->type = SL_IMAGE_WEBP;
+    info->width = f.width;
+    info->height = f.height;
+    info->channels = f.has_alpha ? 4 : 3;
+    return SL_OK;
+#else
+    (void)data;
+    (void)len;
+    (void)info;
+    return sl_fail(SL_EIMAGE, "WebP: this build has no libwebp (SLUICE_WITH_WEBP=OFF: install "
+                   "libwebp-dev and rebuild)");
+#endif
+}
+
 /* ------------------------------------------------------------------ probe */
 
 int sl_image_probe(const uint8_t *data, size_t len, sl_image_info *out)
@@ -324,8 +379,11 @@ int sl_image_probe(const uint8_t *data, size_t len, sl_image_info *out)
         }
         break;
     }
+    case SL_IMAGE_WEBP:
+        rc = sl_webp_parse_header(data, len, out);
+        break;
     default:
-        return sl_fail(SL_EIMAGE, "sl_image_probe: not a JPEG, PNG, BMP or PPM image");
+        return sl_fail(SL_EIMAGE, "sl_image_probe: not a JPEG, PNG, BMP, PPM or WebP image");
     }
     if (rc) {
         memset(out, 0, sizeof *out);

@@ -349,17 +349,20 @@ typedef enum sl_image_type {
     SL_IMAGE_PNG,
     SL_IMAGE_BMP,
     SL_IMAGE_PPM,
+    SL_IMAGE_WEBP,       /* RIFF "WEBP": lossy (VP8), lossless (VP8L), extended (VP8X) */
 } sl_image_type;
 
 typedef struct sl_image_info {
     sl_image_type type;
     int width, height;
-    int channels;        /* 1 gray, 3 color, 4 CMYK/RGBA */
+    int channels;        /* 1 gray, 3 color, 4 CMYK/RGBA (a WebP with alpha: 4) */
     int jpeg_passthrough;/* JPEG that can be stored as is (baseline/progressive YCbCr or RGB, 3 ch) */
 } sl_image_info;
 
 /* Sniff the type from magic bytes and read the header (no pixel decode).
- * SL_EIMAGE with a reason when unreadable. */
+ * SL_EIMAGE with a reason when unreadable, and for what the converter
+ * cannot take: an animated WebP, or any WebP in a build without libwebp
+ * (SLUICE_WITH_WEBP=0), each refused by name. */
 int sl_image_probe(const uint8_t *data, size_t len, sl_image_info *out);
 
 /* Check a JPEG's marker structure without decoding it: SOI, segments whose
@@ -438,7 +441,8 @@ void sl_transcoder_destroy(sl_transcoder *t);
 /* Refuse (SL_EIMAGE, before allocating) images of more than n decoded
  * pixels; 0 = SL_MAX_PIXELS_DEFAULT (the default of a new transcoder). */
 void sl_transcoder_set_max_pixels(sl_transcoder *t, uint64_t n);
-/* Decode data (JPEG any colorspace, PNG, BMP, PPM), convert to RGB, shrink so
+/* Decode data (JPEG any colorspace, PNG, BMP, PPM, still WebP with libwebp;
+ * transparent pixels of PNG and WebP composited over white), convert to RGB, shrink so
  * the shorter side is at most resize_short (0 = keep size; never enlarges),
  * encode JPEG at quality (4:2:0). *jpeg points into t, valid until the next
  * call on t. *w, *h get the output size. SL_EIMAGE if undecodable. */
@@ -469,7 +473,8 @@ void sl_resize_rgb_u8(const uint8_t *src, int sw, int sh, int sp, uint8_t *dst, 
 /* ---------------------------------------------------------------- converter */
 typedef enum sl_source_kind {
     SL_SOURCE_FOLDER = 0, /* DIR/<class>/<image>, classes sorted by name -> 0..K-1 */
-    SL_SOURCE_LIST,       /* FILE with lines "path<TAB>label" (relative paths to FILE's dir) */
+    SL_SOURCE_LIST,       /* FILE with lines "path<TAB>label" (relative paths to FILE's dir;
+                           * http://, https:// and s3:// URLs read through bytesrc.h) */
     SL_SOURCE_IDX,        /* MNIST IDX images + labels, gzip or plain */
 } sl_source_kind;
 
@@ -567,6 +572,101 @@ typedef struct sl_convert_result {
  * name. */
 int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res);
 
+/* ------------------------------------------------- planned conversion
+ *
+ * A conversion too big for one machine, in three steps that any engine can
+ * run (Ray, Slurm arrays, Kubernetes indexed Jobs; README.md "Converting on
+ * a cluster"):
+ *
+ *   sl_convert_plan     lists and orders the inputs (the seeded order of
+ *                       sl_convert_run), assigns them to shards and the
+ *                       shards to tasks, and writes the plan: a versioned
+ *                       JSON file (local or s3://) with a digest of the
+ *                       inputs and options; converts nothing.
+ *   sl_convert_task     writes the shards of task K of N, from the plan
+ *                       alone, each with its index and a receipt (records,
+ *                       bytes, CRC-32C, the inputs skipped). Idempotent:
+ *                       a shard with its receipt is kept; a re-run, or two
+ *                       workers racing on one task, leave one whole shard
+ *                       with the same bytes; other tasks' shards are never
+ *                       touched.
+ *   sl_convert_finish_plan
+ *                       checks every shard (present, its CRCs, its counts
+ *                       against the plan and its receipt), writes the
+ *                       indexes that are missing or wrong and dataset.json,
+ *                       names each missing or damaged shard with the task
+ *                       that writes it, and sums the skipped inputs.
+ *
+ * Any split into tasks, with any retries, gives the bytes of sl_convert_run
+ * with the same inputs and options (TFRecord and WebDataset shards, their
+ * indexes, dataset.json). LMDB is one store written by one process: a plan
+ * refuses it. Output may be local or s3://BUCKET/PREFIX (records/remote_put.h:
+ * PUT, multipart above a part size), and listed inputs may be URLs.
+ */
+typedef struct sl_convert_task_config {
+    size_t size;              /* sizeof(sl_convert_task_config), set by the INIT macro */
+    const char *plan;         /* the plan: a path, or an s3:// / http(s):// URL */
+    unsigned task, tasks;     /* task K (0-based) of N; N must be the plan's */
+    unsigned threads;         /* 0 = all cores (finish: shards checked at once) */
+    int strict;               /* any skipped input is an error */
+    int fsync;                /* 1 (default); 0 for tests */
+    /* As in sl_convert_config (done/total count this task's inputs). */
+    void (*progress)(void *arg, uint64_t done, uint64_t total, uint64_t bytes);
+    void *progress_arg;
+    void (*skipped)(void *arg, const char *input, const char *reason);
+    void *skipped_arg;
+    const volatile int *cancel;
+    /* finish: each shard that is missing or damaged (what says how), with
+     * the task that writes it; each skipped input of a task's receipts. */
+    void (*problem)(void *arg, unsigned shard, unsigned task, const char *file, const char *what);
+    void (*task_skipped)(void *arg, unsigned task, const char *input, const char *reason);
+    void *report_arg;
+} sl_convert_task_config;
+
+#define SL_CONVERT_TASK_CONFIG_INIT                                                             \
+    {                                                                                           \
+        .size = sizeof(sl_convert_task_config), .fsync = 1,                                     \
+    }
+
+typedef struct sl_convert_plan_result {
+    uint64_t inputs;          /* inputs listed */
+    unsigned shards, tasks;
+    uint64_t plan_bytes;      /* size of the plan file */
+} sl_convert_plan_result;
+
+/* Plan cfg's conversion into plan (a path or an s3:// URL) for tasks tasks
+ * (0 = one per shard; at most the shard count: a shard is one task's).
+ * cfg is what sl_convert_run takes (its threads, resume, strict, fsync and
+ * callbacks are not part of a plan); cfg->out_dir may be s3://BUCKET/PREFIX.
+ * Also writes OUT/.NAME.plan (the options' text, as sl_convert_run's
+ * resume reads it), which tasks and finish check. SL_EINVAL for LMDB, for
+ * the IDX source (its pixels are not files a task could read), and, naming
+ * the difference, when OUT was planned with other inputs or options;
+ * SL_EEXIST when OUT already holds the split made otherwise. */
+int sl_convert_plan(const sl_convert_config *cfg, const char *plan, unsigned tasks,
+                    sl_convert_plan_result *res);
+
+/* Write task tc->task of tc->tasks (blocks; tc->threads threads). res
+ * counts this task's inputs and shards (kept: whole with their receipts
+ * before the run). SL_EINVAL, naming the difference, for a plan of another
+ * plan format or sluice version, for tc->tasks other than the plan's, and
+ * when OUT/.NAME.plan says OUT was planned with other inputs or options. */
+int sl_convert_task(const sl_convert_task_config *tc, sl_convert_result *res);
+
+typedef struct sl_convert_finish_result {
+    sl_convert_result total;  /* the split's inputs, records, skipped, bytes, shards */
+    unsigned missing;         /* shards absent, or without their receipt */
+    unsigned damaged;         /* shards whose bytes or counts are wrong */
+    unsigned indexes_written; /* indexes that were missing or wrong */
+} sl_convert_finish_result;
+
+/* Check the plan's output and finish it (see above; tc->plan, threads,
+ * problem, task_skipped, report_arg, fsync are read). SL_OK and dataset.json
+ * written when every shard is whole; otherwise SL_ENOENT (some missing) or
+ * SL_ECORRUPT (some damaged, none missing), every problem reported through
+ * tc->problem first, and dataset.json untouched. */
+int sl_convert_finish_plan(const sl_convert_task_config *tc, sl_convert_finish_result *res);
+
 /* --------------------------------------------------------- dataset walking */
 /* Shards of a split: from the manifest when present, else by listing
  * "DIR/SPLIT-*-of-*" with or without ".tfrecord". *paths is an array of
@@ -645,8 +745,11 @@ typedef struct sl_dataset {
  * or a directory holds no shards or store ("no dataset.json, shards
  * NAME-NNNNN-of-NNNNN[.tfrecord] or LMDB store"); SL_ECORRUPT when
  * dataset.json is unreadable; SL_EINVAL for a path that is neither file nor
- * directory or a glob matching a non-file. Messages name the path. Lists
- * directories and stats files; reads no shard. Reentrant. */
+ * directory, a glob matching a non-file, or a file given as PATH that is no
+ * shard (not .tar, and its first 12 bytes are no TFRecord record header:
+ * dataset.json, an .idx, an image; the message says what was expected).
+ * Messages name the path. Lists directories and stats files; reads no shard
+ * but the 12 bytes of a PATH that is one file. Reentrant. */
 int sl_dataset_resolve(const char *path, const char *only_split, sl_dataset *ds);
 /* Free what ds holds and zero it. NULL and a zeroed ds are no-ops. */
 void sl_dataset_fini(sl_dataset *ds);

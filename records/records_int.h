@@ -45,7 +45,9 @@ typedef struct sl_input_list {
  *           list file's directory; blank lines and lines starting with '#'
  *           are skipped; a bad line is SL_EINVAL naming "file:line". A listed
  *           file that cannot be stat'ed gets size 0 (the converter reports it
- *           when it fails to read it).
+ *           when it fails to read it). A path that is an http://, https://
+ *           or s3:// URL is kept as it is, with size 0 (records/bytesrc.h
+ *           reads it).
  *   idx:    MNIST IDX images (magic 0x00000803, u8, 3 dims) + labels (magic
  *           0x00000801), gzip or plain; bad magic, count mismatch, truncation
  *           or trailing bytes are SL_ECORRUPT naming the file.
@@ -97,6 +99,15 @@ int sl_pnm_parse_header(const uint8_t *data, size_t len, sl_pnm_header *h);
  * 2 gray+alpha, 3 RGB or palette, 4 RGBA. */
 int sl_png_parse_header(const uint8_t *data, size_t len, sl_image_info *info);
 
+/* WebP (image_probe.c): the RIFF header read by libwebp's WebPGetFeatures
+ * (no pixel decode). channels 4 when the file has alpha, else 3. Refused
+ * (SL_EIMAGE, by name): an animated file (ANIM: which frame would be the
+ * sample?), a header libwebp cannot read (its VP8StatusCode named), and
+ * every WebP when the build has no libwebp (SLUICE_WITH_WEBP=0). */
+int sl_webp_parse_header(const uint8_t *data, size_t len, sl_image_info *info);
+/* libwebp's VP8StatusCode in words ("truncated data (NOT_ENOUGH_DATA)"). */
+const char *sl_webp_status_what(int status);
+
 /* ------------------------------------------------------------ converter */
 /* Shared by records/convert.c (workers, in-order commit) and
  * records/convert_plan.c (permutation, plan file, resume scan, manifest).
@@ -111,9 +122,18 @@ typedef struct sl_convert_state {
     uint32_t num_classes;          /* named classes, else max label + 1 */
     const char *idx_base;          /* basename of cfg->idx_images (IDX source) */
     char *plan_path;               /* "DIR/.NAME.plan" */
-    uint8_t *kept;                 /* kept[s]: shard s kept by --resume */
+    uint8_t *kept;                 /* kept[s]: shard s kept by --resume (or, in a task, not
+                                    * this task's or already whole: records/convert_task.c) */
     unsigned nkept;
     uint64_t kept_records, kept_bytes, kept_skipped, kept_inputs;
+    /* A task's hooks (records/convert_task.c); NULL for sl_convert_run.
+     * write_dir: the folder the writers write into instead of cfg->out_dir.
+     * on_shard: called on the committing thread after shard s is closed
+     * (whole, under its final name in write_dir) with the records and
+     * payload bytes it holds; an error stops the run as a writer's would. */
+    const char *write_dir;
+    int (*on_shard)(void *arg, unsigned shard, uint64_t records, uint64_t bytes);
+    void *on_shard_arg;
 } sl_convert_state;
 
 /* Shard s holds output positions [n*s/nshards, n*(s+1)/nshards). */
@@ -125,8 +145,46 @@ static inline uint64_t sl_convert_shard_begin(uint64_t n, unsigned nshards, unsi
  * remove stale temp files, write the plan file. st is zeroed first; release
  * it with sl_convert_state_fini even on error. */
 int sl_convert_prepare(const sl_convert_config *cfg, sl_convert_state *st);
-/* After every shard is committed: update DIR/dataset.json, remove the plan. */
+/* rm -r of a flat folder (its files, then itself); absent is fine. */
+int sl_convert_remove_dir(const char *path);
+/* The first half of sl_convert_prepare: check cfg, load the inputs and the
+ * class names, check the labels (and the manifest's label offset), size the
+ * shards, permute; nothing is written (out_dir is not created). --plan-out's
+ * start (records/convert_task.c). */
+int sl_convert_prepare_inputs(const sl_convert_config *cfg, sl_convert_state *st);
+/* The plan file's text ("sluice convert plan 1\ninputs ...", the top of
+ * convert_plan.c): exactly the parameters that decide the bytes. */
+void sl_convert_plan_text(const sl_convert_state *st, char *buf, size_t cap);
+/* The same text from its parts: the options c, the input count and inputs
+ * hash, the shard count, the class names (a plan file's header is checked
+ * against its text with it: records/convert_planfile.c). */
+void sl_convert_plan_text_of(const sl_convert_config *c, uint64_t inputs, uint64_t ihash,
+                             unsigned shards, const char *const *names, uint32_t nnames,
+                             char *buf, size_t cap);
+/* The first line where two plan texts differ, as "shards: 4 then, 8 now". */
+void sl_convert_plan_diff(const char *old, const char *now, char *out, size_t cap);
+#define SL_CONVERT_PLAN_MAX 4096 /* bytes of a plan text, at most */
+/* A listed URL's bytes into *buf (realloc'd: *cap its size; *len the
+ * bytes), through records/bytesrc.h (retries and all). A 404/410 or a
+ * 401/403 is SL_EIMAGE, an input skipped with the status as its reason
+ * ("HTTP 404: not found"), but not a 403 that blames the credentials
+ * (SignatureDoesNotMatch, ...: SL_EPERM); an object over max bytes is a
+ * skip too; any other failure
+ * after the retries is returned as it is (the run stops: a network that is
+ * down must not turn into a data set of skips). records/convert_url.c. */
+int sl_convert_read_url(const char *url, uint64_t max, uint8_t **buf, size_t *cap, size_t *len);
+/* Run the workers over the shards not kept (st from sl_convert_prepare, or
+ * a task's), committing in order (records/convert.c). Fills res; does not
+ * touch dataset.json. On error no shard is left half written. */
+int sl_convert_write(const sl_convert_state *st, sl_convert_result *res);
+/* After every shard is committed: update DIR/dataset.json, remove the plan
+ * (renamed to the done file; already done is fine: a finish run again). */
 int sl_convert_finish(sl_convert_state *st, const sl_convert_result *res);
+/* The dataset.json of cfg->out_dir (local or remote) with this split put
+ * in, saved into save_dir (a local folder: out_dir itself, or a staging
+ * folder whose file is then uploaded). */
+int sl_convert_manifest_update(const sl_convert_state *st, const sl_convert_result *res,
+                               const char *save_dir);
 void sl_convert_state_fini(sl_convert_state *st);
 /* Name of input i for messages: its path, or "images.gz[1234]" (full = 1),
  * or the path's basename (full = 0; image/filename). */

@@ -25,6 +25,7 @@
 
 #include <zlib.h>
 
+#include "bytesrc.h"
 #include "records_int.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -245,13 +246,16 @@ static int load_list(const char *file, sl_input_list *l)
                          lineno, tab + 1, INT32_MAX);
             goto out;
         }
-        char *p = line[0] == '/' ? strdup(line) : sl_path_join(base, line);
+        /* A URL (records/bytesrc.h) is taken as it is; its size is not
+         * asked for (a HEAD per input): 0, and the shard count estimates. */
+        int url = sl_path_is_remote(line);
+        char *p = line[0] == '/' || url ? strdup(line) : sl_path_join(base, line);
         if (!p) {
             rc = sl_fail(SL_ENOMEM, "%s: out of memory", file);
             goto out;
         }
         struct stat st;
-        uint64_t size = stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+        uint64_t size = !url && stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
         if ((rc = push_input(l, &cap, p, 0, label, size))) {
             free(p);
             goto out;

@@ -110,6 +110,7 @@ int sl_wds_writer_write_example(sl_wds_writer *w, const char *key, const uint8_t
     case SL_IMAGE_PNG: ext = "png"; break;
     case SL_IMAGE_BMP: ext = "bmp"; break;
     case SL_IMAGE_PPM: ext = "ppm"; break;
+    case SL_IMAGE_WEBP: ext = "webp"; break;
     default: break;
     }
     snprintf(num, sizeof num, "%lld", (long long)ex.label);

@@ -333,6 +333,26 @@ static inline uint8_t *hi_fill_eoi(const uint8_t *j, size_t len, size_t n, size_
 }
 
 /* --------------------------------------------------------------- PNG */
+/* pix (h, w) in libpng's simplified format (PNG_FORMAT_RGB, _RGBA, _GRAY,
+ * ...) -> a PNG by png_image_write_to_memory, malloc'd. */
+static inline uint8_t *hi_png_pixels(const uint8_t *pix, int w, int h, png_uint_32 format,
+                                     size_t *len)
+{
+    png_image img;
+    memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    img.width = (png_uint_32)w;
+    img.height = (png_uint_32)h;
+    img.format = format;
+    png_alloc_size_t size = 0;
+    cr_assert(png_image_write_get_memory_size(img, size, 0, pix, 0, NULL), "%s", img.message);
+    uint8_t *out = malloc(size);
+    cr_assert_not_null(out);
+    cr_assert(png_image_write_to_memory(&img, out, &size, 0, pix, 0, NULL), "%s", img.message);
+    *len = size;
+    return out;
+}
+
 typedef struct hi_membuf {
     uint8_t *p;
     size_t n, cap;
@@ -418,6 +438,37 @@ static inline uint8_t *hi_decode(const uint8_t *j, size_t len, int *w, int *h)
     if (tj)
         tjDestroy(tj);
     return p;
+}
+
+/* ------------------------------------------------------------ convert */
+/* sl_convert_config.skipped's callback (arg: a hi_skips): the first 16
+ * inputs convert skipped and why, and how many. */
+typedef struct hi_skips {
+    int n;
+    char input[16][512], reason[16][512];
+} hi_skips;
+
+static inline void hi_on_skip(void *arg, const char *input, const char *reason)
+{
+    hi_skips *s = arg;
+    if (s->n < 16) {
+        snprintf(s->input[s->n], sizeof s->input[0], "%s", input);
+        snprintf(s->reason[s->n], sizeof s->reason[0], "%s", reason);
+    }
+    s->n++;
+}
+
+/* Assert that an input whose path holds name was listed with a reason
+ * that holds why. */
+static inline void hi_skips_assert(const hi_skips *s, const char *name, const char *why)
+{
+    int hit = -1;
+    for (int k = 0; k < s->n && k < 16; k++)
+        if (strstr(s->input[k], name))
+            hit = k;
+    cr_assert_geq(hit, 0, "%s is listed as skipped", name);
+    cr_assert(strstr(s->reason[hit], why), "%s: reason '%s' lacks '%s'", name, s->reason[hit],
+              why);
 }
 
 #endif

@@ -229,7 +229,10 @@ void srv_s3_start(srv *s)
     srv_init(s);
     /* The first three actions (s3put.py init's IAM calls) go unchecked;
      * every later request must carry a valid SigV4 signature of that key. */
-    char *env[] = {"INITIAL_NO_AUTH_ACTION_COUNT=3", NULL};
+    /* Parts of any size (S3's 5 MiB minimum per part but the last would
+     * need shards of 10 MiB for a two-part upload): convert's multipart
+     * tests use parts of a few KB (SLUICE_PUT_PART_BYTES). */
+    char *env[] = {"INITIAL_NO_AUTH_ACTION_COUNT=3", "S3_UPLOAD_PART_MIN_SIZE=1024", NULL};
     char *argv[] = {(char *)py, "-m", "moto.server", "-H", "127.0.0.1", "-p", NULL, NULL};
     start(s, "moto's S3 server", argv, 6, env, "%d");
     int rc = tu_run(&out, "'%s' '%s/tests/servers/s3put.py' init %s", py, SLUICE_SOURCE_DIR,
@@ -251,6 +254,36 @@ void srv_s3_put_dir(const srv *s, const char *bucket, const char *prefix, const 
                     s->key, s->secret, py, SLUICE_SOURCE_DIR, s->url, bucket, prefix, local_dir);
     cr_assert_eq(rc, 0, "s3put.py put %s: %s", local_dir, out);
     free(out);
+}
+
+/* s3put.py CMD ARGS... with s's key; its last line (a count). */
+static long s3put(const srv *s, const char *args)
+{
+    char pybuf[512], *out = NULL;
+    const char *py = moto_python(pybuf, sizeof pybuf);
+    int rc = tu_run(&out, "AWS_ACCESS_KEY_ID='%s' AWS_SECRET_ACCESS_KEY='%s' '%s' "
+                    "'%s/tests/servers/s3put.py' %s", s->key, s->secret, py, SLUICE_SOURCE_DIR, args);
+    cr_assert_eq(rc, 0, "s3put.py %s: %s", args, out);
+    const char *last = out, *nl;
+    while ((nl = strchr(last, '\n')) && nl[1])
+        last = nl + 1;
+    long n = strtol(last, NULL, 10);
+    free(out);
+    return n;
+}
+
+long srv_s3_get_dir(const srv *s, const char *bucket, const char *prefix, const char *local_dir)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "get %s '%s' '%s' '%s'", s->url, bucket, prefix, local_dir);
+    return s3put(s, args);
+}
+
+long srv_s3_uploads(const srv *s, const char *bucket)
+{
+    char args[512];
+    snprintf(args, sizeof args, "uploads %s '%s'", s->url, bucket);
+    return s3put(s, args);
 }
 
 void srv_s3_env(const srv *s, const char *endpoint)

@@ -41,6 +41,11 @@ void srv_s3_start(srv *s);
 /* Upload every file under local_dir to s3://bucket/prefix<relative path>
  * (the bucket made when missing). */
 void srv_s3_put_dir(const srv *s, const char *bucket, const char *prefix, const char *local_dir);
+/* Download every object under s3://bucket/prefix into local_dir (names
+ * relative to prefix); returns their count. */
+long srv_s3_get_dir(const srv *s, const char *bucket, const char *prefix, const char *local_dir);
+/* Multipart uploads in progress (neither completed nor aborted) in bucket. */
+long srv_s3_uploads(const srv *s, const char *bucket);
 /* AWS_ENDPOINT_URL=endpoint (NULL: s->url), AWS_ACCESS_KEY_ID,
  * AWS_SECRET_ACCESS_KEY = s's key, AWS_REGION us-east-1, no session token. */
 void srv_s3_env(const srv *s, const char *endpoint);

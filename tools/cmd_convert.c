@@ -14,6 +14,9 @@
  * temp files, the finished shards stay whole, and the same command with
  * --resume finishes the job. A second Ctrl-C kills at once.
  *
+ * --plan-out, and --plan PLAN with --task or --finish (a conversion cut
+ * into tasks for a cluster), are tools/cmd_convert_task.c's.
+ *
  * Exit status: 0 converted (skipped inputs are listed, not fatal), 1 an
  * input was undecodable under --strict, 2 usage or runtime error, 128 + the
  * signal (130 for Ctrl-C) when a signal stopped it.
@@ -26,6 +29,8 @@
 #include <time.h>
 
 #include "cli.h"
+#include "convert_progress.h"
+#include "cmd_convert_task.h"
 #include "records/records.h"
 
 #define CMD "convert"
@@ -65,8 +70,9 @@ static void usage(FILE *f)
             "images:\n"
             "  --quality Q           JPEG quality of re-encoded images, 1..100       (default 95)\n"
             "  --resize-short S      shrink so the shorter side is at most S; 0 keeps (default 0)\n"
-            "                        RGB JPEGs that fit are stored byte for byte; PNG, BMP, PPM, gray\n"
-            "                        or CMYK JPEGs and IDX pixels become RGB JPEGs.\n"
+            "                        RGB JPEGs that fit are stored byte for byte; PNG, BMP, PPM, WebP\n"
+            "                        (still; needs libwebp), gray or CMYK JPEGs and IDX pixels become\n"
+            "                        RGB JPEGs (transparency over white).\n"
             "  --max-pixels N        skip (list) an image whose header claims more than N pixels,\n"
             "                        before decoding it; bounds memory at about 12 bytes x N per\n"
             "                        thread                         (default 67108864 = 2^26, 8192^2)\n"
@@ -93,6 +99,19 @@ static void usage(FILE *f)
             "  --no-fsync            do not fsync shards (scratch output; not crash safe)\n"
             "  --quiet               no progress line (the summary is still printed)\n"
             "  -h, --help            this text\n"
+            "\n"
+            "on a cluster (README.md \"Converting on a cluster\"; Ray, Slurm arrays, Kubernetes Jobs):\n"
+            "  --plan-out PLAN       list, order and assign the inputs to shards and the shards to tasks;\n"
+            "                        write PLAN (JSON, a path or s3:// URL) and convert nothing\n"
+            "  --tasks N             with --plan-out: tasks to cut the shards into  (default: one per shard)\n"
+            "  sluice convert --plan PLAN --task K --tasks N [--threads T]\n"
+            "                        write the shards of task K (0..N-1); re-runs keep whole shards\n"
+            "  sluice convert --plan PLAN --finish\n"
+            "                        check every shard, write the indexes and dataset.json; exit 1\n"
+            "                        naming each missing or damaged shard and its task\n"
+            "  (see sluice convert --plan PLAN --help)\n"
+            "  --out s3://BUCKET/PREFIX writes by PUT (multipart above SLUICE_PUT_PART_BYTES, 64 MiB);\n"
+            "  --from list lines may be http://, https:// or s3:// URLs (a 404/403 is a skip)\n"
             "\n"
             "Undecodable inputs are skipped and listed on stderr (\"skipped: PATH: reason\"); the exit\n"
             "status stays 0. Output is the same for any --threads. Exit: 0 done, 1 an input was\n"
@@ -169,57 +188,12 @@ static int names_load(const char *path, names_file *nf)
     return rc;
 }
 
-/* ------------------------------------------------------- progress */
-typedef struct progress {
-    int draw;              /* stderr is a TTY and not --quiet */
-    int drawn;             /* a partial line is on screen */
-    struct timespec t0;
-} progress;
-
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
-static void clear_line(progress *p)
-{
-    if (p->drawn) {
-        fputs("\r\033[K", stderr);
-        p->drawn = 0;
-    }
-}
-
-static void on_progress(void *arg, uint64_t done, uint64_t total, uint64_t bytes)
-{
-    progress *p = arg;
-    if (!p->draw)
-        return;
-    if (done >= total) { /* the final call: the summary follows */
-        clear_line(p);
-        return;
-    }
-    double t = seconds_since(&p->t0), rate = t > 0 ? (double)done / t : 0;
-    char b[32];
-    fprintf(stderr, "\r  %llu/%llu inputs  %3.0f%%  %.0f img/s  %s  ETA %.0f s\033[K",
-            (unsigned long long)done, (unsigned long long)total, total ? 100.0 * done / total : 100.0,
-            rate, cli_bytes(b, sizeof b, bytes), rate > 0 ? (double)(total - done) / rate : 0.0);
-    fflush(stderr);
-    p->drawn = 1;
-}
-
-static void on_skipped(void *arg, const char *input, const char *reason)
-{
-    clear_line(arg);
-    fprintf(stderr, "skipped: %s: %s\n", input, reason);
-}
-
 /* ------------------------------------------------------- options */
 enum {
     OPT_FROM = 256, OPT_IMAGES, OPT_LABELS, OPT_OUT, OPT_NAME, OPT_SHARDS, OPT_FORMAT, OPT_THREADS,
     OPT_QUALITY, OPT_RESIZE, OPT_SEED, OPT_NO_SHUFFLE, OPT_OFFSET, OPT_RESUME, OPT_STRICT,
     OPT_NO_FSYNC, OPT_QUIET, OPT_CLASSES, OPT_MAX_PIXELS, OPT_RESTART, OPT_RESTART_ROWS,
+    OPT_PLAN_OUT, OPT_TASKS, /* --plan-out: tools/cmd_convert_task.c */
 };
 
 static const struct option long_opts[] = {
@@ -245,13 +219,16 @@ static const struct option long_opts[] = {
     {"strict", no_argument, NULL, OPT_STRICT},
     {"no-fsync", no_argument, NULL, OPT_NO_FSYNC},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"plan-out", required_argument, NULL, OPT_PLAN_OUT},
+    {"tasks", required_argument, NULL, OPT_TASKS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
 /* Fill cfg from argv; returns 0, 2 (usage error, message printed) or -1
  * (--help printed: exit 0). */
-static int parse(int argc, char **argv, sl_convert_config *cfg, const char **classes, int *quiet)
+static int parse(int argc, char **argv, sl_convert_config *cfg, const char **classes, int *quiet,
+                 convert_plan_opts *po)
 {
     int from = -1, v;
     uint64_t u;
@@ -346,6 +323,12 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
         case OPT_STRICT: cfg->strict = 1; break;
         case OPT_NO_FSYNC: cfg->fsync = 0; break;
         case OPT_QUIET: *quiet = 1; break;
+        case OPT_PLAN_OUT: po->plan_out = optarg; break;
+        case OPT_TASKS:
+            if (cli_parse_int(CMD, "--tasks", optarg, 1, 99999, &v))
+                return 2;
+            po->tasks = (unsigned)v;
+            break;
         case ':':
             cli_error(CMD, "%s: needs a value (see sluice convert --help)", argv[optind - 1]);
             return 2;
@@ -396,6 +379,10 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
         cli_error(CMD, "--restart and --restart-rows: give one or the other");
         return 2;
     }
+    if (po->tasks && !po->plan_out) {
+        cli_error(CMD, "--tasks goes with --plan-out (cutting a plan) or --plan PLAN --task K");
+        return 2;
+    }
     if (cfg->format == SL_FORMAT_LMDB && cfg->shards > 1) {
         cli_error(CMD, "--shards: an LMDB split is one store; leave --shards out with --format lmdb");
         return 2;
@@ -405,10 +392,13 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
 
 int cmd_convert(int argc, char **argv)
 {
+    if (convert_is_planned(argc, argv)) /* --plan PLAN: tools/cmd_convert_task.c */
+        return cmd_convert_planned(argc, argv);
     sl_convert_config cfg = SL_CONVERT_CONFIG_INIT;
     const char *classes = NULL;
     int quiet = 0;
-    int rc = parse(argc, argv, &cfg, &classes, &quiet);
+    convert_plan_opts po = {NULL, 0};
+    int rc = parse(argc, argv, &cfg, &classes, &quiet, &po);
     if (rc)
         return rc < 0 ? 0 : rc;
 
@@ -418,13 +408,18 @@ int cmd_convert(int argc, char **argv)
     cfg.class_names = (const char *const *)nf.names;
     cfg.num_class_names = nf.n;
 
-    progress p = {.draw = !quiet && cli_stderr_tty()};
-    clock_gettime(CLOCK_MONOTONIC, &p.t0);
+    progress p;
+    progress_init(&p, quiet);
     cfg.progress = on_progress;
     cfg.progress_arg = &p;
     cfg.skipped = on_skipped;
     cfg.skipped_arg = &p;
 
+    if (po.plan_out) {
+        rc = convert_plan_out(&cfg, &po);
+        names_free(&nf);
+        return rc;
+    }
     sl_convert_result res;
     cli_stop stop;
     cfg.cancel = cli_stop_catch(&stop);

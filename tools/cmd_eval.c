@@ -206,13 +206,21 @@ int cmd_eval(int argc, char **argv)
     if (json)
         printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
                "\"precision\":\"%s\",\"images\":%lld,\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.9g,"
-               "\"seconds\":%.3f}\n", ckpt, d->split, sl_arch_name(mc.arch),
-               sl_backend_name(tc.backend), sl_precision_name(act), (long long)er.images,
-               er.top1, er.top5, er.loss, er.seconds);
+               "\"seconds\":%.3f,\"skipped_records\":%lld}\n", ckpt, d->split,
+               sl_arch_name(mc.arch), sl_backend_name(tc.backend), sl_precision_name(act),
+               (long long)er.images, er.top1, er.top5, er.loss, er.seconds,
+               (long long)er.skipped);
     else
-        printf("%s on %s/%s (%s, %s): %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)\n",
+        printf("%s on %s/%s (%s, %s): %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)%s\n",
                ckpt, d->data, d->split, sl_backend_name(tc.backend), sl_precision_name(act),
-               (long long)er.images, er.top1, er.top5, er.loss, er.seconds);
+               (long long)er.images, er.top1, er.top5, er.loss, er.seconds,
+               er.skipped ? ", bad records left out (below)" : "");
+    /* bad records (--on-error skip): left out, never counted twice, never
+     * without a word */
+    if (er.skipped > 0)
+        fprintf(stderr, "eval: %lld bad records left out (top1 and top5 count the %lld others), "
+                "the first: %s\n", (long long)er.skipped, (long long)er.images,
+                er.skipped_first);
 out:
     sl_model_destroy(m); /* before its exec: a placed model frees device memory */
     sl_exec_destroy(e);

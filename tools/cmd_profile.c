@@ -401,7 +401,9 @@ static void print_text(const profile_opts *o, const run_result *r)
            c->data, c->split, (unsigned long long)r->s1.records_per_epoch, c->batch, c->height,
            c->width, pf_layout_name(c->layout), c->transform == SL_TRANSFORM_EVAL ? "eval" : "train",
            pf_shuffle_name(c, sh, sizeof sh));
-    if (c->shuffle == SL_SHUFFLE_BUFFER)
+    if (c->shuffle == SL_SHUFFLE_BUFFER && r->s1.shuffle_buffer == 1 && c->shuffle_buffer > 1)
+        printf(" (an epoch fits: read as a permutation)");
+    else if (c->shuffle == SL_SHUFFLE_BUFFER)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
     printf("decode: %s\n", r->decoder);

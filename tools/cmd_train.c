@@ -101,9 +101,9 @@ static void usage(FILE *f)
             "                        ahead of the slowest one               (default: no bound)\n"
             "  --comm-timeout S      seconds a collective waits for its peers (default 300)\n"
             "  Multi-worker: mpirun -np K sluice train ... --strategy mirrored (each rank one\n"
-            "  replica, reading its own records/shards). --shuffle global (or none) splits the\n"
-            "  records so any number of replicas sees the same global batches; --shuffle buffer\n"
-            "  splits the shards.\n"
+            "  replica, reading every K-th record, the same share of each epoch on every rank).\n"
+            "  With --shuffle global (or none) any number of replicas sees the same global\n"
+            "  batches; with --shuffle buffer each shuffles its share in its own buffer.\n"
             "  -h, --help            this text\n"
             "\n");
     pf_usage(f);
@@ -438,6 +438,15 @@ int cmd_train(int argc, char **argv)
     if (res.amp_skipped > 0)
         fprintf(stderr, "train: fp16: %lld steps skipped for inf/nan gradients, loss scale %g\n",
                 (long long)res.amp_skipped, res.amp_scale);
+    /* bad records: never dropped without a word (the progress named each) */
+    if (res.skipped > 0)
+        fprintf(stderr, "train: %lld bad records skipped (the next good record took each one's "
+                "place; counted every epoch), the first: %s\n", (long long)res.skipped,
+                res.skipped_first[0] ? res.skipped_first : "(another process's)");
+    if (res.eval_skipped > 0)
+        fprintf(stderr, "train: the last evaluation left out %lld bad records of %s (top1 counts "
+                "the others), the first: %s\n", (long long)res.eval_skipped, res.eval_split,
+                res.eval_skipped_first[0] ? res.eval_skipped_first : "(another process's)");
     if (o.json) {
         printf("{\"steps\": %lld, \"seconds\": %.3f, \"images_per_sec\": %.2f, "
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
@@ -445,13 +454,15 @@ int cmd_train(int argc, char **argv)
                "\"backend\": \"%s\", \"precision\": \"%s\", \"synthetic\": %s, "
                "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld, "
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
-               "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\"}\n",
+               "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\", "
+               "\"skipped_records\": %lld, \"eval_skipped_records\": %lld}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
                o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped,
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
-               (long long)res.cuda_graph_replays, res.cudnn_fusion);
+               (long long)res.cuda_graph_replays, res.cudnn_fusion, (long long)res.skipped,
+               (long long)res.eval_skipped);
         fflush(stdout);
     }
     return 0;

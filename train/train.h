@@ -509,6 +509,15 @@ typedef struct sl_train_result {
                                   * cuDNN's fused plans in the last step: "on", "partial (n
                                   * of N)" or "off" */
     char cudnn_fusion_why[240];  /* why partial / off: cuDNN's first refusal, or the setting */
+    int64_t skipped;             /* bad records the training input skipped (on_error skip), over
+                                  * every replica, each counted every epoch it is met; its slot
+                                  * took the next good record. Named on the progress stream
+                                  * as they come (the first 16 of each replica) */
+    char skipped_first[256];     /* the first of them this process met: "FILE: record N @ OFF
+                                  * (id I): why"; "" when none */
+    int64_t eval_skipped;        /* bad records the last evaluation left out (its top1/top5
+                                  * count only the others); 0 when none ran */
+    char eval_skipped_first[256];/* the first of them (this process's share); "" when none */
 } sl_train_result;
 
 /* The config initializer of this struct (it holds a pipeline config, so a
@@ -540,15 +549,22 @@ int sl_precision_parse(const char *name, sl_dtype *out);
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
 
 typedef struct sl_eval_result {
-    int64_t images;
+    int64_t images;              /* good records evaluated: top1, top5 and loss are over these */
     double top1, top5, loss;
     double seconds;
+    int64_t skipped;             /* bad records left out (on_error skip; the pipeline's eval
+                                  * transform never refills a slot, so none counts twice) */
+    char skipped_first[256];     /* the first of them, "FILE: record N @ OFF (id I): why";
+                                  * "" when none */
 } sl_eval_result;
 
 /* Evaluate m on a pipeline configured for eval (in order, eval transform,
- * no drop-remainder): every record once. SL_EINVAL for NULL arguments or
- * a pipeline whose batches the model cannot take; the pipeline's errors
- * (SL_EIO, SL_ECORRUPT, SL_ENOENT) as they come. */
+ * no drop-remainder): every good record once, a bad one left out and
+ * counted (skipped) under on_error skip. SL_EINVAL for NULL arguments or
+ * a pipeline whose batches the model cannot take; SL_ECORRUPT naming the
+ * first bad record when every record is bad (data->world 1; a rank's share
+ * of a larger world may be all bad: its caller sums and decides); the
+ * pipeline's errors (SL_EIO, SL_ECORRUPT, SL_ENOENT) as they come. */
 int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data, sl_eval_result *res);
 
 #ifdef __cplusplus

@@ -2,22 +2,37 @@
 
     import sluice, torch
     pipe = sluice.Pipeline("data/imagenet", image_size=224, batch=256, workers=8)
-    for images, labels in pipe:
-        x, y = torch.from_dlpack(images), torch.from_dlpack(labels)
-        ...
+    for epoch in range(90):
+        for images, labels in pipe:      # one epoch per loop
+            x, y = torch.from_dlpack(images), torch.from_dlpack(labels)
+            ...
 
 The pipeline is sluice's C engine (DESIGN.md section 4) behind a small
 extension module on the stable ABI; Python never enters the library. Batches
 are DLPack tensors: torch.from_dlpack, numpy.from_dlpack and
 jax.dlpack.from_dlpack take them without a copy.
 
+Epochs: the pipeline is one stream of batches in which each epoch is the
+next pass over the records (a permutation of them under 'global', and under
+the default 'buffer' when an epoch fits in the buffer). Training without
+epochs=: `for batch in pipe` runs one epoch and the next loop the next one
+(the loop ends with the batch whose batch.epoch_end is True); with
+epochs=E one loop runs all E epochs (a finished run iterated again raises
+saying so); evaluation (train=False) is one pass. Training batches are not
+cut at epoch ends: the batch that ends an epoch may start the next one
+(batch.epochs says each sample's epoch), and every rank ends its epochs at
+the same step.
+
 Lifetime of a batch: its images are the pipeline's own batch slot, lent to
 you until `hold` more batches have been taken (hold=1 on the CPU: until the
 next step of the loop; hold=2 with a device), then the slot is refilled with
 a later batch. Its memory stays valid as long as any tensor over it lives
-(even after close()), but its content changes: a tensor kept past that point
-shows another batch. Pass copy=True to keep batches (each gets memory of its
-own). labels, record_ids and epochs are always small copies of their own.
+(even after close()), but its content changes: a torch tensor taken over it
+and kept past that point shows another batch, and the batch's own
+images tensor then refuses (BufferError naming copy=True) instead of
+handing out a later batch's pixels (`list(pipe)` then fails loudly). Pass
+copy=True to keep batches (each gets memory of its own). labels,
+record_ids and epochs are always small copies of their own.
 
 Errors are sluice.Error subclasses whose message names the file and record
 (sluice.CorruptError: "train-00003-of-00016.tfrecord: record 41 @ 9123: data
@@ -26,9 +41,8 @@ CRC mismatch"), or the URL of a remote shard (sluice.NotFoundError for a
 """
 
 import json as _json
-import math as _math
-import operator as _operator
 import os as _os
+import warnings as _warnings
 
 from ._sluice import (  # noqa: F401  (re-exported)
     ConfigError,
@@ -53,112 +67,39 @@ from ._sluice import (  # noqa: F401  (re-exported)
     _Pipeline,
     _verify,
 )
+from ._args import (  # the settings' checks
+    _I63, _LAYOUT, _ON_ERROR, _RANK_SPLIT, _U64, _bool, _device_index, _float, _int,
+    _max_threads, _pair, _path, _pick, _shuffle, _str, _triple,
+)
 
 __all__ = [
     "Pipeline", "Batch", "Tensor", "convert", "verify", "inspect", "Error", "ConfigError", "CanceledError",
     "CorruptError", "DeviceError", "ExistsError", "ImageError", "NotFoundError",
     "NotSupportedError", "OutOfMemoryError", "PermissionDeniedError", "SystemIOError",
+    "BadRecordsWarning",
 ]
 
-# pipeline.h's enums, by name
-_SHUFFLE = {"none": 0, "buffer": 1, "global": 2}
-_LAYOUT = {"nhwc-u8": 0, "nhwc-f32": 1, "nchw-f32": 2}
-_ON_ERROR = {"skip": 0, "fail": 1}
-_RANK_SPLIT = {"files": 0, "records": 1}
 
-_U64 = 2**64 - 1
-_I63 = 2**63 - 1
-
-
-def _max_threads():
-    """Threads a setting may ask for: 8 per core (at least 16); more only
-    thrash (and 1000 threads on 2 cores is a typo, not a plan)."""
-    return max(16, 8 * (_os.cpu_count() or 1))
-
-
-# Argument checks: every setting is checked against its meaning and its C
-# field's range here, and a wrong type or value raises ConfigError naming the
-# setting (never a bare TypeError/OverflowError, never a value cut to 32 bits).
-def _int(where, name, value, lo, hi, meaning=""):
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise ConfigError(f"{where}: {name}={value!r}: an integer{meaning}, not "
-                          f"{type(value).__name__}")
-    v = _operator.index(value)
-    if not lo <= v <= hi:
-        raise ConfigError(f"{where}: {name}={v}: out of range, {lo} to {hi}{meaning}")
-    return v
-
-
-def _float(where, name, value, ok, meaning):
-    if isinstance(value, (bool, str, bytes)):
-        raise ConfigError(f"{where}: {name}={value!r}: a number{meaning}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{where}: {name}={value!r}: a number{meaning}") from None
-    if not _math.isfinite(v) or not ok(v):
-        raise ConfigError(f"{where}: {name}={value!r}: out of range{meaning}")
-    return v
-
-
-def _pair(where, name, value, ok, meaning):
-    try:
-        lo, hi = value
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {name}={value!r}: a pair (lo, hi){meaning}") from None
-    lo = _float(where, name, lo, lambda v: True, meaning)
-    hi = _float(where, name, hi, lambda v: True, meaning)
-    if not ok(lo, hi):
-        raise ConfigError(f"{where}: {name}={value!r}: out of range{meaning}")
-    return lo, hi
-
-
-def _triple(where, name, value, ok, meaning):
-    try:
-        items = list(value)
-    except TypeError:
-        items = []
-    if len(items) != 3:
-        raise ConfigError(f"{where}: {name}={value!r}: three numbers (R, G, B){meaning}")
-    return [_float(where, name, v, ok, meaning) for v in items]
-
-
-def _bool(where, name, value):
-    if value is True or value is False or (type(value) is int and value in (0, 1)):
-        return bool(value)
-    if type(value).__name__ == "bool_":  # numpy.bool_
-        return bool(value)
-    raise ConfigError(f"{where}: {name}={value!r}: True or False")
-
-
-def _path(where, name, value):
-    try:
-        p = _os.fspath(value)
-    except TypeError:
-        raise ConfigError(f"{where}: {name}={value!r}: a path (str, bytes or os.PathLike)") from None
-    if not p:
-        raise ConfigError(f"{where}: {name}: an empty path")
-    return p  # str or bytes: the extension takes both (os.fsencode's bytes)
-
-
-def _str(where, name, value):
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: {name}={value!r}: a non-empty str")
-    return value
-
+class BadRecordsWarning(UserWarning):
+    """Records were skipped under on_error='skip' (a Pipeline says so once,
+    naming how many so far and the first; stats()['bad'] lists them).
+    warnings.simplefilter('ignore', sluice.BadRecordsWarning) silences it."""
 
 class Batch(tuple):
     """(images, labels), plus .index (batch number in the run), .record_ids
-    (int64: which record filled each slot) and .epochs (int32: each sample's
-    epoch; the shuffle buffer mixes the end of one epoch with the start of
-    the next, so use .epoch / .epoch_end to count epochs). All tensors are
-    sluice.Tensor objects (DLPack; numpy.asarray takes host ones).
+    (int64: which record filled each slot, numbered over the whole dataset:
+    the same record has the same id on every rank and in every rank_split
+    mode) and .epochs (int32: each sample's epoch; the batch that ends an
+    epoch may start the next one, so use .epoch / .epoch_end to count
+    epochs). All tensors are sluice.Tensor objects (DLPack; numpy.asarray
+    takes host ones).
 
     .epoch: the epoch this step counts towards: sample positions
     index*batch*world onwards over records_per_epoch, the same on every rank.
     .epoch_end: True on the step in which an epoch's worth of samples is
-    complete (and on the last batch of the run): evaluate and checkpoint
-    there, once per epoch."""
+    complete (and on the last batch of the run): a loop over the pipeline
+    without epochs= ends there; evaluate and checkpoint there, once per
+    epoch."""
 
     def __new__(cls, index, images, labels, record_ids, epochs, epoch=0, epoch_end=False):
         self = tuple.__new__(cls, (images, labels))
@@ -180,40 +121,6 @@ class Batch(tuple):
         return self[1]
 
 
-def _device_index(device):
-    if device is None:
-        return -1
-    if isinstance(device, int) and not isinstance(device, bool):
-        return _int("sluice.Pipeline", "device", device, 0, 1023)
-    text = str(device) if type(device).__name__ == "device" else device  # torch.device
-    if text == "cpu":
-        return -1
-    if text == "cuda":
-        return 0
-    if isinstance(text, str) and text.startswith("cuda:") and text[5:].isdigit():
-        return _int("sluice.Pipeline", "device", int(text[5:]), 0, 1023)
-    raise ConfigError(f"sluice.Pipeline: device={device!r}: None, 'cpu', 'cuda' or 'cuda:N'")
-
-
-def _shuffle(shuffle):
-    """'none' | 'global' | 'buffer' | 'buffer:N' -> (mode, buffer or None)."""
-    if isinstance(shuffle, str):
-        if shuffle in ("none", "global", "buffer"):
-            return _SHUFFLE[shuffle], None
-        if shuffle.startswith("buffer:") and shuffle[7:].isdigit():
-            n = int(shuffle[7:])
-            if 1 <= n <= 2**40:
-                return _SHUFFLE["buffer"], n
-    raise ConfigError(f"sluice.Pipeline: shuffle={shuffle!r}: 'none', 'buffer:N' "
-                      f"(N from 1 to 2**40 records) or 'global'")
-
-
-def _pick(table, what, value):
-    if not isinstance(value, str) or value not in table:
-        raise ConfigError(f"sluice.Pipeline: {what}={value!r}: one of {', '.join(table)}")
-    return table[value]
-
-
 def _restore(kwargs, state):
     """Unpickle a Pipeline: made anew in this process at the pickled one's
     position (what multiprocessing's spawn and forkserver contexts do)."""
@@ -223,7 +130,26 @@ def _restore(kwargs, state):
 
 
 class Pipeline:
-    """An iterator of Batch (images, labels) read from record shards.
+    """Batches (images, labels) read from record shards, one epoch per loop.
+
+        pipe = sluice.Pipeline("data/imagenet", image_size=224, batch=256)
+        for epoch in range(90):
+            for images, labels in pipe:    # the batches of one epoch
+                ...
+
+    Training without epochs=: each `for batch in pipe` (or pipe.epoch())
+    runs one epoch: up to and including the batch whose batch.epoch_end is
+    True (len(pipe) batches); the next loop continues with the next epoch,
+    and a loop left early (break) is finished by the next one. With
+    epochs=E the pipeline is one run of E epochs: one loop covers them all
+    (count them with batch.epoch / batch.epoch_end; pipe.epoch() still
+    gives one at a time), and iterating a finished run again raises
+    sluice.Error saying so. An epoch's batches come from one stream: the
+    batch that ends an epoch may hold the first samples of the next
+    (batch.epochs says whose), so an epoch's loop holds records_per_epoch
+    samples give or take one batch, and every rank ends its epochs at the
+    same step. Evaluation (train=False) is one pass by default (epochs=1):
+    each record once, the last batch partial.
 
     data: a dataset directory (dataset.json, or NAME-*-of-*.tfrecord or
         NAME-*-of-*.tar shards), a glob of shard files, or one .tfrecord or
@@ -238,6 +164,12 @@ class Pipeline:
     shuffle: 'buffer:N' (tf.data's shuffle buffer of N records), 'global' (a
         permutation of all records per epoch) or 'none'; default 'buffer:10000'
         for training, 'none' (and a fixed file order) with train=False.
+        Under 'buffer:N' an epoch is a permutation of its records when it
+        fits in the buffer (N at least the records a rank reads per epoch:
+        they are then read in the 'global' order, stats()['shuffle_buffer']
+        is 1); a larger dataset streams through the buffer, which mixes the
+        last records of an epoch with the first of the next (at most N
+        positions apart: tf.data's repeat().shuffle(N)).
     workers: decode/augment threads, 0 = one per core (at most 8 per core).
     seed: seeds shuffles and augmentation: the same seed gives the same bytes,
         whatever the numbers of threads.
@@ -247,15 +179,31 @@ class Pipeline:
     device: None (host batches) or 'cuda:N': images land in device memory
         through the pipeline's pinned ring and copy stream (the consumer's
         stream waits on the copy; no host sync).
-    rank, world: this process's part of the data (torchrun's RANK and
-        WORLD_SIZE); rank_split='files' gives rank r the shards i % world == r,
-        'records' every world-th record (pipeline.h, sl_rank_split).
+    rank, world, rank_split: this process's part of the data (torchrun's RANK and
+        WORLD_SIZE). rank_split='records' (default) gives rank r every
+        world-th record of the world-1 stream: every rank gets the same
+        number of batches per epoch, and with shuffle 'none' or 'global' the
+        ranks' k-th batches together are world 1's k-th batch of
+        batch*world. rank_split='files' gives rank r the shards i % world ==
+        r (disjoint reads, fewer bytes per rank); training counts epochs in
+        the whole dataset's records, so every rank takes the same number of
+        batches, but when the shards' records do not split evenly a rank
+        with fewer records starts its next pass over them sooner
+        (evaluation reads each rank's shards once); it needs at least one
+        shard per rank. Either way each rank loads every shard's index file
+        (and scans the shards without one).
     label_offset: subtracted from stored labels (TensorFlow's ImageNet shards
         store 1..1000: pass 1); None takes dataset.json's (0 without one).
-    epochs: passes over the data in one fused stream (0 = forever); each
-        batch says which epoch its step counts towards (batch.epoch) and
-        whether an epoch ends in it (batch.epoch_end); len(pipeline) is the
-        number of batches of the run.
+    epochs: None (default): training: endless, iterated one epoch per loop
+        (see above), len(pipe) the batches of the next loop's epoch;
+        train=False: 1. E > 0: a run of E passes in one stream, iterated in
+        one loop, len(pipe) its batches (training with world > 1 and
+        rank_split='records': a run whose last step would leave some ranks
+        without a sample is refused, pass drop_remainder=True; evaluation:
+        ranks may differ by that last batch, each reads its records once).
+        0: forever in one loop (no len). Each batch says which epoch its
+        step counts towards (batch.epoch) and whether an epoch ends in it
+        (batch.epoch_end).
     copy: give each batch memory of its own (for batches kept past the next
         step); otherwise images are lent (see the module's doc).
     hold: batches lent at once (default 1 on the CPU, 2 with a device).
@@ -272,11 +220,26 @@ class Pipeline:
         setting as it is (the default, or SLUICE_IO_RETRIES,
         SLUICE_IO_TIMEOUT_MS, SLUICE_IO_INFLIGHT from the environment,
         unless an earlier Pipeline set it).
-    Others: split, readers, prefetch, cycle, block, drop_remainder, on_error
-        ('skip' refills a bad record's slot and lists it in stats()['bad'];
-        'fail' raises), max_bad, max_pixels (a JPEG whose header claims more
-        pixels is a bad record, refused before decoding; default 2**26),
-        scale, ratio, flip, crop_fraction, mean, std (0..255 units).
+    split: the split of a dataset directory to read ('train'; 'test',
+        'validation', ... as dataset.json or the shard names say).
+    readers: threads reading shards (0 = 2); more help remote or cold data.
+    prefetch: batches in the ring decoded ahead of the consumer (0 =
+        automatic: what the workers straddle plus `hold`; else 2 to 4096).
+    cycle, block: the interleave: `cycle` shards read at once, `block`
+        consecutive records from one before moving to the next (tf.data's
+        interleave(cycle_length, block_length); 0 = 4 and 16).
+    drop_remainder: drop the run's last partial batch (epochs=E).
+    on_error: 'skip' (default) refills a bad record's slot with the next
+        good record, counts it (stats()['bad_records'], the first 16 named
+        in stats()['bad']) and warns once (sluice.BadRecordsWarning);
+        'fail' raises at the first one.
+    max_bad: under 'skip', more bad records than this raise (0 = 1000).
+    max_pixels: a JPEG whose header claims more pixels is a bad record,
+        refused before decoding (0 = 2**26).
+    scale, ratio, flip: train=True's random-resized-crop (area fraction and
+        aspect-ratio ranges, torchvision's defaults) and horizontal flip.
+    crop_fraction: train=False's center crop (resize to size/fraction).
+    mean, std: normalization per channel in 0..255 units (f32 layouts).
 
     Errors: sluice.NotFoundError for missing data (a URL's 404 too),
     sluice.ConfigError naming the setting for a bad value or type,
@@ -291,13 +254,17 @@ class Pipeline:
     inherited one can be closed and dropped, and next() raises
     sluice.NotSupportedError; make a new one there. Pickled (spawn and
     forkserver contexts), it is made anew at its state_dict() position.
+
+    Threads: one thread at a time takes batches (next() from a second one
+    raises RuntimeError); close() may come from any thread, also while
+    another waits in next() (that one then raises sluice.CanceledError).
     """
 
     def __init__(self, data, image_size=224, batch=256, shuffle=None, workers=0, seed=0,
                  train=True, layout="nchw-f32", device=None, rank=0, world=1,
-                 label_offset=None, *, split="train", epochs=1, readers=0, prefetch=0,
+                 label_offset=None, *, split="train", epochs=None, readers=0, prefetch=0,
                  cycle=0, block=0, drop_remainder=False, on_error="skip", max_bad=0, max_pixels=0,
-                 rank_split="files", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
+                 rank_split="records", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None, label_key=None,
                  io_retries=None, io_timeout=None, io_inflight=None):
@@ -350,7 +317,7 @@ class Pipeline:
             "seed": _int(w, "seed", kw["seed"], 0, _U64),
             "transform": 0 if train else 1, "layout": _pick(_LAYOUT, "layout", kw["layout"]),
             "device": dev, "rank": rank, "world": world,
-            "epochs": _int(w, "epochs", kw["epochs"], 0, _I63, " (0 = forever)"),
+            "epochs": 0,  # set below
             "readers": readers,
             "cycle": _int(w, "cycle", kw["cycle"], 0, 65536, " files (0 = 4)"),
             "block": _int(w, "block", kw["block"], 0, 2**20, " records (0 = 16)"),
@@ -398,51 +365,164 @@ class Pipeline:
         label_key = kw.get("label_key")
         if label_key is not None:
             cfg["label_key"] = _str(w, "label_key", label_key)
+        epochs = kw["epochs"]
+        if epochs is None and not train:
+            epochs = 1  # evaluation: one pass, each record once
+        self._epochs = None if epochs is None else _int(
+            w, "epochs", epochs, 0, _I63, " (None = one loop per epoch, 0 = forever)")
+        self._train = train
+        # rank_split='files' over several ranks: each rank has its own
+        # shards. Training: each streams them without end and this layer
+        # ends every rank's run after the same number of steps (the
+        # world's), so DDP's ranks agree. Evaluation: each reads its
+        # shards once (no step is shared).
+        files = cfg["rank_split"] == _RANK_SPLIT["files"] and world > 1
+        self._files_world = files and train
+        self._files_own = files and not train
+        cfg["epochs"] = 0 if self._files_world or self._epochs is None else self._epochs
         self._cfg = cfg
         self._copy = _bool(w, "copy", kw["copy"])
         self._epoch = None
+        self._ended = False   # a finite run's last batch was taken
+        self._warned = False  # BadRecordsWarning given
+        self._next = 0 if state is None else self._state_batches(state)
         self._io_opts = self._io(w, kw)  # checked with the rest, applied just before
         _io_configure(*self._io_opts)
         self._c = _Pipeline(cfg, state, self._hold, self._copy)
+        try:
+            self._check_ranks_agree()
+        except BaseException:
+            self._c.close()
+            raise
+
+    @staticmethod
+    def _state_batches(state):
+        """The batches a saved state (the C state's JSON) had taken."""
+        try:
+            return int(_json.loads(state)["batches"])
+        except (ValueError, KeyError, TypeError):
+            return 0  # the library refuses it with its own message
+
+    def _check_ranks_agree(self):
+        """rank_split='records', epochs=E, world > 1, training: world 1's
+        run of E * records samples is dealt out position by position, so
+        when its last step holds fewer samples than there are ranks, the
+        ranks past them get one batch fewer than rank 0, and DDP's
+        all-reduce waits for them forever. Refused here, before any step.
+        (Evaluation shares no step: each rank reads its records once.)"""
+        c = self._cfg
+        world, batch, e = c["world"], c["batch"], self._epochs
+        if world == 1 or not self._train or self._files_world or not e or c["drop_remainder"]:
+            return
+        total = e * self._epoch_plan()[0]
+        left = total % (batch * world)
+        if 0 < left < world:
+            raise ConfigError(
+                f"sluice.Pipeline: epochs={e}, world={world}, batch={batch}: the run's "
+                f"{total} samples end with a step of {left}, fewer than the {world} ranks: "
+                f"ranks {left} to {world - 1} would get one batch fewer than rank 0 (DDP "
+                f"would wait for them forever); pass drop_remainder=True, or leave epochs "
+                f"out (one loop per epoch, the same steps on every rank)")
 
     def __reduce__(self):
         return _restore, (self._kwargs, self._c.state())
 
     def __iter__(self):
-        """The pipeline is its own iterator (one pass over the run)."""
+        """Without epochs=: the batches of one epoch (self.epoch()). With
+        epochs=E: the pipeline itself, one pass over the whole run; a run
+        already over raises sluice.Error (iterating it again would give
+        nothing, and a loop `for epoch in range(E)` around it would train
+        one epoch without a word)."""
+        if self._epochs is None:
+            return self.epoch()
+        if self._ended:
+            raise self._over()
         return self
 
+    def epoch(self):
+        """An iterator over the batches of one epoch: from the next batch up
+        to and including the one whose batch.epoch_end is True (the rest of
+        the epoch when a loop left it early); len() of it is the number of
+        batches left in it. With epochs=E too (its last epoch ends with the
+        run's last batch)."""
+        if self._ended:
+            raise self._over()
+        return _Epoch(self)
+
+    def _over(self):
+        e = self._epochs
+        if e is None:  # an endless run ends only when there is nothing to read
+            return _error(1, f"sluice.Pipeline: no records to read in split "
+                          f"'{self._cfg['split']}' of {self._kwargs['data']!r}")
+        return _error(1, f"sluice.Pipeline: the run is over: epochs={e} is one run of {e} "
+                      f"epoch{'s' if e != 1 else ''} ({self._next} batches), and one loop over "
+                      f"the pipeline takes all of it (count epochs with batch.epoch, evaluate and "
+                      f"checkpoint where batch.epoch_end is True); leave epochs out for one loop "
+                      f"per epoch (for epoch in range(E): for batch in pipe: ...), or make a new "
+                      f"Pipeline")
+
     def __next__(self):
-        """The next Batch (images, labels); StopIteration after the run's
-        last batch. Waits for it with the GIL released (Ctrl-C raises
-        KeyboardInterrupt within 0.1 s). The images are lent until `hold`
-        more batches are taken (copy=True: yours)."""
+        """The next Batch (images, labels) of the stream (across epochs);
+        StopIteration after the run's last batch (epochs=E). Waits for it
+        with the GIL released (Ctrl-C raises KeyboardInterrupt within 0.1 s).
+        The images are lent until `hold` more batches are taken (copy=True:
+        yours)."""
+        return self._take(3)
+
+    def _take(self, level):
+        """__next__'s work; level: the caller's stack level for warnings."""
+        batches = self._epoch_plan()[3]
+        if batches is not None and self._next >= batches:
+            self._ended = True
+            raise StopIteration
         t = self._c.next()
         if t is None:
+            self._ended = True
             raise StopIteration
+        self._next = t[0] + 1
+        if batches is not None and self._next >= batches:
+            self._ended = True  # the run's last batch
+        if not self._warned and self._cfg["on_error"] == _ON_ERROR["skip"]:
+            self._warn_bad(level + 1)
         epoch, end = self._epoch_of(t[0])
         return Batch(*t, epoch, end)
 
+    def _warn_bad(self, level):
+        """BadRecordsWarning, once per pipeline, when records were skipped."""
+        n = self._c.bad_records()
+        if not n:
+            return
+        self._warned = True
+        bad = self._c.stats()["bad"]
+        first = f"; the first: {bad[0]}" if bad else ""
+        _warnings.warn(BadRecordsWarning(
+            f"sluice.Pipeline: {n} bad record{'s' if n != 1 else ''} skipped so far (on_error="
+            f"'skip': each slot refilled with the next good record){first}; stats()"
+            f"['bad_records'] counts them, stats()['bad'] names the first 16; on_error='fail' "
+            f"raises instead"), stacklevel=level)
+
     def _epoch_plan(self):
         """(N, P, T, batches): records per epoch and sample positions per
-        step, both counted over all ranks where the ranks agree on them
-        (world 1, or rank_split='records'); positions of the whole run (None
-        when endless) and this rank's batches in it (None when endless)."""
+        step, both counted over all ranks (world 1's stream; with
+        rank_split='files' each rank's own stream is counted as if it were
+        its share of it); positions of the whole run (None when endless) and
+        this rank's batches in it (None when endless)."""
         if self._epoch is None:
             c = self._cfg
             st = self._c.stats()
             world, batch = c["world"], c["batch"]
             n = st["records_per_epoch_world"]
-            if n > 0:
-                per_step = batch * world
-            else:  # rank_split='files' with world > 1: this rank's own shards
-                n, per_step, world = st["records_per_epoch"], batch, 1
+            if self._files_own:  # evaluation over its own shards, once
+                n, world = st["records_per_epoch"], 1
+            per_step = batch * world
             total = batches = None
-            if c["epochs"] > 0:
-                total = c["epochs"] * n
+            if self._epochs:
+                total = self._epochs * n
                 if c["drop_remainder"]:
                     total = total // per_step * per_step
                     batches = total // per_step
+                elif self._files_world:  # every rank: full batches, the world's steps
+                    batches = -(-total // per_step)
                 else:
                     rank = c["rank"] if world > 1 else 0
                     mine = -(-(total - rank) // world) if total > rank else 0
@@ -459,16 +539,37 @@ class Pipeline:
         last = batches is not None and index == batches - 1
         return start // n, last or end // n > start // n
 
+    def _epoch_left(self):
+        """Batches from the next one to the end of its epoch: that epoch k
+        holds the next batch's first position i*P; its last record, at
+        position (k+1)*N - 1, is in step ((k+1)*N - 1) // P."""
+        n, per_step, total, batches = self._epoch_plan()
+        i = self._next
+        if batches is not None and i >= batches:
+            return 0
+        if n == 0:
+            return 0
+        k = i * per_step // n
+        left = ((k + 1) * n - 1) // per_step - i + 1
+        return left if batches is None else min(left, batches - i)
+
     @property
     def records_per_epoch(self):
-        """Records in one epoch: over all ranks with world 1 or
-        rank_split='records' (what batch.epoch counts in), else this rank's."""
+        """Records in one epoch over all ranks (what batch.epoch counts in;
+        this rank's share is about records_per_epoch / world), or this
+        rank's with rank_split='files' and train=False (its shards, once)."""
         return self._epoch_plan()[0]
 
     def __len__(self):
-        """Batches of the whole run on this rank (batch.index goes from 0 to
-        len - 1; a pipeline resumed with load_state_dict has fewer left).
-        TypeError with epochs=0 (endless)."""
+        """Without epochs=: the batches the next loop over the pipeline
+        gives (the rest of the epoch the next batch belongs to: about
+        records_per_epoch / (batch * world), one more or fewer as the
+        batches straddle the epochs' ends). With epochs=E: the batches of
+        the whole run on this rank (batch.index goes from 0 to len - 1; a
+        pipeline resumed with load_state_dict has fewer left). TypeError
+        with epochs=0 (endless)."""
+        if self._epochs is None:
+            return self._epoch_left()
         batches = self._epoch_plan()[3]
         if batches is None:
             raise TypeError("sluice.Pipeline: epochs=0 runs forever: no len()")
@@ -478,7 +579,10 @@ class Pipeline:
         """Stop the threads and give back the held batches. Tensors taken
         before stay readable and the held batches keep their bytes (their
         memory lives while any tensor over it does); next() then raises
-        sluice.CanceledError, state_dict() still gives the position reached."""
+        sluice.CanceledError, state_dict() and stats() still give the
+        position and the figures when it was closed. Any thread may call
+        it, also while another waits in next(); a second call waits for the
+        first to finish."""
         self._c.close()
 
     @property
@@ -495,34 +599,97 @@ class Pipeline:
         """Close the pipeline (see close())."""
         self.close()
 
+    # the settings a state may be loaded under with other values: threads,
+    # memory, where the batches go; the rest decide the data and its order
+    _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device",
+                       "on_error", "max_bad", "max_pixels", "io_retries", "io_timeout",
+                       "io_inflight"))
+
+    def _settings(self):
+        def plain(v):
+            if isinstance(v, (tuple, list)):
+                return [plain(x) for x in v]
+            return v if v is None or isinstance(v, (bool, int, float, str)) else repr(v)
+        return {k: plain(v) for k, v in sorted(self._kwargs.items()) if k not in self._FREE}
+
     def state_dict(self):
         """The position after the last batch taken (no data): save it with a
         checkpoint; load_state_dict on a Pipeline made with the same settings
         continues with exactly the batches this one would give next. Works
-        after close() too (the position when it was closed)."""
-        return {"version": 1, "pipeline": self._c.state()}
+        after close() too (the position when it was closed). 'settings' are
+        the data settings it was made with (load_state_dict names the one
+        that differs)."""
+        return {"version": 1, "pipeline": self._c.state(), "settings": self._settings()}
 
     def load_state_dict(self, state):
         """Continue from state_dict()'s position: the pipeline is made anew
         (threads and ring), the data settings must be those it was saved
-        with (checked: sluice.ConfigError names what differs); workers,
-        readers and prefetch may change."""
+        with (checked: sluice.ConfigError names the setting that differs);
+        workers, readers, prefetch, hold, copy and device may change."""
         if not isinstance(state, dict) or state.get("version") != 1 or \
                 not isinstance(state.get("pipeline"), str):
             raise ConfigError("sluice.Pipeline.load_state_dict: not a sluice state_dict "
                               "(a dict with version 1 and 'pipeline')")
         _io_configure(*self._io_opts)
-        new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy)
+        try:
+            new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy)
+        except ConfigError as e:
+            changed = self._changed(state.get("settings"))
+            if changed is None:
+                raise
+            raise ConfigError(f"sluice.Pipeline.load_state_dict: {changed}: the data "
+                              f"settings must be those the state was saved with (workers, "
+                              f"readers, prefetch, hold, copy and device may change)") from e
         old, self._c = self._c, new
         old.close()
+        self._next = self._state_batches(state["pipeline"])
+        self._ended = False
+
+    def _changed(self, saved):
+        """'seed=6, saved with seed=5' for the first data setting that
+        differs from a state's, or None (an older state has no settings)."""
+        if not isinstance(saved, dict):
+            return None
+        mine = self._settings()
+        for k in sorted(saved):
+            if k in mine and mine[k] != saved[k]:
+                return f"{k}={mine[k]!r}, the state was saved with {k}={saved[k]!r}"
+        return None
 
     def stats(self):
-        """Figures since the pipeline was made: batches, samples, elapsed_s,
-        records_per_epoch, shuffle_buffer, bad_records and the first bad
-        records' messages ('bad'), and per stage ('read', 'shuffle', 'map',
-        'load'): threads, items, bytes, busy_s, wait_in_s, wait_out_s,
-        queue_fill."""
+        """Figures since the pipeline was made (after close(), those when it
+        was closed): batches, samples, elapsed_s, records_per_epoch (this
+        rank's), records_per_epoch_world, shuffle_buffer (1: an epoch is
+        read as a permutation), bad_records and the first bad records'
+        messages ('bad'), and per stage ('read', 'shuffle', 'map', 'load'):
+        threads, items, bytes, busy_s, wait_in_s, wait_out_s, queue_fill."""
         return self._c.stats()
+
+
+class _Epoch:
+    """The batches of one epoch of a Pipeline (Pipeline.epoch())."""
+
+    def __init__(self, pipe):
+        self._pipe = pipe
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        try:
+            b = self._pipe._take(3)
+        except StopIteration:
+            self._done = True
+            raise
+        self._done = b.epoch_end
+        return b
+
+    def __len__(self):
+        """Batches left in this epoch."""
+        return 0 if self._done else self._pipe._epoch_left()
 
 
 def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, name="train",

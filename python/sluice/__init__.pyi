@@ -1,12 +1,21 @@
 # Type stubs of the sluice package (PEP 561: py.typed beside this file).
+# tests/python/test_install.py checks them against the package with
+# mypy.stubtest (and a typed program with mypy --strict).
 import os
-from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union)
+from typing import (Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union, final)
+
+from typing_extensions import disjoint_base
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Device = Union[None, int, str, Any]  # None, 'cpu', 'cuda', 'cuda:N', N, torch.device
 
 __version__: str
-__all__: List[str]
+__all__ = [
+    "Pipeline", "Batch", "Tensor", "convert", "verify", "inspect", "Error", "ConfigError",
+    "CanceledError", "CorruptError", "DeviceError", "ExistsError", "ImageError", "NotFoundError",
+    "NotSupportedError", "OutOfMemoryError", "PermissionDeniedError", "SystemIOError",
+    "BadRecordsWarning",
+]
 
 class Error(Exception):
     code: int
@@ -22,7 +31,9 @@ class DeviceError(Error): ...
 class NotSupportedError(Error, NotImplementedError): ...
 class CanceledError(Error): ...
 class PermissionDeniedError(Error, PermissionError): ...
+class BadRecordsWarning(UserWarning): ...
 
+@final
 class Tensor:
     """A batch's images, labels, record ids or epochs (DLPack)."""
     @property
@@ -38,12 +49,16 @@ class Tensor:
     def __dlpack_device__(self) -> Tuple[int, int]: ...
     def __array__(self, dtype: Any = ..., copy: Optional[bool] = ...) -> Any: ...
 
+@disjoint_base
 class Batch(Tuple[Tensor, Tensor]):
-    index: int
+    # the batch's number: an attribute over tuple's index() method
+    index: int  # type: ignore[assignment]
     record_ids: Tensor
     epochs: Tensor
     epoch: int
     epoch_end: bool
+    def __new__(cls, index: int, images: Tensor, labels: Tensor, record_ids: Tensor,
+                epochs: Tensor, epoch: int = ..., epoch_end: bool = ...) -> "Batch": ...
     @property
     def images(self) -> Tensor: ...
     @property
@@ -54,7 +69,7 @@ class Pipeline(Iterator[Batch]):
                  shuffle: Optional[str] = ..., workers: int = ..., seed: int = ...,
                  train: bool = ..., layout: str = ..., device: _Device = ..., rank: int = ...,
                  world: int = ..., label_offset: Optional[int] = ..., *, split: str = ...,
-                 epochs: int = ..., readers: int = ..., prefetch: int = ..., cycle: int = ...,
+                 epochs: Optional[int] = ..., readers: int = ..., prefetch: int = ..., cycle: int = ...,
                  block: int = ..., drop_remainder: bool = ..., on_error: str = ...,
                  max_bad: int = ..., max_pixels: int = ..., rank_split: str = ...,
                  scale: Tuple[float, float] = ..., ratio: Tuple[float, float] = ...,
@@ -63,8 +78,9 @@ class Pipeline(Iterator[Batch]):
                  hold: Optional[int] = ..., label_key: Optional[str] = ...,
                  io_retries: Optional[int] = ..., io_timeout: Optional[float] = ...,
                  io_inflight: Optional[int] = ...) -> None: ...
-    def __iter__(self) -> "Pipeline": ...
+    def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
+    def epoch(self) -> "_Epoch": ...
     def __len__(self) -> int: ...
     def __enter__(self) -> "Pipeline": ...
     def __exit__(self, *exc: Any) -> None: ...
@@ -76,6 +92,12 @@ class Pipeline(Iterator[Batch]):
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Dict[str, Any]) -> None: ...
     def stats(self) -> Dict[str, Any]: ...
+
+class _Epoch(Iterator[Batch]):
+    def __init__(self, pipe: Pipeline) -> None: ...
+    def __iter__(self) -> "_Epoch": ...
+    def __next__(self) -> Batch: ...
+    def __len__(self) -> int: ...
 
 def convert(out: _Path, *, folder: Optional[_Path] = ..., list: Optional[_Path] = ...,
             idx_images: Optional[_Path] = ..., idx_labels: Optional[_Path] = ...,

@@ -3,8 +3,9 @@
  * class per library status (ConfigError is also a ValueError, ...), the
  * status -> exception mapping that every object file raises through
  * (pysl_raise, pysl_config_error), each message the library's "function:
- * file: record N @ offset: what" with the CLI's option names turned into
- * the Python keywords; and _error and _strerror for the Python layer.
+ * file: record N @ offset: what" without its C function names and with the
+ * CLI's option names turned into the Python keywords; and _error and
+ * _strerror for the Python layer.
  *
  * Threading: everything here runs with the GIL held. The classes are made
  * once at module init and live as long as the process.
@@ -98,13 +99,34 @@ static const char *const py_words[][2] = {
     {"(for --label-key ", "(for label_key="},
     {"(and no --label-key)", "(and no label_key=)"},
     {"resume finishes the job", "resume=True finishes the job"},
+    {"instead: SL_SPLIT_RECORDS", "instead: rank_split='records'"},
+    {"(sluice convert)", "(sluice.convert)"},
 };
+
+/* The length of a C function's name and its ": " at p ("sl_pipeline_create:
+ * "), 0 when p holds none. The library's messages open with the functions
+ * they passed through (STYLE.md's "function: object: what"), which name
+ * nothing a Python caller wrote (issue 38 item 7): those are left out. */
+static size_t c_function_at(const char *p)
+{
+    if (strncmp(p, "sl_", 3))
+        return 0;
+    size_t n = 3;
+    while ((p[n] >= 'a' && p[n] <= 'z') || (p[n] >= '0' && p[n] <= '9') || p[n] == '_')
+        n++;
+    return p[n] == ':' && p[n + 1] == ' ' ? n + 2 : 0;
+}
 
 PyObject *pysl_text(const char *msg)
 {
     char out[2 * SL_ERRMSG_MAX];
     size_t o = 0;
     for (const char *p = msg; *p && o + 1 < sizeof out;) {
+        /* a function's name, where a part of the message starts */
+        if ((p == msg || (p - msg >= 2 && p[-2] == ':' && p[-1] == ' ')) && c_function_at(p)) {
+            p += c_function_at(p);
+            continue;
+        }
         size_t i, n = sizeof py_words / sizeof py_words[0];
         for (i = 0; i < n; i++) {
             size_t l = strlen(py_words[i][0]), r = strlen(py_words[i][1]);

@@ -57,9 +57,10 @@ PyObject *pysl_raise(int rc);
 /* Raise sluice.ConfigError (also a ValueError) with a formatted message
  * (PyUnicode_FromFormat's format: %R, %S take objects). */
 PyObject *pysl_config_error(const char *fmt, ...);
-/* A library message as Python's str: the CLI's option names in it become
- * the Python keywords (--resume: resume=True), bytes that are not UTF-8
- * show as \xNN. New reference, NULL with an exception. */
+/* A library message as Python's str: the C function names that open its
+ * parts ("sl_pipeline_create: ") are left out, the CLI's option names in it
+ * become the Python keywords (--resume: resume=True), bytes that are not
+ * UTF-8 show as \xNN. New reference, NULL with an exception. */
 PyObject *pysl_text(const char *msg);
 /* The classes, _error and _strerror. */
 int pysl_errors_init(PyObject *module);
@@ -75,15 +76,26 @@ int pysl_convert_init(PyObject *module);
 int pysl_dataset_init(PyObject *module);
 
 /* ------------------------------------------------------------ tensors */
-/* A lease: the consumer streams that took a device tensor (recorded by
- * __dlpack__(stream=...)), which must be done with it before its batch
- * slot is given back. Counted under the GIL (pipeline + its tensors). */
+/* A lease: one lent batch's images, shared by the binding (while it holds
+ * the batch) and the Tensor over them. Device batches: the consumer streams
+ * that took the tensor (recorded by __dlpack__(stream=...)), which must be
+ * done with it before its batch slot is given back. Every lent batch:
+ * whether its slot was given back to be refilled (released; the tensor then
+ * refuses new exports, since its memory holds another batch by now: issue
+ * 38 item 4). Counted under the GIL (pipeline + its tensors). */
 typedef struct sl_lease {
     long refs;
     int nstreams;
     uintptr_t streams[8];
+    int released;           /* the slot went back to the pipeline (not by close) */
+    uint64_t index;         /* the batch's index */
+    uint64_t released_by;   /* the index of the batch whose taking released it */
+    unsigned hold;          /* batches lent at once (for the message) */
 } sl_lease;
 void pysl_lease_unref(sl_lease *l);
+/* 0 when t's memory is still its batch's; else -1 with BufferError set
+ * naming the batch, what released it and copy=True (tensor.c). */
+int pysl_lease_check(const sl_lease *l, const char *what);
 
 typedef struct pysl_tensor_desc {
     void *data;
@@ -93,7 +105,7 @@ typedef struct pysl_tensor_desc {
     int device;           /* -1 host, else the CUDA device */
     void *ready_event;    /* device: cudaEvent_t of the copy; consumers wait on it */
     sl_holder *holder;    /* a new reference is taken */
-    sl_lease *lease;      /* device tensors of lent batches; a reference is taken; or NULL */
+    sl_lease *lease;      /* images of lent batches; a reference is taken; or NULL */
 } pysl_tensor_desc;
 
 PyObject *pysl_tensor_new(const pysl_tensor_desc *d);

@@ -11,7 +11,8 @@
  * oldest is released when next() would hold one more. So an image tensor is
  * valid until `hold` more batches have been taken (then its slot is
  * refilled; its memory stays mapped, so a late read sees another batch,
- * never freed memory). With copy=True the images are copied into a buffer of
+ * never freed memory, and the Tensor itself refuses new exports: see
+ * leases below). With copy=True the images are copied into a buffer of
  * their own and the slot is released at once.
  *
  * Memory. A core (a holder, ext.h) owns the sl_pipeline (and its copy of
@@ -20,7 +21,8 @@
  * stops the threads (sl_pipeline_stop), then releases what it holds (the
  * held batches keep their bytes: no worker is left to refill them) and
  * drops the object's reference; the ring is freed (sl_pipeline_destroy) when the
- * last tensor over it dies, whichever comes first.
+ * last tensor over it dies, whichever comes first. The position and the
+ * figures at close are kept, for state() and stats() after it.
  *
  * Waiting. next() releases the GIL and waits in slices of 100 ms
  * (sl_pipeline_next_wait); between slices it runs PyErr_CheckSignals, so
@@ -33,9 +35,22 @@
  * (pipeline/load_cuda.cu); with hold 2 (the device default) that is the
  * step before the last, normally long done.
  *
+ * Lent batches are leased (ext.h's sl_lease, shared with the image
+ * Tensor): when a slot goes back to be refilled, its lease is marked, and
+ * the Tensor then refuses to export (tensor.c), so a kept lent batch fails
+ * loudly instead of showing a later batch. close() does not mark: no worker
+ * is left to refill those slots, so their tensors stay right.
+ *
  * Threading: one thread at a time may call next (a second gets
  * RuntimeError); close() from another thread waits for a next() in
- * progress to notice it (at most one slice). All under the GIL.
+ * progress to notice it (at most one slice). All under the GIL, which
+ * next() and close() release while they wait; so each claims what it works
+ * on before it does: next() sets busy before its first wait (the stream
+ * sync of a device batch it gives back, then the batch wait), and close()
+ * takes the core out of the object (core = NULL, closing = 1) before it
+ * joins the threads, so a second close() waits for the first instead of
+ * joining the same threads again (it hung), and nothing uses a core that
+ * another thread is freeing.
  */
 #include "ext.h"
 
@@ -84,8 +99,11 @@ typedef struct {
     unsigned nq;
     int busy;               /* a next() is waiting with the GIL released */
     int close_requested;    /* by close() from another thread while busy */
+    int closing;            /* a close() is joining the threads (core already NULL) */
     char state[SL_PIPELINE_STATE_MAX]; /* the position when closed (state() after close) */
     size_t state_len;       /* 0: none kept */
+    sl_pipeline_stats last; /* the figures when closed (stats() after close) */
+    int has_last;
 } pipe_obj;
 
 /* Made in another process (this one is a child of fork()): its threads
@@ -318,10 +336,13 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
-/* Give back the oldest held batch; device batches after the streams that
- * took them are done. -1 (with an exception) when that sync failed; the
- * slot is released all the same. */
-static int release_oldest(pipe_obj *self)
+/* Give back the oldest held batch to p; device batches after the streams
+ * that took them are done. refill: the slot will be refilled (next() makes
+ * room for batch `by`), so its tensor's lease is marked; close() gives back
+ * with refill 0. -1 (with an exception) when the sync failed; the slot is
+ * released all the same. The caller has claimed p (busy, or p out of the
+ * object): the GIL is released during the sync. */
+static int release_oldest(pipe_obj *self, sl_pipeline *p, int refill, uint64_t by)
 {
     held h = self->q[0];
     memmove(self->q, self->q + 1, --self->nq * sizeof self->q[0]);
@@ -332,7 +353,11 @@ static int release_oldest(pipe_obj *self)
         Py_END_ALLOW_THREADS
         h.lease->nstreams = 0;
     }
-    sl_pipeline_release(self->core->p, h.b);
+    if (h.lease && refill) {
+        h.lease->released = 1;
+        h.lease->released_by = by;
+    }
+    sl_pipeline_release(p, h.b);
     pysl_lease_unref(h.lease);
     if (rc) {
         pysl_raise(rc);
@@ -341,34 +366,46 @@ static int release_oldest(pipe_obj *self)
     return 0;
 }
 
+/* Let other threads run for a moment (a close or a next finishing). */
+static void yield_gil(void)
+{
+    Py_BEGIN_ALLOW_THREADS
+    usleep(2000);
+    Py_END_ALLOW_THREADS
+}
+
 /* Stop the threads, then release what is held (so no worker refills those
- * slots: tensors over them keep their batch), drop the object's reference. */
+ * slots: tensors over them keep their batch), drop the object's reference.
+ * The core is taken out of the object first (the claim): the GIL is
+ * released while the threads are joined. */
 static int do_close(pipe_obj *self)
 {
     int err = 0;
-    if (!self->core)
+    core *c = self->core;
+    if (!c)
         return 0;
-    if (forked(self)) {
+    self->core = NULL;
+    if (c->pid != getpid()) {
         /* a child of fork(): forget the batches and the pipeline without
          * touching them (core_free leaves a forked pipeline alone) */
         while (self->nq)
             pysl_lease_unref(self->q[--self->nq].lease);
-        core *c = self->core;
-        self->core = NULL;
         sl_holder_unref(&c->h);
         return 0;
     }
-    /* the position reached, for state() after close (stop keeps it valid) */
-    if (sl_pipeline_state_save(self->core->p, self->state, sizeof self->state, &self->state_len))
+    self->closing = 1;
+    /* the position reached and the figures, for state() and stats() after
+     * close (stop keeps both valid) */
+    if (sl_pipeline_state_save(c->p, self->state, sizeof self->state, &self->state_len))
         self->state_len = 0;
+    self->has_last = sl_pipeline_stats_get(c->p, &self->last) == SL_OK;
     Py_BEGIN_ALLOW_THREADS
-    sl_pipeline_stop(self->core->p);
+    sl_pipeline_stop(c->p);
     Py_END_ALLOW_THREADS
     while (self->nq)
-        err |= release_oldest(self);
-    core *c = self->core;
-    self->core = NULL;
+        err |= release_oldest(self, c->p, 0, 0);
     sl_holder_unref(&c->h);
+    self->closing = 0;
     return err ? -1 : 0;
 }
 
@@ -379,13 +416,13 @@ static PyObject *pipe_close(PyObject *obj, PyObject *unused)
     if (self->busy && !forked(self)) {
         /* another thread waits in next(): it closes at its next slice */
         self->close_requested = 1;
-        while (self->busy) {
-            Py_BEGIN_ALLOW_THREADS
-            usleep(2000);
-            Py_END_ALLOW_THREADS
-        }
+        while (self->busy)
+            yield_gil();
     }
-    if (do_close(self))
+    int err = do_close(self);
+    while (self->closing) /* another thread's close() is joining the threads */
+        yield_gil();
+    if (err)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -491,6 +528,17 @@ static PyObject *closed_error(void)
     return pysl_raise(SL_ECANCELED);
 }
 
+/* next() saw a close() from another thread: close here, still busy (do_close
+ * releases the GIL to join the threads, and the close() waiting for busy to
+ * drop would otherwise join them a second time: undefined, it hung). */
+static int close_for_other(pipe_obj *self)
+{
+    self->close_requested = 0;
+    int err = do_close(self);
+    self->busy = 0;
+    return err;
+}
+
 /* next() -> (index, images, labels, record_ids, epochs), or None at the end. */
 static PyObject *pipe_next(PyObject *obj, PyObject *unused)
 {
@@ -505,14 +553,29 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
                         "sluice.Pipeline: next() called from two threads at once");
         return NULL;
     }
-    while (self->nq >= self->hold)
-        if (release_oldest(self))
-            return NULL;
     sl_pipeline *p = self->core->p;
     sl_batch *b = NULL;
-    int rc;
-    self->busy = 1;
+    int rc = SL_OK;
+    self->busy = 1; /* from here the GIL may be released: close() waits for busy to drop */
+    while (self->nq >= self->hold && !self->close_requested) {
+        const held *newest = &self->q[self->nq - 1];
+        if (release_oldest(self, p, 1, newest->b->index + 1)) {
+            if (self->close_requested) { /* the sync's error is the one raised */
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                if (close_for_other(self))
+                    PyErr_Clear();
+                PyErr_Restore(et, ev, tb);
+            }
+            self->busy = 0;
+            return NULL;
+        }
+    }
     for (;;) {
+        if (self->close_requested) {
+            rc = SL_ECANCELED; /* nothing taken */
+            break;
+        }
         Py_BEGIN_ALLOW_THREADS
         rc = sl_pipeline_next_wait(p, WAIT_SLICE_MS, &b);
         Py_END_ALLOW_THREADS
@@ -525,14 +588,8 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
     }
     if (self->close_requested) {
         if (rc == SL_OK)
-            sl_pipeline_release(p, b);
-        self->close_requested = 0;
-        /* still busy while closing: do_close releases the GIL to join the
-         * threads, and the close() waiting for busy to drop would otherwise
-         * join them a second time (undefined: it hung) */
-        int err = do_close(self);
-        self->busy = 0;
-        return err ? NULL : closed_error();
+            sl_pipeline_release(p, b); /* before the stop: a refill no one sees */
+        return close_for_other(self) ? NULL : closed_error();
     }
     self->busy = 0;
     if (rc == SL_EOF)
@@ -540,12 +597,14 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
     if (rc)
         return pysl_raise(rc);
     sl_lease *lease = NULL;
-    if (self->device >= 0 && !self->copy) {
+    if (!self->copy) {
         if (!(lease = calloc(1, sizeof *lease))) {
             sl_pipeline_release(p, b);
             return PyErr_NoMemory();
         }
         lease->refs = 1;
+        lease->index = b->index;
+        lease->hold = self->hold;
     }
     PyObject *t = batch_tuple(self, b, lease);
     if (!t || self->copy) {
@@ -593,40 +652,56 @@ static PyObject *stage_dict(const sl_stage_stats *s)
                          s->wait_out_s, "queue_fill", s->queue_fill);
 }
 
+/* The figures now, or those kept at close; NULL with an exception. */
+static const sl_pipeline_stats *get_stats(pipe_obj *self, sl_pipeline_stats *now)
+{
+    if (!self->core && self->has_last)
+        return &self->last;
+    if (!self->core) {
+        closed_error();
+        return NULL;
+    }
+    if (forked(self)) {
+        forked_error(self);
+        return NULL;
+    }
+    int rc = sl_pipeline_stats_get(self->core->p, now);
+    if (rc) {
+        pysl_raise(rc);
+        return NULL;
+    }
+    return now;
+}
+
 static PyObject *pipe_stats(PyObject *obj, PyObject *unused)
 {
     (void)unused;
-    pipe_obj *self = (pipe_obj *)obj;
-    if (!self->core)
-        return closed_error();
-    if (forked(self))
-        return forked_error(self);
-    sl_pipeline_stats s;
-    int rc = sl_pipeline_stats_get(self->core->p, &s);
-    if (rc)
-        return pysl_raise(rc);
+    sl_pipeline_stats now;
+    const sl_pipeline_stats *s = get_stats((pipe_obj *)obj, &now);
+    if (!s)
+        return NULL;
     PyObject *d = PyDict_New(), *stages = PyDict_New(), *bad = PyList_New(0);
     if (!d || !stages || !bad)
         goto fail;
-    for (unsigned i = 0; i < s.nstages; i++)
-        if (set_item(stages, s.stages[i].name, stage_dict(&s.stages[i])))
+    for (unsigned i = 0; i < s->nstages; i++)
+        if (set_item(stages, s->stages[i].name, stage_dict(&s->stages[i])))
             goto fail;
-    for (uint64_t i = 0; i < s.bad_records && i < SL_PIPELINE_MAX_BAD_REPORT; i++) {
-        PyObject *m = PyUnicode_FromString(s.bad[i]);
+    for (uint64_t i = 0; i < s->bad_records && i < SL_PIPELINE_MAX_BAD_REPORT; i++) {
+        PyObject *m = pysl_text(s->bad[i]); /* as an error's message reads */
         if (!m || PyList_Append(bad, m)) {
             Py_XDECREF(m);
             goto fail;
         }
         Py_DECREF(m);
     }
-    if (set_item(d, "elapsed_s", PyFloat_FromDouble(s.elapsed_s)) ||
-        set_item(d, "batches", PyLong_FromUnsignedLongLong(s.batches)) ||
-        set_item(d, "samples", PyLong_FromUnsignedLongLong(s.samples)) ||
-        set_item(d, "bad_records", PyLong_FromUnsignedLongLong(s.bad_records)) ||
-        set_item(d, "shuffle_buffer", PyLong_FromUnsignedLongLong(s.shuffle_buffer)) ||
-        set_item(d, "records_per_epoch", PyLong_FromUnsignedLongLong(s.records_per_epoch)) ||
+    if (set_item(d, "elapsed_s", PyFloat_FromDouble(s->elapsed_s)) ||
+        set_item(d, "batches", PyLong_FromUnsignedLongLong(s->batches)) ||
+        set_item(d, "samples", PyLong_FromUnsignedLongLong(s->samples)) ||
+        set_item(d, "bad_records", PyLong_FromUnsignedLongLong(s->bad_records)) ||
+        set_item(d, "shuffle_buffer", PyLong_FromUnsignedLongLong(s->shuffle_buffer)) ||
+        set_item(d, "records_per_epoch", PyLong_FromUnsignedLongLong(s->records_per_epoch)) ||
         set_item(d, "records_per_epoch_world",
-                 PyLong_FromUnsignedLongLong(s.records_per_epoch_world)) ||
+                 PyLong_FromUnsignedLongLong(s->records_per_epoch_world)) ||
         PyDict_SetItemString(d, "stages", stages) || PyDict_SetItemString(d, "bad", bad))
         goto fail;
     Py_DECREF(stages);
@@ -637,6 +712,16 @@ fail:
     Py_XDECREF(stages);
     Py_XDECREF(bad);
     return NULL;
+}
+
+/* bad_records() -> int: records skipped so far (a cheap look for the
+ * Python layer's warning: no dict). */
+static PyObject *pipe_bad_records(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    sl_pipeline_stats now;
+    const sl_pipeline_stats *sp = get_stats((pipe_obj *)obj, &now);
+    return sp ? PyLong_FromUnsignedLongLong(sp->bad_records) : NULL;
 }
 
 static PyObject *pipe_get_closed(PyObject *obj, void *unused)
@@ -655,7 +740,9 @@ static PyMethodDef pipe_methods[] = {
     {"next", pipe_next, METH_NOARGS,
      "next() -> (index, images, labels, record_ids, epochs) or None after the last batch."},
     {"state", pipe_state, METH_NOARGS, "The resume state (JSON text) after the last batch taken."},
-    {"stats", pipe_stats, METH_NOARGS, "Per-stage figures since create (a dict)."},
+    {"stats", pipe_stats, METH_NOARGS,
+     "Per-stage figures since create (a dict); after close, those when it was closed."},
+    {"bad_records", pipe_bad_records, METH_NOARGS, "Records skipped so far (stats()'s count)."},
     {"close", pipe_close, METH_NOARGS, "Release held batches and stop the threads."},
     {NULL, NULL, 0, NULL},
 };

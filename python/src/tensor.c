@@ -14,6 +14,12 @@
  * batch's is the lifetime contract of sluice.Pipeline (valid until the slot
  * is reused, unless copy=True).
  *
+ * Lent images: once the binding has given their batch's slot back to be
+ * refilled (lease->released), __dlpack__ and __array__ raise BufferError
+ * naming the batch and copy=True: a kept lent batch (list(pipe)) can no
+ * longer be read as another batch's pixels without a word. Tensors a
+ * consumer took before the release see the refill (the documented lifetime).
+ *
  * Device tensors: __dlpack__(stream=S) makes stream S wait for the batch's
  * host-to-device copy (cudaStreamWaitEvent on the batch's ready event, no
  * host sync; S None = the legacy default stream, as the protocol says;
@@ -239,7 +245,7 @@ static PyObject *tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw)
                                            "max_version >= (1, 0)");
         return NULL;
     }
-    if (take_stream(t, stream))
+    if (pysl_lease_check(t->d.lease, "__dlpack__") || take_stream(t, stream))
         return NULL;
     return make_capsule(t, versioned, want_copy);
 }
@@ -261,6 +267,8 @@ static PyObject *tensor_array(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:__array__", kwlist, &dtype, &copy))
         return NULL;
     tensor_obj *t = (tensor_obj *)self;
+    if (pysl_lease_check(t->d.lease, "__array__"))
+        return NULL;
     if (t->d.device >= 0) {
         PyErr_Format(PyExc_TypeError, "sluice.Tensor.__array__: the tensor is on cuda:%d; "
                      "take it with torch.from_dlpack (or copy it to the host first)", t->d.device);
@@ -372,6 +380,23 @@ void pysl_lease_unref(sl_lease *l)
 {
     if (l && --l->refs == 0)
         free(l);
+}
+
+/* A lent batch's images after their slot went back: the memory is mapped
+ * (no crash) but holds a later batch, so an export now would hand out the
+ * wrong pixels without a word. One int compare per export. */
+int pysl_lease_check(const sl_lease *l, const char *what)
+{
+    if (!l || !l->released)
+        return 0;
+    PyErr_Format(PyExc_BufferError,
+                 "sluice.Tensor.%s: the images of batch %llu were lent until %u more batch%s "
+                 "had been taken (hold=%u); batch %llu's taking gave their slot back, and it "
+                 "holds a later batch now: pass copy=True to keep batches (or copy them, e.g. "
+                 "torch.from_dlpack(images).clone(), within the step)",
+                 what, (unsigned long long)l->index, l->hold, l->hold == 1 ? "" : "es", l->hold,
+                 (unsigned long long)l->released_by);
+    return -1;
 }
 
 static PyMethodDef tensor_methods[] = {

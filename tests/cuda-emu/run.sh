@@ -46,6 +46,8 @@ offlibs() {
     grep -q '^SLUICE_WITH_DNNL:BOOL=ON' "$c" 2>/dev/null && sed -n 's/^DNNL_LIBRARY:FILEPATH=//p' "$c"
     # records/'s remote reads (bytesrc.h) when that build has libcurl
     grep -q '^SLUICE_WITH_CURL:BOOL=ON' "$c" 2>/dev/null && pkg-config --libs libcurl
+    # and WebP inputs (records/transcode.c) when it has libwebp
+    grep -q '^SLUICE_WITH_WEBP:BOOL=ON' "$c" 2>/dev/null && pkg-config --libs libwebp
     sed -n 's/^OpenMP_gomp_LIBRARY:FILEPATH=//p' "$c" 2>/dev/null
 }
 

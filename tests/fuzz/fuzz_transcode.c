@@ -1,7 +1,9 @@
 /*
  * tests/fuzz/fuzz_transcode.c - the converter's re-encode of any supported
  * image (sl_transcode_jpeg: JPEG in any colour space through TurboJPEG, PNG
- * through libpng, BMP and PPM/PGM parsed here), with and without the
+ * through libpng, BMP and PPM/PGM parsed here, WebP through libwebp when
+ * the build has it: its seeds are libwebp's lossy, lossless, alpha and an
+ * animated file, tests/fuzz/seeds.c), with and without the
  * shrink to a shorter side. Input: an image file.
  *
  * Images claiming more than 2^24 pixels are skipped: the pixel bound on

@@ -8,7 +8,9 @@
  * dataset.json, safetensors checkpoints of a small model with their JSON
  * sidecar, TensorBoard event files, pipeline resume states) and from the
  * tests' photos (tests/data/photos, shrunk to a few dozen pixels so an
- * execution stays short), plus small PNG / BMP / PPM / PGM images. Nothing
+ * execution stays short), plus small PNG / BMP / PPM / PGM images and, with
+ * libwebp, WebP files from its own encoder (lossy, lossless, alpha, an
+ * animation libwebpmux assembles, which the transcoder refuses). Nothing
  * here is checked in: the seeds follow the formats as the code changes.
  */
 #include <errno.h>
@@ -25,6 +27,7 @@
 #include "records/wds.h"
 #include "train/train.h"
 #include "util.h"
+#include "webp_images.h"
 
 static const char *out_dir;
 static unsigned nseeds;
@@ -84,7 +87,7 @@ typedef struct img {
     uint8_t *p;
     size_t n;
 } img;
-static img imgs[16];
+static img imgs[24];
 static int nimgs;
 
 static void add_img(const char *name, uint8_t *p, size_t n)
@@ -154,6 +157,23 @@ static void make_pnm(const char *name, int ch, int w, int h, unsigned maxval)
     add_img(name, p, n);
 }
 
+#if SLUICE_WITH_WEBP
+/* A w x h WebP of a pattern (tests/webp_images.h): lossy at quality q, or
+ * lossless when q < 0; with alpha when ch == 4. */
+static void make_webp(const char *name, int w, int h, int ch, int q)
+{
+    uint8_t *px = malloc((size_t)w * h * ch);
+    size_t n = 0;
+    for (size_t i = 0; i < (size_t)w * h * ch; i++)
+        px[i] = (uint8_t)(i * 29 + i / 7);
+    uint8_t *c = wi_webp(px, w, h, ch, q, &n);
+    if (!c)
+        die(name);
+    free(px);
+    add_img(name, c, n);
+}
+#endif
+
 static void make_images(sl_transcoder *t)
 {
     static const char *const photos[] = {"building.jpg", "fruits.jpg", "messi5.jpg"};
@@ -185,6 +205,17 @@ static void make_images(sl_transcoder *t)
     make_pnm("rgb.ppm", 3, 5, 4, 255);
     make_pnm("gray.pgm", 1, 6, 3, 255);
     make_pnm("rgb16.ppm", 3, 3, 2, 1000);
+#if SLUICE_WITH_WEBP
+    make_webp("lossy.webp", 11, 7, 3, 70);
+    make_webp("lossless.webp", 6, 5, 3, -1);
+    make_webp("alpha-lossless.webp", 5, 6, 4, -1);
+    make_webp("alpha-lossy.webp", 7, 4, 4, 60);
+    size_t an = 0;
+    uint8_t *anim = wi_webp_anim(4, 4, 2, &an);
+    if (!anim)
+        die("animated.webp");
+    add_img("animated.webp", anim, an);
+#endif
 }
 
 /* ------------------------------------------------------------ records */

@@ -100,6 +100,102 @@ Test(pipeline_errors, corrupt_records_skipped_and_refilled)
     pl_dataset_free(&d);
 }
 
+/* Under the eval transform a bad record is left out, not refilled: every
+ * good record once, with the very pixels a clean dataset gives it, no
+ * duplicate; batches keep their number and index (issue 38 item 6). */
+Test(pipeline_errors, eval_leaves_bad_records_out)
+{
+    pl_dataset d, clean;
+    make_bad_dataset(&d);
+    pl_make_dataset(&clean, NREC, 3, 0, NULL);
+    sl_pipeline_config c;
+    pl_config(&c, &d);
+    c.transform = SL_TRANSFORM_EVAL;
+    c.shuffle = SL_SHUFFLE_NONE;
+    c.workers = 3;
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    pl_run r = {0}, ref = {0};
+    pl_collect(p, &r, SIZE_MAX, 1);
+    cr_assert_eq(r.end_rc, SL_EOF, "%s", sl_errmsg());
+    sl_pipeline_stats st;
+    cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
+    sl_pipeline_destroy(p);
+    cr_assert_eq(st.bad_records, 3);
+    cr_assert_eq(st.bad_records_out, 3, "in the batches handed out");
+    cr_assert_eq(r.nb, (NREC + 15) / 16, "the batches of a full run: %zu", r.nb);
+    cr_assert_eq(r.ns, NREC - 3, "%zu samples", r.ns);
+    unsigned short_batches = 0;
+    for (size_t b = 0; b + 1 < r.nb; b++)
+        short_batches += r.bn[b] == 15;
+    cr_assert_eq(short_batches, 3, "each bad record's batch is one shorter");
+
+    c.data = clean.dir;
+    pl_run_config(&c, &ref, 1);
+    cr_assert_eq(ref.ns, NREC);
+    unsigned count[NREC] = {0};
+    for (size_t i = 0; i < r.ns; i++) {
+        uint64_t id = r.ids[i];
+        count[id]++;
+        cr_assert_eq(r.labels[i], (int32_t)(id % 10));
+        size_t j = 0;
+        while (ref.ids[j] != id)
+            j++;
+        cr_assert(!memcmp(r.data + i * r.sample_bytes, ref.data + j * ref.sample_bytes,
+                          r.sample_bytes), "id %llu: its own pixels", (unsigned long long)id);
+    }
+    for (uint64_t id = 0; id < NREC; id++) {
+        int bad = id == bad_ids[0] || id == bad_ids[1] || id == bad_ids[2];
+        cr_assert_eq(count[id], bad ? 0u : 1u, "id %llu: %u times", (unsigned long long)id,
+                     count[id]);
+    }
+    pl_run_free(&r);
+    pl_run_free(&ref);
+    pl_dataset_free(&clean);
+    pl_dataset_free(&d);
+}
+
+/* Every record bad: the train transform's refill fails naming the first
+ * bad record (file, record, why), not only "no good record left"; the eval
+ * transform hands out empty batches and counts each record once. */
+Test(pipeline_errors, all_bad_names_the_first)
+{
+    enum { N = 20 };
+    uint8_t bad[N];
+    memset(bad, PL_BAD_NOT_JPEG, sizeof bad);
+    pl_dataset d;
+    pl_make_dataset(&d, N, 1, 0, bad);
+    sl_pipeline_config c;
+    pl_config(&c, &d);
+    c.shuffle = SL_SHUFFLE_NONE;
+    c.workers = 1;
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    sl_batch *b;
+    cr_assert_eq(sl_pipeline_next(p, &b), SL_ECORRUPT);
+    const char *msg = sl_errmsg();
+    cr_assert(strstr(msg, "no good record left") && strstr(msg, "all 20 records are bad") &&
+              strstr(msg, "the first: ") && strstr(msg, "train-00000-of-00001.tfrecord: record 0 @") &&
+              strstr(msg, "not a JPEG"), "%s", msg);
+    sl_pipeline_destroy(p);
+
+    c.transform = SL_TRANSFORM_EVAL;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    pl_run r = {0};
+    pl_collect(p, &r, SIZE_MAX, 0);
+    cr_assert_eq(r.end_rc, SL_EOF, "%s", sl_errmsg());
+    cr_assert_eq(r.nb, 2);
+    cr_assert_eq(r.ns, 0);
+    sl_pipeline_stats st;
+    cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
+    cr_assert_eq(st.bad_records, N);
+    cr_assert(strstr(st.bad[0], "record 0 @") && strstr(st.bad[0], "not a JPEG"), "%s",
+              st.bad[0]);
+    sl_pipeline_destroy(p);
+    pl_run_free(&r);
+    pl_dataset_free(&d);
+}
+
 Test(pipeline_errors, corrupt_record_fails_with_policy_fail)
 {
     pl_dataset d;
@@ -317,7 +413,7 @@ Test(pipeline_errors, stats_count_every_stage)
     cr_assert_gt(st.stages[1].queue_fill, 0.5, "a full buffer most of the time");
     cr_assert_gt(st.elapsed_s, 0);
     cr_assert_eq(st.records_per_epoch, 100);
-    cr_assert_eq(st.shuffle_buffer, 100);
+    cr_assert_eq(st.shuffle_buffer, 1, "an epoch of 100 fits the buffer of 100: a permutation");
     cr_assert_eq(st.bad_records, 0);
     sl_pipeline_destroy(p);
     pl_run_free(&r);

@@ -566,14 +566,28 @@ Test(pipeline_split, configs_and_errors)
     f = c;
     f.rank_split = SL_SPLIT_FILES;
     expect_einval(&f, "only 2 shards");
-    /* files split: a rank knows only its own share */
+    cr_assert(strstr(sl_errmsg(), "SL_SPLIT_RECORDS"), "the way out: %s", sl_errmsg());
+    /* files split: a rank reads its own share, counts the world's records
+     * (every rank's shards), and hands out the whole dataset's record ids
+     * (issue 38 item 2: they were dense over its own shards) */
     f.rank = 1;
     f.world = 2;
     cr_assert_eq(sl_pipeline_create(&f, &p), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
     cr_assert_eq(st.records_per_epoch, d.shard_n[1]);
-    cr_assert_eq(st.records_per_epoch_world, 0);
+    cr_assert_eq(st.records_per_epoch_world, 40);
     sl_pipeline_destroy(p);
+    pl_run_config(&f, &a, 0);
+    cr_assert_eq(a.end_rc, SL_EOF, "%s", sl_errmsg());
+    cr_assert_eq(a.ns, d.shard_n[1]);
+    uint8_t seen[40] = {0};
+    for (size_t i = 0; i < a.ns; i++) {
+        cr_assert(a.ids[i] >= d.shard_n[0] && a.ids[i] < 40, "id %llu is not shard 1's",
+                  (unsigned long long)a.ids[i]);
+        cr_assert_eq(seen[a.ids[i]]++, 0);
+        cr_assert_eq(a.labels[i], (int32_t)(a.ids[i] % 10), "the id names the record");
+    }
+    pl_run_free(&a);
 
     /* rank >= world, unknown split mode, fewer records than ranks */
     split_config(&c, &d, SL_SHUFFLE_GLOBAL, 3, 3, 4, 1);

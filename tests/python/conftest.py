@@ -81,5 +81,5 @@ def copy_dataset(dataset, tmp_path):
     return d
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+def run(cmd, timeout=600, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)

@@ -31,7 +31,8 @@ done
 cp "$OFF/libsl_pipeline.a" libp.a; ar d libp.a load_nocuda.c.o; ar r libp.a load_cuda.emu.o 2>/dev/null
 g++ -shared -o "$OUT/pkg/sluice/_sluice.abi3.so" py_*.o libp.a "$OFF/libsl_records.a" \
     "$OFF/libsl_common.a" emu.o emu_rt.o -lturbojpeg -ljpeg -lpng -lz -llmdb -lcjson -lopenblas -lpthread -lm \
-    $(grep -q '^SLUICE_WITH_CURL:BOOL=ON' "$OFF/CMakeCache.txt" && pkg-config --libs libcurl)
+    $(grep -q '^SLUICE_WITH_CURL:BOOL=ON' "$OFF/CMakeCache.txt" && pkg-config --libs libcurl) \
+    $(grep -q '^SLUICE_WITH_WEBP:BOOL=ON' "$OFF/CMakeCache.txt" && pkg-config --libs libwebp)
 cp "$REPO"/python/sluice/*.py "$OUT/pkg/sluice/"
 echo "== emu_gpu_check.py (EMU_LAZY=${EMU_LAZY:-1})"
 cd "$REPO/tests/python"

@@ -1,6 +1,7 @@
-"""examples/train_torch.py runs as documented: a plain loop, a checkpoint
-that resumes to the same loss as an uninterrupted run, and DDP under
-torchrun (gloo, two CPU ranks)."""
+"""examples/train_torch.py runs as documented: the usual epoch loop, a
+checkpoint that resumes to the same loss as an uninterrupted run, and DDP
+under torchrun (gloo, two CPU ranks), also over shards of uneven sizes with
+the pipeline's defaults (issue 38 items 1 and 2)."""
 import pathlib
 import re
 import sys
@@ -48,7 +49,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(argv, world):
+def run_ranks(argv, world, timeout=300):
     """The ranks as torchrun starts them: RANK, LOCAL_RANK, WORLD_SIZE and
     the rendezvous address in the environment (all the example reads)."""
     import os
@@ -62,7 +63,7 @@ def run_ranks(argv, world):
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     try:
-        outs = [p.communicate(timeout=300)[0] for p in procs]
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
         for p in procs:  # a rank left hanging must not outlive the test
             if p.poll() is None:
@@ -101,8 +102,9 @@ def test_evaluates_and_checkpoints_once_per_epoch(dataset, tmp_path):
                 str(tmp_path / "ck.pt"), "--log-every", "100")
     evals = re.findall(r"^epoch (\d+) top1", out, re.M)
     assert evals == ["0", "1", "2"], out
-    # 3 x 150 records in batches of 16, epochs fused: ceil(450 / 16) steps = len(pipe)
-    assert "29 steps, 150 records per epoch" in out and "done: 29 steps" in out, out
+    # 3 x 150 records in batches of 16, one loop per epoch, epochs fused:
+    # loops of 10, 9 and 10 steps, ceil(450 / 16) in all
+    assert "150 records per epoch, 10 steps in the next" in out and "done: 29 steps" in out, out
     ck = torch.load(tmp_path / "ck.pt")
     assert ck["step"] == 29
 
@@ -126,3 +128,37 @@ def test_readme_launch_without_torchrun(dataset, tmp_path):
     r = run(["bash", "-c", script], env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0 and "done: 2 steps" in r.stdout, r.stdout + r.stderr
     assert len(torch.load(tmp_path / "ck.pt")["data"]) == 2
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory):
+    """130 records in 3 shards: split by files over 2 ranks, rank 0 would
+    read 87 records and rank 1 43 (7 and 3 batches of 16: DDP hung)."""
+    import sluice
+    from conftest import make_folder
+    tmp = tmp_path_factory.mktemp("uneven")
+    make_folder(tmp / "img", 130, seed=4)
+    sluice.convert(tmp / "data", folder=tmp / "img", shards=3, fsync=False, threads=2)
+    return tmp / "data"
+
+
+def test_ddp_epoch_loop_over_uneven_shards(uneven, tmp_path):
+    """Two gloo ranks, the pipeline's defaults, the usual `for epoch in
+    range(E): for x, y in pipe:` loop over 3 uneven shards: every rank takes
+    the same steps in every epoch and the run ends (it trained one epoch,
+    and the ranks' uneven batch counts left DDP's all-reduce waiting)."""
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch without gloo")
+    argv = [sys.executable, str(EXAMPLE), "--data", str(uneven), "--epochs", "3",
+            "--checkpoint", str(tmp_path / "ck.pt")] + ARGS
+    codes, outs = run_ranks(argv, 2, timeout=240)
+    assert codes == [0, 0], "\n".join(outs)
+    out = outs[0]
+    # 130 records per epoch, 32 samples per step over both ranks: epoch loops
+    # of 5, 4 and 4 steps (the batch that ends an epoch starts the next)
+    assert "130 records per epoch" in out, out
+    epochs = [int(e) for e in re.findall(r"^step \d+ epoch (\d+)", out, re.M)]
+    assert epochs == [0] * 5 + [1] * 4 + [2] * 4, out
+    assert "done: 13 steps" in out, out
+    ck = torch.load(tmp_path / "ck.pt")
+    assert ck["step"] == 13 and ck["epochs_done"] == 3 and len(ck["data"]) == 2

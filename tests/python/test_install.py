@@ -53,6 +53,16 @@ TYPED = textwrap.dedent('''
         report = sluice.verify(path, all=True, raise_on_problem=False)
         ok: bool = report["ok"]
         return total / max(n, 1) if ok else 0.0
+
+    def epochs(path: str) -> int:
+        pipe = sluice.Pipeline(path, batch=8, rank=0, world=2)
+        steps = 0
+        for epoch in range(2):
+            for images, labels in pipe:
+                steps += images.shape[0] + labels.shape[0]
+            it = pipe.epoch()
+            steps += len(it) + len(pipe) + sum(b.index for b in it)
+        return steps
 ''')
 
 WRONG = TYPED + textwrap.dedent('''
@@ -95,4 +105,22 @@ def test_pip_install_in_a_plain_venv(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == sluice.__version__, r.stdout + r.stderr
     r = subprocess.run([str(tmp_path / "v" / "bin" / "sluice"), "--version"],
                        capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_stubs_match_the_package(tmp_path):
+    """Issue 38 item 7: the stub agrees with the package as mypy.stubtest
+    sees it (it reported 13 mismatches, and the stub itself had a mypy
+    error: Batch.index over tuple.index)."""
+    pytest.importorskip("mypy")
+    env = dict(os.environ)
+    if not installed():
+        env["MYPYPATH"] = str(PKG.parent)
+    r = subprocess.run([sys.executable, "-m", "mypy.stubtest", "sluice", "--mypy-config-file",
+                        os.devnull], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                        "--cache-dir", str(tmp_path / "cache"), "-m", "sluice"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr

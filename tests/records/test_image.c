@@ -85,23 +85,6 @@ static double mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n)
     return s / (double)n;
 }
 
-static uint8_t *make_png(const uint8_t *pix, int w, int h, png_uint_32 format, size_t *len)
-{
-    png_image img;
-    memset(&img, 0, sizeof img);
-    img.version = PNG_IMAGE_VERSION;
-    img.width = (png_uint_32)w;
-    img.height = (png_uint_32)h;
-    img.format = format;
-    png_alloc_size_t size = 0;
-    cr_assert(png_image_write_get_memory_size(img, size, 0, pix, 0, NULL), "%s", img.message);
-    uint8_t *out = malloc(size);
-    cr_assert_not_null(out);
-    cr_assert(png_image_write_to_memory(&img, out, &size, 0, pix, 0, NULL), "%s", img.message);
-    *len = size;
-    return out;
-}
-
 static void put_le32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)v;
@@ -247,14 +230,14 @@ Test(image, probe_png_bmp_ppm)
 {
     uint8_t *rgb = smooth_rgb(5, 3);
     size_t len;
-    uint8_t *p = make_png(rgb, 5, 3, PNG_FORMAT_RGB, &len);
+    uint8_t *p = hi_png_pixels(rgb, 5, 3, PNG_FORMAT_RGB, &len);
     expect_probe(p, len, SL_IMAGE_PNG, 5, 3, 3, 0, "RGB PNG");
     free(p);
     uint8_t rgba[5 * 3 * 4] = {0};
-    p = make_png(rgba, 5, 3, PNG_FORMAT_RGBA, &len);
+    p = hi_png_pixels(rgba, 5, 3, PNG_FORMAT_RGBA, &len);
     expect_probe(p, len, SL_IMAGE_PNG, 5, 3, 4, 0, "RGBA PNG");
     free(p);
-    p = make_png(rgba, 5, 3, PNG_FORMAT_GRAY, &len);
+    p = hi_png_pixels(rgba, 5, 3, PNG_FORMAT_GRAY, &len);
     expect_probe(p, len, SL_IMAGE_PNG, 5, 3, 1, 0, "gray PNG");
     free(p);
 
@@ -281,7 +264,7 @@ Test(image, probe_rejects_garbage)
         junk[i] = (uint8_t)tu_rand(&seed);
     junk[0] = 0; /* not 0xFF, 0x89, 'B' or 'P' */
     cr_assert_eq(sl_image_probe(junk, sizeof junk, &info), SL_EIMAGE);
-    cr_assert(strstr(sl_errmsg(), "not a JPEG, PNG, BMP or PPM image"), "%s", sl_errmsg());
+    cr_assert(strstr(sl_errmsg(), "not a JPEG, PNG, BMP, PPM or WebP image"), "%s", sl_errmsg());
     cr_assert_eq(info.type, SL_IMAGE_UNKNOWN);
     cr_assert_eq(sl_image_probe(NULL, 0, &info), SL_EIMAGE);
     cr_assert_eq(sl_image_probe((const uint8_t *)"hello", 5, &info), SL_EIMAGE);
@@ -300,7 +283,7 @@ Test(image, probe_rejects_garbage)
     /* A PNG whose IHDR is damaged (CRC), or claims 0 or 70000 pixels. */
     uint8_t *rgb = smooth_rgb(5, 3);
     size_t len;
-    uint8_t *p = make_png(rgb, 5, 3, PNG_FORMAT_RGB, &len);
+    uint8_t *p = hi_png_pixels(rgb, 5, 3, PNG_FORMAT_RGB, &len);
     p[20] ^= 1;
     cr_assert_eq(sl_image_probe(p, len, &info), SL_EIMAGE);
     cr_assert(strstr(sl_errmsg(), "CRC"), "%s", sl_errmsg());
@@ -365,7 +348,7 @@ Test(image, probe_every_truncation)
     uint8_t *j = make_jpeg(rgb, 11, 7, TJPF_RGB, TJSAMP_420, &len);
     every_truncation(j, len, jpeg_header_end(j, len), 11, 7);
     free(j);
-    uint8_t *p = make_png(rgb, 11, 7, PNG_FORMAT_RGB, &len);
+    uint8_t *p = hi_png_pixels(rgb, 11, 7, PNG_FORMAT_RGB, &len);
     every_truncation(p, len, 33, 11, 7);
     free(p);
     uint8_t *b = make_bmp(rgb, 11, 7, 24, 0, &len);
@@ -422,7 +405,7 @@ Test(image, transcode_png_bmp_ppm)
     int w = 61, h = 43; /* odd sizes: BMP row padding, partial MCUs */
     uint8_t *rgb = smooth_rgb(w, h);
     size_t len;
-    uint8_t *d = make_png(rgb, w, h, PNG_FORMAT_RGB, &len);
+    uint8_t *d = hi_png_pixels(rgb, w, h, PNG_FORMAT_RGB, &len);
     transcode_matches(d, len, rgb, w, h, 3.0, "PNG RGB");
     free(d);
     for (int bpp = 24; bpp <= 32; bpp += 8)
@@ -449,7 +432,7 @@ Test(image, transcode_png_bmp_ppm)
     d = make_pnm(gray, w, h, 1, 255, &len);
     transcode_matches(d, len, gray3, w, h, 3.0, "PGM");
     free(d);
-    d = make_png(gray, w, h, PNG_FORMAT_GRAY, &len);
+    d = hi_png_pixels(gray, w, h, PNG_FORMAT_GRAY, &len);
     transcode_matches(d, len, gray3, w, h, 3.0, "PNG gray");
     free(d);
     d = make_bmp(gray, w, h, 8, 0, &len);
@@ -477,7 +460,7 @@ Test(image, transcode_png_alpha_over_white)
             r[2] = x < w / 2 ? 200 : 255;
         }
     size_t len;
-    uint8_t *d = make_png(rgba, w, h, PNG_FORMAT_RGBA, &len);
+    uint8_t *d = hi_png_pixels(rgba, w, h, PNG_FORMAT_RGBA, &len);
     /* A hard edge costs JPEG some ringing; the mean stays small. */
     transcode_matches(d, len, ref, w, h, 3.0, "PNG RGBA");
     free(d);
@@ -601,7 +584,7 @@ Test(image, transcode_resize_short)
     transcode_size(j, len, 256, &w, &h, NULL);
     cr_assert(w == 256 && h == 341, "%dx%d", w, h);
     free(j);
-    j = make_png(rgb, 640, 480, PNG_FORMAT_RGB, &len);
+    j = hi_png_pixels(rgb, 640, 480, PNG_FORMAT_RGB, &len);
     transcode_size(j, len, 256, &w, &h, NULL);
     cr_assert(w == 341 && h == 256, "%dx%d", w, h);
     free(j);
@@ -651,7 +634,7 @@ Test(image, transcode_rejects_garbage_and_every_truncation)
     size_t lens[6];
     size_t png_iend = 12; /* the IEND chunk carries no data */
     imgs[0] = make_jpeg(rgb, 13, 9, TJPF_RGB, TJSAMP_420, &lens[0]);
-    imgs[1] = make_png(rgb, 13, 9, PNG_FORMAT_RGB, &lens[1]);
+    imgs[1] = hi_png_pixels(rgb, 13, 9, PNG_FORMAT_RGB, &lens[1]);
     imgs[2] = make_bmp(rgb, 13, 9, 24, 0, &lens[2]);
     imgs[3] = make_pnm(rgb, 13, 9, 3, 255, &lens[3]);
     imgs[4] = make_bmp(gray, 13, 9, 8, 1, &lens[4]);

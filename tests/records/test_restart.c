@@ -230,3 +230,26 @@ Test(records_restart, convert_verify_inspect_index_count_markers, .timeout = 300
     tu_rmrf(dir);
     free(dir);
 }
+
+/* A plan cut into tasks (--plan-out, records/convert_planfile.c) carries
+ * --restart: the tasks' shards are the one-machine convert's bytes. */
+Test(records_restart, plan_tasks_carry_restart, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *out = NULL;
+    const char *s = tu_sluice();
+    int st = tu_run(&out, "cd %s && mkdir -p in/a && cp %s/tests/data/photos/*.jpg in/a/ && "
+                    "%s convert --from folder in --out one --name train --shards 2 --no-fsync "
+                    "--quiet --restart 3 && %s convert --from folder in --out two --name train "
+                    "--shards 2 --restart 3 --plan-out plan.json --tasks 2 && "
+                    "%s convert --plan plan.json --task 1 --tasks 2 && "
+                    "%s convert --plan plan.json --task 0 --tasks 2 && "
+                    "%s convert --plan plan.json --finish && "
+                    "cmp one/train-00000-of-00002.tfrecord two/train-00000-of-00002.tfrecord && "
+                    "cmp one/train-00001-of-00002.tfrecord two/train-00001-of-00002.tfrecord && "
+                    "%s verify two", dir, SLUICE_SOURCE_DIR, s, s, s, s, s, s);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "3 of 3 records carry restart markers"), "%s", out);
+    free(out);
+    tu_rmrf(dir);
+    free(dir);
+}

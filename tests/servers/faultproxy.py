@@ -161,6 +161,13 @@ class Handler(socketserver.BaseRequestHandler):
         if rhead is None:
             return False
         status = int(rhead.split(b" ", 2)[1])
+        while 100 <= status < 200:
+            # an interim answer (100 Continue to a PUT's Expect): the body
+            # was sent with the head already; the final answer follows
+            rhead, ubuf = read_head(up, ubuf)
+            if rhead is None:
+                return False
+            status = int(rhead.split(b" ", 2)[1])
         clen = header(rhead, b"content-length")
         close = (header(rhead, b"connection") or b"").lower() == b"close"
         if method == b"HEAD" or status in (204, 304) or 100 <= status < 200:

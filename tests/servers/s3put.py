@@ -10,6 +10,12 @@
       Create BUCKET (if missing) and upload every file under LOCAL_DIR as
       PREFIX + its relative path, signed with AWS_ACCESS_KEY_ID /
       AWS_SECRET_ACCESS_KEY from the environment.
+  s3put.py get ENDPOINT BUCKET PREFIX LOCAL_DIR
+      Download every object under PREFIX into LOCAL_DIR (names relative
+      to PREFIX), printing their count.
+  s3put.py uploads ENDPOINT BUCKET
+      Print the number of multipart uploads in progress (started, neither
+      completed nor aborted) in BUCKET.
 
 boto3 comes with moto[server] in the same virtualenv (tools/dev s3venv).
 """
@@ -54,11 +60,32 @@ def put(endpoint, bucket, prefix, local):
     print(n)
 
 
+def get(endpoint, bucket, prefix, local):
+    s3 = client("s3", endpoint, os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    n = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            p = os.path.join(local, o["Key"][len(prefix):])
+            os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+            s3.download_file(bucket, o["Key"], p)
+            n += 1
+    print(n)
+
+
+def uploads(endpoint, bucket):
+    s3 = client("s3", endpoint, os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    print(len(s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])))
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "init":
         init(argv[2])
     elif len(argv) == 6 and argv[1] == "put":
         put(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) == 6 and argv[1] == "get":
+        get(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) == 4 and argv[1] == "uploads":
+        uploads(argv[2], argv[3])
     else:
         sys.exit(__doc__)
 

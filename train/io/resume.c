@@ -235,8 +235,8 @@ int sl_resume_plan_make(sl_resume_plan *p)
                 "%d)\n", p->prefix, p->step0, saved_world, saved_world == 1 ? "" : "s",
                 p->world);
         if (!p->exact)
-            fprintf(p->out, "resume: warning: the replicas split the shards (--shuffle buffer) "
-                    "and their number changed: the data continues from the same position in "
+            fprintf(p->out, "resume: warning: the replicas shuffle in buffers of their own "
+                    "(--shuffle buffer) and their number changed: the data continues from the same position in "
                     "each replica's own stream, not with the same samples (--shuffle global "
                     "resumes exactly with any number of replicas)\n");
     }

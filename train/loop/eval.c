@@ -12,10 +12,15 @@
  * to the GPU and the feed normalizes them there (train/device/dev_int.h); the
  * logits come back to the host, where the loss and the ranks are taken.
  *
+ * Bad records (on_error skip) are left out by the eval transform's
+ * pipeline (a batch is then shorter, possibly empty) and counted in the
+ * result: top-1 is over the good records, each once.
+ *
  * Threading: the caller's thread drives the model; the pipeline runs its
  * own threads.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -100,6 +105,10 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
             goto out;
         const float *logits;
         int n = (int)b->n;
+        if (n == 0) { /* every record of the batch was bad (left out) */
+            sl_pipeline_release(p, b);
+            continue;
+        }
         if ((rc = sl_labels_check("sl_eval_run", b, classes))) {
             sl_pipeline_release(p, b);
             goto out;
@@ -136,6 +145,18 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
         res->top5 = (double)top5 / (double)res->images;
         res->loss = loss_sum / (double)res->images;
     }
+    /* the bad records the pipeline left out (never refilled under the eval
+     * transform, so the figures above count each good record once) */
+    sl_pipeline_stats st;
+    if ((rc = sl_pipeline_stats_get(p, &st)))
+        goto out;
+    res->skipped = (int64_t)st.bad_records_out; /* all of bad_records: the run is over */
+    if (st.bad_records)
+        snprintf(res->skipped_first, sizeof res->skipped_first, "%s", st.bad[0]);
+    if (res->images == 0 && res->skipped > 0 && data->world <= 1)
+        rc = sl_fail(SL_ECORRUPT, "sl_eval_run: %s: split '%s': all %lld records are bad; the "
+                     "first: %s", data->data, data->split, (long long)res->skipped,
+                     res->skipped_first);
 out:
     res->seconds = now_s() - t0;
     free(dlogits);

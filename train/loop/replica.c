@@ -244,12 +244,20 @@ int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
         return SL_OK;
     /* the correct counts and images summed exactly (an f32 sum is exact only
      * below 2^24 images: issue 26); the loss sum is a float sum */
-    int64_t k[3] = {llround(er->top1 * (double)er->images),
-                    llround(er->top5 * (double)er->images), er->images};
+    int64_t k[4] = {llround(er->top1 * (double)er->images),
+                    llround(er->top5 * (double)er->images), er->images, er->skipped};
     float loss = (float)(er->loss * (double)er->images);
-    if ((rc = sl_comm_allreduce_i64(rep->comm, k, 3)) || (rc = sl_replica_sum(rep, &loss, 1)))
+    if ((rc = sl_comm_allreduce_i64(rep->comm, k, 4)) || (rc = sl_replica_sum(rep, &loss, 1)))
         return rc;
     er->images = k[2];
+    er->skipped = k[3];
+    /* every replica's share all bad: each fails alike (sl_eval_run leaves
+     * a share's own emptiness to this sum) */
+    if (er->images == 0 && er->skipped > 0)
+        return sl_fail(SL_ECORRUPT, "sl_train_run: evaluating split '%s': all %lld records are "
+                       "bad; the first%s: %s", ev.split, (long long)er->skipped,
+                       er->skipped_first[0] ? "" : " (another replica's share)",
+                       er->skipped_first[0] ? er->skipped_first : "not named here");
     if (er->images > 0) {
         er->top1 = (double)k[0] / (double)k[2];
         er->top5 = (double)k[1] / (double)k[2];

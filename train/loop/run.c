@@ -8,13 +8,19 @@
  * checkpoints' state and resume plan io/resume.c's.
  *
  * Replicas (the mirrored strategy). Each replica has its own pipeline
- * (rank r of world W, batch = global batch / W), model and optimizer. With
- * --shuffle global or none the ranks split the records (pipeline.h's
- * SL_SPLIT_RECORDS): the union of the W replicas' k-th batches is then the
- * k-th batch that one replica with the whole global batch would get, so a
- * run's data does not depend on W (and with --sync-bn neither does its
- * arithmetic, up to float summation order). With --shuffle buffer they split
- * the shards, each shuffling its own.
+ * (rank r of world W, batch = global batch / W), model and optimizer. The
+ * ranks split the records (pipeline.h's SL_SPLIT_RECORDS) in every shuffle
+ * mode: each reads every W-th record of world 1's stream, so every replica
+ * has the same share of every epoch (ceil or floor of R / W), whatever the
+ * shards' sizes, and one shard serves any number of replicas. (They split
+ * the shards under --shuffle buffer before issue 38: with uneven shards a
+ * replica went through its own records more often than another, and fewer
+ * shards than replicas was an error.) With --shuffle global or none the
+ * union of the W replicas' k-th batches is then the k-th batch that one
+ * replica with the whole global batch would get, so a run's data does not
+ * depend on W (and with --sync-bn neither does its arithmetic, up to float
+ * summation order); with --shuffle buffer each replica shuffles its share
+ * in a buffer of its own.
  *
  * Threading: replica 0 runs on the calling thread, replicas 1.. on their
  * own; each replica's pipeline threads prepare its next batches meanwhile.
@@ -118,6 +124,16 @@ out:
 
 /* ------------------------------------------------------ the loops' services */
 
+/* Whether the replicas' batches together are world 1's (pipeline.h's union
+ * property: the records split, shuffle none or global): what a
+ * checkpoint's rank_split "records" tells a resume with another number of
+ * replicas (io/resume.c), which then continues with the same samples. A
+ * buffered split is not: each replica's buffer is its own. */
+static int union_split(const sl_pipeline_config *d)
+{
+    return d->rank_split == SL_SPLIT_RECORDS && d->shuffle != SL_SHUFFLE_BUFFER;
+}
+
 /* The checkpoint job of rep (train_int.h's sl_ckpt_job) in r. */
 static sl_ckpt_job ckpt_job(sl_run *r, sl_replica *rep)
 {
@@ -134,7 +150,7 @@ static sl_ckpt_job ckpt_job(sl_run *r, sl_replica *rep)
         .dsgd = rep->dsgd,
         .p = rep->p,
         .height = rep->data.height,
-        .split_records = rep->data.rank_split == SL_SPLIT_RECORDS,
+        .split_records = union_split(&rep->data),
         .prefix = r->res->checkpoint,
         .prefix_cap = sizeof r->res->checkpoint,
         .saved_step = &r->saved_step,
@@ -172,14 +188,21 @@ int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
         return rc;
     r->res->eval_top1 = er.top1;
     r->res->eval_top5 = er.top5;
+    r->res->eval_skipped = er.skipped;
+    snprintf(r->res->eval_skipped_first, sizeof r->res->eval_skipped_first, "%s",
+             er.skipped_first);
     fprintf(r->out, "eval  epoch %" PRId64 " step %" PRId64 ": top1 %.4f top5 %.4f loss %.4f "
-            "(%" PRId64 " images, %.1f s)\n", step / r->steps_per_epoch, step, er.top1, er.top5,
+            "(%" PRId64 " images, %.1f s)", step / r->steps_per_epoch, step, er.top1, er.top5,
             er.loss, er.images, er.seconds);
+    if (er.skipped > 0) /* left out, not refilled: the figures count each good record once */
+        fprintf(r->out, "; %" PRId64 " bad records left out, the first: %s", er.skipped,
+                er.skipped_first[0] ? er.skipped_first : "(another process's share)");
+    fputc('\n', r->out);
     fflush(r->out);
     if (r->sum) {
-        const char *tags[] = {"eval/top1", "eval/top5", "eval/loss"};
-        double v[] = {er.top1, er.top5, er.loss};
-        rc = sl_summary_scalars(r->sum, step, tags, v, 3, NULL);
+        const char *tags[] = {"eval/top1", "eval/top5", "eval/loss", "eval/skipped_records"};
+        double v[] = {er.top1, er.top5, er.loss, (double)er.skipped};
+        rc = sl_summary_scalars(r->sum, step, tags, v, 4, NULL);
     }
     return rc;
 }
@@ -304,46 +327,16 @@ static int setup_world(sl_run *r)
     return SL_OK;
 }
 
-/* Records per epoch over all replicas, the same figure on every rank. The
- * pipeline knows it when the records are split (or world is 1); with the
- * shards split, each rank knows its own: the local replicas' sum, summed
- * over the mirrored ranks, or (ps under mpirun, where the servers take
- * part in no collective) dataset.json's count for the split. */
+/* Records per epoch over all replicas, the same figure on every rank: the
+ * pipeline's count of the whole split (pipeline.h's
+ * records_per_epoch_world). */
 static int world_records(sl_run *r)
 {
     sl_pipeline_stats ps;
-    int rc;
-    if ((rc = sl_pipeline_stats_get(r->rep[0].p, &ps)))
+    int rc = sl_pipeline_stats_get(r->rep[0].p, &ps);
+    if (rc)
         return rc;
-    if (ps.records_per_epoch_world > 0) {
-        r->records = (int64_t)ps.records_per_epoch_world;
-        return SL_OK;
-    }
-    int64_t sum = 0; /* records are counted in integers: an f32 sum is exact only to 2^24 */
-    for (int i = 0; i < r->nlocal; i++) {
-        if ((rc = sl_pipeline_stats_get(r->rep[i].p, &ps)))
-            return rc;
-        sum += (int64_t)ps.records_per_epoch;
-    }
-    if (r->nlocal == r->world) {
-        r->records = sum;
-        return SL_OK;
-    }
-    if (r->cfg->strategy == SL_STRATEGY_MIRRORED) {
-        if ((rc = sl_comm_allreduce_i64(r->mpi, &sum, 1)))
-            return rc;
-        r->records = sum;
-        return SL_OK;
-    }
-    sl_manifest mf;
-    if (sl_manifest_load(r->data.data, &mf))
-        return sl_fail(SL_EINVAL, "sl_train_run: %s: ps under mpirun with the shards split over "
-                       "the workers (--shuffle buffer) takes the records per epoch from %s, "
-                       "which cannot be read (%s); use --shuffle global", r->data.data,
-                       SL_MANIFEST_FILE, sl_errmsg());
-    sl_manifest_split *sp = sl_manifest_split_find(&mf, r->data.split);
-    r->records = sp ? (int64_t)sp->records : 0;
-    sl_manifest_fini(&mf);
+    r->records = (int64_t)ps.records_per_epoch_world;
     return SL_OK;
 }
 
@@ -356,7 +349,7 @@ static int resume_plan(sl_run *r, char **state)
         .dir = r->cfg->ckpt_dir,
         .batch = r->data.batch,
         .world = r->world,
-        .split_records = r->rep[0].data.rank_split == SL_SPLIT_RECORDS,
+        .split_records = union_split(&r->rep[0].data),
         .root = r->is_root,
         .out = r->out,
     };
@@ -424,8 +417,7 @@ static int setup(sl_run *r)
         return sl_fail(SL_EINVAL, "sl_train_run: batch must be at least 1");
     if ((rc = setup_world(r)))
         return rc;
-    r->data.rank_split = r->world > 1 && r->data.shuffle != SL_SHUFFLE_BUFFER ? SL_SPLIT_RECORDS
-                                                                            : SL_SPLIT_FILES;
+    r->data.rank_split = r->world > 1 ? SL_SPLIT_RECORDS : SL_SPLIT_FILES;
     if ((rc = resolve_data(r)))
         return rc;
     if (c->sync_bn && r->world == 1 && r->is_root && c->strategy != SL_STRATEGY_PS)

@@ -19,11 +19,18 @@
  * warm-up work spills into it. Evaluation and checkpoints stay out of
  * images/s.
  *
+ * Skipped records. A bad record (on_error skip) gives its slot to the
+ * next good one; each replica names those its pipeline met on the progress
+ * stream at the next log line, and the line counts them over all replicas
+ * ("skipped N", also train/skipped_records and the result's skipped):
+ * none is dropped silently.
+ *
  * Threading: every replica runs sl_run_steps on its own thread (replica 0
  * on the caller's, run.c), in lockstep: the same steps and collectives.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "train/loop/trainer_int.h"
 
@@ -87,15 +94,57 @@ static void meter_wait(meter *mt, int64_t k, double dt)
         mt->steady_s += dt;
 }
 
+/* The bad records rep's pipeline met since the last log line, each named
+ * once on the progress stream (of the first SL_PIPELINE_MAX_BAD_REPORT the
+ * pipeline keeps, those not named in an earlier epoch; after them, once,
+ * that the rest are only counted). Every
+ * replica names its own (one fprintf a line: lines stay whole); the root's
+ * first goes into the result. *count: those in the batches it trained on
+ * so far (not the batches decoded ahead). */
+static int name_skipped(sl_run *r, sl_replica *rep, uint64_t *count)
+{
+    sl_pipeline_stats st;
+    int rc = sl_pipeline_stats_get(rep->p, &st);
+    if (rc)
+        return rc;
+    *count = st.bad_records_out;
+    uint64_t kept = st.bad_records < SL_PIPELINE_MAX_BAD_REPORT ? st.bad_records
+                                                                 : SL_PIPELINE_MAX_BAD_REPORT;
+    for (uint64_t i = rep->bad_named; i < kept; i++) {
+        int again = 0; /* met in an earlier epoch (or refill), named then */
+        for (uint64_t k = 0; k < i && !again; k++)
+            again = !strcmp(st.bad[k], st.bad[i]);
+        if (!again)
+            fprintf(r->out, "train: replica %d skipped a bad record (the next good one took "
+                    "its place): %s\n", rep->rank, st.bad[i]);
+    }
+    if (rep->bad_named <= SL_PIPELINE_MAX_BAD_REPORT && st.bad_records > kept)
+        fprintf(r->out, "train: replica %d: more than %d bad records: the rest are counted "
+                "(\"skipped\" on the progress lines), not named\n", rep->rank,
+                SL_PIPELINE_MAX_BAD_REPORT);
+    if (st.bad_records > rep->bad_named)
+        fflush(r->out);
+    /* kept named; one more: the note said the rest are only counted */
+    rep->bad_named = st.bad_records > kept ? SL_PIPELINE_MAX_BAD_REPORT + 1 : kept;
+    if (rep->idx == 0 && r->is_root && st.bad_records && !r->res->skipped_first[0])
+        snprintf(r->res->skipped_first, sizeof r->res->skipped_first, "%s", st.bad[0]);
+    return SL_OK;
+}
+
 /* The progress line of `step` (root) and its summary scalars: the window
- * summed over the replicas (a collective: every replica calls it). */
+ * summed over the replicas (a collective: every replica calls it), with
+ * the bad records skipped so far (named by name_skipped first). */
 static int log_progress(sl_run *r, sl_replica *rep, meter *mt, int64_t step, float lr)
 {
     window *w = &mt->w;
-    float v[6] = {(float)w->loss, (float)w->correct, (float)w->images, (float)w->steps,
-                  (float)rep->comm_wait_s, (float)rep->step_s};
-    int rc = sl_replica_sum(rep, v, 6);
+    uint64_t bad = 0;
+    int rc = name_skipped(r, rep, &bad);
     if (rc)
+        goto out;
+    /* counts in f32: exact below 2^24, as the window's images */
+    float v[7] = {(float)w->loss, (float)w->correct, (float)w->images, (float)w->steps,
+                  (float)rep->comm_wait_s, (float)rep->step_s, (float)bad};
+    if ((rc = sl_replica_sum(rep, v, 7)))
         goto out;
     rep->comm_wait_s = rep->step_s = 0;
     w->wait += v[4];
@@ -105,18 +154,22 @@ static int log_progress(sl_run *r, sl_replica *rep, meter *mt, int64_t step, flo
         goto out;
     double t = sl_now_s(), ips = v[2] / (t - mt->win_t);
     double mloss = v[0] / v[3], acc = v[1] / v[2];
+    r->res->skipped = (int64_t)v[6];
     fprintf(r->out, "epoch %" PRId64 " step %" PRId64 "/%" PRId64 " loss %.4f acc %.4f "
             "%.0f img/s lr %.5f", (step - 1) / r->steps_per_epoch + 1, step, r->total_steps,
             mloss, acc, ips, lr);
+    if (r->res->skipped > 0)
+        fprintf(r->out, " skipped %" PRId64, r->res->skipped);
     if (r->world > 1)
         fprintf(r->out, " allreduce-wait %.1f%%", v[5] > 0 ? 100.0 * v[4] / v[5] : 0.0);
     fputc('\n', r->out);
     fflush(r->out);
     if (r->sum) {
         const char *tags[] = {"train/loss", "train/accuracy", "train/lr", "train/images_per_sec",
-                              "train/allreduce_wait"};
-        double vals[] = {mloss, acc, lr, ips, v[5] > 0 ? v[4] / v[5] : 0.0};
-        if ((rc = sl_summary_scalars(r->sum, step, tags, vals, r->world > 1 ? 5 : 4, NULL)))
+                              "train/skipped_records", "train/allreduce_wait"};
+        double vals[] = {mloss, acc, lr, ips, (double)r->res->skipped,
+                         v[5] > 0 ? v[4] / v[5] : 0.0};
+        if ((rc = sl_summary_scalars(r->sum, step, tags, vals, r->world > 1 ? 6 : 5, NULL)))
             goto out;
     }
     mt->win_t = t;

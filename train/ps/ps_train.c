@@ -255,6 +255,22 @@ int sl_ps_train(sl_run *r)
             ei += ws[i].images;
         }
         images += ei;
+        /* the bad records the workers' pipelines skipped (each slot took the
+         * next good record), counted and the first named at epoch ends: the
+         * workers are joined (under mpirun: this process's worker only) */
+        int64_t skipped = 0;
+        for (int i = 0; i < r->nlocal && !rc; i++) {
+            sl_pipeline_stats ps_st;
+            if (!(rc = sl_pipeline_stats_get(r->rep[i].p, &ps_st))) {
+                skipped += (int64_t)ps_st.bad_records_out;
+                if (ps_st.bad_records && !r->res->skipped_first[0])
+                    snprintf(r->res->skipped_first, sizeof r->res->skipped_first, "%s",
+                             ps_st.bad[0]);
+            }
+        }
+        if (rc)
+            break;
+        r->res->skipped = skipped;
         steps = (double)(e + 1) * (double)r->steps_per_epoch;
         int64_t step = (int64_t)steps;
         sl_ps_stats st;
@@ -272,10 +288,14 @@ int sl_ps_train(sl_run *r)
             break;
         loss = el / (double)(ei / r->local_batch);
         fprintf(r->out, "epoch %" PRId64 " done: %" PRId64 " updates from %d workers, loss %.4f "
-                "acc %.4f%s, staleness mean %.2f max %" PRIu64 ", %" PRIu64 " bounded waits\n",
+                "acc %.4f%s, staleness mean %.2f max %" PRIu64 ", %" PRIu64 " bounded waits",
                 e + 1, r->steps_per_epoch, r->world, loss, ec / ei,
                 r->mpi ? " (worker 0's share)" : "", st.staleness_mean, st.staleness_max,
                 st.ssp_waits);
+        if (skipped > 0)
+            fprintf(r->out, ", skipped %" PRId64 "%s (the first: %s)", skipped,
+                    r->mpi ? " (worker 0's)" : "", r->res->skipped_first);
+        fputc('\n', r->out);
         fflush(r->out);
         r->res->final_loss = loss;
         r->res->epochs_done = e + 1;

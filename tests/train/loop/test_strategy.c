@@ -328,6 +328,58 @@ Test(train_strategy, mpirun_equals_local_replicas)
     pl_dataset_free(&d);
 }
 
+/* Issue 38 item 2: under --shuffle buffer the replicas split the shards,
+ * so one shard with two replicas was refused ("rank 1 of 2: only 1
+ * shards"), and uneven shards gave one replica more records per epoch than
+ * the other. They split the records in every shuffle mode now: one shard
+ * serves two replicas, threads or MPI ranks, with the same share each. */
+Test(train_strategy, buffer_shuffle_splits_records_over_uneven_shards)
+{
+    pl_dataset one, uneven;
+    pl_make_dataset(&one, 40, 1, 0, NULL);
+    pl_make_dataset(&uneven, 50, 3, 0, NULL);
+    cr_assert_neq(uneven.shard_n[0] + uneven.shard_n[2], uneven.shard_n[1], "split by files: uneven");
+    char *tmp = tu_tmpdir(), *out = NULL;
+    const char *args = "--image-size 16 --batch 8 --width 4 --classes 10 --epochs 2 "
+                       "--shuffle buffer:16 --eval-split none --threads 1 --workers 1 "
+                       "--readers 1 --strategy mirrored";
+    const pl_dataset *sets[] = {&one, &uneven};
+    for (int k = 0; k < 2; k++) {
+        int rc = tu_run(&out, "%s train --data %s %s --replicas 2 2>&1", tu_sluice(),
+                        sets[k]->dir, args);
+        cr_assert_eq(rc, 0, "%s", out);
+        cr_assert(strstr(out, "mirrored over 2 replicas (local threads)"), "%s", out);
+        cr_assert(strstr(out, "records split by record"), "%s", out);
+        free(out);
+        out = NULL;
+        if (!have_mpi())
+            continue;
+        rc = tu_run(&out, MPIRUN "%s train --data %s %s 2>&1", tu_sluice(), sets[k]->dir, args);
+        cr_assert_eq(rc, 0, "%s", out);
+        cr_assert(strstr(out, "mirrored over 2 replicas (mpi)"), "%s", out);
+        free(out);
+        out = NULL;
+    }
+    /* the records per epoch are the split's, on every rank: 50 records in
+     * global batches of 8 are 7 steps per epoch */
+    sl_train_config t;
+    config(&t, &uneven, NULL);
+    t.data.shuffle = SL_SHUFFLE_BUFFER;
+    t.data.shuffle_buffer = 16;
+    t.strategy = SL_STRATEGY_MIRRORED;
+    t.replicas = 2;
+    t.max_steps = 0;
+    t.epochs = 1;
+    sl_train_result res;
+    cr_assert_eq(sl_train_run(&t, &res), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(res.steps, 7);
+    fclose(t.progress);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&one);
+    pl_dataset_free(&uneven);
+}
+
 /* --strategy ps under mpirun: rank 0 serves the parameters, ranks 1 and 2
  * are workers; the root worker evaluates and checkpoints. */
 Test(train_strategy, ps_under_mpirun)
