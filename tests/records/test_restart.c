@@ -77,7 +77,7 @@ static int contains(const uint8_t *p, size_t len, const void *needle, size_t n)
     return 0;
 }
 
-Test(records_restart, many_encoders_same_pixels, .timeout = 300)
+Test(records_restart, many_encoders_same_pixels)
 {
     char *dir = corpus(), *enc = tu_join(dir, "enc");
     DIR *d = opendir(enc);
@@ -194,7 +194,7 @@ Test(records_restart, kept_and_refused)
 }
 
 /* convert --restart over the corpus; verify, inspect and index count. */
-Test(records_restart, convert_verify_inspect_index_count_markers, .timeout = 300)
+Test(records_restart, convert_verify_inspect_index_count_markers)
 {
     char *dir = corpus(), *out = NULL;
     int st = tu_run(&out, "cd %s && mkdir -p f/all && cp enc/*.jpg f/all/ && "
@@ -233,7 +233,7 @@ Test(records_restart, convert_verify_inspect_index_count_markers, .timeout = 300
 
 /* A plan cut into tasks (--plan-out, records/convert_planfile.c) carries
  * --restart: the tasks' shards are the one-machine convert's bytes. */
-Test(records_restart, plan_tasks_carry_restart, .timeout = 120)
+Test(records_restart, plan_tasks_carry_restart)
 {
     char *dir = tu_tmpdir(), *out = NULL;
     const char *s = tu_sluice();
