@@ -72,7 +72,9 @@
  * The header is parsed once per sample: sl_decoder_header leaves it in the
  * object, and the sl_decode_* call that follows on the same bytes (the map
  * worker's next step, after the crop geometry) continues from it instead
- * of reading it again.
+ * of reading it again. The structure check that comes with it
+ * (sl_jpeg_scan_restarts) also notes where the restart intervals start,
+ * for the planar path's seek (decode_yuv.c, huff.c).
  *
  * Memory: the crop rows go to a scratch buffer that only grows. libjpeg's
  * own pools are allocated by libjpeg (per image, with the object). Images
@@ -112,6 +114,7 @@ struct sl_decoder {
     int rgb;                  /* SLUICE_DECODE=rgb: samples without decode_yuv.c */
     uint64_t max_pixels;      /* larger images are refused from the header */
     sl_yuv_buf yuv;           /* decode_yuv.c's planes */
+    sl_jpeg_restarts rst;     /* the restart intervals of the stream being decoded */
     uint8_t *buf;             /* crop rows: (rows, row_width, 3) u8 */
     size_t cap;
     /* sl_decoder_header's stream, whose header cinfo holds (NULL: none):
@@ -190,6 +193,9 @@ int sl_decoder_create(sl_decoder **out)
     d->rgb = mode && strcmp(mode, "rgb") == 0;
     const char *huff = getenv("SLUICE_HUFF");
     d->yuv.libjpeg_huff = huff && strcmp(huff, "libjpeg") == 0;
+    const char *seek = getenv("SLUICE_SEEK");
+    d->yuv.no_seek = seek && strcmp(seek, "off") == 0;
+    d->yuv.rst = &d->rst;
     d->max_pixels = SL_MAX_PIXELS_DEFAULT;
     *out = d;
     return SL_OK;
@@ -209,6 +215,7 @@ void sl_decoder_destroy(sl_decoder *d)
     free(d->buf);
     free(d->yuv.p);
     sl_huff_free(d->yuv.huff);
+    sl_jpeg_restarts_free(&d->rst);
     free(d);
 }
 
@@ -404,6 +411,8 @@ static int sample_body(sl_decoder *d, const sl_decode_job *j)
     if (!d->full && !d->rgb) {
         if ((rc = read_header(d, j, j->fn)) != SL_OK)
             return rc;
+        d->yuv.jpeg = j->jpeg;
+        d->yuv.len = j->len;
         rc = sl_decode_yuv(&d->cinfo, &d->yuv, j->crop, j->ow, j->oh, j->flip, j->layout,
                            j->mean, j->std, j->out, j->fn);
         if (rc != SL_ENOTSUP)
@@ -421,6 +430,8 @@ static int sample_body(sl_decoder *d, const sl_decode_job *j)
 static int planes_body(sl_decoder *d, const sl_decode_job *j)
 {
     int rc = read_header(d, j, j->fn);
+    d->yuv.jpeg = j->jpeg;
+    d->yuv.len = j->len;
     return rc ? rc : sl_decode_yuv_planes(&d->cinfo, &d->yuv, j->crop, j->ow, j->oh, j->pv, j->np,
                                           j->fn);
 }
@@ -452,7 +463,7 @@ static int begin(sl_decoder *d, const uint8_t *jpeg, size_t len, const char *fn)
     if (d->held && d->held == jpeg && d->held_len == len)
         return SL_OK;
     d->held = NULL;
-    int rc = sl_jpeg_scan(jpeg, len, NULL);
+    int rc = sl_jpeg_scan_restarts(jpeg, len, NULL, &d->rst);
     return rc ? sl_fail(rc, "%s: %s", fn, sl_errmsg()) : SL_OK;
 }
 
@@ -468,7 +479,7 @@ int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, in
     if (len == 0)
         return sl_fail(SL_EIMAGE, "sl_decoder_header: empty JPEG");
     unsigned fl = 0;
-    int rc = sl_jpeg_scan(jpeg, len, &fl);
+    int rc = sl_jpeg_scan_restarts(jpeg, len, &fl, &d->rst);
     if (rc)
         return sl_fail(rc, "sl_decoder_header: %s", sl_errmsg());
     sl_decode_job j = {.jpeg = jpeg, .len = len, .w = w, .h = h};

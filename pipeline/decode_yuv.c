@@ -57,7 +57,13 @@
  * decoder replaces libjpeg's (the same coefficients; it only reads past
  * the MCUs outside the strip's columns and above it), installed after
  * jpeg_start_decompress; SLUICE_HUFF=libjpeg (buf->libjpeg_huff) keeps
- * libjpeg's.
+ * libjpeg's. A baseline file with restart markers (sluice convert
+ * --restart, or a camera's) is read only in the restart intervals that
+ * hold the strip, by either decoder (sl_huff_seek); the iMCU rows before
+ * the first of them are passed over without a call (pass_rows), the
+ * others cost a call per MCU that returns at once. SLUICE_SEEK=off
+ * (buf->no_seek) decodes such files from the start with libjpeg's
+ * decoder, as before restart markers were used.
  *
  * Files that are not YCbCr or gray (Adobe RGB-transform JPEGs) return
  * SL_ENOTSUP so decode.c takes the RGB path.
@@ -126,6 +132,19 @@ static void set_columns(struct jpeg_decompress_struct *ci, JDIMENSION first, JDI
             m->last_MCU_col[c] = (last + 1) * hsf - 1;
         }
     }
+}
+
+/* Pass over iMCU rows [0, n) without calling the coefficient controller,
+ * when huff.c's seek starts after them: what decompress_onepass does at
+ * the end of a row is to advance input_iMCU_row and output_iMCU_row and
+ * call start_iMCU_row, which for one MCU row per iMCU row (sl_huff_seek
+ * asks no more) sets nothing that changes from row to row; and
+ * jpeg_read_raw_data adds its rows to output_scanline. */
+static void pass_rows(struct jpeg_decompress_struct *ci, JDIMENSION n, int ah)
+{
+    ci->input_iMCU_row += n;
+    ci->output_iMCU_row += n;
+    ci->output_scanline += n * (JDIMENSION)ah;
 }
 
 int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *c,
@@ -206,15 +225,31 @@ int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, con
         if (rows_per[k] > 4 * DCTSIZE)
             return sl_fail(SL_EIMAGE, "%s: component %d: %d rows per iMCU row", fn, k,
                            rows_per[k]);
-    /* The entropy decoder of huff.c where it applies (its comment). */
-    if (!buf->libjpeg_huff && (rc = sl_huff_install(ci, &buf->huff)) == SL_ENOMEM)
+    /* The entropy decoder of huff.c where it applies (its comment); with
+     * restart markers, only the intervals the strip needs, from the first
+     * of them (rows before it are not even entropy-decoded). */
+    JDIMENSION from = 0;
+    rc = SL_ENOTSUP;
+    if (ci->restart_interval && !buf->no_seek && buf->rst) {
+        sl_huff_plan plan = {.base = buf->jpeg, .len = buf->len, .rst = buf->rst, .row0 = row0,
+                             .row1 = row1, .col0 = col0, .col1 = col1};
+        rc = sl_huff_seek(ci, &buf->huff, &plan, buf->libjpeg_huff, &from);
+    }
+    if (rc == SL_ENOTSUP && !buf->libjpeg_huff)
+        rc = sl_huff_install(ci, &buf->huff);
+    if (rc == SL_ENOMEM)
         return rc;
-    /* Rows above the strip: entropy decoding only. */
+    if (from > 0 && from <= row0)
+        pass_rows(ci, from, ah);
+    else
+        from = 0;
+    /* Rows above the strip: entropy decoding only (or, seeking, nothing
+     * before the first interval it needs). */
     set_columns(ci, 1, 0, single);
     for (int k = 0; k < nc; k++)
         for (int r = 0; r < rows_per[k]; r++)
             ptrs[k][r] = buf->p + skip_at;
-    for (JDIMENSION r = 0; r < row0; r++)
+    for (JDIMENSION r = from; r < row0; r++)
         if (jpeg_read_raw_data(ci, planes, (JDIMENSION)ah) == 0)
             return sl_fail(SL_EIMAGE, "%s: no data for iMCU row %u", fn, r);
     /* The strip's rows, its columns only. */

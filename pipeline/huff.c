@@ -49,9 +49,12 @@
  *
  * Where: only for what it was written for; otherwise libjpeg's decoder
  * stays: sequential Huffman, 8-bit, one scan with every component
- * (baseline and extended sequential files), no restart interval, a memory
- * source. Progressive, arithmetic, multi-scan and restart-marker files
- * keep libjpeg's (sl_huff_install: SL_ENOTSUP).
+ * (baseline and extended sequential files), a memory source. Progressive,
+ * arithmetic and multi-scan files keep libjpeg's (SL_ENOTSUP). Files with
+ * restart markers (issue 41: sluice convert --restart writes them) go
+ * through sl_huff_seek, which reads only the restart intervals the crop
+ * needs ("restart intervals" below), with this decoder or around
+ * libjpeg's.
  *
  * How it is put in: jpeglib.h's jpeg_entropy_decoder (jpegint.h) is a
  * struct of function pointers that libjpeg fills in jpeg_start_decompress
@@ -118,6 +121,17 @@ struct sl_huff {
     int nblk;
     const sl_htab *bdc[D_MAX_BLOCKS_IN_MCU], *bac[D_MAX_BLOCKS_IN_MCU];
     int bcomp[D_MAX_BLOCKS_IN_MCU], bstore[D_MAX_BLOCKS_IN_MCU];
+    /* restart intervals (sl_huff_seek, decode_mcu_seek) */
+    unsigned ri;              /* MCUs per interval */
+    const uint8_t *base;      /* the stream; interval k starts at base + off[k] */
+    const uint32_t *off;
+    size_t noff, len;
+    JDIMENSION mpr, row, rcol; /* MCUs per row; row and column of the next call */
+    JDIMENSION r0, r1, c0, c1; /* needed: MCU rows [r0, r1), columns [c0, c1] */
+    uint64_t seg;             /* not reading: the MCU where reading starts again */
+    int reading;              /* the reader stands at the next call's MCU */
+    unsigned togo, next_rst;  /* MCUs left in the interval; the marker after it */
+    boolean (*lj)(j_decompress_ptr, JBLOCKROW *); /* libjpeg's decode_mcu, or NULL: ours */
 };
 
 /* Zigzag to natural order, 16 more entries for corrupt runs past 63. */
@@ -437,17 +451,12 @@ INLINE int block_skip(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk)
     return v;
 }
 
-/* jpeg_entropy_decoder.decode_mcu: the MCU's blocks (zeroed by the
- * caller), or only the DC predictions for an MCU the coefficient
- * controller will not IDCT. Never suspends (a memory source). */
-static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
+/* One MCU with the bit reader at h: its blocks stored (store), or only
+ * read past (the DC predictions kept). */
+INLINE void read_mcu(j_decompress_ptr ci, sl_huff *h, JBLOCKROW *MCU_data, int store)
 {
-    sl_huff *h = ci->client_data;
-    if (ci->entropy->insufficient_data) /* as libjpeg: zeros from here */
-        return TRUE;
-    const struct jpeg_decomp_master *m = ci->master;
     sl_bits b = {h->acc, h->nbits, h->p};
-    if (!MCU_data || h->col < m->first_iMCU_col || h->col > m->last_iMCU_col) {
+    if (!store) {
         for (int k = 0; k < h->nblk; k++)
             block_skip(ci, h, &b, k);
     } else {
@@ -461,27 +470,190 @@ static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
     h->acc = b.acc;
     h->nbits = b.nbits;
     h->p = b.p;
-    if (++h->col == ci->MCUs_per_row)
-        h->col = 0;
     ci->src->next_input_byte = b.p;
     ci->src->bytes_in_buffer = (size_t)(h->end - b.p);
     if (h->marker && h->nbits < h->fake) {
         WARNMS(ci, JWRN_HIT_MARKER);
         ci->entropy->insufficient_data = TRUE;
     }
+}
+
+/* Does the coefficient controller IDCT this MCU column (jdcoefct.c's
+ * decompress_onepass: [first_iMCU_col, last_iMCU_col], decode_yuv.c's)? */
+static int stored(j_decompress_ptr ci, JBLOCKROW *MCU_data, JDIMENSION col)
+{
+    const struct jpeg_decomp_master *m = ci->master;
+    return MCU_data && col >= m->first_iMCU_col && col <= m->last_iMCU_col;
+}
+
+/* jpeg_entropy_decoder.decode_mcu: the MCU's blocks (zeroed by the
+ * caller), or only the DC predictions for an MCU the coefficient
+ * controller will not IDCT. Never suspends (a memory source). */
+static boolean decode_mcu(j_decompress_ptr ci, JBLOCKROW *MCU_data)
+{
+    sl_huff *h = ci->client_data;
+    if (ci->entropy->insufficient_data) /* as libjpeg: zeros from here */
+        return TRUE;
+    read_mcu(ci, h, MCU_data, stored(ci, MCU_data, h->col));
+    if (++h->col == ci->MCUs_per_row)
+        h->col = 0;
+    return TRUE;
+}
+
+/* ----------------------------------------------------- restart intervals
+ *
+ * With restart markers (sl_huff_seek) the reader starts at the interval
+ * that holds the first MCU a row of the crop needs, instead of at the
+ * scan's first byte: after a marker the DC predictions are 0 and the data
+ * byte-aligned (T.81 F.2.1.3.1, F.2.2.4.2), so interval k decodes from
+ * base + off[k] (records/jpeg_scan.c found where, and checked that the
+ * markers are numbered in turn and one per interval) exactly as it does
+ * in a decode from the start. Per needed MCU row r: read from the start
+ * of the interval of MCU (r, c0) to MCU (r, c1), the MCUs before c0 only
+ * read past; then either go on (the next row's first interval starts
+ * at or before the next MCU) or stop and jump. MCUs nobody needs cost a
+ * call that returns at once (the coefficient controller calls decode_mcu
+ * for every MCU of every row it is given).
+ *
+ * Between intervals read in one go, the marker is checked where it must
+ * be: the interval's data used up to its last byte (fewer than 8 bits,
+ * the padding, left) and the next bytes RSTn with n the interval's number
+ * mod 8; otherwise libjpeg's warnings (extraneous bytes; a wrong marker),
+ * which sluice's decoders take as errors. libjpeg itself is not always
+ * that strict about bytes left over: it warns only when it has to look
+ * for the marker (jdmarker.c's next_marker), not when its bit buffer
+ * already read up to it, which depends on where the bytes fall in its
+ * buffer; such a damaged file is refused here and may decode with
+ * SLUICE_HUFF=libjpeg (as a code no table holds, see above). An interval the crop does not
+ * reach is not read, so damage inside it is not seen (as today's ROI path
+ * does not see damage below the crop).
+ *
+ * SLUICE_HUFF=libjpeg: the same plan around libjpeg's own decode_mcu,
+ * which handles the markers inside a run; a jump puts libjpeg's source at
+ * off[k], clears the marker it may have read ahead, restarts its entropy
+ * decoder (start_pass: bit buffer, DC predictions, restarts_to_go) and
+ * sets the RST number it expects next. Both decoders read the same
+ * intervals for the same crop: the same coefficients, the same planes. */
+
+/* Our reader at p, the first byte of an interval: no bits, the DC
+ * predictions 0, a whole interval to go, RST(rst) after it. */
+static void reader_at(sl_huff *h, const uint8_t *p, unsigned rst)
+{
+    h->p = p;
+    h->acc = 0;
+    h->nbits = 0;
+    h->marker = 0;
+    h->fake = 0;
+    memset(h->dc_pred, 0, sizeof h->dc_pred);
+    h->togo = h->ri;
+    h->next_rst = rst & 7;
+}
+
+/* The reader (ours or libjpeg's) at the start of interval k. */
+static void seek_to(j_decompress_ptr ci, sl_huff *h, uint64_t k)
+{
+    if (k >= h->noff) { /* jpeg_scan.c's count makes this impossible */
+        WARNMS(ci, JWRN_HIT_MARKER);
+        return;
+    }
+    const uint8_t *p = h->base + h->off[k];
+    if (h->lj) {
+        ci->src->next_input_byte = p;
+        ci->src->bytes_in_buffer = (size_t)(h->base + h->len - p);
+        ci->unread_marker = 0;
+        (*ci->entropy->start_pass)(ci);
+        ci->marker->next_restart_num = (int)(k & 7);
+    } else {
+        reader_at(h, p, (unsigned)(k & 7));
+    }
+    h->reading = 1;
+}
+
+/* Between two intervals read in one go (ours): the data of the one
+ * before used up, then its marker, then the next interval's state. */
+static void next_interval(j_decompress_ptr ci, sl_huff *h)
+{
+    int real = h->marker ? h->nbits - h->fake : h->nbits;
+    const uint8_t *q = h->p;
+    while (q < h->end && *q != 0xFF) /* whole bytes the interval did not use */
+        q++;
+    if (real >= 8 || q != h->p) {
+        WARNMS2(ci, JWRN_EXTRANEOUS_DATA, (int)(q - h->p) + (real > 0 ? real / 8 : 0),
+                q + 1 < h->end ? q[1] : 0);
+        return;
+    }
+    while (q < h->end && *q == 0xFF) /* fill bytes */
+        q++;
+    int m = q < h->end ? *q : 0;
+    if (m != (int)(0xD0 + h->next_rst)) {
+        WARNMS2(ci, JWRN_MUST_RESYNC, m, (int)h->next_rst);
+        return;
+    }
+    reader_at(h, q + 1, h->next_rst + 1);
+}
+
+/* After the last needed MCU of row `row`: read on, or stop until the
+ * interval the next needed row starts in. */
+static void plan_next(sl_huff *h, JDIMENSION row)
+{
+    if (row + 1 >= h->r1) {
+        h->reading = 0;
+        h->seg = UINT64_MAX;
+        return;
+    }
+    uint64_t a = (uint64_t)(row + 1) * h->mpr + h->c0, s = a / h->ri * h->ri;
+    if (s > (uint64_t)row * h->mpr + h->c1 + 1) {
+        h->reading = 0;
+        h->seg = s;
+    }
+}
+
+/* decode_mcu for files with restart markers (both decoders). */
+static boolean decode_mcu_seek(j_decompress_ptr ci, JBLOCKROW *MCU_data)
+{
+    sl_huff *h = ci->client_data;
+    JDIMENSION row = h->row, col = h->rcol;
+    if (++h->rcol == h->mpr) {
+        h->rcol = 0;
+        h->row++;
+    }
+    if (!h->reading) {
+        if ((uint64_t)row * h->mpr + col != h->seg)
+            return TRUE; /* not needed: zeros, never IDCT'd */
+        seek_to(ci, h, h->seg / h->ri);
+    } else if (!h->lj && h->togo == 0) {
+        next_interval(ci, h);
+    }
+    if (h->lj) {
+        if (!h->lj(ci, MCU_data))
+            return FALSE;
+    } else {
+        h->togo--;
+        if (!ci->entropy->insufficient_data)
+            read_mcu(ci, h, MCU_data, stored(ci, MCU_data, col));
+    }
+    if (row >= h->r0 && row < h->r1 && col == h->c1)
+        plan_next(h, row);
     return TRUE;
 }
 
 /* --------------------------------------------------------------- API */
 
-int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **hp)
+/* What huff.c decodes: sequential Huffman, 8-bit, one scan of every
+ * component, a memory source. */
+static int supported(const struct jpeg_decompress_struct *ci)
 {
-    if (ci->progressive_mode || ci->arith_code || ci->data_precision != 8 ||
-        ci->restart_interval || ci->comps_in_scan != ci->num_components || ci->Ss != 0 ||
-        ci->Se != DCTSIZE2 - 1 || ci->Ah || ci->Al || ci->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU ||
-        ci->blocks_in_MCU < 1 || !ci->entropy || !ci->src || ci->unread_marker ||
-        !ci->src->next_input_byte || ci->comps_in_scan > MAX_COMPS_IN_SCAN)
-        return SL_ENOTSUP;
+    return !(ci->progressive_mode || ci->arith_code || ci->data_precision != 8 ||
+             ci->comps_in_scan != ci->num_components || ci->Ss != 0 ||
+             ci->Se != DCTSIZE2 - 1 || ci->Ah || ci->Al ||
+             ci->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU || ci->blocks_in_MCU < 1 || !ci->entropy ||
+             !ci->src || ci->unread_marker || !ci->src->next_input_byte ||
+             ci->comps_in_scan > MAX_COMPS_IN_SCAN);
+}
+
+/* The state, allocated on first use, with the scan's tables. */
+static int prepare(struct jpeg_decompress_struct *ci, sl_huff **hp)
+{
     sl_huff *h = *hp;
     if (!h) {
         if (!(h = calloc(1, sizeof *h)))
@@ -514,8 +686,64 @@ int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **hp)
     h->fake = 0;
     memset(h->dc_pred, 0, sizeof h->dc_pred);
     h->col = 0;
-    ci->client_data = h;
+    return SL_OK;
+}
+
+int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **hp)
+{
+    if (!supported(ci) || ci->restart_interval)
+        return SL_ENOTSUP;
+    int rc = prepare(ci, hp);
+    if (rc)
+        return rc;
+    ci->client_data = *hp;
     ci->entropy->decode_mcu = decode_mcu;
+    return SL_OK;
+}
+
+int sl_huff_seek(struct jpeg_decompress_struct *ci, sl_huff **hp, const sl_huff_plan *pl,
+                 int libjpeg, unsigned *first_row)
+{
+    JDIMENSION mrpi = ci->comps_in_scan == 1 ? (JDIMENSION)ci->cur_comp_info[0]->v_samp_factor : 1;
+    const sl_jpeg_restarts *r = pl->rst;
+    if (!supported(ci) || !ci->restart_interval || !r || r->scans != 1 || r->n == 0 ||
+        r->interval != ci->restart_interval || !pl->base || mrpi < 1 || ci->MCUs_per_row < 1 ||
+        pl->col1 >= ci->MCUs_per_row || pl->col0 > pl->col1 || pl->row0 >= pl->row1)
+        return SL_ENOTSUP;
+    uint64_t mcus = (uint64_t)ci->MCUs_per_row * ci->MCU_rows_in_scan;
+    if (r->n != (mcus + ci->restart_interval - 1) / ci->restart_interval)
+        return SL_ENOTSUP; /* sl_jpeg_scan refuses such files first */
+    int rc = SL_OK;
+    if (!libjpeg)
+        rc = prepare(ci, hp);
+    else if (!*hp && !(*hp = calloc(1, sizeof **hp)))
+        rc = sl_fail(SL_ENOMEM, "sl_huff_seek: out of memory");
+    if (rc)
+        return rc;
+    sl_huff *h = *hp;
+    h->ri = ci->restart_interval;
+    h->base = pl->base;
+    h->len = pl->len;
+    h->end = pl->base + pl->len;
+    h->off = r->off;
+    h->noff = r->n;
+    h->mpr = ci->MCUs_per_row;
+    h->r0 = pl->row0 * mrpi;
+    h->r1 = pl->row1 * mrpi < ci->MCU_rows_in_scan ? pl->row1 * mrpi : ci->MCU_rows_in_scan;
+    h->c0 = pl->col0;
+    h->c1 = pl->col1;
+    h->reading = 0;
+    h->seg = ((uint64_t)h->r0 * h->mpr + h->c0) / h->ri * h->ri;
+    /* Whole iMCU rows before the first interval read are not even called
+     * for (decode_yuv.c moves libjpeg's row counters past them); a
+     * component of several MCU rows per iMCU row starts at row 0. */
+    JDIMENSION first = mrpi == 1 ? (JDIMENSION)(h->seg / h->mpr) : 0;
+    h->row = first * mrpi;
+    h->rcol = 0;
+    h->lj = libjpeg ? ci->entropy->decode_mcu : NULL;
+    ci->client_data = h;
+    ci->entropy->decode_mcu = decode_mcu_seek;
+    *first_row = first;
     return SL_OK;
 }
 

@@ -285,11 +285,34 @@ struct jpeg_decompress_struct;
 typedef struct sl_huff sl_huff;
 int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **h);
 void sl_huff_free(sl_huff *h);
+/* Files with restart markers (huff.c, "restart intervals"): decode only
+ * the intervals that hold MCU rows [row0, row1) x MCU columns [col0,
+ * col1] (iMCU rows and columns, as decode_yuv.c's strip; the columns the
+ * coefficient controller IDCTs), with huff.c's decoder or, libjpeg = 1,
+ * around libjpeg's. base/len: the stream (the memory source's bytes);
+ * rst: sl_jpeg_scan_restarts' intervals of it. After
+ * jpeg_start_decompress; SL_OK: installed, and the caller must start
+ * reading at iMCU row *first_row (libjpeg's row counters moved past the
+ * rows before it, see decode_yuv.c); SL_ENOTSUP: not such a file (no
+ * restart interval, not baseline single-scan, offsets that do not match),
+ * nothing changed; SL_ENOMEM. */
+typedef struct sl_huff_plan {
+    const uint8_t *base;
+    size_t len;
+    const struct sl_jpeg_restarts *rst;
+    unsigned row0, row1, col0, col1;
+} sl_huff_plan;
+int sl_huff_seek(struct jpeg_decompress_struct *ci, sl_huff **h, const sl_huff_plan *plan,
+                 int libjpeg, unsigned *first_row);
 typedef struct sl_yuv_buf {
     uint8_t *p;
     size_t cap;
     sl_huff *huff;            /* huff.c's state (NULL until first used) */
     int libjpeg_huff;         /* SLUICE_HUFF=libjpeg: keep libjpeg's entropy decoder */
+    int no_seek;              /* SLUICE_SEEK=off: restart files decoded from the start, by libjpeg */
+    const uint8_t *jpeg;      /* the stream being decoded and its restart intervals */
+    size_t len;               /* (decode.c sets them before each call) */
+    const struct sl_jpeg_restarts *rst;
 } sl_yuv_buf;
 int sl_decode_yuv(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *crop, int ow,
                   int oh, int flip, sl_layout layout, const float mean[3], const float std[3],

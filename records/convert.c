@@ -51,6 +51,11 @@
  *   by the committer before each chunk) ends the run the same way, with
  *   SL_ECANCELED: Ctrl-C in a binding costs at most the open shard.
  *
+ *   Restart markers (cfg->restart_mcus / restart_rows): a worker passes
+ *   every JPEG it stores through its own sl_jpeg_restarter (records/
+ *   restart.c) after reading or re-encoding it; the counts travel in the
+ *   chunk's items to the committer like the rest.
+ *
  *   Tasks (records/convert_task.c) run this same machinery through
  *   sl_convert_write on a state of their own: the other tasks' shards
  *   marked kept, the writers pointed at a private folder (st->write_dir),
@@ -83,6 +88,9 @@ typedef struct cv_item {
     size_t off, len;        /* the serialized Example in the slot's buffer */
     int skipped;
     int passthrough;        /* JPEG stored as read */
+    int restart;            /* restart markers: 1 written, -1 kept as it was, 0 not asked */
+    uint64_t markers;       /* RST markers written */
+    size_t jpeg_in, jpeg_out; /* the JPEG's bytes before and after they were */
     char reason[CV_REASON]; /* why it was skipped */
 } cv_item;
 
@@ -120,6 +128,7 @@ typedef struct cv_job {
     sl_lmdb_writer *lmw;
     sl_wds_writer *wdw;             /* --to wds: records/wds.h */
     uint64_t done, records, bytes, skipped, passthrough, reencoded;
+    uint64_t restarted, restart_kept, restart_markers, restart_in, restart_out;
     uint64_t shard_records, shard_bytes; /* at the last shard close: st->on_shard's deltas */
     unsigned shards_closed;         /* whole shards written by this run */
     struct timespec last_progress;
@@ -129,6 +138,7 @@ typedef struct cv_worker {
     cv_job *job;
     pthread_t tid;
     sl_transcoder *tc;
+    sl_jpeg_restarter *rs;          /* restart markers (NULL unless asked for) */
     sl_example_builder eb;
     uint8_t *file, *scratch;        /* file bytes; IDX RGB pixels */
     size_t file_cap, scratch_cap;
@@ -262,6 +272,27 @@ static int encode_idx(cv_worker *w, const sl_input *it, const uint8_t **img, siz
     return sl_encode_jpeg_rgb(w->tc, w->scratch + src, dw, dh, dw * 3, 3, cfg->quality, img, img_len);
 }
 
+/* The JPEG to store with restart markers (sl_convert_config.restart_*):
+ * *img then points into the restarter, or stays where it was. */
+static int add_restarts(cv_worker *w, cv_item *ci, const uint8_t **img, size_t *img_len)
+{
+    const sl_convert_config *cfg = w->job->cfg;
+    const uint8_t *out;
+    size_t out_len;
+    sl_restart_info info;
+    int rc = sl_jpeg_restart(w->rs, *img, *img_len, cfg->restart_mcus, cfg->restart_rows, &out,
+                             &out_len, &info);
+    if (rc)
+        return rc;
+    ci->restart = info.rewritten ? 1 : -1;
+    ci->markers = info.markers;
+    ci->jpeg_in = *img_len;
+    ci->jpeg_out = out_len;
+    *img = out;
+    *img_len = out_len;
+    return SL_OK;
+}
+
 /* One output position into the slot: an Example, or a skip with its reason. */
 static int fill_item(cv_worker *w, cv_slot *slot, uint64_t pos)
 {
@@ -277,6 +308,8 @@ static int fill_item(cv_worker *w, cv_slot *slot, uint64_t pos)
     sl_clear_error();
     int rc = it->path ? encode_file(w, it->path, &img, &img_len, &width, &height, &ci->passthrough)
                       : encode_idx(w, it, &img, &img_len, &width, &height);
+    if (rc == SL_OK && w->rs)
+        rc = add_restarts(w, ci, &img, &img_len);
     if (rc == SL_EIMAGE) {
         ci->skipped = 1;
         snprintf(ci->reason, sizeof ci->reason, "%s", sl_errmsg()[0] ? sl_errmsg() : "cannot decode");
@@ -417,6 +450,14 @@ static int commit_chunk(cv_job *j, size_t k)
             j->passthrough++;
         else
             j->reencoded++;
+        if (ci->restart > 0) {
+            j->restarted++;
+            j->restart_markers += ci->markers;
+            j->restart_in += ci->jpeg_in;
+            j->restart_out += ci->jpeg_out;
+        } else if (ci->restart < 0) {
+            j->restart_kept++;
+        }
     }
     j->done += r->end - r->begin;
     if (r->end == sl_convert_shard_begin(st->in.n, st->nshards, r->shard + 1)) {
@@ -559,12 +600,16 @@ static int worker_init(cv_worker *w, cv_job *j)
     if (rc)
         return rc;
     sl_transcoder_set_max_pixels(w->tc, max_pixels(j->cfg));
+    if ((j->cfg->restart_mcus || j->cfg->restart_rows) &&
+        (rc = sl_jpeg_restarter_create(&w->rs)) != SL_OK)
+        return rc;
     return SL_OK;
 }
 
 static void worker_fini(cv_worker *w)
 {
     sl_transcoder_destroy(w->tc);
+    sl_jpeg_restarter_destroy(w->rs);
     sl_example_builder_fini(&w->eb);
     free(w->file);
     free(w->scratch);
@@ -638,6 +683,11 @@ int sl_convert_write(const sl_convert_state *st, sl_convert_result *res)
     res->reencoded = j.reencoded;
     res->shards = st->nshards;
     res->shards_kept = st->nkept;
+    res->restarted = j.restarted;
+    res->restart_kept = j.restart_kept;
+    res->restart_markers = j.restart_markers;
+    res->restart_bytes_in = j.restart_in;
+    res->restart_bytes_out = j.restart_out;
     if (!rc && cfg->progress)
         cfg->progress(cfg->progress_arg, st->in.n, st->in.n, res->bytes);
 

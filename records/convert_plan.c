@@ -394,6 +394,15 @@ void sl_convert_plan_text_of(const sl_convert_config *c, uint64_t inputs, uint64
              c->resize_short, c->label_offset,
              (unsigned long long)(c->max_pixels ? c->max_pixels : SL_MAX_PIXELS_DEFAULT),
              (unsigned long long)classes_hash(names, nnames));
+    /* restart markers change every stored JPEG: a resume must use the same
+     * (the line is left out without them, so older plans still match) */
+    size_t n = strlen(buf);
+    if (c->restart_rows && n < cap)
+        snprintf(buf + n, cap - n, "restart rows %u\n", c->restart_rows);
+    else if (c->restart_mcus == SL_RESTART_AUTO && n < cap)
+        snprintf(buf + n, cap - n, "restart auto\n");
+    else if (c->restart_mcus && n < cap)
+        snprintf(buf + n, cap - n, "restart mcus %u\n", c->restart_mcus);
 }
 
 void sl_convert_plan_text(const sl_convert_state *st, char *buf, size_t cap)
@@ -443,6 +452,13 @@ static int check_config(const sl_convert_config *cfg)
                        cfg->shards);
     if (cfg->shards > CV_MAX_SHARDS)
         return sl_fail(SL_EINVAL, "%s: shards %u: at most %u", fn, cfg->shards, CV_MAX_SHARDS);
+    if (cfg->restart_mcus && cfg->restart_rows)
+        return sl_fail(SL_EINVAL, "%s: restart_mcus %u and restart_rows %u: one or the other", fn,
+                       cfg->restart_mcus, cfg->restart_rows);
+    if (cfg->restart_rows > 65535 ||
+        (cfg->restart_mcus > 65535 && cfg->restart_mcus != SL_RESTART_AUTO))
+        return sl_fail(SL_EINVAL, "%s: restart interval %u: at most 65535 (JPEG's DRI field)", fn,
+                       cfg->restart_rows ? cfg->restart_rows : cfg->restart_mcus);
     if (cfg->class_names && cfg->num_class_names == 0)
         return sl_fail(SL_EINVAL, "%s: class_names given with num_class_names 0", fn);
     return SL_OK;

@@ -227,7 +227,9 @@ static char *head_json(const sl_convert_state *st, unsigned tasks, const char *t
              sl_json_add_int(o, "inputs", (int64_t)st->in.n) &&
              sl_json_add_int(o, "shards", st->nshards) && sl_json_add_int(o, "tasks", tasks) &&
              sl_json_add_int(o, "num_classes", st->num_classes) &&
-             sl_json_add_int(o, "explicit_names", c->class_names != NULL);
+             sl_json_add_int(o, "explicit_names", c->class_names != NULL) &&
+             sl_json_add_int(o, "restart_mcus", c->restart_mcus) &&
+             sl_json_add_int(o, "restart_rows", c->restart_rows);
     if (ok && st->class_names) {
         ok = (a = cJSON_AddArrayToObject(o, "class_names")) != NULL;
         for (uint32_t i = 0; ok && i < st->nclass_names; i++) {
@@ -561,6 +563,15 @@ static int parse_head(const char *fn, sl_plan *p, cJSON *o)
     INT("num_classes", num_classes, 0, UINT32_MAX);
     INT("explicit_names", explicit_names, 0, 1);
 #undef INT
+    /* restart markers (issue 41): optional, plans made before have none */
+    v = 0;
+    if ((rc = sl_json_get_int(o, "restart_mcus", 0, 0, UINT32_MAX, &v, fn, path)))
+        goto out;
+    p->restart_mcus = (unsigned)v;
+    v = 0;
+    if ((rc = sl_json_get_int(o, "restart_rows", 0, 0, 65535, &v, fn, path)))
+        goto out;
+    p->restart_rows = (unsigned)v;
     const cJSON *names = cJSON_GetObjectItemCaseSensitive(o, "class_names");
     if (cJSON_IsArray(names)) {
         int n = cJSON_GetArraySize(names);
@@ -666,6 +677,8 @@ int sl_plan_load(const char *fn, const char *path, sl_plan *p)
     c.shuffle_seed = p->seed;
     c.shuffle = p->shuffle;
     c.label_offset = p->label_offset;
+    c.restart_mcus = p->restart_mcus;
+    c.restart_rows = p->restart_rows;
     if (p->explicit_names) {
         c.class_names = (const char *const *)p->class_names;
         c.num_class_names = p->nclass_names;

@@ -42,6 +42,7 @@ typedef struct sl_plan {
     char **class_names;         /* NULL or nclass_names names */
     uint32_t nclass_names;
     int explicit_names;         /* the names were given (cfg->class_names) */
+    unsigned restart_mcus, restart_rows; /* convert --restart (0 and 0: none; absent in older plans) */
     uint64_t *task_off, *task_len; /* per task: its shard lines in the body */
     uint64_t body_off;          /* the byte after the first line */
     sl_convert_config cfg;      /* the options as sl_convert_run takes them */

@@ -111,6 +111,7 @@ static int merge_into(sl_inspect_stats *t, const sl_inspect_stats *s)
     t->bytes += s->bytes;
     t->files += s->files;
     t->unknown_size += s->unknown_size;
+    t->restart += s->restart;
     dim_merge(&t->width, &s->width);
     dim_merge(&t->height, &s->height);
     for (size_t i = 0; i <= SL_INSPECT_MAX_FORMATS; i++)
@@ -197,6 +198,11 @@ static int on_record(void *arg, const sl_walk_record *r)
             }
         }
     }
+    unsigned fl = 0; /* restart markers: the structure walk says (memchr speed) */
+    if (ex.image_len > 2 && ex.image[0] == 0xFF && ex.image[1] == 0xD8 &&
+        sl_jpeg_scan(ex.image, ex.image_len, &fl) == SL_OK && (fl & SL_JPEG_RESTART))
+        s->restart++;
+    sl_clear_error();
     if (w > 0 && h > 0) {
         dim_add(&s->width, w);
         dim_add(&s->height, h);
@@ -328,6 +334,7 @@ static void json_stats(cJSON *o, const sl_inspect_stats *s)
             cJSON_AddNumberToObject(fmts, s->formats[i].name, (double)s->formats[i].n);
     if (s->unknown_size)
         cJSON_AddNumberToObject(o, "unknown_size", (double)s->unknown_size);
+    cJSON_AddNumberToObject(o, "restart_records", (double)s->restart);
 }
 
 char *sl_inspect_json(const sl_dataset *ds, const sl_inspect_result *res)
@@ -379,4 +386,36 @@ char *sl_inspect_json(const sl_dataset *ds, const sl_inspect_result *res)
     char *out = strdup(text); /* the caller frees with free(), whatever cJSON's hooks */
     cJSON_free(text);
     return out;
+}
+
+/* ----------------------------------------------- restart markers, alone */
+
+typedef struct count_ctx {
+    uint64_t records, with;
+} count_ctx;
+
+static int count_record(void *arg, const sl_walk_record *r)
+{
+    count_ctx *c = arg;
+    sl_image_example ex;
+    unsigned fl = 0;
+    c->records++;
+    if ((r->key ? sl_wds_sample_decode(r->data, r->len, NULL, &ex)
+                : sl_image_example_decode(r->data, r->len, &ex)) == SL_OK &&
+        sl_jpeg_scan(ex.image, ex.image_len, &fl) == SL_OK && (fl & SL_JPEG_RESTART))
+        c->with++;
+    sl_clear_error();
+    return 0;
+}
+
+int sl_dataset_count_restarts(const sl_dataset *ds, uint64_t *records, uint64_t *with_markers)
+{
+    count_ctx c = {0, 0};
+    sl_walk_visitor v = {.record = count_record, .file_error = on_file_error, .arg = &c};
+    int rc = sl_dataset_walk(ds, &v);
+    if (records)
+        *records = c.records;
+    if (with_markers)
+        *with_markers = c.with;
+    return rc;
 }

@@ -273,9 +273,12 @@ static int check_record(verify_ctx *c, const sl_walk_record *r)
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE,
                           "%s is %s, not JPEG (%zu bytes)", img, type_name(info.type),
                           ex.image_len);
-    if (sl_jpeg_scan(ex.image, ex.image_len, NULL))
+    unsigned fl = 0;
+    if (sl_jpeg_scan(ex.image, ex.image_len, &fl))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "%s: %s", img,
                           sl_msg_detail(sl_errmsg(), NULL));
+    if (fl & SL_JPEG_RESTART) /* counted as good records are: problems return first */
+        c->res->restart_records++;
     if (info.channels == 4) /* TurboJPEG cannot turn CMYK/YCCK into RGB */
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE,
                           "%s is a CMYK JPEG; the pipeline decodes RGB/YCbCr/gray", img);

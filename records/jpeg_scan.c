@@ -43,7 +43,23 @@
  * Huffman decoder (pipeline/huff.c) cannot give the same batch. Such a
  * stream is refused here (SL_EIMAGE naming the byte), before either
  * decoder runs; fill bytes before a real marker stay allowed.
+ *
+ * Restart markers (issue 41): RST0..7 split a scan into intervals of the
+ * restart interval's MCUs (DRI, T.81 B.2.4.4), numbered 0..7 in turn from
+ * each scan's first. The pipeline starts decoding at an interval that a
+ * crop needs (pipeline/huff.c), so the k-th interval must be where the
+ * k-th marker says: each marker must carry the next number, and a scan
+ * must have exactly one interval per restart interval of its MCUs (the
+ * frame's size and sampling give them), with one marker at the scan's end
+ * tolerated (libjpeg reads past it). libjpeg-turbo's own decoder takes a
+ * wrong number for lost data (jpeg_resync_to_restart, a warning that
+ * sluice's decoders treat as an error) and a missing marker the same way,
+ * so refusing them here refuses nothing that decodes cleanly, only
+ * earlier: in convert and verify, and in the pipeline before a seek could
+ * start at the wrong place. sl_jpeg_scan_restarts also gives the byte
+ * where each interval of the first scan starts.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "records.h"
@@ -61,6 +77,9 @@ typedef struct scan_tables {
     uint8_t sof;         /* the frame's marker, 0 before it */
     int nc;              /* components (0: not checked, see read_sof) */
     uint8_t id[16], tq[16];
+    uint8_t hs[16], vs[16]; /* sampling factors (restart check; 0: not known) */
+    unsigned w, h;       /* the frame's size (h 0: DNL, not checked) */
+    unsigned dri;        /* the restart interval in force (DRI), MCUs */
 } scan_tables;
 
 /* The DQT segment's tables (libjpeg's get_dqt: Pq/Tq, 64 values of 1 or
@@ -104,9 +123,64 @@ static void read_sof(scan_tables *t, uint8_t m, const uint8_t *p, const uint8_t 
         return;
     for (int i = 0; i < p[5]; i++) {
         t->id[i] = p[6 + 3 * i];
+        t->hs[i] = p[7 + 3 * i] >> 4;
+        t->vs[i] = p[7 + 3 * i] & 15;
         t->tq[i] = p[8 + 3 * i];
     }
+    t->h = (unsigned)p[1] << 8 | p[2];
+    t->w = (unsigned)p[3] << 8 | p[4];
     t->nc = p[5];
+}
+
+/* MCUs in a scan of the frame (libjpeg's jdinput.c: one component, its
+ * blocks; several, MCUs of hmax x vmax blocks); 0 when the frame's
+ * geometry is not known or not one libjpeg takes (the count is then not
+ * checked: the decoder refuses such frames). */
+static uint64_t scan_mcus(const scan_tables *t, const uint8_t *sos, const uint8_t *end)
+{
+    if (t->nc == 0 || t->w == 0 || t->h == 0 || end - sos < 1)
+        return 0;
+    unsigned ns = sos[0], hmax = 1, vmax = 1;
+    for (int i = 0; i < t->nc; i++) {
+        if (t->hs[i] < 1 || t->hs[i] > 4 || t->vs[i] < 1 || t->vs[i] > 4)
+            return 0;
+        hmax = t->hs[i] > hmax ? t->hs[i] : hmax;
+        vmax = t->vs[i] > vmax ? t->vs[i] : vmax;
+    }
+    if (ns == 1 && end - sos >= 2) {
+        int c = 0;
+        while (c < t->nc && t->id[c] != sos[1])
+            c++;
+        if (c == t->nc)
+            return 0;
+        uint64_t bw = ((uint64_t)t->w * t->hs[c] + hmax * 8 - 1) / (hmax * 8);
+        uint64_t bh = ((uint64_t)t->h * t->vs[c] + vmax * 8 - 1) / (vmax * 8);
+        return bw * bh;
+    }
+    return (uint64_t)((t->w + 8 * hmax - 1) / (8 * hmax)) * ((t->h + 8 * vmax - 1) / (8 * vmax));
+}
+
+/* The start of one more interval of the first scan at byte off. */
+static int rst_push(sl_jpeg_restarts *r, size_t off)
+{
+    if (r->n == r->cap) {
+        size_t c = r->cap ? r->cap * 2 : 256;
+        uint32_t *p = realloc(r->off, c * sizeof *p);
+        if (!p)
+            return sl_fail(SL_ENOMEM, "sl_jpeg_scan: out of memory (%zu restart intervals)", c);
+        r->off = p;
+        r->cap = c;
+    }
+    r->off[r->n++] = (uint32_t)off;
+    return SL_OK;
+}
+
+void sl_jpeg_restarts_free(sl_jpeg_restarts *r)
+{
+    if (!r)
+        return;
+    free(r->off);
+    memset(r, 0, sizeof *r);
 }
 
 /* A table used by a scan: SL_OK when defined (or the standard table
@@ -178,6 +252,11 @@ static const char *not_jpeg_kind(const uint8_t *d, size_t len)
 
 int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
 {
+    return sl_jpeg_scan_restarts(d, len, flags, NULL);
+}
+
+int sl_jpeg_scan_restarts(const uint8_t *d, size_t len, unsigned *flags, sl_jpeg_restarts *rst)
+{
     size_t pos = 2;
     int frame = 0, scans = 0;
     unsigned fl = 0;
@@ -185,9 +264,16 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
 
     if (flags)
         *flags = 0;
+    if (rst) {
+        rst->n = 0;
+        rst->interval = 0;
+        rst->scans = 0;
+    }
+    /* offsets are 32-bit: larger streams are checked, not mapped */
+    sl_jpeg_restarts *map = rst && len <= UINT32_MAX ? rst : NULL;
     if (len < 4 || d[0] != 0xFF || d[1] != 0xD8) {
         const char *kind = not_jpeg_kind(d, len);
-        int converts = kind && (kind[0] == 'P' || kind[0] == 'B'); /* PNG, BMP: convert reads them */
+        int converts = kind && kind[0] != 'G'; /* PNG, BMP, WebP: convert reads them */
         if (kind)
             return sl_fail(SL_EIMAGE, "sl_jpeg_scan: not a JPEG file: a %s image (the pipeline "
                            "decodes JPEG only: %s)", kind,
@@ -209,6 +295,8 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
                                frame ? "scan" : "frame");
             if (flags)
                 *flags = fl;
+            if (rst)
+                rst->scans = scans;
             return SL_OK;
         }
         if ((m >= 0xD0 && m <= 0xD7) || m == 0x01)
@@ -232,6 +320,8 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
             read_dqt(&t, body, body_end);
         } else if (m == 0xC4) {
             read_dht(&t, body, body_end);
+        } else if (m == 0xDD && seg == 4) { /* DRI; another length: libjpeg refuses it */
+            t.dri = (unsigned)body[0] << 8 | body[1];
         }
         size_t at = pos - 2;
         pos += seg;
@@ -243,7 +333,16 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
         if (rc)
             return rc;
         scans++;
-        /* Entropy-coded data: skip to the next FF that starts a marker. */
+        sl_jpeg_restarts *sm = scans == 1 ? map : NULL; /* the first scan's intervals */
+        if (sm) {
+            sm->interval = t.dri;
+            if ((rc = rst_push(sm, pos)) != SL_OK)
+                return rc;
+        }
+        /* Entropy-coded data: skip to the next FF that starts a marker;
+         * restart markers numbered in turn, where the intervals start. */
+        uint64_t nrst = 0;        /* restart markers in this scan */
+        size_t last_rst = 0;      /* the byte after the last one */
         for (;;) {
             const uint8_t *ff = memchr(d + pos, 0xFF, len - pos);
             if (!ff || (size_t)(ff - d) + 1 >= len)
@@ -259,12 +358,37 @@ int sl_jpeg_scan(const uint8_t *d, size_t len, unsigned *flags)
                 return sl_fail(SL_EIMAGE, "sl_jpeg_scan: fill bytes FF FF before a stuffed zero "
                                "@ byte %zu, in entropy-coded data (FF 00 is not a marker, and "
                                "decoders read this differently)", pos);
+            if (n >= 0xD0 && n <= 0xD7) {
+                if (n - 0xD0 != (int)(nrst & 7))
+                    return sl_fail(SL_EIMAGE, "sl_jpeg_scan: scan %d: restart marker RST%d @ "
+                                   "byte %zu where RST%d was expected (marker %llu of the scan: "
+                                   "one is missing or out of order)", scans, n - 0xD0, pos,
+                                   (int)(nrst & 7), (unsigned long long)nrst + 1);
+                nrst++;
+                last_rst = q + 1;
+                if (sm && (rc = rst_push(sm, q + 1)) != SL_OK)
+                    return rc;
+                fl |= SL_JPEG_RESTART;
+            }
             if (n == 0x00 || (n >= 0xD0 && n <= 0xD7)) {
                 pos = q + 1; /* stuffing, or a restart marker after any fill bytes */
                 continue;
             }
             break; /* the next marker; the loop above skips its fill bytes */
         }
+        /* A marker right before the scan's end starts no interval. */
+        if (nrst && last_rst == pos) {
+            nrst--;
+            if (sm)
+                sm->n--;
+        }
+        uint64_t mcus = scan_mcus(&t, body, body_end);
+        uint64_t want = !mcus ? nrst + 1 : t.dri ? (mcus + t.dri - 1) / t.dri : 1;
+        if (nrst + 1 != want)
+            return sl_fail(SL_EIMAGE, "sl_jpeg_scan: scan %d @ byte %zu: %llu restart interval%s "
+                           "of %u MCUs where %llu MCUs make %llu (restart markers missing or "
+                           "extra)", scans, at, (unsigned long long)nrst + 1, nrst ? "s" : "",
+                           t.dri, (unsigned long long)mcus, (unsigned long long)want);
     }
 truncated:
     return sl_fail(SL_EIMAGE, "sl_jpeg_scan: truncated JPEG (%zu bytes, no EOI marker)", len);

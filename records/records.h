@@ -377,7 +377,61 @@ int sl_image_probe(const uint8_t *data, size_t len, sl_image_info *out);
  * not NULL) gets SL_JPEG_* bits on success, 0 otherwise. Reentrant. */
 #define SL_JPEG_STD_HUFF 1u /* a sequential scan uses a Huffman table no DHT defines:
                              * T.81 Annex K.3's standard table (Motion-JPEG's way) */
+#define SL_JPEG_RESTART 2u  /* the entropy-coded data has restart markers (RST0..7) */
 int sl_jpeg_scan(const uint8_t *data, size_t len, unsigned *flags);
+
+/* Restart markers are checked by sl_jpeg_scan too: within each scan they
+ * must be numbered RST0, RST1, ..., RST7, RST0, ... and cut the scan into
+ * exactly ceil(MCUs / restart interval) intervals (one more marker right
+ * before the scan's end is tolerated); otherwise SL_EIMAGE naming the
+ * marker's byte. sl_jpeg_scan_restarts is sl_jpeg_scan that also gives,
+ * in *r, where the intervals of the first scan start: r->off[k] is the
+ * byte offset of interval k's first entropy-coded byte (off[0] right
+ * after the SOS segment, off[k] right after the k-th marker), n of them,
+ * the first scan's restart interval (DRI, MCUs; 0 none) and the number of
+ * scans. Streams over 4 GiB are checked but get n = 0. r->off grows with
+ * realloc (caller-owned: start from a zeroed struct, reuse it, release
+ * with sl_jpeg_restarts_free); SL_ENOMEM when it cannot grow. */
+typedef struct sl_jpeg_restarts {
+    uint32_t *off;
+    size_t n, cap;
+    unsigned interval;
+    int scans;
+} sl_jpeg_restarts;
+int sl_jpeg_scan_restarts(const uint8_t *data, size_t len, unsigned *flags, sl_jpeg_restarts *r);
+void sl_jpeg_restarts_free(sl_jpeg_restarts *r);
+
+/* Lossless restart markers (records/restart.c): a JPEG's DCT coefficients
+ * read and written again (libjpeg's jpeg_read_coefficients /
+ * jpeg_write_coefficients, as `jpegtran -restart N -optimize -copy all`)
+ * as one baseline Huffman scan with a restart marker every `mcus` MCUs,
+ * or every `rows` MCU rows (exactly one of the two is non-zero;
+ * mcus = SL_RESTART_AUTO: max(4, ceil(MCUs per row / 16)), the measured
+ * default).
+ * Decoded pixels are the original's; APPn and COM segments are copied;
+ * Huffman tables are the source's where they can code the result (a
+ * one-scan sequential file whose DC tables are complete, as the standard
+ * tables are), else optimized for the image; progressive, arithmetic and
+ * multi-scan files become baseline. *out points at the new file (in r,
+ * valid until r's next call) with info->rewritten = 1, or at the input,
+ * kept as it is, with info->why saying why: a restart interval already,
+ * 12-bit data, a progressive file that libjpeg would decode with block
+ * smoothing, data libjpeg warns about, or anything it cannot transcode.
+ * SL_ENOMEM is the only error besides SL_EINVAL for bad arguments.
+ * Threading: one restarter per thread. */
+#define SL_RESTART_AUTO 0xFFFFFFFFu
+typedef struct sl_jpeg_restarter sl_jpeg_restarter;
+typedef struct sl_restart_info {
+    int rewritten;            /* 1: *out is the rewritten file */
+    const char *why;          /* rewritten 0: why not (in the restarter, valid as *out) */
+    unsigned interval;        /* MCUs per interval written */
+    uint64_t markers;         /* RST markers written */
+    size_t bytes_in, bytes_out;
+} sl_restart_info;
+int sl_jpeg_restarter_create(sl_jpeg_restarter **out);
+void sl_jpeg_restarter_destroy(sl_jpeg_restarter *r);
+int sl_jpeg_restart(sl_jpeg_restarter *r, const uint8_t *jpeg, size_t len, unsigned mcus,
+                    unsigned rows, const uint8_t **out, size_t *out_len, sl_restart_info *info);
 
 /* A reusable transcoder (owns TurboJPEG handles and scratch buffers; one per
  * thread). */
@@ -480,6 +534,13 @@ typedef struct sl_convert_config {
      * Set it from the progress callback (same thread), a signal handler or
      * another thread (a plain store: it is only read). NULL = never. */
     const volatile int *cancel;
+    /* Restart markers (records/restart.c, sl_jpeg_restart): every JPEG
+     * stored (passed through or re-encoded) that has none is re-written
+     * losslessly with a restart marker every restart_mcus MCUs
+     * (SL_RESTART_AUTO: the measured default) or every restart_rows MCU
+     * rows, so the pipeline entropy-decodes only the intervals a crop
+     * covers. 0 and 0 (default): stored as they are. Not both. */
+    unsigned restart_mcus, restart_rows;
 } sl_convert_config;
 
 #define SL_CONVERT_CONFIG_INIT                                                                  \
@@ -498,6 +559,11 @@ typedef struct sl_convert_result {
     uint64_t reencoded;       /* images re-encoded */
     unsigned shards;          /* shards in the output */
     unsigned shards_kept;     /* shards kept by --resume */
+    /* restart markers, of the JPEGs this run wrote (not kept shards'): */
+    uint64_t restarted;       /* JPEGs re-written with restart markers */
+    uint64_t restart_kept;    /* JPEGs kept as they were (had markers, or could not be) */
+    uint64_t restart_markers; /* RST markers written */
+    uint64_t restart_bytes_in, restart_bytes_out; /* the re-written JPEGs' sizes before, after */
 } sl_convert_result;
 
 /* Run a conversion (blocks; uses cfg->threads threads). Writes the shards and
@@ -854,6 +920,8 @@ typedef struct sl_verify_result {
     uint64_t records, files;
     uint64_t problems;
     uint64_t unindexed;       /* TFRecord shards without an index file */
+    uint64_t restart_records; /* records whose JPEG has restart markers (sluice convert
+                               * --restart; the pipeline reads only the intervals a crop needs) */
     int first_status;         /* the first problem's status (SL_OK: none) */
     char first[SL_ERRMSG_MAX];/* the first problem's message ("" none) */
 } sl_verify_result;
@@ -885,6 +953,7 @@ typedef struct sl_inspect_stats {
     size_t nlabels, label_cap;
     sl_inspect_dim width, height;
     uint64_t unknown_size;    /* records whose image size could not be read */
+    uint64_t restart;         /* records whose JPEG has restart markers (SL_JPEG_RESTART) */
     struct {
         char name[24];
         uint64_t n;
@@ -907,6 +976,11 @@ typedef struct sl_inspect_result {
 int sl_dataset_inspect(const sl_dataset *ds, sl_walk_progress_fn progress, void *arg,
                        sl_inspect_result *res);
 void sl_inspect_result_fini(sl_inspect_result *res);
+/* Records of ds and how many of them hold a JPEG with restart markers
+ * (sl_jpeg_scan's SL_JPEG_RESTART), by reading every record once (`sluice
+ * index` reports it). A record that does not decode is counted, not an
+ * error; a shard that cannot be read is (named). */
+int sl_dataset_count_restarts(const sl_dataset *ds, uint64_t *records, uint64_t *with_markers);
 /* Where split i's counts differ from its dataset.json entry: one line each
  * ("PATH: split S: dataset.json says N records, found M\n") into buf
  * (truncated to cap); the number of differences. */

@@ -14,6 +14,7 @@
  * Exit status: 0 done, 1 a shard is damaged (named with record and offset),
  * 2 usage error or a PATH that cannot be opened or written.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,15 @@ int cmd_index(int argc, char **argv)
         } else if (!quiet) {
             printf("index: %s: wrote %zu index file%s, %zu already up to date\n", a, written,
                    written == 1 ? "" : "s", kept);
+            /* a second read of the records (the index scan reads framing only) */
+            uint64_t nrec = 0, with = 0;
+            if ((r = sl_dataset_count_restarts(&ds, &nrec, &with)) == SL_OK) {
+                printf("index: %s: %" PRIu64 " of %" PRIu64 " records indexed carry restart "
+                       "markers\n", a, with, nrec);
+            } else {
+                cli_fail(CMD, r);
+                rc = r == SL_ECORRUPT ? 1 : 2;
+            }
         }
         sl_dataset_fini(&ds);
     }

@@ -107,6 +107,9 @@ static void print_block(const sl_dataset *ds, const char *title, const char *fmt
                s->width.min, s->width.max, mean_of(&s->width), s->height.min, s->height.max, mean_of(&s->height));
     if (s->unknown_size)
         printf("  %" PRIu64 " image%s of unknown size\n", s->unknown_size, s->unknown_size == 1 ? "" : "s");
+    if (s->records)
+        printf("  restart markers: %" PRIu64 " of %" PRIu64 " records (sluice convert --restart)\n",
+               s->restart, s->records);
     if (s->records) {
         printf("  formats:");
         for (size_t i = 0; i <= SL_INSPECT_MAX_FORMATS; i++)

@@ -161,9 +161,12 @@ int cmd_verify(int argc, char **argv)
                 "%s each time; sluice index PATH writes them\n", res.unindexed,
                 res.unindexed == 1 ? " has" : "s have", res.unindexed == 1 ? "it" : "them");
     if (res.problems == 0) {
-        if (!quiet)
+        if (!quiet) {
             printf("ok: %" PRIu64 " records in %" PRIu64 " file%s\n", res.records, res.files,
                    res.files == 1 ? "" : "s");
+            printf("%" PRIu64 " of %" PRIu64 " records carry restart markers\n",
+                   res.restart_records, res.records);
+        }
         rc = 0;
     } else {
         if (o.all)

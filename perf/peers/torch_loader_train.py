@@ -3,7 +3,7 @@
 by the DataLoader of perf/peers/torch_pipeline.py, or by DALI's CPU pipeline of
 perf/peers/dali_pipeline.py (perf/loader-compare runs it).
 
-    torch_loader_train.py --loader sluice|dataloader|dali --data DIR [--model resnet18|tiny|none]
+    torch_loader_train.py --loader sluice|dataloader|dali|imagefolder --data DIR [--model resnet18|tiny|none]
                           [--image-size 224] [--batch 32] [--workers 2] [--threads 2]
                           [--warmup 3] [--steps 12] [--seed 1]
 
@@ -63,8 +63,10 @@ def tree_cpu_s():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--loader", choices=("sluice", "dataloader", "dali"), required=True)
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--loader", choices=("sluice", "dataloader", "dali", "imagefolder"),
+                    required=True)
+    ap.add_argument("--data", required=True,
+                    help="shards; for --loader imagefolder a class-per-folder tree of images")
     ap.add_argument("--split", default="train")
     ap.add_argument("--model", default="resnet18",
                     help="a torchvision.models name, tiny (a light CNN) or none (no step)")
@@ -106,8 +108,17 @@ def main():
         batches = forever()
         version = dali.__version__
     else:
-        from torch_pipeline import build_dataset
-        ds = build_dataset(args.data, args.split, args.image_size)
+        if args.loader == "imagefolder":
+            # torchvision's own way: ImageFolder (PIL decodes each whole file) and
+            # the same transforms as torch_pipeline.py's dataset
+            from torchvision import transforms
+            from torch_pipeline import MEAN, STD
+            ds = torchvision.datasets.ImageFolder(args.data, transform=transforms.Compose([
+                transforms.RandomResizedCrop(args.image_size), transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(), transforms.Normalize(MEAN, STD)]))
+        else:
+            from torch_pipeline import build_dataset
+            ds = build_dataset(args.data, args.split, args.image_size)
         loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
                                              num_workers=args.workers, persistent_workers=True,
                                              prefetch_factor=2, drop_last=True)

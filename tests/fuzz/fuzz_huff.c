@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pipeline/pipeline_int.h"
+#include "util.h"
 
 /* [0] huff.c, [1] libjpeg's decoder */
 static sl_decoder *decs[2];
@@ -52,34 +53,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(jpeg);
         return 0;
     }
-    sl_crop c = {0, 0, W, H};
-    if (!(k & 128)) {
-        sl_rng rng = sl_rng_for(k, 0, 0);
-        sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
-    }
-    int ow = 224, oh = 224;
-    if (k & 1) {
-        ow = c.w / 10 + 1;
-        oh = c.h / 10 + 1;
-    }
+    sl_crop c;
+    int ow, oh;
+    fz_crop(k, W, H, &c, &ow, &oh);
     sl_plane_view a[3], b[3];
     int na = 0, nb = 0;
     int ra = sl_decode_crop_planes(decs[0], jpeg, len, &c, ow, oh, a, &na);
     int rb = sl_decode_crop_planes(decs[1], jpeg, len, &c, ow, oh, b, &nb);
     if (rb != SL_OK && ra == SL_OK)
         abort(); /* libjpeg's fails, huff.c's decodes */
-    if (ra == SL_OK) {
-        if (na != nb)
-            abort();
-        for (int p = 0; p < na; p++) {
-            if (a[p].w != b[p].w || a[p].h != b[p].h)
-                abort();
-            for (int y = 0; y < a[p].h; y++)
-                if (memcmp(a[p].p + (size_t)y * a[p].pitch, b[p].p + (size_t)y * b[p].pitch,
-                           (size_t)a[p].w) != 0)
-                    abort(); /* different coefficients */
-        }
-    }
+    if (ra == SL_OK && !fz_same_planes(a, na, b, nb))
+        abort(); /* different coefficients */
     sl_clear_error();
     free(jpeg);
     return 0;

@@ -526,6 +526,35 @@ int main(int argc, char **argv)
                 free(s);
             }
     }
+    /* fuzz_seek: the JPEGs with restart markers at several intervals
+     * (records/restart.c), a crop byte first */
+    sl_jpeg_restarter *rs;
+    if (sl_jpeg_restarter_create(&rs))
+        die("restarter");
+    static const unsigned ivs[][2] = {{1, 0}, {3, 0}, {SL_RESTART_AUTO, 0}, {0, 1}};
+    for (int i = 0; i < nimgs; i++) {
+        size_t nl = strlen(imgs[i].name);
+        if (nl <= 4 || strcmp(imgs[i].name + nl - 4, ".jpg") != 0)
+            continue;
+        for (unsigned v = 0; v < 4; v++) {
+            const uint8_t *o;
+            size_t ol;
+            sl_restart_info info;
+            if (sl_jpeg_restart(rs, imgs[i].p, imgs[i].n, ivs[v][0], ivs[v][1], &o, &ol, &info) ||
+                !info.rewritten)
+                die("sl_jpeg_restart");
+            uint8_t *s = malloc(ol + 1);
+            if (!s)
+                die("out of memory");
+            s[0] = (uint8_t)(v * 85 | (v == 3 ? 128 : 0));
+            memcpy(s + 1, o, ol);
+            char name[96];
+            snprintf(name, sizeof name, "%s.rst%u", imgs[i].name, v);
+            seed("fuzz_seek", name, s, ol + 1);
+            free(s);
+        }
+    }
+    sl_jpeg_restarter_destroy(rs);
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", fz_dir());
     records_seeds(tmp);

@@ -102,7 +102,7 @@ void fz_split(const uint8_t *data, size_t n, const uint8_t **a, size_t *a_len,
 }
 
 /* ------------------------------------------------ shared with seeds.c */
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_int.h" /* sl_crop, sl_plane_view, sl_rrc_geometry */
 #include "records/records.h"
 
 void fz_jpeg(int w, int h, unsigned seed, uint8_t **out, size_t *len)
@@ -182,4 +182,35 @@ void fz_state_config(sl_pipeline_config *cfg, const char *path)
     c.seed = 7;
     c.label_offset = 0;
     *cfg = c;
+}
+
+/* ------------------------------- the planar decode targets (huff, seek) */
+void fz_crop(unsigned k, int W, int H, sl_crop *c, int *ow, int *oh)
+{
+    *c = (sl_crop){0, 0, W, H};
+    if (!(k & 128)) {
+        sl_rng rng = sl_rng_for(k, 0, 0);
+        sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, c);
+    }
+    *ow = 224;
+    *oh = 224;
+    if (k & 1) {
+        *ow = c->w / 10 + 1;
+        *oh = c->h / 10 + 1;
+    }
+}
+
+int fz_same_planes(const sl_plane_view *a, int na, const sl_plane_view *b, int nb)
+{
+    if (na != nb)
+        return 0;
+    for (int p = 0; p < na; p++) {
+        if (a[p].w != b[p].w || a[p].h != b[p].h)
+            return 0;
+        for (int y = 0; y < a[p].h; y++)
+            if (memcmp(a[p].p + (size_t)y * a[p].pitch, b[p].p + (size_t)y * b[p].pitch,
+                       (size_t)a[p].w) != 0)
+                return 0;
+    }
+    return 1;
 }

@@ -43,3 +43,14 @@ void fz_example(const uint8_t *jpeg, size_t len, int64_t label, uint8_t **out, s
 #define FZ_STATE_RECORDS 10
 void fz_state_dataset(const char *dir, char *path, size_t cap);
 void fz_state_config(struct sl_pipeline_config *cfg, const char *path);
+
+/* ------------------------------- the planar decode targets (huff, seek) */
+struct sl_crop;
+struct sl_plane_view;
+/* The crop picked by the input's first byte k for a W x H image: a
+ * random-resized crop seeded by k, or the whole image when bit 7 is set;
+ * the output 224 x 224, or for odd k a tenth of the crop (DCT scales
+ * below 8/8). */
+void fz_crop(unsigned k, int W, int H, struct sl_crop *c, int *ow, int *oh);
+/* Do two decodes' planes (na and nb of them) hold the same pixels? */
+int fz_same_planes(const struct sl_plane_view *a, int na, const struct sl_plane_view *b, int nb);
