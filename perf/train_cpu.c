@@ -45,8 +45,10 @@
  * out loses wall time, not the unit's throughput). Beside it, the core
  * clock measured by a chain of dependent integer adds (one cycle each on
  * every x86 core since the P6), also per CPU-second, so the report can
- * say instructions per cycle. On a CPU with AMX the tiles' peak is higher and is not measured
- * here (tdpbf16ps; this machine has none). Without AVX512-BF16: an error.
+ * say instructions per cycle. The same for vfmadd231ps zmm (fp32's FMA
+ * peak, 32 flops an instruction), the fp32 step's ceiling. On a CPU with
+ * AMX the tiles' peak is higher and is not measured here (tdpbf16ps; the
+ * dev machine has none). Without AVX512-BF16: an error.
  *
  * Output: one JSON line on stdout; progress on stderr.
  */
@@ -455,19 +457,26 @@ static int run_sgemm(const opts *op)
 
 #define DP_ACC 12 /* accumulators: vdpbf16ps latency (~6 cycles) x 2 per cycle at most */
 
-/* iters x DP_ACC independent vdpbf16ps zmm; the sums go to *sink so the
- * loop is not dropped. */
+/* iters x DP_ACC independent vdpbf16ps zmm (fma 0) or vfmadd231ps zmm
+ * (fma 1: fp32's peak, 16 lanes x 2 = 32 flops); the sums go to *sink so
+ * the loop is not dropped. */
 __attribute__((target("avx512f,avx512bf16"), noinline)) static void dp_loop(uint64_t iters,
-                                                                            float *sink)
+                                                                            int fma, float *sink)
 {
     __m512 acc[DP_ACC];
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a80); /* bf16 2^-10 */
     __m512bh b = (__m512bh)_mm512_set1_epi16(0x3a80);
+    __m512 fa = _mm512_set1_ps(0x1p-10f), fb = _mm512_set1_ps(0x1p-10f);
     for (int k = 0; k < DP_ACC; k++)
         acc[k] = _mm512_set1_ps((float)k);
-    for (uint64_t i = 0; i < iters; i++)
-        for (int k = 0; k < DP_ACC; k++)
-            acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+    if (fma)
+        for (uint64_t i = 0; i < iters; i++)
+            for (int k = 0; k < DP_ACC; k++)
+                acc[k] = _mm512_fmadd_ps(fa, fb, acc[k]);
+    else
+        for (uint64_t i = 0; i < iters; i++)
+            for (int k = 0; k < DP_ACC; k++)
+                acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
     __m512 t = acc[0];
     for (int k = 1; k < DP_ACC; k++)
         t = _mm512_add_ps(t, acc[k]);
@@ -476,7 +485,8 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static void dp_loop(uint
 
 typedef struct dp_arg {
     double seconds;   /* in: how long */
-    double per_sec;   /* out: vdpbf16ps per second on this thread */
+    int fma;          /* in: dp_loop's */
+    double per_sec;   /* out: instructions per second of this thread's CPU time */
     float sink;
 } dp_arg;
 
@@ -494,10 +504,10 @@ static void *dp_thread(void *p)
 {
     dp_arg *a = p;
     uint64_t chunk = 1 << 20, n = 0;
-    dp_loop(chunk, &a->sink); /* warm: the unit powered up, the clock settled */
+    dp_loop(chunk, a->fma, &a->sink); /* warm: the unit powered up, the clock settled */
     double t0 = thread_cpu_s(), t;
     do {
-        dp_loop(chunk, &a->sink);
+        dp_loop(chunk, a->fma, &a->sink);
         n += chunk;
     } while ((t = thread_cpu_s()) - t0 < a->seconds);
     a->per_sec = (double)n * DP_ACC / (t - t0);
@@ -536,23 +546,28 @@ static int run_peak(const opts *op)
     dp_arg *arg = calloc((size_t)nt, sizeof *arg);
     if (!th || !arg)
         die("out of memory");
-    for (int i = 0; i < nt; i++) {
-        arg[i].seconds = 1.0;
-        if (pthread_create(&th[i], NULL, dp_thread, &arg[i]))
-            die("pthread_create failed");
+    double per_sec[2] = {0, 0}; /* vdpbf16ps, vfmadd231ps */
+    for (int fma = 0; fma < 2; fma++) {
+        for (int i = 0; i < nt; i++) {
+            arg[i] = (dp_arg){.seconds = 1.0, .fma = fma};
+            if (pthread_create(&th[i], NULL, dp_thread, &arg[i]))
+                die("pthread_create failed");
+        }
+        for (int i = 0; i < nt; i++) {
+            pthread_join(th[i], NULL);
+            per_sec[fma] += arg[i].per_sec;
+        }
     }
-    double per_sec = 0;
-    for (int i = 0; i < nt; i++) {
-        pthread_join(th[i], NULL);
-        per_sec += arg[i].per_sec;
-    }
-    double clk = median(hz, 3), flops = per_sec * 64.0;
-    fprintf(stderr, "train_cpu: vdpbf16ps zmm: %.3g per second on %d threads = %.1f GFLOP/s; "
-            "clock %.2f GHz (dependent adds): %.2f per cycle per core\n",
-            per_sec, nt, flops * 1e-9, clk * 1e-9, per_sec / (clk * nt));
+    double clk = median(hz, 3), bf = per_sec[0] * 64.0, f32 = per_sec[1] * 32.0;
+    fprintf(stderr, "train_cpu: vdpbf16ps zmm: %.3g per CPU-second on %d threads = %.1f GFLOP/s "
+            "(%.2f per cycle per core); vfmadd231ps zmm: %.1f GFLOP/s (%.2f per cycle per core); "
+            "clock %.2f GHz (dependent adds)\n", per_sec[0], nt, bf * 1e-9,
+            per_sec[0] / (clk * nt), f32 * 1e-9, per_sec[1] / (clk * nt), clk * 1e-9);
     printf("{\"system\":\"peak\",\"threads\":%d,\"vdpbf16ps_per_sec\":%.4g,"
-           "\"bf16_gflops\":%.1f,\"clock_ghz\":%.3f,\"vdpbf16ps_per_cycle_per_core\":%.3f}\n",
-           nt, per_sec, flops * 1e-9, clk * 1e-9, per_sec / (clk * nt));
+           "\"bf16_gflops\":%.1f,\"f32_fma_gflops\":%.1f,\"clock_ghz\":%.3f,"
+           "\"vdpbf16ps_per_cycle_per_core\":%.3f,\"vfmadd_per_cycle_per_core\":%.3f}\n",
+           nt, per_sec[0], bf * 1e-9, f32 * 1e-9, clk * 1e-9, per_sec[0] / (clk * nt),
+           per_sec[1] / (clk * nt));
     fflush(stdout);
     free(th), free(arg);
     return 0;

@@ -540,6 +540,11 @@ void sl_train_config_init(sl_train_config *cfg);
  * -1, bf16 on cuda and on a cpu where sl_cpu_bf16 says 1, f32 elsewhere
  * (ref; a cpu without bf16 dot products or without oneDNN). */
 sl_dtype sl_train_precision(const sl_train_config *c);
+/* That precision in words for the start-up line: "bf16 (oneDNN ISA
+ * avx512_core_bf16)", "fp32 (oneDNN ISA avx512_core: no bf16 dot
+ * products)", "fp32 (this build has no oneDNN)" on the cpu; the name alone
+ * elsewhere. Into buf (cap bytes, NUL-terminated). */
+void sl_train_precision_note(const sl_train_config *c, char *buf, size_t cap);
 /* The CLI's spelling of common/dtype.h's types: "fp32", "bf16", "fp16"
  * ("?" for no sl_dtype); parse also takes "f32" and "f16" (SL_EINVAL else,
  * NULL included). */

@@ -419,7 +419,11 @@ const char *sl_dnnl_describe(void)
  * DNNL_MAX_CPU_ISA (2.6 reads the latter) when set. Its bits include
  * those of every ISA it extends (dnnl_types.h), so avx512_core_amx has
  * avx512_core_bf16's. */
-const char *sl_dnnl_isa(void) { return dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); }
+const char *sl_dnnl_isa(void)
+{
+    const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+    return strncmp(s, "cpu_isa_", 8) ? s : s + 8; /* 2.6 says "cpu_isa_avx512_core_bf16" */
+}
 
 int sl_dnnl_bf16(void)
 {
