@@ -11,7 +11,7 @@
 /* y = max(x, 0); NaN passes (x < 0 is false for it). Where an op allows
  * aliasing, the aliased case has its own in-place loop: with distinct
  * restrict pointers in the other case gcc needs no runtime overlap checks. */
-static void SL_K(relu_inplace)(int64_t n, SL_T *y)
+SL_KCLONES static void SL_K(relu_inplace)(int64_t n, SL_T *y)
 {
     for (int64_t i = 0; i < n; i++) {
         SL_T v = y[i];
@@ -19,7 +19,7 @@ static void SL_K(relu_inplace)(int64_t n, SL_T *y)
     }
 }
 
-static void SL_K(relu_copy)(int64_t n, const SL_T *restrict x, SL_T *restrict y)
+SL_KCLONES static void SL_K(relu_copy)(int64_t n, const SL_T *restrict x, SL_T *restrict y)
 {
     for (int64_t i = 0; i < n; i++) {
         SL_T v = x[i];
@@ -28,7 +28,7 @@ static void SL_K(relu_copy)(int64_t n, const SL_T *restrict x, SL_T *restrict y)
 }
 
 /* dx = dy where y > 0 else 0. */
-static void SL_K(relu_bwd_inplace)(int64_t n, const SL_T *restrict y, SL_T *restrict g)
+SL_KCLONES static void SL_K(relu_bwd_inplace)(int64_t n, const SL_T *restrict y, SL_T *restrict g)
 {
     for (int64_t i = 0; i < n; i++) {
         SL_T v = g[i];
@@ -36,7 +36,7 @@ static void SL_K(relu_bwd_inplace)(int64_t n, const SL_T *restrict y, SL_T *rest
     }
 }
 
-static void SL_K(relu_bwd_copy)(int64_t n, const SL_T *restrict y, const SL_T *restrict dy,
+SL_KCLONES static void SL_K(relu_bwd_copy)(int64_t n, const SL_T *restrict y, const SL_T *restrict dy,
                                 SL_T *restrict dx)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -46,19 +46,19 @@ static void SL_K(relu_bwd_copy)(int64_t n, const SL_T *restrict y, const SL_T *r
 }
 
 /* y += b; y += y; y = a + b (float addition commutes exactly). */
-static void SL_K(add_inplace)(int64_t n, SL_T *restrict y, const SL_T *restrict b)
+SL_KCLONES static void SL_K(add_inplace)(int64_t n, SL_T *restrict y, const SL_T *restrict b)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = SL_ST(SL_LD(y[i]) + SL_LD(b[i]));
 }
 
-static void SL_K(add_self)(int64_t n, SL_T *y)
+SL_KCLONES static void SL_K(add_self)(int64_t n, SL_T *y)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = SL_ST(SL_LD(y[i]) + SL_LD(y[i]));
 }
 
-static void SL_K(add_copy)(int64_t n, const SL_T *restrict a, const SL_T *restrict b,
+SL_KCLONES static void SL_K(add_copy)(int64_t n, const SL_T *restrict a, const SL_T *restrict b,
                            SL_T *restrict y)
 {
     for (int64_t i = 0; i < n; i++)
@@ -66,7 +66,7 @@ static void SL_K(add_copy)(int64_t n, const SL_T *restrict a, const SL_T *restri
 }
 
 /* The three element-wise ops of ew_range (act_cpu.c) on n elements. */
-static void SL_K(ew_run)(int op, int64_t n, const SL_T *a, const SL_T *b, SL_T *y)
+SL_KCLONES static void SL_K(ew_run)(int op, int64_t n, const SL_T *a, const SL_T *b, SL_T *y)
 {
     switch (op) {
     case EW_RELU:
@@ -95,7 +95,7 @@ static void SL_K(ew_run)(int op, int64_t n, const SL_T *a, const SL_T *b, SL_T *
 }
 
 /* First in-bounds tap of a window: y, argmax (c) = x (c) at flat index base. */
-static void SL_K(pool_tap_first)(int c, const SL_T *restrict xp, int32_t base,
+SL_KCLONES static void SL_K(pool_tap_first)(int c, const SL_T *restrict xp, int32_t base,
                                  SL_T *restrict yp, int32_t *restrict ap)
 {
     for (int ch = 0; ch < c; ch++) {
@@ -106,7 +106,7 @@ static void SL_K(pool_tap_first)(int c, const SL_T *restrict xp, int32_t base,
 
 /* Later taps win when strictly greater (ties keep the first) or the first
  * NaN; written as selects so the channel loop vectorizes. */
-static void SL_K(pool_tap)(int c, const SL_T *restrict xp, int32_t base, SL_T *restrict yp,
+SL_KCLONES static void SL_K(pool_tap)(int c, const SL_T *restrict xp, int32_t base, SL_T *restrict yp,
                            int32_t *restrict ap)
 {
     for (int ch = 0; ch < c; ch++) {
@@ -119,7 +119,7 @@ static void SL_K(pool_tap)(int c, const SL_T *restrict xp, int32_t base, SL_T *r
 }
 
 /* acc (c) = sum of rows x (rows, c) in float. */
-static void SL_K(gap_rows)(int64_t rows, int c, const SL_T *restrict x, float *restrict acc)
+SL_KCLONES static void SL_K(gap_rows)(int64_t rows, int c, const SL_T *restrict x, float *restrict acc)
 {
     for (int ch = 0; ch < c; ch++)
         acc[ch] = 0;
@@ -134,7 +134,7 @@ static void SL_K(gap_rows)(int64_t rows, int c, const SL_T *restrict x, float *r
  * float, then stored. dyw, aw: the first window's (c) rows; the windows
  * [p0, p1] x [q0, q1] have strides ps (a row of windows) and c. Returns
  * how many winners it found (act_cpu.c checks that every window's was). */
-static int64_t SL_K(pool_gather)(int c, const SL_T *dyw, const int32_t *aw, int32_t base,
+SL_KCLONES static int64_t SL_K(pool_gather)(int c, const SL_T *dyw, const int32_t *aw, int32_t base,
                                  int p0, int p1, int q0, int q1, int64_t ps,
                                  float *restrict acc, SL_T *restrict dx)
 {

@@ -8,13 +8,13 @@
 #include "train/ops/cpu_int.h"
 #include "train/ops/mem.h"
 
-void sl_bf16_widen(int64_t n, const uint16_t *restrict src, float *restrict dst)
+SL_KCLONES void sl_bf16_widen(int64_t n, const uint16_t *restrict src, float *restrict dst)
 {
     for (int64_t i = 0; i < n; i++)
         dst[i] = sl_bf16_ld(src[i]);
 }
 
-void sl_bf16_narrow(int64_t n, const float *restrict src, uint16_t *restrict dst)
+SL_KCLONES void sl_bf16_narrow(int64_t n, const float *restrict src, uint16_t *restrict dst)
 {
     for (int64_t i = 0; i < n; i++)
         dst[i] = sl_bf16_st(src[i]);

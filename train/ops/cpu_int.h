@@ -84,6 +84,25 @@ static inline uint16_t sl_bf16_st(float f)
 /* f rounded to bf16's precision, kept as a float (a fused pass's
  * intermediate that its unfused ops would have stored). */
 static inline float sl_bf16_round(float f) { return sl_bf16_ld(sl_bf16_st(f)); }
+/* The passes' kernels (norm_kern_cpu.h, act_kern_cpu.h, cast_cpu.c) in two
+ * builds, picked at load time by the CPU (gcc's target_clones, an ifunc):
+ * x86-64-v4 (AVX-512 F/BW/DQ/VL: BW for the 16-bit lanes of bf16) where the
+ * CPU has it, x86-64's
+ * SSE2 baseline elsewhere. The build targets the baseline (no -march), and
+ * these memory-bound loops are where the width pays: the bf16 widening and
+ * rounding, ~6 operations an element, take twice the time of the f32 pass
+ * on SSE2. Elsewhere (another compiler or architecture): the baseline.
+ * x86-64-v4 has FMA, which gcc would contract a*b + c into (one rounding,
+ * not two): fp-contract off keeps both builds' arithmetic the baseline's,
+ * so a pass gives the same bits on every x86-64 CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define SL_KCLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#pragma GCC optimize("fp-contract=off")
+#else
+#define SL_KCLONES
+#endif
+
 /* n values: bf16 -> f32 and f32 -> bf16 (rounded). */
 void sl_bf16_widen(int64_t n, const uint16_t *src, float *dst);
 void sl_bf16_narrow(int64_t n, const float *src, uint16_t *dst);

@@ -17,7 +17,7 @@
  * y = y + r, then, when relu, y = max(y, 0) (NaN passes), each step
  * rounded as the unfused ops (bn, add, relu) store it, so the fused
  * bn_fwd_train_act gives their bits. x, r, y (rows, c); y may be x or r. */
-static void SL_K(bn_apply)(int64_t rows, int c, const SL_T *x, const float *restrict hi,
+SL_KCLONES static void SL_K(bn_apply)(int64_t rows, int c, const SL_T *x, const float *restrict hi,
                            const float *restrict lo, const float *restrict scale,
                            const float *restrict beta, const SL_T *r, int relu, SL_T *y)
 {
@@ -49,7 +49,7 @@ static void SL_K(bn_apply)(int64_t rows, int c, const SL_T *x, const float *rest
 
 /* One block of nb rows of x: its float mean bmean and the sums s1, s2 of
  * d = x - bmean and d^2 per channel (the two looks while it is in cache). */
-static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict xb,
+SL_KCLONES static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict xb,
                               float *restrict bmean, float *restrict s1, float *restrict s2)
 {
     for (int ch = 0; ch < c; ch++)
@@ -70,7 +70,7 @@ static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict xb,
 
 /* mean, m2 (c) of x (rows, c): blocks of bn_stats_block(c) rows merged in
  * order (stats_merge); bmean, s1, s2 (c) float scratch. */
-static void SL_K(stats_all)(int64_t rows, int c, const SL_T *restrict x, double *restrict mean,
+SL_KCLONES static void SL_K(stats_all)(int64_t rows, int c, const SL_T *restrict x, double *restrict mean,
                             double *restrict m2, float *restrict bmean, float *restrict s1,
                             float *restrict s2)
 {
@@ -85,7 +85,7 @@ static void SL_K(stats_all)(int64_t rows, int c, const SL_T *restrict x, double 
 }
 
 /* y = (x - mean)*scale + beta per channel. */
-static void SL_K(affine)(int64_t rows, int c, const SL_T *x, const float *restrict mean,
+SL_KCLONES static void SL_K(affine)(int64_t rows, int c, const SL_T *x, const float *restrict mean,
                          const float *restrict scale, const float *restrict beta, SL_T *y)
 {
     for (int64_t r = 0; r < rows; r++) {
@@ -99,7 +99,7 @@ static void SL_K(affine)(int64_t rows, int c, const SL_T *x, const float *restri
 /* One block of nb rows: float sums of dy and dy*(x - mean) per channel.
  * With z (the fused bn_bwd_act): dy := dy where z > 0 else 0 first,
  * stored back (relu_bwd in place, the same bits), and summed masked. */
-static void SL_K(sums_block)(int64_t nb, int c, const SL_T *restrict xb, const SL_T *zb,
+SL_KCLONES static void SL_K(sums_block)(int64_t nb, int c, const SL_T *restrict xb, const SL_T *zb,
                              SL_T *gb, const float *restrict mean, float *restrict fdy,
                              float *restrict fdxc)
 {
@@ -124,7 +124,7 @@ static void SL_K(sums_block)(int64_t nb, int c, const SL_T *restrict xb, const S
 
 /* sdy, sdxc (c) over all rows in blocks of BN_ROWS_MAX, folded into
  * double in order; z as sums_block's. */
-static void SL_K(sums_all)(int64_t rows, int c, const SL_T *restrict x, const SL_T *z, SL_T *dy,
+SL_KCLONES static void SL_K(sums_all)(int64_t rows, int c, const SL_T *restrict x, const SL_T *z, SL_T *dy,
                            const float *restrict mean, double *restrict sdy,
                            double *restrict sdxc, float *restrict fdy, float *restrict fdxc)
 {
@@ -142,7 +142,7 @@ static void SL_K(sums_all)(int64_t rows, int c, const SL_T *restrict x, const SL
 
 /* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
  * read before it is written). */
-static void SL_K(bn_dx)(int64_t rows, int c, const SL_T *x, const SL_T *dy,
+SL_KCLONES static void SL_K(bn_dx)(int64_t rows, int c, const SL_T *x, const SL_T *dy,
                         const float *restrict mean, const float *restrict a,
                         const float *restrict k, const float *restrict b, SL_T *dx)
 {
