@@ -230,16 +230,23 @@ void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n);
  * hash), sl_model_push writes them back (after loading). num_batches_tracked
  * stays on the host. Sync-BN (sl_model_set_bn_sync) works on a device too:
  * its sums are then all-reduced in device memory on the exec's stream. For
- * ref and cpu execs placing is a no-op and pull / push / refresh do
- * nothing (SL_OK; so do they for a NULL or unplaced m). e must outlive m.
- * sl_model_place: SL_EINVAL for NULL m or e, or a model placed already. */
+ * ref and cpu execs in f32 placing is a no-op and pull / push / refresh do
+ * nothing (SL_OK; so do they for a NULL or unplaced m). A cpu exec in bf16
+ * (sl_exec_set_act) keeps the params, grads and buffers on the host as
+ * they are (f32: the state dict's, the masters an optimizer steps) and
+ * lays the activations out again in bf16, with a bf16 copy of the conv
+ * weights and of the input that every forward renews from the f32 params
+ * and x (so nothing needs a refresh); such a model runs only on execs of
+ * its type. e must outlive m. sl_model_place: SL_EINVAL for NULL m or e,
+ * or a model placed already; SL_ENOMEM. */
 int sl_model_place(sl_model *m, sl_exec *e);
 /* 1 when m is placed on a device, 0 otherwise (NULL included). */
 int sl_model_on_device(const sl_model *m);
 int sl_model_pull(sl_model *m);
 int sl_model_push(sl_model *m);
 /* After the params changed on the device (an optimizer step): renew the
- * convs' copy of the weights in the activation type (one cast kernel). */
+ * convs' copy of the weights in the activation type (one cast kernel; on
+ * a cpu exec in bf16 a host cast, which the forward does itself). */
 int sl_model_refresh(sl_model *m);
 
 /* --------------------------------------------------------------- optimizer */
