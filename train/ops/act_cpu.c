@@ -232,10 +232,18 @@ int sl_maxpool_bwd_cpu(sl_exec *e, const sl_pool_shape *sh, const float *dy,
                   .argmax_in = argmax, .bad = bad};
     int64_t per = (int64_t)sh->h * sh->w * sh->c, grain = SL_PAR_GRAIN_FLOATS / per;
     sl_par_for(e, sh->n, grain < 1 ? 1 : grain, maxpool_bwd_images, &j);
-    for (int n = 0; n < sh->n; n++)
-        if (bad[n] >= 0)
-            return sl_fail(SL_EINVAL, "sl_maxpool_bwd_cpu: argmax[%lld] = %d is not in its "
-                           "window (image %d)", (long long)bad[n], (int)argmax[bad[n]], n);
+    for (int n = 0; n < sh->n; n++) {
+        if (bad[n] < 0)
+            continue;
+        /* Not maxpool_fwd's argmax. In f32 the reference's scatter takes
+         * any index into x (its check and message too); in bf16 there is
+         * no such scatter to fall back on (each add would round). */
+        if (!j.bf)
+            return sl_maxpool_bwd_ref(e, sh, dy, argmax, dx);
+        return sl_fail(SL_EINVAL, "sl_maxpool_bwd_cpu: argmax[%lld] = %d is not in its "
+                       "window (image %d): bf16 takes maxpool_fwd's argmax only",
+                       (long long)bad[n], (int)argmax[bad[n]], n);
+    }
     return SL_OK;
 }
 
