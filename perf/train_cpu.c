@@ -4,13 +4,18 @@
  * beside PyTorch; perf/RESULTS.md, train-cpu, has the results).
  *
  *   train_cpu [--arch resnet50] [--batch 32] [--image-size 224] [--threads N]
- *             [--warmup 2] [--steps 3] [--lr 0.05] [--seed 1]
+ *             [--warmup 2] [--steps 3] [--lr 0.05] [--seed 1] [--precision fp32|bf16]
  *   train_cpu --sgemm [--threads N] [--reps 5]
+ *   train_cpu --peak [--threads N]
  *
  * Training: synthetic input (one fixed batch, NHWC f32 U(-2, 2), labels
  * uniform over the classes), the default model config (zero_init_residual,
  * BN momentum 0.1) and SGD (momentum 0.9, weight decay 5e-5), threads = BLAS
- * threads (sl_exec_init). A step is what sluice train does per batch:
+ * threads (sl_exec_init). --precision (default: sluice train's, bf16 where
+ * sl_cpu_bf16 says the CPU has bf16 dot products) sets the exec's
+ * activation type and places the model on it, as sluice train does; the
+ * JSON line names it, oneDNN's effective ISA and the implementations its
+ * primitives chose (the same names ONEDNN_VERBOSE prints). A step is what sluice train does per batch:
  * sl_model_forward (train) + xent_fwd_bwd + sl_model_backward + sl_sgd_step.
  * It validates first: the --warmup steps (at least 2) must give finite
  * losses, the last lower than the first (the fixed batch is being learned);
@@ -31,10 +36,26 @@
  * 32 in sluice's layout, y (n*p*q, k) = patches (n*p*q, r*s*c) x w^T
  * (NoTrans, Trans). The square's GFLOP per CPU-second is reported as well.
  *
+ * --peak: the bf16 matrix units' peak on this machine, measured: each of
+ * --threads threads runs a loop of independent vdpbf16ps zmm instructions
+ * (AVX512-BF16's dot product: 16 lanes x 2 products + 2 adds = 64 flops;
+ * 12 accumulators, more than latency x throughput) for about a second of
+ * its own CPU time; flops/s = instructions x 64 / CPU-second, summed over
+ * the threads (per CPU-second: a thread another job's process scheduled
+ * out loses wall time, not the unit's throughput). Beside it, the core
+ * clock measured by a chain of dependent integer adds (one cycle each on
+ * every x86 core since the P6), also per CPU-second, so the report can
+ * say instructions per cycle. The same for vfmadd231ps zmm (fp32's FMA
+ * peak, 32 flops an instruction), the fp32 step's ceiling. On a CPU with
+ * AMX the tiles' peak is higher and is not measured here (tdpbf16ps; the
+ * dev machine has none). Without AVX512-BF16: an error.
+ *
  * Output: one JSON line on stdout; progress on stderr.
  */
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,19 +65,20 @@
 #define BENCH_NAME "train_cpu"
 #include "perf/bench_util.h"
 #include "train/train.h"
-#include "train/train_int.h" /* white-box: stack sl_exec and its op table */
+#include "train/ops/cpu_int.h" /* white-box: oneDNN's implementations */
+#include "train/train_int.h"   /* white-box: stack sl_exec and its op table */
 
 /* ------------------------------------------------------------ the profile */
 
 enum {
     P_CONV_FWD, P_CONV_BWD_DATA, P_CONV_BWD_FILTER, P_BN_FWD_TRAIN, P_BN_FWD_EVAL, P_BN_BWD,
-    P_RELU_FWD, P_RELU_BWD, P_ADD, P_MAXPOOL_FWD, P_MAXPOOL_BWD, P_GAP_FWD, P_GAP_BWD, P_FC_FWD,
-    P_FC_BWD, P_XENT, P_N
+    P_BN_FWD_ACT, P_BN_BWD_ACT, P_RELU_FWD, P_RELU_BWD, P_ADD, P_MAXPOOL_FWD, P_MAXPOOL_BWD,
+    P_GAP_FWD, P_GAP_BWD, P_FC_FWD, P_FC_BWD, P_XENT, P_N
 };
 static const char *const p_name[P_N] = {
     "conv_fwd", "conv_bwd_data", "conv_bwd_filter", "bn_fwd_train", "bn_fwd_eval", "bn_bwd",
-    "relu_fwd", "relu_bwd", "add", "maxpool_fwd", "maxpool_bwd", "gap_fwd", "gap_bwd", "fc_fwd",
-    "fc_bwd", "xent_fwd_bwd",
+    "bn_fwd_train_act", "bn_bwd_act", "relu_fwd", "relu_bwd", "add", "maxpool_fwd",
+    "maxpool_bwd", "gap_fwd", "gap_bwd", "fc_fwd", "fc_bwd", "xent_fwd_bwd",
 };
 static struct {
     double sec[P_N];
@@ -112,6 +134,19 @@ static int w_bn_bwd(sl_exec *e, int64_t rows, int c, const float *x, const float
 {
     TIMED(P_BN_BWD, real->bn_bwd(e, rows, c, x, dy, g, sm, si, dx, dg, db));
 }
+static int w_bn_fwd_act(sl_exec *e, int64_t rows, int c, const float *x, const float *g,
+                        const float *b, float mom, float eps, float *rm, float *rv,
+                        const float *r, int relu, float *y, float *sm, float *si)
+{
+    TIMED(P_BN_FWD_ACT,
+          real->bn_fwd_train_act(e, rows, c, x, g, b, mom, eps, rm, rv, r, relu, y, sm, si));
+}
+static int w_bn_bwd_act(sl_exec *e, int64_t rows, int c, const float *x, const float *z,
+                        float *dz, const float *g, const float *sm, const float *si, float *dx,
+                        float *dg, float *db)
+{
+    TIMED(P_BN_BWD_ACT, real->bn_bwd_act(e, rows, c, x, z, dz, g, sm, si, dx, dg, db));
+}
 static int w_relu_fwd(sl_exec *e, int64_t n, const float *x, float *y)
 {
     TIMED(P_RELU_FWD, real->relu_fwd(e, n, x, y));
@@ -159,7 +194,9 @@ static int w_xent(sl_exec *e, int n, int classes, const float *logits, const int
                                      correct));
 }
 
-static const sl_ops prof_ops = {
+/* The backend's table wrapped; its fused slots only where it has them (a
+ * NULL slot makes the model run the unfused ops). */
+static sl_ops prof_ops = {
     .name = "profiled", .conv_fwd = w_conv_fwd, .conv_bwd_data = w_conv_bwd_data,
     .conv_bwd_filter = w_conv_bwd_filter, .bn_fwd_train = w_bn_fwd_train,
     .bn_fwd_eval = w_bn_fwd_eval, .bn_bwd = w_bn_bwd, .relu_fwd = w_relu_fwd,
@@ -172,7 +209,8 @@ static const sl_ops prof_ops = {
 
 typedef struct opts {
     sl_arch arch;
-    int batch, size, threads, warmup, steps, reps, sgemm;
+    int batch, size, threads, warmup, steps, reps, sgemm, peak;
+    sl_dtype precision; /* -1: sluice train's default */
     float lr;
     uint64_t seed;
 } opts;
@@ -219,8 +257,18 @@ static int run_train(const opts *op)
     sl_exec e;
     if (sl_exec_init(&e, SL_BACKEND_CPU, op->threads) != SL_OK)
         die("sl_exec_init: %s", sl_errmsg());
+    sl_dtype act = op->precision;
+    if ((int)act < 0) {
+        sl_train_config tc;
+        sl_train_config_init(&tc);
+        act = sl_train_precision(&tc);
+    }
+    if (sl_exec_set_act(&e, act) != SL_OK)
+        die("--precision %s: %s", sl_precision_name(act), sl_errmsg());
     if (profile) {
         real = e.ops;
+        prof_ops.bn_fwd_train_act = real->bn_fwd_train_act ? w_bn_fwd_act : NULL;
+        prof_ops.bn_bwd_act = real->bn_bwd_act ? w_bn_bwd_act : NULL;
         e.ops = &prof_ops;
     }
     sl_model_config cfg = SL_MODEL_CONFIG_INIT;
@@ -228,7 +276,8 @@ static int run_train(const opts *op)
     cfg.seed = op->seed;
     sl_model *m = NULL;
     double t0 = now_s();
-    if (sl_model_create(&cfg, op->batch, op->size, op->size, &m) != SL_OK)
+    if (sl_model_create(&cfg, op->batch, op->size, op->size, &m) != SL_OK ||
+        sl_model_place(m, &e) != SL_OK)
         die("sl_model_create: %s", sl_errmsg());
     int nt = 0;
     sl_tensor_info *t = sl_model_tensors(m, &nt);
@@ -236,8 +285,11 @@ static int run_train(const opts *op)
     sl_sgd *o = NULL;
     if (sl_sgd_create(&sc, t, nt, &o) != SL_OK)
         die("sl_sgd_create: %s", sl_errmsg());
-    fprintf(stderr, "train_cpu: %s, %lld params, %.0f MiB, built in %.1f s\n",
-            sl_arch_name(op->arch), (long long)sl_model_param_count(m),
+    const char *isa = NULL;
+    sl_cpu_bf16(&isa);
+    fprintf(stderr, "train_cpu: %s, %s (oneDNN ISA %s), %lld params, %.0f MiB, built in %.1f s\n",
+            sl_arch_name(op->arch), sl_precision_name(act), sl_dnnl_isa(),
+            (long long)sl_model_param_count(m),
             (double)sl_model_bytes(m) / 1048576.0, now_s() - t0);
 
     size_t xn = (size_t)op->batch * (size_t)op->size * (size_t)op->size * 3;
@@ -283,11 +335,15 @@ static int run_train(const opts *op)
     }
     double cpu = cpu_s() - c0;
 
-    printf("{\"system\":\"sluice\",\"arch\":\"%s\",\"batch\":%d,\"image_size\":%d,"
+    char impls[1024];
+    sl_dnnl_impls(impls, sizeof impls);
+    printf("{\"system\":\"sluice-%s\",\"precision\":\"%s\",\"conv\":\"%s\",\"isa\":\"%s\","
+           "\"impls\":\"%s\",\"arch\":\"%s\",\"batch\":%d,\"image_size\":%d,"
            "\"threads\":%d,\"steps\":%d,\"images_per_sec\":%.3f,\"seconds\":%.3f,"
            "\"cpu_seconds\":%.3f,\"images_per_cpu_sec\":%.4f,"
            "\"step_median_s\":%.3f,\"model_mib\":%.0f,\"losses\":[",
-           sl_arch_name(op->arch), op->batch, op->size, e.threads, op->steps,
+           sl_precision_name(act), sl_precision_name(act), sl_train_cpu_conv(), sl_dnnl_isa(),
+           impls, sl_arch_name(op->arch), op->batch, op->size, e.threads, op->steps,
            op->batch * op->steps / total, total, cpu, op->batch * op->steps / cpu,
            median(sec, op->steps),
            (double)sl_model_bytes(m) / 1048576.0);
@@ -397,6 +453,126 @@ static int run_sgemm(const opts *op)
     return 0;
 }
 
+/* ----------------------------------------------------------------- peak */
+
+#define DP_ACC 12 /* accumulators: vdpbf16ps latency (~6 cycles) x 2 per cycle at most */
+
+/* iters x DP_ACC independent vdpbf16ps zmm (fma 0) or vfmadd231ps zmm
+ * (fma 1: fp32's peak, 16 lanes x 2 = 32 flops); the sums go to *sink so
+ * the loop is not dropped. */
+__attribute__((target("avx512f,avx512bf16"), noinline)) static void dp_loop(uint64_t iters,
+                                                                            int fma, float *sink)
+{
+    __m512 acc[DP_ACC];
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a80); /* bf16 2^-10 */
+    __m512bh b = (__m512bh)_mm512_set1_epi16(0x3a80);
+    __m512 fa = _mm512_set1_ps(0x1p-10f), fb = _mm512_set1_ps(0x1p-10f);
+    for (int k = 0; k < DP_ACC; k++)
+        acc[k] = _mm512_set1_ps((float)k);
+    if (fma)
+        for (uint64_t i = 0; i < iters; i++)
+            for (int k = 0; k < DP_ACC; k++)
+                acc[k] = _mm512_fmadd_ps(fa, fb, acc[k]);
+    else
+        for (uint64_t i = 0; i < iters; i++)
+            for (int k = 0; k < DP_ACC; k++)
+                acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+    __m512 t = acc[0];
+    for (int k = 1; k < DP_ACC; k++)
+        t = _mm512_add_ps(t, acc[k]);
+    *sink = _mm512_reduce_add_ps(t);
+}
+
+typedef struct dp_arg {
+    double seconds;   /* in: how long */
+    int fma;          /* in: dp_loop's */
+    double per_sec;   /* out: instructions per second of this thread's CPU time */
+    float sink;
+} dp_arg;
+
+/* This thread's CPU time: on a shared machine a thread that is scheduled
+ * out loses wall time, not cycles, so rates per CPU-second are the
+ * hardware's. */
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *dp_thread(void *p)
+{
+    dp_arg *a = p;
+    uint64_t chunk = 1 << 20, n = 0;
+    dp_loop(chunk, a->fma, &a->sink); /* warm: the unit powered up, the clock settled */
+    double t0 = thread_cpu_s(), t;
+    do {
+        dp_loop(chunk, a->fma, &a->sink);
+        n += chunk;
+    } while ((t = thread_cpu_s()) - t0 < a->seconds);
+    a->per_sec = (double)n * DP_ACC / (t - t0);
+    return NULL;
+}
+
+/* The core clock: a chain of 16 dependent integer adds per iteration (one
+ * cycle each), so cycles = 16 x iterations; the loop counter runs beside
+ * it on another port. */
+static double clock_hz(void)
+{
+    uint64_t iters = 50000000, x = 0;
+    double t0 = thread_cpu_s();
+    __asm__ volatile("1:\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                     "dec %1\n\tjnz 1b"
+                     : "+r"(x), "+r"(iters)
+                     :
+                     : "cc");
+    return 16.0 * 50000000.0 / (thread_cpu_s() - t0);
+}
+
+static int run_peak(const opts *op)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16"))
+        die("--peak: this CPU has no AVX512-BF16 (vdpbf16ps)");
+    double hz[3];
+    for (int i = 0; i < 3; i++)
+        hz[i] = clock_hz();
+    int nt = op->threads;
+    pthread_t *th = malloc((size_t)nt * sizeof *th);
+    dp_arg *arg = calloc((size_t)nt, sizeof *arg);
+    if (!th || !arg)
+        die("out of memory");
+    double per_sec[2] = {0, 0}; /* vdpbf16ps, vfmadd231ps */
+    for (int fma = 0; fma < 2; fma++) {
+        for (int i = 0; i < nt; i++) {
+            arg[i] = (dp_arg){.seconds = 1.0, .fma = fma};
+            if (pthread_create(&th[i], NULL, dp_thread, &arg[i]))
+                die("pthread_create failed");
+        }
+        for (int i = 0; i < nt; i++) {
+            pthread_join(th[i], NULL);
+            per_sec[fma] += arg[i].per_sec;
+        }
+    }
+    double clk = median(hz, 3), bf = per_sec[0] * 64.0, f32 = per_sec[1] * 32.0;
+    fprintf(stderr, "train_cpu: vdpbf16ps zmm: %.3g per CPU-second on %d threads = %.1f GFLOP/s "
+            "(%.2f per cycle per core); vfmadd231ps zmm: %.1f GFLOP/s (%.2f per cycle per core); "
+            "clock %.2f GHz (dependent adds)\n", per_sec[0], nt, bf * 1e-9,
+            per_sec[0] / (clk * nt), f32 * 1e-9, per_sec[1] / (clk * nt), clk * 1e-9);
+    printf("{\"system\":\"peak\",\"threads\":%d,\"vdpbf16ps_per_sec\":%.4g,"
+           "\"bf16_gflops\":%.1f,\"f32_fma_gflops\":%.1f,\"clock_ghz\":%.3f,"
+           "\"vdpbf16ps_per_cycle_per_core\":%.3f,\"vfmadd_per_cycle_per_core\":%.3f}\n",
+           nt, per_sec[0], bf * 1e-9, f32 * 1e-9, clk * 1e-9, per_sec[0] / (clk * nt),
+           per_sec[1] / (clk * nt));
+    fflush(stdout);
+    free(th), free(arg);
+    return 0;
+}
+
 /* ----------------------------------------------------------------- main */
 
 static void usage(void)
@@ -404,18 +580,21 @@ static void usage(void)
     fprintf(stderr,
             "usage: train_cpu [--arch resnet50] [--batch 32] [--image-size 224] [--threads N]\n"
             "                 [--warmup 2] [--steps 3] [--lr 0.05] [--seed 1]\n"
-            "       train_cpu --sgemm [--threads N] [--reps 5]\n");
+            "                 [--precision fp32|bf16]\n"
+            "       train_cpu --sgemm [--threads N] [--reps 5]\n"
+            "       train_cpu --peak [--threads N]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    opts op = {SL_ARCH_RESNET50, 32, 224, nproc > 0 ? (int)nproc : 1, 2, 3, 5, 0, 0.05f, 1};
+    opts op = {SL_ARCH_RESNET50, 32, 224, nproc > 0 ? (int)nproc : 1, 2, 3, 5, 0, 0,
+               (sl_dtype)-1, 0.05f, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--sgemm")) {
-            op.sgemm = 1;
+        if (!strcmp(a, "--sgemm") || !strcmp(a, "--peak")) {
+            *(a[2] == 's' ? &op.sgemm : &op.peak) = 1;
             continue;
         }
         if (!v)
@@ -440,6 +619,10 @@ int main(int argc, char **argv)
             op.lr = (float)atof(v);
         else if (!strcmp(a, "--seed"))
             op.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--precision")) {
+            if (sl_precision_parse(v, &op.precision) != SL_OK)
+                die("%s", sl_errmsg());
+        }
         else
             usage();
     }
@@ -447,5 +630,5 @@ int main(int argc, char **argv)
         op.reps < 1 || !(op.lr > 0))
         die("bad options (batch >= 2, image size >= 32, threads >= 1, warmup >= 2, steps >= 1, "
             "reps >= 1, lr > 0)");
-    return op.sgemm ? run_sgemm(&op) : run_train(&op);
+    return op.peak ? run_peak(&op) : op.sgemm ? run_sgemm(&op) : run_train(&op);
 }

@@ -9,7 +9,8 @@
  *
  * --backend cuda evaluates on the GPU the way `sluice train --backend cuda`
  * trains (train/loop/replica.c): a cuda exec with the activation type of
- * --precision (default bf16 there, fp32 on the host: sl_train_precision),
+ * --precision (default bf16 there and on a cpu with bf16 dot products, fp32
+ * elsewhere: sl_train_precision),
  * the model placed on the device after the checkpoint is loaded into its
  * host copy, u8 batches copied to the GPU and normalized there
  * (sl_eval_run). The GPU is --device when given (the pipeline flag, which
@@ -47,8 +48,9 @@ static void usage(FILE *f)
             "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
             "                        (default cpu; cuda: GPU --device, else SLUICE_CUDA_DEVICE,\n"
             "                        else 0)\n"
-            "  --precision P         cuda: bf16, fp16 or fp32 activations (default bf16, as\n"
-            "                        sluice train; cpu/ref: fp32)\n"
+            "  --precision P         bf16, fp16 (cuda) or fp32 activations, as sluice train\n"
+            "                        (default bf16 on cuda and on a cpu with bf16 dot products,\n"
+            "                        else fp32; ref: fp32)\n"
             "  --json                print one JSON object\n"
             "  -h, --help            this text\n"
             "\n");

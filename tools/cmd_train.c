@@ -33,6 +33,16 @@
 
 #define CMD "train"
 
+/* --json's cpu_isa: oneDNN's effective ISA (or why there is none) on the
+ * cpu backend, "" elsewhere. */
+static const char *cpu_isa(const sl_train_config *t)
+{
+    const char *why = "";
+    if (t->backend == SL_BACKEND_CPU)
+        sl_cpu_bf16(&why);
+    return why;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -68,7 +78,10 @@ static void usage(FILE *f)
             "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
             "                        (default cpu)\n"
             "  --precision P         cuda: bf16, fp16 (dynamic loss scaling) or fp32 activations,\n"
-            "                        fp32 master weights always (default bf16; cpu/ref: fp32)\n"
+            "                        fp32 master weights always (default bf16); cpu: bf16 or\n"
+            "                        fp32 (default bf16 where oneDNN's ISA has bf16 dot products,\n"
+            "                        AVX512-BF16 or AMX, else fp32: the start-up line says which);\n"
+            "                        ref: fp32\n"
             "  --synthetic           benchmark: train on the first batch over and over\n"
             "                        (the speed without input cost)\n"
             "  --json                print a JSON summary line on stdout at the end\n"
@@ -455,7 +468,7 @@ int cmd_train(int argc, char **argv)
                "\"batch\": %u, \"model\": \"%s\", \"amp_skipped\": %lld, "
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
                "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\", "
-               "\"skipped_records\": %lld, \"eval_skipped_records\": %lld, "
+               "\"skipped_records\": %lld, \"eval_skipped_records\": %lld, \"cpu_isa\": \"%s\", "
                "\"cudnn_fusion_detail\": %s}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
@@ -463,7 +476,7 @@ int cmd_train(int argc, char **argv)
                o.t.data.batch, sl_arch_name(o.t.model.arch), (long long)res.amp_skipped,
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
                (long long)res.cuda_graph_replays, res.cudnn_fusion, (long long)res.skipped,
-               (long long)res.eval_skipped,
+               (long long)res.eval_skipped, cpu_isa(&o.t),
                res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null");
         fflush(stdout);
     }

@@ -60,6 +60,14 @@ int sl_backend_parse(const char *name, sl_backend *out);
  * (OpenMP)" in a build with oneDNN (SLUICE_WITH_DNNL), else "OpenBLAS
  * im2col" (also when SLUICE_CPU_CONV=blas forces that path). Static string. */
 const char *sl_train_cpu_conv(void);
+/* Whether the cpu backend trains in bf16 here: 1 when its convolutions
+ * run on oneDNN (built with it, SLUICE_CPU_CONV not "blas") and oneDNN's
+ * effective ISA has bf16 dot products (AVX512-BF16, AMX: the CPU's,
+ * capped by DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA). *why (when why is not
+ * NULL) is a static string: that ISA ("avx512_core_bf16") when 1, the
+ * ISA or the reason there is none when 0. Read from oneDNN once a process
+ * (its ISA cannot change after its first use). */
+int sl_cpu_bf16(const char **why);
 
 /* An execution context: a backend, its scratch memory, its threads (cpu:
  * OpenBLAS threads) or its device, streams and library handles (cuda).
@@ -76,9 +84,10 @@ int sl_exec_create(sl_backend b, int threads, int device, sl_exec **out);
 void sl_exec_destroy(sl_exec *e);
 /* e's backend. */
 sl_backend sl_exec_backend(const sl_exec *e);
-/* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 and
- * SL_DTYPE_F16 on cuda only (SL_ENOTSUP elsewhere; SL_EINVAL for a value
- * that is no sl_dtype). Set it before a model is placed on e. */
+/* Set the activation type of e: SL_DTYPE_F32 anywhere; SL_DTYPE_BF16 on
+ * cuda, and on cpu where sl_cpu_bf16 says 1; SL_DTYPE_F16 on cuda only
+ * (SL_ENOTSUP elsewhere, naming why; SL_EINVAL for a value that is no
+ * sl_dtype). Set it before a model is placed on e. */
 int sl_exec_set_act(sl_exec *e, sl_dtype act);
 /* Bytes of one activation element of e (4, or 2 for bf16 / f16); 4 for
  * NULL. */
@@ -221,16 +230,23 @@ void sl_model_arenas(sl_model *m, float **params, float **grads, size_t *n);
  * hash), sl_model_push writes them back (after loading). num_batches_tracked
  * stays on the host. Sync-BN (sl_model_set_bn_sync) works on a device too:
  * its sums are then all-reduced in device memory on the exec's stream. For
- * ref and cpu execs placing is a no-op and pull / push / refresh do
- * nothing (SL_OK; so do they for a NULL or unplaced m). e must outlive m.
- * sl_model_place: SL_EINVAL for NULL m or e, or a model placed already. */
+ * ref and cpu execs in f32 placing is a no-op and pull / push / refresh do
+ * nothing (SL_OK; so do they for a NULL or unplaced m). A cpu exec in bf16
+ * (sl_exec_set_act) keeps the params, grads and buffers on the host as
+ * they are (f32: the state dict's, the masters an optimizer steps) and
+ * lays the activations out again in bf16, with a bf16 copy of the conv
+ * weights and of the input that every forward renews from the f32 params
+ * and x (so nothing needs a refresh); such a model runs only on execs of
+ * its type. e must outlive m. sl_model_place: SL_EINVAL for NULL m or e,
+ * or a model placed already; SL_ENOMEM. */
 int sl_model_place(sl_model *m, sl_exec *e);
 /* 1 when m is placed on a device, 0 otherwise (NULL included). */
 int sl_model_on_device(const sl_model *m);
 int sl_model_pull(sl_model *m);
 int sl_model_push(sl_model *m);
 /* After the params changed on the device (an optimizer step): renew the
- * convs' copy of the weights in the activation type (one cast kernel). */
+ * convs' copy of the weights in the activation type (one cast kernel; on
+ * a cpu exec in bf16 a host cast, which the forward does itself). */
 int sl_model_refresh(sl_model *m);
 
 /* --------------------------------------------------------------- optimizer */
@@ -430,7 +446,8 @@ typedef struct sl_train_config {
     int threads;                 /* 0 = all cores */
     int precision;               /* activation type, an sl_dtype: cuda takes f32, bf16 or f16
                                   * (fp32 master weights; f16 with dynamic loss scaling);
-                                  * ref / cpu f32 only; -1 = bf16 on cuda, f32 elsewhere */
+                                  * cpu f32 or bf16 (sl_cpu_bf16); ref f32 only; -1 = bf16
+                                  * where sl_cpu_bf16 / cuda, f32 elsewhere */
     int synthetic;               /* benchmark: train on the first batch over and over (no
                                   * input cost after it: the speed without the pipeline) */
     int64_t epochs;              /* used when max_steps == 0 */
@@ -530,8 +547,14 @@ typedef struct sl_train_result {
  * not be NULL. */
 void sl_train_config_init(sl_train_config *cfg);
 /* The activation type a config trains in: its precision, or when that is
- * -1, bf16 on cuda and f32 elsewhere. */
+ * -1, bf16 on cuda and on a cpu where sl_cpu_bf16 says 1, f32 elsewhere
+ * (ref; a cpu without bf16 dot products or without oneDNN). */
 sl_dtype sl_train_precision(const sl_train_config *c);
+/* That precision in words for the start-up line: "bf16 (oneDNN ISA
+ * avx512_core_bf16)", "fp32 (oneDNN ISA avx512_core: no bf16 dot
+ * products)", "fp32 (this build has no oneDNN)" on the cpu; the name alone
+ * elsewhere. Into buf (cap bytes, NUL-terminated). */
+void sl_train_precision_note(const sl_train_config *c, char *buf, size_t cap);
 /* The CLI's spelling of common/dtype.h's types: "fp32", "bf16", "fp16"
  * ("?" for no sl_dtype); parse also takes "f32" and "f16" (SL_EINVAL else,
  * NULL included). */

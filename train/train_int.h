@@ -16,8 +16,9 @@
  * the CUDA backend shares it. Checkpoints transpose to torchvision's OIHW at
  * save/load (train/io/checkpoint.c). Linear weights are torch's (out, in).
  *
- * Activation type (mixed precision, cuda only). sl_exec.act is the element
- * type of ACTIVATIONS: with SL_DTYPE_BF16 / SL_DTYPE_F16 the float pointers
+ * Activation type (mixed precision: cuda bf16 / f16, cpu bf16). sl_exec.act
+ * is the element type of ACTIVATIONS: with SL_DTYPE_BF16 / SL_DTYPE_F16 the
+ * float pointers
  * below that carry activations point at 2-byte elements (the pointer is
  * only an address), math inside the ops is f32 (cuDNN compute type float,
  * reductions in f32/double). Which arguments are activations (A) and which
@@ -31,8 +32,10 @@
  *   relu_fwd/bwd, add, maxpool_fwd/bwd: every tensor A (argmax int32)
  *   gap_fwd          x A, y F;   gap_bwd  dy F, dx A
  *   fc_fwd/bwd, xent_fwd_bwd: F throughout
- * With SL_DTYPE_F32 (the default, and the only type of ref and cpu) every
- * tensor is f32.
+ * With SL_DTYPE_F32 (the default, and the only type of ref) every tensor
+ * is f32. The cpu backend takes bf16 with the same roles (its convolutions
+ * on oneDNN, its passes in norm_cpu.c / act_cpu.c reading and writing bf16
+ * and computing in f32), so the model runs one recipe on both.
  *
  * Semantics shared by every op:
  *   - outputs are overwritten, never accumulated into (the model adds
@@ -142,8 +145,8 @@ typedef struct sl_ops {
                   const float *gamma, const float *save_mean, const float *save_invstd,
                   float *dx, float *dgamma, float *dbeta);
 
-    /* Fused batch norm + shortcut add + ReLU (cuda only: NULL in ref and
-     * cpu, and in cuda with SLUICE_CUDA_FUSE=0; the model then runs the
+    /* Fused batch norm + shortcut add + ReLU (cuda and cpu: NULL in ref,
+     * and in cuda with SLUICE_CUDA_FUSE=0; the model then runs the
      * unfused ops, which these equal bit for bit on the same backend).
      * bn_fwd_train_act: bn_fwd_train's statistics, running update and
      *   saved mean/invstd; y = bn(x), then y = y + r when r is not NULL,

@@ -3,6 +3,7 @@
     python torch_train.py [--arch resnet50] [--batch 32] [--image-size 224]
                           [--threads N] [--warmup 2] [--steps 3] [--lr 0.05]
                           [--seed 1] [--layout nchw|channels_last]
+                          [--precision fp32|bf16]
 
 The same step as sluice's: torchvision's model (weights=None,
 zero_init_residual=True as sluice's default), one fixed synthetic batch
@@ -10,8 +11,11 @@ zero_init_residual=True as sluice's default), one fixed synthetic batch
 CrossEntropyLoss, backward, torch.optim.SGD(momentum 0.9, weight decay 5e-5),
 torch.set_num_threads(threads). --layout channels_last converts the model
 and the batch to torch.channels_last (NHWC in memory, as sluice holds its
-activations). Validates as train_cpu does (finite losses, the last warmup
-loss below the first; every timed loss below the first), then times --steps
+activations). --precision bf16 runs the forward and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision
+(bf16 convolutions and matmuls on oneDNN, fp32 weights and optimizer; the
+system is then "torch-<layout>-bf16"). Validates as train_cpu does (finite
+losses, the last warmup loss below the first; every timed loss below the first), then times --steps
 steps; prints one JSON line {"system": "torch-<layout>", "images_per_sec",
 "images_per_cpu_sec" (CPU time of every thread of the process), ...}.
 """
@@ -37,6 +41,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layout", choices=["nchw", "channels_last"], default="nchw")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     if a.warmup < 2 or a.steps < 1:
         sys.exit("torch_train: --warmup >= 2 and --steps >= 1")
@@ -52,13 +57,16 @@ def main():
     crit = torch.nn.CrossEntropyLoss()
     x = (torch.rand(a.batch, 3, a.image_size, a.image_size) * 4 - 2).contiguous(memory_format=fmt)
     y = torch.randint(0, 1000, (a.batch,))
-    print(f"torch_train: {a.arch} {a.layout}, torch {torch.__version__}, "
+    print(f"torch_train: {a.arch} {a.layout} {a.precision}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, built in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
 
+    bf16 = a.precision == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = crit(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = crit(model(x), y)
         loss.backward()
         opt.step()
         return loss.item()
@@ -85,7 +93,8 @@ def main():
             sys.exit(f"torch_train: step {i}: loss {loss} (first warmup step: {losses[0]})")
     total, cpu = sum(sec), time.process_time() - c0
     print(json.dumps({
-        "system": f"torch-{a.layout}", "arch": a.arch, "batch": a.batch,
+        "system": f"torch-{a.layout}" + ("-bf16" if bf16 else ""), "precision": a.precision,
+        "arch": a.arch, "batch": a.batch,
         "image_size": a.image_size, "threads": torch.get_num_threads(), "steps": a.steps,
         "images_per_sec": round(a.batch * a.steps / total, 3), "seconds": round(total, 3),
         "cpu_seconds": round(cpu, 3), "images_per_cpu_sec": round(a.batch * a.steps / cpu, 4),

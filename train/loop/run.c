@@ -450,12 +450,13 @@ static int setup(sl_run *r)
         return rc;
     if (r->is_root) {
         sl_replica *rep = &r->rep[0];
+        char prec[160];
+        sl_train_precision_note(c, prec, sizeof prec); /* cpu: bf16 or why fp32 */
         fprintf(r->out, "train: %s (%" PRId64 " parameters, %.0f MiB) on %s%s%s%s%d, %" PRId64
                 " records, batch %u, %" PRId64 " steps/epoch, %" PRId64 " steps, peak lr %.4g, "
                 "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(c->model.arch),
                 sl_model_param_count(rep->m), (double)sl_model_bytes(rep->m) / 1048576.0,
-                sl_backend_name(c->backend), rep->dev ? " " : "",
-                rep->dev ? sl_precision_name(rep->e.act) : "",
+                sl_backend_name(c->backend), " ", prec,
                 rep->dev ? " device " : " x", rep->dev ? sl_dev_device(&rep->e) : rep->e.threads,
                 r->records, r->data.batch,
                 r->steps_per_epoch, r->total_steps, r->sched.peak_lr,

@@ -108,10 +108,11 @@ const float *sl_model_input_of(const sl_model *m, const sl_cbn *c)
 }
 
 /* The exec's ops reach the model's memory: a placed model runs on the exec
- * it was placed with, a host model on a host backend. */
+ * it was placed with, a host model on a host backend of its activation
+ * type (f32, or the type sl_model_place laid it out for). */
 static int same_memory(const sl_model *m, const sl_exec *e)
 {
-    return m->dev_e ? e == m->dev_e : e->backend != SL_BACKEND_CUDA;
+    return m->dev_e ? e == m->dev_e : e->backend != SL_BACKEND_CUDA && e->act == m->act;
 }
 
 int sl_model_conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh)
@@ -300,9 +301,10 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     if (n < 1 || n > m->max_batch)
         return sl_fail(SL_EINVAL, "%s: batch %d outside [1, %d]", fn, n, m->max_batch);
     if (!same_memory(m, e))
-        return sl_fail(SL_EINVAL, "%s: the model %s; the exec is %s (sl_model_place)", fn,
-                       m->dev_e ? "is on a device with another exec" : "is in host memory",
-                       sl_backend_name(e->backend));
+        return sl_fail(SL_EINVAL, "%s: the model %s%s; the exec is %s %s (sl_model_place)", fn,
+                       m->dev_e ? "is on a device with another exec" : "is in host memory in ",
+                       m->dev_e ? "" : sl_precision_name(m->act), sl_backend_name(e->backend),
+                       sl_precision_name(e->act));
     if (train) {
         /* PyTorch refuses batch statistics over a single value per channel
          * (the unbiased running variance would divide by zero); with sync,
@@ -316,7 +318,18 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     }
     m->train_n = 0; /* the kept activations are about to change */
     m->x = x;
-    int rc = sl_model_cbn_fwd(m, e, &m->cbn[0], n, train, NULL);
+    int rc;
+    if (m->xin) {
+        /* host bf16 (resnet.c's place_host): the convs' weights from the
+         * master weights as they are now (an optimizer step changed them
+         * since), the input in bf16 for the stem; backward reads both */
+        size_t xn = (size_t)n * (size_t)m->h * (size_t)m->w * (size_t)m->cbn[0].cin;
+        if ((rc = sl_model_refresh(m)) ||
+            (rc = sl_host_cast((int64_t)xn, x, m->xin, m->act)))
+            return sl_fail(rc, "%s: %s", fn, sl_errmsg());
+        m->x = m->xin;
+    }
+    rc = sl_model_cbn_fwd(m, e, &m->cbn[0], n, train, NULL);
     if (rc)
         return rc;
     if (m->stem_pool) {

@@ -189,7 +189,16 @@ struct sl_model {
                                    want built in the last train forward, and in all */
     int fuse_n;          /* the batch of that forward (its plans' shapes) */
 
-    const float *x;      /* input of the last forward (the caller's buffer) */
+    /* On a host exec in bf16 (sl_model_place's place_host, resnet.c): the
+     * acts arena in bf16, wc_arena the convs' bf16 weights (renewed by
+     * each forward from params), xin the stem's bf16 copy of the input
+     * (max_batch, h, w, 3); act f32 and both NULL otherwise (a device
+     * model keeps act f32 here: its exec says its type). */
+    sl_dtype act;
+    void *xin;
+
+    const float *x;      /* input of the last forward (the caller's buffer; xin on a
+                            host bf16 model) */
     int train_n;         /* batch of the last forward when it was a train one, else 0 */
 };
 

@@ -489,13 +489,51 @@ static int place_fusion(sl_model *m, sl_exec *e)
     return SL_OK;
 }
 
+/* On a host exec with a 2-byte activation type (the cpu backend's bf16):
+ * the activation arena again in that type, the convs' copy of the weights
+ * and the stem's copy of the input (model.c's forward renews both from the
+ * f32 params and the caller's f32 x). The params, grads and buffers stay
+ * where they are, f32: the state dict's, which the optimizer steps as on
+ * an f32 exec (fp32 master weights, the cuda backend's recipe). */
+static int place_host(sl_model *m, sl_exec *e)
+{
+    const char *fn = "sl_model_place";
+    if (m->act != SL_DTYPE_F32)
+        return sl_fail(SL_EINVAL, "%s: the model is placed already", fn);
+    size_t asz = sl_exec_act_size(e);
+    size_t xb = (size_t)m->max_batch * (size_t)m->h * (size_t)m->w * (size_t)m->cbn[0].cin * asz;
+    sl_arena_use u;
+    int rc = sl_model_layout(m, &u, asz, 0);
+    if (rc)
+        return rc;
+    void *acts = NULL, *wc = NULL, *xin = NULL;
+    if ((rc = sl_host_alloc(u.acts, &acts)) ||
+        (rc = sl_host_alloc((size_t)m->arena_floats * asz, &wc)) ||
+        (rc = sl_host_alloc(xb, &xin))) {
+        free(acts), free(wc), free(xin);
+        return sl_fail(rc, "%s: %s %s batch %d at %dx%d: %s", fn, sl_arch_name(m->cfg.arch),
+                       sl_precision_name(e->act), m->max_batch, m->h, m->w, sl_errmsg());
+    }
+    free(m->acts);
+    m->acts = acts, m->acts_bytes = u.acts, m->wc_arena = wc, m->xin = xin, m->act = e->act;
+    if ((rc = sl_model_layout(m, &u, asz, 1))) /* the same params; acts in the new arena */
+        return rc;
+    for (int i = 0; i < m->ncbn; i++)
+        m->cbn[i].wc = (float *)((char *)wc + (size_t)(m->cbn[i].w - m->params) * asz);
+    m->bytes = (size_t)(2 * u.params + u.bufs) * sizeof(float) + u.acts +
+               (size_t)u.params * asz + xb + (size_t)m->ncbn * sizeof(int64_t) +
+               argmax_bytes(m);
+    m->train_n = 0;
+    return SL_OK;
+}
+
 int sl_model_place(sl_model *m, sl_exec *e)
 {
     const char *fn = "sl_model_place";
     if (!m || !e)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     if (!sl_dev_on_device(e))
-        return SL_OK;
+        return e->act == SL_DTYPE_F32 ? SL_OK : place_host(m, e);
     if (m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is on a device already", fn);
     size_t asz = sl_exec_act_size(e), pb = (size_t)m->arena_floats * sizeof(float);
@@ -554,8 +592,11 @@ int sl_model_on_device(const sl_model *m) { return m && m->dev_e != NULL; }
 
 int sl_model_refresh(sl_model *m)
 {
-    if (!m || !m->dev_e || !m->wc_arena)
+    if (!m || !m->wc_arena)
         return SL_OK;
+    if (!m->dev_e) { /* placed on a host exec in bf16 (place_host) */
+        return sl_host_cast(m->arena_floats, m->params, m->wc_arena, m->act);
+    }
     return sl_dev_cast(m->dev_e, m->arena_floats, m->params, m->wc_arena, m->dev_e->act);
 }
 
@@ -599,6 +640,9 @@ void sl_model_destroy(sl_model *m)
         m->sync_buf = m->h_sync_buf;
         m->acts = NULL, m->pool_arg = NULL;
     }
+    if (!m->dev_e)
+        free(m->wc_arena); /* place_host's */
+    free(m->xin);
     free(m->cbn);
     free(m->blk);
     free(m->params);

@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include <dnnl.h>
+#include <dnnl_debug.h>
 
 #include "train/ops/cpu_int.h"
 
@@ -68,6 +69,8 @@ static const char *const pass_name[] = {"forward", "backward-data", "backward-fi
 typedef struct dn_prim {
     sl_conv_shape sh;
     int pass, threads;
+    sl_dtype act;         /* the activations' type (f32 or bf16) */
+    char impl[48];        /* oneDNN's implementation, "brg:avx512_core_amx" ... */
     dnnl_primitive_t prim, reorder;
     dnnl_memory_desc_t xmd, ymd, wmd_user, wmd_prim, pad_md, rpad_md;
     size_t wbytes, pad_bytes, rpad_bytes; /* the exec-scratch pieces */
@@ -104,6 +107,10 @@ int sl_dnnl_enabled(void)
     const char *v = getenv("SLUICE_CPU_CONV");
     return !(v && !strcmp(v, "blas"));
 }
+
+/* oneDNN's type of an activation type: f32, or bf16 (SL_DTYPE_F16 is
+ * refused before it gets here: sl_exec_set_act). */
+static dnnl_data_type_t dn_type(sl_dtype t) { return t == SL_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32; }
 
 static int same_shape(const sl_conv_shape *a, const sl_conv_shape *b)
 {
@@ -182,10 +189,15 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, const dnnl_convo
     return st == dnnl_iterator_ends ? dnnl_unimplemented : st;
 }
 
-/* Make the primitive of (sh, pass) for the calling thread's OpenMP thread
- * count: the conv (with a forward hint for the backward passes), its
- * weights format, the weights reorder and the scratch sizes. */
-static int prim_make(const sl_conv_shape *sh, int pass, int threads, dn_prim **out)
+/* Make the primitive of (sh, pass, act) for the calling thread's OpenMP
+ * thread count: the conv (with a forward hint for the backward passes), its
+ * weights format, the weights reorder and the scratch sizes. With bf16
+ * activations (train_int.h's mixed precision) x, y (dy, dx) and the
+ * weights of forward and backward-data are bf16, and backward-filter's dw
+ * is f32 (the master weights' gradient): oneDNN accumulates in f32 and
+ * writes dw without a bf16 rounding. */
+static int prim_make(const sl_conv_shape *sh, int pass, int threads, sl_dtype act,
+                     dn_prim **out)
 {
     int rc = SL_OK;
     dnnl_primitive_attr_t attr = NULL;
@@ -196,24 +208,32 @@ static int prim_make(const sl_conv_shape *sh, int pass, int threads, dn_prim **o
     p->sh = *sh;
     p->pass = pass;
     p->threads = threads;
+    p->act = act;
+    dnnl_data_type_t at = dn_type(act), wt = pass == PASS_BWD_FILTER ? dnnl_f32 : at;
     const dnnl_dims_t xd = {sh->n, sh->c, sh->h, sh->w}, yd = {sh->n, sh->k, sh->p, sh->q},
                       wd = {sh->k, sh->c, sh->r, sh->s};
     dnnl_memory_desc_t wany;
-    DN(dnnl_memory_desc_init_by_tag(&p->xmd, 4, xd, dnnl_f32, dnnl_nhwc), "x descriptor");
-    DN(dnnl_memory_desc_init_by_tag(&p->ymd, 4, yd, dnnl_f32, dnnl_nhwc), "y descriptor");
-    DN(dnnl_memory_desc_init_by_tag(&p->wmd_user, 4, wd, dnnl_f32, dnnl_ohwi), "w descriptor");
-    DN(dnnl_memory_desc_init_by_tag(&wany, 4, wd, dnnl_f32, dnnl_format_tag_any),
+    dnnl_memory_desc_t hany;
+    DN(dnnl_memory_desc_init_by_tag(&p->xmd, 4, xd, at, dnnl_nhwc), "x descriptor");
+    DN(dnnl_memory_desc_init_by_tag(&p->ymd, 4, yd, at, dnnl_nhwc), "y descriptor");
+    DN(dnnl_memory_desc_init_by_tag(&p->wmd_user, 4, wd, wt, dnnl_ohwi), "w descriptor");
+    DN(dnnl_memory_desc_init_by_tag(&wany, 4, wd, wt, dnnl_format_tag_any),
        "w descriptor (any)");
+    DN(dnnl_memory_desc_init_by_tag(&hany, 4, wd, at, dnnl_format_tag_any),
+       "w descriptor (hint)");
     DN(dnnl_primitive_attr_create(&attr), "attr");
     DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attr");
 
     dnnl_convolution_desc_t cd;
     if (pass != PASS_FWD) {
-        DN(conv_desc(PASS_FWD, sh, &p->xmd, &wany, &p->ymd, &cd), "forward hint descriptor");
+        DN(conv_desc(PASS_FWD, sh, &p->xmd, &hany, &p->ymd, &cd), "forward hint descriptor");
         DN(dnnl_primitive_desc_create(&hint, &cd, NULL, eng, NULL), "forward hint");
     }
     DN(conv_desc(pass, sh, &p->xmd, &wany, &p->ymd, &cd), "conv descriptor");
     DN(pd_pick(pass, sh, &cd, attr, hint, &pd), "conv primitive descriptor");
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+        snprintf(p->impl, sizeof p->impl, "%s", impl);
     const dnnl_memory_desc_t *wm = dnnl_primitive_desc_query_md(
         pd, pass == PASS_BWD_FILTER ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -240,8 +260,8 @@ out:
     dnnl_primitive_attr_destroy(attr);
     if (rc) {
         prim_free(p);
-        return sl_fail(rc, "conv_dnnl: %s n%d %dx%d c%d k%d %dx%d/%d pad %d: %s",
-                       pass_name[pass], sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s,
+        return sl_fail(rc, "conv_dnnl: %s %s n%d %dx%d c%d k%d %dx%d/%d pad %d: %s",
+                       sl_dtype_name(act), pass_name[pass], sh->n, sh->h, sh->w, sh->c, sh->k, sh->r, sh->s,
                        sh->stride, sh->pad, sl_errmsg());
     }
     *out = p;
@@ -251,7 +271,8 @@ out:
 /* The cached primitive of (sh, pass, threads), made on a miss. *owned is 1
  * when the cache was full and the caller must prim_free it. Made under the
  * lock: two replicas missing together make it once. */
-static int prim_get(const sl_conv_shape *sh, int pass, int threads, dn_prim **out, int *owned)
+static int prim_get(const sl_conv_shape *sh, int pass, int threads, sl_dtype act, dn_prim **out,
+                    int *owned)
 {
     pthread_once(&eng_once, eng_init);
     if (eng_status != dnnl_success)
@@ -259,13 +280,13 @@ static int prim_get(const sl_conv_shape *sh, int pass, int threads, dn_prim **ou
     *owned = 0;
     pthread_mutex_lock(&cache_mu);
     for (int i = 0; i < ncache; i++)
-        if (cache[i]->pass == pass && cache[i]->threads == threads &&
+        if (cache[i]->pass == pass && cache[i]->threads == threads && cache[i]->act == act &&
             same_shape(&cache[i]->sh, sh)) {
             *out = cache[i];
             pthread_mutex_unlock(&cache_mu);
             return SL_OK;
         }
-    int rc = prim_make(sh, pass, threads, out);
+    int rc = prim_make(sh, pass, threads, act, out);
     if (!rc) {
         if (ncache < CACHE_MAX)
             cache[ncache++] = *out;
@@ -284,7 +305,7 @@ static int run(sl_exec *e, const sl_conv_shape *sh, int pass, void *x, void *w, 
     if (omp_get_max_threads() != e->threads)
         omp_set_num_threads(e->threads);
     dn_prim *p = NULL;
-    int owned = 0, rc = prim_get(sh, pass, e->threads, &p, &owned);
+    int owned = 0, rc = prim_get(sh, pass, e->threads, e->act, &p, &owned);
     if (rc)
         return rc;
     dnnl_stream_t stream = NULL;
@@ -390,4 +411,45 @@ const char *sl_dnnl_describe(void)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, describe_once);
     return describe_buf;
+}
+
+/* ------------------------------------------------------------ the ISA */
+
+/* oneDNN's effective ISA: the CPU's, capped by ONEDNN_MAX_CPU_ISA /
+ * DNNL_MAX_CPU_ISA (2.6 reads the latter) when set. Its bits include
+ * those of every ISA it extends (dnnl_types.h), so avx512_core_amx has
+ * avx512_core_bf16's. */
+const char *sl_dnnl_isa(void)
+{
+    const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+    return strncmp(s, "cpu_isa_", 8) ? s : s + 8; /* 2.6 says "cpu_isa_avx512_core_bf16" */
+}
+
+int sl_dnnl_bf16(void)
+{
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
+/* The distinct implementations of the cached primitives, "pass dtype
+ * impl" joined by "; ", in the order first made. */
+void sl_dnnl_impls(char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (!cap)
+        return;
+    buf[0] = 0;
+    pthread_mutex_lock(&cache_mu);
+    for (int i = 0; i < ncache; i++) {
+        char one[96];
+        snprintf(one, sizeof one, "%s %s %s", pass_name[cache[i]->pass],
+                 sl_dtype_name(cache[i]->act), cache[i]->impl);
+        if (strstr(buf, one))
+            continue;
+        int n = snprintf(buf + len, cap - len, "%s%s", len ? "; " : "", one);
+        if (n < 0 || (size_t)n >= cap - len)
+            break;
+        len += (size_t)n;
+    }
+    pthread_mutex_unlock(&cache_mu);
 }

@@ -18,6 +18,7 @@
 #ifndef SL_TRAIN_OPS_CPU_INT_H
 #define SL_TRAIN_OPS_CPU_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "train/train_int.h"
@@ -33,7 +34,8 @@ void sl_par_for(const sl_exec *e, int64_t n, int64_t grain, sl_par_fn fn, void *
 /* norm_cpu.c's passes on the exec's threads, the same bits as their
  * single-threaded forms in train_int.h (sl_bn_stats_cpu, sl_bn_affine_cpu,
  * sl_bn_bwd_sums_cpu, sl_bn_dx_cpu), which they run when e has one thread
- * or the tensor is small. The reductions need part, scratch of
+ * or the tensor is small. x, dy, y, dx are activations in e->act (f32 or
+ * bf16: the float pointers are addresses); the rest f32. The reductions need part, scratch of
  * sl_bn_par_floats(e, rows, c) floats (0: they run serially; part may then
  * be NULL); the caller carves it out of its one sl_exec_scratch request. */
 int64_t sl_bn_par_floats(const sl_exec *e, int64_t rows, int c);
@@ -47,9 +49,63 @@ void sl_bn_affine_par(const sl_exec *e, int64_t rows, int c, const float *x, con
 void sl_bn_dx_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
                   const float *mean, const float *a, const float *k, const float *b, float *dx);
 
+/* The cpu table's fused BN slots (norm_cpu.c; train_int.h's
+ * bn_fwd_train_act, bn_bwd_act: the unfused ops' bits in one pass). */
+int sl_bn_fwd_train_act_cpu(sl_exec *e, int64_t rows, int c, const float *x,
+                            const float *gamma, const float *beta, float momentum, float eps,
+                            float *running_mean, float *running_var, const float *r, int relu,
+                            float *y, float *save_mean, float *save_invstd);
+int sl_bn_bwd_act_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *z,
+                      float *dz, const float *gamma, const float *save_mean,
+                      const float *save_invstd, float *dx, float *dgamma, float *dbeta);
+
 /* Items per range for element-wise passes over floats: below this a
  * hand-off to the second thread costs more than it saves (a few µs). */
 #define SL_PAR_GRAIN_FLOATS 32768
+
+/* bf16 activations (train_int.h's mixed precision; sl_exec.act ==
+ * SL_DTYPE_BF16): the passes read bf16, compute in f32 and round what they
+ * store to the nearest even bf16 (a NaN stays a quiet NaN), as the cuda
+ * backend's kernels and oneDNN do. Inline so the channel loops vectorize.
+ * collectives/dtype.c has the same conversions out of line for the
+ * all-reduce; these are the passes' own, for the vectorizer. */
+static inline float sl_bf16_ld(uint16_t h)
+{
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t sl_bf16_st(float f)
+{
+    union { float f; uint32_t u; } v = {f};
+    uint32_t u = v.u;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+/* f rounded to bf16's precision, kept as a float (a fused pass's
+ * intermediate that its unfused ops would have stored). */
+static inline float sl_bf16_round(float f) { return sl_bf16_ld(sl_bf16_st(f)); }
+/* The passes' kernels (norm_kern_cpu.h, act_kern_cpu.h, cast_cpu.c) in two
+ * builds, picked at load time by the CPU (gcc's target_clones, an ifunc):
+ * x86-64-v4 (AVX-512 F/BW/DQ/VL: BW for the 16-bit lanes of bf16) where the
+ * CPU has it, x86-64's
+ * SSE2 baseline elsewhere. The build targets the baseline (no -march), and
+ * these memory-bound loops are where the width pays: the bf16 widening and
+ * rounding, ~6 operations an element, take twice the time of the f32 pass
+ * on SSE2. Elsewhere (another compiler or architecture): the baseline.
+ * x86-64-v4 has FMA, which gcc would contract a*b + c into (one rounding,
+ * not two): fp-contract off keeps both builds' arithmetic the baseline's,
+ * so a pass gives the same bits on every x86-64 CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define SL_KCLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#pragma GCC optimize("fp-contract=off")
+#else
+#define SL_KCLONES
+#endif
+
+/* n values: bf16 -> f32 and f32 -> bf16 (rounded). */
+void sl_bf16_widen(int64_t n, const uint16_t *src, float *dst);
+void sl_bf16_narrow(int64_t n, const float *src, uint16_t *dst);
 
 #ifdef SLUICE_WITH_DNNL
 /* 1 when the oneDNN path is on: built, and SLUICE_CPU_CONV is not "blas"
@@ -58,6 +114,16 @@ void sl_bn_dx_par(const sl_exec *e, int64_t rows, int c, const float *x, const f
 int sl_dnnl_enabled(void);
 /* "oneDNN 2.6.3 (OpenMP)": the library loaded (sl_train_cpu_conv). */
 const char *sl_dnnl_describe(void);
+/* oneDNN's effective ISA ("avx512_core_bf16", "avx512_core_amx", ...:
+ * the CPU's, capped by DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA), and 1 when
+ * it has bf16 dot products (AVX512-BF16 or AMX), the condition for bf16
+ * convolutions at the hardware's pace. */
+const char *sl_dnnl_isa(void);
+int sl_dnnl_bf16(void);
+/* The implementations oneDNN chose for the primitives made so far,
+ * "forward bf16 brg:avx512_core_bf16; ..." (distinct ones, "; "-joined),
+ * into buf (cap bytes, NUL-terminated, cut at a whole entry). */
+void sl_dnnl_impls(char *buf, size_t cap);
 /* The three passes of train_int.h's conv slots through oneDNN, NHWC f32
  * activations, OHWI weights; the primitives are made on first use of a
  * (shape, pass, threads) and cached for the life of the process (conv_dnnl.c
@@ -71,6 +137,13 @@ int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
 #else
 static inline int sl_dnnl_enabled(void) { return 0; }
 static inline const char *sl_dnnl_describe(void) { return "none"; }
+static inline const char *sl_dnnl_isa(void) { return "none"; }
+static inline int sl_dnnl_bf16(void) { return 0; }
+static inline void sl_dnnl_impls(char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = 0;
+}
 #define SL_DNNL_NONE                                                                         \
     return sl_fail(SL_ENOTSUP, "%s: this build has no oneDNN (SLUICE_WITH_DNNL)", __func__)
 static inline int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,

@@ -11,9 +11,9 @@
  * (NULL; the entry points of ops.c answer SL_ENOTSUP, "the backend has no
  * such op (this build has no cuda backend)") and sl_exec_init refuses
  * SL_BACKEND_CUDA. The fused slots (bn_fwd_train_act, bn_bwd_act,
- * conv_bwd_data_acc) are in the cuda table only; SLUICE_CUDA_FUSE=0, read
- * by sl_cuda_ctx_create, gives a cuda exec the same table without them
- * (the model then runs the unfused ops).
+ * conv_bwd_data_acc) are in the cuda table, the first two in the cpu
+ * table too; SLUICE_CUDA_FUSE=0, read by sl_cuda_ctx_create, gives a cuda
+ * exec the same table without them (the model then runs the unfused ops).
  *
  * Threading (cpu backend). sl_exec.threads is the thread count of every
  * pass: oneDNN's convolutions (conv_dnnl.c, on the calling thread's OpenMP
@@ -38,12 +38,14 @@
 
 #include <cblas.h>
 
+#include "train/ops/cpu_int.h"
 #include "train/train_int.h"
 #ifdef SLUICE_TRAIN_CUDA
 #include "train/ops/cuda_int.h"
 #endif
 
-/* fwd_act, bwd_act, dgrad_acc: the fused slots (cuda only; NULL elsewhere). */
+/* fwd_act, bwd_act, dgrad_acc: the fused slots (cuda; cpu's BN ones; NULL
+ * elsewhere). */
 #define OPS_TABLE(sfx, fwd_act, bwd_act, dgrad_acc)                                          \
     {                                                                                        \
         .name = #sfx, .conv_fwd = sl_conv_fwd_##sfx, .conv_bwd_data = sl_conv_bwd_data_##sfx, \
@@ -60,7 +62,10 @@
     }
 
 const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL, NULL);
-const sl_ops sl_ops_cpu = OPS_TABLE(cpu, NULL, NULL, NULL);
+/* The cpu table with the fused BN slots (norm_cpu.c: one pass where the
+ * unfused ops take two or three, the same bits); no conv_bwd_data_acc
+ * (oneDNN's backward-data takes no sum post-op). */
+const sl_ops sl_ops_cpu = OPS_TABLE(cpu, sl_bn_fwd_train_act_cpu, sl_bn_bwd_act_cpu, NULL);
 
 #ifdef SLUICE_TRAIN_CUDA
 /* The cuda table with the fused slots (train_int.h: BN + add + ReLU, ReLU +
@@ -189,13 +194,35 @@ void sl_exec_destroy(sl_exec *e)
 
 sl_backend sl_exec_backend(const sl_exec *e) { return e->backend; }
 
+int sl_cpu_bf16(const char **why)
+{
+    const char *w;
+    int ok = 0;
+    if (!sl_dnnl_enabled())
+        w = sl_dnnl_describe()[0] == 'n' ? "this build has no oneDNN"
+                                         : "SLUICE_CPU_CONV=blas: convolutions on OpenBLAS";
+    else if (!sl_dnnl_bf16())
+        w = sl_dnnl_isa(); /* "avx512_core", "avx2", ...: no bf16 dot products */
+    else
+        w = sl_dnnl_isa(), ok = 1;
+    if (why)
+        *why = w;
+    return ok;
+}
+
 int sl_exec_set_act(sl_exec *e, sl_dtype act)
 {
     if (!e || (int)act < 0 || act > SL_DTYPE_LAST)
         return sl_fail(SL_EINVAL, "sl_exec_set_act: bad exec or type %d", e ? (int)act : -1);
-    if (act != SL_DTYPE_F32 && e->backend != SL_BACKEND_CUDA)
-        return sl_fail(SL_ENOTSUP, "sl_exec_set_act: the %s backend computes in f32 only "
-                       "(bf16 / fp16 need --backend cuda)", sl_backend_name(e->backend));
+    const char *why = NULL;
+    if (act == SL_DTYPE_BF16 && e->backend == SL_BACKEND_CPU && !sl_cpu_bf16(&why))
+        return sl_fail(SL_ENOTSUP, "sl_exec_set_act: cpu: bf16 needs oneDNN on a CPU with "
+                       "bf16 dot products (AVX512-BF16 or AMX); here: %s (use fp32)", why);
+    if (act != SL_DTYPE_F32 && e->backend != SL_BACKEND_CUDA &&
+        !(act == SL_DTYPE_BF16 && e->backend == SL_BACKEND_CPU))
+        return sl_fail(SL_ENOTSUP, "sl_exec_set_act: the %s backend computes in %s only "
+                       "(fp16 needs --backend cuda)", sl_backend_name(e->backend),
+                       e->backend == SL_BACKEND_CPU ? "fp32 or bf16" : "fp32");
     e->act = act;
     return SL_OK;
 }

@@ -42,6 +42,12 @@ static inline int sl_host_alloc(size_t bytes, void **out)
     return SL_OK;
 }
 
+/* A host exec's sl_dev_cast (mem_cuda.c and mem_none.c both; cast_cpu.c):
+ * n f32 values at src to dst in type dt: f32 (a move) or bf16 (rounded to
+ * nearest even; the cpu backend's compute copy of the weights).
+ * SL_ENOTSUP for f16 (no host backend computes in it). */
+int sl_host_cast(int64_t n, const float *src, void *dst, sl_dtype dt);
+
 int sl_dev_on_device(const sl_exec *e); /* 1 for a cuda exec */
 int sl_dev_device(const sl_exec *e);    /* its CUDA device ordinal; -1 for host execs */
 void *sl_dev_stream(const sl_exec *e);  /* its cudaStream_t; NULL for host execs */
@@ -53,7 +59,7 @@ int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes);
 /* device src -> host dst, after the work queued on e so far. */
 int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes);
 /* n f32 values at src (device) to dst (device) in type dt (cuda: a kernel
- * on the stream; host: f32 only). */
+ * on the stream; host: sl_host_cast). */
 int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt);
 /* Wait for everything queued on e. */
 int sl_dev_sync(sl_exec *e);

@@ -104,12 +104,8 @@ int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
 
 int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
 {
-    if (!sl_dev_on_device(e)) {
-        if (dt != SL_DTYPE_F32)
-            return sl_fail(SL_ENOTSUP, "sl_dev_cast: host memory holds f32 only");
-        memmove(dst, src, (size_t)n * sizeof(float));
-        return SL_OK;
-    }
+    if (!sl_dev_on_device(e))
+        return sl_host_cast(n, src, dst, dt);
     return sl_cast_cuda(e, n, src, SL_DTYPE_F32, dst, dt);
 }
 

@@ -62,10 +62,7 @@ int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
 int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
 {
     (void)e;
-    if (dt != SL_DTYPE_F32)
-        return sl_fail(SL_ENOTSUP, "sl_dev_cast: host memory holds f32 only");
-    memmove(dst, src, (size_t)n * sizeof(float));
-    return SL_OK;
+    return sl_host_cast(n, src, dst, dt);
 }
 
 int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)

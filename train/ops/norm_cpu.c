@@ -52,41 +52,6 @@ static int64_t bn_stats_block(int c)
     return b < BN_ROWS_MIN ? BN_ROWS_MIN : b > BN_ROWS_MAX ? BN_ROWS_MAX : b;
 }
 
-/* y = ((x - hi) - lo)*scale + beta per channel; x, y (rows, c). The
- * restrict channel arrays let gcc vectorize without alias versioning. */
-static void bn_apply(int64_t rows, int c, const float *x, const float *restrict hi,
-                     const float *restrict lo, const float *restrict scale,
-                     const float *restrict beta, float *y)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * c;
-        float *yr = y + r * c;
-        for (int ch = 0; ch < c; ch++)
-            yr[ch] = ((xr[ch] - hi[ch]) - lo[ch]) * scale[ch] + beta[ch];
-    }
-}
-
-/* One block of nb rows of x: its float mean bmean and the sums s1, s2 of
- * d = x - bmean and d^2 per channel (the two looks while it is in cache). */
-static void stats_block(int64_t nb, int c, const float *restrict xb, float *restrict bmean,
-                        float *restrict s1, float *restrict s2)
-{
-    for (int ch = 0; ch < c; ch++)
-        bmean[ch] = s1[ch] = s2[ch] = 0;
-    for (int64_t r = 0; r < nb; r++)
-        for (int ch = 0; ch < c; ch++)
-            bmean[ch] += xb[r * c + ch];
-    float inv = 1.0f / (float)nb;
-    for (int ch = 0; ch < c; ch++)
-        bmean[ch] *= inv;
-    for (int64_t r = 0; r < nb; r++)
-        for (int ch = 0; ch < c; ch++) {
-            float d = xb[r * c + ch] - bmean[ch];
-            s1[ch] += d;
-            s2[ch] += d * d;
-        }
-}
-
 /* Chan's merge of the running (seen, mean, m2) with a block (nb, bm, bq);
  * the first block (seen == 0) lands as is. */
 static void stats_merge(int64_t seen, int64_t nb, int c, const float *restrict bmean,
@@ -105,21 +70,37 @@ static void stats_merge(int64_t seen, int64_t nb, int c, const float *restrict b
     }
 }
 
+/* The per-row kernels for f32 and bf16 activations (norm_kern_cpu.h). */
+#define SL_T float
+#define SL_LD(v) (v)
+#define SL_ST(f) (f)
+#define SL_RND(f) (f)
+#define SL_K(name) name##_f32
+#include "train/ops/norm_kern_cpu.h"
+#undef SL_T
+#undef SL_LD
+#undef SL_ST
+#undef SL_RND
+#undef SL_K
+#define SL_T uint16_t
+#define SL_LD(v) sl_bf16_ld(v)
+#define SL_ST(f) sl_bf16_st(f)
+#define SL_RND(f) sl_bf16_round(f)
+#define SL_K(name) name##_bf16
+#include "train/ops/norm_kern_cpu.h"
+#undef SL_T
+#undef SL_LD
+#undef SL_ST
+#undef SL_RND
+#undef SL_K
+
 /* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
- * bmean, s1, s2 (c): float scratch. (train_int.h: norm_sync_cpu.c's
- * bn_moments takes it too.) */
+ * bmean, s1, s2 (c): float scratch. (train_int.h: the f32 entry point.) */
 void sl_bn_stats_cpu(int64_t rows, int c, const float *restrict x, double *restrict mean,
                      double *restrict m2, float *restrict bmean, float *restrict s1,
                      float *restrict s2)
 {
-    int64_t blk = bn_stats_block(c);
-    for (int ch = 0; ch < c; ch++)
-        mean[ch] = m2[ch] = 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += blk) {
-        int64_t nb = rows - r0 < blk ? rows - r0 : blk;
-        stats_block(nb, c, x + r0 * c, bmean, s1, s2);
-        stats_merge(r0, nb, c, bmean, s1, s2, mean, m2);
-    }
+    stats_all_f32(rows, c, x, mean, m2, bmean, s1, s2);
 }
 
 /* ---------------------------------------------------- on the exec's threads */
@@ -146,17 +127,26 @@ static int64_t block_grain(int64_t blk, int c)
     return g < 1 ? 1 : g;
 }
 
-/* One pass's arguments for sl_par_for: x, dy, mean and per-channel p0..p2
- * in, y or part out; fn the per-rows kernel of by_rows. */
+/* One pass's arguments for sl_par_for: the activations x, dy (in / out: a
+ * masked dy is stored back), z, r and y in the exec's type (bf16 when bf
+ * is 1, else f32; void: the kernels pick theirs), mean and per-channel
+ * p0..p2 in, part out; fn the per-rows kernel of by_rows. */
 typedef struct bn_job bn_job;
 typedef void (*rows_fn)(const bn_job *j, int64_t r0, int64_t r1);
 struct bn_job {
     int64_t rows, blk;
-    int c;
-    const float *x, *dy, *mean, *p0, *p1, *p2;
-    float *y, *part;
+    int c, bf, relu;
+    const void *x, *z, *r;
+    void *dy, *y;
+    const float *mean, *p0, *p1, *p2;
+    float *part;
     rows_fn fn;
 };
+
+/* Element offset o of an activation of the job's type. */
+#define AT(j, p, o) ((j)->bf ? (void *)((uint16_t *)(p) + (o)) : (void *)((float *)(p) + (o)))
+#define CAT(j, p, o)                                                                         \
+    ((j)->bf ? (const void *)((const uint16_t *)(p) + (o)) : (const void *)((const float *)(p) + (o)))
 
 static void stats_range(void *arg, int64_t b0, int64_t b1)
 {
@@ -165,19 +155,26 @@ static void stats_range(void *arg, int64_t b0, int64_t b1)
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * j->blk, nb = j->rows - r0 < j->blk ? j->rows - r0 : j->blk;
         float *pb = j->part + b * 3 * c;
-        stats_block(nb, c, j->x + r0 * c, pb, pb + c, pb + 2 * c);
+        if (j->bf)
+            stats_block_bf16(nb, c, CAT(j, j->x, r0 * c), pb, pb + c, pb + 2 * c);
+        else
+            stats_block_f32(nb, c, CAT(j, j->x, r0 * c), pb, pb + c, pb + 2 * c);
     }
 }
 
 void sl_bn_stats_par(const sl_exec *e, int64_t rows, int c, const float *x, double *mean,
                      double *m2, float *bmean, float *s1, float *s2, float *part)
 {
+    int bf = e->act == SL_DTYPE_BF16;
     if (!part || !use_threads(e, rows, c)) {
-        sl_bn_stats_cpu(rows, c, x, mean, m2, bmean, s1, s2);
+        if (bf)
+            stats_all_bf16(rows, c, (const uint16_t *)x, mean, m2, bmean, s1, s2);
+        else
+            stats_all_f32(rows, c, x, mean, m2, bmean, s1, s2);
         return;
     }
     int64_t blk = bn_stats_block(c), nblk = nblocks(rows, blk);
-    bn_job j = {.rows = rows, .blk = blk, .c = c, .x = x, .part = part};
+    bn_job j = {.rows = rows, .blk = blk, .c = c, .bf = bf, .x = x, .part = part};
     sl_par_for(e, nblk, block_grain(blk, c), stats_range, &j);
     for (int ch = 0; ch < c; ch++)
         mean[ch] = m2[ch] = 0;
@@ -191,7 +188,14 @@ void sl_bn_stats_par(const sl_exec *e, int64_t rows, int c, const float *x, doub
 static void apply_rows(const bn_job *j, int64_t r0, int64_t r1)
 {
     /* p0 hi, p1 lo, p2 scale; mean holds beta */
-    bn_apply(r1 - r0, j->c, j->x + r0 * j->c, j->p0, j->p1, j->p2, j->mean, j->y + r0 * j->c);
+    int64_t o = r0 * j->c;
+    const void *r = j->r ? CAT(j, j->r, o) : NULL;
+    if (j->bf)
+        bn_apply_bf16(r1 - r0, j->c, CAT(j, j->x, o), j->p0, j->p1, j->p2, j->mean, r, j->relu,
+                      AT(j, j->y, o));
+    else
+        bn_apply_f32(r1 - r0, j->c, CAT(j, j->x, o), j->p0, j->p1, j->p2, j->mean, r, j->relu,
+                     AT(j, j->y, o));
 }
 
 /* x-shaped passes by rows: each range of rows is the serial loop on its
@@ -206,19 +210,22 @@ static void by_rows(const sl_exec *e, bn_job *j, rows_fn fn)
 {
     int64_t grain = SL_PAR_GRAIN_FLOATS / j->c;
     j->fn = fn;
+    j->bf = e->act == SL_DTYPE_BF16;
     sl_par_for(e, j->rows, grain < 1 ? 1 : grain, rows_range, j);
 }
 
-int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
-                        const float *beta, float momentum, float eps, float *running_mean,
-                        float *running_var, float *y, float *save_mean, float *save_invstd)
+/* bn_fwd_train, and with r / relu the fused bn_fwd_train_act (train_int.h:
+ * + r, then ReLU, the unfused ops' bits). */
+static int fwd_train(sl_exec *e, const char *fn, int64_t rows, int c, const float *x,
+                     const float *gamma, const float *beta, float momentum, float eps,
+                     float *running_mean, float *running_var, const float *r, int relu,
+                     float *y, float *save_mean, float *save_invstd)
 {
     int64_t np = sl_bn_par_floats(e, rows, c);
     char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)) +
                                      (size_t)np * sizeof(float));
     if (!s)
-        return sl_fail(SL_ENOMEM, "sl_bn_fwd_train_cpu: scratch for %d channels: %s", c,
-                       sl_errmsg());
+        return sl_fail(SL_ENOMEM, "%s: scratch for %d channels: %s", fn, c, sl_errmsg());
     double *mean = (double *)s, *m2 = mean + c;
     float *hi = (float *)(m2 + c), *lo = hi + c, *scale = lo + c;
     sl_bn_stats_par(e, rows, c, x, mean, m2, hi, lo, scale, np ? scale + c : NULL);
@@ -235,28 +242,44 @@ int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const f
         lo[ch] = (float)(mean[ch] - (double)hi[ch]);
         scale[ch] = (float)((double)gamma[ch] * invstd);
     }
-    bn_job j = {.rows = rows, .c = c, .x = x, .p0 = hi, .p1 = lo, .p2 = scale, .mean = beta,
-                .y = y};
+    bn_job j = {.rows = rows, .c = c, .x = x, .r = r, .relu = relu, .p0 = hi, .p1 = lo,
+                .p2 = scale, .mean = beta, .y = y};
     by_rows(e, &j, apply_rows);
     return SL_OK;
 }
 
-/* y = (x - mean)*scale + beta per channel (train_int.h: norm_sync_cpu.c's
- * bn_fwd_apply takes it too). */
-void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *restrict mean,
-                      const float *restrict scale, const float *restrict beta, float *y)
+int sl_bn_fwd_train_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
+                        const float *beta, float momentum, float eps, float *running_mean,
+                        float *running_var, float *y, float *save_mean, float *save_invstd)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * c;
-        float *yr = y + r * c;
-        for (int ch = 0; ch < c; ch++)
-            yr[ch] = (xr[ch] - mean[ch]) * scale[ch] + beta[ch];
-    }
+    return fwd_train(e, __func__, rows, c, x, gamma, beta, momentum, eps, running_mean,
+                     running_var, NULL, 0, y, save_mean, save_invstd);
+}
+
+int sl_bn_fwd_train_act_cpu(sl_exec *e, int64_t rows, int c, const float *x,
+                            const float *gamma, const float *beta, float momentum, float eps,
+                            float *running_mean, float *running_var, const float *r, int relu,
+                            float *y, float *save_mean, float *save_invstd)
+{
+    return fwd_train(e, __func__, rows, c, x, gamma, beta, momentum, eps, running_mean,
+                     running_var, r, relu, y, save_mean, save_invstd);
+}
+
+/* y = (x - mean)*scale + beta per channel (train_int.h: the f32 entry
+ * point; norm_sync_cpu.c's bn_fwd_apply takes sl_bn_affine_par). */
+void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *mean,
+                      const float *scale, const float *beta, float *y)
+{
+    affine_f32(rows, c, x, mean, scale, beta, y);
 }
 
 static void affine_rows(const bn_job *j, int64_t r0, int64_t r1)
 {
-    sl_bn_affine_cpu(r1 - r0, j->c, j->x + r0 * j->c, j->mean, j->p0, j->p1, j->y + r0 * j->c);
+    int64_t o = r0 * j->c;
+    if (j->bf)
+        affine_bf16(r1 - r0, j->c, CAT(j, j->x, o), j->mean, j->p0, j->p1, AT(j, j->y, o));
+    else
+        affine_f32(r1 - r0, j->c, CAT(j, j->x, o), j->mean, j->p0, j->p1, AT(j, j->y, o));
 }
 
 void sl_bn_affine_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *mean,
@@ -280,37 +303,13 @@ int sl_bn_fwd_eval_cpu(sl_exec *e, int64_t rows, int c, const float *x, const fl
     return SL_OK;
 }
 
-/* One block of nb rows: float sums of dy and dy*(x - mean) per channel. */
-static void sums_block(int64_t nb, int c, const float *restrict xb, const float *restrict gb,
-                       const float *restrict mean, float *restrict fdy, float *restrict fdxc)
-{
-    for (int ch = 0; ch < c; ch++)
-        fdy[ch] = fdxc[ch] = 0;
-    for (int64_t r = 0; r < nb; r++)
-        for (int ch = 0; ch < c; ch++) {
-            float g = gb[r * c + ch];
-            fdy[ch] += g;
-            fdxc[ch] += g * (xb[r * c + ch] - mean[ch]);
-        }
-}
-
 /* sdy, sdxc (c): sum dy and sum dy*(x - mean) over the rows, blocked float
- * partials (fdy, fdxc) folded into double (train_int.h: norm_sync_cpu.c's
- * bn_bwd_reduce takes it too). */
-void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *restrict x, const float *restrict dy,
-                        const float *restrict mean, double *restrict sdy,
-                        double *restrict sdxc, float *restrict fdy, float *restrict fdxc)
+ * partials (fdy, fdxc) folded into double (train_int.h: the f32 entry
+ * point). */
+void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *x, const float *dy, const float *mean,
+                        double *sdy, double *sdxc, float *fdy, float *fdxc)
 {
-    for (int ch = 0; ch < c; ch++)
-        sdy[ch] = sdxc[ch] = 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += BN_ROWS_MAX) {
-        int64_t nb = rows - r0 < BN_ROWS_MAX ? rows - r0 : BN_ROWS_MAX;
-        sums_block(nb, c, x + r0 * c, dy + r0 * c, mean, fdy, fdxc);
-        for (int ch = 0; ch < c; ch++) {
-            sdy[ch] += fdy[ch];
-            sdxc[ch] += fdxc[ch];
-        }
-    }
+    sums_all_f32(rows, c, x, NULL, (float *)dy, mean, sdy, sdxc, fdy, fdxc);
 }
 
 static void sums_range(void *arg, int64_t b0, int64_t b1)
@@ -319,21 +318,33 @@ static void sums_range(void *arg, int64_t b0, int64_t b1)
     int c = j->c;
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * BN_ROWS_MAX, nb = j->rows - r0 < BN_ROWS_MAX ? j->rows - r0 : BN_ROWS_MAX;
+        int64_t o = r0 * c;
         float *pb = j->part + b * 2 * c;
-        sums_block(nb, c, j->x + r0 * c, j->dy + r0 * c, j->mean, pb, pb + c);
+        const void *z = j->z ? CAT(j, j->z, o) : NULL;
+        if (j->bf)
+            sums_block_bf16(nb, c, CAT(j, j->x, o), z, AT(j, j->dy, o), j->mean, pb, pb + c);
+        else
+            sums_block_f32(nb, c, CAT(j, j->x, o), z, AT(j, j->dy, o), j->mean, pb, pb + c);
     }
 }
 
-void sl_bn_bwd_sums_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
-                        const float *mean, double *sdy, double *sdxc, float *fdy, float *fdxc,
-                        float *part)
+/* The backward sums; with z not NULL dy is masked by z > 0 in place first
+ * (bn_bwd_act). dy is written only then. */
+static void sums_par(const sl_exec *e, int64_t rows, int c, const void *x, const void *z,
+                     void *dy, const float *mean, double *sdy, double *sdxc, float *fdy,
+                     float *fdxc, float *part)
 {
+    int bf = e->act == SL_DTYPE_BF16;
     if (!part || !use_threads(e, rows, c)) {
-        sl_bn_bwd_sums_cpu(rows, c, x, dy, mean, sdy, sdxc, fdy, fdxc);
+        if (bf)
+            sums_all_bf16(rows, c, x, z, dy, mean, sdy, sdxc, fdy, fdxc);
+        else
+            sums_all_f32(rows, c, x, z, dy, mean, sdy, sdxc, fdy, fdxc);
         return;
     }
     int64_t nblk = nblocks(rows, BN_ROWS_MAX);
-    bn_job j = {.rows = rows, .c = c, .x = x, .dy = dy, .mean = mean, .part = part};
+    bn_job j = {.rows = rows, .c = c, .bf = bf, .x = x, .z = z, .dy = dy, .mean = mean,
+                .part = part};
     sl_par_for(e, nblk, block_grain(BN_ROWS_MAX, c), sums_range, &j);
     for (int ch = 0; ch < c; ch++)
         sdy[ch] = sdxc[ch] = 0;
@@ -346,48 +357,55 @@ void sl_bn_bwd_sums_par(const sl_exec *e, int64_t rows, int c, const float *x, c
     }
 }
 
-/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
- * read before it is written). (train_int.h: norm_sync_cpu.c's bn_bwd_apply
- * takes it too.) */
-void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy,
-                  const float *restrict mean, const float *restrict a, const float *restrict k,
-                  const float *restrict b, float *dx)
+void sl_bn_bwd_sums_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                        const float *mean, double *sdy, double *sdxc, float *fdy, float *fdxc,
+                        float *part)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * c, *gr = dy + r * c;
-        float *dr = dx + r * c;
-        for (int ch = 0; ch < c; ch++)
-            dr[ch] = a[ch] * gr[ch] - k[ch] * (xr[ch] - mean[ch]) - b[ch];
-    }
+    /* without z, sums_block only reads dy */
+    sums_par(e, rows, c, x, NULL, (void *)dy, mean, sdy, sdxc, fdy, fdxc, part);
+}
+
+/* dx = a*dy - k*(x - mean) - b per channel (train_int.h: the f32 entry
+ * point; norm_sync_cpu.c's bn_bwd_apply takes sl_bn_dx_par). */
+void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy, const float *mean,
+                  const float *a, const float *k, const float *b, float *dx)
+{
+    bn_dx_f32(rows, c, x, dy, mean, a, k, b, dx);
 }
 
 static void dx_rows(const bn_job *j, int64_t r0, int64_t r1)
 {
     int64_t o = r0 * j->c;
-    sl_bn_dx_cpu(r1 - r0, j->c, j->x + o, j->dy + o, j->mean, j->p0, j->p1, j->p2, j->y + o);
+    if (j->bf)
+        bn_dx_bf16(r1 - r0, j->c, CAT(j, j->x, o), CAT(j, j->dy, o), j->mean, j->p0, j->p1,
+                   j->p2, AT(j, j->y, o));
+    else
+        bn_dx_f32(r1 - r0, j->c, CAT(j, j->x, o), CAT(j, j->dy, o), j->mean, j->p0, j->p1,
+                  j->p2, AT(j, j->y, o));
 }
 
 void sl_bn_dx_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
                   const float *mean, const float *a, const float *k, const float *b, float *dx)
 {
-    bn_job j = {.rows = rows, .c = c, .x = x, .dy = dy, .mean = mean, .p0 = a, .p1 = k,
+    bn_job j = {.rows = rows, .c = c, .x = x, .dy = (void *)dy, .mean = mean, .p0 = a, .p1 = k,
                 .p2 = b, .y = dx};
     by_rows(e, &j, dx_rows);
 }
 
-int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
-                  const float *gamma, const float *save_mean, const float *save_invstd,
-                  float *dx, float *dgamma, float *dbeta)
+/* bn_bwd, and with z the fused bn_bwd_act (dz masked in place by z > 0
+ * first; dgamma, dbeta may then be NULL). */
+static int bwd(sl_exec *e, const char *fn, int64_t rows, int c, const float *x, const float *z,
+               float *dy, const float *gamma, const float *save_mean, const float *save_invstd,
+               float *dx, float *dgamma, float *dbeta)
 {
     int64_t np = sl_bn_par_floats(e, rows, c);
     char *s = sl_exec_scratch(e, (size_t)c * (2 * sizeof(double) + 3 * sizeof(float)) +
                                      (size_t)np * sizeof(float));
     if (!s)
-        return sl_fail(SL_ENOMEM, "sl_bn_bwd_cpu: scratch for %d channels: %s", c,
-                       sl_errmsg());
+        return sl_fail(SL_ENOMEM, "%s: scratch for %d channels: %s", fn, c, sl_errmsg());
     double *sdy = (double *)s, *sdxc = sdy + c;
     float *a = (float *)(sdxc + c), *k = a + c, *b = k + c;
-    sl_bn_bwd_sums_par(e, rows, c, x, dy, save_mean, sdy, sdxc, a, k, np ? b + c : NULL);
+    sums_par(e, rows, c, x, z, dy, save_mean, sdy, sdxc, a, k, np ? b + c : NULL);
 
     /* dx = gamma*invstd/rows * (rows*dy - sdy - xhat*sum(dy*xhat)) with
      * xhat = (x-mean)*invstd and sum(dy*xhat) = invstd*sdxc, expanded to
@@ -398,9 +416,27 @@ int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *
         a[ch] = (float)gi;
         k[ch] = (float)(gi * is * sdyxhat / (double)rows);
         b[ch] = (float)(gi * sdy[ch] / (double)rows);
-        dgamma[ch] = (float)sdyxhat;
-        dbeta[ch] = (float)sdy[ch];
+        if (dgamma)
+            dgamma[ch] = (float)sdyxhat;
+        if (dbeta)
+            dbeta[ch] = (float)sdy[ch];
     }
     sl_bn_dx_par(e, rows, c, x, dy, save_mean, a, k, b, dx);
     return SL_OK;
+}
+
+int sl_bn_bwd_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd,
+                  float *dx, float *dgamma, float *dbeta)
+{
+    /* without z, dy is only read */
+    return bwd(e, __func__, rows, c, x, NULL, (float *)dy, gamma, save_mean, save_invstd, dx,
+               dgamma, dbeta);
+}
+
+int sl_bn_bwd_act_cpu(sl_exec *e, int64_t rows, int c, const float *x, const float *z,
+                      float *dz, const float *gamma, const float *save_mean,
+                      const float *save_invstd, float *dx, float *dgamma, float *dbeta)
+{
+    return bwd(e, __func__, rows, c, x, z, dz, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
