@@ -221,8 +221,10 @@ int sl_exec_set_act(sl_exec *e, sl_dtype act)
     if (act != SL_DTYPE_F32 && e->backend != SL_BACKEND_CUDA &&
         !(act == SL_DTYPE_BF16 && e->backend == SL_BACKEND_CPU))
         return sl_fail(SL_ENOTSUP, "sl_exec_set_act: the %s backend computes in %s only "
-                       "(fp16 needs --backend cuda)", sl_backend_name(e->backend),
-                       e->backend == SL_BACKEND_CPU ? "fp32 or bf16" : "fp32");
+                       "(%s needs --backend %s)", sl_backend_name(e->backend),
+                       e->backend == SL_BACKEND_CPU ? "fp32 or bf16" : "fp32",
+                       act == SL_DTYPE_BF16 ? "bf16" : "fp16",
+                       act == SL_DTYPE_BF16 ? "cpu or cuda" : "cuda");
     e->act = act;
     return SL_OK;
 }

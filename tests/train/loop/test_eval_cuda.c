@@ -146,7 +146,7 @@ static void eval(const char *tmp, const char *args, evres *r)
  * learned (well above chance, 10 of 100). */
 static void eval_cpu(const char *tmp, evres *r)
 {
-    eval(tmp, "--backend cpu", r);
+    eval(tmp, "--backend cpu --precision fp32", r);
     cr_assert_eq(r->images, IMAGES);
     cr_assert_str_eq(r->backend, "cpu");
     cr_assert_str_eq(r->precision, "fp32");
@@ -253,8 +253,9 @@ Test(train_gpu, eval_flag_errors)
         {"--backend ''", "--backend: bad value '' (want cpu, cuda or ref)"},
         {"--precision bf17", "--precision: bad value 'bf17' (want bf16, fp16 or fp32)"},
         {"--backend cuda --precision fp64", "--precision: bad value 'fp64'"},
-        /* as sluice train: half precision is for the GPU */
-        {"--backend cpu --precision bf16", "bf16 / fp16 need --backend cuda"},
+        /* as sluice train: fp16 is for the GPU, bf16 for the GPU and the cpu backend */
+        {"--backend cpu --precision fp16", "fp16 needs --backend cuda"},
+        {"--backend ref --precision bf16", "bf16 needs --backend cpu or cuda"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;
