@@ -48,20 +48,59 @@
  *   units from the start of the run, across epochs.
  *
  * Record split (SL_SPLIT_RECORDS, split_world W > 1, split_rank r): the
- * order above is run unchanged over every shard (world 1's order), and
- * only the records at whole-stream positions g (counted across epochs, all
- * records) with g % W == r are handed out. A world-1 unit at positions
- * [g, g + n) becomes the unit of its kept records: the first at g + ((r -
- * g) mod W), then every W-th (stride W), or nothing when none falls in the
- * range; GLOBAL jumps over the permutation entries of other ranks without
- * locating them. seq and first_pos then count this rank's units and
- * records only, so everything downstream (the window, the shuffle, the
- * resume fast-forward) sees an ordinary stream.
- *   Example, one shard of 10 records, block 4, W 3, r 1: world 1's units
- *   (shard, first record, records) (0,0,4) (0,4,4) (0,8,2) hold positions
- *   0-3, 4-7, 8-9; rank 1 keeps 1, 4, 7 and gets the units (0,1,1) and
- *   (0,4,2) with stride 3 (records 4 and 7, bytes from 4's start to 7's
- *   end); the third unit has no kept position (8 % 3 = 2, 9 % 3 = 0).
+ * order above is run unchanged over every shard (world 1's order), and a
+ * rank hands out only its share of the whole-stream positions g (counted
+ * across epochs, all records). Two ways to deal the positions, by mode:
+ *
+ *   Stride (NONE, GLOBAL): the positions with g % W == r. A world-1 unit at
+ *   positions [g, g + n) becomes the unit of its kept records: the first at
+ *   g + ((r - g) mod W), then every W-th (stride W), or nothing when none
+ *   falls in the range; GLOBAL jumps over the permutation entries of other
+ *   ranks without locating them. This is what makes pipeline.h's union
+ *   property hold (rank r's j-th sample is world 1's j * W + r, so the
+ *   ranks' k-th batches together are world 1's k-th batch), which NONE
+ *   promises and train/loop/run.c's union_split and a resume on another
+ *   number of ranks rely on. GLOBAL reads one record per unit, so its reads
+ *   are disjoint; NONE's strided unit is read from its first kept record
+ *   to its last, the other ranks' records between included: W ranks read
+ *   every byte W times (the price of the union property; NONE is the
+ *   evaluation and debugging mode).
+ *     Example, one shard of 10 records, block 4, W 3, r 1: world 1's units
+ *     (shard, first record, records) (0,0,4) (0,4,4) (0,8,2) hold positions
+ *     0-3, 4-7, 8-9; rank 1 keeps 1, 4, 7 and gets the units (0,1,1) and
+ *     (0,4,2) with stride 3 (records 4 and 7, bytes from 4's start to 7's
+ *     end); the third unit has no kept position (8 % 3 = 2, 9 % 3 = 0).
+ *
+ *   Cut (BUFFER): each epoch's R positions are cut into W contiguous
+ *   ranges, rank 0's first, and rank r reads range r only, so the ranks
+ *   read disjoint bytes (each byte of each shard once an epoch over all
+ *   ranks) and a rank's units are whole byte ranges of its own: world-1
+ *   units are cut at the range's edges, those outside it yield nothing
+ *   (walked without reading: the interleave is pure arithmetic), and once
+ *   past its range the rank's epoch is over. The range sizes are the
+ *   stride split's counts: with m = e*R mod W (the stride phase at the
+ *   epoch's start), range j holds the positions p of [m, m + R) with
+ *   p % W == j, so range r of epoch e is [cut(r), cut(r + 1)) where cut(j)
+ *   counts the p in [m, m + R) with p % W < j. Every range holds
+ *   floor(R / W) or ceil(R / W) records, the R mod W larger ranges rotate
+ *   over the ranks from epoch to epoch, and after any number of whole
+ *   epochs each rank has read exactly as many records as under the stride
+ *   (sl_split_samples(e * R, r, W)): the run's length, the drop_remainder
+ *   end, the steps per epoch and where a rank's epochs begin in its batches
+ *   are the stride split's. Only the records differ: the union property
+ *   does not hold (it did not under BUFFER anyway: each rank shuffles its
+ *   share in its own buffer).
+ *     Example, R = 10 (one epoch), W 3: m = 0, ranges [0,4) [4,7) [7,10);
+ *     epoch 1: m = 10 mod 3 = 1, ranges [0,3) [3,7) [7,10) (rank 1 now has
+ *     the fourth record: 7 records each after two epochs, as with the
+ *     stride). With one shard, block 4 and r 1, epoch 0's world-1 units
+ *     (0,0,4) (0,4,4) (0,8,2) give rank 1 the unit (0,4,3): the second cut
+ *     at its range's end; the first unit is walked over, the third never
+ *     made.
+ *
+ * In both, seq and first_pos count this rank's units and records only, so
+ * everything downstream (the window, the shuffle, the resume fast-forward)
+ * sees an ordinary stream.
  *
  * Shuffle buffer: sl_shuffle_* as pipeline_int.h documents; its stream is
  * sl_rng_for(seed, UINT64_MAX - 2, 0) (a single stream for the whole run:
@@ -69,7 +108,10 @@
  *
  * Cost: creating is O(shards) (GLOBAL: O(total) memory); next_unit is O(1)
  * amortised for NONE/BUFFER and O(log shards) for GLOBAL, plus the O(shards)
- * or O(total) permutation once per epoch.
+ * or O(total) permutation once per epoch. Under the cut, the first unit of
+ * a rank's epoch walks world 1's units up to its range, O(lo / block) steps
+ * of a few nanoseconds (about a millisecond at 1.28 M records, block 16;
+ * the stride walks them all too, spread over the epoch), and no unit past it.
  *
  * Threading: an sl_order and an sl_shuffle are used by one thread at a time;
  * the source set they read is read-only.
@@ -100,6 +142,9 @@ struct sl_order {
     uint64_t seq, pos;       /* units and records handed out so far */
     uint32_t rank, world;    /* record split (world 1: none) */
     uint64_t all;            /* whole-stream (world 1) positions gone by, kept or not */
+    int cut;                 /* the split cuts each epoch into ranges (BUFFER), else strides */
+    uint64_t ep;             /* world-1 positions of this epoch gone by */
+    uint64_t lo, hi;         /* cut: this rank's range of them, [lo, hi) */
     /* NONE / BUFFER */
     uint32_t *files;         /* (n) this epoch's shard order */
     size_t next_file;        /* next entry of files to open */
@@ -162,6 +207,7 @@ int sl_order_create(const sl_order_config *cfg, sl_order **out)
     o->src = src;
     o->world = cfg->split_world > 1 ? cfg->split_world : 1;
     o->rank = o->world > 1 ? cfg->split_rank : 0;
+    o->cut = o->world > 1 && cfg->mode == SL_SHUFFLE_BUFFER;
     if (cfg->mode == SL_SHUFFLE_GLOBAL) {
         uint64_t n = src->total ? src->total : 1;
         if (n - 1 <= UINT32_MAX) {
@@ -199,6 +245,25 @@ void sl_order_destroy(sl_order *o)
     free(o);
 }
 
+/* The positions p < G with p % W < j: what ranks 0 .. j-1 take of the
+ * first G positions under the stride (sl_split_samples summed over them). */
+static uint64_t ranks_below(uint64_t G, uint32_t j, uint32_t W)
+{
+    uint64_t m = G % W;
+    return (uint64_t)j * (G / W) + (j < m ? j : m);
+}
+
+/* The cut (see the top of the file): rank r's range [lo, hi) of epoch e's
+ * R positions. m = e*R mod W is taken mod W factor by factor (e*R may
+ * not fit in 64 bits); ranks_below(m + R, j) - ranks_below(m, j) counts the
+ * positions of [m, m + R) with p % W < j. */
+static void cut_range(uint64_t R, int32_t e, uint32_t r, uint32_t W, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t m = (uint64_t)e % W * (R % W) % W;
+    *lo = ranks_below(m + R, r, W) - ranks_below(m, r, W);
+    *hi = ranks_below(m + R, r + 1, W) - ranks_below(m, r + 1, W);
+}
+
 /* Set up epoch o->epoch: the shard order and empty slots, or the permutation. */
 static void begin_epoch(sl_order *o)
 {
@@ -231,21 +296,32 @@ static void begin_epoch(sl_order *o)
         o->ring = o->k;
         o->cur = 0;
         o->prev = o->k - 1;
+        o->ep = 0;
+        if (o->cut)
+            cut_range(src->total, o->epoch, o->rank, o->world, &o->lo, &o->hi);
     }
     o->started = 1;
 }
 
 /* World 1's unit of records [rec, rec + n) of shard, at whole-stream
- * positions o->all .. o->all + n - 1: fill u with the records of it this
- * rank keeps (all of them without a split). 1 with *u filled, 0 when it
- * keeps none (see the top of the file). */
+ * positions o->all .. o->all + n - 1 (this epoch's o->ep .. o->ep + n - 1):
+ * fill u with the records of it this rank keeps (all of them without a
+ * split; the cut: those in [lo, hi), consecutive; the stride: every W-th).
+ * 1 with *u filled, 0 when it keeps none (see the top of the file). */
 static int make_unit(sl_order *o, uint32_t shard, uint64_t rec, uint32_t n, sl_read_unit *u)
 {
     const sl_shard_info *sh = &o->src->shards[shard];
     uint32_t stride = 1;
-    uint64_t g = o->all;
+    uint64_t g = o->all, e = o->ep;
     o->all += n;
-    if (o->world > 1) {
+    o->ep += n;
+    if (o->cut) { /* [e, e + n) within [lo, hi) */
+        uint64_t from = e > o->lo ? e : o->lo, to = e + n < o->hi ? e + n : o->hi;
+        if (from >= to)
+            return 0;
+        rec += from - e;
+        n = (uint32_t)(to - from);
+    } else if (o->world > 1) {
         uint64_t skip = (o->rank + o->world - g % o->world) % o->world; /* to the first kept */
         if (skip >= n)
             return 0;
@@ -273,6 +349,8 @@ static int next_interleaved(sl_order *o, sl_read_unit *u)
 {
     const sl_source_set *src = o->src;
     while (o->ring > 0) {
+        if (o->cut && o->ep >= o->hi) /* past this rank's range: its epoch is over */
+            return 0;
         order_slot *s = &o->slots[o->cur];
         if (!s->open) {
             if (o->next_file == src->n) { /* nothing left to open: unlink it */
@@ -301,7 +379,8 @@ static int next_interleaved(sl_order *o, sl_read_unit *u)
         o->cur = s->next;
         if (make_unit(o, s->shard, first, take, u))
             return 1;
-        /* a block with no record of this rank: the next visit */
+        /* a block with no record of this rank: the next visit (no I/O:
+         * walking the interleave to a rank's range is arithmetic) */
     }
     return 0;
 }

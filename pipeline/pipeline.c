@@ -221,7 +221,8 @@ uint64_t sl_split_samples(uint64_t global, unsigned rank, unsigned world)
  * SL_SPLIT_RECORDS these are rank r's part of world 1's run with batch
  * N = B x W: world 1 reads T positions and hands out L = T (with
  * drop_remainder floor(T / N) x N) samples; the rank reads and hands out
- * the positions p < T and p < L with p % W == r. Since W divides N, with
+ * the positions p < T and p < L with p % W == r (BUFFER's cut reads other
+ * positions, as many of them: T is whole epochs). Since W divides N, with
  * drop_remainder every rank gets L / W = floor(T / N) x B samples. */
 static int run_length(sl_pipeline *p)
 {

@@ -83,22 +83,38 @@ typedef enum sl_layout {
  *
  * SL_SPLIT_RECORDS: every rank opens ALL shards (record ids are global, the
  *   ids of world 1), runs world 1's read order (same seed, file order,
- *   interleave, permutation) and keeps the input positions p (0, 1, 2, ...
- *   over the whole run, across epochs) with p % world == rank:
- *     SL_SHUFFLE_GLOBAL  only the kept records are read (one pread or one
- *                        mapped range each), so the ranks' reads are disjoint;
- *     SL_SHUFFLE_NONE    units (blocks) are read from the first to the last
- *                        kept record, and the other ranks' records in them are
- *                        dropped before decode (tf.data's DATA auto-shard);
- *     SL_SHUFFLE_BUFFER  as NONE, then each rank shuffles its own share in its
- *                        own buffer.
+ *   interleave, permutation) and keeps its share of the input positions p
+ *   (0, 1, 2, ... over the whole run, across epochs):
+ *     SL_SHUFFLE_GLOBAL  p % world == rank; only the kept records are read (one
+ *                        pread or one mapped range each), so the ranks' reads
+ *                        are disjoint;
+ *     SL_SHUFFLE_NONE    p % world == rank; units (blocks) are read from the
+ *                        first to the last kept record, and the other ranks'
+ *                        records in them are dropped before decode (tf.data's
+ *                        DATA auto-shard): W ranks read every byte W times, the
+ *                        price of the union property below;
+ *     SL_SHUFFLE_BUFFER  each epoch's positions are cut into world contiguous
+ *                        ranges, rank r reads range r only (disjoint reads:
+ *                        each shard byte once an epoch over all ranks; a
+ *                        rank reads only its own records, as under PyTorch's
+ *                        DistributedSampler), then shuffles them in its own
+ *                        buffer.
+ *                        The ranges hold as many positions as the stride
+ *                        p % world == rank gives each rank in that epoch (the
+ *                        R mod world larger ones rotate over the ranks), so
+ *                        every count below is the same in every mode
+ *                        (pipeline/order.c's top comment has the cut).
+ *   Counts: a rank takes floor(R / world) or ceil(R / world) records of each
+ *   epoch of R, and after e whole epochs sl_split_samples(e * R, rank,
+ *   world), whatever the shuffle.
  *   Union property, NONE and GLOBAL only: with per-rank batch b, the union of
  *   the W ranks' k-th batches is exactly the k-th batch of the world-1
  *   pipeline with batch b * world (same record ids, epochs, labels and bytes,
  *   since a sample's augmentation depends only on (seed, epoch, record id));
  *   rank r's j-th sample is world 1's sample j * world + r. Epoch boundaries
- *   may fall inside a batch. With BUFFER it does NOT hold: the buffer is per
- *   rank (the ranks still read disjoint records that cover each epoch).
+ *   may fall inside a batch. With BUFFER it does NOT hold: each rank reads
+ *   its own range of each epoch and shuffles it in its own buffer (the ranks
+ *   still read disjoint records that cover each epoch).
  *   End of a finite run: the run ends where world 1's does (with
  *   drop_remainder, after world 1's last full batch of b * world, so every
  *   rank has the same number of batches); without drop_remainder the last
@@ -108,7 +124,7 @@ typedef enum sl_layout {
  *   (GLOBAL: a permutation of all records). */
 typedef enum sl_rank_split {
     SL_SPLIT_FILES = 0,    /* shard i to rank i % world (default) */
-    SL_SPLIT_RECORDS,      /* input position p to rank p % world (see above) */
+    SL_SPLIT_RECORDS,      /* every rank an equal share of the input positions (see above) */
 } sl_rank_split;
 
 /* Where JPEGs are decoded (--decode; pipeline/gdec_int.h has the design). */
@@ -340,7 +356,8 @@ int sl_pipeline_create_at(const sl_pipeline_config *cfg, uint64_t batches, uint6
 /* Samples that rank `rank` of `world` has taken under SL_SPLIT_RECORDS when
  * world 1's stream is at position `global`: the positions p < global with
  * p % world == rank, i.e. ceil((global - rank) / world), 0 when global <=
- * rank. world 0 gives 0. Pure arithmetic, any thread. */
+ * rank (SL_SHUFFLE_BUFFER's cut gives the same counts where global is a
+ * whole number of epochs). world 0 gives 0. Pure arithmetic, any thread. */
 uint64_t sl_split_samples(uint64_t global, unsigned rank, unsigned world);
 
 /* ------------------------------------------------------- GPU normalization */

@@ -136,8 +136,9 @@ void sl_source_set_world_ids(const sl_source_set *s, uint64_t *ids, size_t n);
 /* ------------------------------------------------------------------ order */
 /* A read unit: nrec records of one shard, rec, rec + stride, ..., read with
  * one pread of [offset, offset + bytes) (from the first record's start to
- * the last one's end: with stride > 1 the records between belong to other
- * ranks and are read but neither checked nor decoded). */
+ * the last one's end: with stride > 1 (a record split under NONE) the
+ * records between belong to other ranks and are read but neither checked
+ * nor decoded). */
 typedef struct sl_read_unit {
     uint64_t seq;             /* unit number in read order: 0, 1, 2, ... */
     uint64_t first_pos;       /* input-stream position of its first record (this rank's
@@ -166,12 +167,14 @@ typedef struct sl_order_config {
     int shuffle_files;        /* shard order permuted per epoch with sl_rng_for(seed, ~0, epoch) */
     uint64_t seed;
     int64_t epochs;           /* <= 0: forever */
-    uint32_t split_rank, split_world; /* SL_SPLIT_RECORDS: keep only the records at
-                               * positions p of the whole (world 1) stream with
-                               * p % split_world == split_rank; units hold only kept
-                               * records (stride split_world within a block) and
-                               * first_pos counts kept records. split_world 0 or 1:
-                               * keep everything */
+    uint32_t split_rank, split_world; /* SL_SPLIT_RECORDS: keep only this rank's
+                               * share of the whole (world 1) stream's positions p:
+                               * NONE and GLOBAL those with p % split_world ==
+                               * split_rank (units: stride split_world within a
+                               * block), BUFFER range split_rank of each epoch cut
+                               * into split_world contiguous ranges of the same
+                               * sizes (order.c's top comment); first_pos counts
+                               * kept records. split_world 0 or 1: keep everything */
 } sl_order_config;
 
 typedef struct sl_order sl_order;

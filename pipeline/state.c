@@ -14,9 +14,11 @@
  * bytes, in four parts so that a mismatch can say what changed:
  *   source     split, rank, world, rank_split (only when not the default
  *              SL_SPLIT_FILES, so states saved before it existed still
- *              match), effective label offset, and per shard its file name
- *              (not its directory: a dataset may move between save and
- *              resume), record count and bytes;
+ *              match; a buffered record split adds a mark for its cut,
+ *              so a state of the stride it replaced is refused rather
+ *              than resumed into other records), effective label offset,
+ *              and per shard its file name (not its directory: a dataset
+ *              may move between save and resume), record count and bytes;
  *   order      shuffle mode, effective shuffle buffer, cycle, block,
  *              shuffle_files, epochs, seed;
  *   transform  mode and its parameters, output size, layout, mean/std for
@@ -44,9 +46,12 @@
  * steps plus reading at most one buffer of records; NONE and GLOBAL have a
  * buffer of 1, so they only skip N positions. With SL_SPLIT_RECORDS the
  * positions are this rank's (the order's kept records), and a buffered
- * record's number is u.rec + stride x its index in the unit; step 3 groups
- * records whose numbers go up by 1, or by the split's world (records of
- * one world-1 block), into one strided unit.
+ * record's number is u.rec + stride x its index in the unit; only BUFFER
+ * buffers records, and its split cuts ranges (order.c), so step 3 groups
+ * records whose numbers go up by 1, all of them this rank's: the resume
+ * reads no other rank's bytes either. The walk of step 2 reads nothing,
+ * so skipping to a rank's range costs no I/O; the state stays
+ * (batches, samples).
  *
  * sl_pipeline_create_at runs the same fast-forward from a position given
  * by the caller (any K and N <= the run's samples; N need not be K x B).
@@ -108,6 +113,10 @@ static void config_parts(const sl_pipeline *p, uint64_t parts[NPARTS])
     h = h_u64(h, c->world);
     if (c->rank_split != SL_SPLIT_FILES)
         h = h_u64(h, 0x5e11u + (uint64_t)c->rank_split);
+    /* A buffered record split cuts ranges (order.c) where it strided
+     * before: a state saved by the stride would resume into other records */
+    if (c->rank_split == SL_SPLIT_RECORDS && c->world > 1 && c->shuffle == SL_SHUFFLE_BUFFER)
+        h = h_u64(h, 0xc07u);
     h = h_u64(h, (uint64_t)p->label_offset);
     h = h_u64(h, p->src.n);
     for (size_t i = 0; i < p->src.n; i++) {
@@ -302,28 +311,22 @@ static int walk_units(sl_pipeline *p, const char *fn, buffered *b, size_t n, uin
     }
 }
 
-/* Read the buffered records into units and point the shuffle at them. */
+/* Read the buffered records into units (runs of consecutive records of a
+ * shard and epoch) and point the shuffle at them. */
 static int load_buffered(sl_pipeline *p, const char *fn, buffered *b, size_t n)
 {
-    /* Steps that make a unit: consecutive records, or one world-1 block's
-     * records of this rank (SL_SPLIT_RECORDS: every world-th). */
-    uint64_t wide = p->cfg.rank_split == SL_SPLIT_RECORDS ? p->cfg.world : 1;
     if (n > 1)
         qsort(b, n, sizeof *b, by_place);
     for (size_t i = 0; i < n;) {
         size_t k = i + 1;
-        uint64_t step = 1;
-        if (k < n && b[k].epoch == b[i].epoch && b[k].shard == b[i].shard &&
-            b[k].rec - b[i].rec == wide)
-            step = wide;
         while (k < n && b[k].epoch == b[i].epoch && b[k].shard == b[i].shard &&
-               b[k].rec == b[k - 1].rec + step && k - i < UINT32_MAX)
+               b[k].rec == b[k - 1].rec + 1 && k - i < UINT32_MAX)
             k++;
         const sl_shard_info *sh = &p->src.shards[b[i].shard];
         const sl_index_entry *first = &sh->idx[b[i].rec], *last = &sh->idx[b[k - 1].rec];
         sl_read_unit u = {.seq = UINT64_MAX, .first_pos = b[i].pos, .shard = b[i].shard,
                           .nrec = (uint32_t)(k - i), .epoch = b[i].epoch,
-                          .stride = (uint32_t)step, .rec = b[i].rec, .offset = first->offset,
+                          .stride = 1, .rec = b[i].rec, .offset = first->offset,
                           .bytes = last->offset + last->size - first->offset};
         sl_unit *un = sl_unit_claim_locked(p, &u);
         if (!un)

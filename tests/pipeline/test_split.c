@@ -1,8 +1,12 @@
 /* tests/pipeline/test_split.c - SL_SPLIT_RECORDS (rank r of W keeps world
- * 1's input positions p with p % W == r) and sl_pipeline_create_at.
+ * 1's input positions p with p % W == r under NONE and GLOBAL, range r of
+ * each epoch cut in W under BUFFER) and sl_pipeline_create_at.
  *
  *   - the order alone (no data): every rank's units are world 1's records at
- *     its positions, strided units cover exactly their records;
+ *     its positions, strided units cover exactly their records; BUFFER's
+ *     ranges are contiguous slices of world 1's epochs, floor or ceil of
+ *     R / W records, the stride's counts at every epoch's end, and the
+ *     ranks' units tile every shard's bytes once an epoch;
  *   - the union property (NONE, GLOBAL): rank batches k of batch b, taken
  *     together, are world 1's batch k of batch b x W (ids, epochs, labels,
  *     sample bytes), over epochs whose boundaries fall inside batches, with
@@ -50,9 +54,10 @@ static void fake_set(sl_source_set *s, const uint64_t *counts, size_t n)
 }
 
 /* The records (epoch << 40 | id) of an order, as a stream; checks each
- * unit's shape on the way (stride, byte range, seq, first_pos). */
-static uint64_t *order_stream(const sl_source_set *s, sl_shuffle_mode mode, uint32_t rank,
-                              uint32_t world, int64_t epochs, size_t *n)
+ * unit's shape on the way (stride, byte range, seq, first_pos). *bytes
+ * (may be NULL) gets the units' bytes added. */
+static uint64_t *order_stream_bytes(const sl_source_set *s, sl_shuffle_mode mode, uint32_t rank,
+                                    uint32_t world, int64_t epochs, size_t *n, uint64_t *bytes)
 {
     sl_order_config oc = {.src = s, .mode = mode, .cycle = 3, .block = 5, .shuffle_files = 1,
                           .seed = 11, .epochs = epochs, .split_rank = rank,
@@ -68,8 +73,11 @@ static uint64_t *order_stream(const sl_source_set *s, sl_shuffle_mode mode, uint
         cr_assert_eq(u.seq, seq++);
         cr_assert_eq(u.first_pos, m, "positions count this rank's records only");
         cr_assert_geq(u.nrec, 1);
-        cr_assert(u.nrec == 1 ? u.stride <= 1 : u.stride == (world > 1 ? world : 1),
+        uint32_t stride = world > 1 && mode != SL_SHUFFLE_BUFFER ? world : 1; /* BUFFER cuts */
+        cr_assert(u.nrec == 1 ? u.stride <= 1 : u.stride == stride,
                   "unit of %u records with stride %u", u.nrec, u.stride);
+        if (bytes)
+            *bytes += u.bytes;
         uint64_t last = sl_unit_rec(&u, u.nrec - 1);
         cr_assert_lt(last, sh->nrec);
         cr_assert_eq(u.offset, sh->idx[u.rec].offset);
@@ -82,6 +90,12 @@ static uint64_t *order_stream(const sl_source_set *s, sl_shuffle_mode mode, uint
     sl_order_destroy(o);
     *n = m;
     return v;
+}
+
+static uint64_t *order_stream(const sl_source_set *s, sl_shuffle_mode mode, uint32_t rank,
+                              uint32_t world, int64_t epochs, size_t *n)
+{
+    return order_stream_bytes(s, mode, rank, world, epochs, n, NULL);
 }
 
 Test(pipeline_split, order_keeps_world1_positions)
@@ -112,6 +126,66 @@ Test(pipeline_split, order_keeps_world1_positions)
     sl_order *o = NULL;
     cr_assert_eq(sl_order_create(&oc, &o), SL_EINVAL);
     cr_assert(strstr(sl_errmsg(), "rank 3 of 3"), "%s", sl_errmsg());
+    sl_source_set_close(&s);
+}
+
+/* BUFFER: rank r's epoch e is one contiguous slice of world 1's epoch e,
+ * the slices in rank order, each of the size the stride would give
+ * (sl_split_samples(e*R + R) - sl_split_samples(e*R): floor or ceil of
+ * R / W, the larger ones rotating), so that at every epoch's end each rank
+ * has what the stride gives it; the ranks' units read every shard's bytes
+ * exactly once an epoch (the stride: about W times). */
+Test(pipeline_split, buffer_cuts_each_epoch_into_ranges)
+{
+    const uint64_t counts[] = {17, 0, 9, 23, 1, 12}; /* 62 records, an empty shard */
+    const int64_t E = 5;
+    sl_source_set s;
+    fake_set(&s, counts, 6);
+    size_t n1;
+    uint64_t *all = order_stream(&s, SL_SHUFFLE_BUFFER, 0, 1, E, &n1);
+    cr_assert_eq(n1, E * 62);
+    for (uint32_t W = 2; W <= 7; W++) {
+        uint64_t bytes = 0, stride_bytes = 0;
+        uint64_t lo[8] = {0}; /* per epoch: where the next rank's slice starts */
+        for (uint32_t r = 0; r < W; r++) {
+            size_t n, ns;
+            uint64_t *mine = order_stream_bytes(&s, SL_SHUFFLE_BUFFER, r, W, E, &n, &bytes);
+            free(order_stream_bytes(&s, SL_SHUFFLE_NONE, r, W, E, &ns, &stride_bytes));
+            cr_assert_eq(n, sl_split_samples(n1, r, W), "W %u r %u: the stride's count", W, r);
+            size_t j = 0;
+            for (int64_t e = 0; e < E; e++) {
+                uint64_t c = sl_split_samples((uint64_t)(e + 1) * 62, r, W) -
+                             sl_split_samples((uint64_t)e * 62, r, W);
+                cr_assert(c == 62 / W || c == 62 / W + 1, "W %u: %llu records", W,
+                          (unsigned long long)c);
+                cr_assert_eq(j, sl_split_samples((uint64_t)e * 62, r, W),
+                             "W %u r %u: epoch %lld starts where the stride's does", W, r,
+                             (long long)e);
+                for (uint64_t i = 0; i < c; i++, j++) {
+                    cr_assert_lt(j, n);
+                    cr_assert_eq(mine[j], all[e * 62 + lo[e] + i],
+                                 "W %u r %u: epoch %lld record %llu", W, r, (long long)e,
+                                 (unsigned long long)i);
+                }
+                lo[e] += c;
+            }
+            cr_assert_eq(j, n);
+            free(mine);
+        }
+        for (int64_t e = 0; e < E; e++)
+            cr_assert_eq(lo[e], 62, "W %u epoch %lld: the slices cover it", W, (long long)e);
+        uint64_t once = 0;
+        for (size_t i = 0; i < s.n; i++)
+            once += s.shards[i].bytes;
+        cr_assert_eq(bytes, E * once, "W %u: the ranks read each byte once an epoch", W);
+        cr_log_info("order, 62 records, W %u: ranks read %.2fx the shards' bytes (stride: %.2fx)",
+                    W, (double)bytes / (double)(E * once),
+                    (double)stride_bytes / (double)(E * once));
+        /* block 5: from W 5 on a strided unit holds one record */
+        cr_assert(W < 5 ? stride_bytes > bytes : stride_bytes == bytes,
+                  "W %u: NONE keeps the stride, which reads whole blocks while W < block", W);
+    }
+    free(all);
     sl_source_set_close(&s);
 }
 
@@ -314,7 +388,8 @@ Test(pipeline_split, union_with_bad_records)
 }
 
 /* Each (epoch, record) exactly once over all ranks; this rank's share in
- * the stats; GLOBAL reads each record's bytes once over all ranks. */
+ * the stats; GLOBAL and BUFFER read each record's bytes once over all
+ * ranks (BUFFER with W 4 reads its epoch of 25 as a permutation: GLOBAL). */
 Test(pipeline_split, disjoint_and_covering_every_mode)
 {
     pl_dataset d;
@@ -343,7 +418,7 @@ Test(pipeline_split, disjoint_and_covering_every_mode)
                 cr_assert_eq(st.records_per_epoch_world, 100);
                 cr_assert_eq(st.stages[SL_STAGE_READ].items, run.ns, "records read = kept");
                 cr_assert_eq(run.ns, sl_split_samples(200, r, W));
-                if (modes[m] == SL_SHUFFLE_GLOBAL)
+                if (modes[m] != SL_SHUFFLE_NONE)
                     read_bytes += st.stages[SL_STAGE_READ].bytes;
                 else
                     cr_assert_lt(st.stages[SL_STAGE_READ].bytes, 2 * d.total_bytes,
@@ -360,8 +435,9 @@ Test(pipeline_split, disjoint_and_covering_every_mode)
                 pl_run_free(&run);
             }
             cr_assert_eq(samples, 200, "mode %d W %u: every record once per epoch", m, W);
-            if (modes[m] == SL_SHUFFLE_GLOBAL)
-                cr_assert_eq(read_bytes, 2 * d.total_bytes, "W %u: GLOBAL reads are disjoint", W);
+            if (modes[m] != SL_SHUFFLE_NONE)
+                cr_assert_eq(read_bytes, 2 * d.total_bytes, "mode %d W %u: reads are disjoint",
+                             m, W);
         }
     pl_dataset_free(&d);
 }
@@ -419,7 +495,7 @@ Test(pipeline_split, create_at_equals_uninterrupted_each_mode)
         snprintf(what, sizeof what, "world 1 mode %d", m);
         create_at_cases(&c, what);
         split_config(&c, &d, modes[m], 1, 2, 7, 2); /* 101 samples, batches of 7 */
-        c.shuffle_buffer = 30; /* buffered records in strided units on the way in */
+        c.shuffle_buffer = 30; /* buffered records read back in units on the way in */
         snprintf(what, sizeof what, "rank 1 of 2 mode %d", m);
         create_at_cases(&c, what);
     }

@@ -1,0 +1,219 @@
+/* tests/pipeline/test_split_bytes.c - what the ranks of a record split read
+ * (SL_SPLIT_RECORDS under SL_SHUFFLE_BUFFER, the default of `sluice train`
+ * and of the Python Pipeline): each rank reads its own range of every
+ * epoch, so the W ranks together read each shard byte once an epoch, from
+ * local files and over HTTP (nginx on loopback), where the stride the
+ * split used before read nearly every byte on every rank (W times the
+ * data; NONE keeps that stride for its union property and is the
+ * comparison here). Also: every (epoch, record) once over the ranks, the
+ * records per epoch of each rank, the same batches whatever the thread
+ * counts, and over HTTP the same batches as from local files.
+ *
+ * Figures (cr_log_info) on a dataset of 101 records in 4 shards, 3 epochs:
+ * the ranks' read bytes over the shards' bytes x epochs, BUFFER against
+ * NONE's stride. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/graph_int.h"
+#include "pipeline_testdata.h"
+#include "records/bytesrc.h"
+#include "servers.h"
+#include "testutil.h"
+
+#define NREC 101
+#define EPOCHS 3
+
+static void split_config(sl_pipeline_config *c, const pl_dataset *d, sl_shuffle_mode mode,
+                         unsigned rank, unsigned world)
+{
+    pl_config(c, d); /* block 8, cycle 3 */
+    c->shuffle = mode;
+    c->shuffle_buffer = 10; /* under every rank's share of an epoch (>= 20): a real buffer */
+    c->rank = rank;
+    c->world = world;
+    c->rank_split = SL_SPLIT_RECORDS;
+    c->batch = 4;
+    c->epochs = EPOCHS;
+    c->layout = SL_LAYOUT_NHWC_U8;
+}
+
+/* Run c to the end; *read_bytes gets the read stage's bytes. */
+static void run_counting(const sl_pipeline_config *c, pl_run *r, uint64_t *read_bytes)
+{
+    sl_pipeline *p;
+    memset(r, 0, sizeof *r);
+    cr_assert_eq(sl_pipeline_create(c, &p), SL_OK, "rank %u of %u: %s", c->rank, c->world,
+                 sl_errmsg());
+    pl_collect(p, r, SIZE_MAX, 0);
+    sl_pipeline_stats st;
+    cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
+    sl_pipeline_destroy(p);
+    cr_assert_eq(r->end_rc, SL_EOF, "rank %u of %u: %s", c->rank, c->world, sl_errmsg());
+    cr_assert_eq(st.stages[SL_STAGE_READ].items, r->ns, "records read = records kept");
+    *read_bytes = st.stages[SL_STAGE_READ].bytes;
+}
+
+/* The ranks' runs together: every (epoch, record) once, each rank's
+ * records per epoch floor or ceil of NREC / W and its run the stride's
+ * count. */
+static void check_cover(const pl_run *runs, unsigned W, const char *what)
+{
+    static uint8_t seen[EPOCHS][NREC];
+    memset(seen, 0, sizeof seen);
+    for (unsigned r = 0; r < W; r++) {
+        uint64_t per[EPOCHS] = {0};
+        const pl_run *run = &runs[r];
+        cr_assert_eq(run->ns, sl_split_samples((uint64_t)EPOCHS * NREC, r, W), "%s: rank %u",
+                     what, r);
+        for (size_t i = 0; i < run->ns; i++) {
+            cr_assert(run->epochs[i] >= 0 && run->epochs[i] < EPOCHS);
+            cr_assert_lt(run->ids[i], NREC);
+            cr_assert_eq(run->labels[i], (int32_t)(run->ids[i] % 10), "the id names the record");
+            cr_assert_eq(seen[run->epochs[i]][run->ids[i]]++, 0,
+                         "%s: record %llu of epoch %d twice", what,
+                         (unsigned long long)run->ids[i], run->epochs[i]);
+            per[run->epochs[i]]++;
+        }
+        for (int e = 0; e < EPOCHS; e++)
+            cr_assert(per[e] == NREC / W || per[e] == NREC / W + 1,
+                      "%s: rank %u has %llu records of epoch %d", what, r,
+                      (unsigned long long)per[e], e);
+    }
+    for (int e = 0; e < EPOCHS; e++)
+        for (unsigned i = 0; i < NREC; i++)
+            cr_assert_eq(seen[e][i], 1, "%s: record %u of epoch %d missing", what, i, e);
+}
+
+/* The bytes the W ranks of mode read together, over the shards' bytes x
+ * epochs; runs[] gets each rank's run (freed by the caller). */
+static double ranks_read(const pl_dataset *d, sl_shuffle_mode mode, unsigned W, pl_run *runs)
+{
+    uint64_t sum = 0;
+    for (unsigned r = 0; r < W; r++) {
+        sl_pipeline_config c;
+        split_config(&c, d, mode, r, W);
+        uint64_t b;
+        run_counting(&c, &runs[r], &b);
+        sum += b;
+    }
+    return (double)sum / (double)(EPOCHS * d->total_bytes);
+}
+
+Test(pipeline_split_bytes, buffer_ranks_read_each_byte_once)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, NREC, 4, 0, NULL);
+    const unsigned worlds[] = {2, 3, 5};
+    for (int wi = 0; wi < 3; wi++) {
+        unsigned W = worlds[wi];
+        char what[64];
+        pl_run runs[5], none[5];
+        double buffer = ranks_read(&d, SL_SHUFFLE_BUFFER, W, runs);
+        double stride = ranks_read(&d, SL_SHUFFLE_NONE, W, none);
+        cr_log_info("%u ranks, %d epochs of %d records in 4 shards: BUFFER reads %.3fx the "
+                    "shards' bytes, NONE (stride) %.3fx", W, EPOCHS, NREC, buffer, stride);
+        snprintf(what, sizeof what, "BUFFER, W %u", W);
+        check_cover(runs, W, what);
+        snprintf(what, sizeof what, "NONE, W %u", W);
+        check_cover(none, W, what);
+        cr_assert_eq(buffer, 1.0, "W %u: each byte once an epoch over the ranks, not %.3fx", W,
+                     buffer);
+        cr_assert_gt(stride, 1.5, "W %u: the stride reads blocks whole (%.3fx)", W, stride);
+        for (unsigned r = 0; r < W; r++) {
+            pl_run_free(&runs[r]);
+            pl_run_free(&none[r]);
+        }
+    }
+    pl_dataset_free(&d);
+}
+
+/* The same rank's batches whatever the readers and workers (the cut is
+ * the order's: no thread decides a record's rank). */
+Test(pipeline_split_bytes, buffer_split_same_batches_any_threads)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, NREC, 4, 0, NULL);
+    for (unsigned r = 0; r < 3; r++) {
+        pl_run a, b;
+        uint64_t ba, bb;
+        sl_pipeline_config c;
+        split_config(&c, &d, SL_SHUFFLE_BUFFER, r, 3);
+        c.readers = 1;
+        c.workers = 1;
+        run_counting(&c, &a, &ba);
+        c.readers = 3;
+        c.workers = 4;
+        c.read_window_bytes = d.max_unit * 2; /* readers held back by the window */
+        run_counting(&c, &b, &bb);
+        cr_assert_eq(a.nb, b.nb);
+        for (size_t i = 0; i < a.nb; i++)
+            cr_assert_eq(a.digest[i], b.digest[i], "rank %u batch %zu", r, i);
+        cr_assert_eq(ba, bb, "rank %u: the same bytes read", r);
+        pl_run_free(&a);
+        pl_run_free(&b);
+    }
+    pl_dataset_free(&d);
+}
+
+/* Over HTTP: each rank's batches are those it gets from local files, and
+ * the body bytes received by the W ranks (less what creating a pipeline
+ * fetches: dataset.json and the index files, measured by one placed at the
+ * run's end, which reads no record) are the shards' bytes once an epoch. */
+Test(pipeline_split_bytes, buffer_ranks_fetch_each_byte_once_over_http)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, NREC, 4, 0, NULL);
+    char *root = strdup(d.dir), *slash = strrchr(root, '/');
+    *slash = 0;
+    srv ng = {0};
+    srv_nginx_start(root, &ng);
+    char url[512];
+    snprintf(url, sizeof url, "%s/%s", ng.url, slash + 1);
+    sl_io_opts fast = {.retries = 3, .timeout_ms = 5000, .backoff_ms = 1, .inflight = 4};
+    sl_io_configure(&fast);
+
+    const unsigned W = 3;
+    uint64_t fetched = 0, stage = 0;
+    for (unsigned r = 0; r < W; r++) {
+        sl_pipeline_config c;
+        split_config(&c, &d, SL_SHUFFLE_BUFFER, r, W);
+        pl_run local, remote;
+        uint64_t lb, rb;
+        run_counting(&c, &local, &lb);
+        c.data = url;
+        sl_io_stats s0, s1, s2;
+        sl_io_stats_get(&s0);
+        run_counting(&c, &remote, &rb);
+        sl_io_stats_get(&s1);
+        sl_pipeline *p;
+        cr_assert_eq(sl_pipeline_create_at(&c, remote.nb, remote.ns, &p), SL_OK, "%s",
+                     sl_errmsg());
+        sl_batch *bt;
+        cr_assert_eq(sl_pipeline_next(p, &bt), SL_EOF);
+        sl_pipeline_destroy(p);
+        sl_io_stats_get(&s2);
+        cr_assert_eq(s1.failures, s0.failures);
+        cr_assert_eq(local.nb, remote.nb, "rank %u: batches", r);
+        for (size_t i = 0; i < local.nb; i++)
+            cr_assert_eq(local.digest[i], remote.digest[i], "rank %u batch %zu", r, i);
+        cr_assert_eq(lb, rb, "rank %u: the same units", r);
+        uint64_t meta = s2.bytes - s1.bytes;
+        cr_assert_geq(s1.bytes - s0.bytes, meta + rb, "rank %u: body bytes", r);
+        fetched += s1.bytes - s0.bytes - meta;
+        stage += rb;
+        pl_run_free(&local);
+        pl_run_free(&remote);
+    }
+    cr_log_info("%u ranks over HTTP, %d epochs: %.3fx the shards' bytes fetched", W, EPOCHS,
+                (double)fetched / (double)(EPOCHS * d.total_bytes));
+    cr_assert_eq(stage, EPOCHS * d.total_bytes, "the read stage: each byte once an epoch");
+    cr_assert_eq(fetched, EPOCHS * d.total_bytes, "fetched: each byte once an epoch");
+    sl_io_opts defaults = {0};
+    sl_io_configure(&defaults);
+    srv_stop(&ng);
+    free(root);
+    pl_dataset_free(&d);
+}
