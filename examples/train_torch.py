@@ -8,9 +8,9 @@ The input pipeline is sluice.Pipeline in place of a DataLoader, in the
 loop people write for one (`for epoch in range(E): for x, y in pipe:`):
 each loop over the pipeline is one epoch, and batches are DLPack tensors
 taken by torch.from_dlpack without a copy. Under torchrun (RANK,
-WORLD_SIZE, LOCAL_RANK in the environment) each rank reads every world-th
-record (the default rank_split="records": the same number of batches per
-epoch on every rank, whatever the shards' sizes) and the model is wrapped in
+WORLD_SIZE, LOCAL_RANK in the environment) each rank reads its own share of
+every epoch (the default rank_split="records": the same number of batches
+per epoch on every rank, whatever the shards' sizes) and the model is wrapped in
 DistributedDataParallel (gloo on the CPU, nccl on GPUs). --checkpoint saves
 the model, the optimizer and the pipeline's state_dict() atomically at each
 epoch's end (and at --steps), --eval-split evaluates there; --resume

@@ -114,9 +114,10 @@ static void usage(FILE *f)
             "                        ahead of the slowest one               (default: no bound)\n"
             "  --comm-timeout S      seconds a collective waits for its peers (default 300)\n"
             "  Multi-worker: mpirun -np K sluice train ... --strategy mirrored (each rank one\n"
-            "  replica, reading every K-th record, the same share of each epoch on every rank).\n"
-            "  With --shuffle global (or none) any number of replicas sees the same global\n"
-            "  batches; with --shuffle buffer each shuffles its share in its own buffer.\n"
+            "  replica, the same share of each epoch on every rank). With --shuffle buffer each\n"
+            "  reads its own range of each epoch and shuffles it in its own buffer; with\n"
+            "  --shuffle global (or none) each reads every K-th record, and any number of\n"
+            "  replicas sees the same global batches.\n"
             "  -h, --help            this text\n"
             "\n");
     pf_usage(f);

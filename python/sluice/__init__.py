@@ -180,11 +180,15 @@ class Pipeline:
         through the pipeline's pinned ring and copy stream (the consumer's
         stream waits on the copy; no host sync).
     rank, world, rank_split: this process's part of the data (torchrun's RANK and
-        WORLD_SIZE). rank_split='records' (default) gives rank r every
-        world-th record of the world-1 stream: every rank gets the same
-        number of batches per epoch, and with shuffle 'none' or 'global' the
-        ranks' k-th batches together are world 1's k-th batch of
-        batch*world. rank_split='files' gives rank r the shards i % world ==
+        WORLD_SIZE). rank_split='records' (default) gives every rank the
+        same share of every epoch (floor or ceil of records / world), so
+        every rank gets the same number of batches per epoch: with shuffle
+        'buffer' rank r reads range r of each epoch cut in world (the ranks
+        together read each byte once an epoch); with 'none' or 'global' it
+        takes every world-th record of the world-1 stream, and the ranks'
+        k-th batches together are world 1's k-th batch of batch*world
+        ('none' reads the other ranks' records in its blocks too).
+        rank_split='files' gives rank r the shards i % world ==
         r (disjoint reads, fewer bytes per rank); training counts epochs in
         the whole dataset's records, so every rank takes the same number of
         batches, but when the shards' records do not split evenly a rank

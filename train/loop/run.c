@@ -10,9 +10,11 @@
  * Replicas (the mirrored strategy). Each replica has its own pipeline
  * (rank r of world W, batch = global batch / W), model and optimizer. The
  * ranks split the records (pipeline.h's SL_SPLIT_RECORDS) in every shuffle
- * mode: each reads every W-th record of world 1's stream, so every replica
- * has the same share of every epoch (ceil or floor of R / W), whatever the
- * shards' sizes, and one shard serves any number of replicas. (They split
+ * mode: every replica has the same share of every epoch (ceil or floor of
+ * R / W), whatever the shards' sizes, and one shard serves any number of
+ * replicas (under --shuffle buffer each reads its own range of each epoch,
+ * so the replicas read disjoint bytes; under global or none every W-th
+ * record of world 1's stream). (They split
  * the shards under --shuffle buffer before issue 38: with uneven shards a
  * replica went through its own records more often than another, and fewer
  * shards than replicas was an error.) With --shuffle global or none the
