@@ -63,8 +63,9 @@
  *   number of ranks rely on. GLOBAL reads one record per unit, so its reads
  *   are disjoint; NONE's strided unit is read from its first kept record
  *   to its last, the other ranks' records between included: W ranks read
- *   every byte W times (the price of the union property; NONE is the
- *   evaluation and debugging mode).
+ *   each byte about W x (block - W + 1) / block times while W <= block
+ *   (4.5 at W 8, block 16), once from W >= block on (the price of the
+ *   union property; NONE is the evaluation and debugging mode).
  *     Example, one shard of 10 records, block 4, W 3, r 1: world 1's units
  *     (shard, first record, records) (0,0,4) (0,4,4) (0,8,2) hold positions
  *     0-3, 4-7, 8-9; rank 1 keeps 1, 4, 7 and gets the units (0,1,1) and

@@ -91,8 +91,9 @@ typedef enum sl_layout {
  *     SL_SHUFFLE_NONE    p % world == rank; units (blocks) are read from the
  *                        first to the last kept record, and the other ranks'
  *                        records in them are dropped before decode (tf.data's
- *                        DATA auto-shard): W ranks read every byte W times, the
- *                        price of the union property below;
+ *                        DATA auto-shard): W ranks read each byte about
+ *                        W x (block - W + 1) / block times while W <= block,
+ *                        the price of the union property below;
  *     SL_SHUFFLE_BUFFER  each epoch's positions are cut into world contiguous
  *                        ranges, rank r reads range r only (disjoint reads:
  *                        each shard byte once an epoch over all ranks; a
