@@ -169,7 +169,7 @@ class Pipeline:
     records were all bad is not handed out (a mean loss or accuracy over 0
     samples is NaN, and would poison the running sums of an evaluation
     loop): the loop goes on with the next batch, batch.index then skips
-    one, and len(pipe) counts it. When that batch ends an epoch, pipe.epoch()'s
+    one, len(pipe) counts it, and it takes none of the `hold` places. When that batch ends an epoch, pipe.epoch()'s
     loop ends there; in one loop over epochs=E the next batch's
     batch.epoch says the epoch changed.
 

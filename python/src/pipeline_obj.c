@@ -611,7 +611,15 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
         lease->hold = self->hold;
     }
     PyObject *t = batch_tuple(self, b, lease);
-    if (!t || self->copy) {
+    /* A batch without samples (evaluation: its records all bad) is not
+     * handed out by the Python layer: given back at once, it takes none
+     * of the `hold` places, so the batches before it stay lent as long as
+     * the contract says (counted in batches the loop sees). */
+    if (!t || self->copy || b->n == 0) {
+        if (lease) {
+            lease->released = 1;
+            lease->released_by = b->index;
+        }
         pysl_lease_unref(lease);
         sl_pipeline_release(p, b);
         return t;

@@ -113,6 +113,22 @@ def test_eval_batch_of_bad_records_only_is_not_handed_out(copy_dataset, copy):
     assert st["batches"] == 150 and st["bad_records_out"] == 3
 
 
+def test_an_empty_batch_takes_no_hold_place(copy_dataset):
+    """hold=2: a batch stays readable until two more batches have been
+    handed out; an empty one the loop never sees does not count."""
+    s1, _ = shards(copy_dataset)[1]
+    corrupt(s1, [3, 7, 8])
+    with sluice.Pipeline(copy_dataset, train=False, batch=1, hold=2, **CFG) as pipe:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sluice.BadRecordsWarning)
+            prev, n = None, 0
+            for b in pipe:
+                if prev is not None:  # one step later: still lent, still its pixels
+                    np.from_dlpack(prev.images)
+                prev, n = b, n + 1
+    assert n == 147
+
+
 def test_eval_epochs_end_on_an_empty_batch(copy_dataset):
     """pipe.epoch() over evaluation epochs: an epoch whose last batch is
     empty ends there; the next loop is the next epoch."""
