@@ -252,6 +252,17 @@ int sl_window_push_locked(sl_pipeline *p, sl_unit *un);
 /* ------------------------------------------------------- reader_remote.c */
 /* A reader thread over remote shards: many units in flight (bytesrc.h). */
 void *sl_reader_main_remote(void *arg);
+/* Does a remote read that failed for good with rc end the run, whatever
+ * the error policy? An outage does (SL_EIO: the retry budget spent on
+ * timeouts, resets, 5xx; SL_EINVAL: a refusal retries cannot mend;
+ * SL_ENOMEM): a shard the server cannot serve is not a bad record. The
+ * errors about the object (SL_ECORRUPT: shorter than its index;
+ * SL_ENOENT: deleted; SL_EPERM) make its records bad under skip. The
+ * readers (reader_remote.c) and a refill's read (map.c) decide alike. */
+static inline int sl_remote_fatal(int rc)
+{
+    return rc == SL_ENOMEM || rc == SL_EIO || rc == SL_EINVAL;
+}
 /* Why shard i is unreachable (p->unreachable), or NULL. Any thread. */
 static inline const char *sl_shard_unreachable(sl_pipeline *p, uint32_t shard)
 {

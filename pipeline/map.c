@@ -24,6 +24,12 @@
  *   without the lock (submit_busy, as the GPU decode), so an evaluation
  *   never counts a record twice. Either way a bad record is counted and
  *   named once, at its own turn, never when a refill passes over it.
+ *   A refill reads its record by pread through the index (a ranged GET
+ *   for remote data): a damaged record there (framing, CRC, decode) is
+ *   passed over to the next id, but a GET that fails for good with an
+ *   outage ends the run under either policy, as in the readers
+ *   (sl_remote_fatal, reader_remote.c); one about the object (a 404) makes
+ *   its shard unreachable, and refills pass over that shard.
  */
 #include <stdio.h>
 #include <string.h>
@@ -348,7 +354,9 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
         }
         if (p->remote) { /* one ranged GET (retried by bytesrc) */
             rc = sl_bytes_read(p->src.shards[shard].path, w->rec, (size_t)e->size, e->offset);
-            if (rc == SL_ENOMEM)
+            /* An outage ends the run here too, as in the readers: the slot
+             * is not refilled from elsewhere, nor the shard given up on. */
+            if (sl_remote_fatal(rc))
                 return rc;
             rec = w->rec;
             frame = rc    ? SL_FRAME_UNREAD

@@ -71,8 +71,7 @@ static void unit_unread(sl_unit *un, const char *why)
  * of the run (mu held). */
 static int unit_failed_locked(sl_pipeline *p, sl_unit *un, int rc, const char *why)
 {
-    if (rc == SL_ENOMEM || rc == SL_EIO || rc == SL_EINVAL ||
-        p->cfg.on_error != SL_ON_ERROR_SKIP)
+    if (sl_remote_fatal(rc) || p->cfg.on_error != SL_ON_ERROR_SKIP)
         return rc;
     unit_unread(un, why);
     if (!p->unreachable[un->u.shard]) {

@@ -7,7 +7,9 @@
  * zero-padded, so the byte order is the shard order); nothing is read but
  * dataset.json. Each TFRecord shard is stat'ed for its "<shard>.idx" (a
  * WebDataset tar also for DALI's "X.idx" beside "X.tar") so the commands
- * can say once that shards without one will be scanned.
+ * can say once that shards without one will be scanned. What a file is by
+ * its name (a shard of which split, compressed, no shard at all) is
+ * records/dataset_files.c's.
  * The path enters through sl_path_redact: ds and every name in it are
  * without the URL's password or signature (bytesrc.h).
  *
@@ -39,18 +41,6 @@ static int is_file(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static int has_suffix(const char *s, const char *suffix)
-{
-    size_t ls = strlen(s), lx = strlen(suffix);
-    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
-}
-
-static const char *base_of(const char *p)
-{
-    const char *slash = strrchr(p, '/');
-    return slash ? slash + 1 : p;
-}
-
 /* Directory part of p ("." when it has none). */
 static char *dir_of(const char *p)
 {
@@ -62,59 +52,7 @@ static char *dir_of(const char *p)
     return strndup(p, (size_t)(slash - p));
 }
 
-/* A shard's format by its name: ".tar" is a WebDataset shard. */
-static sl_format file_format(const char *path)
-{
-    return has_suffix(path, ".tar") ? SL_FORMAT_WDS : SL_FORMAT_TFRECORD;
-}
-
 static int oom(void) { return sl_fail(SL_ENOMEM, "%s: out of memory", fn_res); }
-
-/* The compression a shard's name says it has ("gzip", ...), or NULL. */
-static const char *compressed_as(const char *path)
-{
-    static const struct {
-        const char *suffix, *what;
-    } kinds[] = {{".tgz", "gzip"}, {".gz", "gzip"}, {".zst", "zstd"}, {".bz2", "bzip2"},
-                 {".xz", "xz"},    {".lz4", "lz4"}};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (has_suffix(path, kinds[i].suffix))
-            return kinds[i].what;
-    return NULL;
-}
-
-/* Refuse a compressed shard by name (records.h: the readers seek by offset). */
-static int refuse_compressed(const char *path, const char *what)
-{
-    return sl_fail(SL_ENOTSUP, "%s: %s: a %s-compressed file: sluice reads shards in place, "
-                   "seeking to each record (global shuffle, resume, ranged reads), which a "
-                   "compressed stream does not allow; decompress it first (%s -d: JPEGs inside "
-                   "compress by a few percent only)", fn_res, path, what,
-                   !strcmp(what, "gzip") ? "gzip" : what);
-}
-
-/* Would a listing take this file as a shard? (a compressed tar is one
- * too, so that it is refused by name rather than passed over) */
-static int shard_like(const char *b)
-{
-    return sl_shard_name_len(b) || has_suffix(b, ".tfrecord") || has_suffix(b, ".tar") ||
-           ((strstr(b, ".tar.") || has_suffix(b, ".tgz")) && compressed_as(b));
-}
-
-/* The split a shard file belongs to by its name: NAME of
- * "NAME-NNNNN-of-NNNNN[.tfrecord]" or of WebDataset's "NAME-NNNNNN.tar",
- * else "*". */
-static void split_of(const char *path, char *out, size_t cap)
-{
-    const char *b = base_of(path);
-    size_t n = sl_shard_name_len(b);
-    if (!n)
-        n = sl_wds_shard_name_len(b);
-    if (n == 0 || n + 1 > cap)
-        snprintf(out, cap, "*");
-    else
-        snprintf(out, cap, "%.*s", (int)n, b);
-}
 
 static int add_split(sl_dataset *ds, const char *name, sl_format fmt, sl_dataset_split **out)
 {
@@ -275,9 +213,9 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
     errno = 0;
     while ((de = readdir(d))) {
         const char *b = de->d_name;
-        if (b[0] == '.' || !(shard_like(b) || has_suffix(b, ".lmdb")))
+        if (b[0] == '.' || !(sl_dataset_shard_like(b) || sl_name_has_suffix(b, ".lmdb")))
             continue;
-        if (compressed_as(b) && extra)
+        if (sl_dataset_compressed_as(b) && extra)
             continue; /* beside dataset.json's shards: not part of the data */
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -306,7 +244,7 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
             struct stat st;
             char name[64];
             sl_dataset_split *s = NULL;
-            int lmdb = has_suffix(names[i], ".lmdb");
+            int lmdb = sl_name_has_suffix(names[i], ".lmdb");
             if (lmdb != pass || stat(names[i], &st) != 0)
                 continue;
             if (lmdb) {
@@ -317,7 +255,7 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
                 }
                 int ok = S_ISDIR(st.st_mode) && is_file(mdb);
                 free(mdb);
-                const char *b = base_of(names[i]);
+                const char *b = sl_name_base(names[i]);
                 snprintf(name, sizeof name, "%.*s", (int)(strlen(b) - 5), b);
                 if (!ok || (only && strcmp(name, only)) || (extra && is_listed(ds, listed, name)))
                     continue;
@@ -327,16 +265,16 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
             }
             if (!S_ISREG(st.st_mode))
                 continue;
-            const char *z = compressed_as(names[i]);
+            const char *z = sl_dataset_compressed_as(names[i]);
             if (z) {
-                rc = refuse_compressed(names[i], z);
+                rc = sl_dataset_refuse_compressed(names[i], z);
                 break;
             }
-            split_of(names[i], name, sizeof name);
+            sl_dataset_split_of(names[i], name, sizeof name);
             if ((only && strcmp(name, only)) ||
                 (extra && (!strcmp(name, "*") || is_listed(ds, listed, name))))
                 continue;
-            sl_format fmt = file_format(names[i]);
+            sl_format fmt = sl_dataset_file_format(names[i]);
             s = find_split(ds, name, fmt);
             if (!s && (rc = add_split(ds, name, fmt, &s)))
                 break;
@@ -366,26 +304,27 @@ static int open_glob(sl_dataset *ds)
         return sl_fail(grc == GLOB_NOSPACE ? SL_ENOMEM : SL_EIO, "%s: %s: glob failed", fn_res,
                        ds->path);
     for (size_t i = 0; i < g.gl_pathc && !rc; i++) {
-        const char *p = g.gl_pathv[i], *b = base_of(p);
+        const char *p = g.gl_pathv[i], *b = sl_name_base(p);
         char name[64];
-        if (has_suffix(b, ".idx") || has_suffix(b, ".tmp") || !strcmp(b, SL_MANIFEST_FILE))
+        if (sl_name_has_suffix(b, ".idx") || sl_name_has_suffix(b, ".tmp") ||
+            !strcmp(b, SL_MANIFEST_FILE))
             continue;
         if (!is_file(p)) {
             rc = sl_fail(SL_EINVAL, "%s: %s: matches %s, which is not a shard file", fn_res,
                          ds->path, p);
             break;
         }
-        if (compressed_as(p)) {
-            rc = refuse_compressed(p, compressed_as(p));
+        if (sl_dataset_compressed_as(p)) {
+            rc = sl_dataset_refuse_compressed(p, sl_dataset_compressed_as(p));
             break;
         }
-        split_of(p, name, sizeof name);
+        sl_dataset_split_of(p, name, sizeof name);
         if (!s) {
             if (!(ds->dir = dir_of(p))) {
                 rc = oom();
                 break;
             }
-            rc = add_split(ds, name, file_format(p), &s);
+            rc = add_split(ds, name, sl_dataset_file_format(p), &s);
         } else if (strcmp(s->name, name)) {
             snprintf(s->name, sizeof s->name, "*"); /* several splits matched */
         }
@@ -412,59 +351,17 @@ static int open_single(sl_dataset *ds, sl_format fmt)
     if ((rc = load_manifest(ds))) /* class names and label range, not counts */
         return rc;
     if (fmt == SL_FORMAT_LMDB) {
-        const char *b = base_of(ds->path);
+        const char *b = sl_name_base(ds->path);
         size_t n = strlen(b);
         if (n > 5 && !strcmp(b + n - 5, ".lmdb"))
             n -= 5;
         snprintf(name, sizeof name, "%.*s", (int)n, b);
     } else {
-        split_of(ds->path, name, sizeof name);
+        sl_dataset_split_of(ds->path, name, sizeof name);
     }
     if ((rc = add_split(ds, name, fmt, &s)))
         return rc;
     return add_file(s, ds->path);
-}
-
-/* A file given as the data must be a shard: a TFRecord file opens with a
- * record header whose length carries its own masked CRC-32C (an empty file
- * is an empty shard). Anything else read as one (dataset.json, an .idx, a
- * JPEG) gave an empty pipeline without a word (issue 38 item 3); it is
- * refused here, naming what was expected, before any reader sees it. */
-static int check_shard_file(const char *path, uint64_t size)
-{
-    static const char *const images[] = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp",
-                                         ".JPG", ".JPEG", ".PNG"};
-    const char *b = base_of(path), *what = NULL;
-    uint8_t h[12];
-    if (size == 0)
-        return SL_OK;
-    if (size >= sizeof h) {
-        FILE *f = fopen(path, "rb");
-        size_t got = f ? fread(h, 1, sizeof h, f) : 0;
-        if (f)
-            fclose(f);
-        if (got == sizeof h) {
-            uint32_t want = (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 |
-                            (uint32_t)h[11] << 24;
-            if (sl_crc_mask(sl_crc32c(0, h, 8)) == want)
-                return SL_OK;
-        } else if (!f) {
-            return sl_fail(SL_EIO, "%s: %s", path, strerror(errno));
-        }
-    }
-    if (!strcmp(b, SL_MANIFEST_FILE))
-        what = "the dataset's manifest: pass the directory that holds it";
-    else if (has_suffix(b, ".idx"))
-        what = "an index file: pass the shard it indexes, or their directory";
-    else if (!strcmp(b, "data.mdb") || !strcmp(b, "lock.mdb"))
-        what = "a file of an LMDB store: pass the store's directory";
-    for (size_t i = 0; !what && i < sizeof images / sizeof images[0]; i++)
-        if (has_suffix(b, images[i]))
-            what = "an image: convert images into shards first (sluice convert)";
-    return sl_fail(SL_EINVAL, "%s: not a record shard (%s): the data is a dataset directory, a "
-                   "glob of shards, or one TFRecord shard (NAME-00000-of-00008.tfrecord) or "
-                   "WebDataset .tar", path,
-                   what ? what : "its first 12 bytes are no TFRecord record header");
 }
 
 /* ------------------------------------------------------------ braces */
@@ -535,12 +432,13 @@ static int open_braces(sl_dataset *ds)
     ds->kind = SL_DATASET_GLOB;
     if (!(ds->dir = dir_of(ds->path)))
         return oom();
-    if ((rc = add_split(ds, "*", file_format(ds->path), &s)) || (rc = expand_braces(ds->path, s)))
+    if ((rc = add_split(ds, "*", sl_dataset_file_format(ds->path), &s)) ||
+        (rc = expand_braces(ds->path, s)))
         return rc;
-    split_of(s->files[0], name, sizeof name);
+    sl_dataset_split_of(s->files[0], name, sizeof name);
     snprintf(s->name, sizeof s->name, "%s", name);
     for (size_t i = 1; i < s->nfiles; i++) {
-        split_of(s->files[i], name, sizeof name);
+        sl_dataset_split_of(s->files[i], name, sizeof name);
         if (strcmp(name, s->name))
             snprintf(s->name, sizeof s->name, "*"); /* several splits */
     }
@@ -552,7 +450,7 @@ static int open_braces(sl_dataset *ds)
 /* Does the last part of url name a shard file rather than a folder? */
 static int names_shard_file(const char *url)
 {
-    return shard_like(base_of(url));
+    return sl_dataset_shard_like(sl_name_base(url));
 }
 
 /* Add the listed names (relative to ds->dir) that are shards to ds: one
@@ -569,16 +467,16 @@ static int add_listed(sl_dataset *ds, char **names, size_t n, const char *only, 
             continue;
         if (!(full = sl_path_join(ds->dir, names[i])))
             return oom();
-        const char *z = compressed_as(names[i]);
+        const char *z = sl_dataset_compressed_as(names[i]);
         if (z) {
-            rc = refuse_compressed(full, z);
+            rc = sl_dataset_refuse_compressed(full, z);
             free(full);
             break;
         }
-        split_of(names[i], name, sizeof name);
+        sl_dataset_split_of(names[i], name, sizeof name);
         if (glob) { /* one split, as a local glob's */
             if (!one)
-                rc = add_split(ds, name, file_format(names[i]), &one);
+                rc = add_split(ds, name, sl_dataset_file_format(names[i]), &one);
             else if (strcmp(one->name, name))
                 snprintf(one->name, sizeof one->name, "*");
             if (!rc)
@@ -590,8 +488,8 @@ static int add_listed(sl_dataset *ds, char **names, size_t n, const char *only, 
             free(full);
             continue;
         }
-        s = find_split(ds, name, file_format(names[i]));
-        if (s || !(rc = add_split(ds, name, file_format(names[i]), &s)))
+        s = find_split(ds, name, sl_dataset_file_format(names[i]));
+        if (s || !(rc = add_split(ds, name, sl_dataset_file_format(names[i]), &s)))
             rc = add_file(s, full);
         free(full);
     }
@@ -619,7 +517,7 @@ static int list_remote(sl_dataset *ds, const char *dir, const char *only, const 
 static int open_remote_glob(sl_dataset *ds)
 {
     int rc;
-    const char *pat = base_of(ds->path);
+    const char *pat = sl_name_base(ds->path);
     ds->kind = SL_DATASET_GLOB;
     if (strpbrk(ds->path + 5, "*?[") < pat)
         return sl_fail(SL_EINVAL, "%s: %s: a pattern in the last part of the path only (an S3 "
@@ -644,21 +542,21 @@ static int open_remote(sl_dataset *ds, const char *only)
     int rc;
     uint64_t size;
     int s3 = !strncmp(ds->path, "s3://", 5);
-    if (strpbrk(base_of(ds->path), s3 ? "*?[" : "*[")) {
+    if (strpbrk(sl_name_base(ds->path), s3 ? "*?[" : "*[")) {
         if (s3)
             return open_remote_glob(ds);
         return sl_fail(SL_EINVAL, "%s: %s: a glob needs a listing, and a web server's is not a "
                        "format: name the shards with a brace pattern ('%.*s/train-{000000..000099}"
                        ".tar') or read the folder through its %s", fn_res, ds->path,
-                       (int)(base_of(ds->path) - ds->path - 1), ds->path, SL_MANIFEST_FILE);
+                       (int)(sl_name_base(ds->path) - ds->path - 1), ds->path, SL_MANIFEST_FILE);
     }
     if (names_shard_file(ds->path)) {
-        const char *z = compressed_as(ds->path);
+        const char *z = sl_dataset_compressed_as(ds->path);
         if (z)
-            return refuse_compressed(ds->path, z);
+            return sl_dataset_refuse_compressed(ds->path, z);
         if ((rc = sl_bytes_size(ds->path, &size)))
             return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
-        return open_single(ds, file_format(ds->path));
+        return open_single(ds, sl_dataset_file_format(ds->path));
     }
     if (!(ds->dir = strdup(ds->path)))
         return oom();
@@ -743,13 +641,14 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         goto out;
     }
     if (S_ISREG(st.st_mode)) {
-        const char *z = compressed_as(ds->path);
+        const char *z = sl_dataset_compressed_as(ds->path);
         if (z) {
-            rc = refuse_compressed(ds->path, z);
+            rc = sl_dataset_refuse_compressed(ds->path, z);
             goto out;
         }
-        sl_format fmt = file_format(ds->path);
-        if (fmt == SL_FORMAT_TFRECORD && (rc = check_shard_file(ds->path, (uint64_t)st.st_size)))
+        sl_format fmt = sl_dataset_file_format(ds->path);
+        if (fmt == SL_FORMAT_TFRECORD &&
+            (rc = sl_dataset_check_shard_file(ds->path, (uint64_t)st.st_size)))
             goto out;
         rc = open_single(ds, fmt);
         goto out;
@@ -825,18 +724,6 @@ void sl_dataset_split_names(const sl_dataset *ds, char *buf, size_t cap)
     }
 }
 
-/* Is name a split name with a meaning ("validation-000000.tar" are not a
- * training set, even alone in their folder)? */
-static int split_named(const char *name)
-{
-    static const char *const names[] = {"train", "training", "test", "testing", "validation",
-                                        "valid", "val", "eval", "dev"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(name, names[i]))
-            return 1;
-    return 0;
-}
-
 int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
                             const sl_dataset_split **out)
 {
@@ -846,7 +733,7 @@ int sl_dataset_reader_split(const sl_dataset *ds, const char *split,
     if (ds->kind == SL_DATASET_GLOB || ds->kind == SL_DATASET_FILE) {
         s = &ds->splits[0]; /* the path chose the files */
     } else if (ds->kind == SL_DATASET_DIR && !ds->has_manifest && ds->nsplits == 1 &&
-               !sl_dataset_split_find(ds, split) && !split_named(ds->splits[0].name)) {
+               !sl_dataset_split_find(ds, split) && !sl_dataset_split_named(ds->splits[0].name)) {
         s = &ds->splits[0]; /* a folder whose files form one set is that set */
     } else if (!(s = sl_dataset_split_find(ds, split))) {
         char names[512];

@@ -190,6 +190,29 @@ void sl_convert_state_fini(sl_convert_state *st);
  * or the path's basename (full = 0; image/filename). */
 void sl_convert_input_name(const sl_convert_state *st, size_t i, int full, char *buf, size_t cap);
 
+/* ------------------------------------------------ dataset files (dataset_files.c) */
+/* Does s end with suffix? The last part of a path ("a/b.tar" -> "b.tar"). */
+int sl_name_has_suffix(const char *s, const char *suffix);
+const char *sl_name_base(const char *path);
+/* A shard's format by its name: SL_FORMAT_WDS for ".tar", else TFRecord. */
+sl_format sl_dataset_file_format(const char *path);
+/* The compression path's name says it has ("gzip", "zstd", ...), or NULL;
+ * and the error refusing it by name (SL_ENOTSUP: the readers seek). */
+const char *sl_dataset_compressed_as(const char *path);
+int sl_dataset_refuse_compressed(const char *path, const char *what);
+/* Would a listing take base (a file's name) as a shard? A compressed tar
+ * too, so that it is refused by name rather than passed over. */
+int sl_dataset_shard_like(const char *base);
+/* The split of a shard by its name ("NAME" of NAME-NNNNN-of-NNNNN[.tfrecord]
+ * or WebDataset's NAME-NNNNNN.tar), else "*", into out. */
+void sl_dataset_split_of(const char *path, char *out, size_t cap);
+/* SL_OK when the file path (size bytes) given alone as the data opens as a
+ * TFRecord shard (or is empty); else SL_EINVAL naming what it is instead
+ * (dataset.json, an index, an LMDB file, an image) and what was expected. */
+int sl_dataset_check_shard_file(const char *path, uint64_t size);
+/* 1 when name is a split name with a meaning (train, test, validation...). */
+int sl_dataset_split_named(const char *name);
+
 /* ------------------------------------------------------------ index lines */
 /* Longest DALI index line: two 20-digit numbers, a space and a newline. */
 #define SL_INDEX_LINE_MAX 48

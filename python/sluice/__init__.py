@@ -18,7 +18,9 @@ the default 'buffer' when an epoch fits in the buffer). Training without
 epochs=: `for batch in pipe` runs one epoch and the next loop the next one
 (the loop ends with the batch whose batch.epoch_end is True); with
 epochs=E one loop runs all E epochs (a finished run iterated again raises
-saying so); evaluation (train=False) is one pass. Training batches are not
+saying so); evaluation (train=False) is one pass, in which a bad record is
+left out of its batch (a batch may hold fewer than `batch` samples, and one
+whose records were all bad is not handed out). Training batches are not
 cut at epoch ends: the batch that ends an epoch may start the next one
 (batch.epochs says each sample's epoch), and every rank ends its epochs at
 the same step.
@@ -69,7 +71,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
 )
 from ._args import (  # the settings' checks
     _I63, _LAYOUT, _ON_ERROR, _RANK_SPLIT, _U64, _bool, _device_index, _float, _int,
-    _max_threads, _pair, _path, _pick, _shuffle, _str, _triple,
+    _max_threads, _pair, _path, _pick, _restart, _shuffle, _str, _triple,
 )
 
 __all__ = [
@@ -82,17 +84,25 @@ __all__ = [
 
 class BadRecordsWarning(UserWarning):
     """Records were skipped under on_error='skip' (a Pipeline says so once,
-    naming how many so far and the first; stats()['bad'] lists them).
+    at the first batch handed out with a bad record's slot refilled or left
+    out, naming how many the batches handed out so far skipped
+    (stats()['bad_records_out']) and the first; stats()['bad'] lists them).
     warnings.simplefilter('ignore', sluice.BadRecordsWarning) silences it."""
 
 class Batch(tuple):
     """(images, labels), plus .index (batch number in the run), .record_ids
     (int64: which record filled each slot, numbered over the whole dataset:
     the same record has the same id on every rank and in every rank_split
-    mode) and .epochs (int32: each sample's epoch; the batch that ends an
+    mode), .epochs (int32: each sample's epoch; the batch that ends an
     epoch may start the next one, so use .epoch / .epoch_end to count
-    epochs). All tensors are sluice.Tensor objects (DLPack; numpy.asarray
-    takes host ones).
+    epochs) and .skipped (bad records whose slots this batch refilled with
+    the next good record, training, or left out, evaluation). All tensors
+    are sluice.Tensor objects (DLPack; numpy.asarray takes host ones).
+
+    Shapes: images (N, 3, H, W) or (N, H, W, 3), labels, record_ids and
+    epochs (N,); N is `batch` but for a run's last batch and, in evaluation
+    (train=False), less the bad records left out (never 0: a batch whose
+    records were all bad is not handed out).
 
     .epoch: the epoch this step counts towards: sample positions
     index*batch*world onwards over records_per_epoch, the same on every rank.
@@ -101,18 +111,21 @@ class Batch(tuple):
     without epochs= ends there; evaluate and checkpoint there, once per
     epoch."""
 
-    def __new__(cls, index, images, labels, record_ids, epochs, epoch=0, epoch_end=False):
+    def __new__(cls, index, images, labels, record_ids, epochs, epoch=0, epoch_end=False,
+                skipped=0):
         self = tuple.__new__(cls, (images, labels))
         self.index = index
         self.record_ids = record_ids
         self.epochs = epochs
         self.epoch = epoch
         self.epoch_end = epoch_end
+        self.skipped = skipped
         return self
 
     @property
     def images(self):
-        """The images: (N, 3, H, W) float32, (N, H, W, 3) float32 or uint8."""
+        """The images: (N, 3, H, W) float32, (N, H, W, 3) float32 or uint8
+        (N: the batch's samples, see the class doc)."""
         return self[0]
 
     @property
@@ -149,7 +162,16 @@ class Pipeline:
     (batch.epochs says whose), so an epoch's loop holds records_per_epoch
     samples give or take one batch, and every rank ends its epochs at the
     same step. Evaluation (train=False) is one pass by default (epochs=1):
-    each record once, the last batch partial.
+    each record once, the last batch partial; under on_error='skip' a bad
+    record is left out of its batch, never replaced by a duplicate, so a
+    batch may hold fewer than `batch` samples (images (n, ...), labels,
+    record_ids and epochs (n,), all of the same n), and a batch whose
+    records were all bad is not handed out (a mean loss or accuracy over 0
+    samples is NaN, and would poison the running sums of an evaluation
+    loop): the loop goes on with the next batch, batch.index then skips
+    one, len(pipe) counts it, and it takes none of the `hold` places. When that batch ends an epoch, pipe.epoch()'s
+    loop ends there; in one loop over epochs=E the next batch's
+    batch.epoch says the epoch changed.
 
     data: a dataset directory (dataset.json, or NAME-*-of-*.tfrecord or
         NAME-*-of-*.tar shards), a glob of shard files, or one .tfrecord or
@@ -214,18 +236,22 @@ class Pipeline:
     label_key: WebDataset shards only: the label is the integer field
         label_key of each sample's .json member; None (default) reads the
         .cls member.
-    io_retries, io_timeout, io_inflight: remote data only: at most this
-        many tries after the first for a timeout, a reset, a 5xx or a 429
-        (0 to 100; 0 = no retry; default: no count, a failed read is retried
-        for 60 s from its first try, SLUICE_IO_RETRY_MS), seconds to connect
-        and of a stall (1 to 3600; default 30) and ranged GETs in flight per
-        reader (1 to 64; default 8). These are
-        PROCESS-WIDE, as the CLI's --io-retries and friends: each one given
-        applies to every remote read in this process from then on (other
-        Pipelines, convert, verify, inspect included); None leaves that
-        setting as it is (the default, or SLUICE_IO_RETRIES,
-        SLUICE_IO_TIMEOUT_MS, SLUICE_IO_INFLIGHT from the environment,
-        unless an earlier Pipeline set it).
+    io_retry_budget, io_retries, io_timeout, io_inflight: remote data
+        only: seconds a failing read (a timeout, a stall, a reset, a 5xx or
+        a 429) is retried from its first try, with capped exponential
+        backoff (1 to 86400; default 60, SLUICE_IO_RETRY_MS: rides out a
+        server restart; past it the run ends naming the shard, under
+        either on_error), at most this many tries after the first within
+        that time (0 to 100; 0 = no retry; default: no count, the budget
+        alone), seconds to connect and of a stall (1 to 3600; default 30)
+        and ranged GETs in flight per reader (1 to 64; default 8). These
+        are PROCESS-WIDE, as the CLI's --io-retry-budget, --io-retries and
+        friends: each one given applies to every remote read in this
+        process from then on (other Pipelines, convert, verify, inspect
+        included); None leaves that setting as it is (the default, or
+        SLUICE_IO_RETRY_MS, SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS,
+        SLUICE_IO_INFLIGHT from the environment, unless an earlier Pipeline
+        set it).
     split: the split of a dataset directory to read ('train'; 'test',
         'validation', ... as dataset.json or the shard names say).
     readers: threads reading shards (0 = 2); more help remote or cold data.
@@ -236,9 +262,10 @@ class Pipeline:
         interleave(cycle_length, block_length); 0 = 4 and 16).
     drop_remainder: drop the run's last partial batch (epochs=E).
     on_error: 'skip' (default) refills a bad record's slot with the next
-        good record, counts it (stats()['bad_records'], the first 16 named
-        in stats()['bad']) and warns once (sluice.BadRecordsWarning);
-        'fail' raises at the first one.
+        good record (training) or leaves it out of its batch (evaluation:
+        see above), counts it (stats()['bad_records'], the first 16 named
+        in stats()['bad']; batch.skipped per batch) and warns once
+        (sluice.BadRecordsWarning); 'fail' raises at the first one.
     max_bad: under 'skip', more bad records than this raise (0 = 1000).
     max_pixels: a JPEG whose header claims more pixels is a bad record,
         refused before decoding (0 = 2**26).
@@ -274,17 +301,17 @@ class Pipeline:
                  rank_split="records", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None, label_key=None,
-                 io_retries=None, io_timeout=None, io_inflight=None):
+                 io_retries=None, io_timeout=None, io_inflight=None, io_retry_budget=None):
         kwargs = dict(locals())
         del kwargs["self"]
         self._setup(kwargs, None)
 
     @staticmethod
     def _io(w, kw):
-        """(retries, timeout_ms, inflight) for _io_configure (None: as is);
-        kwargs pickled by an older sluice have none of them."""
-        retries, timeout, inflight = (kw.get(k) for k in ("io_retries", "io_timeout",
-                                                          "io_inflight"))
+        """(retries, timeout_ms, inflight, retry_ms) for _io_configure
+        (None: as is); kwargs pickled by an older sluice have none of them."""
+        retries, timeout, inflight, budget = (kw.get(k) for k in (
+            "io_retries", "io_timeout", "io_inflight", "io_retry_budget"))
         if retries is not None:
             retries = _int(w, "io_retries", retries, 0, 100,
                            " tries after the first (0 = no retry)")
@@ -293,7 +320,11 @@ class Pipeline:
                                           " (seconds per request, 1 to 3600)"))
         if inflight is not None:
             inflight = _int(w, "io_inflight", inflight, 1, 64, " ranged GETs per reader")
-        return retries, timeout, inflight
+        if budget is not None:
+            budget = round(1000 * _float(w, "io_retry_budget", budget,
+                                         lambda v: 1 <= v <= 86400,
+                                         " (seconds from a read's first try, 1 to 86400)"))
+        return retries, timeout, inflight, budget
 
     def _setup(self, kw, state):
         w = "sluice.Pipeline"
@@ -476,37 +507,49 @@ class Pipeline:
         yours)."""
         return self._take(3)
 
-    def _take(self, level):
-        """__next__'s work; level: the caller's stack level for warnings."""
+    def _take(self, level, in_epoch=False):
+        """__next__'s work; level: the caller's stack level for warnings.
+        A batch without samples (evaluation: every record of it bad, left
+        out) is not handed out: the next one is taken; in_epoch (an
+        _Epoch's call): None instead when that batch ended the epoch."""
         batches = self._epoch_plan()[3]
-        if batches is not None and self._next >= batches:
-            self._ended = True
-            raise StopIteration
-        t = self._c.next()
-        if t is None:
-            self._ended = True
-            raise StopIteration
-        self._next = t[0] + 1
-        if batches is not None and self._next >= batches:
-            self._ended = True  # the run's last batch
-        if not self._warned and self._cfg["on_error"] == _ON_ERROR["skip"]:
-            self._warn_bad(level + 1)
-        epoch, end = self._epoch_of(t[0])
-        return Batch(*t, epoch, end)
+        while True:
+            if batches is not None and self._next >= batches:
+                self._ended = True
+                raise StopIteration
+            t = self._c.next()
+            if t is None:
+                self._ended = True
+                raise StopIteration
+            index, images, labels, ids, epochs, skipped = t
+            self._next = index + 1
+            if batches is not None and self._next >= batches:
+                self._ended = True  # the run's last batch
+            if not self._warned and self._cfg["on_error"] == _ON_ERROR["skip"]:
+                self._warn_bad(level + 1)
+            epoch, end = self._epoch_of(index)
+            if images.shape[0]:
+                return Batch(index, images, labels, ids, epochs, epoch, end, skipped)
+            if end and in_epoch:
+                return None
 
     def _warn_bad(self, level):
-        """BadRecordsWarning, once per pipeline, when records were skipped."""
+        """BadRecordsWarning, once per pipeline, when the batches handed out
+        so far skipped records (not when the workers met one decoding
+        ahead: stats()['bad_records_out'], not 'bad_records')."""
         n = self._c.bad_records()
         if not n:
             return
         self._warned = True
         bad = self._c.stats()["bad"]
         first = f"; the first: {bad[0]}" if bad else ""
+        how = ("each slot refilled with the next good record" if self._train else
+               "evaluation: each left out of its batch, never replaced by a duplicate")
         _warnings.warn(BadRecordsWarning(
             f"sluice.Pipeline: {n} bad record{'s' if n != 1 else ''} skipped so far (on_error="
-            f"'skip': each slot refilled with the next good record){first}; stats()"
-            f"['bad_records'] counts them, stats()['bad'] names the first 16; on_error='fail' "
-            f"raises instead"), stacklevel=level)
+            f"'skip': {how}){first}; stats()['bad_records_out'] counts those in the batches "
+            f"handed out, stats()['bad'] names the first 16; on_error='fail' raises instead"),
+            stacklevel=level)
 
     def _epoch_plan(self):
         """(N, P, T, batches): records per epoch and sample positions per
@@ -610,7 +653,7 @@ class Pipeline:
     # memory, where the batches go; the rest decide the data and its order
     _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device",
                        "on_error", "max_bad", "max_pixels", "io_retries", "io_timeout",
-                       "io_inflight"))
+                       "io_inflight", "io_retry_budget"))
 
     def _settings(self):
         def plain(v):
@@ -667,9 +710,15 @@ class Pipeline:
         """Figures since the pipeline was made (after close(), those when it
         was closed): batches, samples, elapsed_s, records_per_epoch (this
         rank's), records_per_epoch_world, shuffle_buffer (1: an epoch is
-        read as a permutation), bad_records and the first bad records'
-        messages ('bad'), and per stage ('read', 'shuffle', 'map', 'load'):
-        threads, items, bytes, busy_s, wait_in_s, wait_out_s, queue_fill."""
+        read as a permutation), bad_records (bad records met so far,
+        counting those the workers met decoding batches ahead of you),
+        bad_records_out (of those, the ones in the batches handed out, the
+        sum of their batch.skipped, and those left out at creation: what
+        your loop has skipped) and the first bad records' messages
+        ('bad'), and per stage ('read', 'shuffle', 'map', 'load'):
+        threads, items, bytes, busy_s, wait_in_s, wait_out_s, queue_fill.
+        samples counts positions in the run: a record left out in
+        evaluation too."""
         return self._c.stats()
 
 
@@ -687,10 +736,13 @@ class _Epoch:
         if self._done:
             raise StopIteration
         try:
-            b = self._pipe._take(3)
+            b = self._pipe._take(3, True)
         except StopIteration:
             self._done = True
             raise
+        if b is None:  # the epoch's last batch was empty (evaluation, all bad)
+            self._done = True
+            raise StopIteration
         self._done = b.epoch_end
         return b
 
@@ -702,7 +754,7 @@ class _Epoch:
 def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, name="train",
             shards=0, format="tfrecord", threads=0, quality=95, resize_short=0, shuffle=True,
             seed=0, resume=False, strict=False, label_offset=0, class_names=None,
-            fsync=True, max_pixels=0, progress=None):
+            fsync=True, max_pixels=0, restart=None, restart_rows=None, progress=None):
     """Convert images into record shards in `out` (the library's converter,
     as `sluice convert`): one of folder=DIR (DIR/<class>/<image>, classes
     sorted by name), list=FILE (lines "path<TAB>label") or idx_images= and
@@ -718,9 +770,23 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
     record, KEY the record number, an index NAME-...tar.idx in DALI's
     format beside each); shards counts TFRecord or tar shards.
 
+    restart: N (1 to 65535 MCUs) or 'auto' (the measured default: 16
+    intervals per MCU row, 4 MCUs at least), as the CLI's --restart: every
+    JPEG stored that has no restart markers is re-written losslessly (the
+    same pixels; a progressive one becomes baseline) with a marker every N
+    MCUs, so the pipeline entropy-decodes only the intervals a crop covers
+    (worth it for large photos; README.md "Restart markers"). restart_rows:
+    R (1 to 65535), a marker every R MCU rows (--restart-rows); not with
+    restart. Default None: JPEGs stored as they are. The shards are those
+    `sluice convert` writes with the same options, byte for byte.
+
     Returns a dict: inputs, records, skipped, bytes, passthrough, reencoded,
-    shards, shards_kept, and skipped_inputs, a list of (input, reason) for
-    every undecodable input (strict=True makes the first one an error).
+    shards, shards_kept, restarted, restart_kept, restart_markers,
+    restart_bytes_in and restart_bytes_out (the JPEGs this run re-wrote
+    with restart markers, those kept as they were, the markers written,
+    the re-written JPEGs' bytes before and after), and skipped_inputs, a
+    list of (input, reason) for every undecodable input (strict=True makes
+    the first one an error).
 
     Ctrl-C (KeyboardInterrupt), or an exception raised by progress, stops
     the conversion within a chunk of 64 inputs: the shard being written is
@@ -755,6 +821,13 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
         "fsync": int(_bool(w, "fsync", fsync)),
         "max_pixels": _int(w, "max_pixels", max_pixels, 0, _I63, " (0 = 2**26)"),
     }
+    restart, restart_rows = _restart(w, restart, restart_rows)
+    if restart == "auto":
+        cfg["restart_auto"] = 1
+    elif restart is not None:
+        cfg["restart_mcus"] = restart
+    if restart_rows is not None:
+        cfg["restart_rows"] = restart_rows
     if folder is not None:
         cfg["input"] = _path(w, "folder", folder)
     if list is not None:
@@ -785,7 +858,9 @@ def verify(data, *, split=None, all=False, label_range=None, raise_on_problem=Tr
     at the first). progress(records, files_done, files_total, bytes) is
     called a few times a second on long reads; Ctrl-C stops the read.
 
-    Returns a dict: ok, records, files, shards_without_index, and problems,
+    Returns a dict: ok, records, files, shards_without_index,
+    restart_records (records whose JPEG carries restart markers: convert
+    restart=), and problems,
     a list of dicts (file, record, offset: None when the problem is with the
     file as a whole or the record has no offset (LMDB); split, status,
     what, and message: "FILE: record N @ OFFSET: what"). With
@@ -821,7 +896,8 @@ def inspect(data, *, split=None, progress=None):
     path, records, shards, bytes, mean_record_bytes, labels ({stored label:
     records}), width and height ({min, max, mean} of image/width and
     image/height, or the JPEG header's), formats ({image/format: records}),
-    unknown_size (records of unreadable size, when any); num_classes,
+    restart_records (records whose JPEG carries restart markers: convert
+    restart=), unknown_size (records of unreadable size, when any); num_classes,
     label_offset and class_names from dataset.json when it has them;
     splits: {name: the same per split, with format ('tfrecord' or 'lmdb'),
     shards_without_index, and listed (dataset.json's records, shards,

@@ -2,7 +2,8 @@
 # tests/python/test_install.py checks them against the package with
 # mypy.stubtest (and a typed program with mypy --strict).
 import os
-from typing import (Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union, final)
+from typing import (Any, Callable, Dict, Iterator, Literal, Optional, Sequence, Tuple, Union,
+                    final)
 
 from typing_extensions import disjoint_base
 
@@ -57,8 +58,10 @@ class Batch(Tuple[Tensor, Tensor]):
     epochs: Tensor
     epoch: int
     epoch_end: bool
+    skipped: int  # bad records refilled (training) or left out (evaluation: N smaller)
     def __new__(cls, index: int, images: Tensor, labels: Tensor, record_ids: Tensor,
-                epochs: Tensor, epoch: int = ..., epoch_end: bool = ...) -> "Batch": ...
+                epochs: Tensor, epoch: int = ..., epoch_end: bool = ...,
+                skipped: int = ...) -> "Batch": ...
     @property
     def images(self) -> Tensor: ...
     @property
@@ -77,7 +80,8 @@ class Pipeline(Iterator[Batch]):
                  mean: Sequence[float] = ..., std: Sequence[float] = ..., copy: bool = ...,
                  hold: Optional[int] = ..., label_key: Optional[str] = ...,
                  io_retries: Optional[int] = ..., io_timeout: Optional[float] = ...,
-                 io_inflight: Optional[int] = ...) -> None: ...
+                 io_inflight: Optional[int] = ...,
+                 io_retry_budget: Optional[float] = ...) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
     def epoch(self) -> "_Epoch": ...
@@ -105,6 +109,7 @@ def convert(out: _Path, *, folder: Optional[_Path] = ..., list: Optional[_Path] 
             quality: int = ..., resize_short: int = ..., shuffle: bool = ..., seed: int = ...,
             resume: bool = ..., strict: bool = ..., label_offset: int = ...,
             class_names: Optional[Sequence[str]] = ..., fsync: bool = ..., max_pixels: int = ...,
+            restart: Union[None, int, Literal["auto"]] = ..., restart_rows: Optional[int] = ...,
             progress: Optional[Callable[[int, int, int], Any]] = ...) -> Dict[str, Any]: ...
 
 def verify(data: _Path, *, split: Optional[str] = ..., all: bool = ...,

@@ -126,3 +126,18 @@ def _pick(table, what, value):
     if not isinstance(value, str) or value not in table:
         raise ConfigError(f"sluice.Pipeline: {what}={value!r}: one of {', '.join(table)}")
     return table[value]
+
+
+def _restart(where, restart, restart_rows):
+    """convert's restart= and restart_rows= (the CLI's --restart N|auto and
+    --restart-rows R), checked: ('auto', N or None; R or None)."""
+    if restart is not None and restart_rows is not None:
+        raise ConfigError(f"{where}: restart={restart!r} and restart_rows={restart_rows!r}: "
+                          f"give one or the other")
+    if restart is not None and not (isinstance(restart, str) and restart == "auto"):
+        restart = _int(where, "restart", restart, 1, 65535,
+                       " MCUs per restart interval, or 'auto'")
+    if restart_rows is not None:
+        restart_rows = _int(where, "restart_rows", restart_rows, 1, 65535,
+                            " MCU rows per restart interval")
+    return restart, restart_rows

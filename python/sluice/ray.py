@@ -42,7 +42,7 @@ import sys as _sys
 import tempfile as _tempfile
 import time as _time
 
-from . import ConfigError, Error, _bool, _int, _path, _str, _I63
+from . import ConfigError, Error, _bool, _int, _path, _restart, _str, _I63
 
 __all__ = ["convert"]
 
@@ -122,14 +122,16 @@ class _Progress:
 
 def convert(out, *, folder=None, list=None, name="train", shards=0, format="tfrecord",
             quality=95, resize_short=0, shuffle=True, seed=0, label_offset=0, class_names=None,
-            max_pixels=0, tasks=None, plan=None, threads_per_task=1, max_retries=3,
-            fsync=True, progress=True, env=None, sluice_bin=None):
+            max_pixels=0, restart=None, restart_rows=None, tasks=None, plan=None,
+            threads_per_task=1, max_retries=3, fsync=True, progress=True, env=None,
+            sluice_bin=None):
     """Convert folder=DIR or list=FILE into shards in out on the Ray cluster
     ray.init() connected to (see the module's doc for the three steps).
 
     The conversion options are sluice.convert's (shards, format 'tfrecord'
     or 'wds', quality, resize_short, shuffle, seed, label_offset,
-    class_names, max_pixels); 'lmdb' is one store written by one process
+    class_names, max_pixels, restart, restart_rows: each task writes its
+    shards as sluice.convert does); 'lmdb' is one store written by one process
     and is refused. tasks: Ray tasks to cut the shards into (default: one
     per shard, at most the shard count). threads_per_task: the command's
     --threads, and the CPUs each task asks Ray for. max_retries: Ray's
@@ -160,6 +162,11 @@ def convert(out, *, folder=None, list=None, name="train", shards=0, format="tfre
             "--label-offset", str(_int(w, "label_offset", label_offset, 0, 2**30))]
     if max_pixels:
         args += ["--max-pixels", str(_int(w, "max_pixels", max_pixels, 1, _I63))]
+    restart, restart_rows = _restart(w, restart, restart_rows)
+    if restart is not None:
+        args += ["--restart", str(restart)]
+    if restart_rows is not None:
+        args += ["--restart-rows", str(restart_rows)]
     if not _bool(w, "shuffle", shuffle):
         args.append("--no-shuffle")
     ntasks = 0 if tasks is None else _int(w, "tasks", tasks, 1, 99999)

@@ -1,6 +1,6 @@
 # Type stub of sluice.ray (python/sluice/ray.py): conversion on a Ray cluster.
 import os
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Literal, Mapping, Optional, Sequence, Union
 
 __all__ = ["convert"]
 
@@ -21,6 +21,8 @@ def convert(
     label_offset: int = ...,
     class_names: Optional[Sequence[str]] = ...,
     max_pixels: int = ...,
+    restart: Union[None, int, Literal["auto"]] = ...,
+    restart_rows: Optional[int] = ...,
     tasks: Optional[int] = ...,
     plan: Optional[_Path] = ...,
     threads_per_task: int = ...,

@@ -118,12 +118,15 @@ static int dict_ll(PyObject *d, const char *key, long long lo, long long hi, lon
 
 static PyObject *result_dict(const sl_convert_result *r, PyObject *skipped)
 {
-    return Py_BuildValue("{sKsKsKsKsKsKsIsIsO}", "inputs", (unsigned long long)r->inputs,
-                         "records", (unsigned long long)r->records, "skipped",
-                         (unsigned long long)r->skipped, "bytes", (unsigned long long)r->bytes,
-                         "passthrough", (unsigned long long)r->passthrough, "reencoded",
-                         (unsigned long long)r->reencoded, "shards", r->shards, "shards_kept",
-                         r->shards_kept, "skipped_inputs", skipped);
+    typedef unsigned long long ull;
+    return Py_BuildValue("{sKsKsKsKsKsKsIsIsKsKsKsKsKsO}", "inputs", (ull)r->inputs, "records",
+                         (ull)r->records, "skipped", (ull)r->skipped, "bytes", (ull)r->bytes,
+                         "passthrough", (ull)r->passthrough, "reencoded", (ull)r->reencoded,
+                         "shards", r->shards, "shards_kept", r->shards_kept, "restarted",
+                         (ull)r->restarted, "restart_kept", (ull)r->restart_kept,
+                         "restart_markers", (ull)r->restart_markers, "restart_bytes_in",
+                         (ull)r->restart_bytes_in, "restart_bytes_out", (ull)r->restart_bytes_out,
+                         "skipped_inputs", skipped);
 }
 
 /* _convert(cfg: dict, progress: callable | None) -> dict. The keys are
@@ -186,7 +189,14 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
     LL_FIELD("label_offset", label_offset);
     LL_FIELD("fsync", fsync);
     LL_FIELD("max_pixels", max_pixels);
+    LL_FIELD("restart_mcus", restart_mcus);
+    LL_FIELD("restart_rows", restart_rows);
 #undef LL_FIELD
+    long long automatic = 0;
+    if (dict_ll(d, "restart_auto", 0, 1, &automatic))
+        goto done;
+    if (automatic) /* restart='auto': the measured default interval */
+        cfg.restart_mcus = SL_RESTART_AUTO;
     PyObject *cn = PyDict_GetItemString(d, "class_names");
     if (cn && cn != Py_None) {
         Py_ssize_t n = PyList_Size(cn);

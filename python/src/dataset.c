@@ -101,7 +101,8 @@ static void on_problem(void *arg, const sl_verify_problem *p)
 }
 
 /* _verify(path, split, all, label_range, progress) -> dict: records, files,
- * shards_without_index, problems (list of dicts: file, record, offset,
+ * shards_without_index, restart_records (records whose JPEG has restart
+ * markers), problems (list of dicts: file, record, offset,
  * split, code, status, what, message). label_range: None or (lo, hi). */
 static PyObject *py_verify(PyObject *mod, PyObject *args)
 {
@@ -147,9 +148,10 @@ static PyObject *py_verify(PyObject *mod, PyObject *args)
         pysl_raise(rc);
         goto done;
     }
-    result = Py_BuildValue("{sKsKsKsO}", "records", (unsigned long long)res.records, "files",
+    result = Py_BuildValue("{sKsKsKsKsO}", "records", (unsigned long long)res.records, "files",
                            (unsigned long long)res.files, "shards_without_index",
-                           (unsigned long long)res.unindexed, "problems", w.problems);
+                           (unsigned long long)res.unindexed, "restart_records",
+                           (unsigned long long)res.restart_records, "problems", w.problems);
 done:
     Py_XDECREF(w.problems);
     free(path);

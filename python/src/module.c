@@ -9,7 +9,8 @@
  *
  * Remote I/O settings: _io_configure and _io_opts over sl_io_configure and
  * sl_io_get_opts (records/bytesrc.h), process-wide like the CLI's
- * --io-retries; sluice.Pipeline's io_retries, io_timeout and io_inflight.
+ * --io-retries; sluice.Pipeline's io_retries, io_timeout, io_inflight and
+ * io_retry_budget.
  *
  * Threading: _io_configure's read-modify-write of the process-wide
  * settings is atomic only under the GIL (nothing else in the process calls
@@ -17,29 +18,35 @@
  */
 #include "ext.h"
 
+#include "common/status.h"
 #include "records/bytesrc.h"
 
 /* ------------------------------------------------------------ remote I/O */
-/* _io_configure(retries, timeout_ms, inflight): set the given ones of the
- * process-wide remote I/O settings (None: leave that one as it is: the
- * default, SLUICE_IO_*, or what an earlier call set). retries 0 means no
- * retry (SL_IO_NO_RETRY). The Python layer checks and names them; the
- * ranges are checked again here (the CLI's: 0..100 tries after the first,
- * 1 s..1 h per request, 1..64 in flight). */
+/* _io_configure(retries, timeout_ms, inflight, retry_ms): set the given
+ * ones of the process-wide remote I/O settings (None: leave that one as it
+ * is: the default, SLUICE_IO_*, or what an earlier call set). retries: 0
+ * means no retry (SL_IO_NO_RETRY), -1 no count, the retry budget alone
+ * (the default), N at most N tries after the first. retry_ms: the budget,
+ * how long a failing request is retried from its first try. The Python
+ * layer checks and names them; the ranges are checked again here (the
+ * CLI's: 0..100 tries after the first, 1 s..1 h per request, 1..64 in
+ * flight, a budget of 1 ms..1 day). */
 static PyObject *py_io_configure(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    static const char *const what[3] = {"io_retries", "io_timeout_ms", "io_inflight"};
-    static const long long lo[3] = {0, 1000, 1}, hi[3] = {100, 3600000, 64};
-    PyObject *v[3];
-    long long x[3] = {0, 0, 0};
-    if (!PyArg_ParseTuple(args, "OOO:_io_configure", &v[0], &v[1], &v[2]))
+    enum { N = 4 };
+    static const char *const what[N] = {"io_retries", "io_timeout_ms", "io_inflight",
+                                        "io_retry_budget_ms"};
+    static const long long lo[N] = {-1, 1000, 1, 1}, hi[N] = {100, 3600000, 64, 86400000};
+    PyObject *v[N] = {Py_None, Py_None, Py_None, Py_None};
+    long long x[N] = {0, 0, 0, 0};
+    if (!PyArg_ParseTuple(args, "OOO|O:_io_configure", &v[0], &v[1], &v[2], &v[3]))
         return NULL;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N; i++) {
         if (v[i] == Py_None)
             continue;
         int over = 0;
-        x[i] = PyLong_Check(v[i]) ? PyLong_AsLongLongAndOverflow(v[i], &over) : -1;
+        x[i] = PyLong_Check(v[i]) ? PyLong_AsLongLongAndOverflow(v[i], &over) : -2;
         if (x[i] == -1 && PyErr_Occurred())
             return NULL;
         if (!PyLong_Check(v[i]) || over || x[i] < lo[i] || x[i] > hi[i])
@@ -49,31 +56,42 @@ static PyObject *py_io_configure(PyObject *mod, PyObject *args)
     sl_io_opts o;
     sl_io_get_opts(&o); /* in force, defaults filled in: setting them again changes nothing */
     if (v[0] != Py_None)
-        o.retries = x[0] ? (unsigned)x[0] : SL_IO_NO_RETRY;
+        o.retries = x[0] < 0 ? 0u : x[0] ? (unsigned)x[0] : SL_IO_NO_RETRY;
     if (v[1] != Py_None)
         o.timeout_ms = (unsigned)x[1];
     if (v[2] != Py_None)
         o.inflight = (unsigned)x[2];
-    sl_io_configure(&o);
+    if (v[3] != Py_None)
+        o.retry_ms = (unsigned)x[3];
+    if (sl_io_configure(&o))
+        return pysl_raise(SL_ENOMEM);
     Py_RETURN_NONE;
 }
 
-/* _io_opts() -> dict: the remote I/O settings in force (retries 0: none). */
+/* _io_opts() -> dict: the remote I/O settings in force: retries None (no
+ * count: the retry budget alone, the default), 0 (no retry) or N (at most
+ * N tries after the first); retry_ms the budget; timeout_ms, backoff_ms,
+ * inflight. _io_configure takes retries -1 for None. */
 static PyObject *py_io_opts(PyObject *mod, PyObject *unused)
 {
     (void)mod;
     (void)unused;
     sl_io_opts o;
     sl_io_get_opts(&o);
-    return Py_BuildValue("{sIsIsIsI}", "retries", o.retries == SL_IO_NO_RETRY ? 0u : o.retries,
-                         "timeout_ms", o.timeout_ms, "backoff_ms", o.backoff_ms, "inflight",
-                         o.inflight);
+    PyObject *retries = o.retries == 0                ? (Py_INCREF(Py_None), Py_None)
+                        : o.retries == SL_IO_NO_RETRY ? PyLong_FromLong(0)
+                                                      : PyLong_FromUnsignedLong(o.retries);
+    if (!retries)
+        return NULL;
+    return Py_BuildValue("{sNsIsIsIsI}", "retries", retries, "timeout_ms", o.timeout_ms,
+                         "backoff_ms", o.backoff_ms, "inflight", o.inflight, "retry_ms",
+                         o.retry_ms);
 }
 
 static PyMethodDef methods[] = {
     {"_io_configure", py_io_configure, METH_VARARGS,
-     "_io_configure(retries, timeout_ms, inflight): sl_io_configure, process-wide; None leaves "
-     "a setting as it is."},
+     "_io_configure(retries, timeout_ms, inflight, retry_ms=None): sl_io_configure, "
+     "process-wide; None leaves a setting as it is, retries -1 is no count (the budget alone)."},
     {"_io_opts", py_io_opts, METH_NOARGS, "_io_opts() -> dict: sl_io_get_opts."},
     {NULL, NULL, 0, NULL},
 };

@@ -505,7 +505,7 @@ static PyObject *image_tensor(pipe_obj *self, const sl_batch *b, sl_lease *lease
     return t;
 }
 
-/* (index, images, labels, record_ids, epochs) of b. */
+/* (index, images, labels, record_ids, epochs, skipped) of b. */
 static PyObject *batch_tuple(pipe_obj *self, const sl_batch *b, sl_lease *lease)
 {
     PyObject *img = image_tensor(self, b, lease);
@@ -513,7 +513,8 @@ static PyObject *batch_tuple(pipe_obj *self, const sl_batch *b, sl_lease *lease)
     PyObject *ids = small_tensor(b->record_ids, b->n, 8, 0, (sldl_dtype){SLDL_INT, 64, 1});
     PyObject *ep = small_tensor(b->epochs, b->n, 4, 0, (sldl_dtype){SLDL_INT, 32, 1});
     PyObject *t = img && lab && ids && ep
-                      ? Py_BuildValue("(KOOOO)", (unsigned long long)b->index, img, lab, ids, ep)
+                      ? Py_BuildValue("(KOOOOI)", (unsigned long long)b->index, img, lab, ids, ep,
+                                      b->skipped)
                       : NULL;
     Py_XDECREF(img);
     Py_XDECREF(lab);
@@ -539,7 +540,10 @@ static int close_for_other(pipe_obj *self)
     return err;
 }
 
-/* next() -> (index, images, labels, record_ids, epochs), or None at the end. */
+/* next() -> (index, images, labels, record_ids, epochs, skipped), or None at
+ * the end. Under the eval transform a batch may hold fewer samples than
+ * `batch`, none at all when every record of it was bad (the Python layer
+ * does not hand such a one out). */
 static PyObject *pipe_next(PyObject *obj, PyObject *unused)
 {
     (void)unused;
@@ -607,7 +611,15 @@ static PyObject *pipe_next(PyObject *obj, PyObject *unused)
         lease->hold = self->hold;
     }
     PyObject *t = batch_tuple(self, b, lease);
-    if (!t || self->copy) {
+    /* A batch without samples (evaluation: its records all bad) is not
+     * handed out by the Python layer: given back at once, it takes none
+     * of the `hold` places, so the batches before it stay lent as long as
+     * the contract says (counted in batches the loop sees). */
+    if (!t || self->copy || b->n == 0) {
+        if (lease) {
+            lease->released = 1;
+            lease->released_by = b->index;
+        }
         pysl_lease_unref(lease);
         sl_pipeline_release(p, b);
         return t;
@@ -698,6 +710,7 @@ static PyObject *pipe_stats(PyObject *obj, PyObject *unused)
         set_item(d, "batches", PyLong_FromUnsignedLongLong(s->batches)) ||
         set_item(d, "samples", PyLong_FromUnsignedLongLong(s->samples)) ||
         set_item(d, "bad_records", PyLong_FromUnsignedLongLong(s->bad_records)) ||
+        set_item(d, "bad_records_out", PyLong_FromUnsignedLongLong(s->bad_records_out)) ||
         set_item(d, "shuffle_buffer", PyLong_FromUnsignedLongLong(s->shuffle_buffer)) ||
         set_item(d, "records_per_epoch", PyLong_FromUnsignedLongLong(s->records_per_epoch)) ||
         set_item(d, "records_per_epoch_world",
@@ -714,14 +727,16 @@ fail:
     return NULL;
 }
 
-/* bad_records() -> int: records skipped so far (a cheap look for the
- * Python layer's warning: no dict). */
+/* bad_records() -> int: bad records the consumer has skipped so far: in the
+ * batches handed out (their sl_batch.skipped), not those the workers met
+ * decoding ahead (stats' bad_records_out; a cheap look for the Python
+ * layer's warning: no dict). */
 static PyObject *pipe_bad_records(PyObject *obj, PyObject *unused)
 {
     (void)unused;
     sl_pipeline_stats now;
     const sl_pipeline_stats *sp = get_stats((pipe_obj *)obj, &now);
-    return sp ? PyLong_FromUnsignedLongLong(sp->bad_records) : NULL;
+    return sp ? PyLong_FromUnsignedLongLong(sp->bad_records_out) : NULL;
 }
 
 static PyObject *pipe_get_closed(PyObject *obj, void *unused)
@@ -738,11 +753,13 @@ static PyObject *pipe_get_held(PyObject *obj, void *unused)
 
 static PyMethodDef pipe_methods[] = {
     {"next", pipe_next, METH_NOARGS,
-     "next() -> (index, images, labels, record_ids, epochs) or None after the last batch."},
+     "next() -> (index, images, labels, record_ids, epochs, skipped) or None after the last "
+     "batch."},
     {"state", pipe_state, METH_NOARGS, "The resume state (JSON text) after the last batch taken."},
     {"stats", pipe_stats, METH_NOARGS,
      "Per-stage figures since create (a dict); after close, those when it was closed."},
-    {"bad_records", pipe_bad_records, METH_NOARGS, "Records skipped so far (stats()'s count)."},
+    {"bad_records", pipe_bad_records, METH_NOARGS,
+     "Bad records in the batches handed out so far (stats()'s bad_records_out)."},
     {"close", pipe_close, METH_NOARGS, "Release held batches and stop the threads."},
     {NULL, NULL, 0, NULL},
 };

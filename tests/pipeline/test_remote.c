@@ -7,7 +7,8 @@
  * batches of an undisturbed run, no bad record); a shard that stays
  * unreachable past the budget fails the run naming its URL, the HTTP status
  * and the time, under either error policy; one that is gone (404) is, under
- * skip, reported record by record and never comes out. Real servers on
+ * skip, reported record by record and never comes out; a bad record's
+ * refill that meets an outage ends the run the same way. Real servers on
  * loopback (tests/servers.h). */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -56,7 +57,7 @@ static char *parent(const pl_dataset *d)
 
 /* A test's dataset served by nginx, optionally through the fault proxy in
  * MODE (NULL: none); url is what a pipeline reads (the proxy's when there
- * is one). */
+ * is one); bad: pl_make_dataset's bad records (NULL: none). */
 typedef struct served {
     pl_dataset d;
     char *root;
@@ -64,15 +65,21 @@ typedef struct served {
     char url[256];
 } served;
 
-static void serve(served *v, const char *mode)
+static void serve_bad(served *v, const char *mode, const uint8_t *bad)
 {
     memset(v, 0, sizeof *v);
-    pl_make_dataset(&v->d, NREC, NSHARD, 0, NULL);
+    pl_make_dataset(&v->d, NREC, NSHARD, 0, bad);
     v->root = parent(&v->d);
     srv_nginx_start(v->root, &v->ng);
     if (mode)
         srv_proxy_start(v->ng.url, mode, &v->px);
     snprintf(v->url, sizeof v->url, "%s/%s", mode ? v->px.url : v->ng.url, leaf(&v->d));
+}
+
+/* serve_bad without bad records (pl_make_dataset's bad). */
+static void serve(served *v, const char *mode)
+{
+    serve_bad(v, mode, NULL);
 }
 
 static void unserve(served *v)
@@ -243,6 +250,61 @@ Test(pipeline_remote, unreachable_shard_fails_under_both_policies)
         cr_assert(strstr(sl_errmsg(), "train-00002-of-00004.tfrecord.idx") &&
                   strstr(sl_errmsg(), "503"), "%s", sl_errmsg());
     }
+    unserve(&v);
+}
+
+/* A refill's read fails the same way (issue 39's consistency): record
+ * NREC - 2 does not decode (a bad record: under skip its slot is refilled
+ * by pread through the index, from record NREC - 1), and by then the last
+ * shard answers 503 forever: the run ends naming it, its status and the
+ * time, as the readers end it; it used to mark the shard unreachable,
+ * refill from record 0 and end the run quietly (EOF, one bad record). The
+ * readers have read every unit before the proxy turns (the refill is the
+ * only request to the dead shard), and the ring of 3 batches keeps the
+ * workers from the bad record until the consumer takes batches. */
+Test(pipeline_remote, refill_outage_fails_as_the_readers_do)
+{
+    uint8_t bad[NREC] = {0};
+    bad[NREC - 2] = PL_BAD_NOT_JPEG;
+    served v;
+    serve_bad(&v, "pass", bad);
+    const char *last = strrchr(v.d.shard_path[NSHARD - 1], '/') + 1;
+    cr_assert_gt(v.d.shard_n[NSHARD - 1], 1, "records NREC - 2 and NREC - 1 share a shard");
+    sl_io_configure(&(sl_io_opts){.retry_ms = 700, .backoff_ms = 20, .inflight = 4});
+
+    sl_pipeline_config c;
+    pl_config(&c, &v.d);
+    c.data = v.url;
+    c.on_error = SL_ON_ERROR_SKIP;
+    c.shuffle = SL_SHUFFLE_NONE;
+    c.shuffle_files = 0;
+    c.cycle = 1;
+    c.prefetch = 3;
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    sl_pipeline_stats st;
+    for (int i = 0; i < 1000; i++) { /* the readers have every record */
+        cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
+        if (st.stages[0].items >= NREC)
+            break;
+        usleep(10 * 1000);
+    }
+    cr_assert_eq(st.stages[0].items, NREC, "the readers did not read every record");
+    char mode[600];
+    snprintf(mode, sizeof mode, "503get=%s", last);
+    srv_proxy_mode(&v.px, mode);
+    pl_run r = {0};
+    pl_collect(p, &r, SIZE_MAX, 0);
+    cr_assert_neq(r.end_rc, SL_EOF, "the refill's outage was taken for a bad record: %zu "
+                  "samples", r.ns);
+    const char *msg = sl_errmsg();
+    cr_assert(strstr(msg, last) && strstr(msg, "503"), "names the shard and status: %s", msg);
+    cr_assert(strstr(msg, "tries in 0.") || strstr(msg, "tries in 1."),
+              "says how long it tried: %s", msg);
+    cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
+    cr_assert_eq(st.bad_records, 1, "the record that does not decode is the one bad record");
+    sl_pipeline_destroy(p);
+    pl_run_free(&r);
     unserve(&v);
 }
 

@@ -136,3 +136,62 @@ def test_messages_speak_python(tmp_path):
     res = sluice.convert(tmp_path / "small", folder=tmp_path / "img", fsync=False, max_pixels=10)
     assert all("max_pixels=" in why and "--max-pixels" not in why
                for _, why in res["skipped_inputs"]), res["skipped_inputs"]
+
+
+def _files(d):
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+@pytest.mark.parametrize("kw,cli", [
+    (dict(restart=2), ["--restart", "2"]),
+    (dict(restart="auto"), ["--restart", "auto"]),
+    (dict(restart_rows=1), ["--restart-rows", "1"]),
+])
+def test_convert_restart_gives_the_cli_bytes(tmp_path, sluice_bin, kw, cli):
+    """Issue 41 in Python: convert(restart=...) writes what `sluice convert
+    --restart` writes, byte for byte; the result counts the re-written
+    JPEGs and their markers, and verify's restart_records (inspect's too)
+    counts the records that carry them."""
+    import subprocess
+    make_folder(tmp_path / "img", 12, classes=2, lo=40, hi=140)
+    opts = dict(shards=2, seed=5, fsync=False, threads=2)
+    res = sluice.convert(tmp_path / "py", folder=tmp_path / "img", **opts, **kw)
+    subprocess.run([sluice_bin, "convert", "--from", "folder", str(tmp_path / "img"), "--out",
+                    str(tmp_path / "cli"), "--name", "train", "--shards", "2", "--shuffle-seed",
+                    "5", "--no-fsync", "--threads", "2", "--quiet", *cli],
+                   check=True, capture_output=True)
+    py, want = _files(tmp_path / "py"), _files(tmp_path / "cli")
+    assert sorted(py) == sorted(want) and len(py) == 6, sorted(py)  # .train.done too
+    for name in want:
+        assert py[name] == want[name], f"{name} differs from the CLI's"
+    assert res["records"] == 12 and res["restarted"] == 12 and res["restart_kept"] == 0, res
+    assert res["restart_markers"] >= 12, res
+    assert res["restart_bytes_out"] > res["restart_bytes_in"] > 0, res
+    assert sluice.verify(tmp_path / "py")["restart_records"] == 12
+    assert sluice.inspect(tmp_path / "py")["restart_records"] == 12
+    plain = sluice.convert(tmp_path / "plain", folder=tmp_path / "img", **opts)
+    assert plain["restarted"] == plain["restart_markers"] == 0, plain
+    assert sluice.verify(tmp_path / "plain")["restart_records"] == 0
+    # the same pixels: the pipeline's batches are those of the plain shards
+    def images(d):
+        with sluice.Pipeline(d, image_size=24, batch=12, train=False, workers=1) as p:
+            return [np.array(np.from_dlpack(b.images)) for b in p]
+    for a, b in zip(images(tmp_path / "py"), images(tmp_path / "plain")):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kw,says", [
+    (dict(restart=0), "restart=0: out of range, 1 to 65535"),
+    (dict(restart=65536), "restart=65536: out of range"),
+    (dict(restart="rows"), "restart='rows': an integer"),
+    (dict(restart=2.0), "restart=2.0: an integer"),
+    (dict(restart_rows=0), "restart_rows=0: out of range"),
+    (dict(restart_rows="auto"), "restart_rows='auto': an integer"),
+    (dict(restart=4, restart_rows=1), "give one or the other"),
+])
+def test_convert_restart_refuses_bad_values(tmp_path, kw, says):
+    make_folder(tmp_path / "img", 2, classes=1)
+    with pytest.raises(sluice.ConfigError) as e:
+        sluice.convert(tmp_path / "out", folder=tmp_path / "img", fsync=False, **kw)
+    assert says in str(e.value), str(e.value)
+    assert not (tmp_path / "out").exists(), "refused before anything was written"

@@ -198,6 +198,18 @@ def test_ray_convert_survives_a_killed_worker(cluster, sluice_bin, tmp_path):
     same_files(tmp_path / "one", tmp_path / "ray")
 
 
+def test_ray_convert_restart_gives_the_one_machine_bytes(cluster, sluice_bin, tmp_path):
+    """restart= travels to every task (the plan carries it): the shards of
+    `sluice convert --restart auto` on one machine, markers in every JPEG."""
+    make_photos(tmp_path / "img")
+    one_machine(sluice_bin, tmp_path / "img", tmp_path / "one", "--restart", "auto")
+    d = drive(cluster, tmp_path / "ray", tmp_path / "img", tmp_path / "plan.json",
+              env={"SLUICE_BIN": sluice_bin}, opts=dict(OPTS, restart="auto"))
+    check_run(d)
+    same_files(tmp_path / "one", tmp_path / "ray")
+    assert sluice.verify(tmp_path / "ray")["restart_records"] == 120
+
+
 def test_ray_convert_wds_to_s3(cluster, sluice_bin, tmp_path):
     need(MOTO_PY, "s3venv (moto)")
     make_photos(tmp_path / "img")
@@ -246,3 +258,7 @@ def test_ray_convert_arguments_checked():
         sr.convert("/tmp/x", folder="a", list="b")
     with pytest.raises(sluice.ConfigError, match="LMDB"):
         sr.convert("/tmp/x", folder="a", format="lmdb")
+    with pytest.raises(sluice.ConfigError, match="restart=0: out of range"):
+        sr.convert("/tmp/x", folder="a", restart=0)
+    with pytest.raises(sluice.ConfigError, match="give one or the other"):
+        sr.convert("/tmp/x", folder="a", restart="auto", restart_rows=2)

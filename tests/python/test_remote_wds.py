@@ -1,7 +1,7 @@
 """Issue 30 in the Python package: WebDataset tar shards (convert
 format='wds', Pipeline label_key=), remote data over HTTP (an nginx on
 loopback, as tests/servers.c starts it), the process-wide remote I/O
-settings (io_retries, io_timeout, io_inflight) and SL_EPERM as
+settings (io_retries, io_timeout, io_inflight, io_retry_budget) and SL_EPERM as
 sluice.PermissionDeniedError (a PermissionError)."""
 import io
 import json
@@ -55,7 +55,8 @@ def io_settings():
     """Put the process-wide remote I/O settings back after the test."""
     before = sluice._io_opts()
     yield
-    sluice._io_configure(before["retries"], before["timeout_ms"], before["inflight"])
+    retries = -1 if before["retries"] is None else before["retries"]  # -1: no count
+    sluice._io_configure(retries, before["timeout_ms"], before["inflight"], before["retry_ms"])
     assert sluice._io_opts() == before
 
 
@@ -162,6 +163,8 @@ def test_pickled_pipeline_keeps_label_key(wds_dataset):
     ("io_timeout", 0), ("io_timeout", 0.5), ("io_timeout", 3601), ("io_timeout", "5"),
     ("io_timeout", float("nan")), ("io_timeout", True),
     ("io_inflight", 0), ("io_inflight", 65), ("io_inflight", 1.5), ("io_inflight", "8"),
+    ("io_retry_budget", 0), ("io_retry_budget", 0.5), ("io_retry_budget", 86401),
+    ("io_retry_budget", "60"), ("io_retry_budget", float("inf")), ("io_retry_budget", True),
     ("label_key", ""), ("label_key", 3), ("label_key", b"y"),
 ])
 def test_new_settings_raise_config_error_naming_them(dataset, io_settings, setting, value):
@@ -193,6 +196,44 @@ def test_io_settings_are_process_wide_and_none_leaves_them(dataset, io_settings)
     P(dataset, io_timeout=3600, io_inflight=64).close()  # the upper edges
     got = sluice._io_opts()
     assert (got["timeout_ms"], got["inflight"]) == (3600000, 64)
+
+
+def test_io_retries_none_is_no_count_and_zero_no_retry(dataset, io_settings):
+    """_io_opts() tells the default (no count: the retry budget alone) from
+    io_retries=0 (no retry): both read 0 before, and a fixture that put
+    the settings back turned the default into no retry without a word."""
+    sluice._io_configure(-1, None, None, None)
+    got = sluice._io_opts()
+    assert got["retries"] is None and got["retry_ms"] >= 1000, got
+    P(dataset, io_retries=0).close()
+    assert sluice._io_opts()["retries"] == 0
+    P(dataset, io_retries=7, io_retry_budget=2.5).close()
+    got = sluice._io_opts()
+    assert (got["retries"], got["retry_ms"]) == (7, 2500), got
+    P(dataset, io_retry_budget=86400).close()  # the upper edge; retries as they were
+    got = sluice._io_opts()
+    assert (got["retries"], got["retry_ms"]) == (7, 86400000), got
+    sluice._io_configure(-1, None, None, None)
+    assert sluice._io_opts()["retries"] is None
+
+
+def test_io_retry_budget_bounds_the_retries_in_time(io_settings):
+    """Nothing listens at the URL: the retries go on for io_retry_budget
+    seconds (no count), then the error says how long it tried; io_retries=0
+    gives up at once."""
+    url = f"http://127.0.0.1:{_free_port()}/d/train-00000-of-00001.tfrecord"
+    sluice._io_configure(-1, None, None, None)
+    for budget in (1, 2.5):
+        t0 = time.monotonic()
+        with pytest.raises(sluice.Error) as e:
+            P(url, io_retry_budget=budget)
+        took = time.monotonic() - t0
+        assert budget * 0.9 <= took < budget + 10, (budget, took, str(e.value))
+        assert url in str(e.value) and "tries in" in str(e.value), str(e.value)
+    t0 = time.monotonic()
+    with pytest.raises(sluice.Error):
+        P(url, io_retries=0, io_retry_budget=60)
+    assert time.monotonic() - t0 < 5, "io_retries=0: one try, whatever the budget"
 
 
 def test_permission_error_class():
