@@ -23,6 +23,28 @@ const char *__asan_default_options(void)
 {
     return "abort_on_error=1";
 }
+
+/* Criterion's own main, but the runner process (which runs none of our
+ * code: each test runs in a child that BoxFort starts by exec and points at
+ * the test, not at this main) leaves without LeakSanitizer's exit check.
+ * The runner leaks by itself: BoxFort's timeout queue (bxfi_push_timeout's
+ * 48-byte requests, for every test with .timeout) loses entries when
+ * bxfi_cancel_timeout unlinks two from its list at once, which jobs=2
+ * does; seen as "Direct leak of 96 byte(s) in 2 object(s) ... calloc,
+ * libcriterion.so.3+0x1a332" (Criterion 2.4.1, Debian 12), now and then.
+ * A suppression cannot name it (Debian's libcriterion has no symbols, and
+ * `leak:libcriterion.so` would match every test's leak, whose stack runs
+ * through criterion_internal_test_main). The children's check stays. */
+int main(int argc, char *argv[])
+{
+    struct criterion_test_set *tests = criterion_initialize();
+    int result = 0;
+    if (criterion_handle_args(argc, argv, true))
+        result = !criterion_run_all_tests(tests);
+    criterion_finalize(tests);
+    fflush(NULL);
+    _exit(result);
+}
 #endif
 
 char *tu_tmpdir(void)
