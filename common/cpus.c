@@ -17,10 +17,12 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/cpus.h"
@@ -174,3 +176,63 @@ void sl_cpus_get_at(const char *root, sl_cpus *out)
 }
 
 void sl_cpus_get(sl_cpus *out) { sl_cpus_get_at("", out); }
+
+/* ------------------------------------------------ the contention probe */
+
+typedef struct probe {
+    double until; /* CLOCK_MONOTONIC seconds */
+    double cpu;   /* this thread's CPU seconds while spinning */
+    int ok;
+} probe;
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts))
+        return -1;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *spin(void *arg)
+{
+    probe *p = arg;
+    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), now;
+    volatile unsigned long x = 0;
+    while ((now = clock_s(CLOCK_MONOTONIC)) >= 0 && now < p->until)
+        for (int i = 0; i < 2000; i++)
+            x += (unsigned long)i;
+    double c1 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    p->ok = c0 >= 0 && c1 >= 0 && now >= 0;
+    p->cpu = c1 - c0;
+    return NULL;
+}
+
+double sl_cpus_free(int n, double seconds)
+{
+    if (n < 1 || n > 4096 || !(seconds > 0))
+        return 0;
+    probe *p = calloc((size_t)n, sizeof *p);
+    pthread_t *t = calloc((size_t)n, sizeof *t);
+    double got = 0, t0 = clock_s(CLOCK_MONOTONIC);
+    int started = 0, ok = p && t && t0 >= 0;
+    for (int i = 0; ok && i < n; i++) {
+        p[i].until = t0 + seconds;
+        if (pthread_create(&t[i], NULL, spin, &p[i]))
+            ok = 0;
+        else
+            started++;
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(t[i], NULL);
+        ok &= p[i].ok;
+        got += p[i].cpu;
+    }
+    /* measured over the threads' spin, not their start: a late start
+     * shortens a spin, and that is CPU it did not get */
+    double wall = clock_s(CLOCK_MONOTONIC) - t0;
+    free(p);
+    free(t);
+    if (!ok || !(wall > 0))
+        return 0;
+    return got / (wall > seconds ? wall : seconds);
+}

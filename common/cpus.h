@@ -37,6 +37,13 @@ void sl_cpus_get(sl_cpus *out);
  * its quota in *cores (0 for max). -1 when the text is not cpu.max's. */
 int sl_cpus_parse_max(const char *text, double *cores);
 
+/* The start-up measurement: n threads spin for `seconds` of wall time and
+ * the CPU time they got is summed: the cores' worth of CPU that n busy
+ * threads of this process would get now (n on a quiet machine; about
+ * n * n / (n + k) with k other busy threads on n cores). Costs n x seconds
+ * of CPU. 0 when a thread cannot start or a clock cannot be read. */
+double sl_cpus_free(int n, double seconds);
+
 #ifdef __cplusplus
 }
 #endif

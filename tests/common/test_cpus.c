@@ -142,3 +142,15 @@ Test(cpus, garbage_files_mean_no_quota)
     cr_assert_eq(c.quota, 0);
     cr_assert_eq(c.usable, affinity());
 }
+
+/* The probe: at most the threads it ran (a little slack for the clocks'
+ * granularity), more than nothing, and garbage requests answer 0. On a
+ * shared machine the share itself cannot be asserted. */
+Test(cpus, free_probe)
+{
+    double f = sl_cpus_free(2, 0.03);
+    cr_assert_gt(f, 0.0);
+    cr_assert_leq(f, 2.05, "%g cores' worth from 2 threads", f);
+    cr_assert_eq(sl_cpus_free(0, 0.03), 0);
+    cr_assert_eq(sl_cpus_free(1, 0), 0);
+}
