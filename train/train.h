@@ -609,7 +609,7 @@ typedef enum sl_par_job {
 typedef struct sl_par_request {
     sl_par_job job;
     int cpus;                 /* the budget, >= 1 */
-    double free_cores;        /* sl_cpus_free(cpus, ...) at start-up; 0 = not measured */
+    double free_cores;        /* sl_cpus_free(cpus, ...) at start-up, reported; 0 = not measured */
     sl_backend backend;
     sl_arch arch;             /* train / eval: the model, its width (0 = the arch's) and */
     int width;                /* the input size: the per-image cost */
@@ -638,11 +638,11 @@ typedef struct sl_par_plan {
     char reason[256];         /* why, in a sentence: the start-up line and --json */
 } sl_par_plan;
 
-/* Choose within q->cpus. Pure: the same request gives the same plan, and
- * the replicas (which decide what a step computes: batch norm over each
- * replica's slice) depend on the budget, the batch and the model only,
- * never on the measurement, which may only lower the threads per replica
- * (the bits do not depend on them). */
+/* Choose within q->cpus. Pure: the same request gives the same plan.
+ * Replicas and threads per replica (which change what a step computes:
+ * batch norm over each replica's slice, oneDNN's reductions by thread)
+ * depend on the budget, the batch and the model only; free_cores is only
+ * reported. */
 void sl_par_choose(const sl_par_request *q, sl_par_plan *p);
 /* The plan as one JSON object (no newline) into buf: {"cpus":..,
  * "strategy":..,"replicas":..,"threads":..,"workers":..,"readers":..,

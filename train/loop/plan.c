@@ -7,10 +7,12 @@
  * step). When another process holds one of the cores, every barrier waits
  * for the thread that is not running: ResNet-20 at 28 px fell from 1,041
  * images/s to 176 with one busy shell loop beside it, while one thread
- * kept 546 and two replicas of one thread 642 (issue 43; perf/RESULTS.md
- * "Issue 43" for this tree's side-by-side figures, OMP_WAIT_POLICY=passive
- * included: it does not help, the wait is for a thread that has no core,
- * not a spinning one). Replicas of one thread each meet once a step (the
+ * kept 546 and two replicas of one thread 642 (issue 43). This tree, on a
+ * machine loaded by other builds plus one busy loop (40 steps, medians of
+ * 3, interleaved): the all-core default 22 images/s, the same with
+ * OMP_WAIT_POLICY=passive 44, one thread 142, two replicas of one thread
+ * 222. A passive wait halves the loss, but the barrier still waits for a
+ * thread without a core. Replicas of one thread each meet once a step (the
  * gradient all-reduce), so a busy core costs its share of the CPU and no
  * more; on a quiet machine they are as fast or faster (1,079 against
  * 1,041). So the budget goes to replicas, one per core, as far as the
@@ -20,13 +22,17 @@
  * go to threads per replica when a step is big enough to split
  * (SL_PAR_THREAD_GMAC), else to the decode workers.
  *
- * What may change what a run computes. Threads never do (the passes'
- * bits do not depend on them: train/ops/par_cpu.c), replicas do (each
+ * What may change what a run computes. The pipeline's workers, readers
+ * and prefetch never do (pipeline.h, Determinism). Replicas do (each
  * replica's batch norm sees its slice; --sync-bn makes them agree up to
- * summation order), so the replicas depend on the budget, the batch and
- * the model only: the same --cpus gives the same run. The start-up
- * measurement (common/cpus.h's sl_cpus_free, about 0.05 s) may only lower
- * the threads per replica when the cores are busy.
+ * summation order), and so do the threads per replica: oneDNN's
+ * convolutions give other bits on another thread count (its backward
+ * reductions split by thread; the passes of train/ops/par_cpu.c do not),
+ * measured: two replicas of one thread and of two differ after 3 steps,
+ * in fp32 and bf16. So the whole split depends on the budget, the batch
+ * and the model only: the same --cpus gives the same run. The start-up
+ * measurement (common/cpus.h's sl_cpus_free, 0.05 s) is reported (a busy
+ * machine is why a run is slower than the last), and changes nothing.
  *
  * The pipeline's threads. Decoding is a small share of a CPU training
  * step (a 28 px PNG decodes in microseconds, a step of ResNet-20 takes
@@ -81,8 +87,7 @@ static int choose_replicas(unsigned batch, int cpus)
 }
 
 /* Threads per replica when cores are left after the replicas: only for a
- * step big enough to split, and no more than the cores the measurement
- * found free. *why gets what decided. */
+ * step big enough to split. *why gets what decided. */
 static int choose_threads(const sl_par_request *q, int reps, double gmac_step,
                           const char **why)
 {
@@ -91,11 +96,6 @@ static int choose_threads(const sl_par_request *q, int reps, double gmac_step,
     if (t > 1 && gmac_step < SL_PAR_THREAD_GMAC) {
         *why = "a step too small to split over threads";
         t = 1;
-    }
-    if (q->free_cores > 0 && t > 1 && q->free_cores < reps * t - 0.25) {
-        int f = (int)floor(q->free_cores / reps);
-        t = f > 1 ? f : 1;
-        *why = "cores busy at start-up";
     }
     return t;
 }
@@ -133,6 +133,8 @@ static void choose_compute(const sl_par_request *q, sl_par_plan *p, char *note, 
         p->replicas = q->cpus; /* workers do not split the batch */
     else
         p->replicas = choose_replicas(q->batch, q->cpus);
+    if (q->strategy < 0 && p->replicas == 1)
+        p->strategy = SL_STRATEGY_SINGLE; /* one replica needs no all-reduce */
     unsigned slice = p->strategy == SL_STRATEGY_PS ? q->batch : q->batch / (unsigned)p->replicas;
     step = p->gmac_per_image * slice;
     if (q->threads > 0) {
@@ -142,12 +144,17 @@ static void choose_compute(const sl_par_request *q, sl_par_plan *p, char *note, 
         return;
     }
     p->threads = choose_threads(q, p->replicas, step, &why);
-    if (q->strategy < 0 && p->replicas > 1)
+    if (q->strategy < 0 && p->replicas > 1 && p->threads == 1)
         snprintf(note, cap, "%u images each; replicas of one thread meet once a step, not at "
-                 "every op%s%s", slice, *why ? "; " : "", why);
-    else if (q->strategy < 0)
+                 "every op", slice);
+    else if (q->strategy < 0 && p->replicas > 1)
+        snprintf(note, cap, "%u images each, a step big enough to split over threads", slice);
+    else if (q->strategy < 0 && q->cpus > 1 && !q->mpi)
         snprintf(note, cap, "batch %u does not split into slices of %d or more%s%s", q->batch,
                  SL_PAR_MIN_SLICE, *why ? "; " : "", why);
+    else if (q->strategy < 0)
+        snprintf(note, cap, "%s%s%s", q->mpi ? "one replica per process (mpirun)" : "one core",
+                 *why ? "; " : "", why);
     else
         snprintf(note, cap, "%s as given%s%s", sl_strategy_name(p->strategy), *why ? "; " : "",
                  why);

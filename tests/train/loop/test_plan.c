@@ -42,10 +42,12 @@ Test(par_plan, one_core_is_one_replica)
     sl_par_request q = req(1, SL_ARCH_RESNET50, 0, 224, 32);
     sl_par_plan p;
     sl_par_choose(&q, &p);
+    cr_assert_eq(p.strategy, SL_STRATEGY_SINGLE, "one replica needs no all-reduce");
     cr_assert_eq(p.replicas, 1);
     cr_assert_eq(p.threads, 1);
     cr_assert_eq(p.workers, 1);
     cr_assert_eq(p.replicas * p.threads, 1, "never more compute threads than cores");
+    cr_assert(strstr(p.reason, "one core"), "%s", p.reason);
 }
 
 Test(par_plan, many_cores_slices_of_16_then_threads_for_a_big_step)
@@ -81,28 +83,25 @@ Test(par_plan, a_batch_that_does_not_split)
     cr_assert_eq(p.replicas, 2);
 }
 
-Test(par_plan, the_measurement_lowers_threads_never_replicas)
+Test(par_plan, the_measurement_changes_nothing)
 {
+    /* threads and replicas both change a run's bits: neither may follow
+     * the start-up measurement */
     sl_par_request q = req(16, SL_ARCH_RESNET50, 0, 224, 64);
     sl_par_plan quiet, busy;
     q.free_cores = 15.9;
     sl_par_choose(&q, &quiet);
-    q.free_cores = 9.0; /* about 7 other busy threads */
+    q.free_cores = 3.0;
     sl_par_choose(&q, &busy);
     cr_assert_eq(quiet.replicas, busy.replicas);
-    cr_assert_eq(quiet.threads, 4);
-    cr_assert_eq(busy.threads, 2);
-    cr_assert(strstr(busy.reason, "cores busy at start-up"), "%s", busy.reason);
-    /* one replica (--strategy single) on two busy cores: one thread */
+    cr_assert_eq(quiet.threads, busy.threads);
+    cr_assert_eq(busy.workers, quiet.workers);
+    cr_assert_float_eq(busy.free_cores, 3.0, 1e-12, "reported as measured");
     q = req(2, SL_ARCH_RESNET50, 0, 224, 64);
     q.strategy = SL_STRATEGY_SINGLE;
-    q.free_cores = 1.3;
-    sl_par_choose(&q, &busy);
-    cr_assert_eq(busy.replicas, 1);
-    cr_assert_eq(busy.threads, 1);
-    q.free_cores = 1.95;
     sl_par_choose(&q, &quiet);
-    cr_assert_eq(quiet.threads, 2);
+    cr_assert_eq(quiet.replicas, 1);
+    cr_assert_eq(quiet.threads, 2, "single, a big step: the cores as threads");
 }
 
 Test(par_plan, explicit_options_win)
