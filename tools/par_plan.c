@@ -7,7 +7,6 @@
 #include <time.h>
 
 #include "common/cpus.h"
-#include "records/bytesrc.h"
 
 /* How long the start-up measurement spins (common/cpus.h's sl_cpus_free):
  * long enough for the scheduler to share the cores out (its latency is a
@@ -23,7 +22,6 @@ void par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan
     q->batch = f->cfg.batch;
     q->height = f->cfg.height;
     q->image_width = f->cfg.width;
-    q->remote = f->cfg.data && sl_path_is_remote(f->cfg.data);
     q->workers = f->cfg.workers;
     q->readers = f->cfg.readers;
     q->prefetch = f->cfg.prefetch;

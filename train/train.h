@@ -616,7 +616,6 @@ typedef struct sl_par_request {
     unsigned height, image_width;
     unsigned batch;           /* the global batch */
     int mpi;                  /* started by mpirun: one replica per process */
-    int remote;               /* data over http(s):// or s3:// */
     /* what the user gave; -1 (strategy) or 0 = choose */
     int strategy;
     int replicas, threads;

@@ -39,8 +39,9 @@
  * about a millisecond an image on one core; a 224 px JPEG ~3 ms against
  * ResNet-50's ~100 ms an image), and a worker waiting on a full ring takes
  * no CPU, so each replica's pipeline gets one worker (more when cores are
- * left over) and one reader (two for remote data, whose reads wait on the
- * network). On cuda the compute is the GPU's: one core drives it, the
+ * left over) and the pipeline's two readers (they wait on reads more than
+ * they compute: one reader under --shuffle global, a pread per record, cost
+ * the demo's recipe a quarter of its rate on a loaded machine). On cuda the compute is the GPU's: one core drives it, the
  * others decode. The pipeline alone (profile, a Python loader) gets a
  * worker per core.
  */
@@ -184,7 +185,7 @@ void sl_par_choose(const sl_par_request *q, sl_par_plan *p)
     int spare = p->cpus - used;
     int w = spare / p->replicas;
     p->workers = q->workers ? q->workers : (unsigned)(w > 1 ? w : 1);
-    p->readers = q->readers ? q->readers : q->remote ? 2 : 1;
+    p->readers = q->readers ? q->readers : 2;
     snprintf(p->reason, sizeof p->reason, "%d replica%s x %d thread%s on %d core%s: %s",
              p->replicas, p->replicas == 1 ? "" : "s", p->threads, p->threads == 1 ? "" : "s",
              p->cpus, p->cpus == 1 ? "" : "s", note);

@@ -30,7 +30,7 @@ Test(par_plan, small_net_two_cores_two_replicas_of_one_thread)
     cr_assert_eq(p.replicas, 2);
     cr_assert_eq(p.threads, 1);
     cr_assert_eq(p.workers, 1);
-    cr_assert_eq(p.readers, 1);
+    cr_assert_eq(p.readers, 2);
     cr_assert_eq(p.prefetch, 0);
     cr_assert_eq(p.cpus, 2);
     cr_assert(strstr(p.reason, "2 replicas x 1 thread on 2 cores: 32 images each"), "%s",
@@ -142,15 +142,6 @@ Test(par_plan, explicit_options_win)
     cr_assert_eq(p.replicas, 4, "ps: a worker per core, the batch not split");
 }
 
-Test(par_plan, remote_data_two_readers)
-{
-    sl_par_request q = req(2, SL_ARCH_RESNET20, 8, 28, 64);
-    q.remote = 1;
-    sl_par_plan p;
-    sl_par_choose(&q, &p);
-    cr_assert_eq(p.readers, 2);
-}
-
 Test(par_plan, cuda_eval_and_the_pipeline_alone)
 {
     sl_par_plan p;
@@ -188,6 +179,6 @@ Test(par_plan, json)
     char buf[1024];
     sl_par_json(&p, buf, sizeof buf);
     cr_assert_str_eq(buf, "{\"cpus\": 2, \"strategy\": \"mirrored\", \"replicas\": 2, "
-                          "\"threads\": 1, \"workers\": 1, \"readers\": 1, \"prefetch\": 0, "
+                          "\"threads\": 1, \"workers\": 1, \"readers\": 2, \"prefetch\": 0, "
                           "\"free_cores\": 1.31, \"reason\": \"a \\\"quoted\\\" \\\\ reason\"}");
 }

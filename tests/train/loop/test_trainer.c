@@ -219,17 +219,17 @@ Test(train_trainer, cli_parallelism_chosen_said_and_deterministic)
     cr_assert(strstr(out, "train: parallelism: 2 replicas x 1 thread on 2 cores: 16 images each"),
               "%s", out);
     cr_assert(strstr(out, "\"parallelism\": {\"cpus\": 2, \"strategy\": \"mirrored\", "
-                          "\"replicas\": 2, \"threads\": 1, \"workers\": 1, \"readers\": 1, "
+                          "\"replicas\": 2, \"threads\": 1, \"workers\": 1, \"readers\": 2, "
                           "\"prefetch\": 0, \"free_cores\": "), "%s", out);
     cr_assert(strstr(out, "\"world\": 2"), "%s", out);
     free(out);
     out = NULL;
     /* the same split by hand, other threads per replica and pipeline sizes */
     rc = tu_run(&out, "%s train --data %s %s --strategy mirrored --replicas 2 --threads 2 "
-                "--workers 2 --readers 2 --prefetch 5 --ckpt-dir %s/b 2>&1", tu_sluice(), d.dir,
+                "--workers 2 --readers 1 --prefetch 5 --ckpt-dir %s/b 2>&1", tu_sluice(), d.dir,
                 common, tmp);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_assert(strstr(out, "\"replicas\": 2, \"threads\": 1, \"workers\": 2, \"readers\": 2, "
+    cr_assert(strstr(out, "\"replicas\": 2, \"threads\": 1, \"workers\": 2, \"readers\": 1, "
                           "\"prefetch\": 5"), "%s", out);
     free(out);
     out = NULL;
@@ -244,7 +244,7 @@ Test(train_trainer, cli_parallelism_chosen_said_and_deterministic)
                 tmp);
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert(strstr(out, "\"parallelism\":{\"cpus\": 2, \"strategy\": \"single\", "
-                          "\"replicas\": 1, \"threads\": 1, \"workers\": 1, \"readers\": 1"),
+                          "\"replicas\": 1, \"threads\": 1, \"workers\": 1, \"readers\": 2"),
               "%s", out);
     free(out);
     out = NULL;
