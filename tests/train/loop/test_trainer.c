@@ -201,6 +201,23 @@ Test(train_trainer, cli_train_then_eval)
     pl_dataset_free(&d);
 }
 
+typedef struct par_seen {
+    double replicas, threads;
+} par_seen;
+
+static int on_par(void *ctx, int64_t step, double wall, const char *tag, float value)
+{
+    (void)wall;
+    par_seen *p = ctx;
+    if (!strncmp(tag, "parallelism/", 12))
+        cr_assert_eq(step, 0, "%s", tag);
+    if (!strcmp(tag, "parallelism/replicas"))
+        p->replicas = value;
+    if (!strcmp(tag, "parallelism/threads_per_replica"))
+        p->threads = value;
+    return 0;
+}
+
 /* Issue 43: with no parallelism options the CLI chooses within --cpus and
  * says so (the start-up line, --json's "parallelism"); explicit options
  * win; and the chosen split trains the bytes of the same replicas x
@@ -213,8 +230,8 @@ Test(train_trainer, cli_parallelism_chosen_said_and_deterministic)
     char *tmp = tu_tmpdir(), *out = NULL;
     const char *common = "--image-size 16 --batch 32 --width 4 --classes 10 --max-steps 3 "
                          "--eval-split none --shuffle global --json";
-    int rc = tu_run(&out, "%s train --data %s %s --cpus 2 --ckpt-dir %s/a 2>&1", tu_sluice(),
-                    d.dir, common, tmp);
+    int rc = tu_run(&out, "%s train --data %s %s --cpus 2 --ckpt-dir %s/a --logdir %s/log 2>&1",
+                    tu_sluice(), d.dir, common, tmp, tmp);
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert(strstr(out, "train: parallelism: 2 replicas x 1 thread on 2 cores: 16 images each"),
               "%s", out);
@@ -222,6 +239,15 @@ Test(train_trainer, cli_parallelism_chosen_said_and_deterministic)
                           "\"replicas\": 2, \"threads\": 1, \"workers\": 1, \"readers\": 2, "
                           "\"prefetch\": 0, \"free_cores\": "), "%s", out);
     cr_assert(strstr(out, "\"world\": 2"), "%s", out);
+    free(out);
+    out = NULL;
+    /* TensorBoard: the split as scalars at the first step */
+    cr_assert_eq(tu_run(&out, "ls %s/log/events.out.tfevents.* | head -n1", tmp), 0);
+    out[strcspn(out, "\n")] = 0;
+    par_seen ps = {0};
+    cr_assert_eq(sl_events_read(out, on_par, &ps), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ps.replicas, 2);
+    cr_assert_eq(ps.threads, 1);
     free(out);
     out = NULL;
     /* the same split by hand, other threads per replica and pipeline sizes */
