@@ -46,6 +46,16 @@ static int affinity(void)
     return CPU_COUNT(&set);
 }
 
+/* The fake tree's budget: its quota and usable cores as expected. */
+static sl_cpus expect(double quota, int usable)
+{
+    sl_cpus c;
+    sl_cpus_get_at(g_dir, &c);
+    cr_assert_float_eq(c.quota, quota, 1e-12, "quota %g, want %g", c.quota, quota);
+    cr_assert_eq(c.usable, usable, "usable %d, want %d", c.usable, usable);
+    return c;
+}
+
 Test(cpus, parse_max)
 {
     double c = -1;
@@ -63,11 +73,8 @@ Test(cpus, parse_max)
 
 Test(cpus, no_cgroup_files_is_the_affinity_mask)
 {
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_eq(c.quota, 0);
+    sl_cpus c = expect(0, affinity());
     cr_assert_eq(c.affinity, affinity());
-    cr_assert_eq(c.usable, c.affinity);
     sl_cpus real;
     sl_cpus_get(&real); /* this machine: whatever it has, at least one */
     cr_assert_geq(real.usable, 1);
@@ -78,10 +85,7 @@ Test(cpus, v2_quota_rounds_up_and_caps)
 {
     put("proc/self/cgroup", "0::/job/step\n");
     put("sys/fs/cgroup/job/step/cpu.max", "50000 100000\n");
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_float_eq(c.quota, 0.5, 1e-12);
-    cr_assert_eq(c.usable, 1, "half a core is one thread's worth");
+    sl_cpus c = expect(0.5, 1); /* half a core is one thread's worth */
     cr_assert(strstr(c.why, "cgroup quota of 0.5"), "%s", c.why);
 }
 
@@ -90,10 +94,7 @@ Test(cpus, v2_a_parents_tighter_limit_wins)
     put("proc/self/cgroup", "0::/a/b\n");
     put("sys/fs/cgroup/a/b/cpu.max", "max 100000\n");
     put("sys/fs/cgroup/a/cpu.max", "100000 100000\n");
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_float_eq(c.quota, 1.0, 1e-12);
-    cr_assert_eq(c.usable, 1);
+    expect(1.0, 1);
 }
 
 Test(cpus, v2_hybrid_unified_and_container_root)
@@ -103,10 +104,7 @@ Test(cpus, v2_hybrid_unified_and_container_root)
      * file counts */
     put("proc/self/cgroup", "1:cpu:/\n0::/not/here\n");
     put("sys/fs/cgroup/unified/cpu.max", "100000 100000\n");
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_float_eq(c.quota, 1.0, 1e-12);
-    cr_assert_eq(c.usable, 1);
+    expect(1.0, 1);
 }
 
 Test(cpus, v1_cpu_cpuacct)
@@ -114,10 +112,7 @@ Test(cpus, v1_cpu_cpuacct)
     put("proc/self/cgroup", "4:memory:/x\n3:cpu,cpuacct:/docker/abc\n");
     put("sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "250000\n");
     put("sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_float_eq(c.quota, 2.5, 1e-12);
-    cr_assert_eq(c.usable, affinity() < 3 ? affinity() : 3);
+    expect(2.5, affinity() < 3 ? affinity() : 3);
 }
 
 Test(cpus, v1_no_quota_and_other_controllers_ignored)
@@ -127,20 +122,14 @@ Test(cpus, v1_no_quota_and_other_controllers_ignored)
     put("sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
     put("sys/fs/cgroup/cpuacct/cpu.cfs_quota_us", "10000\n"); /* not the cpu controller */
     put("sys/fs/cgroup/cpuacct/cpu.cfs_period_us", "100000\n");
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_eq(c.quota, 0);
-    cr_assert_eq(c.usable, affinity());
+    expect(0, affinity());
 }
 
 Test(cpus, garbage_files_mean_no_quota)
 {
     put("proc/self/cgroup", "0::/g\n");
     put("sys/fs/cgroup/g/cpu.max", "lots\n");
-    sl_cpus c;
-    sl_cpus_get_at(g_dir, &c);
-    cr_assert_eq(c.quota, 0);
-    cr_assert_eq(c.usable, affinity());
+    expect(0, affinity());
 }
 
 /* The probe: at most the threads it ran (a little slack for the clocks'
