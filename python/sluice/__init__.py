@@ -62,9 +62,9 @@ from ._sluice import (  # noqa: F401  (re-exported)
     Tensor,
     __version__,
     _convert,
+    _cpus,
     _error,
     _inspect,
-    _cpus,
     _io_configure,
     _io_opts,
     _Pipeline,
@@ -357,13 +357,12 @@ class Pipeline:
         batch = _int(w, "batch", kw["batch"], 1, 2**20, " samples")
         nthreads = _max_threads()
         workers = _int(w, "workers", kw["workers"], 0, nthreads,
-                       f" threads (0 = one per core; {_os.cpu_count()} cores here)")
+                       " threads (0 = one per core of cpus)")
         cpus = kw.get("cpus")  # kwargs pickled by an older sluice have none
         if cpus is None:
             cpus = max(1, _cpus()[0] - 1)  # the loop keeps a core
         else:
             cpus = _int(w, "cpus", cpus, 1, nthreads, " cores for the pipeline's threads")
-        self._cpus = cpus
         workers = workers or cpus
         readers = _int(w, "readers", kw["readers"], 0, nthreads, " threads (0 = 2)")
         label_offset = kw["label_offset"]
