@@ -62,6 +62,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
     Tensor,
     __version__,
     _convert,
+    _cpus,
     _error,
     _inspect,
     _io_configure,
@@ -192,7 +193,16 @@ class Pipeline:
         is 1); a larger dataset streams through the buffer, which mixes the
         last records of an epoch with the first of the next (at most N
         positions apart: tf.data's repeat().shuffle(N)).
-    workers: decode/augment threads, 0 = one per core (at most 8 per core).
+    workers: decode/augment threads, 0 = one per core of `cpus` (at most 8
+        per core).
+    cpus: the cores the pipeline's threads may use: the default workers
+        (one per core of it) and so the automatic prefetch follow it. None
+        (the default) is the cores this process may use (its affinity mask
+        and cgroup CPU quota, not the machine's count) less one, at least
+        one, so the training loop keeps a core: right for a loop that
+        drives a GPU; a loop that computes on the CPU (torch on the CPU)
+        wants more left to it, e.g. cpus=2 on 16 cores. An explicit
+        workers wins.
     seed: seeds shuffles and augmentation: the same seed gives the same bytes,
         whatever the numbers of threads.
     train: random-resized-crop + flip (True) or resize + center crop (False).
@@ -301,7 +311,8 @@ class Pipeline:
                  rank_split="records", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None, label_key=None,
-                 io_retries=None, io_timeout=None, io_inflight=None, io_retry_budget=None):
+                 io_retries=None, io_timeout=None, io_inflight=None, io_retry_budget=None,
+                 cpus=None):
         kwargs = dict(locals())
         del kwargs["self"]
         self._setup(kwargs, None)
@@ -346,7 +357,13 @@ class Pipeline:
         batch = _int(w, "batch", kw["batch"], 1, 2**20, " samples")
         nthreads = _max_threads()
         workers = _int(w, "workers", kw["workers"], 0, nthreads,
-                       f" threads (0 = one per core; {_os.cpu_count()} cores here)")
+                       " threads (0 = one per core of cpus)")
+        cpus = kw.get("cpus")  # kwargs pickled by an older sluice have none
+        if cpus is None:
+            cpus = max(1, _cpus()[0] - 1)  # the loop keeps a core
+        else:
+            cpus = _int(w, "cpus", cpus, 1, nthreads, " cores for the pipeline's threads")
+        workers = workers or cpus
         readers = _int(w, "readers", kw["readers"], 0, nthreads, " threads (0 = 2)")
         label_offset = kw["label_offset"]
         cfg = {
@@ -397,7 +414,7 @@ class Pipeline:
         if prefetch == 0 and self._hold > 1:
             # pipeline.c's automatic ring (one batch with the consumer, one
             # filling, what the workers straddle) plus the extra batches held
-            nw = workers or _os.cpu_count() or 1
+            nw = workers
             prefetch = 2 + max(1, -(-2 * nw // batch)) + self._hold - 1
         cfg["prefetch"] = prefetch
         label_key = kw.get("label_key")
@@ -651,7 +668,7 @@ class Pipeline:
 
     # the settings a state may be loaded under with other values: threads,
     # memory, where the batches go; the rest decide the data and its order
-    _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device",
+    _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device", "cpus",
                        "on_error", "max_bad", "max_pixels", "io_retries", "io_timeout",
                        "io_inflight", "io_retry_budget"))
 

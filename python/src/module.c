@@ -18,6 +18,7 @@
  */
 #include "ext.h"
 
+#include "common/cpus.h"
 #include "common/status.h"
 #include "records/bytesrc.h"
 
@@ -88,11 +89,25 @@ static PyObject *py_io_opts(PyObject *mod, PyObject *unused)
                          o.retry_ms);
 }
 
+/* _cpus() -> (usable, why): the cores this process may use (common/cpus.h:
+ * affinity mask and cgroup quota), the budget Pipeline(cpus=None) starts
+ * from. */
+static PyObject *py_cpus(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    sl_cpus c;
+    sl_cpus_get(&c);
+    return Py_BuildValue("(is)", c.usable, c.why);
+}
+
 static PyMethodDef methods[] = {
     {"_io_configure", py_io_configure, METH_VARARGS,
      "_io_configure(retries, timeout_ms, inflight, retry_ms=None): sl_io_configure, "
      "process-wide; None leaves a setting as it is, retries -1 is no count (the budget alone)."},
     {"_io_opts", py_io_opts, METH_NOARGS, "_io_opts() -> dict: sl_io_get_opts."},
+    {"_cpus", py_cpus, METH_NOARGS,
+     "_cpus() -> (usable, why): the cores this process may use (affinity and cgroup quota)."},
     {NULL, NULL, 0, NULL},
 };
 
