@@ -437,15 +437,13 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
         goto fail;
     }
-    p->fds = malloc((p->src.n ? p->src.n : 1) * sizeof *p->fds);
+    p->srcs = calloc(p->src.n ? p->src.n : 1, sizeof *p->srcs);
     p->maps = calloc(p->src.n ? p->src.n : 1, sizeof *p->maps);
     p->bad = calloc(SL_PIPELINE_MAX_BAD_REPORT, sizeof *p->bad);
-    if (!p->fds || !p->maps || !p->bad || alloc_ring(p)) {
+    if (!p->srcs || !p->maps || !p->bad || alloc_ring(p)) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
     }
-    for (size_t i = 0; i < p->src.n; i++)
-        p->fds[i] = -1;
     /* what the source set left out (on_error skip: truncated shards) are
      * bad records like any other: counted, named, bounded by max_bad */
     p->bad_count = p->bad_out = p->src.bad;
@@ -458,6 +456,8 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
     p->use_pread = rd && strcmp(rd, "pread") == 0;
+    if ((rc = sl_io_resolve(NULL, &p->io)))
+        goto fail;
     p->remote = p->src.n && sl_path_is_remote(p->src.shards[0].path); /* one data path: all or none */
     if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
@@ -547,7 +547,7 @@ void sl_pipeline_destroy(sl_pipeline *p)
     for (size_t i = 0; p->unreachable && i < p->src.n; i++)
         free(p->unreachable[i]);
     free(p->unreachable);
-    sl_shard_fds_close(p);
+    sl_shard_srcs_close(p);
     sl_source_set_close(&p->src);
     sl_trace_free(p);
     pthread_cond_destroy(&p->cv_read);
