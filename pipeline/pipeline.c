@@ -391,13 +391,21 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     p->cfg.data = p->data;
     p->cfg.split = p->split;
+    /* this pipeline's I/O settings, for its handles and fetchers (reader.c,
+     * reader_remote.c, map.c) and, on this thread, the reads of the open */
+    if ((rc = sl_io_resolve(cfg->io, &p->io)))
+        goto fail;
+    p->cfg.io = &p->io;
     apply_defaults(p);
     const sl_pipeline_config *c = &p->cfg;
 
     /* SL_SPLIT_RECORDS: every shard; the order keeps this rank's positions */
     int split = c->rank_split == SL_SPLIT_RECORDS;
-    if ((rc = sl_source_set_open_policy(c->data, c->split, split ? 0 : c->rank,
-                                        split ? 1 : c->world, c->on_error, &p->src)))
+    const sl_io_opts *io_was = sl_io_thread_use(&p->io);
+    rc = sl_source_set_open_policy(c->data, c->split, split ? 0 : c->rank, split ? 1 : c->world,
+                                   c->on_error, &p->src);
+    sl_io_thread_use(io_was);
+    if (rc)
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
@@ -456,8 +464,6 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
     p->use_pread = rd && strcmp(rd, "pread") == 0;
-    if ((rc = sl_io_resolve(NULL, &p->io)))
-        goto fail;
     p->remote = p->src.n && sl_path_is_remote(p->src.shards[0].path); /* one data path: all or none */
     if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);

@@ -125,7 +125,8 @@ static void read_env_locked(void)
     opts_env_read = 1;
 }
 
-/* Fields of o left at zero: SLUICE_IO_*, else the defaults. */
+/* Fields of o left at zero: SLUICE_IO_*, else the defaults (a resolved o
+ * is left as it is). */
 static void fill_defaults(sl_io_opts *o)
 {
     o->retries = o->retries ? o->retries : opts_env.retries; /* 0: no count, the budget alone */
@@ -148,10 +149,21 @@ void sl_io_get_opts(sl_io_opts *o)
     fill_defaults(o);
 }
 
+static _Thread_local const sl_io_opts *thread_opts; /* sl_io_thread_use */
+
+const sl_io_opts *sl_io_thread_use(const sl_io_opts *o)
+{
+    const sl_io_opts *was = thread_opts;
+    thread_opts = o;
+    return was;
+}
+
+const sl_io_opts *sl_io_thread_opts(void) { return thread_opts; }
+
 int sl_io_resolve(const sl_io_opts *in, sl_io_opts *out)
 {
     int rc = SL_OK;
-    if (!in) {
+    if (!in && !(in = thread_opts)) {
         sl_io_get_opts(out);
         return SL_OK;
     }
@@ -594,8 +606,8 @@ int sl_bytes_size(const char *path, uint64_t *size)
     if (!path || !size)
         return sl_fail(SL_EINVAL, "sl_bytes_size: NULL argument");
     if (sl_path_is_remote(path)) {
-        sl_io_get_opts(&o);
-        return sl_remote_size("sl_bytes_size", path, &o, size);
+        int rc = sl_io_resolve(NULL, &o);
+        return rc ? rc : sl_remote_size("sl_bytes_size", path, &o, size);
     }
     /* stat, not open: a size needs no read permission */
     if (stat(path, &st) != 0)

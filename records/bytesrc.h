@@ -119,6 +119,19 @@ void sl_io_get_opts(sl_io_opts *o); /* the settings in force, defaults filled in
  * the process's life. SL_OK, or SL_ENOMEM copying ca_bundle. */
 int sl_io_resolve(const sl_io_opts *in, sl_io_opts *out);
 
+/* The options NULL stands for on the calling thread, until the next call:
+ * o (resolved or not) in place of the process-wide settings; NULL: back to
+ * those. Returns the previous, for the caller to put back. A library that
+ * calls into records/ on its caller's thread with functions that take no
+ * options (sl_dataset_resolve, sl_index_load, sl_manifest_load, ...) uses it
+ * to make them read under its config's options (the pipeline's create).
+ * o must stay valid while in use. A thread started to do part of such a
+ * call (the pipeline's index loaders, convert's workers) is given the
+ * caller's: sl_io_thread_use(sl_io_thread_opts()'s value) at its start. */
+const sl_io_opts *sl_io_thread_use(const sl_io_opts *o);
+/* What sl_io_thread_use set on the calling thread (NULL: none). */
+const sl_io_opts *sl_io_thread_opts(void);
+
 /* 1 when path is http://, https:// or s3://. */
 int sl_path_is_remote(const char *path);
 

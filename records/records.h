@@ -27,6 +27,8 @@
 #include "../common/status.h"
 #include "resize_tap.h"
 
+struct sl_io_opts; /* bytesrc.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -541,6 +543,10 @@ typedef struct sl_convert_config {
      * rows, so the pipeline entropy-decodes only the intervals a crop
      * covers. 0 and 0 (default): stored as they are. Not both. */
     unsigned restart_mcus, restart_rows;
+    /* Remote I/O settings of the run's reads (listed URLs; bytesrc.h), on
+     * every thread of the run; NULL = the process-wide ones (sl_io_configure).
+     * Borrowed for the call. */
+    const struct sl_io_opts *io;
 } sl_convert_config;
 
 #define SL_CONVERT_CONFIG_INIT                                                                  \
@@ -914,6 +920,8 @@ typedef struct sl_verify_options {
     void *arg;
     const char *label_key; /* WebDataset shards: the label is this integer field of each
                             * sample's .json member; NULL: its .cls member */
+    const struct sl_io_opts *io; /* remote I/O settings of the call's reads (bytesrc.h);
+                                  * NULL: the process-wide ones */
 } sl_verify_options;
 
 typedef struct sl_verify_result {

@@ -643,8 +643,8 @@ int sl_xfer_run(const char *fn, sl_xfer *x)
         return rc;
     if (x->o)
         o = *x->o;
-    else
-        sl_io_get_opts(&o);
+    else if ((rc = sl_io_resolve(NULL, &o)))
+        return rc;
     x->first_ns = sl_io_now_ns();
     for (t = 1;; t++) {
         if (x->kind == SL_XF_RANGE) { /* an object whose server ignores Range: its copy */

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "records/bytesrc.h"
 #include "records/bytesrc_int.h"
+#include "records/records.h"
 #include "servers.h"
 #include "testutil.h"
 
@@ -764,6 +765,20 @@ Test(bytesrc, handle_options_are_its_own, .timeout = 30)
     cr_assert_eq(sl_fetcher_wait(f, &tag), SL_EIO);
     cr_assert(strstr(sl_errmsg(), "after 2 tries"), "%s", sl_errmsg());
     sl_fetcher_close(f);
+
+    /* verify's options (sl_verify_options.io): its reads (dataset.json of
+     * the served folder here) under them, the process's untouched */
+    char *folder = cat(px.url, "/");
+    sl_verify_options vo = {.io = &one};
+    sl_verify_result vr;
+    sl_io_configure(&(sl_io_opts){.retries = 2, .backoff_ms = 1});
+    cr_assert_neq(sl_verify_path(folder, &vo, &vr), SL_OK);
+    cr_assert(strstr(sl_errmsg(), "after 1 try"), "%s", sl_errmsg());
+    vo.io = NULL;
+    cr_assert_neq(sl_verify_path(folder, &vo, &vr), SL_OK);
+    cr_assert(strstr(sl_errmsg(), "after 3 tries"), "%s", sl_errmsg());
+    cr_assert_null(sl_io_thread_opts(), "the call put the thread's settings back");
+    free(folder);
     sl_io_configure(NULL);
     faulty_done(&ng, &px, dir, url, want);
 }
