@@ -230,6 +230,8 @@ void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
 void *sl_worker_main(void *arg);
 
 /* -------------------------------------------------------------- reader.c */
+/* A reader thread over local shards (arg: its sl_reader_ctx); sl_pipeline_start
+ * starts it, or sl_reader_main_remote for remote ones. */
 void *sl_reader_main(void *arg);
 /* A unit struct for u (from the pool or new), entered in the live table,
  * not ready, no data read yet (mu held). NULL when out of memory. */

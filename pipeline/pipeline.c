@@ -482,9 +482,12 @@ fail:
 
 int sl_pipeline_start(sl_pipeline *p)
 {
+    /* the read loop: one unit at a time (reader.c), or many ranged GETs in
+     * flight on each reader (reader_remote.c) */
+    void *(*reader)(void *) = p->remote ? sl_reader_main_remote : sl_reader_main;
     for (unsigned i = 0; i < p->readers + p->workers; i++) {
         int e = i < p->readers
-                    ? pthread_create(&p->threads[i], NULL, sl_reader_main, &p->rctx[i])
+                    ? pthread_create(&p->threads[i], NULL, reader, &p->rctx[i])
                     : pthread_create(&p->threads[i], NULL, sl_worker_main, &p->wk[i - p->readers]);
         if (e)
             return sl_fail(SL_ENOMEM, "sl_pipeline_create: starting thread %u: %s", i,

@@ -491,8 +491,6 @@ void *sl_reader_main(void *arg)
 {
     sl_reader_ctx *ctx = arg;
     sl_pipeline *p = ctx->p;
-    if (p->remote)
-        return sl_reader_main_remote(arg);
     uint64_t busy = 0, wait_out = 0, items = 0, bytes = 0;
 
     pthread_mutex_lock(&p->mu);
