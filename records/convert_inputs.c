@@ -1,5 +1,5 @@
 /*
- * records/source.c - enumerate the inputs of a conversion: a class-folder
+ * records/convert_inputs.c - enumerate the inputs of a conversion: a class-folder
  * tree, a list file, or MNIST-style IDX files (see records_int.h for the
  * rules of each).
  *
