@@ -368,7 +368,8 @@ static int local_list(const char *fn, const char *dir, char ***out, size_t *nout
         goto fail;
     }
     closedir(d);
-    qsort(v, n, sizeof *v, name_cmp);
+    if (n) /* qsort wants a non-NULL array even for none */
+        qsort(v, n, sizeof *v, name_cmp);
     *out = v;
     *nout = n;
     return SL_OK;
