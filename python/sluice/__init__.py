@@ -254,14 +254,14 @@ class Pipeline:
         either on_error), at most this many tries after the first within
         that time (0 to 100; 0 = no retry; default: no count, the budget
         alone), seconds to connect and of a stall (1 to 3600; default 30)
-        and ranged GETs in flight per reader (1 to 64; default 8). These
-        are PROCESS-WIDE, as the CLI's --io-retry-budget, --io-retries and
-        friends: each one given applies to every remote read in this
-        process from then on (other Pipelines, convert, verify, inspect
-        included); None leaves that setting as it is (the default, or
+        and ranged GETs in flight per reader (1 to 64; default 8). They
+        are this Pipeline's own: every remote read it makes (the listing,
+        dataset.json and the index files when it is made, the shards
+        after) uses them, and no other Pipeline's, nor convert, verify or
+        inspect, changes with them; None takes that setting as the process
+        has it when the Pipeline is made (the default, or
         SLUICE_IO_RETRY_MS, SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS,
-        SLUICE_IO_INFLIGHT from the environment, unless an earlier Pipeline
-        set it).
+        SLUICE_IO_INFLIGHT from the environment).
     split: the split of a dataset directory to read ('train'; 'test',
         'validation', ... as dataset.json or the shard names say).
     readers: threads reading shards (0 = 2); more help remote or cold data.
@@ -319,8 +319,9 @@ class Pipeline:
 
     @staticmethod
     def _io(w, kw):
-        """(retries, timeout_ms, inflight, retry_ms) for _io_configure
-        (None: as is); kwargs pickled by an older sluice have none of them."""
+        """(retries, timeout_ms, inflight, retry_ms) of this pipeline's
+        config (None: the process-wide setting as it is); kwargs pickled by
+        an older sluice have none of them."""
         retries, timeout, inflight, budget = (kw.get(k) for k in (
             "io_retries", "io_timeout", "io_inflight", "io_retry_budget"))
         if retries is not None:
@@ -441,9 +442,11 @@ class Pipeline:
         self._ended = False   # a finite run's last batch was taken
         self._warned = False  # BadRecordsWarning given
         self._next = 0 if state is None else self._state_batches(state)
-        self._io_opts = self._io(w, kw)  # checked with the rest, applied just before
-        _io_configure(*self._io_opts)
-        self._c = _Pipeline(cfg, state, self._hold, self._copy)
+        # this pipeline's own (None: the process-wide settings); checked
+        # with the rest
+        io = self._io(w, kw)
+        self._io_opts = None if io == (None,) * 4 else io
+        self._c = _Pipeline(cfg, state, self._hold, self._copy, self._io_opts)
         try:
             self._check_ranks_agree()
         except BaseException:
@@ -697,9 +700,9 @@ class Pipeline:
                 not isinstance(state.get("pipeline"), str):
             raise ConfigError("sluice.Pipeline.load_state_dict: not a sluice state_dict "
                               "(a dict with version 1 and 'pipeline')")
-        _io_configure(*self._io_opts)
         try:
-            new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy)
+            new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy,
+                            self._io_opts)
         except ConfigError as e:
             changed = self._changed(state.get("settings"))
             if changed is None:
