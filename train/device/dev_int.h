@@ -44,7 +44,7 @@
  * scale, a step with inf/nan grads is skipped on the device.
  *
  * Threading: everything here belongs to one exec, used by one thread at a
- * time (train_int.h).
+ * time (train/ops/ops.h).
  */
 #ifndef SL_DEV_INT_H
 #define SL_DEV_INT_H
@@ -53,7 +53,7 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
-#include "train/train_int.h" /* the exec's struct; includes train.h */
+#include "train/ops/ops.h" /* the exec's struct; includes train.h */
 #include "train/ops/mem.h"   /* an exec's memory, beside its context */
 
 /* --------------------------------------------------------- memory plan */
@@ -99,7 +99,7 @@ int sl_dev_feed_done(sl_dev_feed *f);
  * feeds labels to a model: host, feed, eval): SL_EINVAL "fn: record R has
  * label L, the model has K classes", with a hint at --label-offset when L
  * is K (labels counted from 1, as in TensorFlow's ImageNet shards) or
- * negative. Defined in dev_labels.c, over sl_labels_bad (train_int.h). */
+ * negative. Defined in dev_labels.c, over sl_labels_bad (train/ops/ops.h). */
 int sl_labels_check(const char *fn, const sl_batch *b, int classes);
 
 /* --------------------------------------------------------------- loss */

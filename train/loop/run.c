@@ -36,6 +36,7 @@
 
 #include "records/records.h"
 #include "common/fileio.h" /* sl_mkdir_p */
+#include "train/io/io_int.h" /* sl_ckpt_*, sl_resume_plan */
 #include "train/loop/trainer_int.h"
 
 /* Say once that shards of split s have no index file (readers scan them). */
@@ -136,7 +137,7 @@ static int union_split(const sl_pipeline_config *d)
     return d->rank_split == SL_SPLIT_RECORDS && d->shuffle != SL_SHUFFLE_BUFFER;
 }
 
-/* The checkpoint job of rep (train_int.h's sl_ckpt_job) in r. */
+/* The checkpoint job of rep (io_int.h's sl_ckpt_job) in r. */
 static sl_ckpt_job ckpt_job(sl_run *r, sl_replica *rep)
 {
     return (sl_ckpt_job){

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "train/io/io_int.h" /* sl_ckpt_* */
 #include "train/loop/trainer_int.h"
 
 /* The progress window since the last log line (wait and busy: the run's

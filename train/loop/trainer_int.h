@@ -14,7 +14,7 @@
  *   ps_train.c  the parameter-server strategy's worker loop
  *
  * A checkpoint's state JSON, the rescue save and the resume plan are
- * io/resume.c's (train_int.h), on plain data run.c hands them.
+ * io/resume.c's (io_int.h), on plain data run.c hands them.
  *
  * Ranks. A run has `world` replicas in all: nlocal of them are threads of
  * this process (replica index 0 .. nlocal-1 runs on the calling thread or

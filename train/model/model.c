@@ -2,7 +2,7 @@
  * train/model/model.c - running a ResNet built by train/model/resnet.c: forward,
  * backward and the accessors of train.h's models section.
  *
- * Every op goes through e->ops (train_int.h), so the same code runs on the
+ * Every op goes through e->ops (train/ops/ops.h), so the same code runs on the
  * ref, cpu and cuda tables. Shapes: activations (n, h, w, c) NHWC f32.
  *
  * Forward, per block (torchvision's BasicBlock / Bottleneck):
@@ -44,10 +44,10 @@
  * which leaves the masked dz in place: A, for the block's last cbn, then
  * feeds the shortcut as above; the cbn's dx is written over y. The values
  * are the unfused ops' bit for bit
- * (train_int.h); eval forwards and sync-BN keep the unfused ops.
+ * (train/ops/ops.h); eval forwards and sync-BN keep the unfused ops.
  *
  * cuDNN fusion (sl_fuse_available: a cuda exec with fp16 activations;
- * train_int.h's "cuDNN graph fusion"): a train forward without sync-BN
+ * train/ops/ops.h's "cuDNN graph fusion"): a train forward without sync-BN
  * runs each residual block with at least one cuDNN plan through
  * model_fuse.c (MLPerf's chain; a refused convolution runs unfused inside
  * it, the rest stays fused; its top comment), and every other block as
@@ -66,7 +66,7 @@
  *             (running stats with them, so every replica keeps the same).
  *             Not a variance from float sums: at 224 px a replica's BN has
  *             ~50,000 rows a channel, and sums of that many floats lose the
- *             digits a running variance keeps (train_int.h).
+ *             digits a running variance keeps (train/ops/ops.h).
  *   backward: bn_bwd_reduce -> the LOCAL sum_dy, sum_dy_xhat are this
  *             replica's dbeta, dgamma; a copy of both (2c floats, one call)
  *             is all-reduced; bn_bwd_apply(global sums) -> dx.

@@ -15,7 +15,7 @@
  * says which.
  *
  * Threading: an exec's memory belongs to the exec, used by one thread at a
- * time (train_int.h).
+ * time (ops.h).
  */
 #ifndef SL_OPS_MEM_H
 #define SL_OPS_MEM_H
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/train_int.h" /* the exec's struct; includes train.h */
+#include "train/ops/ops.h" /* the exec's struct; includes train.h */
 
 /* A host exec's sl_dev_alloc (mem_cuda.c and mem_none.c both): bytes of
  * zeroed host memory, 64-byte aligned and rounded up to 64 (64 for 0).

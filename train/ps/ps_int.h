@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #include "collectives/collectives.h"
-#include "train/train_int.h" /* the exec's struct; includes train.h */
+#include "train/ops/ops.h" /* the exec's struct; includes train.h */
 
 #ifdef __cplusplus
 extern "C" {

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifndef SLUICE_TRAIN_CUDA
 Test(train_fuse_model_cuda, built_without_cuda) { cr_skip_test("built without the cuda backend"); }
