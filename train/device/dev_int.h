@@ -16,7 +16,7 @@
  *   dev_labels.c     every build: the one host label check
  *   dev_plan.c       every build: the memory plan
  *
- * Memory (sl_dev_alloc and the copies) is train/ops/mem.h's, beside the
+ * Memory (sl_mem_alloc and the copies) is train/ops/mem.h's, beside the
  * exec's context, since the model places its tensors with it; this header
  * includes it.
  *
@@ -58,11 +58,11 @@
 
 /* --------------------------------------------------------- memory plan */
 
-/* What one replica of the device trainer allocates with sl_dev_alloc and
+/* What one replica of the device trainer allocates with sl_mem_alloc and
  * its exec's context, for model cfg at batch (h x w images, activations
  * of act), computed without a device (dev_plan.c): the budget issue 14
  * holds ResNet-50 at batch 256 to (PyTorch eager's 11.0 GiB), and what
- * sl_dev_mem's peak reaches (the workspace and scratch as bounds: the cap
+ * sl_mem_usage's peak reaches (the workspace and scratch as bounds: the cap
  * ws_max, SLUICE_CUDNN_WS_MB's, and the largest op scratch on a device of
  * sms multiprocessors). */
 typedef struct sl_dev_plan {

@@ -460,7 +460,7 @@ static int setup(sl_run *r)
                 "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(c->model.arch),
                 sl_model_param_count(rep->m), (double)sl_model_bytes(rep->m) / 1048576.0,
                 sl_backend_name(c->backend), " ", prec,
-                rep->dev ? " device " : " x", rep->dev ? sl_dev_device(&rep->e) : rep->e.threads,
+                rep->dev ? " device " : " x", rep->dev ? sl_mem_device(&rep->e) : rep->e.threads,
                 r->records, r->data.batch,
                 r->steps_per_epoch, r->total_steps, r->sched.peak_lr,
                 sl_sched_name(c->schedule), r->sched.warmup_steps);

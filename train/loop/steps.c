@@ -184,7 +184,7 @@ static int meter_report(sl_run *r, sl_replica *rep, const meter *mt)
 {
     sl_train_result *res = r->res;
     float scale = 1.0f;
-    sl_dev_mem_info mi;
+    sl_mem_info mi;
     int rc = SL_OK;
     res->steps = r->stopped ? r->stopped : r->total_steps;
     res->stopped = r->stopped;
@@ -197,7 +197,7 @@ static int meter_report(sl_run *r, sl_replica *rep, const meter *mt)
     if (rep->dsgd && (rc = sl_dev_sgd_skipped(rep->dsgd, &res->amp_skipped, &scale)))
         goto out;
     res->amp_scale = scale;
-    if ((rc = sl_dev_mem(&rep->e, &mi)))
+    if ((rc = sl_mem_usage(&rep->e, &mi)))
         goto out;
     res->peak_device_mib = mi.peak / 1048576.0;
     res->device_used_mib = mi.device_used / 1048576.0;
@@ -250,7 +250,7 @@ static int after_step(sl_run *r, sl_replica *rep, meter *mt, int64_t step, float
     }
     /* what follows (eval, checkpoint, check) is not step time: the
      * device finishes the steps first */
-    if ((epoch_end || ckpt || check) && (rc = sl_dev_sync(&rep->e)))
+    if ((epoch_end || ckpt || check) && (rc = sl_mem_sync(&rep->e)))
         goto out;
     meter_wait(mt, step - 1 - r->step0, sl_now_s() - tw);
     if (logline && (rc = log_progress(r, rep, mt, step, lr)))
@@ -294,7 +294,7 @@ int sl_run_steps(sl_replica *rep)
         sl_batch *b = held;
         double ts = sl_now_s();
         if (step - r->step0 == mt.warm && mt.warm > 0) {
-            if ((rc = sl_dev_sync(&rep->e)))
+            if ((rc = sl_mem_sync(&rep->e)))
                 goto out_held;
             mt.train_s += sl_now_s() - ts;
             ts = sl_now_s();
@@ -334,7 +334,7 @@ int sl_run_steps(sl_replica *rep)
     }
     /* a device is up to one step behind the host: count its tail */
     double tsync = sl_now_s();
-    if ((rc = sl_dev_sync(&rep->e)))
+    if ((rc = sl_mem_sync(&rep->e)))
         goto out_held;
     mt.train_s += sl_now_s() - tsync;
     mt.steady_s += sl_now_s() - tsync;

@@ -150,7 +150,7 @@ static int sync_slots(sl_model *m, sl_exec *e, const char *fn, float **out)
     void *p = NULL;
     int rc;
     if (m->dev_e)
-        rc = sl_dev_alloc(e, (size_t)need * sizeof(float), &p);
+        rc = sl_mem_alloc(e, (size_t)need * sizeof(float), &p);
     else
         rc = (p = calloc((size_t)need, sizeof(float))) ? SL_OK : SL_ENOMEM;
     if (rc)
@@ -166,7 +166,7 @@ static int sync_slots(sl_model *m, sl_exec *e, const char *fn, float **out)
 void sl_model_sync_free(sl_model *m)
 {
     if (m->dev_e)
-        sl_dev_free(m->dev_e, m->sync_slots);
+        sl_mem_free(m->dev_e, m->sync_slots);
     else
         free(m->sync_slots);
     m->sync_slots = NULL;
@@ -204,8 +204,8 @@ static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const f
     float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
     OP(fn, c->bn_name, sl_bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
                                              c->gbeta, c->ggamma));
-    OP(fn, c->bn_name, sl_dev_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
-    OP(fn, c->bn_name, sl_dev_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
+    OP(fn, c->bn_name, sl_mem_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
+    OP(fn, c->bn_name, sl_mem_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
     if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
         return rc;
     OP(fn, c->bn_name, sl_bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
@@ -325,7 +325,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
          * since), the input in bf16 for the stem; backward reads both */
         size_t xn = (size_t)n * (size_t)m->h * (size_t)m->w * (size_t)m->cbn[0].cin;
         if ((rc = sl_model_refresh(m)) ||
-            (rc = sl_host_cast((int64_t)xn, x, m->xin, m->act)))
+            (rc = sl_mem_host_cast((int64_t)xn, x, m->xin, m->act)))
             return sl_fail(rc, "%s: %s", fn, sl_errmsg());
         m->x = m->xin;
     }

@@ -93,7 +93,7 @@ typedef struct sl_cuda_ctx {
     void *h_pinned;            /* SL_CUDA_PINNED_BYTES of pinned host memory (xent's loss
                                   and count) */
     /* Device memory this context allocated (sl_cuda_malloc: the workspace,
-     * tmp, and sl_dev_alloc's model, optimizer and feed buffers): bytes
+     * tmp, and sl_mem_alloc's model, optimizer and feed buffers): bytes
      * live now and at most, and the allocations with their sizes. */
     size_t mem_live, mem_peak;
     struct sl_cuda_block *blocks;
