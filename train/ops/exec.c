@@ -105,27 +105,6 @@ const char *sl_ops_missing(const sl_ops *o)
     return NULL;
 }
 
-const char *sl_backend_name(sl_backend b)
-{
-    switch (b) {
-    case SL_BACKEND_REF: return "ref";
-    case SL_BACKEND_CPU: return "cpu";
-    case SL_BACKEND_CUDA: return "cuda";
-    }
-    return "?";
-}
-
-int sl_backend_parse(const char *name, sl_backend *out)
-{
-    for (int b = SL_BACKEND_REF; b <= SL_BACKEND_CUDA; b++)
-        if (name && !strcmp(name, sl_backend_name((sl_backend)b))) {
-            *out = (sl_backend)b;
-            return SL_OK;
-        }
-    return sl_fail(SL_EINVAL, "sl_backend_parse: '%s': expected cpu, cuda or ref",
-                   name ? name : "(null)");
-}
-
 #ifdef SLUICE_TRAIN_CUDA
 /* SLUICE_CUDA_DEVICE: a device ordinal (default 0). */
 static int cuda_device_of_env(int *device)
