@@ -1,8 +1,9 @@
 /*
- * train/loop/steps.c - one replica's step loop under the single and
- * mirrored strategies: batch in, SGD step, and at the step's end the
- * progress line, the epoch's evaluation, checkpoints and the
- * identical-weights check; its timing and logging are a meter's.
+ * train/loop/strategy_mirrored.c - the single and mirrored strategies:
+ * the replicas' threads (sl_mirrored_train) and one replica's step loop:
+ * batch in, SGD step, and at the step's end the progress line, the
+ * epoch's evaluation, checkpoints (services.c) and the identical-weights
+ * check; its timing and logging are a meter's.
  *
  * Steps and epochs. The pipelines run forever (their fused shuffle-repeat
  * keeps the buffer full across epoch boundaries), and the loop counts: an
@@ -26,13 +27,13 @@
  * none is dropped silently.
  *
  * Threading: every replica runs sl_run_steps on its own thread (replica 0
- * on the caller's, run.c), in lockstep: the same steps and collectives.
+ * on the caller's, sl_mirrored_train), in lockstep: the same steps and
+ * collectives.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "train/io/io_int.h" /* sl_ckpt_* */
 #include "train/loop/trainer_int.h"
 
 /* The progress window since the last log line (wait and busy: the run's
@@ -343,5 +344,67 @@ int sl_run_steps(sl_replica *rep)
 out_held:
     if (held) /* --synthetic: the batch every step reused */
         sl_pipeline_release(rep->p, held);
+    return rc;
+}
+
+/* Replica rep's loop; when the root's fails, a rescue checkpoint of its
+ * last completed step (services.c), kept in r->rescue for the final
+ * message. */
+static int replica_loop(sl_replica *rep)
+{
+    sl_run *r = rep->run;
+    int rc = sl_run_steps(rep);
+    if (rc && rep->idx == 0 && r->is_root)
+        sl_run_rescue(r, rep);
+    return rc;
+}
+
+static void *replica_thread(void *arg)
+{
+    sl_replica *rep = arg;
+    rep->rc = replica_loop(rep);
+    if (rep->rc) {
+        snprintf(rep->msg, sizeof rep->msg, "%s", sl_errmsg());
+        sl_comm_abort(rep->comm, rep->msg);
+    }
+    return NULL;
+}
+
+/* The mirrored (and single) strategy over the set-up run: replica 0 on the
+ * calling thread, the others on their own, each through sl_run_steps; the
+ * first replica that failed for its own reason gives the error. */
+int sl_mirrored_train(sl_run *r)
+{
+    int rc = SL_OK;
+    for (int i = 1; i < r->nlocal && !rc; i++) {
+        if (pthread_create(&r->rep[i].thread, NULL, replica_thread, &r->rep[i]))
+            rc = sl_fail(SL_ENOMEM, "sl_train_run: cannot start replica thread %d", i);
+        else
+            r->rep[i].thread_started = 1;
+    }
+    if (!rc) {
+        rc = replica_loop(&r->rep[0]);
+        if (rc) {
+            snprintf(r->rep[0].msg, sizeof r->rep[0].msg, "%s", sl_errmsg());
+            sl_comm_abort(r->rep[0].comm, r->rep[0].msg);
+        }
+    } else {
+        for (int i = 0; i < r->nlocal; i++)
+            sl_comm_abort(r->rep[i].comm, "a replica thread could not start");
+    }
+    r->rep[0].rc = rc;
+    for (int i = 1; i < r->nlocal; i++)
+        if (r->rep[i].thread_started)
+            pthread_join(r->rep[i].thread, NULL);
+    /* The root cause: the first replica that failed for its own reason, not
+     * because a peer aborted. */
+    int first = -1;
+    for (int i = 0; i < r->nlocal; i++)
+        if (r->rep[i].rc && (first < 0 || (r->rep[first].rc == SL_ECANCELED &&
+                                           r->rep[i].rc != SL_ECANCELED)))
+            first = i;
+    if (first >= 0) {
+        rc = sl_fail(r->rep[first].rc, "%s", r->rep[first].msg);
+    }
     return rc;
 }
