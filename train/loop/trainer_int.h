@@ -90,7 +90,8 @@ typedef struct sl_replica {
     int64_t graph_replays;
     char graph_why[200];
     uint64_t bad_named;        /* its pipeline's bad records named on the progress stream
-                                * so far (steps.c: the first SL_PIPELINE_MAX_BAD_REPORT) */
+                                * so far (strategy_mirrored.c: the first
+                                * SL_PIPELINE_MAX_BAD_REPORT) */
     double comm_wait_s;        /* time in all-reduce waits this window */
     double step_s;             /* time in steps this window */
     pthread_t thread;
