@@ -66,7 +66,7 @@
 #include "perf/bench_util.h"
 #include "train/train.h"
 #include "train/ops/cpu_int.h" /* white-box: oneDNN's implementations */
-#include "train/train_int.h"   /* white-box: stack sl_exec and its op table */
+#include "train/ops/ops.h"   /* white-box: stack sl_exec and its op table */
 
 /* ------------------------------------------------------------ the profile */
 

@@ -22,7 +22,7 @@
  * sl_model_tensors, sl_model_param_count, sl_model_bytes, sl_sgd_tensors,
  * sl_safetensors_count, sl_summary_path) need a live handle.
  *
- * Layouts: activations NHWC f32; conv weights are held OHWI (train/train_int.h
+ * Layouts: activations NHWC f32; conv weights are held OHWI (train/ops/ops.h
  * says why) and are OIHW, as torchvision's, in every file we write.
  */
 #ifndef SL_TRAIN_H
@@ -198,7 +198,7 @@ typedef struct sl_bn_sync {
     void *ctx;
     int world;          /* replicas (each with the same batch) */
     int rank;           /* this replica, 0..world-1: its slot in the forward's all-reduce of
-                         * every replica's (mean, M2) (train_int.h bn_moments) */
+                         * every replica's (mean, M2) (train/ops/ops.h bn_moments) */
 } sl_bn_sync;
 int sl_model_set_bn_sync(sl_model *m, const sl_bn_sync *s);
 

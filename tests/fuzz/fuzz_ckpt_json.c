@@ -15,7 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/json.h"
-#include "train/loop/trainer_int.h"
+#include "train/io/io_int.h" /* sl_resume_info_read */
 #include "train/train.h"
 #include "util.h"
 

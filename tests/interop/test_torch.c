@@ -32,7 +32,7 @@
 
 #include "testutil.h"
 #include "train/train.h"
-#include "train/train_int.h" /* white-box: a stack sl_exec */
+#include "train/ops/ops.h" /* white-box: a stack sl_exec */
 
 #define SCRIPT SLUICE_SOURCE_DIR "/tests/interop/torch_check.py"
 /* Bounded by coreutils timeout, not Criterion's .timeout (test_tf_interop.c

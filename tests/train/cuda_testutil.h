@@ -135,7 +135,7 @@ static inline int tg_bits(sl_dtype t)
 #include <stdlib.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 static inline int tg_has_gpu(void)
 {

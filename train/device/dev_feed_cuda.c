@@ -31,7 +31,7 @@ int sl_dev_feed_create(sl_exec *e, int max_batch, int h, int w, const float mean
 {
     const char *fn = "sl_dev_feed_create";
     *out = NULL;
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return sl_fail(SL_ENOTSUP, "%s: the %s backend takes host batches", fn,
                        sl_backend_name(e->backend));
     if (max_batch < 1 || h < 1 || w < 1)
@@ -44,8 +44,8 @@ int sl_dev_feed_create(sl_exec *e, int max_batch, int h, int w, const float mean
     memcpy(f->std, std, sizeof f->std);
     size_t xb = (size_t)max_batch * h * w * 3 * sl_exec_act_size(e);
     int rc;
-    if ((rc = sl_dev_alloc(e, xb, &f->d_x)) ||
-        (rc = sl_dev_alloc(e, (size_t)max_batch * sizeof(int32_t), (void **)&f->d_labels)) ||
+    if ((rc = sl_mem_alloc(e, xb, &f->d_x)) ||
+        (rc = sl_mem_alloc(e, (size_t)max_batch * sizeof(int32_t), (void **)&f->d_labels)) ||
         (rc = SL_CUDA(cudaHostAlloc((void **)&f->h_labels, (size_t)max_batch * sizeof(int32_t),
                                     cudaHostAllocDefault))) ||
         (rc = SL_CUDA(cudaEventCreateWithFlags(&f->consumed, cudaEventDisableTiming)))) {
@@ -67,8 +67,8 @@ void sl_dev_feed_destroy(sl_dev_feed *f)
     }
     if (f->h_labels)
         cudaFreeHost(f->h_labels);
-    sl_dev_free(f->e, f->d_labels);
-    sl_dev_free(f->e, f->d_x);
+    sl_mem_free(f->e, f->d_labels);
+    sl_mem_free(f->e, f->d_x);
     free(f);
 }
 

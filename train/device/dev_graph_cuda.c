@@ -19,11 +19,11 @@ struct sl_dev_graph {
     unsigned gen; /* the context's mem_gen at the capture */
 };
 
-int sl_dev_graph_wanted(sl_exec *e) { return sl_dev_on_device(e) && sl_cuda_of(e)->graph; }
+int sl_dev_graph_wanted(sl_exec *e) { return sl_mem_on_device(e) && sl_cuda_of(e)->graph; }
 
 int sl_dev_capture_begin(sl_exec *e)
 {
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return sl_fail(SL_ENOTSUP, "sl_dev_capture_begin: %s backend", sl_backend_name(e->backend));
     int rc = SL_CUDA(cudaStreamBeginCapture(sl_cuda_of(e)->stream,
                                             cudaStreamCaptureModeThreadLocal));
@@ -74,7 +74,7 @@ int sl_dev_graph_stale(const sl_dev_graph *g) { return g->gen != sl_cuda_of(g->e
 
 int sl_dev_capture_intact(sl_exec *e)
 {
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return SL_OK;
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     cudaError_t ce = cudaStreamIsCapturing(sl_cuda_of(e)->stream, &st);

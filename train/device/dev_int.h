@@ -16,7 +16,7 @@
  *   dev_labels.c     every build: the one host label check
  *   dev_plan.c       every build: the memory plan
  *
- * Memory (sl_dev_alloc and the copies) is train/ops/mem.h's, beside the
+ * Memory (sl_mem_alloc and the copies) is train/ops/mem.h's, beside the
  * exec's context, since the model places its tensors with it; this header
  * includes it.
  *
@@ -44,7 +44,7 @@
  * scale, a step with inf/nan grads is skipped on the device.
  *
  * Threading: everything here belongs to one exec, used by one thread at a
- * time (train_int.h).
+ * time (train/ops/ops.h).
  */
 #ifndef SL_DEV_INT_H
 #define SL_DEV_INT_H
@@ -53,16 +53,16 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
-#include "train/train_int.h" /* the exec's struct; includes train.h */
+#include "train/ops/ops.h" /* the exec's struct; includes train.h */
 #include "train/ops/mem.h"   /* an exec's memory, beside its context */
 
 /* --------------------------------------------------------- memory plan */
 
-/* What one replica of the device trainer allocates with sl_dev_alloc and
+/* What one replica of the device trainer allocates with sl_mem_alloc and
  * its exec's context, for model cfg at batch (h x w images, activations
  * of act), computed without a device (dev_plan.c): the budget issue 14
  * holds ResNet-50 at batch 256 to (PyTorch eager's 11.0 GiB), and what
- * sl_dev_mem's peak reaches (the workspace and scratch as bounds: the cap
+ * sl_mem_usage's peak reaches (the workspace and scratch as bounds: the cap
  * ws_max, SLUICE_CUDNN_WS_MB's, and the largest op scratch on a device of
  * sms multiprocessors). */
 typedef struct sl_dev_plan {
@@ -99,7 +99,7 @@ int sl_dev_feed_done(sl_dev_feed *f);
  * feeds labels to a model: host, feed, eval): SL_EINVAL "fn: record R has
  * label L, the model has K classes", with a hint at --label-offset when L
  * is K (labels counted from 1, as in TensorFlow's ImageNet shards) or
- * negative. Defined in dev_labels.c, over sl_labels_bad (train_int.h). */
+ * negative. Defined in dev_labels.c, over sl_labels_bad (train/ops/ops.h). */
 int sl_labels_check(const char *fn, const sl_batch *b, int classes);
 
 /* --------------------------------------------------------------- loss */

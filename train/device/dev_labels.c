@@ -1,22 +1,15 @@
 /*
- * train/device/dev_labels.c - the one check of host labels against the
+ * train/device/dev_labels.c - a batch's host labels checked against the
  * model's classes, for every path that gives labels to a model: the host
  * step (replica.c), the device feed (dev_feed_cuda.c: checked on the host
- * before the copy up), eval (eval.c) and the host backends' cross-entropy
- * entry point (ops.c's sl_xent_fwd_bwd). cuda's device labels are checked
+ * before the copy up) and eval (eval.c), over the op room's one label
+ * check (sl_labels_bad, train/ops/ops.c, which the host backends'
+ * cross-entropy entry point runs too). cuda's device labels are checked
  * by its kernel instead (act_cuda.cu). Built in every build.
  *
  * Threading: none of its own; reads the caller's labels.
  */
 #include "train/device/dev_int.h"
-
-int sl_labels_bad(const int32_t *labels, int n, int classes)
-{
-    for (int i = 0; i < n; i++)
-        if (labels[i] < 0 || labels[i] >= classes)
-            return i;
-    return -1;
-}
 
 int sl_labels_check(const char *fn, const sl_batch *b, int classes)
 {

@@ -14,7 +14,7 @@ int sl_dev_xent_acc(sl_exec *e, int n, int classes, const float *logits,
                     const int32_t *labels, float smoothing, const float *d_scale,
                     float *dlogits, double *acc)
 {
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return sl_fail(SL_ENOTSUP, "sl_dev_xent_acc: %s backend", sl_backend_name(e->backend));
     return sl_xent_acc_cuda(e, n, classes, logits, labels, smoothing, d_scale, dlogits, acc);
 }
@@ -22,9 +22,9 @@ int sl_dev_xent_acc(sl_exec *e, int n, int classes, const float *logits,
 int sl_dev_loss_take(sl_exec *e, double *acc, double out[2])
 {
     int rc;
-    if ((rc = sl_dev_copy_out(e, out, acc, 2 * sizeof(double))))
+    if ((rc = sl_mem_copy_out(e, out, acc, 2 * sizeof(double))))
         return rc;
-    if (!sl_dev_on_device(e)) {
+    if (!sl_mem_on_device(e)) {
         acc[0] = acc[1] = 0;
         return SL_OK;
     }

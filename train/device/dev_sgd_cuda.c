@@ -51,7 +51,7 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
 {
     const char *fn = "sl_dev_sgd_create";
     *out = NULL;
-    if (!sl_dev_on_device(e) || !m->dev_e)
+    if (!sl_mem_on_device(e) || !m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is not on a cuda device", fn);
     int nt, ns, rc;
     sl_tensor_info *t = sl_model_tensors(m, &nt);
@@ -72,7 +72,7 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
     int64_t total = 0;
     for (int k = 0; k < d->n; k++)
         total += (st[k].numel + 15) & ~(int64_t)15;
-    if ((rc = sl_dev_alloc(e, (size_t)(total > 0 ? total : 1) * sizeof(float),
+    if ((rc = sl_mem_alloc(e, (size_t)(total > 0 ? total : 1) * sizeof(float),
                            (void **)&d->d_mom_arena)))
         goto fail;
     int64_t off = 0;
@@ -98,9 +98,9 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
         rc = sl_fail(SL_EINVAL, "%s: %d params in the model, %d in the optimizer", fn, k, d->n);
         goto fail;
     }
-    if ((rc = sl_dev_alloc(e, (size_t)(d->n > 0 ? d->n : 1) * sizeof *ht, (void **)&d->d_t)) ||
-        (rc = sl_dev_copy_in(e, d->d_t, ht, (size_t)d->n * sizeof *ht)) ||
-        (rc = sl_dev_alloc(e, sizeof(float), (void **)&d->d_lr)) ||
+    if ((rc = sl_mem_alloc(e, (size_t)(d->n > 0 ? d->n : 1) * sizeof *ht, (void **)&d->d_t)) ||
+        (rc = sl_mem_copy_in(e, d->d_t, ht, (size_t)d->n * sizeof *ht)) ||
+        (rc = sl_mem_alloc(e, sizeof(float), (void **)&d->d_lr)) ||
         (rc = SL_CUDA(cudaHostAlloc((void **)&d->h_lr, LR_SLOTS * sizeof(float),
                                     cudaHostAllocDefault))) ||
         (rc = sl_dev_sgd_push(d)))
@@ -111,8 +111,8 @@ int sl_dev_sgd_create(sl_exec *e, const sl_sgd_config *cfg, sl_sgd *o, sl_model 
             goto fail;
     if (e->act == SL_DTYPE_F16) {
         sl_amp_state a = {AMP_INIT_SCALE, 0, 0, 0};
-        if ((rc = sl_dev_alloc(e, sizeof a, (void **)&d->d_amp)) ||
-            (rc = sl_dev_copy_in(e, d->d_amp, &a, sizeof a)))
+        if ((rc = sl_mem_alloc(e, sizeof a, (void **)&d->d_amp)) ||
+            (rc = sl_mem_copy_in(e, d->d_amp, &a, sizeof a)))
             goto fail;
     }
     free(ht);
@@ -134,10 +134,10 @@ void sl_dev_sgd_destroy(sl_dev_sgd *d)
     }
     if (d->h_lr)
         cudaFreeHost(d->h_lr);
-    sl_dev_free(d->e, d->d_lr);
-    sl_dev_free(d->e, d->d_t);
-    sl_dev_free(d->e, d->d_mom_arena);
-    sl_dev_free(d->e, d->d_amp);
+    sl_mem_free(d->e, d->d_lr);
+    sl_mem_free(d->e, d->d_t);
+    sl_mem_free(d->e, d->d_mom_arena);
+    sl_mem_free(d->e, d->d_amp);
     free(d->h_mom);
     free(d->d_mom);
     free(d->numel);
@@ -203,7 +203,7 @@ int sl_dev_sgd_skipped(sl_dev_sgd *d, int64_t *skipped, float *scale)
     if (!d->d_amp)
         return SL_OK;
     sl_amp_state a;
-    int rc = sl_dev_copy_out(d->e, &a, d->d_amp, sizeof a);
+    int rc = sl_mem_copy_out(d->e, &a, d->d_amp, sizeof a);
     if (rc)
         return rc;
     *skipped = a.skipped, *scale = a.scale;
@@ -213,7 +213,7 @@ int sl_dev_sgd_skipped(sl_dev_sgd *d, int64_t *skipped, float *scale)
 int sl_dev_sgd_pull(sl_dev_sgd *d)
 {
     for (int k = 0; k < d->n; k++) {
-        int rc = sl_dev_copy_out(d->e, d->h_mom[k], d->d_mom[k],
+        int rc = sl_mem_copy_out(d->e, d->h_mom[k], d->d_mom[k],
                                  (size_t)d->numel[k] * sizeof(float));
         if (rc)
             return rc;
@@ -224,7 +224,7 @@ int sl_dev_sgd_pull(sl_dev_sgd *d)
 int sl_dev_sgd_push(sl_dev_sgd *d)
 {
     for (int k = 0; k < d->n; k++) {
-        int rc = sl_dev_copy_in(d->e, d->d_mom[k], d->h_mom[k],
+        int rc = sl_mem_copy_in(d->e, d->d_mom[k], d->h_mom[k],
                                 (size_t)d->numel[k] * sizeof(float));
         if (rc)
             return rc;

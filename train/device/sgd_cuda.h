@@ -33,14 +33,14 @@
  *
  * Threading: one call enqueues one kernel on the exec's cuda stream
  * (ctx->stream) and returns without synchronizing; an sl_exec is used by one
- * thread at a time (train_int.h).
+ * thread at a time (train/ops/ops.h).
  */
 #ifndef SL_SGD_CUDA_H
 #define SL_SGD_CUDA_H
 
 #include <stdint.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,7 +9,7 @@
  * entries are extra keys PyTorch reports and ignores with strict=False):
  *   - f32 params and running stats, i64 num_batches_tracked as ndim-0 scalars;
  *   - conv weights: held (k, r, s, c) by the model (SL_TENSOR_OHWI,
- *     train_int.h says why), written (k, c, r, s) as torch's OIHW;
+ *     train/ops/ops.h says why), written (k, c, r, s) as torch's OIHW;
  *   - "optimizer.<param>.momentum_buffer" likewise, and "optimizer.step";
  *   - metadata sluice.arch / sluice.width / sluice.classes /
  *     sluice.image_size / sluice.format ("1").

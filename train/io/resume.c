@@ -2,7 +2,7 @@
  * train/io/resume.c - a training run's checkpoints beyond the weights: the
  * state JSON saved beside them, the save of one step, the rescue save when
  * an error stops a run, and the plan for resuming from the newest one
- * (train_int.h's "io/resume.c" section; the weights themselves are
+ * (io_int.h's "io/resume.c" section; the weights themselves are
  * checkpoint.c's).
  *
  * Exact resume. A checkpoint holds the weights, the BN buffers and the
@@ -15,7 +15,7 @@
  * (all replicas hold the same ones), so a run saved with N replicas
  * resumes with M.
  *
- * Threading: none of its own; the caller's (train_int.h).
+ * Threading: none of its own; the caller's (io_int.h).
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -28,8 +28,8 @@
 #include "common/fileio.h" /* sl_mkdir_p, sl_str_cat */
 #include "common/json.h"
 #include "train/device/dev_int.h" /* sl_dev_sgd_pull */
+#include "train/io/io_int.h"
 #include "train/model/model_int.h" /* sl_model_pull */
-#include "train/train_int.h"
 
 /* ------------------------------------------------------------ checkpoints */
 

@@ -1,37 +1,15 @@
 /*
- * train/loop/config.c - the training run's vocabulary: strategy and
- * precision names (parse and print, as the CLI and the --json line say
- * them), the precision a config trains at, and sl_train_config_init, the
- * defaults every field starts from (train.h).
+ * train/loop/config.c - a training run's configuration: the precision a
+ * config trains at (and the note that says why), and sl_train_config_init,
+ * the defaults every field starts from (train.h). The names of strategies,
+ * precisions and backends are train/names.c's.
  *
- * Threading: pure functions; sl_strategy_parse and sl_precision_parse set
- * the calling thread's error message.
+ * Threading: pure functions.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "train/train.h"
-
-const char *sl_strategy_name(sl_strategy s)
-{
-    switch (s) {
-    case SL_STRATEGY_SINGLE: return "single";
-    case SL_STRATEGY_MIRRORED: return "mirrored";
-    case SL_STRATEGY_PS: return "ps";
-    }
-    return "?";
-}
-
-int sl_strategy_parse(const char *name, sl_strategy *out)
-{
-    for (int s = SL_STRATEGY_SINGLE; s <= SL_STRATEGY_PS; s++)
-        if (name && strcmp(name, sl_strategy_name((sl_strategy)s)) == 0) {
-            *out = (sl_strategy)s;
-            return SL_OK;
-        }
-    return sl_fail(SL_EINVAL, "sl_strategy_parse: '%s': expected single, mirrored or ps",
-                   name ? name : "(null)");
-}
 
 /* The default: bf16 where the matrix units take it (cuda; cpu where
  * oneDNN's ISA has bf16 dot products: sl_cpu_bf16), fp32 elsewhere. */
@@ -59,25 +37,6 @@ void sl_train_precision_note(const sl_train_config *c, char *buf, size_t cap)
                  why);
     else
         snprintf(buf, cap, "%s (%s)", sl_precision_name(t), why);
-}
-
-const char *sl_precision_name(sl_dtype t)
-{
-    switch (t) {
-    case SL_DTYPE_F32: return "fp32";
-    case SL_DTYPE_BF16: return "bf16";
-    case SL_DTYPE_F16: return "fp16";
-    }
-    return "?";
-}
-
-int sl_precision_parse(const char *name, sl_dtype *out)
-{
-    /* common/dtype.h's vocabulary, with the CLI's message */
-    if (sl_dtype_parse(name, out))
-        return sl_fail(SL_EINVAL, "unknown precision '%s' (want bf16, fp16 or fp32)",
-                       name ? name : "(null)");
-    return SL_OK;
 }
 
 void sl_train_config_init(sl_train_config *c)

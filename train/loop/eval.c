@@ -62,12 +62,12 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
 {
     memset(res, 0, sizeof *res);
     const sl_model_config *mc = sl_model_config_of(m);
-    int classes = mc->classes, mh, mw, dev = sl_dev_on_device(e);
+    int classes = mc->classes, mh, mw, dev = sl_mem_on_device(e);
     sl_model_input_size(m, &mh, &mw);
     sl_pipeline_config dd = *data_in;
     const sl_pipeline_config *data = &dd;
     if (dev) {
-        dd.device = sl_dev_device(e);
+        dd.device = sl_mem_device(e);
         dd.layout = SL_LAYOUT_NHWC_U8;
     }
     if (data->height != mh || data->width != mw ||
@@ -121,7 +121,7 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
             const int32_t *dl;
             if (!(rc = sl_dev_feed_put(feed, b, classes, &x, &dl)) &&
                 !(rc = sl_model_forward(m, e, x, n, 0, &logits)))
-                rc = sl_dev_copy_out(e, dlogits, logits, sizeof(float) * (size_t)n * classes);
+                rc = sl_mem_copy_out(e, dlogits, logits, sizeof(float) * (size_t)n * classes);
             int r2 = sl_dev_feed_done(feed);
             rc = rc ? rc : r2;
             logits = dlogits;

@@ -327,12 +327,12 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
     if ((rc = sl_exec_init_on(&rep->e, c->backend, threads, device)))
         return rc;
     rep->exec_ok = 1;
-    rep->dev = sl_dev_on_device(&rep->e);
+    rep->dev = sl_mem_on_device(&rep->e);
     if ((rc = sl_exec_set_act(&rep->e, sl_train_precision(c))))
         return sl_fail(rc, "sl_train_run: %s", sl_errmsg());
     if (rep->dev) {
         /* u8 batches copied to the GPU by the pipeline, normalized there */
-        rep->data.device = sl_dev_device(&rep->e);
+        rep->data.device = sl_mem_device(&rep->e);
         rep->data.layout = SL_LAYOUT_NHWC_U8;
     }
     if (start_state)
@@ -354,7 +354,7 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
     sl_tensor_info *t = sl_model_tensors(rep->m, &nt);
     if ((rc = sl_sgd_create(&c->sgd, t, nt, &rep->o)))
         return rc;
-    if ((rc = sl_dev_alloc(&rep->e, sizeof(float) * rep->data.batch * (size_t)mc.classes,
+    if ((rc = sl_mem_alloc(&rep->e, sizeof(float) * rep->data.batch * (size_t)mc.classes,
                            (void **)&rep->dlogits)))
         return rc;
     rep->labels = malloc(sizeof(int32_t) * rep->data.batch);
@@ -365,7 +365,7 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
          (rc = sl_dev_feed_create(&rep->e, (int)rep->data.batch, rep->data.height,
                                   rep->data.width, rep->data.mean, rep->data.std,
                                   &rep->feed)) ||
-         (rc = sl_dev_alloc(&rep->e, 2 * sizeof(double), (void **)&rep->d_acc))))
+         (rc = sl_mem_alloc(&rep->e, 2 * sizeof(double), (void **)&rep->d_acc))))
         return sl_fail(rc, "sl_train_run: replica %d: %s", rep->rank, sl_errmsg());
     rep->gcomm = rep->comm;
     if (rep->dev && rep->comm) {
@@ -373,8 +373,8 @@ int sl_replica_setup(sl_replica *rep, uint64_t start_batches, uint64_t start_sam
          * the exec's stream (ordered after the backward that wrote them) */
         sl_comm_config cc = SL_COMM_CONFIG_INIT;
         cc.timeout_ms = r->timeout_ms;
-        cc.device = sl_dev_device(&rep->e);
-        cc.stream = sl_dev_stream(&rep->e);
+        cc.device = sl_mem_device(&rep->e);
+        cc.stream = sl_mem_stream(&rep->e);
         if ((rc = sl_comm_nccl_create(&cc, &rep->gcomm)))
             return sl_fail(rc, "sl_train_run: replica %d: gradients on GPU %d need NCCL: %s",
                            rep->rank, cc.device, sl_errmsg());
@@ -412,8 +412,8 @@ void sl_replica_fini(sl_replica *rep)
         sl_comm_destroy(rep->gcomm);
     sl_dev_feed_destroy(rep->feed);
     sl_dev_sgd_destroy(rep->dsgd);
-    sl_dev_free(&rep->e, rep->d_acc);
-    sl_dev_free(&rep->e, rep->dlogits);
+    sl_mem_free(&rep->e, rep->d_acc);
+    sl_mem_free(&rep->e, rep->dlogits);
     sl_sgd_destroy(rep->o);
     sl_model_destroy(rep->m);
     sl_pipeline_destroy(rep->p);

@@ -2,10 +2,10 @@
  * train/loop/run.c - sl_train_run: the world (replicas, ranks, the
  * strategy's communicators), the data and record counts, the replicas'
  * pipelines, models and optimizers (at the newest checkpoint when
- * resuming), their threads, and the services every strategy's loop calls:
- * evaluation after an epoch and checkpoints (trainer_int.h). The mirrored
- * step loop is steps.c's, the parameter-server loop ps/ps_train.c's, the
- * checkpoints' state and resume plan io/resume.c's.
+ * resuming), and which strategy's loop runs them: the mirrored (and
+ * single) one is strategy_mirrored.c's, the parameter-server one
+ * strategy_ps.c's, both over services.c (evaluation, checkpoints); the
+ * checkpoints' state and resume plan are io/resume.c's.
  *
  * Replicas (the mirrored strategy). Each replica has its own pipeline
  * (rank r of world W, batch = global batch / W), model and optimizer. The
@@ -36,6 +36,7 @@
 
 #include "records/records.h"
 #include "common/fileio.h" /* sl_mkdir_p */
+#include "train/io/io_int.h" /* sl_resume_plan, SL_RESCUE_DIR */
 #include "train/loop/trainer_int.h"
 
 /* Say once that shards of split s have no index file (readers scan them). */
@@ -125,115 +126,6 @@ out:
 }
 
 /* ------------------------------------------------------ the loops' services */
-
-/* Whether the replicas' batches together are world 1's (pipeline.h's union
- * property: the records split, shuffle none or global): what a
- * checkpoint's rank_split "records" tells a resume with another number of
- * replicas (io/resume.c), which then continues with the same samples. A
- * buffered split is not: each replica's buffer is its own. */
-static int union_split(const sl_pipeline_config *d)
-{
-    return d->rank_split == SL_SPLIT_RECORDS && d->shuffle != SL_SHUFFLE_BUFFER;
-}
-
-/* The checkpoint job of rep (train_int.h's sl_ckpt_job) in r. */
-static sl_ckpt_job ckpt_job(sl_run *r, sl_replica *rep)
-{
-    return (sl_ckpt_job){
-        .steps_per_epoch = r->steps_per_epoch,
-        .total_steps = r->total_steps,
-        .sched = &r->sched,
-        .batch = r->data.batch,
-        .world = r->world,
-        .strategy = r->cfg->strategy,
-        .arch = r->cfg->model.arch,
-        .m = rep->m,
-        .o = rep->o,
-        .dsgd = rep->dsgd,
-        .p = rep->p,
-        .height = rep->data.height,
-        .split_records = union_split(&rep->data),
-        .prefix = r->res->checkpoint,
-        .prefix_cap = sizeof r->res->checkpoint,
-        .saved_step = &r->saved_step,
-    };
-}
-
-int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step)
-{
-    if (!r->cfg->ckpt_dir)
-        return SL_OK;
-    sl_ckpt_job j = ckpt_job(r, rep);
-    return sl_ckpt_save(&j, r->cfg->ckpt_dir, step, NULL);
-}
-
-int sl_run_save_stop(sl_run *r, sl_replica *rep, int64_t step)
-{
-    sl_ckpt_job j = ckpt_job(r, rep);
-    int rc = sl_ckpt_keep(&j, r->cfg->ckpt_dir, step, NULL);
-    if (rc)
-        return rc;
-    fprintf(r->out, "train: stopped on request after step %" PRId64 "; it is saved in "
-            "%.3000s.safetensors: continue with --ckpt-dir %.1000s --resume\n", step,
-            r->res->checkpoint, r->cfg->ckpt_dir ? r->cfg->ckpt_dir : SL_RESCUE_DIR);
-    fflush(r->out);
-    return SL_OK;
-}
-
-int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
-{
-    if (!r->eval_split)
-        return SL_OK;
-    sl_eval_result er;
-    int rc = sl_replica_eval(rep, &er);
-    if (rc || !(rep->idx == 0 && r->is_root))
-        return rc;
-    r->res->eval_top1 = er.top1;
-    r->res->eval_top5 = er.top5;
-    r->res->eval_skipped = er.skipped;
-    snprintf(r->res->eval_skipped_first, sizeof r->res->eval_skipped_first, "%s",
-             er.skipped_first);
-    fprintf(r->out, "eval  epoch %" PRId64 " step %" PRId64 ": top1 %.4f top5 %.4f loss %.4f "
-            "(%" PRId64 " images, %.1f s)", step / r->steps_per_epoch, step, er.top1, er.top5,
-            er.loss, er.images, er.seconds);
-    if (er.skipped > 0) /* left out, not refilled: the figures count each good record once */
-        fprintf(r->out, "; %" PRId64 " bad records left out, the first: %s", er.skipped,
-                er.skipped_first[0] ? er.skipped_first : "(another process's share)");
-    fputc('\n', r->out);
-    fflush(r->out);
-    if (r->sum) {
-        const char *tags[] = {"eval/top1", "eval/top5", "eval/loss", "eval/skipped_records"};
-        double v[] = {er.top1, er.top5, er.loss, (double)er.skipped};
-        rc = sl_summary_scalars(r->sum, step, tags, v, 4, NULL);
-    }
-    return rc;
-}
-
-/* Replica rep's loop; when the root's fails, a rescue checkpoint of its
- * last completed step (io/resume.c), kept in r->rescue for the final
- * message. */
-static int replica_loop(sl_replica *rep)
-{
-    sl_run *r = rep->run;
-    int rc = sl_run_steps(rep);
-    if (rc && rep->idx == 0 && r->is_root) {
-        sl_ckpt_job j = ckpt_job(r, rep);
-        sl_ckpt_rescue(&j, r->cfg->ckpt_dir, r->done_step, r->step0, r->done_state, r->out,
-                       r->rescue, sizeof r->rescue);
-    }
-    return rc;
-}
-
-static void *replica_thread(void *arg)
-{
-    sl_replica *rep = arg;
-    rep->rc = replica_loop(rep);
-    if (rep->rc) {
-        snprintf(rep->msg, sizeof rep->msg, "%s", sl_errmsg());
-        sl_comm_abort(rep->comm, rep->msg);
-    }
-    return NULL;
-}
 
 /* ------------------------------------------------------------------ setup */
 
@@ -351,7 +243,7 @@ static int resume_plan(sl_run *r, char **state)
         .dir = r->cfg->ckpt_dir,
         .batch = r->data.batch,
         .world = r->world,
-        .split_records = union_split(&r->rep[0].data),
+        .split_records = sl_run_union_split(&r->rep[0].data),
         .root = r->is_root,
         .out = r->out,
     };
@@ -468,7 +360,7 @@ static int setup(sl_run *r)
                 "%s schedule, warmup %" PRId64 " steps\n", sl_arch_name(c->model.arch),
                 sl_model_param_count(rep->m), (double)sl_model_bytes(rep->m) / 1048576.0,
                 sl_backend_name(c->backend), " ", prec,
-                rep->dev ? " device " : " x", rep->dev ? sl_dev_device(&rep->e) : rep->e.threads,
+                rep->dev ? " device " : " x", rep->dev ? sl_mem_device(&rep->e) : rep->e.threads,
                 r->records, r->data.batch,
                 r->steps_per_epoch, r->total_steps, r->sched.peak_lr,
                 sl_sched_name(c->schedule), r->sched.warmup_steps);
@@ -524,36 +416,7 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res)
         rc = r.ps_server ? sl_ps_serve_rank(&r) : sl_ps_train(&r);
         goto out;
     }
-    for (int i = 1; i < r.nlocal && !rc; i++) {
-        if (pthread_create(&r.rep[i].thread, NULL, replica_thread, &r.rep[i]))
-            rc = sl_fail(SL_ENOMEM, "sl_train_run: cannot start replica thread %d", i);
-        else
-            r.rep[i].thread_started = 1;
-    }
-    if (!rc) {
-        rc = replica_loop(&r.rep[0]);
-        if (rc) {
-            snprintf(r.rep[0].msg, sizeof r.rep[0].msg, "%s", sl_errmsg());
-            sl_comm_abort(r.rep[0].comm, r.rep[0].msg);
-        }
-    } else {
-        for (int i = 0; i < r.nlocal; i++)
-            sl_comm_abort(r.rep[i].comm, "a replica thread could not start");
-    }
-    r.rep[0].rc = rc;
-    for (int i = 1; i < r.nlocal; i++)
-        if (r.rep[i].thread_started)
-            pthread_join(r.rep[i].thread, NULL);
-    /* The root cause: the first replica that failed for its own reason, not
-     * because a peer aborted. */
-    int first = -1;
-    for (int i = 0; i < r.nlocal; i++)
-        if (r.rep[i].rc && (first < 0 || (r.rep[first].rc == SL_ECANCELED &&
-                                          r.rep[i].rc != SL_ECANCELED)))
-            first = i;
-    if (first >= 0) {
-        rc = sl_fail(r.rep[first].rc, "%s", r.rep[first].msg);
-    }
+    rc = sl_mirrored_train(&r);
 out:
     if (rc && r.rescue[0]) {
         char msg[SL_ERRMSG_MAX];

@@ -3,18 +3,20 @@
  *
  *   config.c    strategy and precision names, sl_train_config_init
  *   run.c       sl_train_run: the world, the data and record counts, the
- *               replicas' set-up (resume) and threads; the loops' services
- *               (evaluation, checkpoints)
- *   steps.c     the mirrored (and single) step loop, its timing and
- *               progress lines
+ *               replicas' set-up (resume); chooses the strategy's loop
+ *   services.c  what every strategy's loop calls: evaluation, checkpoints
+ *               (after an epoch, on a stop request, the rescue)
+ *   strategy_mirrored.c  the mirrored (and single) strategy: the replicas'
+ *               threads, the step loop, its timing and progress lines
  *   replica.c   one replica: its pipeline, model, optimizer; one step
  *               (forward, backward, bucketed all-reduce, SGD); the
  *               collectives a replica takes part in (statistics, BN buffers,
  *               distributed evaluation, the identical-weights check)
- *   ps_train.c  the parameter-server strategy's worker loop
+ *   strategy_ps.c  the parameter-server strategy's worker loop over
+ *               train/ps/'s parameter server (ps_int.h)
  *
  * A checkpoint's state JSON, the rescue save and the resume plan are
- * io/resume.c's (train_int.h), on plain data run.c hands them.
+ * io/resume.c's (io_int.h), on plain data run.c hands them.
  *
  * Ranks. A run has `world` replicas in all: nlocal of them are threads of
  * this process (replica index 0 .. nlocal-1 runs on the calling thread or
@@ -88,7 +90,8 @@ typedef struct sl_replica {
     int64_t graph_replays;
     char graph_why[200];
     uint64_t bad_named;        /* its pipeline's bad records named on the progress stream
-                                * so far (steps.c: the first SL_PIPELINE_MAX_BAD_REPORT) */
+                                * so far (strategy_mirrored.c: the first
+                                * SL_PIPELINE_MAX_BAD_REPORT) */
     double comm_wait_s;        /* time in all-reduce waits this window */
     double step_s;             /* time in steps this window */
     pthread_t thread;
@@ -168,23 +171,32 @@ int sl_replica_eval(sl_replica *rep, sl_eval_result *er);
 /* Fail unless every replica's parameters are bitwise identical. */
 int sl_replica_check_identical(sl_replica *rep, int64_t step);
 
-/* run.c, for the strategies' loops: evaluate (root prints and logs),
+/* services.c, for the strategies' loops: evaluate (root prints and logs),
  * save a checkpoint of rep's model and optimizer (root only; a no-op
- * without --ckpt-dir). ps_train.c and steps.c call them. */
+ * without --ckpt-dir). strategy_ps.c and strategy_mirrored.c call them. */
 int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step);
 int sl_run_save_checkpoint(sl_run *r, sl_replica *rep, int64_t step);
 /* The checkpoint of a stop request at step: in ckpt_dir, else in the
  * rescue folder (made if need be); says where on the progress stream. */
 int sl_run_save_stop(sl_run *r, sl_replica *rep, int64_t step);
+/* The root's loop failed: a rescue checkpoint of r->done_step (io/resume.c's
+ * sl_ckpt_rescue), what became of it in r->rescue. */
+void sl_run_rescue(sl_run *r, sl_replica *rep);
+/* Whether the replicas' batches together are world 1's (the records split,
+ * shuffle none or global): a checkpoint's rank_split "records". */
+int sl_run_union_split(const sl_pipeline_config *d);
 
-/* steps.c */
+/* strategy_mirrored.c */
+/* The mirrored (and single) strategy over the set-up run: every local
+ * replica's step loop on its own thread (replica 0 on the caller's). */
+int sl_mirrored_train(sl_run *r);
 /* The step loop of one replica (single and mirrored strategies), from
  * r->step0 to r->total_steps; every replica runs it in lockstep. The root
  * notes each completed step for a rescue checkpoint and writes the run's
  * figures into r->res. */
 int sl_run_steps(sl_replica *rep);
 
-/* ps_train.c */
+/* strategy_ps.c */
 /* Steps of epoch `epoch` that worker w of world takes (the epoch's steps
  * dealt round-robin, the remainder rotating). */
 int64_t sl_ps_worker_share(int64_t steps_per_epoch, int world, int w, int64_t epoch);

@@ -2,7 +2,7 @@
  * train/model/model.c - running a ResNet built by train/model/resnet.c: forward,
  * backward and the accessors of train.h's models section.
  *
- * Every op goes through e->ops (train_int.h), so the same code runs on the
+ * Every op goes through e->ops (train/ops/ops.h), so the same code runs on the
  * ref, cpu and cuda tables. Shapes: activations (n, h, w, c) NHWC f32.
  *
  * Forward, per block (torchvision's BasicBlock / Bottleneck):
@@ -44,10 +44,10 @@
  * which leaves the masked dz in place: A, for the block's last cbn, then
  * feeds the shortcut as above; the cbn's dx is written over y. The values
  * are the unfused ops' bit for bit
- * (train_int.h); eval forwards and sync-BN keep the unfused ops.
+ * (train/ops/ops.h); eval forwards and sync-BN keep the unfused ops.
  *
  * cuDNN fusion (sl_fuse_available: a cuda exec with fp16 activations;
- * train_int.h's "cuDNN graph fusion"): a train forward without sync-BN
+ * train/ops/ops.h's "cuDNN graph fusion"): a train forward without sync-BN
  * runs each residual block with at least one cuDNN plan through
  * model_fuse.c (MLPerf's chain; a refused convolution runs unfused inside
  * it, the rest stays fused; its top comment), and every other block as
@@ -66,7 +66,7 @@
  *             (running stats with them, so every replica keeps the same).
  *             Not a variance from float sums: at 224 px a replica's BN has
  *             ~50,000 rows a channel, and sums of that many floats lose the
- *             digits a running variance keeps (train_int.h).
+ *             digits a running variance keeps (train/ops/ops.h).
  *   backward: bn_bwd_reduce -> the LOCAL sum_dy, sum_dy_xhat are this
  *             replica's dbeta, dgamma; a copy of both (2c floats, one call)
  *             is all-reduced; bn_bwd_apply(global sums) -> dx.
@@ -150,7 +150,7 @@ static int sync_slots(sl_model *m, sl_exec *e, const char *fn, float **out)
     void *p = NULL;
     int rc;
     if (m->dev_e)
-        rc = sl_dev_alloc(e, (size_t)need * sizeof(float), &p);
+        rc = sl_mem_alloc(e, (size_t)need * sizeof(float), &p);
     else
         rc = (p = calloc((size_t)need, sizeof(float))) ? SL_OK : SL_ENOMEM;
     if (rc)
@@ -166,7 +166,7 @@ static int sync_slots(sl_model *m, sl_exec *e, const char *fn, float **out)
 void sl_model_sync_free(sl_model *m)
 {
     if (m->dev_e)
-        sl_dev_free(m->dev_e, m->sync_slots);
+        sl_mem_free(m->dev_e, m->sync_slots);
     else
         free(m->sync_slots);
     m->sync_slots = NULL;
@@ -204,8 +204,8 @@ static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const f
     float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
     OP(fn, c->bn_name, sl_bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
                                              c->gbeta, c->ggamma));
-    OP(fn, c->bn_name, sl_dev_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
-    OP(fn, c->bn_name, sl_dev_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
+    OP(fn, c->bn_name, sl_mem_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
+    OP(fn, c->bn_name, sl_mem_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
     if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
         return rc;
     OP(fn, c->bn_name, sl_bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
@@ -325,7 +325,7 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
          * since), the input in bf16 for the stem; backward reads both */
         size_t xn = (size_t)n * (size_t)m->h * (size_t)m->w * (size_t)m->cbn[0].cin;
         if ((rc = sl_model_refresh(m)) ||
-            (rc = sl_host_cast((int64_t)xn, x, m->xin, m->act)))
+            (rc = sl_mem_host_cast((int64_t)xn, x, m->xin, m->act)))
             return sl_fail(rc, "%s: %s", fn, sl_errmsg());
         m->x = m->xin;
     }

@@ -1,6 +1,6 @@
 /*
  * train/model/model_fuse.c - a residual block's train step through cuDNN's
- * fused conv + BN plans (train_int.h's "cuDNN graph fusion"), one
+ * fused conv + BN plans (train/ops/ops.h's "cuDNN graph fusion"), one
  * convolution at a time: a convolution whose plan cuDNN refuses runs
  * unfused in place, the others stay fused; and the report of what ran how.
  *

@@ -44,7 +44,7 @@
 
 #include <stdint.h>
 
-#include "train/train_int.h" /* the exec's struct; includes train.h */
+#include "train/ops/ops.h" /* the exec's struct; includes train.h */
 
 /* Bytes placing a model of cfg at max_batch and h x w on a device with
  * act_size-byte activations and a table with conv_bwd_data_acc or not
@@ -266,5 +266,15 @@ int sl_model_layout(sl_model *m, sl_arena_use *u, size_t asz, int assign);
 /* model.c: free the sync-BN statistics slots (sl_model_destroy; before the
  * device arenas go, with dev_e). */
 void sl_model_sync_free(sl_model *m);
+
+/* The convolutions of m's residual blocks that its last train forward ran
+ * with every fused plan they are meant to use, and how many there are
+ * (train/model/model_fuse.c). */
+void sl_model_fusion(const sl_model *m, int *fused, int *total);
+/* The per-convolution fusion state of m's last train forward on e as
+ * JSON (model_fuse.c's top comment gives the shape) into buf (cap bytes,
+ * NUL-terminated, always whole JSON: reasons that do not fit are cut and
+ * say so). "" when m never ran a train forward. */
+void sl_model_fusion_json(const sl_model *m, const sl_exec *e, char *buf, size_t cap);
 
 #endif /* SL_MODEL_INT_H */

@@ -462,16 +462,16 @@ static int place_fusion(sl_model *m, sl_exec *e)
     size_t bytes = (size_t)floats * sizeof(float) + (size_t)idc * 2 * sizeof(uint16_t);
     uint16_t *id = malloc((size_t)idc * 2 * sizeof *id);
     void *arena = NULL;
-    int rc = id ? sl_dev_alloc(e, bytes, &arena) : SL_ENOMEM;
+    int rc = id ? sl_mem_alloc(e, bytes, &arena) : SL_ENOMEM;
     if (!rc) {
         for (int i = 0; i < idc; i++)
             id[i] = 0x3c00, id[idc + i] = 0; /* fp16 1.0 and 0.0 */
-        rc = sl_dev_copy_in(e, (char *)arena + (size_t)floats * sizeof(float), id,
+        rc = sl_mem_copy_in(e, (char *)arena + (size_t)floats * sizeof(float), id,
                             (size_t)idc * 2 * sizeof *id);
     }
     free(id);
     if (rc) {
-        sl_dev_free(e, arena);
+        sl_mem_free(e, arena);
         return sl_fail(rc, "sl_model_place: cuDNN fusion's %zu bytes: %s", bytes, sl_errmsg());
     }
     float *f = arena;
@@ -507,9 +507,9 @@ static int place_host(sl_model *m, sl_exec *e)
     if (rc)
         return rc;
     void *acts = NULL, *wc = NULL, *xin = NULL;
-    if ((rc = sl_host_alloc(u.acts, &acts)) ||
-        (rc = sl_host_alloc((size_t)m->arena_floats * asz, &wc)) ||
-        (rc = sl_host_alloc(xb, &xin))) {
+    if ((rc = sl_mem_host_alloc(u.acts, &acts)) ||
+        (rc = sl_mem_host_alloc((size_t)m->arena_floats * asz, &wc)) ||
+        (rc = sl_mem_host_alloc(xb, &xin))) {
         free(acts), free(wc), free(xin);
         return sl_fail(rc, "%s: %s %s batch %d at %dx%d: %s", fn, sl_arch_name(m->cfg.arch),
                        sl_precision_name(e->act), m->max_batch, m->h, m->w, sl_errmsg());
@@ -532,7 +532,7 @@ int sl_model_place(sl_model *m, sl_exec *e)
     const char *fn = "sl_model_place";
     if (!m || !e)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return e->act == SL_DTYPE_F32 ? SL_OK : place_host(m, e);
     if (m->dev_e)
         return sl_fail(SL_EINVAL, "%s: the model is on a device already", fn);
@@ -549,17 +549,17 @@ int sl_model_place(sl_model *m, sl_exec *e)
     char *da = NULL;
     int32_t *darg = NULL;
     void *dwc = NULL;
-    if ((rc = sl_dev_alloc(e, pb, (void **)&dp)) || (rc = sl_dev_alloc(e, pb, (void **)&dg)) ||
-        (rc = sl_dev_alloc(e, (size_t)m->bufs_floats * sizeof(float), (void **)&db)) ||
-        (rc = sl_dev_alloc(e, u.acts, (void **)&da)) ||
-        (rc = sl_dev_alloc(e, (size_t)m->sync_floats * sizeof(float), (void **)&ds)) ||
-        (m->stem_pool && (rc = sl_dev_alloc(e, argmax_bytes(m), (void **)&darg))) ||
+    if ((rc = sl_mem_alloc(e, pb, (void **)&dp)) || (rc = sl_mem_alloc(e, pb, (void **)&dg)) ||
+        (rc = sl_mem_alloc(e, (size_t)m->bufs_floats * sizeof(float), (void **)&db)) ||
+        (rc = sl_mem_alloc(e, u.acts, (void **)&da)) ||
+        (rc = sl_mem_alloc(e, (size_t)m->sync_floats * sizeof(float), (void **)&ds)) ||
+        (m->stem_pool && (rc = sl_mem_alloc(e, argmax_bytes(m), (void **)&darg))) ||
         (e->act != SL_DTYPE_F32 &&
-         (rc = sl_dev_alloc(e, (size_t)m->arena_floats * asz, &dwc))) ||
-        (rc = sl_dev_copy_in(e, dp, m->params, pb)) ||
-        (rc = sl_dev_copy_in(e, db, m->bufs, (size_t)m->bufs_floats * sizeof(float)))) {
-        sl_dev_free(e, dp), sl_dev_free(e, dg), sl_dev_free(e, db), sl_dev_free(e, da);
-        sl_dev_free(e, darg), sl_dev_free(e, dwc), sl_dev_free(e, ds);
+         (rc = sl_mem_alloc(e, (size_t)m->arena_floats * asz, &dwc))) ||
+        (rc = sl_mem_copy_in(e, dp, m->params, pb)) ||
+        (rc = sl_mem_copy_in(e, db, m->bufs, (size_t)m->bufs_floats * sizeof(float)))) {
+        sl_mem_free(e, dp), sl_mem_free(e, dg), sl_mem_free(e, db), sl_mem_free(e, da);
+        sl_mem_free(e, darg), sl_mem_free(e, dwc), sl_mem_free(e, ds);
         m->acc = host_acc;
         return sl_fail(rc, "%s: %s %s batch %d at %dx%d: %s", fn, sl_arch_name(m->cfg.arch),
                        sl_backend_name(e->backend), m->max_batch, m->h, m->w, sl_errmsg());
@@ -595,19 +595,19 @@ int sl_model_refresh(sl_model *m)
     if (!m || !m->wc_arena)
         return SL_OK;
     if (!m->dev_e) { /* placed on a host exec in bf16 (place_host) */
-        return sl_host_cast(m->arena_floats, m->params, m->wc_arena, m->act);
+        return sl_mem_host_cast(m->arena_floats, m->params, m->wc_arena, m->act);
     }
-    return sl_dev_cast(m->dev_e, m->arena_floats, m->params, m->wc_arena, m->dev_e->act);
+    return sl_mem_cast(m->dev_e, m->arena_floats, m->params, m->wc_arena, m->dev_e->act);
 }
 
 int sl_model_pull(sl_model *m)
 {
     if (!m || !m->dev_e)
         return SL_OK;
-    int rc = sl_dev_copy_out(m->dev_e, m->h_params, m->params,
+    int rc = sl_mem_copy_out(m->dev_e, m->h_params, m->params,
                              (size_t)m->arena_floats * sizeof(float));
     if (!rc)
-        rc = sl_dev_copy_out(m->dev_e, m->h_bufs, m->bufs,
+        rc = sl_mem_copy_out(m->dev_e, m->h_bufs, m->bufs,
                              (size_t)m->bufs_floats * sizeof(float));
     return rc ? sl_fail(rc, "sl_model_pull: %s", sl_errmsg()) : SL_OK;
 }
@@ -616,10 +616,10 @@ int sl_model_push(sl_model *m)
 {
     if (!m || !m->dev_e)
         return SL_OK;
-    int rc = sl_dev_copy_in(m->dev_e, m->params, m->h_params,
+    int rc = sl_mem_copy_in(m->dev_e, m->params, m->h_params,
                             (size_t)m->arena_floats * sizeof(float));
     if (!rc)
-        rc = sl_dev_copy_in(m->dev_e, m->bufs, m->h_bufs,
+        rc = sl_mem_copy_in(m->dev_e, m->bufs, m->h_bufs,
                             (size_t)m->bufs_floats * sizeof(float));
     if (!rc)
         rc = sl_model_refresh(m);
@@ -633,9 +633,9 @@ void sl_model_destroy(sl_model *m)
     sl_model_sync_free(m);
     if (m->dev_e) {
         sl_exec *e = m->dev_e;
-        sl_dev_free(e, m->params), sl_dev_free(e, m->grads), sl_dev_free(e, m->bufs);
-        sl_dev_free(e, m->acts), sl_dev_free(e, m->pool_arg), sl_dev_free(e, m->wc_arena);
-        sl_dev_free(e, m->sync_buf), sl_dev_free(e, m->fuse_arena);
+        sl_mem_free(e, m->params), sl_mem_free(e, m->grads), sl_mem_free(e, m->bufs);
+        sl_mem_free(e, m->acts), sl_mem_free(e, m->pool_arg), sl_mem_free(e, m->wc_arena);
+        sl_mem_free(e, m->sync_buf), sl_mem_free(e, m->fuse_arena);
         m->params = m->h_params, m->grads = m->h_grads, m->bufs = m->h_bufs;
         m->sync_buf = m->h_sync_buf;
         m->acts = NULL, m->pool_arg = NULL;

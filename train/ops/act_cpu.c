@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "train/ops/cpu_int.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* Rows per float partial sum before folding into double (gap). */
 #define GAP_ROWS 256

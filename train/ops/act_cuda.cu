@@ -1,13 +1,13 @@
 // train/ops/act_cuda.cu - the small ops, cuda backend: ReLU, add, max pool,
 // global average pool, softmax cross-entropy with label smoothing
-// (train_int.h gives the contract; act_ref.c is the oracle and
+// (ops.h gives the contract; act_ref.c is the oracle and
 // tests/train/ops/test_ops_cuda.c holds these kernels to it).
 //
 // Layout: activations NHWC (n, h, w, c), c fastest; device pointers.
 // Element type: relu, add and max pool take every tensor in e->act (the
 // argmax stays int32); gap_fwd reads x in e->act and writes f32 y, gap_bwd
 // reads f32 dy and writes dx in e->act; xent is f32 throughout
-// (train_int.h's table). The kernels are templates on the element type T:
+// (ops.h's table). The kernels are templates on the element type T:
 // load to f32, compute as before, round to T on the store, so in bf16 / f16
 // each op returns ref's f32 result (on the same, already rounded inputs)
 // rounded to nearest even - the tests hold them to that bit for bit.

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 int sl_relu_fwd_ref(sl_exec *e, int64_t n, const float *x, float *y)
 {

@@ -20,7 +20,7 @@ SL_KCLONES void sl_bf16_narrow(int64_t n, const float *restrict src, uint16_t *r
         dst[i] = sl_bf16_st(src[i]);
 }
 
-int sl_host_cast(int64_t n, const float *src, void *dst, sl_dtype dt)
+int sl_mem_host_cast(int64_t n, const float *src, void *dst, sl_dtype dt)
 {
     switch (dt) {
     case SL_DTYPE_F32:
@@ -30,7 +30,7 @@ int sl_host_cast(int64_t n, const float *src, void *dst, sl_dtype dt)
         sl_bf16_narrow(n, src, dst);
         return SL_OK;
     default:
-        return sl_fail(SL_ENOTSUP, "sl_dev_cast: host memory holds f32 or bf16, not %s",
+        return sl_fail(SL_ENOTSUP, "sl_mem_cast: host memory holds f32 or bf16, not %s",
                        sl_dtype_name(dt));
     }
 }

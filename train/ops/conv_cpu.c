@@ -4,7 +4,7 @@
  * forces the path below, which tests use), else im2col + OpenBLAS SGEMM, the
  * rest of this comment.
  *
- * Layouts (train_int.h): x (n, h, w, c), weight (k, r, s, c), y (n, p, q, k).
+ * Layouts (ops.h): x (n, h, w, c), weight (k, r, s, c), y (n, p, q, k).
  * Rows are output pixels, M = n*p*q, indexed m = (b*p + oh)*q + ow; the
  * column matrix has K = r*s*c columns ordered (i, j, ci), the weight's own
  * order, so W is already the (k, K) row-major matrix and
@@ -74,7 +74,7 @@
 #include <cblas.h>
 
 #include "train/ops/cpu_int.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* Column-buffer budget per chunk (see the measurement above). */
 #define CHUNK_BYTES ((size_t)4 << 20)

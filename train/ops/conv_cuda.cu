@@ -2,7 +2,7 @@
 // backward-filter through cuDNN (the legacy cudnnConvolution* API), and
 // the per-shape algorithm cache behind them (cuda_int.h).
 //
-// Layouts (train_int.h): x (n, h, w, c) and y (n, p, q, k) are cuDNN NHWC
+// Layouts (ops.h): x (n, h, w, c) and y (n, p, q, k) are cuDNN NHWC
 // tensors; the weight (k, r, s, c), our OHWI, is cuDNN's NHWC filter
 // format (KRSC), so nothing is transposed. Cross-correlation (no kernel
 // flip), as PyTorch's Conv2d and conv_ref.c. beta = 0 in every call but
@@ -11,7 +11,7 @@
 // then never reads the output, which is overwritten as the op table
 // requires (a NaN left there does not leak in).
 //
-// Element type (train_int.h's table): x, w, y, dy, dx are in e->act; dw is
+// Element type (ops.h's table): x, w, y, dy, dx are in e->act; dw is
 // f32 always. The descriptors are of that type (CUDNN_DATA_FLOAT,
 // _BFLOAT16, _HALF) with compute type CUDNN_DATA_FLOAT in the convolution
 // descriptor: cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations (half or

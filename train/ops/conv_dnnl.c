@@ -23,7 +23,7 @@
  * Why a process-wide cache of primitives. Making a primitive descriptor and
  * its primitive (implementation search, JIT code generation) costs tens to
  * hundreds of microseconds, about a conv's run time at demo sizes, so each
- * (shape, pass, thread count) is made once. sl_exec (train_int.h) has no
+ * (shape, pass, thread count) is made once. sl_exec (ops.h) has no
  * slot for cpu state, and replicas run the same shapes, so the cache is one
  * table for the process, under a mutex, holding at most CACHE_MAX entries;
  * past that a primitive is made for the call and destroyed after it. Entries
@@ -192,7 +192,7 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, const dnnl_convo
 /* Make the primitive of (sh, pass, act) for the calling thread's OpenMP
  * thread count: the conv (with a forward hint for the backward passes), its
  * weights format, the weights reorder and the scratch sizes. With bf16
- * activations (train_int.h's mixed precision) x, y (dy, dx) and the
+ * activations (ops.h's mixed precision) x, y (dy, dx) and the
  * weights of forward and backward-data are bf16, and backward-filter's dw
  * is f32 (the master weights' gradient): oneDNN accumulates in f32 and
  * writes dw without a bf16 rounding. */

@@ -2,7 +2,7 @@
  * train/ops/conv_ref.c - convolution forward and backward as plain loops: the
  * oracle the cpu and cuda backends are tested against.
  *
- * Layouts (train_int.h): x (n, h, w, c), weight (k, r, s, c), y (n, p, q, k).
+ * Layouts (ops.h): x (n, h, w, c), weight (k, r, s, c), y (n, p, q, k).
  * Cross-correlation as in PyTorch's Conv2d (no kernel flip):
  *   y[b,oh,ow,o] = sum_{i,j,ci} x[b, oh*stride-pad+i, ow*stride-pad+j, ci] * w[o,i,j,ci]
  * with x read as zero outside the input. Each output element is one sum
@@ -15,7 +15,7 @@
  */
 #include <stddef.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* Offset of x[b, ih, iw, 0] (caller has checked the bounds). */
 static size_t x_at(const sl_conv_shape *sh, int b, int ih, int iw)

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* fn(arg, lo, hi) over [lo, hi) sub-ranges that tile [0, n): contiguous,
  * in order, at most e->threads of them, none shorter than grain items
@@ -32,7 +32,7 @@ typedef void (*sl_par_fn)(void *arg, int64_t lo, int64_t hi);
 void sl_par_for(const sl_exec *e, int64_t n, int64_t grain, sl_par_fn fn, void *arg);
 
 /* norm_cpu.c's passes on the exec's threads, the same bits as their
- * single-threaded forms in train_int.h (sl_bn_stats_cpu, sl_bn_affine_cpu,
+ * single-threaded forms in ops.h (sl_bn_stats_cpu, sl_bn_affine_cpu,
  * sl_bn_bwd_sums_cpu, sl_bn_dx_cpu), which they run when e has one thread
  * or the tensor is small. x, dy, y, dx are activations in e->act (f32 or
  * bf16: the float pointers are addresses); the rest f32. The reductions need part, scratch of
@@ -49,7 +49,7 @@ void sl_bn_affine_par(const sl_exec *e, int64_t rows, int c, const float *x, con
 void sl_bn_dx_par(const sl_exec *e, int64_t rows, int c, const float *x, const float *dy,
                   const float *mean, const float *a, const float *k, const float *b, float *dx);
 
-/* The cpu table's fused BN slots (norm_cpu.c; train_int.h's
+/* The cpu table's fused BN slots (norm_cpu.c; ops.h's
  * bn_fwd_train_act, bn_bwd_act: the unfused ops' bits in one pass). */
 int sl_bn_fwd_train_act_cpu(sl_exec *e, int64_t rows, int c, const float *x,
                             const float *gamma, const float *beta, float momentum, float eps,
@@ -63,7 +63,7 @@ int sl_bn_bwd_act_cpu(sl_exec *e, int64_t rows, int c, const float *x, const flo
  * hand-off to the second thread costs more than it saves (a few µs). */
 #define SL_PAR_GRAIN_FLOATS 32768
 
-/* bf16 activations (train_int.h's mixed precision; sl_exec.act ==
+/* bf16 activations (ops.h's mixed precision; sl_exec.act ==
  * SL_DTYPE_BF16): the passes read bf16, compute in f32 and round what they
  * store to the nearest even bf16 (a NaN stays a quiet NaN), as the cuda
  * backend's kernels and oneDNN do. Inline so the channel loops vectorize.
@@ -124,7 +124,7 @@ int sl_dnnl_bf16(void);
  * "forward bf16 brg:avx512_core_bf16; ..." (distinct ones, "; "-joined),
  * into buf (cap bytes, NUL-terminated, cut at a whole entry). */
 void sl_dnnl_impls(char *buf, size_t cap);
-/* The three passes of train_int.h's conv slots through oneDNN, NHWC f32
+/* The three passes of ops.h's conv slots through oneDNN, NHWC f32
  * activations, OHWI weights; the primitives are made on first use of a
  * (shape, pass, threads) and cached for the life of the process (conv_dnnl.c
  * says why), their scratchpads come from sl_exec_scratch. */

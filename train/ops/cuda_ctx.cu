@@ -17,7 +17,7 @@
 //   captured CUDA graph) and the scratch grow to the largest request and stay: a few growths in
 //   the first step, none after. Growing syncs the stream first, since
 //   kernels in flight may still read the old buffer. Every allocation of
-//   the context and of sl_dev_alloc goes through sl_cuda_malloc, which
+//   the context and of sl_mem_alloc goes through sl_cuda_malloc, which
 //   keeps the bytes live and their peak (the trainer's --json reports it:
 //   issue 14's budget is PyTorch's 11.0 GiB for ResNet-50 at batch 256).
 //   Current device: the CUDA runtime's current device is per host thread;

@@ -17,7 +17,7 @@
  *   amp_cuda.cu     mixed precision: element casts, the loss scale's
  *                   inf/nan check and update
  *
- * Activation type. Every op honours e->act (train_int.h's "Activation
+ * Activation type. Every op honours e->act (ops.h's "Activation
  * type" table): the kernels are templates on the element type (float,
  * __nv_bfloat16, __half) that load, compute in f32 (or double where the
  * f32 op already did) and round to nearest even on the store; cuDNN
@@ -40,7 +40,7 @@
  * Built when CUDA and cuDNN are (SLUICE_TRAIN_CUDA, CMakeLists.txt).
  *
  * Threading: a context belongs to one sl_exec, used by one thread at a
- * time (train_int.h).
+ * time (ops.h).
  */
 #ifndef SL_CUDA_INT_H
 #define SL_CUDA_INT_H
@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifdef SLUICE_TRAIN_CUDA
 #include <cublas_v2.h>
@@ -77,7 +77,7 @@ typedef struct sl_cuda_ctx {
     int fuse;                  /* the fused BN slots in the exec's table (SLUICE_CUDA_FUSE != 0) */
     int graph;                 /* the trainer may capture its step (SLUICE_CUDA_GRAPH != 0) */
     int cudnn_fusion;          /* cuDNN graph fusion with fp16 activations (SLUICE_CUDNN_FUSION
-                                  != 0; train_int.h's "cuDNN graph fusion") */
+                                  != 0; ops.h's "cuDNN graph fusion") */
     int sms;                   /* the device's multiprocessors (grids of the bandwidth-bound
                                   kernels are sized for them: 132 on an H100 SXM) */
     void *d_ws;                /* cuDNN / cuBLAS workspace, grown on demand */
@@ -93,7 +93,7 @@ typedef struct sl_cuda_ctx {
     void *h_pinned;            /* SL_CUDA_PINNED_BYTES of pinned host memory (xent's loss
                                   and count) */
     /* Device memory this context allocated (sl_cuda_malloc: the workspace,
-     * tmp, and sl_dev_alloc's model, optimizer and feed buffers): bytes
+     * tmp, and sl_mem_alloc's model, optimizer and feed buffers): bytes
      * live now and at most, and the allocations with their sizes. */
     size_t mem_live, mem_peak;
     struct sl_cuda_block *blocks;
@@ -174,7 +174,7 @@ int sl_conv_algo_lookup(const sl_cuda_ctx *c, const sl_conv_shape *sh, sl_dtype 
                         sl_conv_dir dir, sl_conv_algo_info *out);
 
 SL_DECLARE_OPS(cuda)
-/* The fused BN slots of train_int.h (cuda only; norm_cuda.cu). */
+/* The fused BN slots of ops.h (cuda only; norm_cuda.cu). */
 int sl_bn_fwd_train_act_cuda(sl_exec *e, int64_t rows, int c, const float *x,
                              const float *gamma, const float *beta, float momentum, float eps,
                              float *running_mean, float *running_var, const float *r, int relu,
@@ -190,12 +190,15 @@ int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *
 /* graph_cuda.c (graph_build_cuda.c its graphs): cuDNN's plans
  * (ConvBNfprop, ConvBNwgrad, DgradDreluBNBwdWeight) per (kind, shape),
  * built on first use and kept until the context goes; the functions
- * behind train_int.h's sl_fuse_* entry points, which checked the
+ * behind ops.h's sl_fuse_* entry points, which checked the
  * arguments. deterministic: engine configurations whose numerical notes
  * say NONDETERMINISTIC are skipped (SLUICE_CUDNN_DETERMINISTIC, as the
  * convolutions'). fuse_cuda.cu: the BN finalize, fold, apply and
  * input-gradient kernels. */
 int sl_graph_cache_create(int deterministic, sl_graph_cache **out);
+/* The exec can run the fused plans at all: a cuda exec with fp16
+ * activations whose context reads SLUICE_CUDNN_FUSION as not 0. */
+int sl_graph_available_cuda(const sl_exec *e);
 void sl_graph_cache_free(sl_graph_cache *g); /* NULL is a no-op */
 int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
 int sl_graph_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
@@ -209,9 +212,9 @@ int sl_graph_conv_dgrad_cuda(sl_exec *e, const sl_conv_shape *sh, const float *d
 /* The state of graph g's plan (0 ConvBNfprop, 1 ConvBNwgrad, 2
  * DgradDreluBNBwdWeight) for sh: SL_OK, or SL_ENOENT when none was asked
  * for yet. The strings live as long as the context. */
-int sl_graph_plan_info_cuda(const sl_cuda_ctx *c, int g, const sl_conv_shape *sh,
+int sl_graph_plan_info_cuda(const sl_exec *e, int g, const sl_conv_shape *sh,
                             sl_fuse_plan_info *out);
-const char *sl_graph_refusal_cuda(const sl_cuda_ctx *c);
+const char *sl_graph_refusal_cuda(const sl_exec *e);
 /* Plans built and refused so far (tests). */
 void sl_graph_stats(const sl_cuda_ctx *c, int *built, int *refused);
 int sl_fuse_bn_finalize_cuda(sl_exec *e, int c, int64_t rows, const float *sum,

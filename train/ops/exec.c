@@ -14,6 +14,8 @@
  * conv_bwd_data_acc) are in the cuda table, the first two in the cpu
  * table too; SLUICE_CUDA_FUSE=0, read by sl_cuda_ctx_create, gives a cuda
  * exec the same table without them (the model then runs the unfused ops).
+ * The cuDNN-fusion slots (fuse_*, behind fuse.c's entry points) are the
+ * cuda table's only.
  *
  * Threading (cpu backend). sl_exec.threads is the thread count of every
  * pass: oneDNN's convolutions (conv_dnnl.c, on the calling thread's OpenMP
@@ -39,15 +41,14 @@
 #include <cblas.h>
 
 #include "train/ops/cpu_int.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 #ifdef SLUICE_TRAIN_CUDA
 #include "train/ops/cuda_int.h"
 #endif
 
 /* fwd_act, bwd_act, dgrad_acc: the fused slots (cuda; cpu's BN ones; NULL
- * elsewhere). */
-#define OPS_TABLE(sfx, fwd_act, bwd_act, dgrad_acc)                                          \
-    {                                                                                        \
+ * elsewhere). The cuDNN-fusion slots are the cuda table's only (CUDA_TABLE). */
+#define OPS_SLOTS(sfx, fwd_act, bwd_act, dgrad_acc)                                          \
         .name = #sfx, .conv_fwd = sl_conv_fwd_##sfx, .conv_bwd_data = sl_conv_bwd_data_##sfx, \
         .conv_bwd_filter = sl_conv_bwd_filter_##sfx, .bn_fwd_train = sl_bn_fwd_train_##sfx,  \
         .bn_fwd_eval = sl_bn_fwd_eval_##sfx, .bn_bwd = sl_bn_bwd_##sfx,                      \
@@ -58,8 +59,9 @@
         .fc_bwd = sl_fc_bwd_##sfx, .xent_fwd_bwd = sl_xent_fwd_bwd_##sfx,                    \
         .bn_fwd_apply = sl_bn_fwd_apply_##sfx, .bn_bwd_reduce = sl_bn_bwd_reduce_##sfx,      \
         .bn_bwd_apply = sl_bn_bwd_apply_##sfx, .bn_moments = sl_bn_moments_##sfx,            \
-        .bn_moments_merge = sl_bn_moments_merge_##sfx,                                       \
-    }
+        .bn_moments_merge = sl_bn_moments_merge_##sfx
+#define OPS_TABLE(sfx, fwd_act, bwd_act, dgrad_acc)                                          \
+    { OPS_SLOTS(sfx, fwd_act, bwd_act, dgrad_acc) }
 
 const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL, NULL);
 /* The cpu table with the fused BN slots (norm_cpu.c: one pass where the
@@ -68,12 +70,25 @@ const sl_ops sl_ops_ref = OPS_TABLE(ref, NULL, NULL, NULL);
 const sl_ops sl_ops_cpu = OPS_TABLE(cpu, sl_bn_fwd_train_act_cpu, sl_bn_bwd_act_cpu, NULL);
 
 #ifdef SLUICE_TRAIN_CUDA
-/* The cuda table with the fused slots (train_int.h: BN + add + ReLU, ReLU +
+/* The cuda table with the fused slots (ops.h: BN + add + ReLU, ReLU +
  * BN backward, the accumulating backward-data), and without them for
  * SLUICE_CUDA_FUSE=0 (A/B runs: perf/train-gpu). */
-const sl_ops sl_ops_cuda = OPS_TABLE(cuda, sl_bn_fwd_train_act_cuda, sl_bn_bwd_act_cuda,
-                                     sl_conv_bwd_data_acc_cuda);
-static const sl_ops sl_ops_cuda_unfused = OPS_TABLE(cuda, NULL, NULL, NULL);
+#define CUDA_TABLE(fwd_act, bwd_act, dgrad_acc)                                               \
+    {                                                                                        \
+        OPS_SLOTS(cuda, fwd_act, bwd_act, dgrad_acc),                                        \
+        .fuse_available = sl_graph_available_cuda, .fuse_prepare = sl_graph_prepare_cuda,    \
+        .fuse_plan = sl_graph_plan_info_cuda, .fuse_conv_fwd = sl_graph_conv_fwd_cuda,       \
+        .fuse_conv_wgrad = sl_graph_conv_wgrad_cuda,                                         \
+        .fuse_conv_dgrad = sl_graph_conv_dgrad_cuda,                                         \
+        .fuse_bn_finalize = sl_fuse_bn_finalize_cuda, .fuse_bn_fold = sl_fuse_bn_fold_cuda,  \
+        .fuse_bn_apply = sl_fuse_bn_apply_cuda, .fuse_bn_dx = sl_fuse_bn_dx_cuda,            \
+        .fuse_refusal = sl_graph_refusal_cuda,                                               \
+    }
+/* With SLUICE_CUDA_FUSE=0 the cuDNN-fusion slots stay (SLUICE_CUDNN_FUSION
+ * is their switch: fuse_available). */
+const sl_ops sl_ops_cuda = CUDA_TABLE(sl_bn_fwd_train_act_cuda, sl_bn_bwd_act_cuda,
+                                      sl_conv_bwd_data_acc_cuda);
+static const sl_ops sl_ops_cuda_unfused = CUDA_TABLE(NULL, NULL, NULL);
 #else
 /* The cuda table in a build without it: present, named, and honest about
  * being empty (sl_ops_missing says why; op_ok, op_check.h, for every slot). */
@@ -88,27 +103,6 @@ const char *sl_ops_missing(const sl_ops *o)
 #endif
     (void)o;
     return NULL;
-}
-
-const char *sl_backend_name(sl_backend b)
-{
-    switch (b) {
-    case SL_BACKEND_REF: return "ref";
-    case SL_BACKEND_CPU: return "cpu";
-    case SL_BACKEND_CUDA: return "cuda";
-    }
-    return "?";
-}
-
-int sl_backend_parse(const char *name, sl_backend *out)
-{
-    for (int b = SL_BACKEND_REF; b <= SL_BACKEND_CUDA; b++)
-        if (name && !strcmp(name, sl_backend_name((sl_backend)b))) {
-            *out = (sl_backend)b;
-            return SL_OK;
-        }
-    return sl_fail(SL_EINVAL, "sl_backend_parse: '%s': expected cpu, cuda or ref",
-                   name ? name : "(null)");
 }
 
 #ifdef SLUICE_TRAIN_CUDA

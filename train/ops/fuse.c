@@ -1,29 +1,22 @@
 /*
  * train/ops/fuse.c - the entry points of the cuDNN-fusion ops
- * (train_int.h's "cuDNN graph fusion"): each checks its arguments once, as
- * ops.c's entry points do (op_check.h), then runs the cuda function behind
- * it (graph_cuda.c: cuDNN's plans; fuse_cuda.cu: the BN kernels). Every
- * other exec, and every exec in a build without CUDA, gets SL_ENOTSUP, so
- * the model asks sl_fuse_available once and runs its unfused ops.
+ * (ops.h's "cuDNN graph fusion"): each checks its arguments once, as
+ * ops.c's entry points do (op_check.h), then runs the exec's slot behind
+ * it (the op table's fuse_* slots: the cuda table's are graph_cuda.c's
+ * cuDNN plans and fuse_cuda.cu's BN kernels; the other tables have none).
+ * Every other exec, and every exec in a build without CUDA, gets
+ * SL_ENOTSUP, so the model asks sl_fuse_available once and runs its
+ * unfused ops.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "train/ops/op_check.h"
-#include "train/train_int.h"
-#ifdef SLUICE_TRAIN_CUDA
-#include "train/ops/cuda_int.h"
-#endif
+#include "train/ops/ops.h"
 
 int sl_fuse_available(const sl_exec *e)
 {
-#ifdef SLUICE_TRAIN_CUDA
-    return e && e->backend == SL_BACKEND_CUDA && e->cuda && e->act == SL_DTYPE_F16 &&
-           sl_cuda_of((sl_exec *)e)->cudnn_fusion;
-#else
-    (void)e;
-    return 0;
-#endif
+    return e && e->ops && e->ops->fuse_available && e->ops->fuse_available(e);
 }
 
 /* The exec can fuse: SL_ENOTSUP naming why not. */
@@ -54,19 +47,12 @@ int sl_fuse_available(const sl_exec *e)
         CHAN(e, sb, 2 * (int64_t)(c));                                                        \
     } while (0)
 
-#ifdef SLUICE_TRAIN_CUDA
-#define RUN(call) return (call)
-#else
-/* Not reached (FUSE_OK refuses first); keeps the arguments used. */
-#define RUN(call) return SL_ENOTSUP
-#endif
-
 int sl_fuse_prepare(sl_exec *e, const sl_conv_shape *sh, unsigned kinds)
 {
     FUSE_OK(e);
     CHECK_CONV(e, sh);
     CHECK(e, kinds != 0 && (kinds & ~7u) == 0, "kinds 0x%x", kinds);
-    RUN(sl_graph_prepare_cuda(e, sh, kinds));
+    return e->ops->fuse_prepare(e, sh, kinds);
 }
 
 int sl_fuse_plan(const sl_exec *e, const sl_conv_shape *sh, unsigned kind,
@@ -82,11 +68,7 @@ int sl_fuse_plan(const sl_exec *e, const sl_conv_shape *sh, unsigned kind,
     int g = kind == SL_FUSE_FPROP ? 0 : kind == SL_FUSE_WGRAD ? 1 : kind == SL_FUSE_DGRAD ? 2 : -1;
     if (g < 0)
         return sl_fail(SL_EINVAL, "sl_fuse_plan: kind 0x%x (one SL_FUSE_* bit)", kind);
-#ifdef SLUICE_TRAIN_CUDA
-    return sl_graph_plan_info_cuda(sl_cuda_of((sl_exec *)e), g, sh, out);
-#else
-    return SL_ENOTSUP; /* not reached: sl_fuse_available is 0 */
-#endif
+    return e->ops->fuse_plan(e, g, sh, out);
 }
 
 int sl_fuse_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
@@ -100,7 +82,7 @@ int sl_fuse_conv_fwd(sl_exec *e, const sl_conv_shape *sh, const float *x, const 
     CONV_Y(e, sh, y);
     CHAN(e, sum, sh->k);
     CHAN(e, sqsum, sh->k);
-    RUN(sl_graph_conv_fwd_cuda(e, sh, x, sb, w, y, sum, sqsum));
+    return e->ops->fuse_conv_fwd(e, sh, x, sb, w, y, sum, sqsum);
 }
 
 int sl_fuse_conv_wgrad(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
@@ -112,7 +94,7 @@ int sl_fuse_conv_wgrad(sl_exec *e, const sl_conv_shape *sh, const float *x, cons
     CHAN(e, sb, 2 * (int64_t)sh->c);
     CONV_Y(e, sh, dy);
     CONV_W(e, sh, dw);
-    RUN(sl_graph_conv_wgrad_cuda(e, sh, x, sb, dy, dw));
+    return e->ops->fuse_conv_wgrad(e, sh, x, sb, dy, dw);
 }
 
 int sl_fuse_conv_dgrad(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
@@ -134,8 +116,8 @@ int sl_fuse_conv_dgrad(sl_exec *e, const sl_conv_shape *sh, const float *dy, con
     CHAN(e, dbeta, sh->c);
     CHAN(e, coef, 8 * (int64_t)sh->c);
     CHECK(e, ((uintptr_t)coef & 15) == 0, "coef %p not 16-byte aligned", (const void *)coef);
-    RUN(sl_graph_conv_dgrad_cuda(e, sh, dy, w, xc, mean, invstd, gamma, beta, da, dgamma, dbeta,
-                                 coef));
+    return e->ops->fuse_conv_dgrad(e, sh, dy, w, xc, mean, invstd, gamma, beta, da, dgamma,
+                                   dbeta, coef);
 }
 
 int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const float *sqsum,
@@ -152,9 +134,9 @@ int sl_fuse_bn_finalize(sl_exec *e, int c, int64_t rows, const float *sum, const
     CHAN(e, running_mean, c);
     CHAN(e, running_var, c);
     BN_FOLD_ARGS(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
-    (void)momentum, (void)eps; /* used by the cuda build only */
-    RUN(sl_fuse_bn_finalize_cuda(e, c, rows, sum, sqsum, gamma, beta, momentum, eps,
-                                 running_mean, running_var, save_mean, save_invstd, consts, sb));
+    return e->ops->fuse_bn_finalize(e, c, rows, sum, sqsum, gamma, beta, momentum, eps,
+                                    running_mean, running_var, save_mean, save_invstd, consts,
+                                    sb);
 }
 
 int sl_fuse_bn_fold(sl_exec *e, int c, const float *gamma, const float *beta,
@@ -163,7 +145,7 @@ int sl_fuse_bn_fold(sl_exec *e, int c, const float *gamma, const float *beta,
     FUSE_OK(e);
     CHECK(e, c >= 1, "%d channels", c);
     BN_FOLD_ARGS(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
-    RUN(sl_fuse_bn_fold_cuda(e, c, gamma, beta, save_mean, save_invstd, consts, sb));
+    return e->ops->fuse_bn_fold(e, c, gamma, beta, save_mean, save_invstd, consts, sb);
 }
 
 int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
@@ -176,8 +158,7 @@ int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const floa
     CHECK(e, ((uintptr_t)consts & 15) == 0, "consts %p not 16-byte aligned",
           (const void *)consts);
     TENSOR(e, z, rows, c);
-    (void)r, (void)relu; /* used by the cuda build only */
-    RUN(sl_fuse_bn_apply_cuda(e, rows, c, y, consts, r, relu, z));
+    return e->ops->fuse_bn_apply(e, rows, c, y, consts, r, relu, z);
 }
 
 int sl_fuse_bn_dx(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
@@ -191,16 +172,10 @@ int sl_fuse_bn_dx(sl_exec *e, int64_t rows, int c, const float *da, const float 
     CHAN(e, coef, 8 * (int64_t)c);
     CHECK(e, ((uintptr_t)coef & 15) == 0, "coef %p not 16-byte aligned", (const void *)coef);
     TENSOR(e, dx, rows, c);
-    RUN(sl_fuse_bn_dx_cuda(e, rows, c, da, xc, mean, coef, dx));
+    return e->ops->fuse_bn_dx(e, rows, c, da, xc, mean, coef, dx);
 }
 
 const char *sl_fuse_refusal(const sl_exec *e)
 {
-#ifdef SLUICE_TRAIN_CUDA
-    if (sl_fuse_available(e))
-        return sl_graph_refusal_cuda(sl_cuda_of((sl_exec *)e));
-#else
-    (void)e;
-#endif
-    return "";
+    return sl_fuse_available(e) ? e->ops->fuse_refusal(e) : "";
 }

@@ -1,5 +1,5 @@
 // train/ops/fuse_cuda.cu - the batch-norm pieces around cuDNN's fused
-// convolutions (train_int.h's "cuDNN graph fusion"; graph_cuda.c runs the
+// convolutions (ops.h's "cuDNN graph fusion"; graph_cuda.c runs the
 // convolutions): the finalize that turns the conv epilogue's per-channel
 // sum and sum of squares into BN's statistics, the fold of statistics an
 // unfused BN saved (a refused ConvBNfprop), and the constants of the

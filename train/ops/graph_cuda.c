@@ -1,6 +1,6 @@
 /*
  * train/ops/graph_cuda.c - MLPerf ResNet's fused convolutions through
- * cuDNN's graph API: the plan cache behind train_int.h's sl_fuse_prepare /
+ * cuDNN's graph API: the plan cache behind ops.h's sl_fuse_prepare /
  * sl_fuse_conv_* / sl_fuse_plan (issue 27; issue 37 made the graphs
  * NVIDIA's documented ones). graph_build_cuda.c builds the three operation
  * graphs (ConvBNfprop, ConvBNwgrad, DgradDreluBNBwdWeight: its top
@@ -99,8 +99,15 @@ void sl_graph_cache_free(sl_graph_cache *g)
     free(g);
 }
 
-const char *sl_graph_refusal_cuda(const sl_cuda_ctx *c)
+int sl_graph_available_cuda(const sl_exec *e)
 {
+    const sl_cuda_ctx *c = e ? (const sl_cuda_ctx *)e->cuda : NULL;
+    return e && e->backend == SL_BACKEND_CUDA && c && e->act == SL_DTYPE_F16 && c->cudnn_fusion;
+}
+
+const char *sl_graph_refusal_cuda(const sl_exec *e)
+{
+    const sl_cuda_ctx *c = e ? (const sl_cuda_ctx *)e->cuda : NULL;
     return c && c->graphs ? c->graphs->refusal : "";
 }
 
@@ -442,9 +449,10 @@ int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds)
     return refused ? sl_fail(SL_ENOTSUP, "sl_fuse_prepare: %s", refused) : SL_OK;
 }
 
-int sl_graph_plan_info_cuda(const sl_cuda_ctx *c, int g, const sl_conv_shape *sh,
+int sl_graph_plan_info_cuda(const sl_exec *e, int g, const sl_conv_shape *sh,
                             sl_fuse_plan_info *out)
 {
+    const sl_cuda_ctx *c = e ? (const sl_cuda_ctx *)e->cuda : NULL;
     memset(out, 0, sizeof *out);
     out->engine = -1;
     out->note = out->form = "";

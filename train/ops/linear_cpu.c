@@ -14,7 +14,7 @@
 
 #include <cblas.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 int sl_fc_fwd_cpu(sl_exec *e, int n, int in, int out, const float *x, const float *w,
                   const float *b, float *y)

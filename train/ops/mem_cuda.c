@@ -21,27 +21,27 @@
 #include "train/ops/cuda_int.h"
 #include "train/ops/mem.h"
 
-int sl_dev_on_device(const sl_exec *e) { return e && e->backend == SL_BACKEND_CUDA; }
+int sl_mem_on_device(const sl_exec *e) { return e && e->backend == SL_BACKEND_CUDA; }
 
-int sl_dev_device(const sl_exec *e) { return sl_dev_on_device(e) ? sl_cuda_of((sl_exec *)e)->device : -1; }
+int sl_mem_device(const sl_exec *e) { return sl_mem_on_device(e) ? sl_cuda_of((sl_exec *)e)->device : -1; }
 
-void *sl_dev_stream(const sl_exec *e)
+void *sl_mem_stream(const sl_exec *e)
 {
-    return sl_dev_on_device(e) ? (void *)sl_cuda_of((sl_exec *)e)->stream : NULL;
+    return sl_mem_on_device(e) ? (void *)sl_cuda_of((sl_exec *)e)->stream : NULL;
 }
 
-int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
+int sl_mem_alloc(sl_exec *e, size_t bytes, void **out)
 {
     *out = NULL;
-    if (!sl_dev_on_device(e))
-        return sl_host_alloc(bytes, out);
+    if (!sl_mem_on_device(e))
+        return sl_mem_host_alloc(bytes, out);
     sl_cuda_ctx *c = sl_cuda_of(e);
     void *p = NULL;
     int rc;
     if ((rc = SL_CUDA(cudaSetDevice(c->device))))
         return rc;
     if ((rc = sl_cuda_malloc(c, bytes, &p)))
-        return sl_fail(rc, "sl_dev_alloc: %s", sl_errmsg());
+        return sl_fail(rc, "sl_mem_alloc: %s", sl_errmsg());
     if ((rc = SL_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 64, c->stream))) ||
         (rc = SL_CUDA(cudaStreamSynchronize(c->stream)))) {
         sl_cuda_free(c, p);
@@ -51,20 +51,20 @@ int sl_dev_alloc(sl_exec *e, size_t bytes, void **out)
     return SL_OK;
 }
 
-void sl_dev_free(sl_exec *e, void *p)
+void sl_mem_free(sl_exec *e, void *p)
 {
     if (!p)
         return;
-    if (sl_dev_on_device(e))
+    if (sl_mem_on_device(e))
         sl_cuda_free(sl_cuda_of(e), p);
     else
         free(p);
 }
 
-int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
+int sl_mem_usage(sl_exec *e, sl_mem_info *out)
 {
     memset(out, 0, sizeof *out);
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return SL_OK;
     sl_cuda_ctx *c = sl_cuda_of(e);
     size_t fr = 0, tot = 0;
@@ -80,7 +80,7 @@ int sl_dev_mem(sl_exec *e, sl_dev_mem_info *out)
 static int copy_sync(sl_exec *e, void *dst, const void *src, size_t bytes,
                      enum cudaMemcpyKind kind)
 {
-    if (!sl_dev_on_device(e)) {
+    if (!sl_mem_on_device(e)) {
         memmove(dst, src, bytes);
         return SL_OK;
     }
@@ -92,26 +92,26 @@ static int copy_sync(sl_exec *e, void *dst, const void *src, size_t bytes,
     return SL_OK;
 }
 
-int sl_dev_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
+int sl_mem_copy_in(sl_exec *e, void *dst, const void *src, size_t bytes)
 {
     return copy_sync(e, dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
-int sl_dev_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
+int sl_mem_copy_out(sl_exec *e, void *dst, const void *src, size_t bytes)
 {
     return copy_sync(e, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
-int sl_dev_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
+int sl_mem_cast(sl_exec *e, int64_t n, const float *src, void *dst, sl_dtype dt)
 {
-    if (!sl_dev_on_device(e))
-        return sl_host_cast(n, src, dst, dt);
+    if (!sl_mem_on_device(e))
+        return sl_mem_host_cast(n, src, dst, dt);
     return sl_cast_cuda(e, n, src, SL_DTYPE_F32, dst, dt);
 }
 
-int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
+int sl_mem_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
 {
-    if (!sl_dev_on_device(e)) {
+    if (!sl_mem_on_device(e)) {
         memmove(dst, src, bytes);
         return SL_OK;
     }
@@ -119,9 +119,9 @@ int sl_dev_copy(sl_exec *e, void *dst, const void *src, size_t bytes)
                                    sl_cuda_of(e)->stream));
 }
 
-int sl_dev_sync(sl_exec *e)
+int sl_mem_sync(sl_exec *e)
 {
-    if (!sl_dev_on_device(e))
+    if (!sl_mem_on_device(e))
         return SL_OK;
     return SL_CUDA(cudaStreamSynchronize(sl_cuda_of(e)->stream));
 }

@@ -38,7 +38,7 @@
 #include <math.h>
 
 #include "train/ops/cpu_int.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* Rows per float partial sum (accuracy) and the target block size in
  * floats for the two looks of the stats pass (stays in L1/L2). */
@@ -95,7 +95,7 @@ static void stats_merge(int64_t seen, int64_t nb, int c, const float *restrict b
 #undef SL_K
 
 /* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
- * bmean, s1, s2 (c): float scratch. (train_int.h: the f32 entry point.) */
+ * bmean, s1, s2 (c): float scratch. (ops.h: the f32 entry point.) */
 void sl_bn_stats_cpu(int64_t rows, int c, const float *restrict x, double *restrict mean,
                      double *restrict m2, float *restrict bmean, float *restrict s1,
                      float *restrict s2)
@@ -214,7 +214,7 @@ static void by_rows(const sl_exec *e, bn_job *j, rows_fn fn)
     sl_par_for(e, j->rows, grain < 1 ? 1 : grain, rows_range, j);
 }
 
-/* bn_fwd_train, and with r / relu the fused bn_fwd_train_act (train_int.h:
+/* bn_fwd_train, and with r / relu the fused bn_fwd_train_act (ops.h:
  * + r, then ReLU, the unfused ops' bits). */
 static int fwd_train(sl_exec *e, const char *fn, int64_t rows, int c, const float *x,
                      const float *gamma, const float *beta, float momentum, float eps,
@@ -265,7 +265,7 @@ int sl_bn_fwd_train_act_cpu(sl_exec *e, int64_t rows, int c, const float *x,
                      running_var, r, relu, y, save_mean, save_invstd);
 }
 
-/* y = (x - mean)*scale + beta per channel (train_int.h: the f32 entry
+/* y = (x - mean)*scale + beta per channel (ops.h: the f32 entry
  * point; norm_sync_cpu.c's bn_fwd_apply takes sl_bn_affine_par). */
 void sl_bn_affine_cpu(int64_t rows, int c, const float *x, const float *mean,
                       const float *scale, const float *beta, float *y)
@@ -304,7 +304,7 @@ int sl_bn_fwd_eval_cpu(sl_exec *e, int64_t rows, int c, const float *x, const fl
 }
 
 /* sdy, sdxc (c): sum dy and sum dy*(x - mean) over the rows, blocked float
- * partials (fdy, fdxc) folded into double (train_int.h: the f32 entry
+ * partials (fdy, fdxc) folded into double (ops.h: the f32 entry
  * point). */
 void sl_bn_bwd_sums_cpu(int64_t rows, int c, const float *x, const float *dy, const float *mean,
                         double *sdy, double *sdxc, float *fdy, float *fdxc)
@@ -365,7 +365,7 @@ void sl_bn_bwd_sums_par(const sl_exec *e, int64_t rows, int c, const float *x, c
     sums_par(e, rows, c, x, NULL, (void *)dy, mean, sdy, sdxc, fdy, fdxc, part);
 }
 
-/* dx = a*dy - k*(x - mean) - b per channel (train_int.h: the f32 entry
+/* dx = a*dy - k*(x - mean) - b per channel (ops.h: the f32 entry
  * point; norm_sync_cpu.c's bn_bwd_apply takes sl_bn_dx_par). */
 void sl_bn_dx_cpu(int64_t rows, int c, const float *x, const float *dy, const float *mean,
                   const float *a, const float *k, const float *b, float *dx)

@@ -4,7 +4,7 @@
 // bn_bwd_reduce and bn_bwd_apply) with their statistics and reductions and
 // the per-channel kernels that turn those into the elementwise passes'
 // constants; the passes themselves are norm_pass_cuda.cu's (shared with
-// the cuDNN fusion), the pieces both files use norm_cuda.h. train_int.h
+// the cuDNN fusion), the pieces both files use norm_cuda.h. ops.h
 // gives the contract; the sync-BN statistics pieces are in
 // norm_sync_cuda.cu; norm_ref.c and norm_sync_ref.c are the oracles, and
 // tests/train/ops/test_norm_cuda.c holds these kernels to them.
@@ -13,7 +13,7 @@
 // flattened, c fastest); every per-channel array is (c). All pointers are
 // device memory. Element type: the row tensors are in e->act (f32, bf16 or
 // f16); gamma, beta, the running, saved and summed statistics, dgamma and
-// dbeta are always f32 (train_int.h's table). The kernels are templates on
+// dbeta are always f32 (ops.h's table). The kernels are templates on
 // the element type T and the vector width V.
 //
 // DESIGN (issue 14: these passes move most of a ResNet step's bytes, so
@@ -58,7 +58,7 @@
 //     backward dx = A*dy - B*(x - mean) - C, A = gamma*invstd,
 //              B = A*invstd*sum(dy*xhat)/N, C = A*sum(dy)/N: norm_ref.c's
 //              gamma*invstd/N * (N*dy - sum dy - xhat*sum(dy*xhat)) expanded.
-//   Fused ops (train_int.h): bn_fwd_train_act adds r and applies the ReLU in
+//   Fused ops (ops.h): bn_fwd_train_act adds r and applies the ReLU in
 //   the y pass; bn_bwd_act masks dz with z > 0 in the reduction pass and
 //   writes the masked dz back there (the model feeds it to the shortcut),
 //   the dx pass reads it. Intermediates are rounded to T where the unfused
@@ -247,7 +247,7 @@ __global__ void bn_eval_prep_kernel(int c, const float *__restrict__ gamma,
     ap[ch] = make_float4(running_mean[ch], 0.0f, (float)((double)gamma[ch] * invstd), beta[ch]);
 }
 
-// Sync-BN forward: the all-reduced mean and biased var given (train_int.h).
+// Sync-BN forward: the all-reduced mean and biased var given (ops.h).
 // mean / var may alias save_mean / save_invstd: both are read first.
 __global__ void bn_sync_prep_kernel(int c, const float *__restrict__ gamma,
                                     const float *__restrict__ beta, const float *mean,

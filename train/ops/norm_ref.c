@@ -21,7 +21,7 @@
  */
 #include <math.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 int sl_bn_fwd_train_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                         const float *beta, float momentum, float eps, float *running_mean,

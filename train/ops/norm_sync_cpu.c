@@ -4,7 +4,7 @@
  * whose channel loops gcc -O3 vectorizes, on the exec's threads with the
  * same bits as on one (norm_cpu.c's *_par passes).
  * Same semantics as norm_sync_ref.c (the formulas are in its comment and in
- * train_int.h).
+ * ops.h).
  *
  * Layout: x, y, dy, dx (rows, c), rows = this replica's n*h*w; per-channel
  * arrays (c); total = rows of all replicas.
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "train/ops/cpu_int.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* Scratch of nd doubles followed by nf floats per channel (nf counts the
  * threaded passes' partials too, sl_bn_par_floats rounded up to whole c). */

@@ -1,7 +1,7 @@
 // train/ops/norm_sync_cuda.cu - sync-BN's forward statistics, cuda backend:
 // bn_moments (this replica's per-channel mean and M2 into its slot of the
 // all-reduce buffer, the other slots zeroed) and bn_moments_merge (the
-// world slots combined with Chan's formula). train_int.h gives the
+// world slots combined with Chan's formula). ops.h gives the
 // contract, norm_sync_ref.c is the oracle, tests/train/ops/test_norm_sync_cuda.c
 // holds these kernels to it. The other sync-BN pieces are norm_cuda.cu's.
 //

@@ -7,7 +7,7 @@
  * flattened); every per-channel array is (c). total is the rows of all
  * replicas together.
  *
- * The pieces (train_int.h gives the contract) split norm_ref.c's
+ * The pieces (ops.h gives the contract) split norm_ref.c's
  * bn_fwd_train / bn_bwd where they need a sum over the whole batch, so the
  * model can all-reduce those sums between them (PyTorch's SyncBatchNorm,
  * torch/nn/modules/_functions.py, does the same with batch_norm_stats /
@@ -35,7 +35,7 @@
  */
 #include <math.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 int sl_bn_fwd_apply_ref(sl_exec *e, int64_t rows, int c, const float *x, const float *gamma,
                         const float *beta, const float *mean, const float *var, double total,

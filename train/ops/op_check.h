@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* The exec and its slot: SL_EINVAL for no exec, SL_ENOTSUP for a slot the
  * backend does not have (NULL: the fused cuda slots elsewhere, every cuda

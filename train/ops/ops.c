@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "train/ops/op_check.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* The geometry is computed in int64 (h + 2*pad would overflow an int for a
  * hostile pad), and the padded input must fit an int: then every index the
@@ -58,7 +58,7 @@ int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int
 
 /* -------------------------------------------------------------- dispatch */
 /*
- * The op entry points (train_int.h): every argument check an op has is
+ * The op entry points (ops.h): every argument check an op has is
  * here, once, before the backend's slot runs, as collectives/comm.c checks
  * before its backends:
  *   - the exec and its slot (op_ok);
@@ -372,6 +372,14 @@ int sl_fc_bwd(sl_exec *e, int n, int in, int out, const float *x, const float *w
 }
 
 /* correct may be NULL. */
+int sl_labels_bad(const int32_t *labels, int n, int classes)
+{
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return i;
+    return -1;
+}
+
 int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const int32_t *labels,
                     float smoothing, float *loss, float *dlogits, int *correct)
 {
@@ -384,7 +392,7 @@ int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const i
     TENSOR(e, loss, 1);
     TENSOR(e, dlogits, n, classes);
     /* Every label before anything is written. Host backends' labels are
-     * host memory, read here (sl_labels_bad, dev_labels.c); cuda's are
+     * host memory, read here (sl_labels_bad above); cuda's are
      * device memory, which its kernel checks (the first bad row comes back
      * the same way). */
     int bad = e->backend != SL_BACKEND_CUDA ? sl_labels_bad(labels, n, classes) : -1;

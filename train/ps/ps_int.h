@@ -1,7 +1,7 @@
 /*
  * train/ps/ps_int.h - the asynchronous parameter-server engine (DESIGN.md
  * section 6, "parameter-server strategy"), private to train/ and the
- * trainer's --strategy ps (train/ps/ps_train.c). Files: train/ps/ps.c (server
+ * trainer's --strategy ps (train/loop/strategy_ps.c). Files: train/ps/ps.c (server
  * threads in process, the sl_ps_* entry points), train/ps/ps_shard.c (the
  * plan, a shard's state, statistics), train/ps/ps_mpi.c (server ranks and
  * the worker side over MPI).
@@ -67,7 +67,7 @@
 #include <stdint.h>
 
 #include "collectives/collectives.h"
-#include "train/train_int.h" /* the exec's struct; includes train.h */
+#include "train/ops/ops.h" /* the exec's struct; includes train.h */
 
 #ifdef __cplusplus
 extern "C" {

@@ -166,7 +166,7 @@ static double stats_diff(const char *pa, const char *pb, char *worst, size_t cap
  * image): two mirrored replicas with sync-BN keep the running statistics
  * of one replica on the same global batch (global shuffle: the same
  * records), within 1e-5 after 20 steps, as the issue asks (the merged
- * statistics are Chan's, train_int.h bn_moments). Without sync-BN they are
+ * statistics are Chan's, train/ops/ops.h bn_moments). Without sync-BN they are
  * far apart (the comparison can fail). */
 Test(train_strategy, sync_bn_running_stats_at_224px)
 {

@@ -141,14 +141,14 @@ static void gpu_step(sl_exec *e, step_out *o)
     inputs(x, labels);
     /* the input in the activation type: up as f32, cast on the device */
     void *dx32, *dx, *dlab, *ddl, *dacc;
-    cr_assert_eq(sl_dev_alloc(e, sizeof x, &dx32), SL_OK, "%s", sl_errmsg());
-    cr_assert_eq(sl_dev_alloc(e, sizeof x, &dx), SL_OK);
-    cr_assert_eq(sl_dev_alloc(e, sizeof labels, &dlab), SL_OK);
-    cr_assert_eq(sl_dev_alloc(e, sizeof(float) * N * CLASSES, &ddl), SL_OK);
-    cr_assert_eq(sl_dev_alloc(e, 2 * sizeof(double), &dacc), SL_OK);
-    cr_assert_eq(sl_dev_copy_in(e, dx32, x, sizeof x), SL_OK);
-    cr_assert_eq(sl_dev_cast(e, N * HW * HW * 3, dx32, dx, e->act), SL_OK, "%s", sl_errmsg());
-    cr_assert_eq(sl_dev_copy_in(e, dlab, labels, sizeof labels), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, sizeof x, &dx32), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_mem_alloc(e, sizeof x, &dx), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, sizeof labels, &dlab), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, sizeof(float) * N * CLASSES, &ddl), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, 2 * sizeof(double), &dacc), SL_OK);
+    cr_assert_eq(sl_mem_copy_in(e, dx32, x, sizeof x), SL_OK);
+    cr_assert_eq(sl_mem_cast(e, N * HW * HW * 3, dx32, dx, e->act), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_mem_copy_in(e, dlab, labels, sizeof labels), SL_OK);
 
     int nt;
     sl_sgd *sgd;
@@ -163,15 +163,15 @@ static void gpu_step(sl_exec *e, step_out *o)
     cr_assert_eq(sl_dev_xent_acc(e, N, CLASSES, logits, dlab, 0.1f, sl_dev_sgd_scale(dsgd), ddl,
                                  dacc), SL_OK, "%s", sl_errmsg());
     o->logits = malloc(sizeof(float) * N * CLASSES);
-    cr_assert_eq(sl_dev_copy_out(e, o->logits, logits, sizeof(float) * N * CLASSES), SL_OK);
+    cr_assert_eq(sl_mem_copy_out(e, o->logits, logits, sizeof(float) * N * CLASSES), SL_OK);
     cr_assert_eq(sl_model_backward(m, e, ddl, NULL), SL_OK, "%s", sl_errmsg());
     size_t pb = (size_t)m->arena_floats * sizeof(float), bb = (size_t)m->bufs_floats * 4;
     o->grads = malloc(pb);
-    cr_assert_eq(sl_dev_copy_out(e, o->grads, m->grads, pb), SL_OK);
+    cr_assert_eq(sl_mem_copy_out(e, o->grads, m->grads, pb), SL_OK);
     const float *scale = sl_dev_sgd_scale(dsgd);
     if (scale) { /* fp16: the grads carry the loss scale */
         float s;
-        cr_assert_eq(sl_dev_copy_out(e, &s, scale, sizeof s), SL_OK);
+        cr_assert_eq(sl_mem_copy_out(e, &s, scale, sizeof s), SL_OK);
         for (int64_t i = 0; i < m->arena_floats; i++)
             o->grads[i] /= s;
     }
@@ -191,8 +191,8 @@ static void gpu_step(sl_exec *e, step_out *o)
 
     sl_dev_sgd_destroy(dsgd);
     sl_sgd_destroy(sgd);
-    sl_dev_free(e, dx32), sl_dev_free(e, dx), sl_dev_free(e, dlab), sl_dev_free(e, ddl);
-    sl_dev_free(e, dacc);
+    sl_mem_free(e, dx32), sl_mem_free(e, dx), sl_mem_free(e, dlab), sl_mem_free(e, ddl);
+    sl_mem_free(e, dacc);
     sl_model_destroy(m);
 }
 
@@ -488,13 +488,13 @@ static void lean_step(sl_exec *e, sl_arch arch, int w, int n, int hw, int tail, 
         hx[i] = (float)((tu_rand(&st) >> 11) * 0x1p-53) * 4.0f - 2.0f;
     for (int i = 0; i < n; i++)
         hl[i] = (int32_t)(tu_rand(&st) % CLASSES);
-    cr_assert_eq(sl_dev_alloc(e, (size_t)nx * 4, (void **)&x32), SL_OK);
-    cr_assert_eq(sl_dev_alloc(e, (size_t)nx * sl_exec_act_size(e), &x), SL_OK);
-    cr_assert_eq(sl_dev_alloc(e, (size_t)n * 4, (void **)&dlab), SL_OK);
-    cr_assert_eq(sl_dev_alloc(e, (size_t)n * CLASSES * 4, (void **)&dl), SL_OK);
-    cr_assert_eq(sl_dev_copy_in(e, x32, hx, (size_t)nx * 4), SL_OK);
-    cr_assert_eq(sl_dev_copy_in(e, dlab, hl, (size_t)n * 4), SL_OK);
-    cr_assert_eq(sl_dev_cast(e, nx, x32, x, e->act), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_mem_alloc(e, (size_t)nx * 4, (void **)&x32), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, (size_t)nx * sl_exec_act_size(e), &x), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, (size_t)n * 4, (void **)&dlab), SL_OK);
+    cr_assert_eq(sl_mem_alloc(e, (size_t)n * CLASSES * 4, (void **)&dl), SL_OK);
+    cr_assert_eq(sl_mem_copy_in(e, x32, hx, (size_t)nx * 4), SL_OK);
+    cr_assert_eq(sl_mem_copy_in(e, dlab, hl, (size_t)n * 4), SL_OK);
+    cr_assert_eq(sl_mem_cast(e, nx, x32, x, e->act), SL_OK, "%s", sl_errmsg());
     const float *logits;
     float loss;
     cr_assert_eq(sl_model_forward(m, e, x, n, 1, &logits), SL_OK, "%s", sl_errmsg());
@@ -505,9 +505,9 @@ static void lean_step(sl_exec *e, sl_arch arch, int w, int n, int hw, int tail, 
     sl_model_arenas(m, &params, &g, cnt);
     *grads = malloc((*cnt + 1) * sizeof(float));
     cr_assert(*grads);
-    cr_assert_eq(sl_dev_copy_out(e, *grads, g, *cnt * sizeof(float)), SL_OK);
+    cr_assert_eq(sl_mem_copy_out(e, *grads, g, *cnt * sizeof(float)), SL_OK);
     (*grads)[*cnt] = loss;
-    sl_dev_free(e, x32), sl_dev_free(e, x), sl_dev_free(e, dlab), sl_dev_free(e, dl);
+    sl_mem_free(e, x32), sl_mem_free(e, x), sl_mem_free(e, dlab), sl_mem_free(e, dl);
     sl_model_destroy(m);
     free(hx);
 }

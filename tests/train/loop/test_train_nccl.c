@@ -35,7 +35,7 @@
 #include "pipeline/pipeline_testdata.h"
 #include "train/cuda_testutil.h"
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifdef SLUICE_TRAIN_CUDA
 #include <cuda_runtime_api.h>
@@ -158,7 +158,7 @@ Test(train_nccl, mirrored_cuda_matches_cpu)
     free(tmp);
 }
 
-/* --sync-bn on the GPU: each BN's statistics slots (train_int.h
+/* --sync-bn on the GPU: each BN's statistics slots (train/ops/ops.h
  * bn_moments) and backward sums all-reduced through NCCL on the exec's
  * stream, in device memory (bn_moments_merge combines them there):
  * the losses of the cpu's sync-BN (MPI, host sums), replicas in sync. At

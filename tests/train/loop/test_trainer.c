@@ -12,7 +12,8 @@
 
 #include "pipeline/pipeline_testdata.h"
 #include "testutil.h"
-#include "train/loop/trainer_int.h" /* sl_resume_info_read */
+#include "train/io/io_int.h" /* sl_resume_info_read */
+#include "train/loop/trainer_int.h"
 #include "train/train.h"
 
 /* Under ASan: a leak check now, so that a test fails on what it leaked

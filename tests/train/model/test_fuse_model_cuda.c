@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifndef SLUICE_TRAIN_CUDA
 Test(train_fuse_model_cuda, built_without_cuda) { cr_skip_test("built without the cuda backend"); }
@@ -130,22 +130,22 @@ static void step_j(const net *t, const char *env, step_out *o, int jitter)
     for (int i = 0; i < t->n; i++)
         labels[i] = (int32_t)(tu_rand(&st) % CLASSES);
     void *dx32, *dx, *dlab, *ddl, *dacc;
-    cr_assert_eq(sl_dev_alloc(&e, (size_t)nx * 4, &dx32), SL_OK);
-    cr_assert_eq(sl_dev_alloc(&e, (size_t)nx * 2, &dx), SL_OK);
-    cr_assert_eq(sl_dev_alloc(&e, sizeof(int32_t) * t->n, &dlab), SL_OK);
-    cr_assert_eq(sl_dev_alloc(&e, sizeof(float) * t->n * CLASSES, &ddl), SL_OK);
-    cr_assert_eq(sl_dev_alloc(&e, 2 * sizeof(double), &dacc), SL_OK);
-    cr_assert_eq(sl_dev_copy_in(&e, dx32, x, (size_t)nx * 4), SL_OK);
-    cr_assert_eq(sl_dev_cast(&e, nx, dx32, dx, SL_DTYPE_F16), SL_OK, "%s", sl_errmsg());
-    cr_assert_eq(sl_dev_copy_in(&e, dlab, labels, sizeof(int32_t) * t->n), SL_OK);
+    cr_assert_eq(sl_mem_alloc(&e, (size_t)nx * 4, &dx32), SL_OK);
+    cr_assert_eq(sl_mem_alloc(&e, (size_t)nx * 2, &dx), SL_OK);
+    cr_assert_eq(sl_mem_alloc(&e, sizeof(int32_t) * t->n, &dlab), SL_OK);
+    cr_assert_eq(sl_mem_alloc(&e, sizeof(float) * t->n * CLASSES, &ddl), SL_OK);
+    cr_assert_eq(sl_mem_alloc(&e, 2 * sizeof(double), &dacc), SL_OK);
+    cr_assert_eq(sl_mem_copy_in(&e, dx32, x, (size_t)nx * 4), SL_OK);
+    cr_assert_eq(sl_mem_cast(&e, nx, dx32, dx, SL_DTYPE_F16), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_mem_copy_in(&e, dlab, labels, sizeof(int32_t) * t->n), SL_OK);
     const double zero[2] = {0, 0};
-    cr_assert_eq(sl_dev_copy_in(&e, dacc, zero, sizeof zero), SL_OK);
+    cr_assert_eq(sl_mem_copy_in(&e, dacc, zero, sizeof zero), SL_OK);
     const float *logits;
     cr_assert_eq(sl_model_forward(m, &e, dx, t->n, 1, &logits), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(sl_dev_xent_acc(&e, t->n, CLASSES, logits, dlab, 0.0f, NULL, ddl, dacc), SL_OK,
                  "%s", sl_errmsg());
     o->logits = malloc(sizeof(float) * t->n * CLASSES);
-    cr_assert_eq(sl_dev_copy_out(&e, o->logits, logits, sizeof(float) * t->n * CLASSES), SL_OK);
+    cr_assert_eq(sl_mem_copy_out(&e, o->logits, logits, sizeof(float) * t->n * CLASSES), SL_OK);
     o->ncbn = m->ncbn;
     o->y = calloc((size_t)m->ncbn, sizeof *o->y);
     o->ny = calloc((size_t)m->ncbn, sizeof *o->ny);
@@ -154,7 +154,7 @@ static void step_j(const net *t, const char *env, step_out *o, int jitter)
         const sl_cbn *c = &m->cbn[i];
         int64_t ny = (int64_t)t->n * c->p * c->q * c->cout;
         uint16_t *h = malloc((size_t)ny * 2);
-        cr_assert_eq(sl_dev_copy_out(&e, h, c->y, (size_t)ny * 2), SL_OK);
+        cr_assert_eq(sl_mem_copy_out(&e, h, c->y, (size_t)ny * 2), SL_OK);
         o->y[i] = malloc((size_t)ny * 4);
         for (int64_t k = 0; k < ny; k++)
             o->y[i][k] = tg_from16(h[k], SL_DTYPE_F16);
@@ -166,8 +166,8 @@ static void step_j(const net *t, const char *env, step_out *o, int jitter)
     o->np = m->arena_floats, o->nb = m->bufs_floats;
     o->grads = malloc((size_t)o->np * 4);
     o->bufs = malloc((size_t)o->nb * 4);
-    cr_assert_eq(sl_dev_copy_out(&e, o->grads, m->grads, (size_t)o->np * 4), SL_OK);
-    cr_assert_eq(sl_dev_copy_out(&e, o->bufs, m->bufs, (size_t)o->nb * 4), SL_OK);
+    cr_assert_eq(sl_mem_copy_out(&e, o->grads, m->grads, (size_t)o->np * 4), SL_OK);
+    cr_assert_eq(sl_mem_copy_out(&e, o->bufs, m->bufs, (size_t)o->nb * 4), SL_OK);
     double acc[2];
     cr_assert_eq(sl_dev_loss_take(&e, dacc, acc), SL_OK);
     o->loss = (float)acc[0];
@@ -178,8 +178,8 @@ static void step_j(const net *t, const char *env, step_out *o, int jitter)
                 env ? " with " : "", o->loss, o->fused, o->total, env ? env : "",
                 o->fused < o->total ? sl_fuse_refusal(&e) : "");
     free(x);
-    sl_dev_free(&e, dx32), sl_dev_free(&e, dx), sl_dev_free(&e, dlab), sl_dev_free(&e, ddl);
-    sl_dev_free(&e, dacc);
+    sl_mem_free(&e, dx32), sl_mem_free(&e, dx), sl_mem_free(&e, dlab), sl_mem_free(&e, ddl);
+    sl_mem_free(&e, dacc);
     sl_model_destroy(m);
     sl_exec_fini(&e);
 }

@@ -14,7 +14,7 @@
 
 #include "testutil.h"
 #include "train/train.h"
-#include "train/train_int.h" /* white-box: stack sl_exec and its op table */
+#include "train/ops/ops.h" /* white-box: stack sl_exec and its op table */
 #include "train/model/model_int.h" /* sl_model_plan_bytes */
 
 /* torchvision.models.resnet18 / resnet50 modules in state-dict order:

@@ -18,7 +18,7 @@
 #include "testutil.h"
 #include "train/train.h"
 #include "train/ops/cpu_int.h" /* sl_bf16_round */
-#include "train/train_int.h"   /* white-box: stack sl_exec */
+#include "train/ops/ops.h"   /* white-box: stack sl_exec */
 
 static void need_bf16(void)
 {

@@ -20,7 +20,7 @@
 
 #include "testutil.h"
 #include "train/train.h"
-#include "train/train_int.h" /* SL_BN_MOMENT_FLOATS */
+#include "train/ops/ops.h" /* SL_BN_MOMENT_FLOATS */
 
 enum { N = 6, H = 8, WD = 8, K = 5, WIDTH = 4, MAXW = 3 };
 

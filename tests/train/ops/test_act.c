@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 static const sl_backend backs[] = {SL_BACKEND_REF, SL_BACKEND_CPU};
 

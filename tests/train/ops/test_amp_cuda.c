@@ -35,7 +35,7 @@
 
 #include "train/cuda_testutil.h"
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 #ifdef SLUICE_TRAIN_CUDA
 #include "train/device/sgd_cuda.h"
 #endif

@@ -20,7 +20,7 @@
 
 #include "testutil.h"
 #include "train/ops/cpu_int.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 static float urand(uint64_t *st, float lo, float hi)
 {

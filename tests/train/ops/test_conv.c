@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #define CHUNK_ENV "SL_CONV_CPU_CHUNK_ROWS"
 #define PATH_ENV "SLUICE_CPU_CONV" /* "blas": im2col + SGEMM even with oneDNN */

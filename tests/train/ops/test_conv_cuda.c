@@ -51,7 +51,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 #ifdef SLUICE_TRAIN_CUDA
 #include <cuda_runtime_api.h>
 

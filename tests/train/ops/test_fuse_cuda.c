@@ -1,4 +1,4 @@
-/* tests/train/ops/test_fuse_cuda.c - the cuDNN-fusion ops (train_int.h's
+/* tests/train/ops/test_fuse_cuda.c - the cuDNN-fusion ops (train/ops/ops.h's
  * "cuDNN graph fusion": train/ops/fuse.c, graph_cuda.c, graph_build_cuda.c,
  * fuse_cuda.cu) against the ref backend's unfused ops on the same fp16
  * inputs, holding them to what NVIDIA documents, not to what an emulator
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifndef SLUICE_TRAIN_CUDA
 Test(train_fuse_cuda, fusion_built_without_cuda)

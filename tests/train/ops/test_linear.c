@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 static void fill(float *a, size_t n, uint64_t *st)
 {

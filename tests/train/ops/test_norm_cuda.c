@@ -11,7 +11,7 @@
  * the one-pass statistics on hostile data; SLUICE_CUDA_FUSE; the vector
  * and scalar paths, one row and 200k rows of 64 channels.
  *
- * Mixed precision (train_int.h's table): x, y, dy, dx in e->act, every
+ * Mixed precision (train/ops/ops.h's table): x, y, dy, dx in e->act, every
  * per-channel array f32. Inputs are rounded to the type on the host first,
  * so ref runs on the very values the GPU sees. Each kernel computes ref's
  * f32 value (in f32, summed in another order) and rounds it once to the
@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 /* The fused slots are the cuda and cpu tables' (the cpu's since issue 40:
  * tests/train/ops/test_bf16_cpu.c holds them to the unfused ops bit for

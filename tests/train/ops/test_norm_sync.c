@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 static float urand(uint64_t *st, float lo, float hi)
 {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifndef SLUICE_TRAIN_CUDA
 Test(train_norm_sync_cuda, built_without_cuda)

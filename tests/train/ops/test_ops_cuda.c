@@ -6,7 +6,7 @@
  * cross-entropy with label smoothing and bad labels, argument errors.
  * Batch norm has test_norm_cuda.c, SGD test_sgd_cuda.c.
  *
- * Mixed precision: with e->act bf16 / f16 (train_int.h's table) relu, add,
+ * Mixed precision: with e->act bf16 / f16 (train/ops/ops.h's table) relu, add,
  * max pool, gap run on inputs rounded to the type first on the host, and
  * must return ref's f32 result on those inputs rounded to nearest even -
  * bit for bit, as each kernel computes ref's f32 value and rounds it once
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "train/train_int.h"
+#include "train/ops/ops.h"
 
 #ifndef SLUICE_TRAIN_CUDA
 Test(train_ops_cuda, ops_built_without_cuda)

@@ -1,8 +1,9 @@
 /*
- * train/loop/steps.c - one replica's step loop under the single and
- * mirrored strategies: batch in, SGD step, and at the step's end the
- * progress line, the epoch's evaluation, checkpoints and the
- * identical-weights check; its timing and logging are a meter's.
+ * train/loop/strategy_mirrored.c - the single and mirrored strategies:
+ * the replicas' threads (sl_mirrored_train) and one replica's step loop:
+ * batch in, SGD step, and at the step's end the progress line, the
+ * epoch's evaluation, checkpoints (services.c) and the identical-weights
+ * check; its timing and logging are a meter's.
  *
  * Steps and epochs. The pipelines run forever (their fused shuffle-repeat
  * keeps the buffer full across epoch boundaries), and the loop counts: an
@@ -26,7 +27,8 @@
  * none is dropped silently.
  *
  * Threading: every replica runs sl_run_steps on its own thread (replica 0
- * on the caller's, run.c), in lockstep: the same steps and collectives.
+ * on the caller's, sl_mirrored_train), in lockstep: the same steps and
+ * collectives.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -183,7 +185,7 @@ static int meter_report(sl_run *r, sl_replica *rep, const meter *mt)
 {
     sl_train_result *res = r->res;
     float scale = 1.0f;
-    sl_dev_mem_info mi;
+    sl_mem_info mi;
     int rc = SL_OK;
     res->steps = r->stopped ? r->stopped : r->total_steps;
     res->stopped = r->stopped;
@@ -196,7 +198,7 @@ static int meter_report(sl_run *r, sl_replica *rep, const meter *mt)
     if (rep->dsgd && (rc = sl_dev_sgd_skipped(rep->dsgd, &res->amp_skipped, &scale)))
         goto out;
     res->amp_scale = scale;
-    if ((rc = sl_dev_mem(&rep->e, &mi)))
+    if ((rc = sl_mem_usage(&rep->e, &mi)))
         goto out;
     res->peak_device_mib = mi.peak / 1048576.0;
     res->device_used_mib = mi.device_used / 1048576.0;
@@ -249,7 +251,7 @@ static int after_step(sl_run *r, sl_replica *rep, meter *mt, int64_t step, float
     }
     /* what follows (eval, checkpoint, check) is not step time: the
      * device finishes the steps first */
-    if ((epoch_end || ckpt || check) && (rc = sl_dev_sync(&rep->e)))
+    if ((epoch_end || ckpt || check) && (rc = sl_mem_sync(&rep->e)))
         goto out;
     meter_wait(mt, step - 1 - r->step0, sl_now_s() - tw);
     if (logline && (rc = log_progress(r, rep, mt, step, lr)))
@@ -293,7 +295,7 @@ int sl_run_steps(sl_replica *rep)
         sl_batch *b = held;
         double ts = sl_now_s();
         if (step - r->step0 == mt.warm && mt.warm > 0) {
-            if ((rc = sl_dev_sync(&rep->e)))
+            if ((rc = sl_mem_sync(&rep->e)))
                 goto out_held;
             mt.train_s += sl_now_s() - ts;
             ts = sl_now_s();
@@ -333,7 +335,7 @@ int sl_run_steps(sl_replica *rep)
     }
     /* a device is up to one step behind the host: count its tail */
     double tsync = sl_now_s();
-    if ((rc = sl_dev_sync(&rep->e)))
+    if ((rc = sl_mem_sync(&rep->e)))
         goto out_held;
     mt.train_s += sl_now_s() - tsync;
     mt.steady_s += sl_now_s() - tsync;
@@ -342,5 +344,67 @@ int sl_run_steps(sl_replica *rep)
 out_held:
     if (held) /* --synthetic: the batch every step reused */
         sl_pipeline_release(rep->p, held);
+    return rc;
+}
+
+/* Replica rep's loop; when the root's fails, a rescue checkpoint of its
+ * last completed step (services.c), kept in r->rescue for the final
+ * message. */
+static int replica_loop(sl_replica *rep)
+{
+    sl_run *r = rep->run;
+    int rc = sl_run_steps(rep);
+    if (rc && rep->idx == 0 && r->is_root)
+        sl_run_rescue(r, rep);
+    return rc;
+}
+
+static void *replica_thread(void *arg)
+{
+    sl_replica *rep = arg;
+    rep->rc = replica_loop(rep);
+    if (rep->rc) {
+        snprintf(rep->msg, sizeof rep->msg, "%s", sl_errmsg());
+        sl_comm_abort(rep->comm, rep->msg);
+    }
+    return NULL;
+}
+
+/* The mirrored (and single) strategy over the set-up run: replica 0 on the
+ * calling thread, the others on their own, each through sl_run_steps; the
+ * first replica that failed for its own reason gives the error. */
+int sl_mirrored_train(sl_run *r)
+{
+    int rc = SL_OK;
+    for (int i = 1; i < r->nlocal && !rc; i++) {
+        if (pthread_create(&r->rep[i].thread, NULL, replica_thread, &r->rep[i]))
+            rc = sl_fail(SL_ENOMEM, "sl_train_run: cannot start replica thread %d", i);
+        else
+            r->rep[i].thread_started = 1;
+    }
+    if (!rc) {
+        rc = replica_loop(&r->rep[0]);
+        if (rc) {
+            snprintf(r->rep[0].msg, sizeof r->rep[0].msg, "%s", sl_errmsg());
+            sl_comm_abort(r->rep[0].comm, r->rep[0].msg);
+        }
+    } else {
+        for (int i = 0; i < r->nlocal; i++)
+            sl_comm_abort(r->rep[i].comm, "a replica thread could not start");
+    }
+    r->rep[0].rc = rc;
+    for (int i = 1; i < r->nlocal; i++)
+        if (r->rep[i].thread_started)
+            pthread_join(r->rep[i].thread, NULL);
+    /* The root cause: the first replica that failed for its own reason, not
+     * because a peer aborted. */
+    int first = -1;
+    for (int i = 0; i < r->nlocal; i++)
+        if (r->rep[i].rc && (first < 0 || (r->rep[first].rc == SL_ECANCELED &&
+                                           r->rep[i].rc != SL_ECANCELED)))
+            first = i;
+    if (first >= 0) {
+        rc = sl_fail(r->rep[first].rc, "%s", r->rep[first].msg);
+    }
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
- * train/train_int.h - private to train/: the op table: forward and backward of every layer ResNet
- * needs, with one backend per file set (DESIGN.md section 5):
+ * train/ops/ops.h - the op room's header, for the rooms above it and white-box
+ * tests: the execution context and the op table: forward and backward of every
+ * layer ResNet needs, with one backend per file set (DESIGN.md section 5):
  *
  *   *_ref.c   naive loops, the oracle; always built
  *   *_cpu.c   convolutions through oneDNN (conv_dnnl.c, when built with it) or
@@ -51,8 +52,8 @@
  * convolution, and the calling thread's OpenMP team for its own passes;
  * train/ops/exec.c says when one thread is better.
  */
-#ifndef SL_TRAIN_INT_H
-#define SL_TRAIN_INT_H
+#ifndef SL_OPS_H
+#define SL_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -111,6 +112,19 @@ typedef struct sl_pool_shape {
     int p, q;
 } sl_pool_shape;
 int sl_pool_shape_init(sl_pool_shape *sh, int n, int h, int w, int c, int r, int stride, int pad);
+
+/* The cuDNN graph fusion's kinds and plan states (the section "cuDNN
+ * graph fusion" below). */
+enum { SL_FUSE_FPROP = 1, SL_FUSE_WGRAD = 2, SL_FUSE_DGRAD = 4 };
+typedef struct sl_fuse_plan_info {
+    int built;            /* 1 built, 0 refused */
+    int engine;           /* built: the engine's global index (-1: cuDNN did not say) */
+    int nondeterministic; /* built: its engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+                             (only with SLUICE_CUDNN_DETERMINISTIC=0) */
+    int64_t workspace;    /* built: bytes */
+    const char *form;     /* built: "FLOAT intermediates", "mean step SUB (cuDNN >= 9.8)", ... */
+    const char *note;     /* refused: why, in cuDNN's words; built: a retry's story or "" */
+} sl_fuse_plan_info;
 
 /* A NULL slot is an op the backend does not have: its entry point says
  * SL_ENOTSUP ("sl_<op>: <backend>: the backend has no such op", then
@@ -258,6 +272,40 @@ typedef struct sl_ops {
                       float *slots);
     int (*bn_moments_merge)(sl_exec *e, int64_t rows, int c, int world, const float *slots,
                             float *mean, float *var);
+
+    /* cuDNN graph fusion (the section "cuDNN graph fusion" below: the
+     * slots behind its entry points, train/ops/fuse.c, which check the
+     * arguments): the cuda table's (graph_cuda.c, fuse_cuda.cu), with
+     * SLUICE_CUDA_FUSE=0 too; NULL in ref and cpu and in builds without
+     * CUDA. fuse_available says whether e can run the others at all (fp16
+     * activations, SLUICE_CUDNN_FUSION not 0); fuse_plan takes the graph's
+     * index (0 fprop, 1 wgrad, 2 dgrad); fuse_refusal gives the first
+     * refusal's text. */
+    int (*fuse_available)(const sl_exec *e);
+    int (*fuse_prepare)(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
+    int (*fuse_plan)(const sl_exec *e, int g, const sl_conv_shape *sh,
+                     sl_fuse_plan_info *out);
+    int (*fuse_conv_fwd)(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                         const float *w, float *y, float *sum, float *sqsum);
+    int (*fuse_conv_wgrad)(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
+                           const float *dy, float *dw);
+    int (*fuse_conv_dgrad)(sl_exec *e, const sl_conv_shape *sh, const float *dy,
+                           const float *w, const float *xc, const float *mean,
+                           const float *invstd, const float *gamma, const float *beta,
+                           float *da, float *dgamma, float *dbeta, float *coef);
+    int (*fuse_bn_finalize)(sl_exec *e, int c, int64_t rows, const float *sum,
+                            const float *sqsum, const float *gamma, const float *beta,
+                            float momentum, float eps, float *running_mean,
+                            float *running_var, float *save_mean, float *save_invstd,
+                            float *consts, void *sb);
+    int (*fuse_bn_fold)(sl_exec *e, int c, const float *gamma, const float *beta,
+                        const float *save_mean, const float *save_invstd, float *consts,
+                        void *sb);
+    int (*fuse_bn_apply)(sl_exec *e, int64_t rows, int c, const float *y, const float *consts,
+                         const float *r, int relu, float *z);
+    int (*fuse_bn_dx)(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
+                      const float *mean, float *coef, float *dx);
+    const char *(*fuse_refusal)(const sl_exec *e);
 } sl_ops;
 
 /* Floats per channel in a sync-BN statistics slot: mean hi, mean lo, M2. */
@@ -316,8 +364,8 @@ int sl_fc_fwd(sl_exec *e, int n, int in, int out, const float *x, const float *w
 int sl_fc_bwd(sl_exec *e, int n, int in, int out, const float *x, const float *w,
               const float *dy, float *dx, float *dw, float *db);
 /* The first of n host labels outside [0, classes), or -1 when all are in:
- * the one label check (train/device/dev_labels.c), under sl_xent_fwd_bwd's
- * host check and sl_labels_check (dev_int.h). */
+ * the one label check (train/ops/ops.c), under sl_xent_fwd_bwd's host
+ * check and device/'s sl_labels_check (dev_int.h). */
 int sl_labels_bad(const int32_t *labels, int n, int classes);
 int sl_xent_fwd_bwd(sl_exec *e, int n, int classes, const float *logits, const int32_t *labels,
                     float smoothing, float *loss, float *dlogits, int *correct);
@@ -403,16 +451,6 @@ int sl_bn_moments_merge(sl_exec *e, int64_t rows, int c, int world, const float 
  *                      (the pass computes eq_x*(xc - mean) + ...); da,
  *                      xc, dx A (rows, c); dx may be xc or da.
  *   sl_fuse_refusal    the first refusal's text ("" when none). */
-enum { SL_FUSE_FPROP = 1, SL_FUSE_WGRAD = 2, SL_FUSE_DGRAD = 4 };
-typedef struct sl_fuse_plan_info {
-    int built;            /* 1 built, 0 refused */
-    int engine;           /* built: the engine's global index (-1: cuDNN did not say) */
-    int nondeterministic; /* built: its engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
-                             (only with SLUICE_CUDNN_DETERMINISTIC=0) */
-    int64_t workspace;    /* built: bytes */
-    const char *form;     /* built: "FLOAT intermediates", "mean step SUB (cuDNN >= 9.8)", ... */
-    const char *note;     /* refused: why, in cuDNN's words; built: a retry's story or "" */
-} sl_fuse_plan_info;
 int sl_fuse_available(const sl_exec *e);
 int sl_fuse_prepare(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
 int sl_fuse_plan(const sl_exec *e, const sl_conv_shape *sh, unsigned kind,
@@ -436,15 +474,6 @@ int sl_fuse_bn_apply(sl_exec *e, int64_t rows, int c, const float *y, const floa
 int sl_fuse_bn_dx(sl_exec *e, int64_t rows, int c, const float *da, const float *xc,
                   const float *mean, float *coef, float *dx);
 const char *sl_fuse_refusal(const sl_exec *e);
-/* The convolutions of m's residual blocks that its last train forward ran
- * with every fused plan they are meant to use, and how many there are
- * (train/model/model_fuse.c). */
-void sl_model_fusion(const sl_model *m, int *fused, int *total);
-/* The per-convolution fusion state of m's last train forward on e as
- * JSON (model_fuse.c's top comment gives the shape) into buf (cap bytes,
- * NUL-terminated, always whole JSON: reasons that do not fit are cut and
- * say so). "" when m never ran a train forward. */
-void sl_model_fusion_json(const sl_model *m, const sl_exec *e, char *buf, size_t cap);
 
 /* The functions behind the tables, one set per backend file:
  *   conv_ref.c / conv_cpu.c      conv_fwd, conv_bwd_data, conv_bwd_filter
@@ -525,110 +554,8 @@ extern const sl_ops sl_ops_cuda; /* no slots (NULL) in builds without CUDA + cuD
  * it: "this build has no cuda backend"), or NULL when o has ops (exec.c). */
 const char *sl_ops_missing(const sl_ops *o);
 
-/* ------------------------------------------------- io/resume.c: checkpoints of a run
- * The loop's checkpoints on plain data (loop/run.c fills these from its run
- * and root replica), so that io/ needs nothing of loop/. Messages read
- * "sl_train_run: ...": they are the run's. Threading: the root replica's
- * thread (save, rescue) or the calling thread before the replicas start
- * (resume plan). */
-typedef struct sl_dev_sgd sl_dev_sgd; /* device/dev_int.h */
-
-/* One checkpoint to write: the run as its state JSON records it, the
- * replica whose weights, optimizer and pipeline state are saved, and where
- * the result is noted. Borrowed pointers, valid for the call. */
-typedef struct sl_ckpt_job {
-    /* the run */
-    int64_t steps_per_epoch, total_steps;
-    const sl_schedule *sched;
-    unsigned batch;            /* global */
-    int world;
-    sl_strategy strategy;
-    sl_arch arch;
-    /* the replica saved */
-    sl_model *m;
-    sl_sgd *o;
-    sl_dev_sgd *dsgd;          /* on a device: its optimizer state; NULL on the host */
-    sl_pipeline *p;
-    int height;                /* image size, recorded beside the weights */
-    int split_records;         /* its pipeline's rank_split is SL_SPLIT_RECORDS */
-    /* the result */
-    char *prefix;              /* out: DIR/ckpt-STEP of the last one written */
-    size_t prefix_cap;
-    int64_t *saved_step;       /* out: its step (-1 before any) */
-} sl_ckpt_job;
-
-/* Save j's replica as the checkpoint of `step` in dir (which exists), with
- * the pipeline state ps (NULL: the pipeline's state now): DIR/ckpt-STEP
- * (nine digits).{safetensors,json}; j->prefix and *j->saved_step then name
- * it. SL_EINVAL for a path longer than j->prefix_cap, else the codes of
- * sl_checkpoint_save and of the device pulls. */
-int sl_ckpt_save(const sl_ckpt_job *j, const char *dir, int64_t step, const char *ps);
-
-/* Where a checkpoint goes when an error or a stop request ends the run
- * and no ckpt_dir was given: the weights of hours of steps are worth a
- * folder the user did not ask for. */
-#define SL_RESCUE_DIR "sluice-rescue"
-
-/* Save `step` in dir (NULL: SL_RESCUE_DIR, made if need be) unless it is
- * saved already (*j->saved_step): what an error's rescue and a stop
- * request keep. Codes as sl_ckpt_save's, or sl_mkdir_p's. */
-int sl_ckpt_keep(const sl_ckpt_job *j, const char *dir, int64_t step, const char *state);
-
-/* The run failed (its message in sl_errmsg()) after completing `step`
- * (state: the pipeline state noted after it); step0 is the run's first.
- * Save that step in dir (NULL: ./sluice-rescue) unless it is saved already or
- * no step of this run completed, say so on out, and write what became of
- * it into why (cap bytes; left as it was when nothing was saved).
- * sl_errmsg() is left as it was. */
-void sl_ckpt_rescue(const sl_ckpt_job *j, const char *dir, int64_t step, int64_t step0,
-                    const char *state, FILE *out, char *why, size_t cap);
-
-/* Resuming: the newest checkpoint in dir and how the pipelines restart.
- * The caller sets the inputs; sl_resume_plan_make fills the outputs
- * (malloc'd strings: the caller frees them, also on error). */
-typedef struct sl_resume_plan {
-    /* in */
-    const char *dir;           /* --ckpt-dir */
-    unsigned batch;            /* global batch of this run */
-    int world;                 /* replicas of this run */
-    int split_records;         /* this run's replicas split the records */
-    int root;                  /* print the resume lines on out */
-    FILE *out;
-    /* out */
-    char *prefix;              /* the checkpoint; NULL: none there, start from scratch */
-    int64_t step0;             /* its step: this run's first */
-    int64_t saved_steps_per_epoch; /* 0 when not recorded */
-    int exact;                 /* the data continues with the same samples */
-    char *state;               /* world 1 from world 1: the saved pipeline state; else NULL */
-} sl_resume_plan;
-/* SL_OK with prefix NULL when dir holds no checkpoint; SL_EINVAL for a
- * different global batch; SL_ECORRUPT for a step too large for the batch;
- * the codes of sl_checkpoint_latest and sl_resume_info_read. */
-int sl_resume_plan_make(sl_resume_plan *p);
-
-/* What a checkpoint's state says about resuming from it (the state JSON
- * sl_ckpt_save writes: "step", "pipeline", and when present
- * "steps_per_epoch", "world", "batch", "rank_split"). */
-typedef struct sl_resume_info {
-    int64_t step;            /* the step saved, 0 .. 2^53: the resumed run's first */
-    int64_t steps_per_epoch; /* of the saved run, 1 .. 2^53; 0 when not recorded */
-    int64_t world;           /* replicas it was saved with, 1 .. INT_MAX (1 when not recorded) */
-    int64_t batch;           /* its global batch, 1 .. UINT_MAX; 0 when not recorded */
-    int split_records;       /* rank_split is "records" */
-    char *pipeline;          /* replica 0's pipeline state (malloc'd) */
-} sl_resume_info;
-/* Read PREFIX.json (sl_checkpoint_read_state) into *ri, every number
- * checked for range and integrality before it is converted: SL_ECORRUPT
- * "sl_train_run: PREFIX.json: KEY: ..." for a missing step or pipeline, a
- * number out of range, a fraction or a field of the wrong type; the codes
- * of sl_checkpoint_read_state for the file itself. *ri is zeroed on error;
- * free with sl_resume_info_fini. Pure but for the file read: the fuzz
- * target tests/fuzz/fuzz_ckpt_json.c calls it. */
-int sl_resume_info_read(const char *prefix, sl_resume_info *ri);
-void sl_resume_info_fini(sl_resume_info *ri); /* NULL is a no-op */
-
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* SL_TRAIN_INT_H */
+#endif /* SL_OPS_H */

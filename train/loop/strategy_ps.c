@@ -1,8 +1,10 @@
 /*
- * train/ps/ps_train.c - the parameter-server strategy's training loop
+ * train/loop/strategy_ps.c - the parameter-server strategy's training loop
  * (--strategy ps): worker threads pull weights, compute gradients on their
- * own batches and push them to the server threads of train/ps/ps.c, with no
- * barrier between steps (ps_int.h has the engine's semantics).
+ * own batches and push them to the parameter server below (train/ps/: its
+ * server threads, or its server ranks under MPI), with no barrier between
+ * steps (ps_int.h has the engine's semantics). Evaluation and checkpoints
+ * are services.c's, as for the mirrored strategy.
  *
  * Epochs. An epoch is ceil(records / batch) updates, dealt round-robin
  * over the W workers (sl_ps_worker_share); each worker reads its own
@@ -27,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/ps/ps_int.h"
 #include "train/loop/trainer_int.h"
+#include "train/ps/ps_int.h"
 
 /* The remainder steps rotate over the workers from epoch to epoch, so that
  * no worker falls behind by more than one step over many epochs (with a
