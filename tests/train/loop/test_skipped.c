@@ -330,7 +330,9 @@ Test(train_skipped, cli_train_and_eval_report_them)
                 "%s/ck/ckpt-000000008.safetensors --batch 8 --threads 1 --json 2>&1",
                 tu_sluice(), d.dir, tmp);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_assert(strstr(out, "\"images\":14") && strstr(out, "\"skipped_records\":2}"), "%s", out);
+    cr_assert(strstr(out, "\"images\":14") &&
+                  strstr(out, "\"skipped_records\":2,\"parallelism\":{"),
+              "%s", out);
     cr_assert(strstr(out, "eval: 2 bad records left out (top1 and top5 count the 14 others), "
                      "the first: ") && strstr(out, "validation-00000-of-00001.tfrecord: record "),
               "%s", out);
