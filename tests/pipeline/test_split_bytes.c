@@ -158,6 +158,54 @@ Test(pipeline_split_bytes, buffer_split_same_batches_any_threads)
     pl_dataset_free(&d);
 }
 
+/* d (NREC records in 4 shards) served by nginx on loopback at url, with
+ * quick retries; unserve undoes it. */
+static void serve(pl_dataset *d, srv *ng, char *url, size_t n)
+{
+    pl_make_dataset(d, NREC, 4, 0, NULL);
+    char *root = strdup(d->dir), *slash = strrchr(root, '/');
+    *slash = 0;
+    srv_nginx_start(root, ng);
+    snprintf(url, n, "%s/%s", ng->url, slash + 1);
+    free(root);
+    sl_io_opts fast = {.retries = 3, .timeout_ms = 5000, .backoff_ms = 1, .inflight = 4};
+    sl_io_configure(&fast);
+}
+
+static void unserve(pl_dataset *d, srv *ng)
+{
+    sl_io_opts defaults = {0};
+    sl_io_configure(&defaults);
+    srv_stop(ng);
+    pl_dataset_free(d);
+}
+
+/* c's run from local files (*local, read stage bytes *lb) and from url
+ * (*remote, *rb); *s0 and *s1 the io stats before and after the remote
+ * run, *s2 after creating one placed at its end (it reads no record: s2 -
+ * s1 is what creating fetches, dataset.json and the index files), whose
+ * stats go to *st (may be NULL). */
+static void run_both(const sl_pipeline_config *c, const char *url, pl_run *local, pl_run *remote,
+                     uint64_t *lb, uint64_t *rb, sl_io_stats *s0, sl_io_stats *s1,
+                     sl_io_stats *s2, sl_pipeline_stats *st)
+{
+    sl_pipeline_config rc = *c;
+    run_counting(c, local, lb);
+    rc.data = url;
+    sl_io_stats_get(s0);
+    run_counting(&rc, remote, rb);
+    sl_io_stats_get(s1);
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create_at(&rc, remote->nb, remote->ns, &p), SL_OK, "%s",
+                 sl_errmsg());
+    if (st)
+        cr_assert_eq(sl_pipeline_stats_get(p, st), SL_OK);
+    sl_batch *bt;
+    cr_assert_eq(sl_pipeline_next(p, &bt), SL_EOF);
+    sl_pipeline_destroy(p);
+    sl_io_stats_get(s2);
+}
+
 /* Over HTTP: each rank's batches are those it gets from local files, and
  * the body bytes received by the W ranks (less what creating a pipeline
  * fetches: dataset.json and the index files, measured by one placed at the
@@ -165,15 +213,9 @@ Test(pipeline_split_bytes, buffer_split_same_batches_any_threads)
 Test(pipeline_split_bytes, buffer_ranks_fetch_each_byte_once_over_http)
 {
     pl_dataset d;
-    pl_make_dataset(&d, NREC, 4, 0, NULL);
-    char *root = strdup(d.dir), *slash = strrchr(root, '/');
-    *slash = 0;
     srv ng = {0};
-    srv_nginx_start(root, &ng);
     char url[512];
-    snprintf(url, sizeof url, "%s/%s", ng.url, slash + 1);
-    sl_io_opts fast = {.retries = 3, .timeout_ms = 5000, .backoff_ms = 1, .inflight = 4};
-    sl_io_configure(&fast);
+    serve(&d, &ng, url, sizeof url);
 
     const unsigned W = 3;
     uint64_t fetched = 0, stage = 0;
@@ -182,19 +224,8 @@ Test(pipeline_split_bytes, buffer_ranks_fetch_each_byte_once_over_http)
         split_config(&c, &d, SL_SHUFFLE_BUFFER, r, W);
         pl_run local, remote;
         uint64_t lb, rb;
-        run_counting(&c, &local, &lb);
-        c.data = url;
         sl_io_stats s0, s1, s2;
-        sl_io_stats_get(&s0);
-        run_counting(&c, &remote, &rb);
-        sl_io_stats_get(&s1);
-        sl_pipeline *p;
-        cr_assert_eq(sl_pipeline_create_at(&c, remote.nb, remote.ns, &p), SL_OK, "%s",
-                     sl_errmsg());
-        sl_batch *bt;
-        cr_assert_eq(sl_pipeline_next(p, &bt), SL_EOF);
-        sl_pipeline_destroy(p);
-        sl_io_stats_get(&s2);
+        run_both(&c, url, &local, &remote, &lb, &rb, &s0, &s1, &s2, NULL);
         cr_assert_eq(s1.failures, s0.failures);
         cr_assert_eq(local.nb, remote.nb, "rank %u: batches", r);
         for (size_t i = 0; i < local.nb; i++)
@@ -211,11 +242,7 @@ Test(pipeline_split_bytes, buffer_ranks_fetch_each_byte_once_over_http)
                 (double)fetched / (double)(EPOCHS * d.total_bytes));
     cr_assert_eq(stage, EPOCHS * d.total_bytes, "the read stage: each byte once an epoch");
     cr_assert_eq(fetched, EPOCHS * d.total_bytes, "fetched: each byte once an epoch");
-    sl_io_opts defaults = {0};
-    sl_io_configure(&defaults);
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&d, &ng);
 }
 
 /* Issue 38 item 5 over HTTP: a buffer that holds a whole epoch (the
@@ -228,15 +255,9 @@ Test(pipeline_split_bytes, buffer_ranks_fetch_each_byte_once_over_http)
 Test(pipeline_split_bytes, buffer_holding_an_epoch_reads_blocks_over_http)
 {
     pl_dataset d;
-    pl_make_dataset(&d, NREC, 4, 0, NULL);
-    char *root = strdup(d.dir), *slash = strrchr(root, '/');
-    *slash = 0;
     srv ng = {0};
-    srv_nginx_start(root, &ng);
     char url[512];
-    snprintf(url, sizeof url, "%s/%s", ng.url, slash + 1);
-    sl_io_opts fast = {.retries = 3, .timeout_ms = 5000, .backoff_ms = 1, .inflight = 4};
-    sl_io_configure(&fast);
+    serve(&d, &ng, url, sizeof url);
 
     const unsigned worlds[] = {1, 3};
     for (int wi = 0; wi < 2; wi++) {
@@ -246,21 +267,9 @@ Test(pipeline_split_bytes, buffer_holding_an_epoch_reads_blocks_over_http)
         c.shuffle_buffer = 10000;
         pl_run local, remote;
         uint64_t lb, rb;
-        run_counting(&c, &local, &lb);
-        c.data = url;
         sl_io_stats s0, s1, s2;
-        sl_io_stats_get(&s0);
-        run_counting(&c, &remote, &rb);
-        sl_io_stats_get(&s1);
-        sl_pipeline *p; /* what creating costs: placed at the end, it reads no record */
-        cr_assert_eq(sl_pipeline_create_at(&c, remote.nb, remote.ns, &p), SL_OK, "%s",
-                     sl_errmsg());
         sl_pipeline_stats st;
-        cr_assert_eq(sl_pipeline_stats_get(p, &st), SL_OK);
-        sl_batch *bt;
-        cr_assert_eq(sl_pipeline_next(p, &bt), SL_EOF);
-        sl_pipeline_destroy(p);
-        sl_io_stats_get(&s2);
+        run_both(&c, url, &local, &remote, &lb, &rb, &s0, &s1, &s2, &st);
         cr_assert_eq(s1.failures, s0.failures);
         cr_assert_eq(s1.retries, s0.retries);
         cr_assert_eq(st.shuffle_buffer, sl_split_samples(NREC, 0, W), "W %u: holds an epoch", W);
@@ -285,9 +294,5 @@ Test(pipeline_split_bytes, buffer_holding_an_epoch_reads_blocks_over_http)
         pl_run_free(&local);
         pl_run_free(&remote);
     }
-    sl_io_opts defaults = {0};
-    sl_io_configure(&defaults);
-    srv_stop(&ng);
-    free(root);
-    pl_dataset_free(&d);
+    unserve(&d, &ng);
 }
