@@ -43,8 +43,8 @@
  *   - the input stream is the sl_order's records in order: units enter the
  *     window in seq order and claim() feeds the shuffle from the window's
  *     head only, waiting for it to be read;
- *   - claim() runs the shuffle machine (fill until full or the input ends,
- *     pop one) and numbers the popped samples s = 0, 1, 2, ... under p->mu,
+ *   - claim() runs the shuffle machine (fill until it takes no more, full
+ *     or at the epoch barrier, or the input ends; pop one) and numbers the popped samples s = 0, 1, 2, ... under p->mu,
  *     so the sample stream depends only on (seed, order);
  *   - sample s goes to batch b = s / B, position k = s % B, ring slot
  *     b % P (after a start at batch k0, sample s0 (sl_pipeline_create_at):
@@ -54,7 +54,10 @@
  *   - batches are submitted and handed out strictly in index order.
  *   Epochs are fused: after the last unit of epoch e the window just
  *   continues with epoch e+1's units, so the buffer never drains or refills
- *   at an epoch boundary; it drains only at the end of the last epoch.
+ *   at an epoch boundary; it drains only at the end of the last epoch. A
+ *   buffer that holds a whole epoch is the exception: it takes an epoch at
+ *   a time (the epoch barrier, pipeline_int.h), so it drains at each
+ *   epoch's end and each epoch is a permutation.
  *
  * Ring slot protocol: slot r accepts batch sl->batch; a worker whose sample
  *   belongs to batch b waits (cv_slot) until slots[b % P].batch == b, i.e.
