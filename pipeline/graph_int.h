@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline_int.h"
+#include "records/bytesrc.h"
 
 /* Stage numbers of the stats arrays (sl_pipeline_stats.stages order). */
 enum { SL_STAGE_READ = 0, SL_STAGE_SHUFFLE, SL_STAGE_MAP, SL_STAGE_LOAD, SL_STAGE_COUNT };
@@ -163,15 +164,17 @@ struct sl_pipeline {
                                  * records left out at open (sl_pipeline_stats) */
     char (*bad)[256];           /* (SL_PIPELINE_MAX_BAD_REPORT) first messages */
 
-    /* shard files: fds[i] opened lazily, -1 until then (atomic loads/stores);
-     * maps[i] set before fds[i] is published: the whole file mapped
-     * read-only, or {NULL, 0} (not a regular file, mmap failed, or
-     * SLUICE_READ=pread): units of that shard are read with pread */
-    int *fds;
+    /* shard files: srcs[i] opened lazily, NULL until then (atomic loads/
+     * stores); maps[i] set before srcs[i] is published: the whole file
+     * mapped read-only (sl_bytesrc_map, unmapped by its close), or {NULL, 0}
+     * (remote, not a regular file, mmap failed, or SLUICE_READ=pread): units
+     * of that shard are read with sl_bytesrc_read */
+    sl_bytesrc **srcs;
+    sl_io_opts io;              /* const: the remote I/O settings of every read (resolved) */
     sl_shard_map *maps;
     int use_pread;              /* SLUICE_READ=pread, read at create */
-    int remote;                 /* const: shards are URLs (bytesrc.h): no fds, no maps;
-                                 * units are fetched by ranged GETs (reader_remote.c) */
+    int remote;                 /* const: shards are URLs (bytesrc.h): no maps; units are
+                                 * fetched by many ranged GETs at once (reader_remote.c) */
     char **unreachable;         /* (src.n) remote, skip policy: why shard i could not be
                                  * read after its retries (malloc'd; set once under mu,
                                  * published by an atomic store), else NULL: its records
@@ -227,6 +230,8 @@ void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
 void *sl_worker_main(void *arg);
 
 /* -------------------------------------------------------------- reader.c */
+/* A reader thread over local shards (arg: its sl_reader_ctx); sl_pipeline_start
+ * starts it, or sl_reader_main_remote for remote ones. */
 void *sl_reader_main(void *arg);
 /* A unit struct for u (from the pool or new), entered in the live table,
  * not ready, no data read yet (mu held). NULL when out of memory. */
@@ -270,10 +275,10 @@ static inline const char *sl_shard_unreachable(sl_pipeline *p, uint32_t shard)
 }
 /* Free every unit (live and pooled) and the tables; threads are joined. */
 void sl_units_free_all(sl_pipeline *p);
-/* Shard i's read-only fd, opened (and the file mapped, see maps) on first
+/* Shard i's byte source, opened (and the file mapped, see maps) on first
  * use and shared by all threads. */
-int sl_shard_fd(sl_pipeline *p, uint32_t shard, int *fd);
-void sl_shard_fds_close(sl_pipeline *p);
+int sl_shard_src(sl_pipeline *p, uint32_t shard, sl_bytesrc **src);
+void sl_shard_srcs_close(sl_pipeline *p);
 /* Shard i changed since it was opened (its size or mtime through the open
  * fd, or the file now at its path is another or differs): 1 with what
  * changed in why, else 0. Any thread, no lock. */
@@ -282,8 +287,6 @@ int sl_shard_changed(sl_pipeline *p, uint32_t shard, char *why, size_t n);
  * its mapping, or a short read): SL_EIO "file X changed while the pipeline
  * read it" when it did, else SL_EIO naming the file and offset. */
 int sl_shard_read_error(sl_pipeline *p, uint32_t shard, uint64_t off, const char *how);
-/* pread exactly n bytes at off; SL_EIO (errno) or SL_ECORRUPT (file too short). */
-int sl_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
 
 /* --------------------------------------------------------------- stats.c */
 uint64_t sl_now_ns(void);

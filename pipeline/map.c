@@ -361,37 +361,32 @@ static int map_sample(sl_worker *w, const sl_unit *un, uint32_t idx, unsigned r,
             frame = SL_FRAME_SIZE;
             continue;
         }
-        if (p->remote) { /* one ranged GET (retried by bytesrc) */
-            rc = sl_bytes_read(p->src.shards[shard].path, w->rec, (size_t)e->size, e->offset);
-            /* An outage ends the run here too, as in the readers: the slot
-             * is not refilled from elsewhere, nor the shard given up on. */
-            if (sl_remote_fatal(rc))
-                return rc;
-            rec = w->rec;
-            frame = rc    ? SL_FRAME_UNREAD
-                    : wds ? SL_FRAME_OK
-                          : (int)sl_tfrecord_frame_check(rec, e->size);
-            if (rc) {
-                snprintf(unread_buf, sizeof unread_buf, "%s", sl_errmsg());
-                unread = unread_buf;
-                pthread_mutex_lock(&p->mu); /* as the reader does: the shard is gone */
-                if (!p->unreachable[shard])
-                    __atomic_store_n(&p->unreachable[shard], strdup(unread_buf),
-                                     __ATOMIC_RELEASE);
-                pthread_mutex_unlock(&p->mu);
-            }
-            continue;
-        }
-        int fd;
-        if ((rc = sl_shard_fd(p, shard, &fd)))
+        sl_bytesrc *src = NULL;
+        if ((rc = sl_shard_src(p, shard, &src)))
             return rc;
-        rc = sl_pread_full(fd, w->rec, (size_t)e->size, e->offset, p->src.shards[shard].path);
-        if (rc == SL_ECORRUPT && sl_shard_changed(p, shard, why, sizeof why))
-            return sl_shard_read_error(p, shard, e->offset + e->size, "short read");
-        if (rc)
+        /* pread, or one ranged GET (retried by bytesrc) */
+        rc = sl_bytesrc_read(src, w->rec, (size_t)e->size, e->offset);
+        if (rc && !p->remote) { /* a local shard shorter than its index is fatal */
+            if (rc == SL_ECORRUPT && sl_shard_changed(p, shard, why, sizeof why))
+                return sl_shard_read_error(p, shard, e->offset + e->size, "short read");
+            return rc;
+        }
+        /* An outage ends the run here too, as in the readers: the slot is
+         * not refilled from elsewhere, nor the shard given up on. */
+        if (sl_remote_fatal(rc))
             return rc;
         rec = w->rec;
-        frame = wds ? SL_FRAME_OK : (int)sl_tfrecord_frame_check(rec, e->size);
+        frame = rc    ? SL_FRAME_UNREAD
+                : wds ? SL_FRAME_OK
+                      : (int)sl_tfrecord_frame_check(rec, e->size);
+        if (rc) { /* a remote shard that cannot be read: gone, as the reader decides */
+            snprintf(unread_buf, sizeof unread_buf, "%s", sl_errmsg());
+            unread = unread_buf;
+            pthread_mutex_lock(&p->mu);
+            if (!p->unreachable[shard])
+                __atomic_store_n(&p->unreachable[shard], strdup(unread_buf), __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
 }
 

@@ -394,13 +394,21 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     p->cfg.data = p->data;
     p->cfg.split = p->split;
+    /* this pipeline's I/O settings, for its handles and fetchers (reader.c,
+     * reader_remote.c, map.c) and, on this thread, the reads of the open */
+    if ((rc = sl_io_resolve(cfg->io, &p->io)))
+        goto fail;
+    p->cfg.io = &p->io;
     apply_defaults(p);
     const sl_pipeline_config *c = &p->cfg;
 
     /* SL_SPLIT_RECORDS: every shard; the order keeps this rank's positions */
     int split = c->rank_split == SL_SPLIT_RECORDS;
-    if ((rc = sl_source_set_open_policy(c->data, c->split, split ? 0 : c->rank,
-                                        split ? 1 : c->world, c->on_error, &p->src)))
+    const sl_io_opts *io_was = sl_io_thread_use(&p->io);
+    rc = sl_source_set_open_policy(c->data, c->split, split ? 0 : c->rank, split ? 1 : c->world,
+                                   c->on_error, &p->src);
+    sl_io_thread_use(io_was);
+    if (rc)
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
@@ -444,15 +452,13 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
         goto fail;
     }
-    p->fds = malloc((p->src.n ? p->src.n : 1) * sizeof *p->fds);
+    p->srcs = calloc(p->src.n ? p->src.n : 1, sizeof *p->srcs);
     p->maps = calloc(p->src.n ? p->src.n : 1, sizeof *p->maps);
     p->bad = calloc(SL_PIPELINE_MAX_BAD_REPORT, sizeof *p->bad);
-    if (!p->fds || !p->maps || !p->bad || alloc_ring(p)) {
+    if (!p->srcs || !p->maps || !p->bad || alloc_ring(p)) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
     }
-    for (size_t i = 0; i < p->src.n; i++)
-        p->fds[i] = -1;
     /* what the source set left out (on_error skip: truncated shards) are
      * bad records like any other: counted, named, bounded by max_bad */
     p->bad_count = p->bad_out = p->src.bad;
@@ -483,9 +489,12 @@ fail:
 
 int sl_pipeline_start(sl_pipeline *p)
 {
+    /* the read loop: one unit at a time (reader.c), or many ranged GETs in
+     * flight on each reader (reader_remote.c) */
+    void *(*reader)(void *) = p->remote ? sl_reader_main_remote : sl_reader_main;
     for (unsigned i = 0; i < p->readers + p->workers; i++) {
         int e = i < p->readers
-                    ? pthread_create(&p->threads[i], NULL, sl_reader_main, &p->rctx[i])
+                    ? pthread_create(&p->threads[i], NULL, reader, &p->rctx[i])
                     : pthread_create(&p->threads[i], NULL, sl_worker_main, &p->wk[i - p->readers]);
         if (e)
             return sl_fail(SL_ENOMEM, "sl_pipeline_create: starting thread %u: %s", i,
@@ -554,7 +563,7 @@ void sl_pipeline_destroy(sl_pipeline *p)
     for (size_t i = 0; p->unreachable && i < p->src.n; i++)
         free(p->unreachable[i]);
     free(p->unreachable);
-    sl_shard_fds_close(p);
+    sl_shard_srcs_close(p);
     sl_source_set_close(&p->src);
     sl_trace_free(p);
     pthread_cond_destroy(&p->cv_read);

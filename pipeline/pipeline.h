@@ -41,6 +41,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct sl_io_opts; /* records/bytesrc.h */
+
 #include "common/dtype.h"
 #include "common/status.h"
 
@@ -206,6 +208,11 @@ typedef struct sl_pipeline_config {
      * label_key of each sample's .json member; NULL = the .cls member.
      * Borrowed: it must stay valid until sl_pipeline_destroy. */
     const char *label_key;
+    /* Remote I/O settings of this pipeline's reads (records/bytesrc.h): the
+     * listing, dataset.json and the index files at create, the shards after.
+     * NULL = the process-wide ones (sl_io_configure) as they are at create.
+     * Read at create only (copied); another pipeline's are not touched. */
+    const struct sl_io_opts *io;
 } sl_pipeline_config;
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
@@ -218,7 +225,7 @@ typedef struct sl_pipeline_config {
         .crop_fraction = 0.875f, .mean = {123.675f, 116.28f, 103.53f},                             \
         .std = {58.395f, 57.12f, 57.375f}, .layout = SL_LAYOUT_NCHW_F32, .batch = 64,              \
         .on_error = SL_ON_ERROR_SKIP, .label_offset = -1, .device = -1,                            \
-        .label_key = NULL,                                                                         \
+        .label_key = NULL, .io = NULL,                                                             \
     }
 
 /* A batch lent by sl_pipeline_next; valid until sl_pipeline_release. */

@@ -25,11 +25,14 @@
  *   applies the error policy. An I/O error or a file shorter than its index
  *   is fatal (sticky).
  *
- *   Shard fds: one O_RDONLY descriptor per shard, opened on first use
- *   (double-checked under fd_mu, published with an atomic store) and shared
- *   by every thread, since pread has no file position. Closed at destroy.
+ *   Shard handles: one byte source (records/bytesrc.h) per shard, opened on
+ *   first use (double-checked under fd_mu, published with an atomic store)
+ *   and shared by every thread (a local one is an O_RDONLY descriptor read
+ *   with pread, which has no file position; a remote one keeps no state).
+ *   Closed at destroy.
  *
  *   Shard mappings: a regular shard file is also mapped whole, read-only
+ *   (sl_bytesrc_map)
  *   (MAP_SHARED: the page cache's pages, no copy), when its fd is opened.
  *   A unit is then a view into the mapping: one madvise(MADV_POPULATE_READ)
  *   maps its pages (Linux 5.14+; older kernels fault them in on first
@@ -56,11 +59,10 @@
  *   at create) turns mapping off.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/mman.h> /* madvise */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,75 +80,61 @@
 #define SL_UNIT_POOL_MAX 64u
 #define SL_UNIT_POOL_BYTES ((size_t)64 << 20)
 
-int sl_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path)
-{
-    uint8_t *b = buf;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t got = pread(fd, b + done, n - done, (off_t)(off + done));
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return sl_fail(SL_EIO, "sl_pipeline: %s: read %zu bytes @ %llu: %s", path, n,
-                           (unsigned long long)off, strerror(errno));
-        }
-        if (got == 0)
-            return sl_fail(SL_ECORRUPT, "sl_pipeline: %s: file ends before byte %llu that its "
-                           "index names", path, (unsigned long long)(off + n));
-        done += (size_t)got;
-    }
-    return SL_OK;
-}
-
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14 uapi; older glibc headers lack it */
 #endif
 
-static int64_t mtime_ns(const struct stat *st)
-{
-    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
 /* Note a freshly opened shard file's identity and map it (fd_mu held,
- * before fds[shard] is published). Failure is not an error: the shard is
- * read with pread. Mapping needs the SIGBUS guard (mapguard.h). */
-static void shard_map(sl_pipeline *p, uint32_t shard, int fd)
+ * before srcs[shard] is published). Failure is not an error: the shard is
+ * read with pread. Mapping needs the SIGBUS guard (mapguard.h). A remote
+ * shard has neither. */
+static void shard_map(sl_pipeline *p, uint32_t shard, sl_bytesrc *src)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return;
+    sl_bytesrc_id id;
     sl_shard_map *sm = &p->maps[shard];
-    sm->dev = (uint64_t)st.st_dev;
-    sm->ino = (uint64_t)st.st_ino;
-    sm->size = (uint64_t)st.st_size;
-    sm->mtime_ns = mtime_ns(&st);
-    if (p->use_pread || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-        (uint64_t)st.st_size > SIZE_MAX || (uint64_t)st.st_size < p->src.shards[shard].bytes ||
-        sl_mapguard_install() != SL_OK)
+    const uint8_t *base;
+    size_t len;
+
+    if (sl_bytesrc_is_remote(src))
         return;
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
+    if (sl_bytesrc_identity(src, &id) != SL_OK) {
+        sl_clear_error();
         return;
-    sm->base = m;
-    sm->len = (size_t)st.st_size;
+    }
+    sm->dev = id.dev;
+    sm->ino = id.ino;
+    sm->size = id.size;
+    sm->mtime_ns = id.mtime_ns;
+    if (p->use_pread || id.size < p->src.shards[shard].bytes || sl_mapguard_install() != SL_OK)
+        return;
+    if (sl_bytesrc_map(src, &base, &len) != SL_OK) { /* not regular, empty, mmap failed */
+        sl_clear_error();
+        return;
+    }
+    sm->base = base;
+    sm->len = len;
 }
 
 int sl_shard_changed(sl_pipeline *p, uint32_t shard, char *why, size_t n)
 {
     const sl_shard_map *sm = &p->maps[shard];
-    int fd = __atomic_load_n(&p->fds[shard], __ATOMIC_ACQUIRE); /* publishes maps[shard] */
+    /* publishes maps[shard] */
+    sl_bytesrc *src = __atomic_load_n(&p->srcs[shard], __ATOMIC_ACQUIRE);
+    sl_bytesrc_id now;
     struct stat st;
-    if (fd < 0 || sm->ino == 0)
+    if (!src || sm->ino == 0)
         return 0;
-    if (fstat(fd, &st) == 0 && ((uint64_t)st.st_size != sm->size || mtime_ns(&st) != sm->mtime_ns)) {
-        if ((uint64_t)st.st_size == sm->size)
+    if (sl_bytesrc_identity(src, &now) == SL_OK && (now.size != sm->size ||
+                                                    now.mtime_ns != sm->mtime_ns)) {
+        if (now.size == sm->size)
             snprintf(why, n, "rewritten since it was opened: same size, new mtime");
         else
             snprintf(why, n, "%s from %llu to %llu bytes since it was opened",
-                     (uint64_t)st.st_size < sm->size ? "truncated" : "rewritten",
-                     (unsigned long long)sm->size, (unsigned long long)st.st_size);
+                     now.size < sm->size ? "truncated" : "rewritten",
+                     (unsigned long long)sm->size, (unsigned long long)now.size);
         return 1;
     }
+    sl_clear_error();
     /* Replaced by rename: the open file is intact, but not what the path
      * names any more (and the index may describe the new one). */
     if (stat(p->src.shards[shard].path, &st) != 0) {
@@ -198,45 +186,39 @@ static int shard_populate(sl_pipeline *p, const sl_shard_map *m, uint64_t off, s
     return SL_OK;
 }
 
-int sl_shard_fd(sl_pipeline *p, uint32_t shard, int *fd)
+int sl_shard_src(sl_pipeline *p, uint32_t shard, sl_bytesrc **out)
 {
-    int f = __atomic_load_n(&p->fds[shard], __ATOMIC_ACQUIRE);
+    sl_bytesrc *src = __atomic_load_n(&p->srcs[shard], __ATOMIC_ACQUIRE);
     int rc = SL_OK;
-    if (f >= 0) {
-        *fd = f;
+    if (src) {
+        *out = src;
         return SL_OK;
     }
     pthread_mutex_lock(&p->fd_mu);
-    f = __atomic_load_n(&p->fds[shard], __ATOMIC_ACQUIRE);
-    if (f < 0) {
+    src = __atomic_load_n(&p->srcs[shard], __ATOMIC_ACQUIRE);
+    if (!src) {
         const char *path = p->src.shards[shard].path;
-        f = open(path, O_RDONLY | O_CLOEXEC);
-        if (f < 0)
-            rc = sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "sl_pipeline: %s: open: %s", path,
-                         strerror(errno));
+        if ((rc = sl_bytesrc_open(path, &p->io, &src)))
+            rc = sl_fail(rc, "sl_pipeline: %s", sl_errmsg());
         else {
-            shard_map(p, shard, f);
-            __atomic_store_n(&p->fds[shard], f, __ATOMIC_RELEASE); /* publishes maps[shard] */
+            shard_map(p, shard, src);
+            __atomic_store_n(&p->srcs[shard], src, __ATOMIC_RELEASE); /* publishes maps[shard] */
         }
     }
     pthread_mutex_unlock(&p->fd_mu);
-    *fd = f;
+    *out = src;
     return rc;
 }
 
-void sl_shard_fds_close(sl_pipeline *p)
+void sl_shard_srcs_close(sl_pipeline *p)
 {
-    if (!p->fds)
+    if (!p->srcs)
         return;
-    for (size_t i = 0; i < p->src.n; i++) {
-        if (p->fds[i] >= 0)
-            close(p->fds[i]);
-        if (p->maps && p->maps[i].base)
-            munmap((void *)p->maps[i].base, p->maps[i].len);
-    }
-    free(p->fds);
+    for (size_t i = 0; i < p->src.n; i++)
+        sl_bytesrc_close(p->srcs[i]); /* and its mapping */
+    free(p->srcs);
     free(p->maps);
-    p->fds = NULL;
+    p->srcs = NULL;
     p->maps = NULL;
 }
 
@@ -430,32 +412,26 @@ int sl_unit_buffer(sl_pipeline *p, sl_unit *un)
 int sl_unit_read(sl_pipeline *p, sl_unit *un)
 {
     const sl_read_unit *u = &un->u;
-    const sl_shard_info *sh = &p->src.shards[u->shard];
-    int fd, rc;
+    sl_bytesrc *src = NULL;
+    int rc;
 
     if ((rc = sl_unit_prepare(p, un)))
         return rc;
-    if (p->remote) { /* one ranged GET (the remote readers batch them: reader_remote.c) */
-        if ((rc = sl_unit_buffer(p, un)) ||
-            (rc = sl_bytes_read(sh->path, un->buf, (size_t)u->bytes, u->offset)))
-            return rc;
-        sl_unit_check_frames(p, un);
-        return SL_OK;
-    }
-    if ((rc = sl_shard_fd(p, u->shard, &fd)))
+    if ((rc = sl_shard_src(p, u->shard, &src)))
         return rc;
     const sl_shard_map *m = &p->maps[u->shard];
     if (m->base && u->offset <= m->len && u->bytes <= m->len - u->offset) {
-        if ((rc = shard_populate(p, m, u->offset, (size_t)u->bytes, sh->path)))
+        if ((rc = shard_populate(p, m, u->offset, (size_t)u->bytes, sl_bytesrc_path(src))))
             return rc == SL_ECORRUPT ? sl_shard_read_error(p, u->shard, u->offset + u->bytes,
                                                            "mapped bytes gone")
                                      : rc;
         un->data = m->base + u->offset;
         return check_frames_mapped(p, un, m);
     }
+    /* pread, or one ranged GET (the remote readers batch them: reader_remote.c) */
     if ((rc = sl_unit_buffer(p, un)))
         return rc;
-    if ((rc = sl_pread_full(fd, un->buf, (size_t)u->bytes, u->offset, sh->path))) {
+    if ((rc = sl_bytesrc_read(src, un->buf, (size_t)u->bytes, u->offset))) {
         char why[160];
         if (rc == SL_ECORRUPT && sl_shard_changed(p, u->shard, why, sizeof why))
             return sl_shard_read_error(p, u->shard, u->offset + u->bytes, "short read");
@@ -515,8 +491,6 @@ void *sl_reader_main(void *arg)
 {
     sl_reader_ctx *ctx = arg;
     sl_pipeline *p = ctx->p;
-    if (p->remote)
-        return sl_reader_main_remote(arg);
     uint64_t busy = 0, wait_out = 0, items = 0, bytes = 0;
 
     pthread_mutex_lock(&p->mu);

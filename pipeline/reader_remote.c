@@ -85,18 +85,16 @@ void *sl_reader_main_remote(void *arg)
 {
     sl_reader_ctx *ctx = arg;
     sl_pipeline *p = ctx->p;
-    sl_io_opts io;
     sl_fetcher *f = NULL;
     sl_unit *fresh[SL_REMOTE_CLAIM_MAX];
     uint64_t busy = 0, wait_out = 0, items = 0, bytes = 0;
     unsigned inflight = 0, nfresh = 0;
     int rc;
 
-    sl_io_get_opts(&io);
-    unsigned limit = io.inflight ? io.inflight : 1;
+    unsigned limit = p->io.inflight ? p->io.inflight : 1;
     if (limit > SL_REMOTE_CLAIM_MAX)
         limit = SL_REMOTE_CLAIM_MAX;
-    rc = sl_fetcher_open(&f);
+    rc = sl_fetcher_open(&p->io, &f);
     sl_fetcher_set_stop(f, &p->stop_io); /* a stop does not wait for retries to end */
     pthread_mutex_lock(&p->mu);
     if (rc)

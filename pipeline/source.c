@@ -194,11 +194,13 @@ typedef struct load_job {
     size_t n, next;          /* shards; the next to claim (atomic) */
     int *rc;                 /* (n) */
     char (*msg)[SL_ERRMSG_MAX]; /* (n) */
+    const sl_io_opts *io;    /* the caller's I/O settings (bytesrc.h: sl_io_thread_use) */
 } load_job;
 
 static void *loader_main(void *arg)
 {
     load_job *j = arg;
+    sl_io_thread_use(j->io); /* the reads under the caller's settings (the pipeline's) */
     for (;;) {
         size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n)
@@ -216,7 +218,7 @@ static int load_all(sl_source_set *set, size_t n, unsigned rank, unsigned world,
                     sl_error_policy policy, int *rc, char (*msg)[SL_ERRMSG_MAX])
 {
     load_job j = {.set = set, .rank = rank, .world = world, .policy = policy, .n = n, .rc = rc,
-                  .msg = msg};
+                  .msg = msg, .io = sl_io_thread_opts()};
     pthread_t th[SL_INDEX_LOADERS];
     unsigned nt = 0, want = n < SL_INDEX_LOADERS ? (unsigned)n : SL_INDEX_LOADERS;
     if (!sl_path_is_remote(set->shards[0].path))

@@ -1,12 +1,15 @@
 /*
  * records/bytesrc.c - the byte source's front: path classification, the
- * local implementations (open/pread/fstat/readdir), dispatch of remote paths
- * to the backend (remote_curl.c & co, or remote_nocurl.c), the process-wide
- * options and the counters of bytesrc.h.
+ * handle (sl_bytesrc) with its local implementations (open/pread/fstat/
+ * mmap/readdir) and its dispatch of remote paths to the backend
+ * (remote_curl.c & co, or remote_nocurl.c), the options (process-wide and
+ * per handle) and the counters of bytesrc.h. The fetcher is fetcher.c.
  *
  * DESIGN
- *   Options: one process-wide sl_io_opts behind a mutex; every request reads
- *   a copy at its start, so sl_io_configure affects requests begun after it.
+ *   Options: a handle (and a fetcher) resolves its sl_io_opts at open; NULL
+ *   there is the process-wide sl_io_opts (behind a mutex), copied at the
+ *   open, so sl_io_configure affects handles opened after it. The
+ *   sl_bytes_* calls open a handle for one request with NULL.
  *   SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS, SLUICE_IO_BACKOFF_MS,
  *   SLUICE_IO_INFLIGHT and SLUICE_IO_RETRY_MS (read once, at the first use)
  *   stand in for fields that sl_io_configure never set.
@@ -18,13 +21,10 @@
  *   which move together under a mutex (busy_ns is the wall time with at
  *   least one request in flight: the clock starts when the count leaves 0 and
  *   stops when it returns to 0).
- *   Fetcher: local requests are read at add time and queued as completed;
- *   remote ones go to an sl_remote_multi opened at the first remote add.
- *   wait hands back completed local requests first. The fetcher keeps the
- *   last local file open (readers add many ranges of one shard in a row).
  *
- * Threading: all sl_bytes_* are reentrant; an sl_fetcher belongs to one
- * thread at a time (bytesrc.h).
+ * Threading: all sl_bytes_* are reentrant; an sl_bytesrc may be read from
+ * many threads at once (pread; remote requests keep no state on it), its
+ * map made by one thread before others read it (bytesrc.h).
  */
 #include "records/bytesrc_int.h"
 
@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,26 +112,71 @@ int sl_io_configure(const sl_io_opts *o)
     return rc;
 }
 
+/* SLUICE_IO_* read once (opts_mu held). */
+static void read_env_locked(void)
+{
+    if (opts_env_read)
+        return;
+    opts_env.retries = env_uint("SLUICE_IO_RETRIES", SL_IO_NO_RETRY);
+    opts_env.timeout_ms = env_uint("SLUICE_IO_TIMEOUT_MS", 0);
+    opts_env.backoff_ms = env_uint("SLUICE_IO_BACKOFF_MS", 0);
+    opts_env.inflight = env_uint("SLUICE_IO_INFLIGHT", 0);
+    opts_env.retry_ms = env_uint("SLUICE_IO_RETRY_MS", 0);
+    opts_env_read = 1;
+}
+
+/* Fields of o left at zero: SLUICE_IO_*, else the defaults (a resolved o
+ * is left as it is). */
+static void fill_defaults(sl_io_opts *o)
+{
+    o->retries = o->retries ? o->retries : opts_env.retries; /* 0: no count, the budget alone */
+    o->timeout_ms = o->timeout_ms ? o->timeout_ms
+                    : opts_env.timeout_ms ? opts_env.timeout_ms : IO_TIMEOUT_DEFAULT;
+    o->backoff_ms = o->backoff_ms ? o->backoff_ms
+                    : opts_env.backoff_ms ? opts_env.backoff_ms : IO_BACKOFF_DEFAULT;
+    o->inflight = o->inflight ? o->inflight
+                  : opts_env.inflight ? opts_env.inflight : IO_INFLIGHT_DEFAULT;
+    o->retry_ms = o->retry_ms ? o->retry_ms
+                  : opts_env.retry_ms ? opts_env.retry_ms : IO_RETRY_MS_DEFAULT;
+}
+
 void sl_io_get_opts(sl_io_opts *o)
 {
     pthread_mutex_lock(&opts_mu);
-    if (!opts_env_read) {
-        opts_env.retries = env_uint("SLUICE_IO_RETRIES", SL_IO_NO_RETRY);
-        opts_env.timeout_ms = env_uint("SLUICE_IO_TIMEOUT_MS", 0);
-        opts_env.backoff_ms = env_uint("SLUICE_IO_BACKOFF_MS", 0);
-        opts_env.inflight = env_uint("SLUICE_IO_INFLIGHT", 0);
-        opts_env.retry_ms = env_uint("SLUICE_IO_RETRY_MS", 0);
-        opts_env_read = 1;
-    }
+    read_env_locked();
     *o = opts_set;
     pthread_mutex_unlock(&opts_mu);
-#define PICK(f, def) o->f = o->f ? o->f : opts_env.f ? opts_env.f : (def)
-    PICK(retries, 0); /* 0: no count, the budget alone */
-    PICK(timeout_ms, IO_TIMEOUT_DEFAULT);
-    PICK(backoff_ms, IO_BACKOFF_DEFAULT);
-    PICK(inflight, IO_INFLIGHT_DEFAULT);
-    PICK(retry_ms, IO_RETRY_MS_DEFAULT);
-#undef PICK
+    fill_defaults(o);
+}
+
+static _Thread_local const sl_io_opts *thread_opts; /* sl_io_thread_use */
+
+const sl_io_opts *sl_io_thread_use(const sl_io_opts *o)
+{
+    const sl_io_opts *was = thread_opts;
+    thread_opts = o;
+    return was;
+}
+
+const sl_io_opts *sl_io_thread_opts(void) { return thread_opts; }
+
+int sl_io_resolve(const sl_io_opts *in, sl_io_opts *out)
+{
+    int rc = SL_OK;
+    if (!in && !(in = thread_opts)) {
+        sl_io_get_opts(out);
+        return SL_OK;
+    }
+    *out = *in;
+    pthread_mutex_lock(&opts_mu);
+    read_env_locked();
+    if (out->ca_bundle && !*out->ca_bundle)
+        out->ca_bundle = NULL;
+    if (out->ca_bundle && !(out->ca_bundle = keep_str(out->ca_bundle)))
+        rc = sl_fail(SL_ENOMEM, "sl_io_resolve: out of memory");
+    pthread_mutex_unlock(&opts_mu);
+    fill_defaults(out);
+    return rc;
 }
 
 unsigned sl_io_tries(const sl_io_opts *o)
@@ -245,16 +291,13 @@ int sl_path_is_remote(const char *path)
                     !strncmp(path, "s3://", 5));
 }
 
-static int open_fail(const char *fn, const char *path)
+int sl_open_fail(const char *fn, const char *path)
 {
     return sl_fail(errno == ENOENT || errno == ENOTDIR ? SL_ENOENT : SL_EIO, "%s: %s: open: %s",
                    fn, path, strerror(errno));
 }
 
-/* n bytes at off of the open fd into buf; a file that ends first is
- * SL_ECORRUPT. */
-static int pread_all(const char *fn, const char *path, int fd, void *buf, size_t n,
-                     uint64_t off)
+int sl_pread_all(const char *fn, const char *path, int fd, void *buf, size_t n, uint64_t off)
 {
     size_t got = 0;
 
@@ -274,41 +317,6 @@ static int pread_all(const char *fn, const char *path, int fd, void *buf, size_t
         got += (size_t)r;
     }
     return SL_OK;
-}
-
-static int local_get(const char *fn, const char *path, uint8_t **out, size_t *len)
-{
-    struct stat st;
-    uint8_t *buf = NULL;
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return open_fail(fn, path);
-    if (fstat(fd, &st) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: fstat: %s", fn, path, strerror(errno));
-        goto close_fd;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = sl_fail(SL_EIO, "%s: %s: not a regular file", fn, path);
-        goto close_fd;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory (%lld bytes)", fn, path,
-                     (long long)st.st_size);
-        goto close_fd;
-    }
-    rc = pread_all(fn, path, fd, buf, (size_t)st.st_size, 0);
-    if (rc) {
-        free(buf);
-        goto close_fd;
-    }
-    buf[st.st_size] = 0;
-    *out = buf;
-    *len = (size_t)st.st_size;
-close_fd:
-    close(fd);
-    return rc;
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -332,7 +340,7 @@ static int local_list(const char *fn, const char *dir, char ***out, size_t *nout
     int rc = SL_OK;
 
     if (!d)
-        return open_fail(fn, dir);
+        return sl_open_fail(fn, dir);
     while ((errno = 0, e = readdir(d))) {
         int isdir = e->d_type == DT_DIR;
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
@@ -360,7 +368,8 @@ static int local_list(const char *fn, const char *dir, char ***out, size_t *nout
         goto fail;
     }
     closedir(d);
-    qsort(v, n, sizeof *v, name_cmp);
+    if (n) /* qsort wants a non-NULL array even for none */
+        qsort(v, n, sizeof *v, name_cmp);
     *out = v;
     *nout = n;
     return SL_OK;
@@ -372,25 +381,236 @@ fail:
     return rc;
 }
 
-/* ---------------------------------------------------------------- sl_bytes_* */
+/* ---------------------------------------------------------------- handle */
+
+struct sl_bytesrc {
+    char *path;
+    sl_io_opts o;         /* resolved at open */
+    int remote;
+    int fd;               /* local: the open file; remote: -1 */
+    const uint8_t *map;   /* sl_bytesrc_map's mapping, or NULL */
+    size_t map_len;
+};
+
+/* fn names the public function in messages. */
+static int src_open(const char *fn, const char *path, const sl_io_opts *opts, sl_bytesrc **out)
+{
+    sl_bytesrc *s = NULL;
+    int rc;
+
+    if (!path || !out)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if (!(s = calloc(1, sizeof *s)) || !(s->path = strdup(path))) {
+        free(s);
+        return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
+    }
+    s->fd = -1;
+    s->remote = sl_path_is_remote(path);
+    if ((rc = sl_io_resolve(opts, &s->o)))
+        goto fail;
+    if (!s->remote && (s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = sl_open_fail(fn, path);
+        goto fail;
+    }
+    *out = s;
+    return SL_OK;
+fail:
+    free(s->path);
+    free(s);
+    return rc;
+}
+
+int sl_bytesrc_open(const char *path, const sl_io_opts *opts, sl_bytesrc **out)
+{
+    return src_open("sl_bytesrc_open", path, opts, out);
+}
+
+void sl_bytesrc_close(sl_bytesrc *s)
+{
+    if (!s)
+        return;
+    if (s->map)
+        munmap((void *)s->map, s->map_len);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->path);
+    free(s);
+}
+
+const char *sl_bytesrc_path(const sl_bytesrc *s) { return s->path; }
+
+int sl_bytesrc_is_remote(const sl_bytesrc *s) { return s->remote; }
+
+static int src_read(const char *fn, sl_bytesrc *s, void *buf, size_t n, uint64_t off)
+{
+    if (!s || (!buf && n))
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if (n == 0)
+        return SL_OK;
+    if (s->remote)
+        return sl_remote_read(fn, s->path, &s->o, buf, n, off);
+    return sl_pread_all(fn, s->path, s->fd, buf, n, off);
+}
+
+int sl_bytesrc_read(sl_bytesrc *s, void *buf, size_t n, uint64_t off)
+{
+    return src_read("sl_bytesrc_read", s, buf, n, off);
+}
+
+static int src_size(const char *fn, sl_bytesrc *s, uint64_t *size)
+{
+    struct stat st;
+
+    if (!s || !size)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if (s->remote)
+        return sl_remote_size(fn, s->path, &s->o, size);
+    if (fstat(s->fd, &st) != 0)
+        return sl_fail(SL_EIO, "%s: %s: fstat: %s", fn, s->path, strerror(errno));
+    *size = (uint64_t)st.st_size;
+    return SL_OK;
+}
+
+int sl_bytesrc_size(sl_bytesrc *s, uint64_t *size)
+{
+    return src_size("sl_bytesrc_size", s, size);
+}
+
+static int src_get(const char *fn, sl_bytesrc *s, size_t max, uint8_t **out, size_t *len)
+{
+    struct stat st;
+    uint8_t *buf;
+    int rc;
+
+    if (!s || !out || !len)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if (!max || max > SL_BYTES_GET_MAX)
+        max = s->remote ? SL_BYTES_GET_MAX : SIZE_MAX - 1;
+    if (s->remote) {
+        if ((rc = sl_remote_get(fn, s->path, &s->o, &buf, len)))
+            return rc;
+        if (*len > max) {
+            free(buf);
+            return sl_fail(SL_ECORRUPT, "%s: %s: larger than %zu bytes", fn, s->path, max);
+        }
+        *out = buf;
+        return SL_OK;
+    }
+    if (fstat(s->fd, &st) != 0)
+        return sl_fail(SL_EIO, "%s: %s: fstat: %s", fn, s->path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return sl_fail(SL_EIO, "%s: %s: not a regular file", fn, s->path);
+    if ((uint64_t)st.st_size > max)
+        return sl_fail(SL_ECORRUPT, "%s: %s: larger than %zu bytes", fn, s->path, max);
+    if (!(buf = malloc((size_t)st.st_size + 1)))
+        return sl_fail(SL_ENOMEM, "%s: %s: out of memory (%lld bytes)", fn, s->path,
+                       (long long)st.st_size);
+    if ((rc = sl_pread_all(fn, s->path, s->fd, buf, (size_t)st.st_size, 0))) {
+        free(buf);
+        return rc;
+    }
+    buf[st.st_size] = 0;
+    *out = buf;
+    *len = (size_t)st.st_size;
+    return SL_OK;
+}
+
+int sl_bytesrc_get(sl_bytesrc *s, size_t max, uint8_t **buf, size_t *len)
+{
+    return src_get("sl_bytesrc_get", s, max, buf, len);
+}
+
+int sl_bytesrc_identity(sl_bytesrc *s, sl_bytesrc_id *id)
+{
+    struct stat st;
+
+    if (!s || !id)
+        return sl_fail(SL_EINVAL, "sl_bytesrc_identity: NULL argument");
+    if (s->remote)
+        return sl_fail(SL_ENOTSUP, "sl_bytesrc_identity: %s: a remote object", s->path);
+    if (fstat(s->fd, &st) != 0)
+        return sl_fail(SL_EIO, "sl_bytesrc_identity: %s: fstat: %s", s->path, strerror(errno));
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+    id->size = (uint64_t)st.st_size;
+    id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    id->regular = S_ISREG(st.st_mode);
+    return SL_OK;
+}
+
+int sl_bytesrc_map(sl_bytesrc *s, const uint8_t **base, size_t *len)
+{
+    struct stat st;
+
+    if (!s || !base || !len)
+        return sl_fail(SL_EINVAL, "sl_bytesrc_map: NULL argument");
+    if (!s->map) {
+        if (s->remote)
+            return sl_fail(SL_ENOTSUP, "sl_bytesrc_map: %s: a remote object is not mapped",
+                           s->path);
+        if (fstat(s->fd, &st) != 0)
+            return sl_fail(SL_EIO, "sl_bytesrc_map: %s: fstat: %s", s->path, strerror(errno));
+        if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size > SIZE_MAX)
+            return sl_fail(SL_ENOTSUP, "sl_bytesrc_map: %s: not a non-empty regular file",
+                           s->path);
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, s->fd, 0);
+        if (m == MAP_FAILED)
+            return sl_fail(SL_ENOTSUP, "sl_bytesrc_map: %s: mmap: %s", s->path, strerror(errno));
+        s->map = m;
+        s->map_len = (size_t)st.st_size;
+    }
+    *base = s->map;
+    *len = s->map_len;
+    return SL_OK;
+}
+
+static int src_list(const char *fn, const char *dir, const sl_io_opts *opts, char ***names,
+                    size_t *n)
+{
+    sl_io_opts o;
+    int rc;
+
+    if (!dir || !names || !n)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    if (!sl_path_is_remote(dir))
+        return local_list(fn, dir, names, n);
+    if ((rc = sl_io_resolve(opts, &o)))
+        return rc;
+    return sl_remote_list(fn, dir, &o, names, n);
+}
+
+int sl_bytesrc_list(const char *dir, const sl_io_opts *opts, char ***names, size_t *n)
+{
+    return src_list("sl_bytesrc_list", dir, opts, names, n);
+}
+
+/* ---------------------------------------------------------------- sl_bytes_*
+ * One call on a handle opened for it, with the process-wide options. */
 
 int sl_bytes_get(const char *path, uint8_t **buf, size_t *len)
 {
-    if (!path || !buf || !len)
-        return sl_fail(SL_EINVAL, "sl_bytes_get: NULL argument");
-    if (sl_path_is_remote(path))
-        return sl_remote_get("sl_bytes_get", path, buf, len);
-    return local_get("sl_bytes_get", path, buf, len);
+    sl_bytesrc *s = NULL;
+    int rc = src_open("sl_bytes_get", path, NULL, &s);
+
+    if (rc)
+        return rc;
+    rc = src_get("sl_bytes_get", s, 0, buf, len);
+    sl_bytesrc_close(s);
+    return rc;
 }
 
 int sl_bytes_size(const char *path, uint64_t *size)
 {
     struct stat st;
+    sl_io_opts o;
 
     if (!path || !size)
         return sl_fail(SL_EINVAL, "sl_bytes_size: NULL argument");
-    if (sl_path_is_remote(path))
-        return sl_remote_size("sl_bytes_size", path, size);
+    if (sl_path_is_remote(path)) {
+        int rc = sl_io_resolve(NULL, &o);
+        return rc ? rc : sl_remote_size("sl_bytes_size", path, &o, size);
+    }
+    /* stat, not open: a size needs no read permission */
     if (stat(path, &st) != 0)
         return sl_fail(errno == ENOENT || errno == ENOTDIR ? SL_ENOENT : SL_EIO,
                        "sl_bytes_size: %s: stat: %s", path, strerror(errno));
@@ -400,160 +620,21 @@ int sl_bytes_size(const char *path, uint64_t *size)
 
 int sl_bytes_list(const char *dir, char ***names, size_t *n)
 {
-    if (!dir || !names || !n)
-        return sl_fail(SL_EINVAL, "sl_bytes_list: NULL argument");
-    if (sl_path_is_remote(dir))
-        return sl_remote_list("sl_bytes_list", dir, names, n);
-    return local_list("sl_bytes_list", dir, names, n);
+    return src_list("sl_bytes_list", dir, NULL, names, n);
 }
 
 int sl_bytes_read(const char *path, void *buf, size_t n, uint64_t off)
 {
-    int rc, fd;
+    sl_bytesrc *s = NULL;
+    int rc;
 
     if (!path || (!buf && n))
         return sl_fail(SL_EINVAL, "sl_bytes_read: NULL argument");
     if (n == 0)
         return SL_OK;
-    if (sl_path_is_remote(path))
-        return sl_remote_read("sl_bytes_read", path, buf, n, off);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return open_fail("sl_bytes_read", path);
-    rc = pread_all("sl_bytes_read", path, fd, buf, n, off);
-    close(fd);
+    if ((rc = src_open("sl_bytes_read", path, NULL, &s)))
+        return rc;
+    rc = src_read("sl_bytes_read", s, buf, n, off);
+    sl_bytesrc_close(s);
     return rc;
-}
-
-/* ---------------------------------------------------------------- fetcher */
-
-typedef struct local_done {
-    struct local_done *next;
-    void *tag;
-    int rc;
-    char *msg; /* the error's message, or NULL */
-} local_done;
-
-struct sl_fetcher {
-    local_done *head, *tail;
-    unsigned nlocal;
-    sl_remote_multi *rm;
-    int fd;     /* the last local file, or -1 */
-    char *fd_path;
-    const int *stop; /* sl_fetcher_set_stop */
-};
-
-void sl_fetcher_set_stop(sl_fetcher *f, const int *stop)
-{
-    if (f)
-        f->stop = stop;
-}
-
-int sl_fetcher_open(sl_fetcher **out)
-{
-    sl_fetcher *f = calloc(1, sizeof *f);
-
-    if (!out)
-        return sl_fail(SL_EINVAL, "sl_fetcher_open: NULL argument");
-    if (!f)
-        return sl_fail(SL_ENOMEM, "sl_fetcher_open: out of memory");
-    f->fd = -1;
-    *out = f;
-    return SL_OK;
-}
-
-static int local_fetch(sl_fetcher *f, const char *path, uint64_t off, void *buf, size_t n)
-{
-    if (n == 0)
-        return SL_OK;
-    if (f->fd < 0 || strcmp(f->fd_path, path)) {
-        char *p = strdup(path);
-        if (!p)
-            return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
-        if (f->fd >= 0)
-            close(f->fd);
-        free(f->fd_path);
-        f->fd_path = p;
-        if ((f->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-            return open_fail("sl_fetcher_wait", path);
-    }
-    return pread_all("sl_fetcher_wait", path, f->fd, buf, n, off);
-}
-
-int sl_fetcher_add(sl_fetcher *f, const char *path, uint64_t off, void *buf, size_t n, void *tag)
-{
-    local_done *d;
-
-    if (!f || !path || (!buf && n))
-        return sl_fail(SL_EINVAL, "sl_fetcher_add: NULL argument");
-    if (sl_path_is_remote(path)) {
-        if (!f->rm) { /* stays NULL without libcurl: the add then says so */
-            int rc = sl_remote_multi_open(&f->rm);
-            if (rc)
-                return rc;
-        }
-        return sl_remote_multi_add(f->rm, path, off, buf, n, tag);
-    }
-    if (!(d = calloc(1, sizeof *d)))
-        return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
-    d->tag = tag;
-    d->rc = local_fetch(f, path, off, buf, n);
-    if (d->rc && !(d->msg = strdup(sl_errmsg()))) {
-        free(d);
-        return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
-    }
-    if (f->tail)
-        f->tail->next = d;
-    else
-        f->head = d;
-    f->tail = d;
-    f->nlocal++;
-    return SL_OK;
-}
-
-unsigned sl_fetcher_pending(const sl_fetcher *f)
-{
-    if (!f)
-        return 0;
-    return f->nlocal + (f->rm ? sl_remote_multi_pending(f->rm) : 0);
-}
-
-int sl_fetcher_wait(sl_fetcher *f, void **tag)
-{
-    local_done *d;
-    int rc;
-
-    if (!f || !tag)
-        return sl_fail(SL_EINVAL, "sl_fetcher_wait: NULL argument");
-    if (!(d = f->head)) {
-        if (f->rm && sl_remote_multi_pending(f->rm))
-            return sl_remote_multi_wait(f->rm, tag, f->stop);
-        return SL_EOF;
-    }
-    if (!(f->head = d->next))
-        f->tail = NULL;
-    f->nlocal--;
-    *tag = d->tag;
-    rc = d->rc;
-    if (rc)
-        sl_fail(rc, "%s", d->msg);
-    free(d->msg);
-    free(d);
-    return rc;
-}
-
-void sl_fetcher_close(sl_fetcher *f)
-{
-    if (!f)
-        return;
-    while (f->head) {
-        local_done *d = f->head;
-        f->head = d->next;
-        free(d->msg);
-        free(d);
-    }
-    sl_remote_multi_close(f->rm);
-    if (f->fd >= 0)
-        close(f->fd);
-    free(f->fd_path);
-    free(f);
 }

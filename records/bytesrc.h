@@ -65,7 +65,8 @@
  *
  * Threading: sl_bytes_* calls are reentrant (each thread keeps one libcurl
  * handle, and so its open connections, for its next call; it is freed when
- * the thread exits). An sl_fetcher belongs to one thread at a time (its own
+ * the thread exits). An sl_bytesrc may be read and sized from many threads
+ * at once; its map is made before it is shared. An sl_fetcher belongs to one thread at a time (its own
  * curl_multi and connections). The counters of sl_io_stats_get are
  * process-wide atomics.
  *
@@ -82,12 +83,15 @@
 extern "C" {
 #endif
 
-/* Remote I/O settings; zeros mean the defaults below. Process-wide:
- * sl_io_configure sets them for every later request (the CLI's --io-retries,
- * --io-timeout, --io-retry-budget, --ca-bundle; the Python Pipeline's
- * io_retries). SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS,
- * SLUICE_IO_BACKOFF_MS, SLUICE_IO_INFLIGHT and SLUICE_IO_RETRY_MS stand in
- * for fields left at zero (SLUICE_IO_RETRIES=0: no retry). */
+/* Remote I/O settings; zeros mean the defaults below. They travel with the
+ * caller: sl_bytesrc_open, sl_bytesrc_list and sl_fetcher_open take them
+ * (as the pipeline's, convert's and verify's configs carry them: the Python
+ * Pipeline's io_retries is that pipeline's alone). NULL there means the
+ * process-wide settings, which sl_io_configure sets (the CLI's --io-retries,
+ * --io-timeout, --io-retry-budget, --ca-bundle) and the sl_bytes_* calls
+ * use. SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS, SLUICE_IO_BACKOFF_MS,
+ * SLUICE_IO_INFLIGHT and SLUICE_IO_RETRY_MS stand in for fields left at zero
+ * (SLUICE_IO_RETRIES=0: no retry). */
 typedef struct sl_io_opts {
     unsigned retries;      /* most tries after the first; 0: no count, the budget alone
                             * (default); SL_IO_NO_RETRY: none */
@@ -109,6 +113,24 @@ typedef struct sl_io_opts {
 /* SL_OK, or SL_ENOMEM copying ca_bundle (the rest is set). NULL: all defaults. */
 int sl_io_configure(const sl_io_opts *o);
 void sl_io_get_opts(sl_io_opts *o); /* the settings in force, defaults filled in */
+/* The settings a request under in makes: in's fields, those left at zero
+ * from SLUICE_IO_*, else the defaults (the process-wide settings are not
+ * consulted); in NULL: sl_io_get_opts. out->ca_bundle is a copy kept for
+ * the process's life. SL_OK, or SL_ENOMEM copying ca_bundle. */
+int sl_io_resolve(const sl_io_opts *in, sl_io_opts *out);
+
+/* The options NULL stands for on the calling thread, until the next call:
+ * o (resolved or not) in place of the process-wide settings; NULL: back to
+ * those. Returns the previous, for the caller to put back. A library that
+ * calls into records/ on its caller's thread with functions that take no
+ * options (sl_dataset_resolve, sl_index_load, sl_manifest_load, ...) uses it
+ * to make them read under its config's options (the pipeline's create).
+ * o must stay valid while in use. A thread started to do part of such a
+ * call (the pipeline's index loaders, convert's workers) is given the
+ * caller's: sl_io_thread_use(sl_io_thread_opts()'s value) at its start. */
+const sl_io_opts *sl_io_thread_use(const sl_io_opts *o);
+/* What sl_io_thread_use set on the calling thread (NULL: none). */
+const sl_io_opts *sl_io_thread_opts(void);
 
 /* 1 when path is http://, https:// or s3://. */
 int sl_path_is_remote(const char *path);
@@ -119,6 +141,56 @@ int sl_path_is_remote(const char *path);
  * copied as it is. Call it once where a path enters (a command's argument,
  * a library entry point), and use only *out after. Thread-safe. */
 int sl_path_redact(const char *path, char **out);
+
+/* ---------------------------------------------------------------- handle
+ * One file or object, opened once and then read, sized, fetched whole or
+ * mapped (the shape of SQLite's VFS: xRead, xFileSize, and xFetch for a
+ * mapping, which is a method of the one interface, not a second path).
+ *
+ * sl_bytesrc_open: a local path is opened (SL_ENOENT when it does not
+ * exist); a remote one is not requested until the first call (its SL_ENOENT
+ * comes from there). opts as above (NULL: the process-wide settings, as at
+ * the open). The handle owns a copy of path. */
+typedef struct sl_bytesrc sl_bytesrc;
+
+int sl_bytesrc_open(const char *path, const sl_io_opts *opts, sl_bytesrc **out);
+/* Close and free (NULL is a no-op); a mapping is unmapped. */
+void sl_bytesrc_close(sl_bytesrc *s);
+/* The path as opened (valid until close), and whether it is remote. */
+const char *sl_bytesrc_path(const sl_bytesrc *s);
+int sl_bytesrc_is_remote(const sl_bytesrc *s);
+/* n bytes at off into buf, all or an error (a short file or object is
+ * SL_ECORRUPT "ends before byte X"). Local: pread; remote: one ranged GET,
+ * retried as above. */
+int sl_bytesrc_read(sl_bytesrc *s, void *buf, size_t n, uint64_t off);
+/* Size in bytes now (fstat, or HEAD). */
+int sl_bytesrc_size(sl_bytesrc *s, uint64_t *size);
+/* The whole file or object into a malloc'd buffer, NUL-terminated one past
+ * *len. One larger than max bytes is SL_ECORRUPT (max 0: no bound locally,
+ * SL_BYTES_GET_MAX remotely, which also caps a larger max); a local path
+ * that is not a regular file is SL_EIO. */
+int sl_bytesrc_get(sl_bytesrc *s, size_t max, uint8_t **buf, size_t *len);
+/* A read-only mapping of the whole local regular file (made at the first
+ * call, kept until close): *base, *len its size then. SL_ENOTSUP for a
+ * remote object, an empty or irregular file or a failed mmap: read instead.
+ * Touching a page past a later truncation raises SIGBUS (the pipeline's
+ * mapguard.h catches it). Not thread-safe against itself: map before
+ * sharing the handle. */
+int sl_bytesrc_map(sl_bytesrc *s, const uint8_t **base, size_t *len);
+/* What the open local file is now (fstat): device, inode, size, mtime and
+ * whether it is a regular file, so that a reader can tell a file rewritten,
+ * truncated or replaced under it. SL_ENOTSUP for a remote object. */
+typedef struct sl_bytesrc_id {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+    int regular;
+} sl_bytesrc_id;
+int sl_bytesrc_identity(sl_bytesrc *s, sl_bytesrc_id *id);
+/* sl_bytes_list under opts (see sl_bytes_list). */
+int sl_bytesrc_list(const char *dir, const sl_io_opts *opts, char ***names, size_t *n);
+
+/* ---------------------------------------------------------------- one call
+ * Each opens a handle for one request with the process-wide settings. */
 
 /* Whole small object or file (dataset.json, an index) into a malloc'd
  * buffer (NUL-terminated one past *len). SL_ENOENT when it does not exist;
@@ -154,7 +226,9 @@ int sl_bytes_read(const char *path, void *buf, size_t n, uint64_t off);
  * complete at once, so one code path serves both. */
 typedef struct sl_fetcher sl_fetcher;
 
-int sl_fetcher_open(sl_fetcher **out);
+/* opts as for sl_bytesrc_open (NULL: the process-wide settings at the
+ * open); opts->inflight is the most transfers at a time. */
+int sl_fetcher_open(const sl_io_opts *opts, sl_fetcher **out);
 /* Queue n bytes at off of path into buf (which must stay valid until the
  * request completes); tag comes back from sl_fetcher_wait. */
 int sl_fetcher_add(sl_fetcher *f, const char *path, uint64_t off, void *buf, size_t n,

@@ -1,6 +1,6 @@
 /*
- * records/bytesrc_int.h - between bytesrc.c (local files, dispatch, the
- * process-wide options and counters) and the remote backend: remote_curl.c,
+ * records/bytesrc_int.h - between bytesrc.c (the handle, local files,
+ * dispatch, the options and counters), fetcher.c and the remote backend: remote_curl.c,
  * remote_multi.c, remote_s3list.c and remote_url.c with libcurl, or
  * remote_nocurl.c without it (CMake picks one set).
  *
@@ -13,6 +13,14 @@
 
 #include "common/status.h"
 #include "records/bytesrc.h"
+
+/* ---------------------------------------------------------------- local
+ * bytesrc.c's, for fetcher.c. sl_open_fail: the error of an open() that
+ * failed with errno (SL_ENOENT for ENOENT/ENOTDIR, else SL_EIO).
+ * sl_pread_all: n bytes at off of the open fd into buf, all or an error (a
+ * file that ends first is SL_ECORRUPT "ends before byte X"). */
+int sl_open_fail(const char *fn, const char *path);
+int sl_pread_all(const char *fn, const char *path, int fd, void *buf, size_t n, uint64_t off);
 
 /* ---------------------------------------------------------------- counters */
 void sl_io_note_start(int is_retry);   /* a request sent */
@@ -33,19 +41,23 @@ uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries);
 uint64_t sl_io_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---------------------------------------------------------------- remote
- * fn names the public function in messages. Same contracts as the sl_bytes_*
- * functions of bytesrc.h for a remote path. */
-int sl_remote_get(const char *fn, const char *path, uint8_t **buf, size_t *len);
-int sl_remote_size(const char *fn, const char *path, uint64_t *size);
-int sl_remote_list(const char *fn, const char *dir, char ***names, size_t *n);
-int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64_t off);
+ * fn names the public function in messages; o is resolved (sl_io_resolve:
+ * every field set) and read during the call only. Same contracts as the
+ * sl_bytes_* functions of bytesrc.h for a remote path. */
+int sl_remote_get(const char *fn, const char *path, const sl_io_opts *o, uint8_t **buf,
+                  size_t *len);
+int sl_remote_size(const char *fn, const char *path, const sl_io_opts *o, uint64_t *size);
+int sl_remote_list(const char *fn, const char *dir, const sl_io_opts *o, char ***names,
+                   size_t *n);
+int sl_remote_read(const char *fn, const char *path, const sl_io_opts *o, void *buf, size_t n,
+                   uint64_t off);
 
-/* The fetcher's remote half: one curl_multi, opts.inflight transfers at a
+/* The fetcher's remote half (o resolved, copied): one curl_multi, o->inflight transfers at a
  * time (the rest queued), each request retried on its own. wait blocks until
  * one request completes and returns its status; on error the thread's
  * sl_errmsg() holds its message. SL_EOF when nothing is pending. */
 typedef struct sl_remote_multi sl_remote_multi;
-int sl_remote_multi_open(sl_remote_multi **out);
+int sl_remote_multi_open(const sl_io_opts *o, sl_remote_multi **out);
 int sl_remote_multi_add(sl_remote_multi *m, const char *path, uint64_t off, void *buf, size_t n,
                         void *tag);
 unsigned sl_remote_multi_pending(const sl_remote_multi *m);

@@ -499,6 +499,8 @@ static void *worker_main(void *arg)
 {
     cv_worker *w = arg;
     cv_job *j = w->job;
+    if (j->cfg->io) /* the run's I/O settings for this thread's reads (listed URLs) */
+        sl_io_thread_use(j->cfg->io);
     pthread_mutex_lock(&j->mu);
     for (;;) {
         while (!j->stop && j->next_claim < j->nchunks && j->next_claim >= j->next_commit + j->window)
@@ -715,6 +717,8 @@ int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
     if (rc)
         return rc;
     sl_convert_state st;
+    /* cfg->io for the reads on this thread (the workers set it on theirs) */
+    const sl_io_opts *io_was = cfg->io ? sl_io_thread_use(cfg->io) : NULL;
     rc = sl_convert_prepare(cfg, &st);
     if (!rc)
         rc = sl_convert_write(&st, res);
@@ -723,5 +727,7 @@ int sl_convert_run(const sl_convert_config *cfg, sl_convert_result *res)
     if (!rc)
         rc = sl_convert_finish(&st, res);
     sl_convert_state_fini(&st);
+    if (cfg->io)
+        sl_io_thread_use(io_was);
     return rc;
 }

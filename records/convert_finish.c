@@ -28,7 +28,6 @@
  * writes its own shard's slot; reports are made on the calling thread
  * after the join, in shard order.
  */
-#include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -315,18 +314,18 @@ static void remove_task_folders(const sl_plan *p)
 {
     char prefix[600];
     snprintf(prefix, sizeof prefix, ".%s.tmp-", p->name);
-    DIR *d = opendir(p->out);
-    struct dirent *e;
-    if (!d)
-        return;
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, prefix, strlen(prefix))) {
-            char *sub = sl_path_join(p->out, e->d_name);
-            if (sub)
-                sl_convert_remove_dir(sub);
-            free(sub);
-        }
-    closedir(d);
+    char **names;
+    size_t n;
+    if (sl_bytes_list(p->out, &names, &n) == SL_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (!strncmp(names[i], prefix, strlen(prefix))) {
+                char *sub = sl_path_join(p->out, names[i]); /* "…/" of a folder: rm -r */
+                if (sub)
+                    sl_convert_remove_dir(sub);
+                free(sub);
+            }
+        sl_bytes_names_free(names, n);
+    }
     sl_clear_error();
 }
 

@@ -48,7 +48,6 @@
  * Threading: single-threaded (runs before the workers start and after they
  * are joined).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,21 +187,20 @@ static int unlink_if_present(const char *path)
  * or of a task's private folder (records/convert_task.c). */
 int sl_convert_remove_dir(const char *path)
 {
-    DIR *d = opendir(path);
-    if (!d)
-        return errno == ENOENT ? SL_OK : unlink_if_present(path);
-    struct dirent *e;
-    char sub[4400];
-    int rc = SL_OK;
-    while (rc == SL_OK && (e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub)
-            rc = sl_fail(SL_EINVAL, "sl_convert_run: %s/%s: path too long", path, e->d_name);
+    char **names, sub[4400];
+    size_t n;
+    int rc = sl_bytes_list(path, &names, &n);
+    if (rc) { /* gone already, or a file: unlinked (no error when absent) */
+        sl_clear_error();
+        return unlink_if_present(path);
+    }
+    for (size_t i = 0; i < n && rc == SL_OK; i++) {
+        if (snprintf(sub, sizeof sub, "%s/%s", path, names[i]) >= (int)sizeof sub)
+            rc = sl_fail(SL_EINVAL, "sl_convert_run: %s/%s: path too long", path, names[i]);
         else
             rc = unlink_if_present(sub);
     }
-    closedir(d);
+    sl_bytes_names_free(names, n);
     if (rc == SL_OK && rmdir(path) != 0 && errno != ENOENT)
         rc = sl_fail(SL_EIO, "sl_convert_run: remove %s: %s", path, strerror(errno));
     return rc;
@@ -237,16 +235,18 @@ static int is_shard_file(const char *ent, const char *name, const char *suffix)
 static int scan_outputs(const sl_convert_config *cfg, int remove_tmp, char *final, size_t cap)
 {
     final[0] = '\0';
-    DIR *d = opendir(cfg->out_dir);
-    if (!d)
-        return sl_fail(SL_EIO, "sl_convert_run: open %s: %s", cfg->out_dir, strerror(errno));
-    char lmdb[512], lmdb_tmp[520], path[4400];
+    char **names, lmdb[512], lmdb_tmp[520], path[4400];
+    size_t nn;
+    int rc = sl_bytes_list(cfg->out_dir, &names, &nn);
+    if (rc)
+        return sl_fail(SL_EIO, "sl_convert_run: open %s", sl_errmsg());
     snprintf(lmdb, sizeof lmdb, "%s.lmdb", cfg->name);
     snprintf(lmdb_tmp, sizeof lmdb_tmp, "%s.lmdb.tmp", cfg->name);
-    int rc = SL_OK;
-    struct dirent *e;
-    while (rc == SL_OK && (e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
+    for (size_t i = 0; i < nn && rc == SL_OK; i++) {
+        char *n = names[i];
+        size_t l = strlen(n);
+        if (l && n[l - 1] == '/')
+            n[l - 1] = 0; /* NAME.lmdb/, NAME.lmdb.tmp/ */
         if (!final[0] && (is_shard_file(n, cfg->name, ".tfrecord") ||
                           is_shard_file(n, cfg->name, ".tar") || !strcmp(n, lmdb)))
             snprintf(final, cap, "%s", n);
@@ -262,7 +262,7 @@ static int scan_outputs(const sl_convert_config *cfg, int remove_tmp, char *fina
         else if (!strcmp(n, lmdb_tmp))
             rc = sl_convert_remove_dir(path);
     }
-    closedir(d);
+    sl_bytes_names_free(names, nn);
     return rc;
 }
 

@@ -549,20 +549,37 @@ static int parse_head(const char *fn, sl_plan *p, cJSON *o)
     if ((rc = get_u64s(fn, path, o, "seed", &p->seed)) ||
         (rc = get_u64s(fn, path, o, "max_pixels", &p->max_pixels)))
         goto out;
-#define INT(key, field, lo, hi)                                                                    \
-    if ((rc = get_int(fn, path, o, key, lo, hi, &v)))                                              \
-        goto out;                                                                                  \
-    p->field = (__typeof__(p->field))v
-    INT("shuffle", shuffle, 0, 1);
-    INT("quality", quality, 1, 100);
-    INT("resize_short", resize_short, 0, 65535);
-    INT("label_offset", label_offset, INT32_MIN, INT32_MAX);
-    INT("inputs", inputs, 1, UINT32_MAX);
-    INT("shards", shards, 1, 99999);
-    INT("tasks", tasks, 1, 99999);
-    INT("num_classes", num_classes, 0, UINT32_MAX);
-    INT("explicit_names", explicit_names, 0, 1);
-#undef INT
+    /* the integer fields, each in its range (read in this order: the first
+     * bad one is named), then stored: every value fits its field */
+    enum { I_SHUFFLE, I_QUALITY, I_RESIZE, I_LABEL_OFFSET, I_INPUTS, I_SHARDS, I_TASKS,
+           I_CLASSES, I_EXPLICIT, I_N };
+    static const struct {
+        const char *key;
+        int64_t lo, hi;
+    } ints[I_N] = {
+        [I_SHUFFLE] = {"shuffle", 0, 1},
+        [I_QUALITY] = {"quality", 1, 100},
+        [I_RESIZE] = {"resize_short", 0, 65535},
+        [I_LABEL_OFFSET] = {"label_offset", INT32_MIN, INT32_MAX},
+        [I_INPUTS] = {"inputs", 1, UINT32_MAX},
+        [I_SHARDS] = {"shards", 1, 99999},
+        [I_TASKS] = {"tasks", 1, 99999},
+        [I_CLASSES] = {"num_classes", 0, UINT32_MAX},
+        [I_EXPLICIT] = {"explicit_names", 0, 1},
+    };
+    int64_t iv[I_N];
+    for (int i = 0; i < I_N; i++)
+        if ((rc = get_int(fn, path, o, ints[i].key, ints[i].lo, ints[i].hi, &iv[i])))
+            goto out;
+    p->shuffle = (int)iv[I_SHUFFLE];
+    p->quality = (int)iv[I_QUALITY];
+    p->resize_short = (int)iv[I_RESIZE];
+    p->label_offset = (int)iv[I_LABEL_OFFSET];
+    p->inputs = (uint64_t)iv[I_INPUTS];
+    p->shards = (unsigned)iv[I_SHARDS];
+    p->tasks = (unsigned)iv[I_TASKS];
+    p->num_classes = (uint32_t)iv[I_CLASSES];
+    p->explicit_names = (int)iv[I_EXPLICIT];
     /* restart markers (issue 41): optional, plans made before have none */
     v = 0;
     if ((rc = sl_json_get_int(o, "restart_mcus", 0, 0, UINT32_MAX, &v, fn, path)))

@@ -3,8 +3,9 @@
  * (records.h, "dataset paths"): a directory with or without dataset.json,
  * a glob, one shard, an LMDB store.
  *
- * Directories are listed with readdir and sorted (shard names are
- * zero-padded, so the byte order is the shard order); nothing is read but
+ * Directories are listed through the byte source (sl_bytes_list) and
+ * sorted (shard names are zero-padded, so the byte order is the shard
+ * order); nothing is read but
  * dataset.json. Each TFRecord shard is stat'ed for its "<shard>.idx" (a
  * WebDataset tar also for DALI's "X.idx" beside "X.tar") so the commands
  * can say once that shards without one will be scanned. What a file is by
@@ -19,7 +20,6 @@
 #include "bytesrc.h"
 #include "wds.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <glob.h>
@@ -202,42 +202,32 @@ static int cmp_str(const void *a, const void *b)
  * not loose "*" files. */
 static int list_dir(sl_dataset *ds, const char *only, int extra)
 {
-    DIR *d = opendir(ds->dir);
-    char **names = NULL;
-    size_t n = 0, cap = 0, listed = ds->nsplits;
-    int rc = SL_OK;
-    struct dirent *de;
-    if (!d)
-        return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s: %s", fn_res, ds->dir,
-                       strerror(errno));
-    errno = 0;
-    while ((de = readdir(d))) {
-        const char *b = de->d_name;
+    char **names = NULL, **all = NULL;
+    size_t n = 0, nall = 0, listed = ds->nsplits;
+    int rc;
+    /* sorted bytewise; a folder's name ends in '/' (NAME.lmdb/) */
+    if ((rc = sl_bytes_list(ds->dir, &all, &nall)))
+        return sl_fail(rc, "%s: %s", fn_res, sl_errmsg());
+    if (nall && !(names = calloc(nall, sizeof *names))) {
+        rc = oom();
+        goto out;
+    }
+    for (size_t i = 0; i < nall; i++) {
+        char *b = all[i];
+        size_t l = strlen(b);
+        if (l && b[l - 1] == '/')
+            b[l - 1] = 0; /* stat below tells a store's folder */
         if (b[0] == '.' || !(sl_dataset_shard_like(b) || sl_name_has_suffix(b, ".lmdb")))
             continue;
         if (sl_dataset_compressed_as(b) && extra)
             continue; /* beside dataset.json's shards: not part of the data */
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            char **nn = realloc(names, cap * sizeof *nn);
-            if (!nn) {
-                rc = oom();
-                goto out;
-            }
-            names = nn;
-        }
         if (!(names[n] = sl_path_join(ds->dir, b))) {
             rc = oom();
             goto out;
         }
         n++;
-        errno = 0;
     }
-    if (errno) {
-        rc = sl_fail(SL_EIO, "%s: %s: readdir: %s", fn_res, ds->dir, strerror(errno));
-        goto out;
-    }
-    if (n)
+    if (n) /* as joined paths: a store's folder sorts without its '/' */
         qsort(names, n, sizeof *names, cmp_str);
     for (int pass = 0; pass < 2 && !rc; pass++) { /* shards first, then stores */
         for (size_t i = 0; i < n && !rc; i++) {
@@ -282,7 +272,7 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
         }
     }
 out:
-    closedir(d);
+    sl_bytes_names_free(all, nall);
     sl_paths_free(names, n);
     if (!rc && ds->nsplits == 0 && !only && !extra)
         rc = sl_fail(SL_ENOENT, "%s: %s: no %s, shards NAME-NNNNN-of-NNNNN[.tfrecord], "

@@ -371,7 +371,7 @@ static int check_counts(verify_ctx *c)
     return 0;
 }
 
-int sl_verify_path(const char *path, const sl_verify_options *o, sl_verify_result *res)
+static int verify_path(const char *path, const sl_verify_options *o, sl_verify_result *res)
 {
     static const sl_verify_options none = {0};
     verify_ctx c = {.o = o ? o : &none, .res = res};
@@ -422,5 +422,15 @@ out:
     drop_index(&c);
     free(c.counts);
     sl_dataset_fini(&ds);
+    return rc;
+}
+
+int sl_verify_path(const char *path, const sl_verify_options *o, sl_verify_result *res)
+{
+    /* o->io for every read of the call (they are all on this thread) */
+    const sl_io_opts *was = o && o->io ? sl_io_thread_use(o->io) : NULL;
+    int rc = verify_path(path, o, res);
+    if (o && o->io)
+        sl_io_thread_use(was);
     return rc;
 }

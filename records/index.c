@@ -16,76 +16,12 @@
 #include "bytesrc.h"
 #include "wds.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define IDX_OUT_BUF ((size_t)64 << 10) /* first text buffer of sl_index_write */
-
-/* Read a whole file into a NUL-terminated malloc'd buffer. */
-static int slurp(const char *fn, const char *path, char **out, size_t *len)
-{
-    struct stat st;
-    char *buf = NULL;
-    size_t n = 0, cap;
-    int rc = SL_OK;
-    if (sl_path_is_remote(path)) { /* an object store's or web server's index */
-        uint8_t *b = NULL;
-        if ((rc = sl_bytes_get(path, &b, &n)))
-            return sl_fail(rc, "%s: %s", fn, sl_errmsg());
-        *out = (char *)b;
-        *len = n;
-        return SL_OK;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s: open: %s", fn, path,
-                       strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        rc = sl_fail(SL_EIO, "%s: %s: fstat: %s", fn, path, strerror(errno));
-        goto out;
-    }
-    cap = (size_t)st.st_size + 1;
-    buf = malloc(cap);
-    if (!buf) {
-        rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
-        goto out;
-    }
-    for (;;) {
-        if (n + 1 == cap) { /* the file grew since fstat */
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
-                goto out;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t got = read(fd, buf + n, cap - 1 - n);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = sl_fail(SL_EIO, "%s: %s: read: %s", fn, path, strerror(errno));
-            goto out;
-        }
-        if (got == 0)
-            break;
-        n += (size_t)got;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
-    return rc;
-}
 
 int sl_parse_u64(const char **p, const char *end, uint64_t *v)
 {
@@ -114,9 +50,9 @@ int sl_index_load(const char *idx_path, sl_index_entry **entries, size_t *n)
 
     *entries = NULL;
     *n = 0;
-    rc = slurp(fn, idx_path, &text, &len);
-    if (rc)
-        return rc;
+    /* local or remote alike (bytesrc.h) */
+    if ((rc = sl_bytes_get(idx_path, (uint8_t **)&text, &len)))
+        return sl_fail(rc, "%s: %s", fn, sl_errmsg());
     for (size_t i = 0; i < len; i++)
         lines += text[i] == '\n';
     e = malloc((lines + 1) * sizeof *e); /* +1: last line without newline */

@@ -29,13 +29,9 @@
 #include "bytesrc.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/json.h"
 
@@ -284,8 +280,7 @@ int sl_manifest_load(const char *dir, sl_manifest *m)
     char path[4096];
     char *text = NULL;
     cJSON *root = NULL;
-    struct stat st;
-    int fd = -1, rc;
+    int rc;
     load_ctx c = {.file = path};
 
     if (!dir || !m)
@@ -294,50 +289,15 @@ int sl_manifest_load(const char *dir, sl_manifest *m)
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, SL_MANIFEST_FILE) >= sizeof path)
         return sl_fail(SL_EINVAL, "sl_manifest_load: %s: path too long", dir);
     size_t got = 0;
-    if (sl_path_is_remote(dir)) { /* a web server's or object store's dataset.json */
-        uint8_t *b = NULL;
-        if ((rc = sl_bytes_get(path, &b, &got)))
-            return sl_fail(rc, "sl_manifest_load: %s", sl_errmsg());
-        text = (char *)b;
-        if (got > MANIFEST_MAX_BYTES) {
-            rc = sl_fail(SL_ECORRUPT, "sl_manifest_load: %s: larger than %u MiB", path,
-                         MANIFEST_MAX_BYTES >> 20);
-            goto out;
-        }
-        goto parse;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "sl_manifest_load: %s: %s", path,
-                       strerror(errno));
-    if (fstat(fd, &st)) {
-        rc = sl_fail(SL_EIO, "sl_manifest_load: %s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size > (off_t)MANIFEST_MAX_BYTES) {
-        rc = sl_fail(SL_ECORRUPT, "sl_manifest_load: %s: not a regular file under %u MiB", path,
-                     MANIFEST_MAX_BYTES >> 20);
-        goto out;
-    }
-    text = malloc((size_t)st.st_size + 1);
-    if (!text) {
-        rc = sl_fail(SL_ENOMEM, "sl_manifest_load: %s: out of memory", path);
-        goto out;
-    }
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, text + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = sl_fail(SL_EIO, "sl_manifest_load: %s: read: %s", path, strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break; /* shrank under us: parse what is there */
-        got += (size_t)r;
-    }
-    text[got] = '\0';
-parse:;
+    sl_bytesrc *src = NULL;
+    /* a local file, a web server's or an object store's alike (bytesrc.h);
+     * one larger than MANIFEST_MAX_BYTES is refused before it is read */
+    if ((rc = sl_bytesrc_open(path, NULL, &src)))
+        return sl_fail(rc, "sl_manifest_load: %s", sl_errmsg());
+    rc = sl_bytesrc_get(src, MANIFEST_MAX_BYTES, (uint8_t **)&text, &got);
+    sl_bytesrc_close(src);
+    if (rc)
+        return sl_fail(rc, "sl_manifest_load: %s", sl_errmsg());
     const char *end = NULL;
     /* ParseWithLengthOpts reports the error position through end, unlike
      * cJSON_GetErrorPtr, which is a process-wide global. */
@@ -355,8 +315,6 @@ out:
         sl_manifest_fini(m);
     cJSON_Delete(root);
     free(text);
-    if (fd >= 0)
-        close(fd);
     return rc;
 }
 

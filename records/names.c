@@ -14,9 +14,8 @@
  * and falls back to the directory listing for shards made by other tools.
  */
 #include "records_int.h"
+#include "bytesrc.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,11 +82,6 @@ static int list_push(path_list *l, char *s)
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 size_t sl_shard_name_len(const char *base)
 {
     static const char suffix[] = ".tfrecord";
@@ -132,47 +126,39 @@ static int shard_name_matches(const char *name, const char *split)
     return sl_shard_name_len(name) == ls && strncmp(name, split, ls) == 0;
 }
 
-/* "DIR/SPLIT-*-of-*[.tfrecord]", regular files, sorted (zero-padded, so
- * strcmp is numeric). */
+/* "DIR/SPLIT-*-of-*[.tfrecord]", regular files, sorted (sl_bytes_list's
+ * order; zero-padded, so it is numeric). */
 static int shards_by_listing(const char *dir, const char *split, path_list *l)
 {
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    char **names = NULL;
+    size_t n = 0;
+    int rc;
 
-    if (!d)
-        return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "sl_dataset_shards: %s: %s", dir,
-                       strerror(errno));
-    errno = 0;
-    while ((de = readdir(d))) {
-        if (!shard_name_matches(de->d_name, split))
-            continue;
+    if ((rc = sl_bytes_list(dir, &names, &n))) /* sorted; folders end in '/' */
+        return sl_fail(rc, "sl_dataset_shards: %s", sl_errmsg());
+    for (size_t i = 0; i < n && !rc; i++) {
         char *p;
         struct stat st;
-        if (asprintf(&p, "%s/%s", dir, de->d_name) < 0) {
-            closedir(d);
-            return sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
+        if (!shard_name_matches(names[i], split))
+            continue;
+        if (asprintf(&p, "%s/%s", dir, names[i]) < 0) {
+            rc = sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
+            break;
         }
         if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
             free(p);
-            errno = 0;
             continue;
         }
         if (list_push(l, p)) {
             free(p);
-            closedir(d);
-            return sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
+            rc = sl_fail(SL_ENOMEM, "sl_dataset_shards: out of memory");
         }
-        errno = 0;
     }
-    int e = errno;
-    closedir(d);
-    if (e)
-        return sl_fail(SL_EIO, "sl_dataset_shards: %s: readdir: %s", dir, strerror(e));
-    if (l->n == 0)
-        return sl_fail(SL_ENOENT, "sl_dataset_shards: %s: no %s-*-of-* shards (.tfrecord or "
-                       "no suffix)", dir, split);
-    qsort(l->v, l->n, sizeof *l->v, cmp_str);
-    return SL_OK;
+    sl_bytes_names_free(names, n);
+    if (!rc && l->n == 0)
+        rc = sl_fail(SL_ENOENT, "sl_dataset_shards: %s: no %s-*-of-* shards (.tfrecord or "
+                     "no suffix)", dir, split);
+    return rc;
 }
 
 /* The shards dataset.json promises, each checked to exist. */

@@ -3,8 +3,17 @@
  *
  *   TFRecord framing (byte-compatible with TensorFlow), tf.train.Example
  *   encode / zero-copy decode, DALI-style index files, an LMDB store with the
- *   same payloads, the dataset.json manifest, image probing / transcoding for
- *   the converter, and the converter itself.
+ *   same payloads, WebDataset tar shards read in place (wds.h: their member
+ *   index), the dataset.json manifest, dataset paths (a folder, a glob, a
+ *   brace pattern "train-{00000..00015}-of-00016.tfrecord", one shard, an
+ *   LMDB store; local or http(s):// / s3:// URLs), image probing /
+ *   transcoding for the converter, and the converter itself.
+ *
+ * Bytes: every read here, local or remote, goes through the byte source
+ * (bytesrc.h: one handle with read, size, whole get, list and a map), so a
+ * path may be a URL wherever a shard, an index or dataset.json is read; the
+ * remote I/O settings are those of the call's config (sl_convert_config.io,
+ * sl_verify_options.io, the pipeline's) or else the process-wide ones.
  *
  * Threading: every handle (writer, reader, LMDB reader, convert job) is used
  * by one thread at a time; different handles may be used concurrently. An
@@ -26,6 +35,8 @@
 
 #include "../common/status.h"
 #include "resize_tap.h"
+
+struct sl_io_opts; /* bytesrc.h */
 
 #ifdef __cplusplus
 extern "C" {
@@ -541,6 +552,10 @@ typedef struct sl_convert_config {
      * rows, so the pipeline entropy-decodes only the intervals a crop
      * covers. 0 and 0 (default): stored as they are. Not both. */
     unsigned restart_mcus, restart_rows;
+    /* Remote I/O settings of the run's reads (listed URLs; bytesrc.h), on
+     * every thread of the run; NULL = the process-wide ones (sl_io_configure).
+     * Borrowed for the call. */
+    const struct sl_io_opts *io;
 } sl_convert_config;
 
 #define SL_CONVERT_CONFIG_INIT                                                                  \
@@ -712,6 +727,12 @@ size_t sl_wds_shard_name_len(const char *base);
  * percent only).
  *   SL_DATASET_FILE      one file: a TFRecord shard, whatever its name
  *   SL_DATASET_LMDB      an LMDB environment directory (it holds data.mdb)
+ *
+ * A path with "{A..B}" (decimal, A <= B; the width of A is the zero padding,
+ * as WebDataset's and the shell's "{000000..000099}") names each expansion,
+ * in order, as one split, local or remote, nothing listed. A URL
+ * (http(s)://, s3://) names the same kinds through bytesrc.h: a remote
+ * folder through its dataset.json (an s3:// prefix is listed without one).
  *
  * Splits named by a glob or a file are called as their shard name says
  * ("train"), or "*". For those three kinds dataset.json beside the data, when
@@ -914,6 +935,8 @@ typedef struct sl_verify_options {
     void *arg;
     const char *label_key; /* WebDataset shards: the label is this integer field of each
                             * sample's .json member; NULL: its .cls member */
+    const struct sl_io_opts *io; /* remote I/O settings of the call's reads (bytesrc.h);
+                                  * NULL: the process-wide ones */
 } sl_verify_options;
 
 typedef struct sl_verify_result {

@@ -15,7 +15,7 @@
 #include "records.h"
 
 /* ---------------------------------------------------- conversion inputs */
-/* One input of a conversion (records/source.c). */
+/* One input of a conversion (records/convert_inputs.c). */
 typedef struct sl_input {
     char *path;     /* malloc'd file path; NULL for IDX inputs */
     uint32_t idx;   /* IDX image index (0-based); 0 for files */

@@ -641,7 +641,10 @@ int sl_xfer_run(const char *fn, sl_xfer *x)
 
     if (rc)
         return rc;
-    sl_io_get_opts(&o);
+    if (x->o)
+        o = *x->o;
+    else if ((rc = sl_io_resolve(NULL, &o)))
+        return rc;
     x->first_ns = sl_io_now_ns();
     for (t = 1;; t++) {
         if (x->kind == SL_XF_RANGE) { /* an object whose server ignores Range: its copy */
@@ -682,10 +685,11 @@ int sl_xfer_run(const char *fn, sl_xfer *x)
 
 /* ---------------------------------------------------------------- bytesrc.h */
 
-int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64_t off)
+int sl_remote_read(const char *fn, const char *path, const sl_io_opts *o, void *buf, size_t n,
+                   uint64_t off)
 {
     sl_rurl u;
-    sl_xfer x = {.kind = SL_XF_RANGE, .u = &u, .dst = buf, .n = n, .off = off};
+    sl_xfer x = {.kind = SL_XF_RANGE, .u = &u, .o = o, .dst = buf, .n = n, .off = off};
     int rc = sl_rurl_object(fn, path, &u);
 
     if (rc)
@@ -695,10 +699,10 @@ int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64
     return rc;
 }
 
-int sl_remote_size(const char *fn, const char *path, uint64_t *size)
+int sl_remote_size(const char *fn, const char *path, const sl_io_opts *o, uint64_t *size)
 {
     sl_rurl u;
-    sl_xfer x = {.kind = SL_XF_HEAD, .u = &u};
+    sl_xfer x = {.kind = SL_XF_HEAD, .u = &u, .o = o};
     int rc = sl_rurl_object(fn, path, &u);
 
     if (rc)
@@ -710,10 +714,11 @@ int sl_remote_size(const char *fn, const char *path, uint64_t *size)
     return rc;
 }
 
-int sl_remote_get(const char *fn, const char *path, uint8_t **buf, size_t *len)
+int sl_remote_get(const char *fn, const char *path, const sl_io_opts *o, uint8_t **buf,
+                  size_t *len)
 {
     sl_rurl u;
-    sl_xfer x = {.kind = SL_XF_WHOLE, .u = &u};
+    sl_xfer x = {.kind = SL_XF_WHOLE, .u = &u, .o = o};
     int rc = sl_rurl_object(fn, path, &u);
 
     if (rc)

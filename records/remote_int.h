@@ -60,6 +60,7 @@ typedef struct sl_xfer {
     /* the request */
     int kind;
     const sl_rurl *u;
+    const sl_io_opts *o; /* resolved (sl_io_resolve); NULL: sl_io_resolve(NULL) at the run */
     const char *what;    /* for messages instead of "bytes A-B" / "GET" / "HEAD" */
     uint8_t *dst;        /* SL_XF_RANGE: n bytes at off into dst */
     size_t n;

@@ -86,7 +86,7 @@ static void req_free(mreq *r)
     free(r);
 }
 
-int sl_remote_multi_open(sl_remote_multi **out)
+int sl_remote_multi_open(const sl_io_opts *o, sl_remote_multi **out)
 {
     sl_remote_multi *m;
     int rc = sl_curl_global("sl_fetcher_add");
@@ -95,7 +95,7 @@ int sl_remote_multi_open(sl_remote_multi **out)
         return rc;
     if (!(m = calloc(1, sizeof *m)))
         return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
-    sl_io_get_opts(&m->o);
+    m->o = *o;
     m->fork_gen = sl_curl_fork_gen();
     if (!(m->idle = calloc(m->o.inflight, sizeof *m->idle)) || !(m->m = curl_multi_init())) {
         free(m->idle);

@@ -13,28 +13,35 @@ static int nocurl(const char *fn, const char *path)
     return sl_fail(SL_ENOTSUP, "%s: %s: this sluice was built without libcurl", fn, path);
 }
 
-int sl_remote_get(const char *fn, const char *path, uint8_t **buf, size_t *len)
+int sl_remote_get(const char *fn, const char *path, const sl_io_opts *o, uint8_t **buf,
+                  size_t *len)
 {
+    (void)o;
     (void)buf;
     (void)len;
     return nocurl(fn, path);
 }
 
-int sl_remote_size(const char *fn, const char *path, uint64_t *size)
+int sl_remote_size(const char *fn, const char *path, const sl_io_opts *o, uint64_t *size)
 {
+    (void)o;
     (void)size;
     return nocurl(fn, path);
 }
 
-int sl_remote_list(const char *fn, const char *dir, char ***names, size_t *n)
+int sl_remote_list(const char *fn, const char *dir, const sl_io_opts *o, char ***names,
+                   size_t *n)
 {
+    (void)o;
     (void)names;
     (void)n;
     return nocurl(fn, dir);
 }
 
-int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64_t off)
+int sl_remote_read(const char *fn, const char *path, const sl_io_opts *o, void *buf, size_t n,
+                   uint64_t off)
 {
+    (void)o;
     (void)buf;
     (void)n;
     (void)off;
@@ -42,8 +49,9 @@ int sl_remote_read(const char *fn, const char *path, void *buf, size_t n, uint64
 }
 
 /* Succeeds with no multi, so that sl_remote_multi_add names the path. */
-int sl_remote_multi_open(sl_remote_multi **out)
+int sl_remote_multi_open(const sl_io_opts *o, sl_remote_multi **out)
 {
+    (void)o;
     *out = NULL;
     return SL_OK;
 }

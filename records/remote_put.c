@@ -178,6 +178,8 @@ static int request(const char *fn, const char *path, const char *query, put_req 
     sl_io_opts o;
     CURL *e = NULL;
     int rc = sl_curl_global(fn);
+    if (!rc) /* the process's options, or the thread's (sl_io_thread_use) */
+        rc = sl_io_resolve(NULL, &o);
     if (!rc)
         rc = sl_rurl_object(fn, path, &u);
     if (rc)
@@ -198,7 +200,6 @@ static int request(const char *fn, const char *path, const char *query, put_req 
     r->x.kind = SL_XF_WHOLE;
     r->x.u = &u;
     r->x.what = what;
-    sl_io_get_opts(&o);
     unsigned max = sl_io_tries(&o);
     for (unsigned t = 1;; t++) {
         curl_easy_reset(e);

@@ -244,7 +244,8 @@ static char *list_url(const char *base, const char *prefix, const char *token)
     return url;
 }
 
-int sl_remote_list(const char *fn, const char *dir, char ***out, size_t *nout)
+int sl_remote_list(const char *fn, const char *dir, const sl_io_opts *o, char ***out,
+                   size_t *nout)
 {
     sl_rurl u = {0};
     names nm = {0};
@@ -268,7 +269,7 @@ int sl_remote_list(const char *fn, const char *dir, char ***out, size_t *nout)
     u.s3 = 1;
     sl_s3_region(u.region);
     do {
-        sl_xfer x = {.kind = SL_XF_WHOLE, .u = &u, .what = "ListObjectsV2"};
+        sl_xfer x = {.kind = SL_XF_WHOLE, .u = &u, .o = o, .what = "ListObjectsV2"};
         char *next = NULL;
         free(u.url);
         if (!(u.url = list_url(base, prefix, token))) {

@@ -15,9 +15,10 @@
  *      size before the buffer is grown, so a bad length allocates nothing);
  *   5. data CRC.
  *
- * The sequential reader reads big chunks into one buffer (1 MiB, or the
- * size of a smaller regular file, at least 4 KiB; grown for larger records)
- * and hands out views into it. The first error is sticky:
+ * The sequential reader reads big chunks through the byte source
+ * (bytesrc.h: pread of a local file, ranged GETs of an object) into one
+ * buffer (1 MiB locally, 4 MiB remotely, or the size of a smaller file, at
+ * least 4 KiB; grown for larger records) and hands out views into it. The first error is sticky:
  * later calls return it again with the same message.
  *
  * Threading: a reader is used by one thread at a time;
@@ -43,13 +44,13 @@
 
 struct sl_tfrecord_reader {
     char *path;
-    int fd;
+    sl_bytesrc *src;    /* the shard (bytesrc.h): pread, or ranged GETs */
     uint8_t *buf;       /* unread bytes are buf[pos..end) */
     size_t cap, pos, end;
-    int eof;            /* read() returned 0 */
-    int remote;         /* read by ranged GETs (bytesrc.h), not fd */
-    uint64_t size;      /* remote: the object's size */
-    uint64_t file_pos;  /* remote: bytes fetched so far (buf[end] is this offset) */
+    int eof;            /* every byte of the file or object is in */
+    int remote;
+    uint64_t size;      /* the object's size; a local file's, as of the last look */
+    uint64_t file_pos;  /* bytes read so far (buf[end] is this offset) */
     uint64_t next_rec;  /* number and offset of the record at buf[pos] */
     uint64_t next_off;
     uint64_t last_rec;  /* the record most recently returned */
@@ -110,54 +111,33 @@ int sl_tfrecord_reader_open(const char *path, sl_tfrecord_reader **out)
     r = calloc(1, sizeof *r);
     if (!r)
         return sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
-    r->fd = -1;
     r->path = strdup(path);
     if (!r->path) {
         rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
         goto fail;
     }
-    if (sl_path_is_remote(path)) {
-        /* An object: fetched in chunks of TFR_REMOTE_CHUNK by ranged GETs. */
-        r->remote = 1;
-        if ((rc = sl_bytes_size(path, &r->size))) {
-            rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
-            goto fail;
-        }
-        r->cap = r->size < TFR_REMOTE_CHUNK ? (size_t)r->size : TFR_REMOTE_CHUNK;
-        if (r->cap < TFR_BUF_MIN)
-            r->cap = TFR_BUF_MIN;
-        if (!(r->buf = malloc(r->cap))) {
-            rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
-            goto fail;
-        }
-        *out = r;
-        return SL_OK;
-    }
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0) {
-        rc = sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s: open: %s", fn, path,
-                     strerror(errno));
+    if ((rc = sl_bytesrc_open(path, NULL, &r->src)) || (rc = sl_bytesrc_size(r->src, &r->size))) {
+        rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());
         goto fail;
     }
-    /* A small shard (an eval split, a test's, a fuzzer's input) does not
-     * need the 1 MiB window; a record longer than the window grows it. */
-    struct stat st;
-    r->cap = TFR_BUF_SIZE;
-    if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size < TFR_BUF_SIZE)
-        r->cap = (size_t)st.st_size > TFR_BUF_MIN ? (size_t)st.st_size : TFR_BUF_MIN;
-    r->buf = malloc(r->cap);
-    if (!r->buf) {
+    r->remote = sl_bytesrc_is_remote(r->src);
+    /* An object is fetched in chunks of TFR_REMOTE_CHUNK by ranged GETs; a
+     * small local shard (an eval split, a test's, a fuzzer's input) does not
+     * need the 1 MiB window. A record longer than the window grows it. */
+    r->cap = r->remote ? TFR_REMOTE_CHUNK : TFR_BUF_SIZE;
+    if (r->size < r->cap)
+        r->cap = (size_t)r->size;
+    if (r->cap < TFR_BUF_MIN)
+        r->cap = TFR_BUF_MIN;
+    if (!(r->buf = malloc(r->cap))) {
         rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, path);
         goto fail;
     }
-    /* Advice only; its failure changes nothing. */
-    (void)posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     *out = r;
     return SL_OK;
 
 fail:
-    if (r->fd >= 0)
-        close(r->fd);
+    sl_bytesrc_close(r->src);
     free(r->buf);
     free(r->path);
     free(r);
@@ -183,33 +163,28 @@ static int tfr_fill(sl_tfrecord_reader *r, size_t need)
         r->end -= r->pos;
         r->pos = 0;
     }
-    while (r->remote && r->end < need && !r->eof) {
+    while (r->end < need && !r->eof) {
         uint64_t left = r->size - r->file_pos;
+        /* a local file may have grown since it was last sized: read to
+         * its end as it is now */
+        if (left == 0 && !r->remote) {
+            int rc = sl_bytesrc_size(r->src, &r->size);
+            if (rc)
+                return sl_fail(rc, "sl_tfrecord_reader_next: %s", sl_errmsg());
+            left = r->size > r->file_pos ? r->size - r->file_pos : 0;
+        }
         size_t want = r->cap - r->end < left ? r->cap - r->end : (size_t)left;
         if (want == 0) {
             r->eof = 1;
             break;
         }
-        int rc = sl_bytes_read(r->path, r->buf + r->end, want, r->file_pos);
+        int rc = sl_bytesrc_read(r->src, r->buf + r->end, want, r->file_pos);
         if (rc)
             return sl_fail(rc, "sl_tfrecord_reader_next: record %llu @ %llu: %s",
                            (unsigned long long)r->next_rec, (unsigned long long)r->next_off,
                            sl_errmsg());
         r->end += want;
         r->file_pos += want;
-    }
-    while (!r->remote && r->end < need && !r->eof) {
-        ssize_t got = read(r->fd, r->buf + r->end, r->cap - r->end);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return sl_fail(SL_EIO, "sl_tfrecord_reader_next: %s: record %llu @ %llu: read: %s",
-                           r->path, (unsigned long long)r->next_rec,
-                           (unsigned long long)r->next_off, strerror(errno));
-        }
-        if (got == 0)
-            r->eof = 1;
-        r->end += (size_t)got;
     }
     return SL_OK;
 }
@@ -219,15 +194,13 @@ static int tfr_fill(sl_tfrecord_reader *r, size_t need)
  * UINT64_MAX) and nothing is allocated, whatever a damaged length claims. */
 static int tfr_reserve(sl_tfrecord_reader *r, uint64_t total, uint64_t *file_left)
 {
-    struct stat st;
     *file_left = UINT64_MAX;
     if (total <= r->cap)
         return SL_OK;
-    if (r->remote)
-        st.st_size = (off_t)r->size;
-    else if (fstat(r->fd, &st) != 0)
-        return sl_fail(SL_EIO, "sl_tfrecord_reader_next: %s: fstat: %s", r->path, strerror(errno));
-    uint64_t size = (uint64_t)st.st_size;
+    int rc = r->remote ? SL_OK : sl_bytesrc_size(r->src, &r->size); /* a file as it is now */
+    if (rc)
+        return sl_fail(rc, "sl_tfrecord_reader_next: %s", sl_errmsg());
+    uint64_t size = r->size;
     if (size < r->next_off + total) {
         *file_left = size > r->next_off ? size - r->next_off : 0;
         return SL_OK;
@@ -318,8 +291,7 @@ void sl_tfrecord_reader_close(sl_tfrecord_reader *r)
 {
     if (!r)
         return;
-    if (r->fd >= 0)
-        close(r->fd);
+    sl_bytesrc_close(r->src);
     free(r->buf);
     free(r->path);
     free(r);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "par_plan.h"
 #include "pipeline_flags.h"
 #include "records/records.h"
 #include "train/train.h"
@@ -44,7 +45,8 @@ static void usage(FILE *f)
             "  --width W             base width (default: from the checkpoint)\n"
             "  --classes K           (default: from the checkpoint, else 1000)\n"
             "  --crop-fraction F     center crop fraction (default 1 for <= 32 px, else 0.875)\n"
-            "  --threads N           compute threads (default: all cores)\n"
+            "  --threads N           compute threads (default: chosen within --cpus: one for a\n"
+            "                        small net, every core for a big one)\n"
             "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
             "                        (default cpu; cuda: GPU --device, else SLUICE_CUDA_DEVICE,\n"
             "                        else 0)\n"
@@ -183,6 +185,18 @@ int cmd_eval(int argc, char **argv)
     d->drop_remainder = 0;
     d->layout = SL_LAYOUT_NHWC_F32;
     d->crop_fraction = (float)(crop > 0 ? crop : small ? 1.0 : 0.875);
+    /* threads, workers and readers within --cpus (tools/par_plan.c) */
+    sl_par_request q = SL_PAR_REQUEST_INIT;
+    q.job = SL_PAR_EVAL;
+    q.backend = tc.backend;
+    q.arch = mc.arch;
+    q.width = mc.width;
+    q.threads = threads;
+    sl_par_plan par;
+    par_plan_apply(CMD, &pf, &q, &par, stderr);
+    threads = par.threads;
+    char par_json[1024];
+    sl_par_json(&par, par_json, sizeof par_json);
 
     sl_model *m = NULL;
     sl_exec *e = NULL;
@@ -208,10 +222,10 @@ int cmd_eval(int argc, char **argv)
     if (json)
         printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
                "\"precision\":\"%s\",\"images\":%lld,\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.9g,"
-               "\"seconds\":%.3f,\"skipped_records\":%lld}\n", ckpt, d->split,
+               "\"seconds\":%.3f,\"skipped_records\":%lld,\"parallelism\":%s}\n", ckpt, d->split,
                sl_arch_name(mc.arch), sl_backend_name(tc.backend), sl_precision_name(act),
                (long long)er.images, er.top1, er.top5, er.loss, er.seconds,
-               (long long)er.skipped);
+               (long long)er.skipped, par_json);
     else
         printf("%s on %s/%s (%s, %s): %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)%s\n",
                ckpt, d->data, d->split, sl_backend_name(tc.backend), sl_precision_name(act),

@@ -32,6 +32,7 @@
 
 #include "cli.h"
 #include "digest.h"
+#include "par_plan.h"
 #include "pipeline/pipeline.h"
 #include "pipeline_flags.h"
 
@@ -85,6 +86,7 @@ typedef struct profile_opts {
     uint64_t batches;     /* 0: no batch limit */
     uint64_t warmup;
     int json, digest, quiet;
+    sl_par_plan par; /* workers and readers as chosen within --cpus (par_plan.c) */
     const char *trace;
 } profile_opts;
 
@@ -419,6 +421,8 @@ static void print_text(const profile_opts *o, const run_result *r)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
     printf("decode: %s\n", r->decoder);
+    printf("parallelism: %u workers, %u readers on %d cores (%s)\n", c->workers, c->readers,
+           o->par.cpus, o->par.reason);
     printf("measured %llu batches, %llu images in %.2f s", (unsigned long long)r->m_batches,
            (unsigned long long)r->m_samples, r->seconds);
     if (r->warmup)
@@ -537,6 +541,9 @@ static int print_json(const profile_opts *o, const run_result *r)
         jchk(cJSON_AddStringToObject(root, "digest", r->digest));
     if (o->trace)
         jchk(cJSON_AddStringToObject(root, "trace", o->trace));
+    char par[1024];
+    sl_par_json(&o->par, par, sizeof par);
+    jchk(cJSON_AddRawToObject(root, "parallelism", par));
     cJSON *cfg = jchk(cJSON_AddObjectToObject(root, "config"));
     if (cfg) {
         jchk(cJSON_AddStringToObject(cfg, "data", c->data));
@@ -585,6 +592,9 @@ int cmd_profile(int argc, char **argv)
         cli_stop_restore(&stop);
         return 2;
     }
+    sl_par_request q = SL_PAR_REQUEST_INIT;
+    q.job = SL_PAR_PIPELINE;
+    par_plan_apply(CMD, &o.pf, &q, &o.par, stderr);
 
     run_result r;
     memset(&r, 0, sizeof r);

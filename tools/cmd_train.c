@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "collectives/collectives.h"
+#include "par_plan.h"
 #include "pipeline_flags.h"
 #include "train/train.h"
 
@@ -74,7 +76,8 @@ static void usage(FILE *f)
             "  --eval-split NAME     evaluated after each epoch; 'none' for none (default: test,\n"
             "                        else validation, else none; with a glob or a file as\n"
             "                        --data, looked for in its folder)\n"
-            "  --threads N           compute threads (default: all cores)\n"
+            "  --threads N           compute threads in all (default: chosen within --cpus; alone,\n"
+            "                        one replica of N threads)\n"
             "  --backend B           cpu, cuda or ref (ref: the plain-loop oracle, slow)\n"
             "                        (default cpu)\n"
             "  --precision P         cuda: bf16, fp16 (dynamic loss scaling) or fp32 activations,\n"
@@ -98,9 +101,14 @@ static void usage(FILE *f)
             "\n"
             "distribution (the result does not depend on how many replicas share --batch):\n"
             "  --strategy S          single, mirrored (synchronous data parallel) or ps\n"
-            "                        (asynchronous parameter server)       (default single)\n"
+            "                        (asynchronous parameter server) (default: chosen: mirrored\n"
+            "                        over one replica of one thread per core, as far as --batch\n"
+            "                        splits into slices of 16 or more; single with --threads or\n"
+            "                        under mpirun; the replicas depend on --cpus, --batch and the\n"
+            "                        model only, so the same --cpus trains the same bits)\n"
             "  --replicas N          mirrored: replica threads; ps: worker threads\n"
-            "                        (default: one per core; under mpirun one per process)\n"
+            "                        (default: chosen as above; ps: one per core; under mpirun\n"
+            "                        one per process)\n"
             "  --sync-bn             mirrored: batch-norm statistics over the global batch\n"
             "                        (one replica: plain batch norm, accepted with a notice)\n"
             "  --bucket-mb M         mirrored: gradient all-reduce bucket size  (default 25)\n"
@@ -196,7 +204,7 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 typedef struct train_opts {
     pf_flags pf;
     sl_train_config t;
-    int arch_given, min_scale_given, crop_given, json;
+    int arch_given, min_scale_given, crop_given, json, strategy_given;
     double min_scale, crop_fraction;
 } train_opts;
 
@@ -310,6 +318,7 @@ static int own_option(train_opts *o, int c, const char *arg)
             cli_error(CMD, "--strategy: bad value '%s' (want single, mirrored or ps)", arg);
             return -1;
         }
+        o->strategy_given = 1;
         return 0;
     case OPT_REPLICAS: return cli_parse_int(CMD, "--replicas", arg, 1, 1024, &t->replicas);
     case OPT_SYNC_BN: t->sync_bn = 1; return 0;
@@ -395,6 +404,30 @@ static void apply_defaults(train_opts *o)
     t->data = *c;
 }
 
+/* Replicas x threads, workers, readers and prefetch within --cpus
+ * (tools/par_plan.c): what the options left open. */
+static void plan(train_opts *o, sl_par_plan *p)
+{
+    sl_train_config *t = &o->t;
+    sl_par_request q = SL_PAR_REQUEST_INIT;
+    q.job = SL_PAR_TRAIN;
+    q.backend = t->backend;
+    q.arch = t->model.arch;
+    q.width = t->model.width;
+    q.mpi = sl_comm_mpi_launched();
+    q.strategy = o->strategy_given ? (int)t->strategy : -1;
+    q.replicas = t->replicas;
+    q.threads = t->threads;
+    par_plan_apply(CMD, &o->pf, &q, p, stderr);
+    t->strategy = p->strategy;
+    if (!q.mpi && p->strategy != SL_STRATEGY_SINGLE)
+        t->replicas = p->replicas;
+    t->threads = p->replicas * p->threads; /* the total: loop/replica.c shares it */
+    t->data.workers = o->pf.cfg.workers;
+    t->data.readers = o->pf.cfg.readers;
+    t->data.prefetch = o->pf.cfg.prefetch;
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_opts o;
@@ -408,6 +441,8 @@ int cmd_train(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     o.t.epochs = o.pf.cfg.epochs;
     apply_defaults(&o);
+    sl_par_plan par;
+    plan(&o, &par);
     sl_train_result res;
     /* ps does not read the stop request: there Ctrl-C keeps its default */
     cli_stop stop;
@@ -462,6 +497,8 @@ int cmd_train(int argc, char **argv)
                 "the others), the first: %s\n", (long long)res.eval_skipped, res.eval_split,
                 res.eval_skipped_first[0] ? res.eval_skipped_first : "(another process's)");
     if (o.json) {
+        char par_json[1024];
+        sl_par_json(&par, par_json, sizeof par_json);
         printf("{\"steps\": %lld, \"seconds\": %.3f, \"images_per_sec\": %.2f, "
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
                "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
@@ -470,7 +507,7 @@ int cmd_train(int argc, char **argv)
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
                "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\", "
                "\"skipped_records\": %lld, \"eval_skipped_records\": %lld, \"cpu_isa\": \"%s\", "
-               "\"cudnn_fusion_detail\": %s}\n",
+               "\"cudnn_fusion_detail\": %s, \"parallelism\": %s}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
@@ -478,7 +515,7 @@ int cmd_train(int argc, char **argv)
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
                (long long)res.cuda_graph_replays, res.cudnn_fusion, (long long)res.skipped,
                (long long)res.eval_skipped, cpu_isa(&o.t),
-               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null");
+               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null", par_json);
         fflush(stdout);
     }
     return 0;

@@ -40,6 +40,7 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"label-key", required_argument, NULL, PF_OPT_LABEL_KEY},
     {"io-retry-budget", required_argument, NULL, PF_OPT_IO_RETRY_BUDGET},
     {"ca-bundle", required_argument, NULL, PF_OPT_CA_BUNDLE},
+    {"cpus", required_argument, NULL, PF_OPT_CPUS},
 };
 
 /* The redacted paths handed out, kept reachable for the process's life
@@ -220,6 +221,11 @@ int pf_parse(pf_flags *f, int code, const char *arg)
         if (parse_uint(f, "--readers", arg, 1, 1024, &u))
             return -1;
         c->readers = (unsigned)u;
+        return 0;
+    case PF_OPT_CPUS:
+        if (parse_uint(f, "--cpus", arg, 1, 4096, &u))
+            return -1;
+        f->cpus = (int)u;
         return 0;
     case PF_OPT_PREFETCH:
         if (parse_uint(f, "--prefetch", arg, 0, 4096, &u))
@@ -419,7 +425,15 @@ void pf_usage(FILE *out)
           "  --split NAME          split to read                                    (default train)\n"
           "  --image-size S|HxW    output size                                      (default 224)\n"
           "  --batch B             samples per batch                                (default 64)\n"
-          "  --workers W           decode/augment threads; 0 = one per core         (default 0)\n"
+          "  --cpus N              cores this run may use: the compute threads, decode workers\n"
+          "                        and readers share them; what --replicas, --threads,\n"
+          "                        --workers, --readers and --prefetch do not give is chosen\n"
+          "                        within it (the start-up line and --json say what and why)\n"
+          "                        (default: the cores this process may use: its affinity mask\n"
+          "                        and cgroup CPU quota)\n"
+          "  --workers W           decode/augment threads of each pipeline; 0 = chosen within\n"
+          "                        --cpus (profile: one per core; train: the cores the compute\n"
+          "                        leaves, at least one)                            (default 0)\n"
           "  --readers R           reader threads                                   (default 2)\n"
           "  --prefetch P          batches in the ring; 0 = automatic (at least 3)  (default 0)\n"
           "  --cycle N             shards read at once (interleave)                 (default 4)\n"

@@ -62,7 +62,8 @@ enum {
     PF_OPT_LABEL_KEY,
     PF_OPT_IO_RETRY_BUDGET,
     PF_OPT_CA_BUNDLE,
-    PF_OPT_LAST = PF_OPT_CA_BUNDLE,
+    PF_OPT_CPUS,
+    PF_OPT_LAST = PF_OPT_CPUS,
 };
 
 #define PF_NOPTS (PF_OPT_LAST - PF_OPT_FIRST + 1)
@@ -78,6 +79,7 @@ typedef struct pf_flags {
     int split_given;          /* --split was on the command line */
     int getopt_started;       /* pf_getopt has reset getopt's state */
     sl_io_opts io;            /* --io-*: remote reads (records/bytesrc.h), set by pf_finish */
+    int cpus;                 /* --cpus: the budget (tools/par_plan.c); 0 = the usable cores */
 } pf_flags;
 
 /* The name of a path argument from now on: sl_path_redact's copy, kept

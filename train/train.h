@@ -593,6 +593,61 @@ typedef struct sl_eval_result {
  * pipeline's errors (SL_EIO, SL_ECORRUPT, SL_ENOENT) as they come. */
 int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data, sl_eval_result *res);
 
+
+/* ------------------------------------------------------- parallelism plan */
+/* Issue 43: with no parallelism options, `sluice train / eval / profile`
+ * choose replicas x threads, decode workers, readers and prefetch within a
+ * CPU budget (--cpus; default: common/cpus.h, the cores this process may
+ * use). loop/plan.c says how and why. Every field the user gave wins. */
+
+typedef enum sl_par_job {
+    SL_PAR_TRAIN = 0, /* compute (replicas x threads) and the replicas' pipelines */
+    SL_PAR_EVAL,      /* one exec's threads and its pipeline */
+    SL_PAR_PIPELINE,  /* the pipeline alone (profile; a Python loader) */
+} sl_par_job;
+
+typedef struct sl_par_request {
+    sl_par_job job;
+    int cpus;                 /* the budget, >= 1 */
+    double free_cores;        /* sl_cpus_free(cpus, ...) at start-up, reported; 0 = not measured */
+    sl_backend backend;
+    sl_arch arch;             /* train / eval: the model, its width (0 = the arch's) and */
+    int width;                /* the input size: the per-image cost */
+    unsigned height, image_width;
+    unsigned batch;           /* the global batch */
+    int mpi;                  /* started by mpirun: one replica per process */
+    /* what the user gave; -1 (strategy) or 0 = choose */
+    int strategy;
+    int replicas, threads;
+    unsigned workers, readers, prefetch;
+} sl_par_request;
+
+#define SL_PAR_REQUEST_INIT {.strategy = -1, .cpus = 1, .batch = 64}
+
+typedef struct sl_par_plan {
+    int cpus;
+    sl_strategy strategy;
+    int replicas;             /* replica threads (1 under single and mpirun) */
+    int threads;              /* compute threads per replica (0 for the pipeline alone) */
+    unsigned workers;         /* decode workers of each replica's pipeline */
+    unsigned readers;         /* reader threads of each pipeline */
+    unsigned prefetch;        /* 0 = the pipeline's own default */
+    double free_cores;        /* as measured (0: not) */
+    double gmac_per_image;    /* the model's forward cost, multiply-adds (0: none) */
+    char reason[256];         /* why, in a sentence: the start-up line and --json */
+} sl_par_plan;
+
+/* Choose within q->cpus. Pure: the same request gives the same plan.
+ * Replicas and threads per replica (which change what a step computes:
+ * batch norm over each replica's slice, oneDNN's reductions by thread)
+ * depend on the budget, the batch and the model only; free_cores is only
+ * reported. */
+void sl_par_choose(const sl_par_request *q, sl_par_plan *p);
+/* The plan as one JSON object (no newline) into buf: {"cpus":..,
+ * "strategy":..,"replicas":..,"threads":..,"workers":..,"readers":..,
+ * "prefetch":..,"free_cores":..,"reason":".."}. */
+void sl_par_json(const sl_par_plan *p, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

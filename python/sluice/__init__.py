@@ -62,6 +62,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
     Tensor,
     __version__,
     _convert,
+    _cpus,
     _error,
     _inspect,
     _io_configure,
@@ -193,7 +194,16 @@ class Pipeline:
         then that epoch's records); a larger dataset streams through the
         buffer, which mixes the last records of an epoch with the first of
         the next (at most N positions apart: tf.data's repeat().shuffle(N)).
-    workers: decode/augment threads, 0 = one per core (at most 8 per core).
+    workers: decode/augment threads, 0 = one per core of `cpus` (at most 8
+        per core).
+    cpus: the cores the pipeline's threads may use: the default workers
+        (one per core of it) and so the automatic prefetch follow it. None
+        (the default) is the cores this process may use (its affinity mask
+        and cgroup CPU quota, not the machine's count) less one, at least
+        one, so the training loop keeps a core: right for a loop that
+        drives a GPU; a loop that computes on the CPU (torch on the CPU)
+        wants more left to it, e.g. cpus=2 on 16 cores. An explicit
+        workers wins.
     seed: seeds shuffles and augmentation: the same seed gives the same bytes,
         whatever the numbers of threads.
     train: random-resized-crop + flip (True) or resize + center crop (False).
@@ -245,14 +255,14 @@ class Pipeline:
         either on_error), at most this many tries after the first within
         that time (0 to 100; 0 = no retry; default: no count, the budget
         alone), seconds to connect and of a stall (1 to 3600; default 30)
-        and ranged GETs in flight per reader (1 to 64; default 8). These
-        are PROCESS-WIDE, as the CLI's --io-retry-budget, --io-retries and
-        friends: each one given applies to every remote read in this
-        process from then on (other Pipelines, convert, verify, inspect
-        included); None leaves that setting as it is (the default, or
+        and ranged GETs in flight per reader (1 to 64; default 8). They
+        are this Pipeline's own: every remote read it makes (the listing,
+        dataset.json and the index files when it is made, the shards
+        after) uses them, and no other Pipeline's, nor convert, verify or
+        inspect, changes with them; None takes that setting as the process
+        has it when the Pipeline is made (the default, or
         SLUICE_IO_RETRY_MS, SLUICE_IO_RETRIES, SLUICE_IO_TIMEOUT_MS,
-        SLUICE_IO_INFLIGHT from the environment, unless an earlier Pipeline
-        set it).
+        SLUICE_IO_INFLIGHT from the environment).
     split: the split of a dataset directory to read ('train'; 'test',
         'validation', ... as dataset.json or the shard names say).
     readers: threads reading shards (0 = 2); more help remote or cold data.
@@ -302,15 +312,17 @@ class Pipeline:
                  rank_split="records", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip=True,
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None, label_key=None,
-                 io_retries=None, io_timeout=None, io_inflight=None, io_retry_budget=None):
+                 io_retries=None, io_timeout=None, io_inflight=None, io_retry_budget=None,
+                 cpus=None):
         kwargs = dict(locals())
         del kwargs["self"]
         self._setup(kwargs, None)
 
     @staticmethod
     def _io(w, kw):
-        """(retries, timeout_ms, inflight, retry_ms) for _io_configure
-        (None: as is); kwargs pickled by an older sluice have none of them."""
+        """(retries, timeout_ms, inflight, retry_ms) of this pipeline's
+        config (None: the process-wide setting as it is); kwargs pickled by
+        an older sluice have none of them."""
         retries, timeout, inflight, budget = (kw.get(k) for k in (
             "io_retries", "io_timeout", "io_inflight", "io_retry_budget"))
         if retries is not None:
@@ -347,7 +359,13 @@ class Pipeline:
         batch = _int(w, "batch", kw["batch"], 1, 2**20, " samples")
         nthreads = _max_threads()
         workers = _int(w, "workers", kw["workers"], 0, nthreads,
-                       f" threads (0 = one per core; {_os.cpu_count()} cores here)")
+                       " threads (0 = one per core of cpus)")
+        cpus = kw.get("cpus")  # kwargs pickled by an older sluice have none
+        if cpus is None:
+            cpus = max(1, _cpus()[0] - 1)  # the loop keeps a core
+        else:
+            cpus = _int(w, "cpus", cpus, 1, nthreads, " cores for the pipeline's threads")
+        workers = workers or cpus
         readers = _int(w, "readers", kw["readers"], 0, nthreads, " threads (0 = 2)")
         label_offset = kw["label_offset"]
         cfg = {
@@ -398,7 +416,7 @@ class Pipeline:
         if prefetch == 0 and self._hold > 1:
             # pipeline.c's automatic ring (one batch with the consumer, one
             # filling, what the workers straddle) plus the extra batches held
-            nw = workers or _os.cpu_count() or 1
+            nw = workers
             prefetch = 2 + max(1, -(-2 * nw // batch)) + self._hold - 1
         cfg["prefetch"] = prefetch
         label_key = kw.get("label_key")
@@ -425,9 +443,11 @@ class Pipeline:
         self._ended = False   # a finite run's last batch was taken
         self._warned = False  # BadRecordsWarning given
         self._next = 0 if state is None else self._state_batches(state)
-        self._io_opts = self._io(w, kw)  # checked with the rest, applied just before
-        _io_configure(*self._io_opts)
-        self._c = _Pipeline(cfg, state, self._hold, self._copy)
+        # this pipeline's own (None: the process-wide settings); checked
+        # with the rest
+        io = self._io(w, kw)
+        self._io_opts = None if io == (None,) * 4 else io
+        self._c = _Pipeline(cfg, state, self._hold, self._copy, self._io_opts)
         try:
             self._check_ranks_agree()
         except BaseException:
@@ -652,7 +672,7 @@ class Pipeline:
 
     # the settings a state may be loaded under with other values: threads,
     # memory, where the batches go; the rest decide the data and its order
-    _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device",
+    _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device", "cpus",
                        "on_error", "max_bad", "max_pixels", "io_retries", "io_timeout",
                        "io_inflight", "io_retry_budget"))
 
@@ -681,9 +701,9 @@ class Pipeline:
                 not isinstance(state.get("pipeline"), str):
             raise ConfigError("sluice.Pipeline.load_state_dict: not a sluice state_dict "
                               "(a dict with version 1 and 'pipeline')")
-        _io_configure(*self._io_opts)
         try:
-            new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy)
+            new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy,
+                            self._io_opts)
         except ConfigError as e:
             changed = self._changed(state.get("settings"))
             if changed is None:

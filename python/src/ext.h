@@ -67,6 +67,12 @@ int pysl_errors_init(PyObject *module);
 /* "SL_ECORRUPT" for SL_ECORRUPT ("SL_UNKNOWN" out of range). */
 const char *pysl_status_name(int rc);
 
+/* ------------------------------------------------------------ module.c */
+/* The tuple (retries, timeout_ms, inflight, retry_ms) into *o over the
+ * process-wide settings (None: as they are); -1 with ConfigError set. */
+struct sl_io_opts;
+int pysl_io_opts(PyObject *args, struct sl_io_opts *o);
+
 /* ------------------------------------------------------------ convert.c */
 /* _convert (records.h's sl_convert_run). */
 int pysl_convert_init(PyObject *module);

@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "pipeline/pipeline.h"
+#include "records/bytesrc.h"
 
 #define MAX_HOLD 64
 #define WAIT_SLICE_MS 100
@@ -273,13 +274,20 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
 /* ------------------------------------------------------------ lifecycle */
 static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"config", "state", "hold", "copy", NULL};
-    PyObject *d, *state = Py_None;
+    static char *kwlist[] = {"config", "state", "hold", "copy", "io", NULL};
+    PyObject *d, *state = Py_None, *io_args = Py_None;
     unsigned hold = 1;
     int copy = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OIp:_Pipeline", kwlist, &PyDict_Type, &d,
-                                     &state, &hold, &copy))
+    sl_io_opts io; /* this pipeline's (cfg.io: read at create) */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OIpO:_Pipeline", kwlist, &PyDict_Type, &d,
+                                     &state, &hold, &copy, &io_args))
         return NULL;
+    if (io_args != Py_None && (!PyTuple_Check(io_args) || pysl_io_opts(io_args, &io))) {
+        if (!PyErr_Occurred())
+            pysl_config_error("sluice.Pipeline: io=%R: a tuple (retries, timeout_ms, inflight, "
+                              "retry_ms)", io_args);
+        return NULL;
+    }
     if (hold < 1 || hold > MAX_HOLD)
         return pysl_config_error("sluice.Pipeline: hold=%u: 1 to %d batches", hold, MAX_HOLD);
     sl_pipeline_config cfg;
@@ -290,6 +298,7 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(keep);
         return NULL;
     }
+    cfg.io = io_args != Py_None ? &io : NULL; /* NULL: the process-wide settings */
     char *st = NULL;
     if (state != Py_None && !(st = pysl_strdup_utf8(state))) {
         Py_DECREF(keep);

@@ -330,7 +330,7 @@ Test(pipeline, mapped_and_pread_reads_agree)
     cr_assert_eq(sl_pipeline_next(p, &b), SL_OK, "%s", sl_errmsg());
     int mapped_shards = 0;
     for (size_t i = 0; i < p->src.n; i++)
-        mapped_shards += __atomic_load_n(&p->fds[i], __ATOMIC_ACQUIRE) >= 0 && p->maps[i].base;
+        mapped_shards += __atomic_load_n(&p->srcs[i], __ATOMIC_ACQUIRE) && p->maps[i].base;
     cr_assert_gt(mapped_shards, 0);
     sl_pipeline_release(p, b);
     sl_pipeline_destroy(p);

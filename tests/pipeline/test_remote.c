@@ -419,3 +419,45 @@ Test(pipeline_remote, stop_does_not_wait_for_retries)
     cr_assert_lt(s, 1.5, "destroy waited %.2f s for retries that would take minutes", s);
     unserve(&v);
 }
+
+/* A pipeline's I/O settings are its own (cfg.io, issue 44): one made with
+ * no retry gives up after 1 try while the process-wide settings (and so a
+ * pipeline made with NULL) take 3, before and after it, at open (an index
+ * that answers 503) as in the run (a shard that does); neither changes the
+ * process-wide settings. */
+Test(pipeline_remote, options_are_the_pipelines_own)
+{
+    served v;
+    serve(&v, "503get=train-00001-of-00004.tfrecord");
+    sl_io_configure(&(sl_io_opts){.retries = 2, .backoff_ms = 1, .inflight = 4});
+    sl_io_opts mine = {.retries = SL_IO_NO_RETRY, .backoff_ms = 1, .inflight = 2}, now;
+
+    sl_pipeline_config c;
+    pl_config(&c, &v.d);
+    c.data = v.url;
+    c.on_error = SL_ON_ERROR_FAIL;
+    const char *want[] = {"after 1 try", "after 3 tries", "after 1 try"};
+    for (int k = 0; k < 3; k++) {
+        c.io = k == 1 ? NULL : &mine;
+        pl_run r = {0};
+        pl_run_config(&c, &r, 0);
+        cr_assert_neq(r.end_rc, SL_EOF, "run %d read a shard that answers 503", k);
+        cr_assert(strstr(sl_errmsg(), "train-00001-of-00004.tfrecord") &&
+                  strstr(sl_errmsg(), want[k]), "run %d: %s", k, sl_errmsg());
+        pl_run_free(&r);
+        sl_io_get_opts(&now);
+        cr_assert_eq(now.retries, 2, "run %d changed the process-wide settings", k);
+    }
+
+    srv_proxy_mode(&v.px, "503path=train-00002-of-00004.tfrecord.idx");
+    sl_pipeline *p;
+    for (int k = 0; k < 3; k++) {
+        c.io = k == 1 ? NULL : &mine;
+        cr_assert_neq(sl_pipeline_create(&c, &p), SL_OK, "opened with an unreachable index");
+        cr_assert(strstr(sl_errmsg(), "train-00002-of-00004.tfrecord.idx") &&
+                  strstr(sl_errmsg(), want[k]), "open %d: %s", k, sl_errmsg());
+    }
+    sl_io_get_opts(&now);
+    cr_assert_eq(now.retries, 2);
+    unserve(&v);
+}

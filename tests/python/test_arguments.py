@@ -144,3 +144,26 @@ def test_device_without_gpu_says_so(dataset):
     msg = str(e.value)
     assert "driver version" not in msg and ("no CUDA GPU" in msg or "no CUDA" in msg), msg
     assert "device=" in msg, msg
+
+
+def _map_threads(pipe):
+    next(pipe)
+    return pipe.stats()["stages"]["map"]["threads"]
+
+
+def test_cpus_budget_sets_the_default_workers(dataset):
+    """Issue 43: workers=0 means one per core of `cpus`; the default budget
+    is the usable cores less the loop's one (at least one); an explicit
+    workers wins; a bad budget names the setting."""
+    with P(dataset, workers=0, cpus=3) as pipe:
+        assert _map_threads(pipe) == 3
+    with P(dataset, workers=2, cpus=1) as pipe:
+        assert _map_threads(pipe) == 2
+    usable, why = sluice._cpus()
+    assert usable >= 1 and "core" in why
+    with P(dataset, workers=0) as pipe:
+        assert _map_threads(pipe) == max(1, usable - 1)
+    for bad in (0, -1, "2", 10**6):
+        with pytest.raises(sluice.ConfigError) as e:
+            P(dataset, cpus=bad)
+        assert "cpus" in str(e.value)

@@ -184,18 +184,16 @@ def test_convert_format_wds_and_bad_format(tmp_path):
         assert "format" in str(e.value) and "'wds'" in str(e.value), str(e.value)
 
 
-def test_io_settings_are_process_wide_and_none_leaves_them(dataset, io_settings):
+def test_io_settings_leave_the_process_settings_alone(dataset, io_settings):
+    """A Pipeline's io_* are its own (issue 44): making one changes nothing
+    in the process-wide settings (_io_opts), given or not."""
+    before = sluice._io_opts()
     P(dataset, io_retries=0, io_timeout=2.5, io_inflight=3).close()
-    got = sluice._io_opts()
-    assert (got["retries"], got["timeout_ms"], got["inflight"]) == (0, 2500, 3)
-    P(dataset, io_retries=100).close()  # only the one given changes
-    got = sluice._io_opts()
-    assert (got["retries"], got["timeout_ms"], got["inflight"]) == (100, 2500, 3)
-    P(dataset).close()  # None: as they are
-    assert sluice._io_opts() == got
-    P(dataset, io_timeout=3600, io_inflight=64).close()  # the upper edges
-    got = sluice._io_opts()
-    assert (got["timeout_ms"], got["inflight"]) == (3600000, 64)
+    assert sluice._io_opts() == before
+    P(dataset, io_retries=100).close()
+    P(dataset).close()
+    P(dataset, io_timeout=3600, io_inflight=64, io_retry_budget=86400).close()  # upper edges
+    assert sluice._io_opts() == before
 
 
 def test_io_retries_none_is_no_count_and_zero_no_retry(dataset, io_settings):
@@ -205,16 +203,35 @@ def test_io_retries_none_is_no_count_and_zero_no_retry(dataset, io_settings):
     sluice._io_configure(-1, None, None, None)
     got = sluice._io_opts()
     assert got["retries"] is None and got["retry_ms"] >= 1000, got
-    P(dataset, io_retries=0).close()
+    sluice._io_configure(0, None, None, None)
     assert sluice._io_opts()["retries"] == 0
-    P(dataset, io_retries=7, io_retry_budget=2.5).close()
+    sluice._io_configure(7, None, None, 2500)
     got = sluice._io_opts()
     assert (got["retries"], got["retry_ms"]) == (7, 2500), got
-    P(dataset, io_retry_budget=86400).close()  # the upper edge; retries as they were
+    sluice._io_configure(None, None, None, 86400000)  # the upper edge; retries as they were
     got = sluice._io_opts()
     assert (got["retries"], got["retry_ms"]) == (7, 86400000), got
+    P(dataset, io_retries=0).close()  # a Pipeline's own: not these
+    assert sluice._io_opts() == got
     sluice._io_configure(-1, None, None, None)
     assert sluice._io_opts()["retries"] is None
+
+
+def test_io_settings_are_each_pipelines_own(io_settings):
+    """Nothing listens at the URL. The process takes 3 tries; a Pipeline
+    made with io_retries=0 takes 1, one with io_retries=1 takes 2, and one
+    made after them with none given still takes the process's 3 (they were
+    process-wide: each Pipeline's io_retries changed every later read)."""
+    url = f"http://127.0.0.1:{_free_port()}/d/train-00000-of-00001.tfrecord"
+    sluice._io_configure(2, None, None, 30000)
+    before = sluice._io_opts()
+    for kw, want in (({"io_retries": 0}, "after 1 try"), ({}, "after 3 tries"),
+                     ({"io_retries": 1}, "after 2 tries"), ({}, "after 3 tries"),
+                     ({"io_retries": 0}, "after 1 try")):
+        with pytest.raises(sluice.Error) as e:
+            P(url, **kw)
+        assert want in str(e.value), (kw, str(e.value))
+        assert sluice._io_opts() == before, kw
 
 
 def test_io_retry_budget_bounds_the_retries_in_time(io_settings):

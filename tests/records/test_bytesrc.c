@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "records/bytesrc.h"
 #include "records/bytesrc_int.h"
+#include "records/records.h"
 #include "servers.h"
 #include "testutil.h"
 
@@ -137,7 +138,7 @@ Test(bytesrc, without_curl)
     cr_assert_eq(sl_bytes_read("s3://b/k", &b, 1, 0), SL_ENOTSUP);
     cr_assert(strstr(sl_errmsg(), "s3://b/k: this sluice was built without libcurl"), "%s",
               sl_errmsg());
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     cr_assert_eq(sl_fetcher_add(f, "http://h/x", 0, &b, 1, NULL), SL_ENOTSUP);
     cr_assert(strstr(sl_errmsg(), "http://h/x"), "%s", sl_errmsg());
     cr_assert_eq(sl_fetcher_wait(f, &tag), SL_EOF);
@@ -178,7 +179,7 @@ Test(bytesrc, local_files)
     /* the fetcher on local files: completes at once, errors per request */
     sl_fetcher *f;
     uint8_t bufs[4][100];
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < 3; i++)
         cr_assert_eq(sl_fetcher_add(f, path, 1000 * i, bufs[i], 100, (void *)i), SL_OK);
     cr_assert_eq(sl_fetcher_add(f, missing, 0, bufs[3], 100, (void *)3), SL_OK);
@@ -281,7 +282,7 @@ Test(bytesrc, nginx_fetcher_inflight, .timeout = 30)
     int seen[NREQ] = {0};
     sl_fetcher *f;
 
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < NREQ; i++) {
         offs[i] = tu_rand(&seed) % (FILE_SIZE - 5000);
         cr_assert_eq(sl_fetcher_add(f, url, offs[i], bufs[i], 5000, (void *)i), SL_OK, "%s",
@@ -345,7 +346,7 @@ Test(bytesrc, nginx_fetcher_inflight, .timeout = 30)
     cr_assert_leq(conns, INFLIGHT, "%zu connections for %zu requests", conns, requests);
 
     /* closing with requests in flight */
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < 8; i++)
         cr_assert_eq(sl_fetcher_add(f, url, 0, bufs[i], 5000, (void *)i), SL_OK);
     cr_assert_eq(sl_fetcher_wait(f, &tag), SL_OK, "%s", sl_errmsg());
@@ -410,7 +411,7 @@ Test(bytesrc, s3_list_and_read, .timeout = 60)
     /* the fetcher, signed */
     sl_fetcher *f;
     uint8_t bufs[16][3000];
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < 16; i++)
         cr_assert_eq(sl_fetcher_add(f, "s3://bkt/data/v1/train-00000-of-00002.tfrecord",
                                     i * 7777, bufs[i], 3000, (void *)i), SL_OK);
@@ -505,7 +506,7 @@ Test(bytesrc, fault_503_then_ok, .timeout = 30)
     io_fast(5, 5000, 8);
     sl_fetcher *f;
     static uint8_t bufs[10][20000];
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < 10; i++)
         cr_assert_eq(sl_fetcher_add(f, url, i * 20000, bufs[i], 20000, (void *)i), SL_OK);
     for (int k = 0; k < 10; k++) {
@@ -553,7 +554,7 @@ Test(bytesrc, fault_reset_and_short_body, .timeout = 30)
     srv_proxy_mode(&px, "short=3");
     sl_fetcher *f;
     static uint8_t bufs[6][40000];
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < 6; i++)
         cr_assert_eq(sl_fetcher_add(f, url, i * 40000, bufs[i], 40000, (void *)i), SL_OK);
     for (int k = 0; k < 6; k++) {
@@ -596,7 +597,7 @@ Test(bytesrc, fault_503_always_gives_up, .timeout = 30)
     io_fast(2, 5000, 8);
     sl_fetcher *f;
     void *tag;
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     cr_assert_eq(sl_fetcher_add(f, url, 0, b, 100, (void *)7), SL_OK);
     cr_assert_eq(sl_fetcher_wait(f, &tag), SL_EIO);
     cr_assert_eq((uintptr_t)tag, 7);
@@ -621,7 +622,7 @@ Test(bytesrc, fault_timeout, .timeout = 30)
 
     sl_fetcher *f;
     void *tag;
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     cr_assert_eq(sl_fetcher_add(f, url, 0, b, 100, NULL), SL_OK);
     cr_assert_eq(sl_fetcher_wait(f, &tag), SL_EIO);
     cr_assert(strstr(sl_errmsg(), "imeout") && strstr(sl_errmsg(), "after 2 tries"), "%s",
@@ -651,4 +652,133 @@ Test(bytesrc, unresolvable_host_retried)
     cr_assert(strstr(sl_errmsg(), "resolve") && strstr(sl_errmsg(), "3 tries") &&
               !strstr(sl_errmsg(), "bad argument"), "%s", sl_errmsg());
     sl_io_configure(NULL);
+}
+
+/* The handle (sl_bytesrc_open) on a local file: read, size, whole get under
+ * a bound, map and identity are the file's; errors name it. */
+Test(bytesrc, handle_local)
+{
+    char *dir = tu_tmpdir();
+    uint8_t *want = tu_random_file(dir, "a.bin", FILE_SIZE, 3);
+    char *path = tu_join(dir, "a.bin"), *missing = tu_join(dir, "nope.bin");
+    sl_bytesrc *s;
+    uint8_t b[5000], *all;
+    const uint8_t *base;
+    size_t len;
+    uint64_t size;
+    sl_bytesrc_id id;
+
+    cr_assert_eq(sl_bytesrc_open(missing, NULL, &s), SL_ENOENT);
+    cr_assert(strstr(sl_errmsg(), missing), "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_open(path, NULL, &s), SL_OK, "%s", sl_errmsg());
+    cr_assert_str_eq(sl_bytesrc_path(s), path);
+    cr_assert_eq(sl_bytesrc_is_remote(s), 0);
+    cr_assert_eq(sl_bytesrc_size(s, &size), SL_OK);
+    cr_assert_eq(size, FILE_SIZE);
+    cr_assert_eq(sl_bytesrc_read(s, b, sizeof b, 12345), SL_OK, "%s", sl_errmsg());
+    cr_assert(!memcmp(b, want + 12345, sizeof b));
+    cr_assert_eq(sl_bytesrc_read(s, b, 100, FILE_SIZE - 50), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), "ends before byte"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_get(s, FILE_SIZE - 1, &all, &len), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), path) && strstr(sl_errmsg(), "larger than"), "%s",
+              sl_errmsg());
+    cr_assert_eq(sl_bytesrc_get(s, FILE_SIZE, &all, &len), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(len, FILE_SIZE);
+    cr_assert(!memcmp(all, want, FILE_SIZE) && all[len] == 0);
+    free(all);
+    cr_assert_eq(sl_bytesrc_map(s, &base, &len), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(len, FILE_SIZE);
+    cr_assert(!memcmp(base, want, FILE_SIZE));
+    cr_assert_eq(sl_bytesrc_identity(s, &id), SL_OK);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert(id.regular && id.size == FILE_SIZE && id.ino == (uint64_t)st.st_ino);
+    /* truncated under the handle: the identity says so, a read past it fails */
+    cr_assert_eq(truncate(path, 1000), 0);
+    cr_assert_eq(sl_bytesrc_identity(s, &id), SL_OK);
+    cr_assert_eq(id.size, 1000);
+    cr_assert_eq(sl_bytesrc_read(s, b, 100, 2000), SL_ECORRUPT);
+    sl_bytesrc_close(s);
+    sl_bytesrc_close(NULL);
+
+    /* a folder is not a file to get; an empty file is not mapped */
+    cr_assert_eq(sl_bytesrc_open(dir, NULL, &s), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_get(s, 0, &all, &len), SL_EIO);
+    sl_bytesrc_close(s);
+    free(tu_random_file(dir, "empty", 0, 1));
+    char *empty = tu_join(dir, "empty");
+    cr_assert_eq(sl_bytesrc_open(empty, NULL, &s), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_map(s, &base, &len), SL_ENOTSUP);
+    cr_assert_eq(sl_bytesrc_get(s, 0, &all, &len), SL_OK);
+    cr_assert_eq(len, 0);
+    free(all);
+    sl_bytesrc_close(s);
+
+    free(empty);
+    free(missing);
+    free(path);
+    free(want);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* Options travel with the handle and the fetcher: the process-wide
+ * settings (sl_io_configure) apply to those opened with NULL only, and a
+ * change of them after an open does not reach an open handle. */
+Test(bytesrc, handle_options_are_its_own, .timeout = 30)
+{
+    srv ng, px;
+    char *dir, *url;
+    uint8_t b[100];
+    sl_bytesrc *mine, *deflt;
+    sl_io_stats s;
+    io_fast(2, 5000, 8); /* process-wide: 3 tries */
+    uint8_t *want = faulty(&ng, &px, "503every=1", &dir, &url);
+    sl_io_opts one = {.retries = SL_IO_NO_RETRY, .backoff_ms = 1};
+
+    cr_assert_eq(sl_bytesrc_open(url, &one, &mine), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_is_remote(mine), 1);
+    cr_assert_eq(sl_bytesrc_open(url, NULL, &deflt), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_read(mine, b, 100, 0), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "after 1 try"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_read(deflt, b, 100, 0), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "after 3 tries"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_map(mine, &(const uint8_t *){0}, &(size_t){0}), SL_ENOTSUP);
+
+    /* the process-wide settings change: the open handles keep theirs */
+    sl_io_configure(&(sl_io_opts){.retries = 4, .backoff_ms = 1});
+    sl_io_stats_reset();
+    cr_assert_eq(sl_bytesrc_read(mine, b, 100, 0), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "after 1 try"), "%s", sl_errmsg());
+    cr_assert_eq(sl_bytesrc_read(deflt, b, 100, 0), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "after 3 tries"), "%s", sl_errmsg());
+    sl_io_stats_get(&s);
+    cr_assert_eq(s.requests, 4);
+    sl_bytesrc_close(mine);
+    sl_bytesrc_close(deflt);
+
+    /* a fetcher with its own: 2 tries, whatever the process says (5) */
+    sl_fetcher *f;
+    void *tag;
+    cr_assert_eq(sl_fetcher_open(&(sl_io_opts){.retries = 1, .backoff_ms = 1}, &f), SL_OK);
+    cr_assert_eq(sl_fetcher_add(f, url, 0, b, 100, (void *)1), SL_OK);
+    cr_assert_eq(sl_fetcher_wait(f, &tag), SL_EIO);
+    cr_assert(strstr(sl_errmsg(), "after 2 tries"), "%s", sl_errmsg());
+    sl_fetcher_close(f);
+
+    /* verify's options (sl_verify_options.io): its reads (dataset.json of
+     * the served folder here) under them, the process's untouched */
+    char *folder = cat(px.url, "/");
+    sl_verify_options vo = {.io = &one};
+    sl_verify_result vr;
+    sl_io_configure(&(sl_io_opts){.retries = 2, .backoff_ms = 1});
+    cr_assert_neq(sl_verify_path(folder, &vo, &vr), SL_OK);
+    cr_assert(strstr(sl_errmsg(), "after 1 try"), "%s", sl_errmsg());
+    vo.io = NULL;
+    cr_assert_neq(sl_verify_path(folder, &vo, &vr), SL_OK);
+    cr_assert(strstr(sl_errmsg(), "after 3 tries"), "%s", sl_errmsg());
+    cr_assert_null(sl_io_thread_opts(), "the call put the thread's settings back");
+    free(folder);
+    sl_io_configure(NULL);
+    faulty_done(&ng, &px, dir, url, want);
 }

@@ -104,7 +104,7 @@ static void *reads_main(void *arg)
     /* the fetcher: eight requests, each backing off on its own */
     sl_fetcher *f = NULL;
     if (!r->rc)
-        r->rc = sl_fetcher_open(&f);
+        r->rc = sl_fetcher_open(NULL, &f);
     for (uintptr_t i = 0; i < 8 && !r->rc; i++)
         r->rc = sl_fetcher_add(f, r->url, i * 20000, bufs[i], 20000, (void *)i);
     for (int k = 0; k < 8 && !r->rc; k++) {
@@ -214,7 +214,7 @@ Test(bytesrc_hostile, range_ignored_object_read_once)
     free(want2);
     want2 = tu_read_file(p2, &l2);
     sl_fetcher *f;
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     for (uintptr_t i = 0; i < BIG / BLOCK; i++)
         cr_assert_eq(sl_fetcher_add(f, url2, i * BLOCK, got + i * BLOCK, BLOCK, (void *)i), SL_OK);
     for (size_t k = 0; k < BIG / BLOCK; k++) {
@@ -600,7 +600,7 @@ Test(bytesrc_hostile, fork_child_has_its_own_connection)
     long parent_port = strtol((char *)body, NULL, 10);
     free(body);
     sl_fetcher *f;
-    cr_assert_eq(sl_fetcher_open(&f), SL_OK);
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
     uint8_t one;
     cr_assert_eq(sl_fetcher_add(f, url, 0, &one, 1, NULL), SL_OK);
     void *tag;

@@ -147,6 +147,32 @@ Test(profile, json_report)
     free(dir);
 }
 
+/* Issue 43: --cpus bounds the workers chosen (one per core of the budget),
+ * an explicit --workers wins, and --json says what ran and why. */
+Test(profile, parallelism_within_cpus)
+{
+    char *dir = make_dataset();
+    cJSON *j = profile_json(dir, "--image-size 32 --batch 16 --batches 4 --cpus 3 --json");
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(j, "parallelism");
+    cr_assert(cJSON_IsObject(par), "no parallelism object");
+    cr_assert_eq(jnum(par, "cpus"), 3);
+    cr_assert_eq(jnum(par, "workers"), 3);
+    cr_assert_eq(jnum(par, "readers"), 2);
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(par, "reason");
+    cr_assert(cJSON_IsString(why) && strstr(why->valuestring, "a worker per core"));
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
+    cr_assert_eq(jnum(cfg, "workers"), 3, "the pipeline ran with the workers chosen");
+    cJSON_Delete(j);
+    j = profile_json(dir, "--image-size 32 --batch 16 --batches 4 --cpus 3 --workers 1 "
+                          "--readers 1 --json");
+    par = cJSON_GetObjectItemCaseSensitive(j, "parallelism");
+    cr_assert_eq(jnum(par, "workers"), 1);
+    cr_assert_eq(jnum(par, "readers"), 1);
+    cJSON_Delete(j);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 Test(profile, text_report)
 {
     char *dir = make_dataset();

@@ -450,6 +450,15 @@ static int setup(sl_run *r)
         return rc;
     if (r->is_root && c->logdir && (rc = sl_summary_open(c->logdir, &r->sum)))
         return rc;
+    if (r->sum) { /* the split the run has (issue 43: chosen or given), once */
+        const char *tags[] = {"parallelism/replicas", "parallelism/threads_per_replica",
+                              "parallelism/workers", "parallelism/readers",
+                              "parallelism/prefetch"};
+        double v[] = {r->world, r->rep[0].e.threads, r->data.workers, r->data.readers,
+                      r->data.prefetch};
+        if ((rc = sl_summary_scalars(r->sum, r->step0, tags, v, 5, NULL)))
+            return rc;
+    }
     if (r->is_root) {
         sl_replica *rep = &r->rep[0];
         char prec[160];

@@ -201,6 +201,102 @@ Test(train_trainer, cli_train_then_eval)
     pl_dataset_free(&d);
 }
 
+typedef struct par_seen {
+    double replicas, threads;
+} par_seen;
+
+static int on_par(void *ctx, int64_t step, double wall, const char *tag, float value)
+{
+    (void)wall;
+    par_seen *p = ctx;
+    if (!strncmp(tag, "parallelism/", 12))
+        cr_assert_eq(step, 0, "%s", tag);
+    if (!strcmp(tag, "parallelism/replicas"))
+        p->replicas = value;
+    if (!strcmp(tag, "parallelism/threads_per_replica"))
+        p->threads = value;
+    return 0;
+}
+
+/* Issue 43: with no parallelism options the CLI chooses within --cpus and
+ * says so (the start-up line, --json's "parallelism"); explicit options
+ * win; and the chosen split trains the bytes of the same replicas x
+ * threads set by hand with other workers, readers and prefetch (threads
+ * per replica change oneDNN's bits: train/loop/plan.c). */
+Test(train_trainer, cli_parallelism_chosen_said_and_deterministic)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 2, 0, NULL);
+    char *tmp = tu_tmpdir(), *out = NULL;
+    const char *common = "--image-size 16 --batch 32 --width 4 --classes 10 --max-steps 3 "
+                         "--eval-split none --shuffle global --json";
+    int rc = tu_run(&out, "%s train --data %s %s --cpus 2 --ckpt-dir %s/a --logdir %s/log 2>&1",
+                    tu_sluice(), d.dir, common, tmp, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "train: parallelism: 2 replicas x 1 thread on 2 cores: 16 images each"),
+              "%s", out);
+    cr_assert(strstr(out, "\"parallelism\": {\"cpus\": 2, \"strategy\": \"mirrored\", "
+                          "\"replicas\": 2, \"threads\": 1, \"workers\": 1, \"readers\": 2, "
+                          "\"prefetch\": 0, \"free_cores\": "), "%s", out);
+    cr_assert(strstr(out, "\"world\": 2"), "%s", out);
+    free(out);
+    out = NULL;
+    /* TensorBoard: the split as scalars at the first step */
+    cr_assert_eq(tu_run(&out, "ls %s/log/events.out.tfevents.* | head -n1", tmp), 0);
+    out[strcspn(out, "\n")] = 0;
+    par_seen ps = {0};
+    cr_assert_eq(sl_events_read(out, on_par, &ps), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ps.replicas, 2);
+    cr_assert_eq(ps.threads, 1);
+    free(out);
+    out = NULL;
+    /* the same split by hand, other threads per replica and pipeline sizes */
+    rc = tu_run(&out, "%s train --data %s %s --strategy mirrored --replicas 2 --threads 2 "
+                "--workers 2 --readers 1 --prefetch 5 --ckpt-dir %s/b 2>&1", tu_sluice(), d.dir,
+                common, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"replicas\": 2, \"threads\": 1, \"workers\": 2, \"readers\": 1, "
+                          "\"prefetch\": 5"), "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "cmp %s/a/ckpt-000000003.safetensors %s/b/ckpt-000000003.safetensors 2>&1",
+                tmp, tmp);
+    cr_assert_eq(rc, 0, "the chosen split's weights differ from the fixed one's: %s", out);
+    free(out);
+    out = NULL;
+    /* eval: one thread for this small net, the other core decodes */
+    rc = tu_run(&out, "%s eval --data %s --split train --checkpoint "
+                "%s/a/ckpt-000000003.safetensors --batch 32 --cpus 2 --json", tu_sluice(), d.dir,
+                tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"parallelism\":{\"cpus\": 2, \"strategy\": \"single\", "
+                          "\"replicas\": 1, \"threads\": 1, \"workers\": 1, \"readers\": 2"),
+              "%s", out);
+    free(out);
+    out = NULL;
+    /* one core: one replica; --threads alone: one replica of that many */
+    rc = tu_run(&out, "%s train --data %s %s --cpus 1 2>&1", tu_sluice(), d.dir, common);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"cpus\": 1, \"strategy\": \"single\", \"replicas\": 1, "
+                          "\"threads\": 1"), "%s", out);
+    free(out);
+    out = NULL;
+    rc = tu_run(&out, "%s train --data %s %s --threads 2 --workers 3 2>&1", tu_sluice(), d.dir,
+                common);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"strategy\": \"single\", \"replicas\": 1, \"threads\": 2, "
+                          "\"workers\": 3"), "%s", out);
+    cr_assert(strstr(out, "threads as given"), "%s", out);
+    free(out);
+    out = NULL;
+    cr_assert_eq(tu_run(&out, "%s train --data %s --cpus 0 2>&1", tu_sluice(), d.dir), 2);
+    cr_assert(strstr(out, "--cpus"), "%s", out);
+    free(out);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
 Test(train_trainer, cli_usage_errors)
 {
     char *out = NULL;

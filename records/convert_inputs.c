@@ -1,5 +1,5 @@
 /*
- * records/source.c - enumerate the inputs of a conversion: a class-folder
+ * records/convert_inputs.c - enumerate the inputs of a conversion: a class-folder
  * tree, a list file, or MNIST-style IDX files (see records_int.h for the
  * rules of each).
  *
@@ -16,7 +16,6 @@
  *
  * Threading: sl_inputs_load is reentrant; a loaded list is read-only.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,44 +65,33 @@ static int list_dir(const char *dir, mode_t want, char ***names, uint64_t **size
     *n = 0;
     if (sizes)
         *sizes = NULL;
-    DIR *d = opendir(dir);
-    if (!d)
-        return sl_fail(errno == ENOENT ? SL_ENOENT : SL_EIO, "%s: %s", dir, strerror(errno));
-    int rc = SL_OK;
-    size_t cap = 0, cnt = 0;
-    char **v = NULL;
-    struct dirent *e;
-    for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
-        if (e->d_name[0] == '.')
-            continue; /* hidden, "." and ".." */
-        char *p = sl_path_join(dir, e->d_name);
-        if (!p) {
-            rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
-            goto out;
-        }
+    char **all = NULL;
+    size_t nall = 0;
+    int rc = sl_bytes_list(dir, &all, &nall); /* a folder's name ends in '/' */
+    if (rc)
+        return sl_fail(rc, "%s", sl_errmsg());
+    size_t cnt = 0;
+    char **v = all; /* the kept names, moved to its front */
+    for (size_t i = 0; i < nall; i++) {
+        char *b = all[i];
+        size_t l = strlen(b);
+        all[i] = NULL;
+        if (l && b[l - 1] == '/')
+            b[l - 1] = 0; /* stat below tells the type, links followed */
+        char *p = b[0] == '.' ? NULL : sl_path_join(dir, b); /* hidden: skipped */
         struct stat st;
-        int ok = stat(p, &st) == 0 && (st.st_mode & S_IFMT) == want;
-        free(p);
-        if (!ok)
-            continue; /* other types and dangling links are not inputs */
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
-                goto out;
-            }
-            v = nv;
-        }
-        if (!(v[cnt] = strdup(e->d_name))) {
+        int ok = p && stat(p, &st) == 0 && (st.st_mode & S_IFMT) == want;
+        if (b[0] != '.' && !p) {
+            free(b);
             rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
             goto out;
         }
-        cnt++;
-    }
-    if (errno) {
-        rc = sl_fail(SL_EIO, "%s: readdir: %s", dir, strerror(errno));
-        goto out;
+        free(p);
+        if (!ok) {
+            free(b); /* other types and dangling links are not inputs */
+            continue;
+        }
+        v[cnt++] = b;
     }
     if (cnt)
         qsort(v, cnt, sizeof *v, cmp_str);
@@ -124,9 +112,8 @@ static int list_dir(const char *dir, mode_t want, char ***names, uint64_t **size
         *sizes = sz;
     }
 out:
-    closedir(d);
     if (rc) {
-        free_names(v, cnt);
+        sl_bytes_names_free(all, nall); /* kept, NULL, and not yet looked at */
         return rc;
     }
     *names = v;

@@ -1,4 +1,4 @@
-/* tests/records/test_source.c - enumerating conversion inputs: class
+/* tests/records/test_convert_inputs.c - enumerating conversion inputs: class
  * folders, list files, IDX files (made here with zlib, and the real
  * Fashion-MNIST test set when Debian's dataset-fashion-mnist is there). */
 #include <criterion/criterion.h>
