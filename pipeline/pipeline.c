@@ -44,8 +44,9 @@
  *     window in seq order and claim() feeds the shuffle from the window's
  *     head only, waiting for it to be read;
  *   - claim() runs the shuffle machine (fill until it takes no more, full
- *     or at the epoch barrier, or the input ends; pop one) and numbers the popped samples s = 0, 1, 2, ... under p->mu,
- *     so the sample stream depends only on (seed, order);
+ *     or at the epoch barrier, or the input ends; pop one) and numbers the
+ *     popped samples s = 0, 1, 2, ... under p->mu, so the sample stream
+ *     depends only on (seed, order);
  *   - sample s goes to batch b = s / B, position k = s % B, ring slot
  *     b % P (after a start at batch k0, sample s0 (sl_pipeline_create_at):
  *     b = k0 + (s - s0) / B, k = (s - s0) % B): its bytes, label, id and
