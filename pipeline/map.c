@@ -42,16 +42,24 @@
 
 /* --------------------------------------------------- shuffle (claim) */
 
-/* Push the next input record into the shuffle (mu held): 1 pushed, 0 the
- * input is over, -1 the window's head is not read yet (wait on cv_unit). */
+/* Push the next input record into the shuffle (mu held): 1 pushed, 2 the
+ * buffer takes no more now (full, or the epoch barrier: the head is of the
+ * next epoch while the buffer holds this one's records; pop), 0 the input
+ * is over, -1 the window's head is not read yet (wait on cv_unit). The
+ * barrier is checked before the head's read is waited for: its epoch is
+ * known when it is claimed. */
 static int feed_one(sl_pipeline *p)
 {
+    if (sl_shuffle_full(&p->shuf))
+        return 2;
     if (p->win_n == 0)
         return p->order_done && !p->have_pending ? 0 : -1;
     sl_unit *un = p->win[p->win_head];
+    if (!sl_shuffle_takes(&p->shuf, un->u.epoch))
+        return 2;
     if (!un->ready)
         return -1;
-    sl_shuffle_push(&p->shuf, sl_handle(un->id, un->pushed++));
+    sl_shuffle_push(&p->shuf, sl_handle(un->id, un->pushed++), un->u.epoch);
     if (un->pushed == un->u.nrec) { /* all in the shuffle: leaves the window */
         p->win_head = (p->win_head + 1) % p->win_cap;
         p->win_n--;
@@ -62,9 +70,10 @@ static int feed_one(sl_pipeline *p)
     return 1;
 }
 
-/* The shuffle stage (mu held): fill the buffer until full or the input
- * ends, pop one record, number it. SL_EOF when the run has no more samples,
- * SL_ECANCELED on stop or error. */
+/* The shuffle stage (mu held): fill the buffer until it takes no more
+ * (full, or the epoch barrier) or the input ends, pop one record, number
+ * it. SL_EOF when the run has no more samples, SL_ECANCELED on stop or
+ * error. */
 static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
 {
     sl_stage_acc *a = &p->acc[SL_STAGE_SHUFFLE];
@@ -79,8 +88,8 @@ static int claim(sl_pipeline *p, sl_unit **un, uint32_t *idx, uint64_t *s)
             rc = SL_EOF;
             break;
         }
-        int f = 1;
-        while (!sl_shuffle_full(&p->shuf) && (f = feed_one(p)) > 0)
+        int f;
+        while ((f = feed_one(p)) == 1)
             ;
         if (f >= 0) {
             if (p->shuf.n == 0) {

@@ -105,7 +105,9 @@
  *
  * Shuffle buffer: sl_shuffle_* as pipeline_int.h documents; its stream is
  * sl_rng_for(seed, UINT64_MAX - 2, 0) (a single stream for the whole run:
- * the buffer is fused with repeat, so it never restarts at an epoch).
+ * the buffer is fused with repeat, so it never restarts at an epoch; under
+ * the epoch barrier it empties at each epoch's end and draws on from the
+ * same stream).
  *
  * Cost: creating is O(shards) (GLOBAL: O(total) memory); next_unit is O(1)
  * amortised for NONE/BUFFER and O(log shards) for GLOBAL, plus the O(shards)
@@ -452,9 +454,10 @@ void sl_shuffle_fini(sl_shuffle *s)
     memset(s, 0, sizeof *s);
 }
 
-void sl_shuffle_push(sl_shuffle *s, uint64_t item)
+void sl_shuffle_push(sl_shuffle *s, uint64_t item, int64_t epoch)
 {
     s->items[s->n++] = item;
+    s->epoch = epoch;
 }
 
 uint64_t sl_shuffle_pop(sl_shuffle *s)

@@ -43,9 +43,10 @@
  *   - the input stream is the sl_order's records in order: units enter the
  *     window in seq order and claim() feeds the shuffle from the window's
  *     head only, waiting for it to be read;
- *   - claim() runs the shuffle machine (fill until full or the input ends,
- *     pop one) and numbers the popped samples s = 0, 1, 2, ... under p->mu,
- *     so the sample stream depends only on (seed, order);
+ *   - claim() runs the shuffle machine (fill until it takes no more, full
+ *     or at the epoch barrier, or the input ends; pop one) and numbers the
+ *     popped samples s = 0, 1, 2, ... under p->mu, so the sample stream
+ *     depends only on (seed, order);
  *   - sample s goes to batch b = s / B, position k = s % B, ring slot
  *     b % P (after a start at batch k0, sample s0 (sl_pipeline_create_at):
  *     b = k0 + (s - s0) / B, k = (s - s0) % B): its bytes, label, id and
@@ -54,7 +55,10 @@
  *   - batches are submitted and handed out strictly in index order.
  *   Epochs are fused: after the last unit of epoch e the window just
  *   continues with epoch e+1's units, so the buffer never drains or refills
- *   at an epoch boundary; it drains only at the end of the last epoch.
+ *   at an epoch boundary; it drains only at the end of the last epoch. A
+ *   buffer that holds a whole epoch is the exception: it takes an epoch at
+ *   a time (the epoch barrier, pipeline_int.h), so it drains at each
+ *   epoch's end and each epoch is a permutation.
  *
  * Ring slot protocol: slot r accepts batch sl->batch; a worker whose sample
  *   belongs to batch b waits (cv_slot) until slots[b % P].batch == b, i.e.
@@ -410,15 +414,18 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
     p->shuffle_cap = effective_cap(c, &p->src);
     /* A buffer that holds a whole epoch (this rank's records of one; the
-     * same figure on every rank of a record split) is filled from many
-     * epochs at once by the fused repeat: an "epoch" of batches then held
-     * two thirds of the records (issue 38 item 5). Such an epoch is read
-     * as a permutation of its records instead, in the global mode's order. */
-    if (c->shuffle == SL_SHUFFLE_BUFFER && p->src.total > 0 &&
-        p->shuffle_cap >= sl_split_samples(p->src.total, 0, split ? c->world : 1)) {
-        p->cfg.shuffle = SL_SHUFFLE_GLOBAL;
-        p->shuffle_cap = 1;
-    }
+     * largest share, rank 0's, on every rank of a record split) was filled
+     * from many epochs at once by the fused repeat: an "epoch" of batches
+     * then held two thirds of the records (issue 38 item 5). It takes an
+     * epoch at a time instead (the epoch barrier, pipeline_int.h), so each
+     * epoch is a permutation of its records, still read in blocks (reading
+     * it in the global mode's order made one ranged GET per record: 0.33x
+     * the images/s behind 20 ms of latency, perf/remote-read). The buffer
+     * is then that share: more would never fill. */
+    uint64_t share = sl_split_samples(p->src.total, 0, split ? c->world : 1);
+    int barrier = c->shuffle == SL_SHUFFLE_BUFFER && share > 0 && p->shuffle_cap >= share;
+    if (barrier)
+        p->shuffle_cap = share;
     if ((rc = run_length(p)))
         goto fail;
     p->sample_bytes = sl_sample_bytes(c->height, c->width, c->layout);
@@ -436,6 +443,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         goto fail;
     if ((rc = sl_shuffle_init(&p->shuf, p->shuffle_cap, c->seed)))
         goto fail;
+    p->shuf.barrier = barrier;
     if ((rc = sl_loader_create(c->device, (size_t)c->batch * p->sample_bytes, p->prefetch,
                                &p->loader))) {
         rc = sl_fail(rc, "%s: %s", fn, sl_errmsg());

@@ -56,9 +56,11 @@ typedef enum sl_shuffle_mode {
                             * repeat().shuffle(N): it mixes an epoch's last records
                             * with the next one's first). When the buffer holds a
                             * whole epoch of the records this rank reads (ceil(R /
-                            * world) with SL_SPLIT_RECORDS), each epoch is read as a
-                            * permutation, as SL_SHUFFLE_GLOBAL reads it (same
-                            * stream), and the stats' shuffle_buffer is 1 */
+                            * world) with SL_SPLIT_RECORDS), it takes one epoch at
+                            * a time (all of it before the first draw), so each
+                            * epoch is a uniformly random permutation, still read
+                            * in blocks, and the stats' shuffle_buffer is that
+                            * epoch's records (ceil(R / world)) */
     SL_SHUFFLE_GLOBAL,     /* a seeded permutation of all records per epoch, read by pread */
 } sl_shuffle_mode;
 
@@ -308,8 +310,9 @@ typedef struct sl_pipeline_stats {
                                 * sum of their sl_batch.skipped) and those left out at open:
                                 * what the consumer has skipped, without the batches the
                                 * pipeline decoded ahead */
-    uint64_t shuffle_buffer;   /* effective buffer (records); 1 when an epoch fits in the
-                                * configured one (read as a permutation: SL_SHUFFLE_BUFFER) */
+    uint64_t shuffle_buffer;   /* effective buffer (records); when an epoch fits in the
+                                * configured one, the epoch's (ceil(R / world) with
+                                * SL_SPLIT_RECORDS): an epoch at a time, SL_SHUFFLE_BUFFER */
     uint64_t records_per_epoch;/* this rank's share: SL_SPLIT_FILES the records of its
                                 * shards; SL_SPLIT_RECORDS the positions of epoch 0 it
                                 * keeps, ceil((R - rank) / world) of R (later epochs may

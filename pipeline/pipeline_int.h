@@ -186,22 +186,39 @@ int sl_order_create(const sl_order_config *cfg, sl_order **out);
 int sl_order_next_unit(sl_order *o, sl_read_unit *u);
 void sl_order_destroy(sl_order *o);
 
-/* The shuffle buffer machine (tf.data's shuffle): fill until full or the
- * input ends, then each pop takes slot j = below(n) and moves the last item
- * into it; the caller pushes the next input after each pop while input
- * remains. Items are opaque 64-bit values (the pipeline stores record
- * handles; the resume path stores input positions). cap 1 = no shuffle. The
- * pop sequence depends only on (seed, the pushed sequence). */
+/* The shuffle buffer machine (tf.data's shuffle): fill while it takes the
+ * next input (sl_shuffle_takes) or until the input ends, then each pop
+ * takes slot j = below(n) and moves the last item into it; the caller
+ * pushes the next inputs after each pop while it takes them. Items are
+ * opaque 64-bit values (the pipeline stores record handles; the resume
+ * path stores input positions), each pushed with its epoch. cap 1 = no
+ * shuffle. The pop sequence depends only on (seed, barrier, the pushed
+ * sequence and epochs).
+ * Epoch barrier (barrier set; the pipeline sets it when the buffer holds a
+ * whole epoch, issue 38 item 5): the buffer takes no item of another epoch
+ * while it holds any of the current one, so it holds all of epoch e before
+ * its first pop and empties before epoch e + 1's first push; the pops of
+ * an epoch are then draws without replacement from all of it, a uniformly
+ * random permutation (Fisher-Yates from the end), whatever the read order
+ * of the units. Without it the buffer is fused with the repeat. */
 typedef struct sl_shuffle {
     uint64_t *items;
     uint64_t cap, n;
     sl_rng rng;
+    int barrier;   /* the epoch barrier above */
+    int64_t epoch; /* the epoch of the last item pushed */
 } sl_shuffle;
 int sl_shuffle_init(sl_shuffle *s, uint64_t cap, uint64_t seed);
 void sl_shuffle_fini(sl_shuffle *s);
 static inline int sl_shuffle_full(const sl_shuffle *s) { return s->n == s->cap; }
-void sl_shuffle_push(sl_shuffle *s, uint64_t item); /* requires !full */
-uint64_t sl_shuffle_pop(sl_shuffle *s);              /* requires n > 0 */
+/* Whether the buffer takes an item of epoch e now: not full, and under the
+ * barrier empty or holding epoch e's items. When it does not, n > 0: pop. */
+static inline int sl_shuffle_takes(const sl_shuffle *s, int64_t e)
+{
+    return s->n < s->cap && (!s->barrier || s->n == 0 || s->epoch == e);
+}
+void sl_shuffle_push(sl_shuffle *s, uint64_t item, int64_t epoch); /* requires takes(epoch) */
+uint64_t sl_shuffle_pop(sl_shuffle *s);                             /* requires n > 0 */
 
 /* ---------------------------------------------------------------- geometry */
 typedef struct sl_crop {

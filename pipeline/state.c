@@ -19,8 +19,11 @@
  *              than resumed into other records), effective label offset,
  *              and per shard its file name (not its directory: a dataset
  *              may move between save and resume), record count and bytes;
- *   order      shuffle mode, effective shuffle buffer, cycle, block,
- *              shuffle_files, epochs, seed;
+ *   order      shuffle mode, effective shuffle buffer, a mark when the
+ *              buffer takes an epoch at a time (the epoch barrier; a state
+ *              saved by the fused buffer of the same size before it is
+ *              refused rather than resumed into other records), cycle,
+ *              block, shuffle_files, epochs, seed;
  *   transform  mode and its parameters, output size, layout, mean/std for
  *              the f32 layouts;
  *   batch      batch size, drop_remainder.
@@ -29,7 +32,11 @@
  *
  * Fast-forward (create_from_state). The stream is: input positions 0, 1,
  * 2, ... (the sl_order's records, across epochs) through the shuffle
- * machine (fill until full or the input ends, pop one) with a known seed.
+ * machine (fill while it takes the next position or until the input ends,
+ * pop one) with a known seed. Under the epoch barrier (pipeline_int.h) the
+ * machine needs each position's epoch: epoch e ends at this rank's
+ * position sl_split_samples((e + 1) x R, rank, world) (world 1 without a
+ * record split), the count the stride and the cut both give (order.c).
  * So, without reading any data:
  *   1. run the machine on the positions themselves for N pops: this gives
  *      the buffer's content (positions) and RNG state at the cut, and
@@ -129,6 +136,8 @@ static void config_parts(const sl_pipeline *p, uint64_t parts[NPARTS])
 
     h = h_u64(2, (uint64_t)c->shuffle);
     h = h_u64(h, p->shuffle_cap);
+    if (p->shuf.barrier)
+        h = h_u64(h, 0xba771e4u);
     h = h_u64(h, c->cycle);
     h = h_u64(h, c->block);
     h = h_u64(h, (uint64_t)(c->shuffle_files != 0));
@@ -343,6 +352,17 @@ static int load_buffered(sl_pipeline *p, const char *fn, buffered *b, size_t n)
     return SL_OK;
 }
 
+/* This rank's input position where epoch e ends (exclusive): its records
+ * of epochs 0..e (the top comment). e + 1 <= 2^31 and R < 2^32: no
+ * overflow. */
+static uint64_t epoch_end(const sl_pipeline *p, int64_t e)
+{
+    const sl_pipeline_config *c = &p->cfg;
+    int split = c->rank_split == SL_SPLIT_RECORDS && c->world > 1;
+    return sl_split_samples((uint64_t)(e + 1) * p->src.total, split ? c->rank : 0,
+                            split ? c->world : 1);
+}
+
 static int fast_forward(sl_pipeline *p, const char *fn, uint64_t samples)
 {
     sl_shuffle sim;
@@ -350,10 +370,18 @@ static int fast_forward(sl_pipeline *p, const char *fn, uint64_t samples)
     int rc = sl_shuffle_init(&sim, p->shuffle_cap, p->cfg.seed);
     if (rc)
         return rc;
+    sim.barrier = p->shuf.barrier;
     uint64_t fed = 0;
+    int64_t e = 0; /* the epoch of position fed (only the barrier looks) */
+    uint64_t e_end = sim.barrier ? epoch_end(p, 0) : UINT64_MAX;
     for (uint64_t i = 0; i < samples; i++) {
-        while (!sl_shuffle_full(&sim) && fed < p->input_total)
-            sl_shuffle_push(&sim, fed++);
+        for (; fed < p->input_total; fed++) {
+            while (fed >= e_end)
+                e_end = epoch_end(p, ++e);
+            if (!sl_shuffle_takes(&sim, e))
+                break;
+            sl_shuffle_push(&sim, fed, e);
+        }
         if (sim.n == 0) {
             rc = sl_fail(SL_EINVAL, "%s: position past the end of the data", fn);
             goto out;
@@ -371,6 +399,7 @@ static int fast_forward(sl_pipeline *p, const char *fn, uint64_t samples)
         goto out;
     p->shuf.n = sim.n;
     p->shuf.rng = sim.rng;
+    p->shuf.epoch = sim.epoch;
 out:
     free(b);
     sl_shuffle_fini(&sim);

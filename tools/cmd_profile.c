@@ -410,8 +410,13 @@ static void print_text(const profile_opts *o, const run_result *r)
            c->data, c->split, (unsigned long long)r->s1.records_per_epoch, c->batch, c->height,
            c->width, pf_layout_name(c->layout), c->transform == SL_TRANSFORM_EVAL ? "eval" : "train",
            pf_shuffle_name(c, sh, sizeof sh));
-    if (c->shuffle == SL_SHUFFLE_BUFFER && r->s1.shuffle_buffer == 1 && c->shuffle_buffer > 1)
-        printf(" (an epoch fits: read as a permutation)");
+    /* an epoch fits: the buffer is then rank 0's share (the largest) */
+    uint64_t share = c->rank_split == SL_SPLIT_RECORDS
+                         ? sl_split_samples(r->s1.records_per_epoch_world, 0, c->world)
+                         : r->s1.records_per_epoch;
+    if (c->shuffle == SL_SHUFFLE_BUFFER && share > 0 && r->s1.shuffle_buffer == share)
+        printf(" (an epoch fits: %llu records, each epoch a permutation)",
+               (unsigned long long)r->s1.shuffle_buffer);
     else if (c->shuffle == SL_SHUFFLE_BUFFER)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);

@@ -189,10 +189,11 @@ class Pipeline:
         for training, 'none' (and a fixed file order) with train=False.
         Under 'buffer:N' an epoch is a permutation of its records when it
         fits in the buffer (N at least the records a rank reads per epoch:
-        they are then read in the 'global' order, stats()['shuffle_buffer']
-        is 1); a larger dataset streams through the buffer, which mixes the
-        last records of an epoch with the first of the next (at most N
-        positions apart: tf.data's repeat().shuffle(N)).
+        the buffer then takes one epoch at a time, all of it before its
+        first draw, still read in blocks; stats()['shuffle_buffer'] is
+        then that epoch's records); a larger dataset streams through the
+        buffer, which mixes the last records of an epoch with the first of
+        the next (at most N positions apart: tf.data's repeat().shuffle(N)).
     workers: decode/augment threads, 0 = one per core of `cpus` (at most 8
         per core).
     cpus: the cores the pipeline's threads may use: the default workers
@@ -729,8 +730,9 @@ class Pipeline:
     def stats(self):
         """Figures since the pipeline was made (after close(), those when it
         was closed): batches, samples, elapsed_s, records_per_epoch (this
-        rank's), records_per_epoch_world, shuffle_buffer (1: an epoch is
-        read as a permutation), bad_records (bad records met so far,
+        rank's), records_per_epoch_world, shuffle_buffer (the effective
+        buffer in records; the records of an epoch when one fits: each
+        epoch then a permutation), bad_records (bad records met so far,
         counting those the workers met decoding batches ahead of you),
         bad_records_out (of those, the ones in the batches handed out, the
         sum of their batch.skipped, and those left out at creation: what

@@ -413,7 +413,7 @@ Test(pipeline_errors, stats_count_every_stage)
     cr_assert_gt(st.stages[1].queue_fill, 0.5, "a full buffer most of the time");
     cr_assert_gt(st.elapsed_s, 0);
     cr_assert_eq(st.records_per_epoch, 100);
-    cr_assert_eq(st.shuffle_buffer, 1, "an epoch of 100 fits the buffer of 100: a permutation");
+    cr_assert_eq(st.shuffle_buffer, 100, "an epoch of 100 fits the buffer of 100: holds it");
     cr_assert_eq(st.bad_records, 0);
     sl_pipeline_destroy(p);
     pl_run_free(&r);

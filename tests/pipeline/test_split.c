@@ -389,7 +389,8 @@ Test(pipeline_split, union_with_bad_records)
 
 /* Each (epoch, record) exactly once over all ranks; this rank's share in
  * the stats; GLOBAL and BUFFER read each record's bytes once over all
- * ranks (BUFFER with W 4 reads its epoch of 25 as a permutation: GLOBAL). */
+ * ranks (BUFFER with W 4 holds its epoch of 25 in the buffer of 30: the
+ * epoch barrier, each rank's epoch a permutation of its range). */
 Test(pipeline_split, disjoint_and_covering_every_mode)
 {
     pl_dataset d;
@@ -499,6 +500,51 @@ Test(pipeline_split, create_at_equals_uninterrupted_each_mode)
         snprintf(what, sizeof what, "rank 1 of 2 mode %d", m);
         create_at_cases(&c, what);
     }
+    pl_dataset_free(&d);
+}
+
+/* Issue 38 item 5 under the cut: a buffer that holds every rank's share
+ * (ceil(101 / 3) = 34, shares of 34 and 33 rotating over the ranks) takes
+ * an epoch at a time: each rank's samples come epoch by epoch, the ranks
+ * together hold each (epoch, record) once, each rank's epochs differ in
+ * order, and create_at anywhere (the barrier simulated from each rank's
+ * epoch sizes) continues the uninterrupted run. */
+Test(pipeline_split, buffer_holding_an_epoch_under_the_cut)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 101, 4, 0, NULL);
+    enum { W = 3, E = 3 };
+    uint8_t seen[E][101] = {{0}};
+    for (unsigned r = 0; r < W; r++) {
+        sl_pipeline_config c;
+        char what[64];
+        split_config(&c, &d, SL_SHUFFLE_BUFFER, r, W, 7, E);
+        c.shuffle_buffer = 10000;
+        pl_run run;
+        run_at(&c, 0, 0, &run);
+        cr_assert_eq(run.ns, sl_split_samples(E * 101, r, W));
+        uint64_t per[E] = {0};
+        for (size_t i = 0; i < run.ns; i++) {
+            cr_assert(i == 0 || run.epochs[i] >= run.epochs[i - 1], "rank %u sample %zu: "
+                      "epoch %d after %d", r, i, run.epochs[i], run.epochs[i - 1]);
+            cr_assert_eq(seen[run.epochs[i]][run.ids[i]]++, 0, "record %llu of epoch %d twice",
+                         (unsigned long long)run.ids[i], run.epochs[i]);
+            per[run.epochs[i]]++;
+        }
+        size_t same = 0;
+        for (size_t i = 0; i < per[0] && i < per[1]; i++)
+            same += run.ids[i] == run.ids[per[0] + i];
+        cr_assert_lt(same, 10, "rank %u: epochs differ in order", r);
+        for (int e = 0; e < E; e++)
+            cr_assert(per[e] == 33 || per[e] == 34, "rank %u epoch %d: %llu", r, e,
+                      (unsigned long long)per[e]);
+        pl_run_free(&run);
+        snprintf(what, sizeof what, "rank %u of %u, buffer holds an epoch", r, W);
+        create_at_cases(&c, what);
+    }
+    for (int e = 0; e < E; e++)
+        for (unsigned i = 0; i < 101; i++)
+            cr_assert_eq(seen[e][i], 1, "record %u of epoch %d", i, e);
     pl_dataset_free(&d);
 }
 
