@@ -82,6 +82,9 @@ def test_max_pixels_in_convert_and_pipeline(tmp_path):
 CANCEL_SCRIPT = r"""
 import os, signal, sys
 import sluice
+# Python installs its KeyboardInterrupt handler only where SIGINT was not
+# ignored at start-up; a shell's background job (`tools/dev test &`) ignores it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 out, folder = sys.argv[1], sys.argv[2]
 
 def progress(done, total, nbytes):

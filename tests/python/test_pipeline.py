@@ -440,6 +440,9 @@ def test_label_offset(dataset, tmp_path):
 # ------------------------------------------------------------ Ctrl-C
 CTRL_C = textwrap.dedent("""
     import os, signal, sys, threading, time, sluice
+    # Python installs its KeyboardInterrupt handler only where SIGINT was not
+    # ignored at start-up; a shell's background job (`tools/dev test &`) ignores it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     pipe = sluice.Pipeline(sys.argv[1], image_size=1024, batch=48, workers=1, epochs=0,
                            train=False, layout="nhwc-u8")
     it = iter(pipe)
