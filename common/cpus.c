@@ -197,12 +197,12 @@ static void *spin(void *arg)
 {
     probe *p = arg;
     double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), now;
-    volatile unsigned long x = 0;
+    volatile unsigned long x = 0; /* volatile: the loop is not optimized away */
     while ((now = clock_s(CLOCK_MONOTONIC)) >= 0 && now < p->until)
         for (int i = 0; i < 2000; i++)
-            x += (unsigned long)i;
+            x = x + (unsigned long)i;
     double c1 = clock_s(CLOCK_THREAD_CPUTIME_ID);
-    p->ok = c0 >= 0 && c1 >= 0 && now >= 0;
+    p->ok = c0 >= 0 && c1 >= 0 && now >= 0 && x != 1; /* x read: clang's set-but-unused */
     p->cpu = c1 - c0;
     return NULL;
 }
