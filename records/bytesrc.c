@@ -10,9 +10,10 @@
  *   A handle resolves its sl_io_opts at open (bytesrc_base.c); the
  *   sl_bytes_* calls open a handle for one request with NULL (the
  *   process-wide settings, or the thread's: sl_io_thread_use). Whether a
- *   path is remote is decided here, once per handle or listing: callers ask
- *   the handle (sl_bytesrc_is_remote, sl_bytesrc_map's SL_ENOTSUP) or
- *   sl_bytes_where, not the path's scheme.
+ *   path is remote is decided here, once per handle or listing: readers ask
+ *   the handle (sl_bytesrc_is_remote, sl_bytesrc_map's SL_ENOTSUP), or take
+ *   the answer from where the path entered (sl_dataset.remote), rather than
+ *   test the path's scheme again.
  *
  * Threading: all sl_bytes_* are reentrant; an sl_bytesrc may be read from
  * many threads at once (pread; remote requests keep no state on it), its
@@ -38,13 +39,13 @@ int sl_path_is_remote(const char *path)
                     !strncmp(path, "s3://", 5));
 }
 
-int sl_open_fail(const char *fn, const char *path)
+static int open_fail(const char *fn, const char *path)
 {
     return sl_fail(errno == ENOENT || errno == ENOTDIR ? SL_ENOENT : SL_EIO, "%s: %s: open: %s",
                    fn, path, strerror(errno));
 }
 
-int sl_pread_all(const char *fn, const char *path, int fd, void *buf, size_t n, uint64_t off)
+static int pread_all(const char *fn, const char *path, int fd, void *buf, size_t n, uint64_t off)
 {
     size_t got = 0;
 
@@ -80,7 +81,7 @@ static int local_list(const char *fn, const char *dir, char ***out, size_t *nout
     int rc = SL_OK;
 
     if (!d)
-        return sl_open_fail(fn, dir);
+        return open_fail(fn, dir);
     while ((errno = 0, e = readdir(d))) {
         int isdir = e->d_type == DT_DIR;
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
@@ -132,8 +133,8 @@ struct sl_bytesrc {
     size_t map_len;
 };
 
-/* fn names the public function in messages. */
-static int src_open(const char *fn, const char *path, const sl_io_opts *opts, sl_bytesrc **out)
+int sl_bytesrc_open_as(const char *fn, const char *path, const sl_io_opts *opts,
+                       sl_bytesrc **out)
 {
     sl_bytesrc *s = NULL;
     int rc;
@@ -149,7 +150,7 @@ static int src_open(const char *fn, const char *path, const sl_io_opts *opts, sl
     if ((rc = sl_io_resolve(opts, &s->o)))
         goto fail;
     if (!s->remote && (s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        rc = sl_open_fail(fn, path);
+        rc = open_fail(fn, path);
         goto fail;
     }
     *out = s;
@@ -162,7 +163,7 @@ fail:
 
 int sl_bytesrc_open(const char *path, const sl_io_opts *opts, sl_bytesrc **out)
 {
-    return src_open("sl_bytesrc_open", path, opts, out);
+    return sl_bytesrc_open_as("sl_bytesrc_open", path, opts, out);
 }
 
 void sl_bytesrc_close(sl_bytesrc *s)
@@ -181,7 +182,7 @@ const char *sl_bytesrc_path(const sl_bytesrc *s) { return s->path; }
 
 int sl_bytesrc_is_remote(const sl_bytesrc *s) { return s->remote; }
 
-static int src_read(const char *fn, sl_bytesrc *s, void *buf, size_t n, uint64_t off)
+int sl_bytesrc_read_as(const char *fn, sl_bytesrc *s, void *buf, size_t n, uint64_t off)
 {
     if (!s || (!buf && n))
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
@@ -189,12 +190,12 @@ static int src_read(const char *fn, sl_bytesrc *s, void *buf, size_t n, uint64_t
         return SL_OK;
     if (s->remote)
         return sl_remote_read(fn, s->path, &s->o, buf, n, off);
-    return sl_pread_all(fn, s->path, s->fd, buf, n, off);
+    return pread_all(fn, s->path, s->fd, buf, n, off);
 }
 
 int sl_bytesrc_read(sl_bytesrc *s, void *buf, size_t n, uint64_t off)
 {
-    return src_read("sl_bytesrc_read", s, buf, n, off);
+    return sl_bytesrc_read_as("sl_bytesrc_read", s, buf, n, off);
 }
 
 static int src_size(const char *fn, sl_bytesrc *s, uint64_t *size)
@@ -245,7 +246,7 @@ static int src_get(const char *fn, sl_bytesrc *s, size_t max, uint8_t **out, siz
     if (!(buf = malloc((size_t)st.st_size + 1)))
         return sl_fail(SL_ENOMEM, "%s: %s: out of memory (%lld bytes)", fn, s->path,
                        (long long)st.st_size);
-    if ((rc = sl_pread_all(fn, s->path, s->fd, buf, (size_t)st.st_size, 0))) {
+    if ((rc = pread_all(fn, s->path, s->fd, buf, (size_t)st.st_size, 0))) {
         free(buf);
         return rc;
     }
@@ -330,7 +331,7 @@ int sl_bytesrc_list(const char *dir, const sl_io_opts *opts, char ***names, size
 int sl_bytes_get(const char *path, uint8_t **buf, size_t *len)
 {
     sl_bytesrc *s = NULL;
-    int rc = src_open("sl_bytes_get", path, NULL, &s);
+    int rc = sl_bytesrc_open_as("sl_bytes_get", path, NULL, &s);
 
     if (rc)
         return rc;
@@ -372,9 +373,9 @@ int sl_bytes_read(const char *path, void *buf, size_t n, uint64_t off)
         return sl_fail(SL_EINVAL, "sl_bytes_read: NULL argument");
     if (n == 0)
         return SL_OK;
-    if ((rc = src_open("sl_bytes_read", path, NULL, &s)))
+    if ((rc = sl_bytesrc_open_as("sl_bytes_read", path, NULL, &s)))
         return rc;
-    rc = src_read("sl_bytes_read", s, buf, n, off);
+    rc = sl_bytesrc_read_as("sl_bytes_read", s, buf, n, off);
     sl_bytesrc_close(s);
     return rc;
 }
