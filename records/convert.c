@@ -63,13 +63,10 @@
  *   close to publish it. A listed URL is read through the byte source
  *   (records/convert_url.c).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Callback result that stops the walk at the first problem (not a status). */
 #define VERIFY_STOP (-1000)
