@@ -205,14 +205,25 @@ Test(bytesrc, local_files)
     free(dir);
 }
 
+/* A fresh folder *dir holding one shard of FILE_SIZE random bytes (seed),
+ * served by nginx (*ng) under fast retries (inflight); *url the shard's
+ * URL. Returns the bytes. */
+#define SHARD "train-00000-of-00001.tfrecord"
+static uint8_t *serve_shard(uint64_t seed, unsigned inflight, char **dir, srv *ng, char **url)
+{
+    *dir = tu_tmpdir();
+    uint8_t *want = tu_random_file(*dir, SHARD, FILE_SIZE, seed);
+    io_fast(2, 5000, inflight);
+    srv_nginx_start(*dir, ng);
+    *url = cat(ng->url, "/" SHARD);
+    return want;
+}
+
 Test(bytesrc, nginx_reads, .timeout = 30)
 {
-    char *dir = tu_tmpdir();
-    uint8_t *want = tu_random_file(dir, "train-00000-of-00001.tfrecord", FILE_SIZE, 3);
+    char *dir, *url;
     srv ng;
-    io_fast(2, 5000, 8);
-    srv_nginx_start(dir, &ng);
-    char *url = cat(ng.url, "/train-00000-of-00001.tfrecord");
+    uint8_t *want = serve_shard(3, 8, &dir, &ng, &url);
     check_object(url, want, FILE_SIZE);
     char *missing = cat(ng.url, "/nope.tfrecord");
     check_missing(missing);
@@ -250,13 +261,10 @@ Test(bytesrc, nginx_reads, .timeout = 30)
  * local file is that request's error at wait, and the bytes are right. */
 Test(bytesrc, fetcher_local_and_remote_in_turn, .timeout = 30)
 {
-    char *dir = tu_tmpdir();
-    uint8_t *want = tu_random_file(dir, "train-00000-of-00001.tfrecord", FILE_SIZE, 5);
+    char *dir, *url;
     srv ng;
-    io_fast(2, 5000, 4);
-    srv_nginx_start(dir, &ng);
-    char *url = cat(ng.url, "/train-00000-of-00001.tfrecord");
-    char *local = cat(dir, "/train-00000-of-00001.tfrecord");
+    uint8_t *want = serve_shard(5, 4, &dir, &ng, &url);
+    char *local = cat(dir, "/" SHARD);
     char *gone = cat(dir, "/gone.tfrecord");
     const char *paths[] = {local, url, local, gone, url, local};
     enum { N = sizeof paths / sizeof *paths };
