@@ -472,7 +472,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
     p->use_pread = rd && strcmp(rd, "pread") == 0;
-    p->remote = p->src.n && sl_path_is_remote(p->src.shards[0].path); /* one data path: all or none */
+    p->remote = p->src.n && p->src.remote; /* one data path: all or none */
     if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;

@@ -90,6 +90,7 @@ typedef struct sl_source_set {
     uint64_t total_bytes;     /* framed bytes over all shards */
     uint64_t max_record;      /* largest framed record (16 + payload) */
     int64_t label_offset;     /* from dataset.json, 0 when absent */
+    int remote;               /* the shards are remote objects (sl_dataset.remote) */
     /* What sl_source_set_open_policy left out under SL_ON_ERROR_SKIP: the
      * unreadable tail of truncated shards (records; a scanned shard's tail
      * counts as 1), and the first messages ("FILE: record N @ OFF: what"). */
