@@ -90,7 +90,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pipeline/gdec_int.h"
+#include "pipeline/image/gdec_int.h"
 #include "pipeline/graph_int.h"
 #include "records/bytesrc.h"
 

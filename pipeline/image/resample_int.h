@@ -1,5 +1,5 @@
 /*
- * pipeline/resample_int.h - what the two one-pass resamplers share:
+ * pipeline/image/resample_int.h - what the two one-pass resamplers share:
  * resample.c (sl_resample_sample, an RGB u8 strip) and resample_planes.c
  * (sl_resample_planes, Y/Cb/Cr planes at their own resolutions). Both run
  * a vertical pass into float plane rows, then a horizontal pass per plane
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 /* Bytes of scratch on the stack; above that one malloc per call. */
 #define SL_RESAMPLE_STACK (64 * 1024)
@@ -114,6 +114,43 @@ static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, co
         v += t->wmid * m + t->wn * p[n - 1];
     }
     return v;
+}
+
+/* The one row writer of the resamplers (resample.c, resample_planes.c):
+ * output row y of o from three rows of o->w floats r, g, b (the channel
+ * values before the layout), in o's layout:
+ *   NHWC u8:  min(v + ub, 255) truncated: resize.c's to_u8 with ub 0.5, or
+ *             ub 0 where the pass's bias already holds the 0.5 (v >= 0);
+ *   NHWC f32, NCHW f32: v * sc[c] + bi[c], or v as it is where sc is NULL
+ *             (the pass folded the normalization into its weights).
+ * The same operations per value as each store it replaced: the same
+ * bytes. Inlined into each target clone of its callers. */
+static inline __attribute__((always_inline)) void
+sl_store_row(const sl_out_spec *o, int y, const float *restrict r, const float *restrict g,
+             const float *restrict b, const float *sc, const float *bi, float ub)
+{
+    int dw = o->w;
+    const float *in[3] = {r, g, b};
+    if (o->layout == SL_LAYOUT_NHWC_U8) {
+        uint8_t *d = (uint8_t *)o->dst + (size_t)y * dw * 3;
+        for (int x = 0; x < dw; x++)
+            for (int c = 0; c < 3; c++) {
+                float v = in[c][x] + ub;
+                v = v < 255.0f ? v : 255.0f;
+                d[3 * x + c] = (uint8_t)(int)v;
+            }
+    } else if (o->layout == SL_LAYOUT_NHWC_F32) {
+        float *d = (float *)o->dst + (size_t)y * dw * 3;
+        for (int x = 0; x < dw; x++)
+            for (int c = 0; c < 3; c++)
+                d[3 * x + c] = sc ? in[c][x] * sc[c] + bi[c] : in[c][x];
+    } else {
+        size_t plane = (size_t)o->h * dw;
+        float *d = (float *)o->dst + (size_t)y * dw;
+        for (int c = 0; c < 3; c++)
+            for (int x = 0; x < dw; x++)
+                d[c * plane + x] = sc ? in[c][x] * sc[c] + bi[c] : in[c][x];
+    }
 }
 
 /* Round up to a multiple of 32 bytes (the vector tables' alignment). */
