@@ -255,7 +255,7 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, const sl_out
         }
         if (!linear) {
             harea_rows(ht, dw, acc, pstride, tmp);
-            sl_store_row(o, y, tmp, tmp + dw, tmp + 2 * dw, sc, bi, 0.5f);
+            sl_store_row(o, y, tmp, tmp + dw, tmp + 2 * dw, sc, bi, 0.5f, 1);
             continue;
         }
         float *out[3];
@@ -269,7 +269,7 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, const sl_out
         /* NCHW: the pass wrote the planes in place. NHWC: values already
          * normalized (f32) or holding the rounding's 0.5 (u8, in the bias). */
         if (!planar)
-            sl_store_row(o, y, out[0], out[1], out[2], NULL, NULL, 0.0f);
+            sl_store_row(o, y, out[0], out[1], out[2], NULL, NULL, 0.0f, 1);
     }
     if (mem != stackbuf)
         free(mem);

@@ -121,35 +121,47 @@ static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, co
  * values before the layout), in o's layout:
  *   NHWC u8:  min(v + ub, 255) truncated: resize.c's to_u8 with ub 0.5, or
  *             ub 0 where the pass's bias already holds the 0.5 (v >= 0);
+ *             v + ub truncated where hi is 0: the caller clamped v to
+ *             0..255 already (the same bytes, a cheaper loop);
  *   NHWC f32, NCHW f32: v * sc[c] + bi[c], or v as it is where sc is NULL
  *             (the pass folded the normalization into its weights).
  * The same operations per value as each store it replaced: the same
  * bytes. Inlined into each target clone of its callers. */
 static inline __attribute__((always_inline)) void
 sl_store_row(const sl_out_spec *o, int y, const float *restrict r, const float *restrict g,
-             const float *restrict b, const float *sc, const float *bi, float ub)
+             const float *restrict b, const float *sc, const float *bi, float ub, int hi)
 {
     int dw = o->w;
-    const float *in[3] = {r, g, b};
     if (o->layout == SL_LAYOUT_NHWC_U8) {
         uint8_t *d = (uint8_t *)o->dst + (size_t)y * dw * 3;
-        for (int x = 0; x < dw; x++)
-            for (int c = 0; c < 3; c++) {
-                float v = in[c][x] + ub;
-                v = v < 255.0f ? v : 255.0f;
-                d[3 * x + c] = (uint8_t)(int)v;
+        if (!hi)
+            for (int x = 0; x < dw; x++) {
+                d[3 * x] = (uint8_t)(int)(r[x] + ub);
+                d[3 * x + 1] = (uint8_t)(int)(g[x] + ub);
+                d[3 * x + 2] = (uint8_t)(int)(b[x] + ub);
+            }
+        else
+            for (int x = 0; x < dw; x++) {
+                float vr = r[x] + ub, vg = g[x] + ub, vb = b[x] + ub;
+                d[3 * x] = (uint8_t)(int)(vr < 255.0f ? vr : 255.0f);
+                d[3 * x + 1] = (uint8_t)(int)(vg < 255.0f ? vg : 255.0f);
+                d[3 * x + 2] = (uint8_t)(int)(vb < 255.0f ? vb : 255.0f);
             }
     } else if (o->layout == SL_LAYOUT_NHWC_F32) {
         float *d = (float *)o->dst + (size_t)y * dw * 3;
-        for (int x = 0; x < dw; x++)
-            for (int c = 0; c < 3; c++)
-                d[3 * x + c] = sc ? in[c][x] * sc[c] + bi[c] : in[c][x];
+        for (int x = 0; x < dw; x++) {
+            d[3 * x] = sc ? r[x] * sc[0] + bi[0] : r[x];
+            d[3 * x + 1] = sc ? g[x] * sc[1] + bi[1] : g[x];
+            d[3 * x + 2] = sc ? b[x] * sc[2] + bi[2] : b[x];
+        }
     } else {
         size_t plane = (size_t)o->h * dw;
         float *d = (float *)o->dst + (size_t)y * dw;
-        for (int c = 0; c < 3; c++)
-            for (int x = 0; x < dw; x++)
-                d[c * plane + x] = sc ? in[c][x] * sc[c] + bi[c] : in[c][x];
+        for (int x = 0; x < dw; x++) {
+            d[x] = sc ? r[x] * sc[0] + bi[0] : r[x];
+            d[plane + x] = sc ? g[x] * sc[1] + bi[1] : g[x];
+            d[2 * plane + x] = sc ? b[x] * sc[2] + bi[2] : b[x];
+        }
     }
 }
 

@@ -440,7 +440,7 @@ int sl_resample_planes(const sl_plane_view *pl, int np, const sl_out_spec *o)
         if (stream)
             nchw_stream((float *)o->dst + (size_t)y * dw, r, g, b, sc, bi, plane, dw);
         else
-            sl_store_row(o, y, r, g, b, sc, bi, 0.5f);
+            sl_store_row(o, y, r, g, b, sc, bi, 0.5f, 0); /* rgb_rows clamped */
     }
 #if SL_RESAMPLE_STREAM
     if (stream)
