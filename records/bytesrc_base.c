@@ -33,8 +33,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "common/clock.h"
 
 #define IO_TIMEOUT_DEFAULT 30000
 #define IO_BACKOFF_DEFAULT 100
@@ -181,13 +182,6 @@ unsigned sl_io_tries(const sl_io_opts *o)
     return o->retries ? 1 + o->retries : UINT32_MAX;
 }
 
-uint64_t sl_io_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries)
 {
     static _Thread_local uint64_t seed;
@@ -199,7 +193,7 @@ uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries)
     if (cap > (uint64_t)IO_BACKOFF_CAP * 1000000ull)
         cap = (uint64_t)IO_BACKOFF_CAP * 1000000ull;
     if (!seed)
-        seed = sl_io_now_ns() ^ ((uint64_t)(uintptr_t)&seed << 17) ^ (uint64_t)getpid();
+        seed = sl_now_ns() ^ ((uint64_t)(uintptr_t)&seed << 17) ^ (uint64_t)getpid();
     /* splitmix64 */
     z = (seed += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -210,7 +204,7 @@ uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries)
 
 int sl_io_retry_next(const sl_io_opts *o, unsigned tries, uint64_t first_ns, uint64_t *wait_ns)
 {
-    uint64_t now = sl_io_now_ns(), budget = (uint64_t)o->retry_ms * 1000000ull;
+    uint64_t now = sl_now_ns(), budget = (uint64_t)o->retry_ms * 1000000ull;
     uint64_t spent = now > first_ns ? now - first_ns : 0;
 
     if (tries >= sl_io_tries(o) || spent >= budget)
@@ -234,7 +228,7 @@ void sl_io_note_start(int is_retry)
         atomic_fetch_add_explicit(&st_retries, 1, memory_order_relaxed);
     pthread_mutex_lock(&st_mu);
     if (st_inflight++ == 0)
-        st_busy_since = sl_io_now_ns();
+        st_busy_since = sl_now_ns();
     if (st_inflight > st_peak)
         st_peak = st_inflight;
     pthread_mutex_unlock(&st_mu);
@@ -245,7 +239,7 @@ void sl_io_note_end(uint64_t body_bytes)
     atomic_fetch_add_explicit(&st_bytes, body_bytes, memory_order_relaxed);
     pthread_mutex_lock(&st_mu);
     if (st_inflight && --st_inflight == 0)
-        st_busy_ns += sl_io_now_ns() - st_busy_since;
+        st_busy_ns += sl_now_ns() - st_busy_since;
     pthread_mutex_unlock(&st_mu);
 }
 
@@ -261,7 +255,7 @@ void sl_io_stats_get(sl_io_stats *s)
     pthread_mutex_lock(&st_mu);
     s->inflight = st_inflight;
     s->inflight_peak = st_peak;
-    s->busy_ns = st_busy_ns + (st_inflight ? sl_io_now_ns() - st_busy_since : 0);
+    s->busy_ns = st_busy_ns + (st_inflight ? sl_now_ns() - st_busy_since : 0);
     pthread_mutex_unlock(&st_mu);
 }
 
@@ -274,7 +268,7 @@ void sl_io_stats_reset(void)
     pthread_mutex_lock(&st_mu);
     st_peak = st_inflight;
     st_busy_ns = 0;
-    st_busy_since = sl_io_now_ns();
+    st_busy_since = sl_now_ns();
     pthread_mutex_unlock(&st_mu);
 }
 

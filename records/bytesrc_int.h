@@ -41,7 +41,6 @@ int sl_io_retry_next(const sl_io_opts *o, unsigned tries, uint64_t first_ns, uin
 /* The backoff before try number `tries + 1` (tries >= 1 already made), in
  * ns: uniform in [0, min(5000 ms, backoff_ms * 2^(tries-1))] (full jitter). */
 uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries);
-uint64_t sl_io_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---------------------------------------------------------------- remote
  * fn names the public function in messages; o is resolved (sl_io_resolve:

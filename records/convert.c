@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "bytesrc.h"
+#include "common/clock.h"
 #include "records_int.h"
 #include "wds.h"
 
@@ -128,7 +129,7 @@ typedef struct cv_job {
     uint64_t restarted, restart_kept, restart_markers, restart_in, restart_out;
     uint64_t shard_records, shard_bytes; /* at the last shard close: st->on_shard's deltas */
     unsigned shards_closed;         /* whole shards written by this run */
-    struct timespec last_progress;
+    uint64_t last_progress;         /* sl_now_ns of the last progress call */
 } cv_job;
 
 typedef struct cv_worker {
@@ -363,10 +364,6 @@ static int fill_chunk(cv_worker *w, size_t k)
 }
 
 /* ------------------------------------------------------------ commit */
-static int64_t ns_since(const struct timespec *t0, const struct timespec *t1)
-{
-    return (int64_t)(t1->tv_sec - t0->tv_sec) * 1000000000ll + (t1->tv_nsec - t0->tv_nsec);
-}
 
 static int open_writer(cv_job *j, unsigned shard)
 {
@@ -470,9 +467,8 @@ static int commit_chunk(cv_job *j, size_t k)
         j->shard_bytes = j->bytes;
     }
     if (cfg->progress) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (ns_since(&j->last_progress, &now) >= CV_PROGRESS_NS) {
+        uint64_t now = sl_now_ns();
+        if ((int64_t)(now - j->last_progress) >= CV_PROGRESS_NS) {
             j->last_progress = now;
             cfg->progress(cfg->progress_arg, st->kept_inputs + j->done, st->in.n, st->kept_bytes + j->bytes);
         }
@@ -637,7 +633,7 @@ static int run_workers(cv_job *j)
     unsigned started = 0;
     for (unsigned i = 0; i < nt && !rc; i++)
         rc = worker_init(&w[i], j);
-    clock_gettime(CLOCK_MONOTONIC, &j->last_progress);
+    j->last_progress = sl_now_ns();
     for (unsigned i = 0; i < nt && !rc; i++) {
         int e = pthread_create(&w[i].tid, NULL, worker_main, &w[i]);
         if (e) {

@@ -91,14 +91,6 @@ void sl_ps_set_mpi(sl_ps *ps, sl_ps_mpi *x) { ps->mpi = x; }
 const sl_ps_plan *sl_ps_plan_of(const sl_ps *ps) { return &ps->plan; }
 const sl_ps_config *sl_ps_config_of(const sl_ps *ps) { return &ps->cfg; }
 
-static void deadline_in(struct timespec *dl, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, dl);
-    dl->tv_sec += ms / 1000;
-    dl->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (dl->tv_nsec >= 1000000000L)
-        dl->tv_sec++, dl->tv_nsec -= 1000000000L;
-}
 
 static int cond_init_mono(pthread_cond_t *cv)
 {
@@ -409,11 +401,11 @@ static int slowest_other(const sl_ps *ps, int w, uint64_t *clock)
 static int pull_wait_locked(sl_ps *ps, int w, const struct timespec *dl, const char *fn)
 {
     ps_worker *k = &ps->wk[w];
-    double t0 = sl_ps_now();
+    double t0 = sl_now_s();
     int rc = 0;
     while (!ps->err && k->clock < k->pushes && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&ps->cv, &ps->mu, dl);
-    ps->st.pull_wait_s += sl_ps_now() - t0;
+    ps->st.pull_wait_s += sl_now_s() - t0;
     if (ps->err)
         return sticky_locked(ps);
     if (k->clock < k->pushes)
@@ -428,14 +420,14 @@ static int pull_wait_locked(sl_ps *ps, int w, const struct timespec *dl, const c
     uint64_t lead = (who >= 0 && k->pushes > lo) ? k->pushes - lo : 0;
     if (K >= 0 && lead > (uint64_t)K) {
         ps->st.ssp_waits++;
-        t0 = sl_ps_now();
+        t0 = sl_now_s();
         rc = 0;
         while (!ps->err && lead > (uint64_t)K && rc != ETIMEDOUT) {
             rc = pthread_cond_timedwait(&ps->cv, &ps->mu, dl);
             who = slowest_other(ps, w, &lo);
             lead = (who >= 0 && k->pushes > lo) ? k->pushes - lo : 0;
         }
-        ps->st.ssp_wait_s += sl_ps_now() - t0;
+        ps->st.ssp_wait_s += sl_now_s() - t0;
         if (ps->err)
             return sticky_locked(ps);
         if (lead > (uint64_t)K)
@@ -461,7 +453,7 @@ int sl_ps_pull(sl_ps *ps, int worker, sl_model *m, uint64_t *version)
     if (ps->mpi)
         return (rc = sticky(ps)) ? rc : sl_ps_mpi_pull(ps->mpi, worker, m, version);
     struct timespec dl;
-    deadline_in(&dl, ps->cfg.timeout_ms);
+    sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     pthread_mutex_lock(&ps->mu);
     if (!(rc = sticky_locked(ps))) {
         if (ps->wk[worker].done)
@@ -498,7 +490,7 @@ static int reserve_slot(sl_ps *ps, int s, int w, float lr, const struct timespec
                         const char *fn, ps_slot **out)
 {
     ps_server *sv = &ps->srv[s];
-    double t0 = sl_ps_now();
+    double t0 = sl_now_s();
     int rc = 0, err;
     pthread_mutex_lock(&sv->mu);
     for (;;) {
@@ -517,7 +509,7 @@ static int reserve_slot(sl_ps *ps, int s, int w, float lr, const struct timespec
         sl->lr = lr;
     }
     pthread_mutex_unlock(&sv->mu);
-    double waited = sl_ps_now() - t0;
+    double waited = sl_now_s() - t0;
     pthread_mutex_lock(&ps->mu);
     ps->st.push_wait_s += waited;
     pthread_mutex_unlock(&ps->mu);
@@ -545,7 +537,7 @@ int sl_ps_push(sl_ps *ps, int worker, sl_model *m, uint64_t version, float lr)
         return (rc = sticky(ps)) ? rc : sl_ps_mpi_push(ps->mpi, worker, m, version, lr);
     ps_worker *k = &ps->wk[worker];
     struct timespec dl;
-    deadline_in(&dl, ps->cfg.timeout_ms);
+    sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     pthread_mutex_lock(&ps->mu);
     if ((rc = sticky_locked(ps)))
         goto unlock;
@@ -641,7 +633,7 @@ int sl_ps_worker_done(sl_ps *ps, int worker)
 static int gate_close_and_drain(sl_ps *ps, const char *fn)
 {
     struct timespec dl;
-    deadline_in(&dl, ps->cfg.timeout_ms);
+    sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     int t = 0, rc;
     pthread_mutex_lock(&ps->mu);
     while (!ps->err && ps->paused && t != ETIMEDOUT) /* another snapshot or load */
