@@ -214,6 +214,15 @@ void sl_pipeline_wait(sl_pipeline *p, pthread_cond_t *cv);
 /* Everything sl_pipeline_create does except starting the threads: the
  * pipeline stands at the start of the run. */
 int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out);
+/* The zero fields of c set to their defaults (pipeline.h; memory.c's
+ * estimate resolves a config as create does). */
+void sl_pipeline_config_defaults(sl_pipeline_config *c);
+/* Effective shuffle buffer (records): the record budget capped by the
+ * byte budget over the mean record; 1 for NONE and GLOBAL. */
+uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_set *s);
+/* cfg.memory_budget against memory.c's estimate of p (build, sources open):
+ * SL_EINVAL naming the parts when it does not fit. */
+int sl_pipeline_memory_check(const sl_pipeline *p);
 /* Start the reader and worker threads (after build, and after a resume's
  * fast-forward). On error everything started is stopped again. */
 int sl_pipeline_start(sl_pipeline *p);

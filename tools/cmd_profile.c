@@ -544,6 +544,8 @@ static int print_json(const profile_opts *o, const run_result *r)
     char par[1024];
     sl_par_json(&o->par, par, sizeof par);
     jchk(cJSON_AddRawToObject(root, "parallelism", par));
+    pf_memory_json(&o->pf, par, sizeof par);
+    jchk(cJSON_AddRawToObject(root, "memory", par));
     cJSON *cfg = jchk(cJSON_AddObjectToObject(root, "config"));
     if (cfg) {
         jchk(cJSON_AddStringToObject(cfg, "data", c->data));
@@ -594,7 +596,10 @@ int cmd_profile(int argc, char **argv)
     }
     sl_par_request q = SL_PAR_REQUEST_INIT;
     q.job = SL_PAR_PIPELINE;
-    par_plan_apply(CMD, &o.pf, &q, &o.par, stderr);
+    if (par_plan_apply(CMD, &o.pf, &q, &o.par, stderr)) {
+        cli_stop_restore(&stop);
+        return 2;
+    }
 
     run_result r;
     memset(&r, 0, sizeof r);

@@ -41,6 +41,7 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"io-retry-budget", required_argument, NULL, PF_OPT_IO_RETRY_BUDGET},
     {"ca-bundle", required_argument, NULL, PF_OPT_CA_BUNDLE},
     {"cpus", required_argument, NULL, PF_OPT_CPUS},
+    {"memory-budget", required_argument, NULL, PF_OPT_MEMORY_BUDGET},
 };
 
 /* The redacted paths handed out, kept reachable for the process's life
@@ -227,6 +228,10 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             return -1;
         f->cpus = (int)u;
         return 0;
+    case PF_OPT_MEMORY_BUDGET:
+        if (pf_parse_bytes(arg, &f->memory_budget))
+            return bad(f, "--memory-budget", arg, "bytes > 0, with K, M, G or T: 512M, 4G");
+        return 0;
     case PF_OPT_PREFETCH:
         if (parse_uint(f, "--prefetch", arg, 0, 4096, &u))
             return -1;
@@ -383,6 +388,54 @@ int pf_finish(pf_flags *f)
     return 0;
 }
 
+int pf_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !(*s >= '0' && *s <= '9'))
+        return -1;
+    double v = strtod(s, &end);
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, *end) : NULL;
+    double mult = 1;
+    if (u) {
+        for (const char *k = units; k <= u; k++)
+            mult *= 1024;
+        end++;
+        if (*end == 'i')
+            end++;
+    }
+    if (*end == 'B')
+        end++;
+    v *= mult;
+    if (*end || !(v >= 1) || v >= 18446744073709551615.0)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
+{
+    if (!f->memory_budget) {
+        snprintf(buf, cap, "null");
+        return;
+    }
+    size_t k = 0;
+    unsigned np = f->mem_pipelines ? f->mem_pipelines : 1;
+    int n = snprintf(buf, cap, "{\"budget\": %llu, \"pipelines\": %u, \"total\": %llu, "
+                     "\"parts\": {", (unsigned long long)f->memory_budget, np,
+                     (unsigned long long)(f->mem.total * np));
+    k = n > 0 ? (size_t)n : 0;
+    for (int i = 0; i < SL_MEM_NPARTS && k < cap; i++) {
+        n = snprintf(buf + k, cap - k, "%s\"%s\": %llu", i ? ", " : "",
+                     sl_mem_part_key((sl_mem_part)i), (unsigned long long)f->mem.part[i]);
+        k += n > 0 ? (size_t)n : 0;
+    }
+    if (k < cap)
+        snprintf(buf + k, cap - k, "}, \"workers\": %u, \"prefetch\": %u, \"read_window\": "
+                 "%llu, \"shrunk\": \"%s\"}", f->mem.workers, f->mem.prefetch,
+                 (unsigned long long)f->mem.read_window, f->mem_shrunk);
+}
+
 static void pf_note_unindexed(FILE *out, const char *who, const sl_dataset_split *s)
 {
     if (s->unindexed)
@@ -431,6 +484,14 @@ void pf_usage(FILE *out)
           "                        within it (the start-up line and --json say what and why)\n"
           "                        (default: the cores this process may use: its affinity mask\n"
           "                        and cgroup CPU quota)\n"
+          "  --memory-budget BYTES bytes the input pipelines may hold (512M, 4G): the read\n"
+          "                        window, the shuffle buffer, remote requests in flight, the\n"
+          "                        decode workers and the prefetch ring (pipeline/memory.c);\n"
+          "                        prefetch, requests in flight, workers and the read window are\n"
+          "                        shrunk to fit unless given; what cannot fit (the shuffle\n"
+          "                        buffer, an option given) is refused at start-up, each part\n"
+          "                        named. Local shards are then read with pread, not mapped.\n"
+          "                        Not counted: the process and the model (default: no budget)\n"
           "  --workers W           decode/augment threads of each pipeline; 0 = chosen within\n"
           "                        --cpus (profile: one per core; train: the cores the compute\n"
           "                        leaves, at least one)                            (default 0)\n"
