@@ -109,8 +109,10 @@ int par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan 
         fprintf(out, "%s: parallelism: %s; %u worker%s and %u reader%s per pipeline, prefetch "
                 "%s (%s%s)\n", cmd, p->reason, p->workers, p->workers == 1 ? "" : "s",
                 p->readers, p->readers == 1 ? "" : "s", prefetch, budget, measured);
-    if (fit)
+    if (fit) {
         say_memory(cmd, f, out);
+        pf_rss_mark(f);
+    }
     fflush(out);
     return 0;
 }

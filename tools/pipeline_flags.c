@@ -413,6 +413,30 @@ int pf_parse_bytes(const char *s, uint64_t *out)
     return 0;
 }
 
+/* A "Name:  N kB" line of /proc/self/status, in bytes; 0 when absent. */
+static uint64_t proc_status_bytes(const char *name)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    size_t n = strlen(name);
+    while (fp && fgets(line, sizeof line, fp))
+        if (!strncmp(line, name, n) && sscanf(line + n, "%llu", &kb) == 1)
+            break;
+    if (fp)
+        fclose(fp);
+    return (uint64_t)kb * 1024;
+}
+
+void pf_rss_mark(pf_flags *f)
+{
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    int ok = fp && fputs("5", fp) >= 0;
+    if (fp && fclose(fp))
+        ok = 0;
+    f->rss_start = ok ? proc_status_bytes("VmRSS:") : 0;
+}
+
 void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
 {
     if (!f->memory_budget) {
@@ -430,10 +454,15 @@ void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
                      sl_mem_part_key((sl_mem_part)i), (unsigned long long)f->mem.part[i]);
         k += n > 0 ? (size_t)n : 0;
     }
+    char rss[80] = "null, \"rss_peak\": null";
+    uint64_t peak = proc_status_bytes("VmHWM:");
+    if (f->rss_start && peak)
+        snprintf(rss, sizeof rss, "%llu, \"rss_peak\": %llu", (unsigned long long)f->rss_start,
+                 (unsigned long long)peak);
     if (k < cap)
         snprintf(buf + k, cap - k, "}, \"workers\": %u, \"prefetch\": %u, \"read_window\": "
-                 "%llu, \"shrunk\": \"%s\"}", f->mem.workers, f->mem.prefetch,
-                 (unsigned long long)f->mem.read_window, f->mem_shrunk);
+                 "%llu, \"shrunk\": \"%s\", \"rss_start\": %s}", f->mem.workers,
+                 f->mem.prefetch, (unsigned long long)f->mem.read_window, f->mem_shrunk, rss);
 }
 
 static void pf_note_unindexed(FILE *out, const char *who, const sl_dataset_split *s)

@@ -90,6 +90,7 @@ typedef struct pf_flags {
     unsigned mem_pipelines;
     char mem_shrunk[160];
     sl_io_opts mem_io;
+    uint64_t rss_start;       /* VmRSS (bytes) when pf_rss_mark ran; 0 = not marked */
 } pf_flags;
 
 /* The name of a path argument from now on: sl_path_redact's copy, kept
@@ -122,9 +123,16 @@ int pf_check_data(pf_flags *f);
 /* "SIZE[K|M|G|T]" (binary multiples, an optional "iB" or "B" after them:
  * 512M, 4G, 1.5GiB, 1048576) into *out, > 0. 0 or -1. */
 int pf_parse_bytes(const char *s, uint64_t *out);
+/* Before the pipelines start (par_plan_apply, with a budget): note the
+ * process's RSS and reset its peak (/proc/self/clear_refs "5", Linux 4.0),
+ * so that the peak read later is the run's, not the start-up's (a CUDA
+ * build's initializers take ~220 MiB and give most of it back). */
+void pf_rss_mark(pf_flags *f);
 /* The memory object of --json: {"budget": B, "pipelines": N, "total": T
  * (all pipelines), "parts": {"read_window": .., ...} (one pipeline's),
- * "shrunk": ".."}, or null without --memory-budget. */
+ * "workers", "prefetch", "read_window", "shrunk": "..", "rss_start": the
+ * RSS at the mark, "rss_peak": the peak since (bytes; null when the peak
+ * could not be reset)}, or null without --memory-budget. */
 void pf_memory_json(const pf_flags *f, char *buf, size_t cap);
 /* The options block of a usage text, with defaults. */
 void pf_usage(FILE *out);
