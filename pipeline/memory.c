@@ -72,7 +72,7 @@
 /* Per transfer in flight: curl's receive buffer and a TLS connection. */
 #define SL_MEM_PER_TRANSFER ((uint64_t)64 << 10)
 /* The smallest read window the fit goes down to (one unit if larger). */
-#define SL_MEM_MIN_WINDOW ((uint64_t)4 << 20)
+#define SL_MEM_MIN_WINDOW ((uint64_t)1 << 20)
 /* Bytes per sample beside its pixels: label (4), record id (8), epoch (4). */
 #define SL_MEM_PER_SAMPLE 16u
 

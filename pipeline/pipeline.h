@@ -394,7 +394,7 @@ typedef struct sl_memory_fit {
 /* Fit cfg in fit->budget: estimate, and while pipelines x total exceeds
  * it, shrink what is not fixed in this order (each down to its floor before
  * the next): prefetch (to min_prefetch), remote requests in flight (to 1),
- * workers (to 1), the read window (to one read unit, at least 4 MiB). The
+ * workers (to 1), the read window (to one read unit, at least 1 MiB). The
  * shrunk values are written into cfg (workers, prefetch, read_window_bytes,
  * cfg->io's inflight), and cfg->memory_budget = budget / pipelines. *out
  * gets the final estimate; what (e.g. "prefetch 6 -> 3, workers 4 -> 2")

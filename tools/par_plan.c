@@ -24,9 +24,8 @@ static const char *mib(uint64_t b, char *buf, size_t cap)
 /* --memory-budget: fit f->cfg's pipelines in it (par_plan.h). */
 static int fit_memory(const char *cmd, pf_flags *f, const sl_par_request *q, sl_par_plan *p)
 {
-    char who[64], what[160];
-    snprintf(who, sizeof who, "sluice %s: --memory-budget", cmd);
-    sl_memory_fit fit = {.budget = f->memory_budget, .cmd = who, .io = &f->mem_io};
+    char what[160];
+    sl_memory_fit fit = {.budget = f->memory_budget, .cmd = "--memory-budget", .io = &f->mem_io};
     /* mirrored and ps replicas each run a pipeline in this process */
     fit.pipelines = q->job == SL_PAR_TRAIN && !q->mpi && p->replicas > 1 ? (unsigned)p->replicas
                                                                          : 1;
