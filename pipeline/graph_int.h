@@ -193,6 +193,7 @@ struct sl_pipeline {
     sl_trace *trace;            /* atomic pointer; NULL when not recording */
 
     struct sl_gdec *gdec;       /* const: the GPU decode stage (gdec_int.h), NULL = CPU */
+    struct sl_tune *tune;       /* mu: tune.c's state (cfg.tune), NULL = fixed */
     int submit_busy;            /* mu: a worker submits a batch without the lock (map.c's
                                  * complete_batches: the GPU decode, or a batch with holes
                                  * compacted); the others leave the submits to it */
@@ -233,6 +234,21 @@ unsigned sl_pipeline_batch_size(const sl_pipeline *p, uint64_t b);
 /* Position the batch counters at batch k, sample s (resume): ring slot r
  * then waits for the first batch >= k that maps to it. */
 void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
+
+/* ---------------------------------------------------------------- tune.c */
+typedef struct sl_tune sl_tune;
+/* At build (cfg.tune set; else nothing) and destroy. */
+int sl_tune_create(sl_pipeline *p);
+void sl_tune_destroy(sl_pipeline *p);
+/* A worker, before it claims a sample: wait while it is parked. mu held. */
+void sl_tune_gate_locked(sl_pipeline *p, unsigned worker);
+/* Is batch b further ahead of the consumer than tuning allows now? mu held. */
+int sl_tune_holds_locked(const sl_pipeline *p, uint64_t b);
+/* The consumer took a batch (next): count it, decide now and then. mu held. */
+void sl_tune_step_locked(sl_pipeline *p);
+/* Tests: replace the policy by a schedule: after the k-th batch taken,
+ * workers[k % n] active and ahead[k % n] batches ahead (clamped). */
+int sl_tune_force(sl_pipeline *p, const unsigned *workers, const unsigned *ahead, size_t n);
 
 /* ----------------------------------------------------------------- map.c */
 /* A map worker's thread (arg: its sl_worker). */

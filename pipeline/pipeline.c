@@ -482,7 +482,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
     }
-    if ((rc = alloc_threads(p)))
+    if ((rc = alloc_threads(p)) || (rc = sl_tune_create(p)))
         goto fail;
     p->skip_seq = UINT64_MAX;
     sl_pipeline_set_position(p, 0, 0);
@@ -554,6 +554,7 @@ void sl_pipeline_destroy(sl_pipeline *p)
     free(p->rctx);
     free(p->threads);
     sl_units_free_all(p);
+    sl_tune_destroy(p);
     sl_shuffle_fini(&p->shuf);
     sl_order_destroy(p->order);
     sl_gdec_destroy(p->gdec); /* its stream records the loader's events: first */
@@ -657,6 +658,7 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
         .ready_event = sl_loader_event(p->loader, r), .skipped = sl->bad,
     };
     p->next_index++;
+    sl_tune_step_locked(p);
     p->samples_out += n;
     p->bad_out += sl->bad;
     *out = &sl->view;

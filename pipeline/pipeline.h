@@ -221,7 +221,16 @@ typedef struct sl_pipeline_config {
      * dataset's, in time), which no budget smaller than the data holds.
      * Shrinking to fit is the caller's: sl_pipeline_memory_fit. */
     uint64_t memory_budget;
+    /* SL_TUNE_WORKERS | SL_TUNE_PREFETCH: adjust how many of the workers
+     * work and how many batches are decoded ahead, online, from the stage
+     * figures (pipeline/tune.c), within the workers started and the ring
+     * allocated (never more threads or memory); 0 = fixed (default). The
+     * batches are the same bytes either way. sl_pipeline_tuning_get says
+     * what it did. */
+    unsigned tune;
 } sl_pipeline_config;
+
+enum { SL_TUNE_WORKERS = 1, SL_TUNE_PREFETCH = 2 };
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
     {                                                                                              \
@@ -404,6 +413,20 @@ typedef struct sl_memory_fit {
  * asked for) and the budget it would need. */
 int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
                            sl_pipeline_memory *out, char *what, size_t cap);
+
+/* What the online tuning did (cfg.tune; without it the fixed settings). */
+typedef struct sl_pipeline_tuning {
+    unsigned knobs;                     /* cfg.tune's SL_TUNE_* (0: fixed) */
+    unsigned workers_max, prefetch_max; /* started workers, ring slots */
+    unsigned workers, prefetch;         /* active now, batches decoded ahead now */
+    unsigned workers_lo, workers_hi;    /* the range used */
+    unsigned prefetch_lo, prefetch_hi;
+    double workers_mean;                /* active workers, mean over the batches handed out */
+    uint64_t windows, changes;          /* decisions taken, changes made */
+    char last[96];                      /* the last change and why ("" = none) */
+} sl_pipeline_tuning;
+
+int sl_pipeline_tuning_get(sl_pipeline *p, sl_pipeline_tuning *out);
 
 /* Chrome trace-event JSON: start recording spans (one per read block,
  * sample decode, batch copy) into a bounded in-memory log; write it to path
