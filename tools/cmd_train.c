@@ -429,6 +429,7 @@ static int plan(train_opts *o, sl_par_plan *p)
     t->data.prefetch = o->pf.cfg.prefetch;
     t->data.read_window_bytes = o->pf.cfg.read_window_bytes;
     t->data.memory_budget = o->pf.cfg.memory_budget;
+    t->data.tune = o->pf.cfg.tune;
     t->data.io = o->pf.cfg.io;
     return 0;
 }

@@ -465,6 +465,37 @@ void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
                  f->mem.prefetch, (unsigned long long)f->mem.read_window, f->mem_shrunk, rss);
 }
 
+void pf_tuning_text(const sl_pipeline_tuning *t, char *buf, size_t cap)
+{
+    if (!t->knobs) {
+        snprintf(buf, cap, "off (%u workers, prefetch %u: --workers and --prefetch given)",
+                 t->workers, t->prefetch);
+        return;
+    }
+    snprintf(buf, cap, "workers %u..%u of %u (now %u, mean %.1f)%s, prefetch %u..%u of %u "
+             "(now %u)%s; %llu change%s in %llu window%s%s%s", t->workers_lo, t->workers_hi,
+             t->workers_max, t->workers, t->workers_mean,
+             t->knobs & SL_TUNE_WORKERS ? "" : " as given", t->prefetch_lo, t->prefetch_hi,
+             t->prefetch_max, t->prefetch, t->knobs & SL_TUNE_PREFETCH ? "" : " as given",
+             (unsigned long long)t->changes, t->changes == 1 ? "" : "s",
+             (unsigned long long)t->windows, t->windows == 1 ? "" : "s",
+             t->last[0] ? "; the last: " : "", t->last);
+}
+
+void pf_tuning_json(const sl_pipeline_tuning *t, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "{\"knobs\": [%s%s%s], \"workers\": %u, \"workers_max\": %u, "
+             "\"workers_lo\": %u, \"workers_hi\": %u, \"workers_mean\": %.3f, "
+             "\"prefetch\": %u, \"prefetch_max\": %u, \"prefetch_lo\": %u, "
+             "\"prefetch_hi\": %u, \"windows\": %llu, \"changes\": %llu, \"last\": \"%s\"}",
+             t->knobs & SL_TUNE_WORKERS ? "\"workers\"" : "",
+             (t->knobs & SL_TUNE_WORKERS) && (t->knobs & SL_TUNE_PREFETCH) ? ", " : "",
+             t->knobs & SL_TUNE_PREFETCH ? "\"prefetch\"" : "", t->workers, t->workers_max,
+             t->workers_lo, t->workers_hi, t->workers_mean, t->prefetch, t->prefetch_max,
+             t->prefetch_lo, t->prefetch_hi, (unsigned long long)t->windows,
+             (unsigned long long)t->changes, t->last);
+}
+
 static void pf_note_unindexed(FILE *out, const char *who, const sl_dataset_split *s)
 {
     if (s->unindexed)

@@ -134,6 +134,15 @@ void pf_rss_mark(pf_flags *f);
  * RSS at the mark, "rss_peak": the peak since (bytes; null when the peak
  * could not be reset)}, or null without --memory-budget. */
 void pf_memory_json(const pf_flags *f, char *buf, size_t cap);
+/* What the online tuning did (pipeline/tune.c), for the reports: "workers
+ * 1..4 of 4 (now 2, mean 2.6), prefetch 3..6 of 6 (now 4); 7 changes in 40
+ * windows, the last: ..." or "off (--workers and --prefetch given)"; and as
+ * JSON {"knobs": [...], "workers": .., "workers_max": .., "workers_lo":..,
+ * "workers_hi": .., "workers_mean": .., "prefetch": .., "prefetch_max": ..,
+ * "prefetch_lo": .., "prefetch_hi": .., "windows": .., "changes": ..,
+ * "last": ".."}. */
+void pf_tuning_text(const sl_pipeline_tuning *t, char *buf, size_t cap);
+void pf_tuning_json(const sl_pipeline_tuning *t, char *buf, size_t cap);
 /* The options block of a usage text, with defaults. */
 void pf_usage(FILE *out);
 /* Names for printing: "nchw-f32", "buffer:10000", ... (buf for the latter). */

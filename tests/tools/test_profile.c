@@ -12,6 +12,8 @@
  *             each decode path (planar default, SLUICE_DECODE=rgb) on its own
  *   trace     --trace writes Chrome trace JSON with events
  *   cli       --help; bad values exit 2 naming the option
+ *   tuning    the online tuning (pipeline/tune.c) in --json and the text:
+ *             on for what was not given, off for --workers and --prefetch
  *   memory    --memory-budget: the process's peak RSS (getrusage of the
  *             child) within the budget over that of `profile --help` (the
  *             binary and its libraries: a CUDA build's initializers alone
@@ -474,6 +476,32 @@ Test(profile, memory_budget_refused)
     st = tu_run(&out, "%s profile --data %s --memory-budget 12Q", tu_sluice(), dir);
     cr_assert_eq(st, 2, "%s", out);
     cr_assert(strstr(out, "--memory-budget: bad value '12Q'"), "%s", out);
+    free(out);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+Test(profile, tuning_reported)
+{
+    char *dir = make_dataset();
+    cJSON *j = profile_json(dir, "--image-size 32 --batch 16 --batches 30 --cpus 2 --json");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
+    cr_assert(cJSON_IsObject(t), "no tuning object");
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(t, "knobs");
+    cr_assert(cJSON_IsArray(knobs) && cJSON_GetArraySize(knobs) == 2);
+    cr_assert_eq(jnum(t, "workers_max"), 2);
+    cr_assert(jnum(t, "workers") >= 1 && jnum(t, "workers") <= 2);
+    cr_assert_geq(jnum(t, "prefetch"), 2);
+    cJSON_Delete(j);
+    j = profile_json(dir, "--image-size 32 --batch 16 --batches 4 --workers 2 --prefetch 4 --json");
+    t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "knobs")), 0);
+    cr_assert_eq(jnum(t, "changes"), 0);
+    cJSON_Delete(j);
+    char *out = NULL;
+    cr_assert_eq(profile_stdout(dir, "--image-size 32 --batch 16 --batches 4 --workers 1", &out), 0);
+    cr_assert(strstr(out, "tuning: workers 1..1 of 1 (now 1, mean 1.0) as given, prefetch"), "%s",
+              out);
     free(out);
     tu_rmrf(dir);
     free(dir);
