@@ -429,6 +429,9 @@ class Pipeline:
             nw = workers
             prefetch = 2 + max(1, -(-2 * nw // batch)) + self._hold - 1
         cfg["prefetch"] = prefetch
+        # what was not given is tuned online within what is started
+        # (pipeline/tune.c); the bytes are the same either way
+        cfg["tune"] = (0 if kw["workers"] else 1) | (0 if kw["prefetch"] else 2)
         label_key = kw.get("label_key")
         if label_key is not None:
             cfg["label_key"] = _str(w, "label_key", label_key)

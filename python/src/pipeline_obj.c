@@ -180,6 +180,7 @@ static const field fields[] = {
     FLD("label_offset", F_I64, label_offset),
     FLD("device", F_INT, device),
     FLD("label_key", F_STR, label_key),
+    FLD("tune", F_UNSIGNED, tune),
 };
 #undef FLD
 
