@@ -175,6 +175,22 @@ static int open_sources(const sl_pipeline_config *c, const sl_io_opts *io, sl_so
     return rc;
 }
 
+/* c = cfg resolved as create resolves it (budget: its memory_budget when
+ * not 0), io resolved, its sources opened into s. */
+static int prepare(const sl_pipeline_config *cfg, uint64_t budget, sl_pipeline_config *c,
+                   sl_io_opts *io, sl_source_set *s)
+{
+    if (!cfg->data || !*cfg->data || !cfg->split)
+        return sl_fail(SL_EINVAL, "sl_pipeline_memory: data: no dataset path");
+    *c = *cfg;
+    if (budget)
+        c->memory_budget = budget;
+    sl_pipeline_config_defaults(c);
+    memset(s, 0, sizeof *s);
+    int rc = sl_io_resolve(cfg->io, io);
+    return rc ? rc : open_sources(c, io, s);
+}
+
 static int reads_by_pread(const sl_pipeline_config *c)
 {
     const char *rd = getenv("SLUICE_READ");
@@ -189,14 +205,10 @@ int sl_pipeline_memory_estimate(const sl_pipeline_config *cfg, sl_pipeline_memor
     int rc = sl_check_config_size(fn, cfg->size, sizeof *cfg);
     if (rc)
         return rc;
-    if (!cfg->data || !*cfg->data || !cfg->split)
-        return sl_fail(SL_EINVAL, "%s: data: no dataset path", fn);
-    sl_pipeline_config c = *cfg;
-    sl_pipeline_config_defaults(&c);
+    sl_pipeline_config c;
     sl_io_opts io;
     sl_source_set s;
-    memset(&s, 0, sizeof s);
-    if ((rc = sl_io_resolve(cfg->io, &io)) || (rc = open_sources(&c, &io, &s)))
+    if ((rc = prepare(cfg, 0, &c, &io, &s)))
         return rc;
     estimate(&c, &s, &io, reads_by_pread(&c), out);
     sl_source_set_close(&s);
@@ -326,17 +338,13 @@ int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
     const char *who = fit->cmd ? fit->cmd : fn;
     if (!fit->budget)
         return sl_fail(SL_EINVAL, "%s: a budget of 0 bytes", who);
-    if (!cfg->data || !*cfg->data || !cfg->split)
-        return sl_fail(SL_EINVAL, "%s: data: no dataset path", fn);
     unsigned np = fit->pipelines ? fit->pipelines : 1;
     unsigned min_prefetch = fit->min_prefetch > 2 ? fit->min_prefetch : 2;
-    sl_pipeline_config c = *cfg;
-    c.memory_budget = fit->budget / np; /* what create checks; and reads by pread */
-    sl_pipeline_config_defaults(&c);
+    sl_pipeline_config c;
     sl_io_opts io;
     sl_source_set s;
-    memset(&s, 0, sizeof s);
-    if ((rc = sl_io_resolve(cfg->io, &io)) || (rc = open_sources(&c, &io, &s)))
+    /* memory_budget: what create checks, and reads by pread */
+    if ((rc = prepare(cfg, fit->budget / np ? fit->budget / np : 1, &c, &io, &s)))
         return rc;
     unsigned w0 = c.workers, p0 = c.prefetch, i0 = io.inflight;
     uint64_t r0 = c.read_window_bytes;
