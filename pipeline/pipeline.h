@@ -28,7 +28,9 @@
  * epoch), named among the first SL_PIPELINE_MAX_BAD_REPORT (stats).
  *
  * Memory: bounded by configuration: the shuffle buffer (records and bytes),
- * the reader window (bytes) and the batch ring (prefetch x batch bytes).
+ * the reader window (bytes) and the batch ring (prefetch x batch bytes);
+ * sl_pipeline_memory_estimate says each part in bytes, and cfg.memory_budget
+ * (with sl_pipeline_memory_fit) bounds their sum (pipeline/memory.c).
  * Shard files are memory-mapped read-only where they can be (regular
  * files), so records are read in place from the page cache; environment
  * SLUICE_READ=pread (read at create) reads them with pread instead. As with
