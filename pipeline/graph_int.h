@@ -194,6 +194,7 @@ struct sl_pipeline {
     sl_trace *trace;            /* atomic pointer; NULL when not recording */
 
     struct sl_gdec *gdec;       /* const: the GPU decode stage (gdec_int.h), NULL = CPU */
+    struct sl_tune *tune;       /* mu: tune.c's state (cfg.tune), NULL = fixed */
     int submit_busy;            /* mu: a worker submits a batch without the lock (map.c's
                                  * complete_batches: the GPU decode, or a batch with holes
                                  * compacted); the others leave the submits to it */
@@ -228,9 +229,33 @@ void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
 /* Everything sl_pipeline_create does except starting the threads: the
  * pipeline stands at the start of the run. */
 int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out);
+/* The zero fields of c set to their defaults (pipeline.h; memory.c's
+ * estimate resolves a config as create does). */
+void sl_pipeline_config_defaults(sl_pipeline_config *c);
+/* Effective shuffle buffer (records): the record budget capped by the
+ * byte budget over the mean record; 1 for NONE and GLOBAL. */
+uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_set *s);
+/* cfg.memory_budget against memory.c's estimate of p (build, sources open):
+ * SL_EINVAL naming the parts when it does not fit. */
+int sl_pipeline_memory_check(const sl_pipeline *p);
 /* Start the reader and worker threads (after build, and after a resume's
  * fast-forward). On error everything started is stopped again. */
 int sl_pipeline_start(sl_pipeline *p);
+
+/* ---------------------------------------------------------------- tune.c */
+typedef struct sl_tune sl_tune;
+/* At build (cfg.tune set; else nothing) and destroy. */
+int sl_tune_create(sl_pipeline *p);
+void sl_tune_destroy(sl_pipeline *p);
+/* A worker, before it claims a sample: wait while it is parked. mu held. */
+void sl_tune_gate_locked(sl_pipeline *p, unsigned worker);
+/* Is batch b further ahead of the consumer than tuning allows now? mu held. */
+int sl_tune_holds_locked(const sl_pipeline *p, uint64_t b);
+/* The consumer took a batch (next): count it, decide now and then. mu held. */
+void sl_tune_step_locked(sl_pipeline *p);
+/* Tests: replace the policy by a schedule: after the k-th batch taken,
+ * workers[k % n] active and ahead[k % n] batches ahead (clamped). */
+int sl_tune_force(sl_pipeline *p, const unsigned *workers, const unsigned *ahead, size_t n);
 
 /* ----------------------------------------------------------------- map.c */
 /* A map worker's thread (arg: its sl_worker). */

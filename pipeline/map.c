@@ -478,6 +478,7 @@ void *sl_worker_main(void *arg)
 
     pthread_mutex_lock(&p->mu);
     for (;;) {
+        sl_tune_gate_locked(p, w->index); /* tune.c: parked while not needed */
         uint32_t idx;
         uint64_t s, t = sl_now_ns();
         int rc = claim(p, &un, &idx, &s);
@@ -490,7 +491,7 @@ void *sl_worker_main(void *arg)
         uint64_t b = p->base_index + (s - p->base_samples) / p->cfg.batch;
         unsigned k = (unsigned)((s - p->base_samples) % p->cfg.batch);
         r = (unsigned)(b % p->prefetch);
-        while (p->slots[r].batch != b && !p->stop && !p->err)
+        while ((p->slots[r].batch != b || sl_tune_holds_locked(p, b)) && !p->stop && !p->err)
             sl_pipeline_wait(p, &p->cv_slot);
         t = sl_now_ns();
         a->wait_out_ns += t - t1;

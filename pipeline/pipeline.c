@@ -155,10 +155,9 @@ static int check_config(const sl_pipeline_config *c)
     return SL_OK;
 }
 
-/* Defaults for the zero fields of p->cfg (DESIGN: pipeline.h). */
-static void apply_defaults(sl_pipeline *p)
+/* Defaults for the zero fields of c (DESIGN: pipeline.h). */
+void sl_pipeline_config_defaults(sl_pipeline_config *c)
 {
-    sl_pipeline_config *c = &p->cfg;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (!c->readers)
         c->readers = 2;
@@ -182,6 +181,12 @@ static void apply_defaults(sl_pipeline *p)
     }
     if (!c->max_bad)
         c->max_bad = 1000;
+}
+
+static void apply_defaults(sl_pipeline *p)
+{
+    const sl_pipeline_config *c = &p->cfg;
+    sl_pipeline_config_defaults(&p->cfg);
     p->readers = c->readers;
     p->workers = c->workers;
     p->prefetch = c->prefetch;
@@ -190,7 +195,7 @@ static void apply_defaults(sl_pipeline *p)
 
 /* Effective shuffle buffer: records, capped by the byte budget over the
  * mean framed record size; 1 (no record shuffle) for NONE and GLOBAL. */
-static uint64_t effective_cap(const sl_pipeline_config *c, const sl_source_set *s)
+uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_set *s)
 {
     if (c->shuffle != SL_SHUFFLE_BUFFER)
         return 1;
@@ -331,7 +336,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     if (rc)
         goto fail;
     p->label_offset = c->label_offset >= 0 ? c->label_offset : p->src.label_offset;
-    p->shuffle_cap = effective_cap(c, &p->src);
+    p->shuffle_cap = sl_effective_shuffle_cap(c, &p->src);
     /* A buffer that holds a whole epoch (this rank's records of one; the
      * largest share, rank 0's, on every rank of a record split) was filled
      * from many epochs at once by the fused repeat: an "epoch" of batches
@@ -345,7 +350,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     int barrier = c->shuffle == SL_SHUFFLE_BUFFER && share > 0 && p->shuffle_cap >= share;
     if (barrier)
         p->shuffle_cap = share;
-    if ((rc = run_length(p)))
+    if ((rc = run_length(p)) || (rc = sl_pipeline_memory_check(p)))
         goto fail;
     p->sample_bytes = sl_sample_bytes(c->height, c->width, c->layout);
     if (p->sample_bytes > SIZE_MAX / c->batch) {
@@ -390,13 +395,13 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
         goto fail;
     }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
-    p->use_pread = rd && strcmp(rd, "pread") == 0;
+    p->use_pread = (rd && strcmp(rd, "pread") == 0) || c->memory_budget; /* memory.c */
     p->remote = p->src.n && p->src.remote; /* one data path: all or none */
     if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
     }
-    if ((rc = alloc_threads(p)))
+    if ((rc = alloc_threads(p)) || (rc = sl_tune_create(p)))
         goto fail;
     p->skip_seq = UINT64_MAX;
     sl_pipeline_set_position(p, 0, 0);
@@ -468,6 +473,7 @@ void sl_pipeline_destroy(sl_pipeline *p)
     free(p->rctx);
     free(p->threads);
     sl_units_free_all(p);
+    sl_tune_destroy(p);
     sl_shuffle_fini(&p->shuf);
     sl_order_destroy(p->order);
     sl_gdec_destroy(p->gdec); /* its stream records the loader's events: first */
@@ -571,6 +577,7 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
         .ready_event = sl_loader_event(p->loader, r), .skipped = sl->bad,
     };
     p->next_index++;
+    sl_tune_step_locked(p);
     p->samples_out += n;
     p->bad_out += sl->bad;
     *out = &sl->view;

@@ -28,7 +28,9 @@
  * epoch), named among the first SL_PIPELINE_MAX_BAD_REPORT (stats).
  *
  * Memory: bounded by configuration: the shuffle buffer (records and bytes),
- * the reader window (bytes) and the batch ring (prefetch x batch bytes).
+ * the reader window (bytes) and the batch ring (prefetch x batch bytes);
+ * sl_pipeline_memory_estimate says each part in bytes, and cfg.memory_budget
+ * (with sl_pipeline_memory_fit) bounds their sum (pipeline/memory.c).
  * Shard files are memory-mapped read-only where they can be (regular
  * files), so records are read in place from the page cache; environment
  * SLUICE_READ=pread (read at create) reads them with pread instead. As with
@@ -213,7 +215,24 @@ typedef struct sl_pipeline_config {
      * NULL = the process-wide ones (sl_io_configure) as they are at create.
      * Read at create only (copied); another pipeline's are not touched. */
     const struct sl_io_opts *io;
+    /* Bytes this pipeline may hold (sl_pipeline_memory below); 0 = no
+     * budget. With one, create refuses (SL_EINVAL, before any thread starts
+     * or any record is read) a config whose estimate exceeds it, naming
+     * each part, and reads local shards with pread into its own buffers:
+     * a mapped shard's pages stay in the process's RSS once read (the whole
+     * dataset's, in time), which no budget smaller than the data holds.
+     * Shrinking to fit is the caller's: sl_pipeline_memory_fit. */
+    uint64_t memory_budget;
+    /* SL_TUNE_WORKERS | SL_TUNE_PREFETCH: adjust how many of the workers
+     * work and how many batches are decoded ahead, online, from the stage
+     * figures (pipeline/tune.c), within the workers started and the ring
+     * allocated (never more threads or memory); 0 = fixed (default). The
+     * batches are the same bytes either way. sl_pipeline_tuning_get says
+     * what it did. */
+    unsigned tune;
 } sl_pipeline_config;
+
+enum { SL_TUNE_WORKERS = 1, SL_TUNE_PREFETCH = 2 };
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
     {                                                                                              \
@@ -325,6 +344,91 @@ typedef struct sl_pipeline_stats {
 } sl_pipeline_stats;
 
 int sl_pipeline_stats_get(sl_pipeline *p, sl_pipeline_stats *out);
+
+/* ----------------------------------------------------------------- memory */
+/* What a pipeline holds, in bytes, estimated from its config and the index
+ * files (pipeline/memory.c says how each part is bounded). */
+typedef enum sl_mem_part {
+    SL_MEM_READ_WINDOW = 0, /* the reorder window's units (and, read by pread or over
+                             * HTTP, the pool of recycled unit buffers) */
+    SL_MEM_SHUFFLE,         /* the units a record in the shuffle buffer keeps alive */
+    SL_MEM_REMOTE,          /* remote reads: per transfer in flight, curl's buffers */
+    SL_MEM_DECODE,          /* decode workers: a record buffer, the unit being decoded,
+                             * the decoder's scratch */
+    SL_MEM_RING,            /* the prefetch ring: prefetch decoded batches */
+    SL_MEM_INDEX,           /* the index entries (and shuffle global's permutation) */
+    SL_MEM_NPARTS
+} sl_mem_part;
+
+typedef struct sl_pipeline_memory {
+    uint64_t part[SL_MEM_NPARTS]; /* bytes of one pipeline */
+    uint64_t total;               /* their sum */
+    /* the settings the estimate is of (the config's zeros resolved) */
+    unsigned readers, workers, prefetch, inflight; /* inflight: remote only, else 0 */
+    uint64_t read_window;         /* bytes */
+    uint64_t shuffle_records;     /* effective buffer (records; 1 = none) */
+    uint64_t records, data_bytes; /* this rank's records and their framed bytes */
+    uint64_t mean_record, max_record; /* framed bytes, from the index */
+    int remote, mapped;           /* shards are URLs; read through a mapping (no pool) */
+} sl_pipeline_memory;
+
+/* "read window", "shuffle buffer", "remote in flight", "decode workers",
+ * "prefetch ring", "index"; and the JSON keys "read_window", "shuffle",
+ * "remote", "decode", "ring", "index". */
+const char *sl_mem_part_name(sl_mem_part part);
+const char *sl_mem_part_key(sl_mem_part part);
+
+/* The estimate for cfg. Opens the index files (a shard without one is
+ * scanned, as create would), reads no record. Errors: as create's. */
+int sl_pipeline_memory_estimate(const sl_pipeline_config *cfg, sl_pipeline_memory *out);
+
+/* What sl_pipeline_memory_fit may not change: the settings the user gave. */
+enum {
+    SL_MEM_FIXED_PREFETCH = 1,
+    SL_MEM_FIXED_INFLIGHT = 2,
+    SL_MEM_FIXED_WORKERS = 4,
+    SL_MEM_FIXED_READ_WINDOW = 8,
+};
+
+typedef struct sl_memory_fit {
+    uint64_t budget;          /* bytes for all the pipelines together (> 0) */
+    unsigned pipelines;       /* pipelines of this config alive at once (replicas); 0 = 1 */
+    unsigned fixed;           /* SL_MEM_FIXED_* */
+    unsigned min_prefetch;    /* the fewest batches the consumer needs (holds + 1); 0 = 2 */
+    const char *cmd;          /* names the budget in messages: "sluice train: --memory-
+                               * budget" or "sluice.Pipeline: memory_budget"; NULL = the
+                               * function's name */
+    struct sl_io_opts *io;    /* storage for a shrunk inflight (remote): cfg->io is then
+                               * pointed at it; NULL = inflight is not shrunk */
+} sl_memory_fit;
+
+/* Fit cfg in fit->budget: estimate, and while pipelines x total exceeds
+ * it, shrink what is not fixed in this order (each down to its floor before
+ * the next): prefetch (to min_prefetch), remote requests in flight (to 1),
+ * workers (to 1), the read window (to one read unit, at least 1 MiB). The
+ * shrunk values are written into cfg (workers, prefetch, read_window_bytes,
+ * cfg->io's inflight), and cfg->memory_budget = budget / pipelines. *out
+ * gets the final estimate; what (e.g. "prefetch 6 -> 3, workers 4 -> 2")
+ * says what was shrunk ("" for nothing). When it cannot fit: SL_EINVAL,
+ * before any record is read, with a message that names every part and
+ * its bytes, what could not shrink (a setting given, the shuffle buffer
+ * asked for) and the budget it would need. */
+int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
+                           sl_pipeline_memory *out, char *what, size_t cap);
+
+/* What the online tuning did (cfg.tune; without it the fixed settings). */
+typedef struct sl_pipeline_tuning {
+    unsigned knobs;                     /* cfg.tune's SL_TUNE_* (0: fixed) */
+    unsigned workers_max, prefetch_max; /* started workers, ring slots */
+    unsigned workers, prefetch;         /* active now, batches decoded ahead now */
+    unsigned workers_lo, workers_hi;    /* the range used */
+    unsigned prefetch_lo, prefetch_hi;
+    double workers_mean;                /* active workers, mean over the batches handed out */
+    uint64_t windows, changes;          /* decisions taken, changes made */
+    char last[96];                      /* the last change and why ("" = none) */
+} sl_pipeline_tuning;
+
+int sl_pipeline_tuning_get(sl_pipeline *p, sl_pipeline_tuning *out);
 
 /* Chrome trace-event JSON: start recording spans (one per read block,
  * sample decode, batch copy) into a bounded in-memory log; write it to path

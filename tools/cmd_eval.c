@@ -193,10 +193,12 @@ int cmd_eval(int argc, char **argv)
     q.width = mc.width;
     q.threads = threads;
     sl_par_plan par;
-    par_plan_apply(CMD, &pf, &q, &par, stderr);
+    if (par_plan_apply(CMD, &pf, &q, &par, stderr))
+        return 2;
     threads = par.threads;
-    char par_json[1024];
+    char par_json[1024], mem_json[512];
     sl_par_json(&par, par_json, sizeof par_json);
+    pf_memory_json(&pf, mem_json, sizeof mem_json);
 
     sl_model *m = NULL;
     sl_exec *e = NULL;
@@ -222,10 +224,10 @@ int cmd_eval(int argc, char **argv)
     if (json)
         printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
                "\"precision\":\"%s\",\"images\":%lld,\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.9g,"
-               "\"seconds\":%.3f,\"skipped_records\":%lld,\"parallelism\":%s}\n", ckpt, d->split,
+               "\"seconds\":%.3f,\"skipped_records\":%lld,\"parallelism\":%s,\"memory\":%s}\n", ckpt, d->split,
                sl_arch_name(mc.arch), sl_backend_name(tc.backend), sl_precision_name(act),
                (long long)er.images, er.top1, er.top5, er.loss, er.seconds,
-               (long long)er.skipped, par_json);
+               (long long)er.skipped, par_json, mem_json);
     else
         printf("%s on %s/%s (%s, %s): %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)%s\n",
                ckpt, d->data, d->split, sl_backend_name(tc.backend), sl_precision_name(act),

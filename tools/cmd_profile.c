@@ -174,6 +174,7 @@ typedef struct run_result {
                                       * shorter than --warmup: then all is measured) */
     int eof, interrupted;
     sl_pipeline_stats s0, s1;        /* at the window's start and at the end */
+    sl_pipeline_tuning tune;         /* at the end (pipeline/tune.c) */
     sl_io_stats io0, io1;            /* remote I/O (bytesrc.h), the same two moments */
     char digest[33];
     char decoder[256];               /* sl_pipeline_decoder at the end */
@@ -264,7 +265,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     r->warmup = warmed ? o->warmup : 0;
     r->seconds = sl_now_s() - t_start;
     r->next_s = next_s;
-    if ((rc = sl_pipeline_stats_get(p, &r->s1)))
+    if ((rc = sl_pipeline_tuning_get(p, &r->tune)) || (rc = sl_pipeline_stats_get(p, &r->s1)))
         return rc;
     sl_io_stats_get(&r->io1);
     sl_pipeline_decoder(p, r->decoder, sizeof r->decoder);
@@ -415,6 +416,9 @@ static void print_text(const profile_opts *o, const run_result *r)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
     printf("decode: %s\n", r->decoder);
+    char tuning[256];
+    pf_tuning_text(&r->tune, tuning, sizeof tuning);
+    printf("tuning: %s\n", tuning);
     printf("parallelism: %u workers, %u readers on %d cores (%s)\n", c->workers, c->readers,
            o->par.cpus, o->par.reason);
     printf("measured %llu batches, %llu images in %.2f s", (unsigned long long)r->m_batches,
@@ -538,6 +542,10 @@ static int print_json(const profile_opts *o, const run_result *r)
     char par[1024];
     sl_par_json(&o->par, par, sizeof par);
     jchk(cJSON_AddRawToObject(root, "parallelism", par));
+    pf_memory_json(&o->pf, par, sizeof par);
+    jchk(cJSON_AddRawToObject(root, "memory", par));
+    pf_tuning_json(&r->tune, par, sizeof par);
+    jchk(cJSON_AddRawToObject(root, "tuning", par));
     cJSON *cfg = jchk(cJSON_AddObjectToObject(root, "config"));
     if (cfg) {
         jchk(cJSON_AddStringToObject(cfg, "data", c->data));
@@ -588,7 +596,10 @@ int cmd_profile(int argc, char **argv)
     }
     sl_par_request q = SL_PAR_REQUEST_INIT;
     q.job = SL_PAR_PIPELINE;
-    par_plan_apply(CMD, &o.pf, &q, &o.par, stderr);
+    if (par_plan_apply(CMD, &o.pf, &q, &o.par, stderr)) {
+        cli_stop_restore(&stop);
+        return 2;
+    }
 
     run_result r;
     memset(&r, 0, sizeof r);

@@ -406,7 +406,7 @@ static void apply_defaults(train_opts *o)
 
 /* Replicas x threads, workers, readers and prefetch within --cpus
  * (tools/par_plan.c): what the options left open. */
-static void plan(train_opts *o, sl_par_plan *p)
+static int plan(train_opts *o, sl_par_plan *p)
 {
     sl_train_config *t = &o->t;
     sl_par_request q = SL_PAR_REQUEST_INIT;
@@ -418,7 +418,8 @@ static void plan(train_opts *o, sl_par_plan *p)
     q.strategy = o->strategy_given ? (int)t->strategy : -1;
     q.replicas = t->replicas;
     q.threads = t->threads;
-    par_plan_apply(CMD, &o->pf, &q, p, stderr);
+    if (par_plan_apply(CMD, &o->pf, &q, p, stderr))
+        return -1;
     t->strategy = p->strategy;
     if (!q.mpi && p->strategy != SL_STRATEGY_SINGLE)
         t->replicas = p->replicas;
@@ -426,6 +427,11 @@ static void plan(train_opts *o, sl_par_plan *p)
     t->data.workers = o->pf.cfg.workers;
     t->data.readers = o->pf.cfg.readers;
     t->data.prefetch = o->pf.cfg.prefetch;
+    t->data.read_window_bytes = o->pf.cfg.read_window_bytes;
+    t->data.memory_budget = o->pf.cfg.memory_budget;
+    t->data.tune = o->pf.cfg.tune;
+    t->data.io = o->pf.cfg.io;
+    return 0;
 }
 
 int cmd_train(int argc, char **argv)
@@ -442,7 +448,8 @@ int cmd_train(int argc, char **argv)
     o.t.epochs = o.pf.cfg.epochs;
     apply_defaults(&o);
     sl_par_plan par;
-    plan(&o, &par);
+    if (plan(&o, &par))
+        return 2;
     sl_train_result res;
     /* ps does not read the stop request: there Ctrl-C keeps its default */
     cli_stop stop;
@@ -497,8 +504,9 @@ int cmd_train(int argc, char **argv)
                 "the others), the first: %s\n", (long long)res.eval_skipped, res.eval_split,
                 res.eval_skipped_first[0] ? res.eval_skipped_first : "(another process's)");
     if (o.json) {
-        char par_json[1024];
+        char par_json[1024], mem_json[512];
         sl_par_json(&par, par_json, sizeof par_json);
+        pf_memory_json(&o.pf, mem_json, sizeof mem_json);
         printf("{\"steps\": %lld, \"seconds\": %.3f, \"images_per_sec\": %.2f, "
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
                "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
@@ -507,7 +515,7 @@ int cmd_train(int argc, char **argv)
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
                "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\", "
                "\"skipped_records\": %lld, \"eval_skipped_records\": %lld, \"cpu_isa\": \"%s\", "
-               "\"cudnn_fusion_detail\": %s, \"parallelism\": %s}\n",
+               "\"cudnn_fusion_detail\": %s, \"parallelism\": %s, \"memory\": %s}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
@@ -515,7 +523,7 @@ int cmd_train(int argc, char **argv)
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
                (long long)res.cuda_graph_replays, res.cudnn_fusion, (long long)res.skipped,
                (long long)res.eval_skipped, cpu_isa(&o.t),
-               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null", par_json);
+               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null", par_json, mem_json);
         fflush(stdout);
     }
     return 0;

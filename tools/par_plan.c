@@ -6,6 +6,7 @@
 
 #include <time.h>
 
+#include "cli.h"
 #include "common/cpus.h"
 
 /* How long the start-up measurement spins (common/cpus.h's sl_cpus_free):
@@ -13,8 +14,60 @@
  * few ms), short beside any run. */
 #define PAR_PROBE_S 0.05
 
-void par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan *p,
-                    FILE *out)
+/* "512 MiB" */
+static const char *mib(uint64_t b, char *buf, size_t cap)
+{
+    snprintf(buf, cap, b >= (uint64_t)10 << 20 ? "%.0f MiB" : "%.1f MiB", (double)b / 1048576.0);
+    return buf;
+}
+
+/* --memory-budget: fit f->cfg's pipelines in it (par_plan.h). */
+static int fit_memory(const char *cmd, pf_flags *f, const sl_par_request *q, sl_par_plan *p)
+{
+    char what[160];
+    sl_memory_fit fit = {.budget = f->memory_budget, .cmd = "--memory-budget", .io = &f->mem_io};
+    /* mirrored and ps replicas each run a pipeline in this process */
+    fit.pipelines = q->job == SL_PAR_TRAIN && !q->mpi && p->replicas > 1 ? (unsigned)p->replicas
+                                                                         : 1;
+    fit.fixed = (q->workers ? SL_MEM_FIXED_WORKERS : 0) |
+                (q->prefetch ? SL_MEM_FIXED_PREFETCH : 0) |
+                (f->io.inflight ? SL_MEM_FIXED_INFLIGHT : 0) |
+                (f->cfg.read_window_bytes ? SL_MEM_FIXED_READ_WINDOW : 0);
+    if (sl_pipeline_memory_fit(&f->cfg, &fit, &f->mem, what, sizeof what)) {
+        cli_error(cmd, "%s", sl_errmsg());
+        return -1;
+    }
+    f->mem_pipelines = fit.pipelines;
+    snprintf(f->mem_shrunk, sizeof f->mem_shrunk, "%s", what);
+    p->workers = f->cfg.workers ? f->cfg.workers : p->workers;
+    p->prefetch = f->cfg.prefetch;
+    return 0;
+}
+
+/* "<cmd>: memory: ..." after a fit. */
+static void say_memory(const char *cmd, const pf_flags *f, FILE *out)
+{
+    const char *what = f->mem_shrunk;
+    unsigned np = f->mem_pipelines ? f->mem_pipelines : 1;
+    char a[32], b[32], parts[400];
+    size_t k = 0;
+    for (int i = 0; i < SL_MEM_NPARTS && k < sizeof parts; i++) {
+        char h[32];
+        if (i == SL_MEM_REMOTE && !f->mem.remote)
+            continue;
+        int n = snprintf(parts + k, sizeof parts - k, "%s%s %s", k ? ", " : "",
+                         sl_mem_part_name((sl_mem_part)i), mib(f->mem.part[i], h, sizeof h));
+        k += n > 0 ? (size_t)n : 0;
+    }
+    char per[48] = "";
+    if (np > 1)
+        snprintf(per, sizeof per, "%u pipelines of ", np);
+    fprintf(out, "%s: memory: %s of --memory-budget %s (%s%s); %s%s\n", cmd,
+            mib(f->mem.total * np, a, sizeof a), mib(f->memory_budget, b, sizeof b),
+            per, parts, *what ? "shrunk to fit: " : "nothing shrunk", what);
+}
+
+int par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan *p, FILE *out)
 {
     sl_cpus c;
     sl_cpus_get(&c);
@@ -32,6 +85,12 @@ void par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan
     f->cfg.workers = p->workers;
     f->cfg.readers = p->readers;
     f->cfg.prefetch = p->prefetch;
+    /* what was not given is tuned online within what is started
+     * (pipeline/tune.c): the workers chosen here, the ring's slots */
+    f->cfg.tune = (q->workers ? 0 : SL_TUNE_WORKERS) | (q->prefetch ? 0 : SL_TUNE_PREFETCH);
+    int fit = f->memory_budget && f->cfg.data;
+    if (fit && fit_memory(cmd, f, q, p))
+        return -1;
     char prefetch[32] = "auto";
     if (p->prefetch)
         snprintf(prefetch, sizeof prefetch, "%u", p->prefetch);
@@ -52,5 +111,10 @@ void par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan
         fprintf(out, "%s: parallelism: %s; %u worker%s and %u reader%s per pipeline, prefetch "
                 "%s (%s%s)\n", cmd, p->reason, p->workers, p->workers == 1 ? "" : "s",
                 p->readers, p->readers == 1 ? "" : "s", prefetch, budget, measured);
+    if (fit) {
+        say_memory(cmd, f, out);
+        pf_rss_mark(f);
+    }
     fflush(out);
+    return 0;
 }

@@ -41,6 +41,7 @@ const struct option pf_long_opts[PF_NOPTS] = {
     {"io-retry-budget", required_argument, NULL, PF_OPT_IO_RETRY_BUDGET},
     {"ca-bundle", required_argument, NULL, PF_OPT_CA_BUNDLE},
     {"cpus", required_argument, NULL, PF_OPT_CPUS},
+    {"memory-budget", required_argument, NULL, PF_OPT_MEMORY_BUDGET},
 };
 
 /* The redacted paths handed out, kept reachable for the process's life
@@ -227,6 +228,10 @@ int pf_parse(pf_flags *f, int code, const char *arg)
             return -1;
         f->cpus = (int)u;
         return 0;
+    case PF_OPT_MEMORY_BUDGET:
+        if (pf_parse_bytes(arg, &f->memory_budget))
+            return bad(f, "--memory-budget", arg, "bytes > 0, with K, M, G or T: 512M, 4G");
+        return 0;
     case PF_OPT_PREFETCH:
         if (parse_uint(f, "--prefetch", arg, 0, 4096, &u))
             return -1;
@@ -383,6 +388,114 @@ int pf_finish(pf_flags *f)
     return 0;
 }
 
+int pf_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !(*s >= '0' && *s <= '9'))
+        return -1;
+    double v = strtod(s, &end);
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, *end) : NULL;
+    double mult = 1;
+    if (u) {
+        for (const char *k = units; k <= u; k++)
+            mult *= 1024;
+        end++;
+        if (*end == 'i')
+            end++;
+    }
+    if (*end == 'B')
+        end++;
+    v *= mult;
+    if (*end || !(v >= 1) || v >= 18446744073709551615.0)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A "Name:  N kB" line of /proc/self/status, in bytes; 0 when absent. */
+static uint64_t proc_status_bytes(const char *name)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    size_t n = strlen(name);
+    while (fp && fgets(line, sizeof line, fp))
+        if (!strncmp(line, name, n) && sscanf(line + n, "%llu", &kb) == 1)
+            break;
+    if (fp)
+        fclose(fp);
+    return (uint64_t)kb * 1024;
+}
+
+void pf_rss_mark(pf_flags *f)
+{
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    int ok = fp && fputs("5", fp) >= 0;
+    if (fp && fclose(fp))
+        ok = 0;
+    f->rss_start = ok ? proc_status_bytes("VmRSS:") : 0;
+}
+
+void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
+{
+    if (!f->memory_budget) {
+        snprintf(buf, cap, "null");
+        return;
+    }
+    size_t k = 0;
+    unsigned np = f->mem_pipelines ? f->mem_pipelines : 1;
+    int n = snprintf(buf, cap, "{\"budget\": %llu, \"pipelines\": %u, \"total\": %llu, "
+                     "\"parts\": {", (unsigned long long)f->memory_budget, np,
+                     (unsigned long long)(f->mem.total * np));
+    k = n > 0 ? (size_t)n : 0;
+    for (int i = 0; i < SL_MEM_NPARTS && k < cap; i++) {
+        n = snprintf(buf + k, cap - k, "%s\"%s\": %llu", i ? ", " : "",
+                     sl_mem_part_key((sl_mem_part)i), (unsigned long long)f->mem.part[i]);
+        k += n > 0 ? (size_t)n : 0;
+    }
+    char rss[80] = "null, \"rss_peak\": null";
+    uint64_t peak = proc_status_bytes("VmHWM:");
+    if (f->rss_start && peak)
+        snprintf(rss, sizeof rss, "%llu, \"rss_peak\": %llu", (unsigned long long)f->rss_start,
+                 (unsigned long long)peak);
+    if (k < cap)
+        snprintf(buf + k, cap - k, "}, \"workers\": %u, \"prefetch\": %u, \"read_window\": "
+                 "%llu, \"shrunk\": \"%s\", \"rss_start\": %s}", f->mem.workers,
+                 f->mem.prefetch, (unsigned long long)f->mem.read_window, f->mem_shrunk, rss);
+}
+
+void pf_tuning_text(const sl_pipeline_tuning *t, char *buf, size_t cap)
+{
+    if (!t->knobs) {
+        snprintf(buf, cap, "off (%u workers, prefetch %u: --workers and --prefetch given)",
+                 t->workers, t->prefetch);
+        return;
+    }
+    snprintf(buf, cap, "workers %u..%u of %u (now %u, mean %.1f)%s, prefetch %u..%u of %u "
+             "(now %u)%s; %llu change%s in %llu window%s%s%s", t->workers_lo, t->workers_hi,
+             t->workers_max, t->workers, t->workers_mean,
+             t->knobs & SL_TUNE_WORKERS ? "" : " as given", t->prefetch_lo, t->prefetch_hi,
+             t->prefetch_max, t->prefetch, t->knobs & SL_TUNE_PREFETCH ? "" : " as given",
+             (unsigned long long)t->changes, t->changes == 1 ? "" : "s",
+             (unsigned long long)t->windows, t->windows == 1 ? "" : "s",
+             t->last[0] ? "; the last: " : "", t->last);
+}
+
+void pf_tuning_json(const sl_pipeline_tuning *t, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "{\"knobs\": [%s%s%s], \"workers\": %u, \"workers_max\": %u, "
+             "\"workers_lo\": %u, \"workers_hi\": %u, \"workers_mean\": %.3f, "
+             "\"prefetch\": %u, \"prefetch_max\": %u, \"prefetch_lo\": %u, "
+             "\"prefetch_hi\": %u, \"windows\": %llu, \"changes\": %llu, \"last\": \"%s\"}",
+             t->knobs & SL_TUNE_WORKERS ? "\"workers\"" : "",
+             (t->knobs & SL_TUNE_WORKERS) && (t->knobs & SL_TUNE_PREFETCH) ? ", " : "",
+             t->knobs & SL_TUNE_PREFETCH ? "\"prefetch\"" : "", t->workers, t->workers_max,
+             t->workers_lo, t->workers_hi, t->workers_mean, t->prefetch, t->prefetch_max,
+             t->prefetch_lo, t->prefetch_hi, (unsigned long long)t->windows,
+             (unsigned long long)t->changes, t->last);
+}
+
 static void pf_note_unindexed(FILE *out, const char *who, const sl_dataset_split *s)
 {
     if (s->unindexed)
@@ -431,6 +544,14 @@ void pf_usage(FILE *out)
           "                        within it (the start-up line and --json say what and why)\n"
           "                        (default: the cores this process may use: its affinity mask\n"
           "                        and cgroup CPU quota)\n"
+          "  --memory-budget BYTES bytes the input pipelines may hold (512M, 4G): the read\n"
+          "                        window, the shuffle buffer, remote requests in flight, the\n"
+          "                        decode workers and the prefetch ring (pipeline/memory.c);\n"
+          "                        prefetch, requests in flight, workers and the read window are\n"
+          "                        shrunk to fit unless given; what cannot fit (the shuffle\n"
+          "                        buffer, an option given) is refused at start-up, each part\n"
+          "                        named. Local shards are then read with pread, not mapped.\n"
+          "                        Not counted: the process and the model (default: no budget)\n"
           "  --workers W           decode/augment threads of each pipeline; 0 = chosen within\n"
           "                        --cpus (profile: one per core; train: the cores the compute\n"
           "                        leaves, at least one)                            (default 0)\n"

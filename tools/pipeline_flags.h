@@ -63,7 +63,8 @@ enum {
     PF_OPT_IO_RETRY_BUDGET,
     PF_OPT_CA_BUNDLE,
     PF_OPT_CPUS,
-    PF_OPT_LAST = PF_OPT_CPUS,
+    PF_OPT_MEMORY_BUDGET,
+    PF_OPT_LAST = PF_OPT_MEMORY_BUDGET,
 };
 
 #define PF_NOPTS (PF_OPT_LAST - PF_OPT_FIRST + 1)
@@ -80,6 +81,16 @@ typedef struct pf_flags {
     int getopt_started;       /* pf_getopt has reset getopt's state */
     sl_io_opts io;            /* --io-*: remote reads (records/bytesrc.h), set by pf_finish */
     int cpus;                 /* --cpus: the budget (tools/par_plan.c); 0 = the usable cores */
+    uint64_t memory_budget;   /* --memory-budget: bytes (par_plan.c fits the pipelines in
+                               * them: pipeline/memory.c); 0 = none */
+    /* par_plan_apply's fit, with a budget: the estimate of each pipeline, how
+     * many there are, what was shrunk ("" = nothing), and the storage of a
+     * shrunk requests-in-flight (cfg.io points at it then) */
+    sl_pipeline_memory mem;
+    unsigned mem_pipelines;
+    char mem_shrunk[160];
+    sl_io_opts mem_io;
+    uint64_t rss_start;       /* VmRSS (bytes) when pf_rss_mark ran; 0 = not marked */
 } pf_flags;
 
 /* The name of a path argument from now on: sl_path_redact's copy, kept
@@ -109,6 +120,29 @@ int pf_finish(pf_flags *f);
  * of it have no index file (the pipeline scans those). 0 or -1 (message
  * printed). */
 int pf_check_data(pf_flags *f);
+/* "SIZE[K|M|G|T]" (binary multiples, an optional "iB" or "B" after them:
+ * 512M, 4G, 1.5GiB, 1048576) into *out, > 0. 0 or -1. */
+int pf_parse_bytes(const char *s, uint64_t *out);
+/* Before the pipelines start (par_plan_apply, with a budget): note the
+ * process's RSS and reset its peak (/proc/self/clear_refs "5", Linux 4.0),
+ * so that the peak read later is the run's, not the start-up's (a CUDA
+ * build's initializers take ~220 MiB and give most of it back). */
+void pf_rss_mark(pf_flags *f);
+/* The memory object of --json: {"budget": B, "pipelines": N, "total": T
+ * (all pipelines), "parts": {"read_window": .., ...} (one pipeline's),
+ * "workers", "prefetch", "read_window", "shrunk": "..", "rss_start": the
+ * RSS at the mark, "rss_peak": the peak since (bytes; null when the peak
+ * could not be reset)}, or null without --memory-budget. */
+void pf_memory_json(const pf_flags *f, char *buf, size_t cap);
+/* What the online tuning did (pipeline/tune.c), for the reports: "workers
+ * 1..4 of 4 (now 2, mean 2.6), prefetch 3..6 of 6 (now 4); 7 changes in 40
+ * windows, the last: ..." or "off (--workers and --prefetch given)"; and as
+ * JSON {"knobs": [...], "workers": .., "workers_max": .., "workers_lo":..,
+ * "workers_hi": .., "workers_mean": .., "prefetch": .., "prefetch_max": ..,
+ * "prefetch_lo": .., "prefetch_hi": .., "windows": .., "changes": ..,
+ * "last": ".."}. */
+void pf_tuning_text(const sl_pipeline_tuning *t, char *buf, size_t cap);
+void pf_tuning_json(const sl_pipeline_tuning *t, char *buf, size_t cap);
 /* The options block of a usage text, with defaults. */
 void pf_usage(FILE *out);
 /* Names for printing: "nchw-f32", "buffer:10000", ... (buf for the latter). */

@@ -71,7 +71,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
     _verify,
 )
 from ._args import (  # the settings' checks
-    _I63, _LAYOUT, _ON_ERROR, _RANK_SPLIT, _U64, _bool, _device_index, _float, _int,
+    _I63, _LAYOUT, _ON_ERROR, _RANK_SPLIT, _U64, _bool, _bytes, _device_index, _float, _int,
     _max_threads, _pair, _path, _pick, _restart, _shuffle, _str, _triple,
 )
 
@@ -204,6 +204,16 @@ class Pipeline:
         drives a GPU; a loop that computes on the CPU (torch on the CPU)
         wants more left to it, e.g. cpus=2 on 16 cores. An explicit
         workers wins.
+    memory_budget: bytes the pipeline may hold (an int, or '512M', '4G'):
+        the read window, the shuffle buffer, remote requests in flight, the
+        decode workers and the prefetch ring, estimated from the settings
+        and the index files. To fit, prefetch, requests in flight, workers
+        and the read window shrink (in that order; not those given);
+        what cannot fit (the shuffle buffer, a setting given) raises
+        sluice.ConfigError at creation, before a record is read, naming
+        each part's bytes. Local shards are then read with pread (a
+        mapping's pages stay in RSS). memory() says what was chosen. None
+        (the default): no budget. The batches are the same either way.
     seed: seeds shuffles and augmentation: the same seed gives the same bytes,
         whatever the numbers of threads.
     train: random-resized-crop + flip (True) or resize + center crop (False).
@@ -313,7 +323,7 @@ class Pipeline:
                  crop_fraction=0.875, mean=(123.675, 116.28, 103.53),
                  std=(58.395, 57.12, 57.375), copy=False, hold=None, label_key=None,
                  io_retries=None, io_timeout=None, io_inflight=None, io_retry_budget=None,
-                 cpus=None):
+                 cpus=None, memory_budget=None):
         kwargs = dict(locals())
         del kwargs["self"]
         self._setup(kwargs, None)
@@ -419,6 +429,9 @@ class Pipeline:
             nw = workers
             prefetch = 2 + max(1, -(-2 * nw // batch)) + self._hold - 1
         cfg["prefetch"] = prefetch
+        # what was not given is tuned online within what is started
+        # (pipeline/tune.c); the bytes are the same either way
+        cfg["tune"] = (0 if kw["workers"] else 1) | (0 if kw["prefetch"] else 2)
         label_key = kw.get("label_key")
         if label_key is not None:
             cfg["label_key"] = _str(w, "label_key", label_key)
@@ -447,7 +460,15 @@ class Pipeline:
         # with the rest
         io = self._io(w, kw)
         self._io_opts = None if io == (None,) * 4 else io
-        self._c = _Pipeline(cfg, state, self._hold, self._copy, self._io_opts)
+        # memory_budget: (bytes, what was given and may not shrink, the ring's
+        # floor); kwargs pickled by an older sluice have none
+        budget = kw.get("memory_budget")
+        self._memory = None if budget is None else (
+            _bytes(w, "memory_budget", budget),
+            (1 if kw["prefetch"] else 0) | (2 if kw.get("io_inflight") is not None else 0) |
+            (4 if kw["workers"] else 0),
+            self._hold + 1)
+        self._c = _Pipeline(cfg, state, self._hold, self._copy, self._io_opts, self._memory)
         try:
             self._check_ranks_agree()
         except BaseException:
@@ -674,7 +695,7 @@ class Pipeline:
     # memory, where the batches go; the rest decide the data and its order
     _FREE = frozenset(("data", "workers", "readers", "prefetch", "hold", "copy", "device", "cpus",
                        "on_error", "max_bad", "max_pixels", "io_retries", "io_timeout",
-                       "io_inflight", "io_retry_budget"))
+                       "io_inflight", "io_retry_budget", "memory_budget"))
 
     def _settings(self):
         def plain(v):
@@ -703,7 +724,7 @@ class Pipeline:
                               "(a dict with version 1 and 'pipeline')")
         try:
             new = _Pipeline(self._cfg, state["pipeline"], self._hold, self._copy,
-                            self._io_opts)
+                            self._io_opts, self._memory)
         except ConfigError as e:
             changed = self._changed(state.get("settings"))
             if changed is None:
@@ -726,6 +747,13 @@ class Pipeline:
             if k in mine and mine[k] != saved[k]:
                 return f"{k}={mine[k]!r}, the state was saved with {k}={saved[k]!r}"
         return None
+
+    def memory(self):
+        """What memory_budget chose (None without one): {'budget', 'total'
+        (bytes of the estimate), 'parts' (bytes of 'read_window', 'shuffle',
+        'remote', 'decode', 'ring', 'index'), 'workers', 'prefetch',
+        'read_window', 'shrunk' (e.g. 'prefetch 6 -> 3', '' for nothing)}."""
+        return self._c.memory()
 
     def stats(self):
         """Figures since the pipeline was made (after close(), those when it

@@ -36,6 +36,23 @@ def _int(where, name, value, lo, hi, meaning=""):
     return v
 
 
+def _bytes(where, name, value):
+    """Bytes > 0: an integer, or a string with K, M, G or T (binary
+    multiples, as the CLI's --memory-budget): 512M, 4G, 1.5GiB."""
+    if isinstance(value, str):
+        import re as _re
+        m = _re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)([KMGT]?)(?:i?B)?", value.strip())
+        if not m:
+            raise ConfigError(f"{where}: {name}={value!r}: bytes, an integer or a size "
+                              f"such as '512M' or '4G'")
+        v = int(float(m.group(1)) * 1024 ** (" KMGT".index(m.group(2) or " ")))
+    else:
+        v = _int(where, name, value, 1, _U64, " bytes")
+    if not 1 <= v <= _U64:
+        raise ConfigError(f"{where}: {name}={value!r}: out of range, 1 byte to 2**64 - 1")
+    return v
+
+
 def _float(where, name, value, ok, meaning):
     if isinstance(value, (bool, str, bytes)):
         raise ConfigError(f"{where}: {name}={value!r}: a number{meaning}")

@@ -105,6 +105,9 @@ typedef struct {
     size_t state_len;       /* 0: none kept */
     sl_pipeline_stats last; /* the figures when closed (stats() after close) */
     int has_last;
+    uint64_t mem_budget;    /* memory_budget (0: none) and its fit (memory.c) */
+    sl_pipeline_memory mem;
+    char mem_what[160];
 } pipe_obj;
 
 /* Made in another process (this one is a child of fork()): its threads
@@ -177,6 +180,7 @@ static const field fields[] = {
     FLD("label_offset", F_I64, label_offset),
     FLD("device", F_INT, device),
     FLD("label_key", F_STR, label_key),
+    FLD("tune", F_UNSIGNED, tune),
 };
 #undef FLD
 
@@ -274,14 +278,25 @@ static int parse_config(PyObject *d, sl_pipeline_config *cfg, PyObject *keep)
 /* ------------------------------------------------------------ lifecycle */
 static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"config", "state", "hold", "copy", "io", NULL};
-    PyObject *d, *state = Py_None, *io_args = Py_None;
+    static char *kwlist[] = {"config", "state", "hold", "copy", "io", "memory", NULL};
+    PyObject *d, *state = Py_None, *io_args = Py_None, *mem_args = Py_None;
     unsigned hold = 1;
     int copy = 0;
-    sl_io_opts io; /* this pipeline's (cfg.io: read at create) */
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OIpO:_Pipeline", kwlist, &PyDict_Type, &d,
-                                     &state, &hold, &copy, &io_args))
+    sl_io_opts io, io_fit; /* this pipeline's (cfg.io: read at create); a fit's */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OIpOO:_Pipeline", kwlist, &PyDict_Type, &d,
+                                     &state, &hold, &copy, &io_args, &mem_args))
         return NULL;
+    /* memory=(budget, fixed, min_prefetch): sl_pipeline_memory_fit before create */
+    unsigned long long budget = 0;
+    unsigned fixed = 0, min_prefetch = 0;
+    if (mem_args != Py_None &&
+        (!PyTuple_Check(mem_args) ||
+         !PyArg_ParseTuple(mem_args, "KII", &budget, &fixed, &min_prefetch) || !budget)) {
+        if (!PyErr_Occurred())
+            pysl_config_error("sluice.Pipeline: memory=%R: a tuple (budget > 0, fixed, "
+                              "min_prefetch)", mem_args);
+        return NULL;
+    }
     if (io_args != Py_None && (!PyTuple_Check(io_args) || pysl_io_opts(io_args, &io))) {
         if (!PyErr_Occurred())
             pysl_config_error("sluice.Pipeline: io=%R: a tuple (retries, timeout_ms, inflight, "
@@ -319,8 +334,15 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     cfg.label_key = c->label_key; /* the other strings are copied by create; this one lives in c */
     sl_pipeline *p = NULL;
+    sl_pipeline_memory mem;
+    char what[160] = "";
+    sl_memory_fit fit = {.budget = budget, .fixed = fixed, .min_prefetch = min_prefetch,
+                         .cmd = "sluice.Pipeline: memory_budget", .io = &io_fit};
     Py_BEGIN_ALLOW_THREADS
-    rc = st ? sl_pipeline_create_from_state(&cfg, st, strlen(st), &p) : sl_pipeline_create(&cfg, &p);
+    rc = budget ? sl_pipeline_memory_fit(&cfg, &fit, &mem, what, sizeof what) : SL_OK;
+    if (!rc)
+        rc = st ? sl_pipeline_create_from_state(&cfg, st, strlen(st), &p)
+                : sl_pipeline_create(&cfg, &p);
     Py_END_ALLOW_THREADS
     free(st);
     Py_DECREF(keep);
@@ -339,6 +361,11 @@ static PyObject *pipe_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     self->core = c;
+    self->mem_budget = budget;
+    if (budget) {
+        self->mem = mem;
+        memcpy(self->mem_what, what, sizeof what);
+    }
     self->device = cfg.device;
     self->copy = copy;
     self->hold = hold;
@@ -760,7 +787,37 @@ static PyObject *pipe_get_held(PyObject *obj, void *unused)
     return PyLong_FromUnsignedLong(((pipe_obj *)obj)->nq);
 }
 
+/* memory_budget's fit: a dict, or None without a budget. */
+static PyObject *pipe_memory(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    pipe_obj *self = (pipe_obj *)obj;
+    if (!self->mem_budget)
+        Py_RETURN_NONE;
+    const sl_pipeline_memory *m = &self->mem;
+    PyObject *parts = PyDict_New();
+    for (int i = 0; parts && i < SL_MEM_NPARTS; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(m->part[i]);
+        if (!v || PyDict_SetItemString(parts, sl_mem_part_key((sl_mem_part)i), v)) {
+            Py_XDECREF(v);
+            Py_CLEAR(parts);
+        } else {
+            Py_DECREF(v);
+        }
+    }
+    if (!parts)
+        return NULL;
+    return Py_BuildValue("{s:K,s:K,s:N,s:I,s:I,s:K,s:s}", "budget",
+                         (unsigned long long)self->mem_budget, "total",
+                         (unsigned long long)m->total, "parts", parts, "workers", m->workers,
+                         "prefetch", m->prefetch, "read_window",
+                         (unsigned long long)m->read_window, "shrunk", self->mem_what);
+}
+
 static PyMethodDef pipe_methods[] = {
+    {"memory", pipe_memory, METH_NOARGS,
+     "memory_budget's fit: {budget, total, parts (bytes by part), workers, prefetch, "
+     "read_window, shrunk}, or None without a budget."},
     {"next", pipe_next, METH_NOARGS,
      "next() -> (index, images, labels, record_ids, epochs, skipped) or None after the last "
      "batch."},

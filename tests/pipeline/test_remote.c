@@ -8,8 +8,9 @@
  * unreachable past the budget fails the run naming its URL, the HTTP status
  * and the time, under either error policy; one that is gone (404) is, under
  * skip, reported record by record and never comes out; a bad record's
- * refill that meets an outage ends the run the same way. Real servers on
- * loopback (tests/servers.h). */
+ * refill that meets an outage ends the run the same way; a memory budget
+ * shrinks the requests in flight (after prefetch, before workers) and
+ * changes no byte. Real servers on loopback (tests/servers.h). */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -469,5 +470,59 @@ Test(pipeline_remote, options_are_the_pipelines_own)
     }
     sl_io_get_opts(&now);
     cr_assert_eq(now.retries, 2);
+    unserve(&v);
+}
+
+/* Issue 43 item 3: --memory-budget over HTTP: the remote part is 64 KiB a
+ * transfer in flight; the fit takes prefetch to its floor, then the
+ * requests in flight (written into its own io settings, cfg.io pointed at
+ * them), before any worker; the run is the local one's. */
+Test(pipeline_remote, memory_budget_shrinks_inflight)
+{
+    served v;
+    serve(&v, NULL);
+    io_fast(3); /* inflight 4 */
+    sl_pipeline_config c;
+    pl_config(&c, &v.d);
+    c.epochs = 2;
+    c.prefetch = 5;
+    pl_run a, b;
+    run_from(&c, v.d.dir, &a);
+    c.data = v.url;
+    sl_pipeline_memory m4, m1;
+    c.memory_budget = 1; /* as the fit estimates: pread */
+    cr_assert_eq(sl_pipeline_memory_estimate(&c, &m4), SL_OK, "%s", sl_errmsg());
+    cr_assert(m4.remote && !m4.mapped);
+    cr_assert_eq(m4.inflight, 4);
+    cr_assert_eq(m4.part[SL_MEM_REMOTE], 2 * 4 * (64u << 10));
+    sl_io_opts one = {.retries = 3, .timeout_ms = 5000, .backoff_ms = 1, .inflight = 1};
+    sl_pipeline_config t = c;
+    t.prefetch = 2;
+    t.io = &one;
+    cr_assert_eq(sl_pipeline_memory_estimate(&t, &m1), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(m1.part[SL_MEM_REMOTE], 2 * 1 * (64u << 10));
+    c.memory_budget = 0;
+    sl_io_opts store;
+    sl_memory_fit fit = {.budget = m1.total, .cmd = "test", .io = &store};
+    sl_pipeline_memory got;
+    char what[160];
+    cr_assert_eq(sl_pipeline_memory_fit(&c, &fit, &got, what, sizeof what), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_str_eq(what, "prefetch 5 -> 2, requests in flight 4 -> 1");
+    cr_assert_eq(c.workers, 2);
+    cr_assert(c.io == &store && store.inflight == 1);
+    cr_assert_eq(got.total, m1.total);
+    /* given, the requests in flight are not shrunk: a worker goes */
+    sl_pipeline_config g = c;
+    g.prefetch = 5;
+    g.io = NULL;
+    fit.fixed = SL_MEM_FIXED_INFLIGHT;
+    cr_assert_eq(sl_pipeline_memory_fit(&g, &fit, &got, what, sizeof what), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_str_eq(what, "prefetch 5 -> 2, workers 2 -> 1");
+    run_from(&c, v.url, &b);
+    same_runs(&a, &b, "http under a memory budget");
+    pl_run_free(&a);
+    pl_run_free(&b);
     unserve(&v);
 }

@@ -12,6 +12,14 @@
  *             each decode path (planar default, SLUICE_DECODE=rgb) on its own
  *   trace     --trace writes Chrome trace JSON with events
  *   cli       --help; bad values exit 2 naming the option
+ *   tuning    the online tuning (pipeline/tune.c) in --json and the text:
+ *             on for what was not given, off for --workers and --prefetch
+ *   memory    --memory-budget: the process's peak RSS (getrusage of the
+ *             child) within the budget over that of `profile --help` (the
+ *             binary and its libraries: a CUDA build's initializers alone
+ *             take ~220 MiB); --json's memory object; a budget too small
+ *             refused at start-up, before a batch, naming each part; a
+ *             --prefetch given that does not fit named
  *
  * Suite "profile" (not pipeline*): it runs the binary, which the TSan pass
  * of the pipeline tests does not build.
@@ -20,7 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -344,4 +355,157 @@ Test(profile, bad_flags)
     int st = tu_run(&out, "%s profile --data /nonexistent/sluice-profile --batches 1", tu_sluice());
     cr_assert_eq(st, 2, "missing data: exit %d:\n%s", st, out);
     free(out);
+}
+
+/* ----------------------------------------------------------------- memory */
+/* Peak RSS (KiB) of the process tree of `sh -c cmd` (its output into
+ * *out), measured in a forked child so that no other child counts:
+ * RUSAGE_CHILDREN's ru_maxrss is the largest waited-for descendant's. */
+static long peak_rss_kib(const char *cmd, char **out, int *status)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        char *o = NULL;
+        int st = tu_run(&o, "%s", cmd);
+        struct rusage ru;
+        getrusage(RUSAGE_CHILDREN, &ru);
+        long v[2] = {ru.ru_maxrss, st};
+        size_t len = o ? strlen(o) : 0;
+        int ok = write(fds[1], v, sizeof v) == sizeof v &&
+                 (len == 0 || write(fds[1], o, len) == (ssize_t)len);
+        _exit(ok ? 0 : 2);
+    }
+    close(fds[1]);
+    long v[2] = {-1, -1};
+    cr_assert_eq(read(fds[0], v, sizeof v), (ssize_t)sizeof v);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t got;
+    while ((got = read(fds[0], buf + len, cap - len - 1)) > 0) {
+        len += (size_t)got;
+        if (cap - len < 1024)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    close(fds[0]);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    *out = buf;
+    *status = (int)v[1];
+    return v[0];
+}
+
+/* Issue 43 item 3: the run stays within --memory-budget (over the binary's
+ * own start-up), and says what it chose. */
+Test(profile, memory_budget_peak_rss)
+{
+    char *dir = make_dataset(), cmd[8192], *out;
+    int st;
+    snprintf(cmd, sizeof cmd, "%s profile --help", tu_sluice());
+    long base = peak_rss_kib(cmd, &out, &st);
+    free(out);
+    cr_assert_gt(base, 0);
+    /* 96 px f32 batches of 64: 7 MiB each, so the default ring (3 batches
+     * for 2 workers) and read window do not fit in 28 MiB: the fit shrinks */
+    const long budget_kib = 28 << 10;
+    snprintf(cmd, sizeof cmd, "%s profile --data %s --quiet --image-size 96 --batch 64 --epochs 3 "
+             "--batches 22 --cpus 2 --memory-budget 28M --json", tu_sluice(), dir);
+    long peak = peak_rss_kib(cmd, &out, &st);
+    cr_assert_eq(st, 0, "%s", out);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* (a sanitizer's shadow memory and quarantine grow with every allocation) */
+    cr_assert_leq(peak, base + budget_kib, "peak RSS %ld KiB, --help's %ld KiB + budget %ld KiB:\n%s",
+                  peak, base, budget_kib, out);
+#endif
+    cr_log_info("peak RSS %ld KiB, --help's %ld KiB, budget %ld KiB", peak, base, budget_kib);
+    cr_assert(strstr(out, "profile: memory: "), "no start-up line:\n%s", out);
+    const char *js = strchr(out, '{');
+    cr_assert_not_null(js);
+    cJSON *j = cJSON_Parse(js);
+    cr_assert_not_null(j, "not JSON:\n%s", out);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory");
+    cr_assert(cJSON_IsObject(mem), "no memory object:\n%s", out);
+    cr_assert_eq(jnum(mem, "budget"), 28 << 20);
+    cr_assert_leq(jnum(mem, "total"), 28 << 20);
+    /* the run's own peak, from the mark before the pipeline (start-up's
+     * peak reset): within the budget */
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(mem, "rss_start");
+    if (cJSON_IsNumber(rs)) {
+        double grew = jnum(mem, "rss_peak") - rs->valuedouble;
+        cr_log_info("the run's peak RSS: %.1f MiB over its start", grew / 1048576);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        cr_assert_leq(grew, 28 << 20, "peak RSS grew %.0f bytes over the start:\n%s", grew, out);
+#endif
+    }
+    const cJSON *shrunk = cJSON_GetObjectItemCaseSensitive(mem, "shrunk");
+    cr_assert(cJSON_IsString(shrunk) && strstr(shrunk->valuestring, "prefetch 3 -> 2"),
+              "%s", out);
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(mem, "parts");
+    cr_assert_gt(jnum(parts, "read_window"), 0);
+    cr_assert_gt(jnum(parts, "ring"), 0);
+    cr_assert_gt(jnum(parts, "decode"), 0);
+    cJSON_Delete(j);
+    free(out);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+Test(profile, memory_budget_refused)
+{
+    char *dir = make_dataset(), *out = NULL;
+    /* too small for what cannot shrink: refused before the first batch */
+    int st = tu_run(&out, "%s profile --data %s --image-size 32 --batch 16 --batches 4 "
+                    "--memory-budget 1M", tu_sluice(), dir);
+    cr_assert_eq(st, 2, "%s", out);
+    const char *want[] = {"--memory-budget 1.0 MiB", "read window", "shuffle buffer",
+                          "decode workers", "prefetch ring", "what cannot shrink",
+                          "Give a budget of"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(out, want[i]), "'%s' not in:\n%s", want[i], out);
+    cr_assert(!strstr(out, "measured"), "it ran:\n%s", out);
+    free(out);
+    /* a --prefetch given that does not fit is named */
+    st = tu_run(&out, "%s profile --data %s --image-size 64 --batch 64 --batches 4 "
+                "--prefetch 400 --memory-budget 24M", tu_sluice(), dir);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "prefetch 400 as given"), "%s", out);
+    free(out);
+    /* bad values */
+    st = tu_run(&out, "%s profile --data %s --memory-budget 12Q", tu_sluice(), dir);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "--memory-budget: bad value '12Q'"), "%s", out);
+    free(out);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+Test(profile, tuning_reported)
+{
+    char *dir = make_dataset();
+    cJSON *j = profile_json(dir, "--image-size 32 --batch 16 --batches 30 --cpus 2 --json");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
+    cr_assert(cJSON_IsObject(t), "no tuning object");
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(t, "knobs");
+    cr_assert(cJSON_IsArray(knobs) && cJSON_GetArraySize(knobs) == 2);
+    cr_assert_eq(jnum(t, "workers_max"), 2);
+    cr_assert(jnum(t, "workers") >= 1 && jnum(t, "workers") <= 2);
+    cr_assert_geq(jnum(t, "prefetch"), 2);
+    cJSON_Delete(j);
+    j = profile_json(dir, "--image-size 32 --batch 16 --batches 4 --workers 2 --prefetch 4 --json");
+    t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "knobs")), 0);
+    cr_assert_eq(jnum(t, "changes"), 0);
+    cJSON_Delete(j);
+    char *out = NULL;
+    cr_assert_eq(profile_stdout(dir, "--image-size 32 --batch 16 --batches 4 --workers 1", &out), 0);
+    cr_assert(strstr(out, "tuning: workers 1..1 of 1 (now 1, mean 1.0) as given, prefetch"), "%s",
+              out);
+    free(out);
+    tu_rmrf(dir);
+    free(dir);
 }
