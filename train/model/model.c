@@ -73,8 +73,6 @@
 #include "train/ops/mem.h"
 #include "train/model/model_int.h"
 
-#define OP SL_MODEL_OP
-
 /* The exec's ops reach the model's memory: a placed model runs on the exec
  * it was placed with, a host model on a host backend of its activation
  * type (f32, or the type sl_model_place laid it out for). */
@@ -112,8 +110,10 @@ static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int trai
             return rc;
         shortcut = m->cbn[b->ds].z;
     }
-    OP(fn, last->bn_name, sl_add(e, cnt, last->z, shortcut, last->z));
-    OP(fn, last->bn_name, sl_relu_fwd(e, cnt, last->z, last->z));
+    if ((rc = sl_add(e, cnt, last->z, shortcut, last->z)))
+        return sl_model_op_fail(rc, fn, last->bn_name);
+    if ((rc = sl_relu_fwd(e, cnt, last->z, last->z)))
+        return sl_model_op_fail(rc, fn, last->bn_name);
     return SL_OK;
 }
 
@@ -159,9 +159,11 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         return rc;
     if (m->stem_pool) {
         sl_pool_shape ps;
-        OP(fn, "maxpool", sl_pool_shape_init(&ps, n, m->cbn[0].p, m->cbn[0].q, m->cbn[0].cout,
-                                             3, 2, 1));
-        OP(fn, "maxpool", sl_maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg));
+        if ((rc = sl_pool_shape_init(&ps, n, m->cbn[0].p, m->cbn[0].q, m->cbn[0].cout,
+                                     3, 2, 1)))
+            return sl_model_op_fail(rc, fn, "maxpool");
+        if ((rc = sl_maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg)))
+            return sl_model_op_fail(rc, fn, "maxpool");
     }
     if (train)
         m->fuse_units = m->fuse_total = 0;
@@ -175,9 +177,11 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     }
     const sl_block *lb = &m->blk[m->nblock - 1];
     const float *feat = m->cbn[lb->first + lb->nconv - 1].z;
-    OP(fn, "avgpool", sl_gap_fwd(e, n, m->feat_hw, m->feat, feat, m->pooled));
-    OP(fn, "fc", sl_fc_fwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, m->fc_b,
-                                m->logits));
+    if ((rc = sl_gap_fwd(e, n, m->feat_hw, m->feat, feat, m->pooled)))
+        return sl_model_op_fail(rc, fn, "avgpool");
+    if ((rc = sl_fc_fwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, m->fc_b,
+                             m->logits)))
+        return sl_model_op_fail(rc, fn, "fc");
     if (train)
         m->train_n = n;
     *logits = m->logits;
@@ -220,13 +224,15 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
                        "consumes the activations it reads)", fn);
     m->train_n = 0; /* each y will hold its gradient, whatever happens below */
     float *A = m->ghead;
-    /* head: logits = fc(gap(out)) */
-    OP(fn, "fc", sl_fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
-                                m->dpooled, m->fc_gw, m->fc_gb));
     int rc;
+    /* head: logits = fc(gap(out)) */
+    if ((rc = sl_fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
+                             m->dpooled, m->fc_gw, m->fc_gb)))
+        return sl_model_op_fail(rc, fn, "fc");
     if ((rc = sl_model_grad_ready(m, m->fc_tensor)) || (rc = sl_model_grad_ready(m, m->fc_tensor + 1)))
         return rc;
-    OP(fn, "avgpool", sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
+    if ((rc = sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A)))
+        return sl_model_op_fail(rc, fn, "avgpool");
     for (int b = m->nblock - 1; b >= 0; b--) {
         const sl_block *k = &m->blk[b];
         if ((rc = k->fused ? sl_model_block_bwd_fused(m, e, k, n, A) : block_bwd(m, e, k, n, A)))
@@ -238,12 +244,14 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     int how = dx ? SL_DX_SET : SL_DX_NONE;
     if (m->stem_pool) {
         sl_pool_shape ps;
-        OP(fn, "maxpool", sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1));
+        if ((rc = sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1)))
+            return sl_model_op_fail(rc, fn, "maxpool");
         /* the stem's ReLU mask, taken at the pool output (the top comment) */
-        if (stem->relu)
-            OP(fn, "maxpool", sl_relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
-                                               A));
-        OP(fn, "maxpool", sl_maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
+        if (stem->relu &&
+            (rc = sl_relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A, A)))
+            return sl_model_op_fail(rc, fn, "maxpool");
+        if ((rc = sl_maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool)))
+            return sl_model_op_fail(rc, fn, "maxpool");
         rc = sl_model_cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
     } else {
         rc = sl_model_cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);

@@ -204,13 +204,12 @@ struct sl_model {
 
 /* unit.c: one conv+BN unit, what model.c and model_fuse.c (the cuDNN-fused
  * blocks) both run. */
-/* Run one op; on failure wrap its message with the function and layer. */
-#define SL_MODEL_OP(fn, what, call)                                                         \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_)                                                                            \
-            return sl_fail(rc_, "%s: %s: %s", fn, what, sl_errmsg());                       \
-    } while (0)
+/* An op's failure rc wrapped with the function and layer: "fn: what: <the
+ * op's message>". */
+static inline int sl_model_op_fail(int rc, const char *fn, const char *what)
+{
+    return sl_fail(rc, "%s: %s: %s", fn, what, sl_errmsg());
+}
 /* The activation a cbn reads: the model input, the max-pool output or the
  * z of an earlier cbn. */
 const float *sl_model_input_of(const sl_model *m, const sl_cbn *c);

@@ -40,8 +40,6 @@
 #include "train/ops/mem.h"
 #include "train/model/model_int.h"
 
-#define OP SL_MODEL_OP
-
 const float *sl_model_input_of(const sl_model *m, const sl_cbn *c)
 {
     if (c->input == -2)
@@ -119,13 +117,16 @@ static int bn_sync_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows)
     float *mean = m->sync_buf, *var = m->sync_buf + C, *slots = NULL;
     if ((rc = sync_slots(m, e, fn, &slots)))
         return rc;
-    OP(fn, c->bn_name, sl_bn_moments(e, rows, C, c->y, W, m->sync.rank, slots));
+    if ((rc = sl_bn_moments(e, rows, C, c->y, W, m->sync.rank, slots)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
     if ((rc = sync_sum(m, fn, c, slots, W * SL_BN_MOMENT_FLOATS * C)))
         return rc;
-    OP(fn, c->bn_name, sl_bn_moments_merge(e, rows, C, W, slots, mean, var));
-    OP(fn, c->bn_name, sl_bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
-                                            total, m->cfg.bn_momentum, m->cfg.bn_eps,
-                                            c->rmean, c->rvar, c->z, c->smean, c->sinvstd));
+    if ((rc = sl_bn_moments_merge(e, rows, C, W, slots, mean, var)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
+    if ((rc = sl_bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
+                                   total, m->cfg.bn_momentum, m->cfg.bn_eps,
+                                   c->rmean, c->rvar, c->z, c->smean, c->sinvstd)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
     return SL_OK;
 }
 
@@ -138,14 +139,18 @@ static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const f
     int C = c->cout, rc;
     double total = (double)rows * m->sync.world;
     float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
-    OP(fn, c->bn_name, sl_bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
-                                             c->gbeta, c->ggamma));
-    OP(fn, c->bn_name, sl_mem_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
-    OP(fn, c->bn_name, sl_mem_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
+    if ((rc = sl_bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
+                                    c->gbeta, c->ggamma)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
+    if ((rc = sl_mem_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float))))
+        return sl_model_op_fail(rc, fn, c->bn_name);
+    if ((rc = sl_mem_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float))))
+        return sl_model_op_fail(rc, fn, c->bn_name);
     if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
         return rc;
-    OP(fn, c->bn_name, sl_bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
-                                            c->sinvstd, sdy, sdyx, total, dx));
+    if ((rc = sl_bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
+                                   c->sinvstd, sdy, sdyx, total, dx)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
     return SL_OK;
 }
 
@@ -159,33 +164,38 @@ int sl_model_cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const
 {
     const char *fn = "sl_model_forward";
     sl_conv_shape sh;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_conv_fwd(e, &sh, sl_model_input_of(m, c), c->wc, c->y));
+    int rc;
+    if ((rc = sl_model_conv_shape(c, n, &sh)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
+    if ((rc = sl_conv_fwd(e, &sh, sl_model_input_of(m, c), c->wc, c->y)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
     int64_t rows = (int64_t)n * c->p * c->q;
     if (sl_model_fuse_fwd(m, e, train) && (c->relu || r)) {
-        OP(fn, c->bn_name, sl_bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
-                                                    m->cfg.bn_momentum, m->cfg.bn_eps,
-                                                    c->rmean, c->rvar, r, 1, c->z, c->smean,
-                                                    c->sinvstd));
+        if ((rc = sl_bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
+                                           m->cfg.bn_momentum, m->cfg.bn_eps,
+                                           c->rmean, c->rvar, r, 1, c->z, c->smean,
+                                           c->sinvstd)))
+            return sl_model_op_fail(rc, fn, c->bn_name);
         (*c->nbt)++;
         return SL_OK;
     }
     if (train && m->sync_on) {
-        int rc = bn_sync_fwd(m, e, c, rows);
-        if (rc)
+        if ((rc = bn_sync_fwd(m, e, c, rows)))
             return rc;
         (*c->nbt)++;
     } else if (train) {
-        OP(fn, c->bn_name, sl_bn_fwd_train(e, rows, c->cout, c->y, c->gamma, c->beta,
-                                                m->cfg.bn_momentum, m->cfg.bn_eps, c->rmean,
-                                                c->rvar, c->z, c->smean, c->sinvstd));
+        if ((rc = sl_bn_fwd_train(e, rows, c->cout, c->y, c->gamma, c->beta,
+                                       m->cfg.bn_momentum, m->cfg.bn_eps, c->rmean,
+                                       c->rvar, c->z, c->smean, c->sinvstd)))
+            return sl_model_op_fail(rc, fn, c->bn_name);
         (*c->nbt)++; /* as PyTorch: counted on every train forward */
     } else {
-        OP(fn, c->bn_name, sl_bn_fwd_eval(e, rows, c->cout, c->y, c->gamma, c->beta,
-                                               c->rmean, c->rvar, m->cfg.bn_eps, c->z));
+        if ((rc = sl_bn_fwd_eval(e, rows, c->cout, c->y, c->gamma, c->beta,
+                                      c->rmean, c->rvar, m->cfg.bn_eps, c->z)))
+            return sl_model_op_fail(rc, fn, c->bn_name);
     }
-    if (c->relu)
-        OP(fn, c->bn_name, sl_relu_fwd(e, rows * c->cout, c->z, c->z));
+    if (c->relu && (rc = sl_relu_fwd(e, rows * c->cout, c->z, c->z)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
     return SL_OK;
 }
 
@@ -214,17 +224,19 @@ int sl_model_bn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *
     int64_t rows = (int64_t)n * c->p * c->q;
     int rc;
     if (relu && !m->sync_on && e->ops->bn_bwd_act) {
-        OP(fn, c->bn_name, sl_bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
-                                              c->smean, c->sinvstd, c->y, c->ggamma, c->gbeta));
+        if ((rc = sl_bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
+                                     c->smean, c->sinvstd, c->y, c->ggamma, c->gbeta)))
+            return sl_model_op_fail(rc, fn, c->bn_name);
     } else {
-        if (relu)
-            OP(fn, c->bn_name, sl_relu_bwd(e, rows * c->cout, c->z, dz, dz));
+        if (relu && (rc = sl_relu_bwd(e, rows * c->cout, c->z, dz, dz)))
+            return sl_model_op_fail(rc, fn, c->bn_name);
         if (m->sync_on) {
             if ((rc = bn_sync_bwd(m, e, c, rows, dz, c->y)))
                 return rc;
         } else {
-            OP(fn, c->bn_name, sl_bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
-                                              c->sinvstd, c->y, c->ggamma, c->gbeta));
+            if ((rc = sl_bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
+                                     c->sinvstd, c->y, c->ggamma, c->gbeta)))
+                return sl_model_op_fail(rc, fn, c->bn_name);
         }
     }
     if ((rc = sl_model_grad_ready(m, c->tensor + 1)) || (rc = sl_model_grad_ready(m, c->tensor + 2)))
@@ -244,17 +256,17 @@ int sl_model_conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int 
     const char *fn = "sl_model_backward";
     int rc;
     sl_conv_shape sh;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_conv_bwd_filter(e, &sh, sl_model_input_of(m, c), c->y, c->gw));
+    if ((rc = sl_model_conv_shape(c, n, &sh)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
+    if ((rc = sl_conv_bwd_filter(e, &sh, sl_model_input_of(m, c), c->y, c->gw)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
     if ((rc = sl_model_grad_ready(m, c->tensor)))
         return rc;
     if (how == SL_DX_SET)
-        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, dx));
+        rc = sl_conv_bwd_data(e, &sh, c->y, c->wc, dx);
     else if (how == SL_DX_ADD && e->ops->conv_bwd_data_acc)
-        OP(fn, c->conv_name, sl_conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp));
-    else if (how == SL_DX_ADD) {
-        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, tmp));
-        OP(fn, c->conv_name, sl_add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx));
-    }
-    return SL_OK;
+        rc = sl_conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp);
+    else if (how == SL_DX_ADD && !(rc = sl_conv_bwd_data(e, &sh, c->y, c->wc, tmp)))
+        rc = sl_add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx);
+    return rc ? sl_model_op_fail(rc, fn, c->conv_name) : SL_OK; /* SL_DX_NONE: rc is 0 here */
 }
