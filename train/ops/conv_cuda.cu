@@ -242,13 +242,10 @@ extern "C" int sl_conv_algo_cache_attach(sl_cuda_ctx *cx)
         return sl_fail(SL_ENOMEM, "sl_conv_algo_cache_attach: out of memory");
     c->find = cx->find;
     c->det = cx->det;
-    int rc = sl_cuda_ctx_own(cx, c, cache_free);
-    if (rc) {
-        cache_free(c);
-        return rc;
-    }
-    cx->algos = c;
-    return SL_OK;
+    int rc = sl_cuda_ctx_own(cx, c, cache_free); // frees c when it fails
+    if (!rc)
+        cx->algos = c;
+    return rc;
 }
 
 extern "C" void sl_conv_algo_stats(const sl_cuda_ctx *c, int *shapes, long *searches)

@@ -219,9 +219,11 @@ fail:
 
 extern "C" int sl_cuda_ctx_own(sl_cuda_ctx *c, void *obj, void (*free_fn)(void *obj))
 {
-    if (c->nowned == SL_CUDA_OWNED_MAX)
+    if (c->nowned == SL_CUDA_OWNED_MAX) {
+        free_fn(obj);
         return sl_fail(SL_ENOMEM, "sl_cuda_ctx_own: device %d: already %d owned objects",
                        c->device, SL_CUDA_OWNED_MAX);
+    }
     c->owned[c->nowned++] = sl_cuda_owned{obj, free_fn};
     return SL_OK;
 }

@@ -134,8 +134,8 @@ void sl_cuda_ctx_destroy(sl_cuda_ctx *c);
  * plans must die first). The context thereby calls none of its users: the
  * algorithm cache and the fusion plans attach themselves
  * (sl_conv_algo_cache_attach, sl_graph_cache_attach: exec.c calls both
- * after sl_cuda_ctx_create). SL_ENOMEM past SL_CUDA_OWNED_MAX; the
- * caller still owns obj then. */
+ * after sl_cuda_ctx_create). SL_ENOMEM past SL_CUDA_OWNED_MAX, obj then
+ * freed with free_fn at once: either way the caller no longer owns it. */
 int sl_cuda_ctx_own(sl_cuda_ctx *c, void *obj, void (*free_fn)(void *obj));
 /* The context of a cuda sl_exec. */
 static inline sl_cuda_ctx *sl_cuda_of(sl_exec *e) { return (sl_cuda_ctx *)e->cuda; }

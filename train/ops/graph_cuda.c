@@ -98,13 +98,10 @@ int sl_graph_cache_attach(sl_cuda_ctx *cx)
     if (!g)
         return sl_fail(SL_ENOMEM, "sl_graph_cache_attach: out of memory");
     g->det = cx->det;
-    int rc = sl_cuda_ctx_own(cx, g, cache_free);
-    if (rc) {
-        cache_free(g);
-        return rc;
-    }
-    cx->graphs = g;
-    return SL_OK;
+    int rc = sl_cuda_ctx_own(cx, g, cache_free); /* frees g when it fails */
+    if (!rc)
+        cx->graphs = g;
+    return rc;
 }
 
 int sl_graph_available_cuda(const sl_exec *e)
