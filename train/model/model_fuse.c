@@ -22,14 +22,14 @@
  *
  * Forward (A = the block input; the main path u[0..L], L = nconv - 1):
  *   ds:  fused: y_ds, its sums (ConvBNfprop), BN finalize, z_ds =
- *        bn(y_ds) by the apply pass; refused: model.c's cbn forward.
+ *        bn(y_ds) by the apply pass; refused: unit.c's cbn forward.
  *   u[j]: before it, z_{j-1} = relu(bn(y_{j-1})) is written when any of
  *        u[j]'s plans was refused (the unfused conv forward, weight
  *        gradient or BN backward of u[j-1] reads it; a fused chain never
  *        writes it). Fused: y_j and its sums (ConvBNfprop on y_{j-1} with
  *        (s, b)_{j-1}, or on A for j = 0), then the finalize: statistics,
  *        running update, (s, b)_j and the apply's constants. Refused:
- *        model.c's cbn forward (conv on z_{j-1} or A, BN, ReLU), then the
+ *        unit.c's cbn forward (conv on z_{j-1} or A, BN, ReLU), then the
  *        fold of its saved statistics into (s, b)_j, so that u[j+1] fuses.
  *   out: relu(bn_L(y_L) + shortcut) by the apply pass into z_L.
  * Backward (A = d(out)): BN L's backward with the block ReLU (masked A
@@ -157,7 +157,7 @@ static int unit_fwd_fused(sl_model *m, sl_exec *e, sl_cbn *c, int n, const float
     return SL_OK;
 }
 
-/* A unit whose ConvBNfprop was refused: model.c's conv + BN (+ ReLU) on
+/* A unit whose ConvBNfprop was refused: unit.c's conv + BN (+ ReLU) on
  * its materialized input, then its BN folded for the next fused conv. */
 static int unit_fwd_unfused(sl_model *m, sl_exec *e, sl_cbn *c, int n)
 {

@@ -2,7 +2,9 @@
  * train/model/model_int.h - private to the model files: the layout of a built
  * ResNet, shared by train/model/resnet.c (building: architecture,
  * initialization, state dict, placing), train/model/layout.c (the memory
- * plan) and train/model/model.c (running: forward, backward, accessors).
+ * plan), train/model/model.c (running: forward, backward, accessors) and
+ * train/model/unit.c (one conv+BN unit, sync-BN: under model.c and
+ * model_fuse.c).
  *
  * A ResNet here is a list of conv+BN units (sl_cbn) in state-dict order and
  * a list of residual blocks that index into it. Memory (sizes at max_batch):
