@@ -102,6 +102,7 @@
 #include <time.h>
 
 #include "collectives/collectives_int.h"
+#include "common/clock.h"
 
 #define LINE 64
 /* A waiter spins on the counter this long, then yields the core this long,
@@ -166,13 +167,6 @@ static const char *kind_name(int k)
     case K_BARRIER: return "barrier";
     }
     return "nothing";
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static inline void cpu_relax(void)
@@ -280,7 +274,7 @@ static int wait_done(local_slot *me, local_slot *peer, uint64_t target, const co
     if (atomic_load_explicit(&peer->done, memory_order_acquire) >= target)
         return SL_OK;
     sl_comm_group *g = me->g;
-    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t t0 = sl_now_ns(), deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
 
     /* spin, then yield */
     for (unsigned i = 1;; i++) {
@@ -289,7 +283,7 @@ static int wait_done(local_slot *me, local_slot *peer, uint64_t target, const co
         if ((i & 63) == 0) {
             if (atomic_load_explicit(&g->fail_code, memory_order_relaxed))
                 return group_error(me, x->fn);
-            uint64_t el = now_ns() - t0;
+            uint64_t el = sl_now_ns() - t0;
             if (el >= SPIN_NS + YIELD_NS)
                 break;
             if (el >= SPIN_NS)
@@ -314,7 +308,7 @@ static int wait_done(local_slot *me, local_slot *peer, uint64_t target, const co
             closed = 1;
             break;
         }
-        if (pthread_cond_timedwait(&peer->cv, &peer->mu, &ts) && now_ns() >= deadline) {
+        if (pthread_cond_timedwait(&peer->cv, &peer->mu, &ts) && sl_now_ns() >= deadline) {
             if (atomic_load(&peer->done) < target)
                 rc = SL_ETIMEDOUT;
             break;
@@ -333,7 +327,7 @@ static int wait_done(local_slot *me, local_slot *peer, uint64_t target, const co
         return group_error(me, x->fn);
     }
     if (rc == SL_ETIMEDOUT)
-        return fail_timeout(me, peer, target, x, (double)(now_ns() - t0) * 1e-9);
+        return fail_timeout(me, peer, target, x, (double)(sl_now_ns() - t0) * 1e-9);
     if (rc)
         return group_error(me, x->fn);
     return SL_OK; /* the seq_cst load of done acquired peer's writes */

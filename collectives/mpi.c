@@ -67,6 +67,7 @@
 #include <time.h>
 
 #include "collectives/collectives_int.h"
+#include "common/clock.h"
 
 #define SPIN_MS 1000        /* test back to back (yielding) this long into a wait */
 #define SLEEP_MAX_US 200    /* then sleep between tests, at most this long */
@@ -111,13 +112,6 @@ int sl_comm_mpi_launched(void)
 }
 
 /* ---------------------------------------------------------------- helpers */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void sleep_us(long us)
 {
@@ -171,7 +165,7 @@ static int wait_req(sl_comm *c, MPI_Request *req, MPI_Status *st, long timeout_m
                     const char *fn, const char *what, const char *waiting_for, int *mpi_err)
 {
     mpi_impl *im = c->impl;
-    double t0 = now_ms();
+    double t0 = sl_now_ms();
     long nap = 1;
     for (;;) {
         if (atomic_load(&im->aborted)) {
@@ -205,7 +199,7 @@ static int wait_req(sl_comm *c, MPI_Request *req, MPI_Status *st, long timeout_m
         if (im->peer_aborted >= 0)
             return sl_fail(SL_ECANCELED, "%s: mpi rank %d of %d: %s: rank %d aborted: %s", fn,
                            c->rank, c->world, what, im->peer_aborted, im->abort_in);
-        double waited = now_ms() - t0;
+        double waited = sl_now_ms() - t0;
         if (timeout_ms >= 0 && waited >= (double)timeout_ms)
             return sl_fail(SL_ETIMEDOUT, "%s: mpi rank %d of %d: %s: timed out after %ld ms "
                            "waiting for %s", fn, c->rank, c->world, what, timeout_ms,
@@ -515,7 +509,7 @@ static void mpi_abort(sl_comm *c, const char *why)
 static int drain_abort_sends(sl_comm *c)
 {
     mpi_impl *im = c->impl;
-    double t0 = now_ms();
+    double t0 = sl_now_ms();
     for (;;) {
         int done = 0;
         LOCK();
@@ -523,7 +517,7 @@ static int drain_abort_sends(sl_comm *c)
         UNLOCK();
         if (done)
             return 1;
-        if (now_ms() - t0 > 200)
+        if (sl_now_ms() - t0 > 200)
             return 0;
         sleep_us(1000);
     }

@@ -63,6 +63,7 @@
 #include <time.h>
 
 #include "collectives/collectives_int.h"
+#include "common/clock.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "collectives/nccl.c needs NCCL 2.14 or newer (non-blocking communicators)"
@@ -118,13 +119,6 @@ static int nccl_ok(ncclResult_t r, ncclComm_t comm, const where *w, const char *
 #define CU(w, call) cuda_ok((call), (w), #call, __FILE__, __LINE__)
 #define NC(w, comm, call) nccl_ok((call), (comm), (w), #call, __FILE__, __LINE__)
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void sleep_us(long us)
 {
     struct timespec ts = {0, us * 1000};
@@ -162,7 +156,7 @@ static int wait_nccl(sl_comm *c, const where *w, const char *what, cudaEvent_t e
                      long timeout_ms)
 {
     nccl_impl *im = c->impl;
-    double t0 = now_ms();
+    double t0 = sl_now_ms();
     long nap = 1;
     for (int round = 0;; round++) {
         if (atomic_load(&im->aborted))
@@ -190,7 +184,7 @@ static int wait_nccl(sl_comm *c, const where *w, const char *what, cudaEvent_t e
             return rc;
         if (st == ncclSuccess && (!ev || q == cudaSuccess))
             return SL_OK;
-        if (timeout_ms >= 0 && now_ms() - t0 >= (double)timeout_ms) {
+        if (timeout_ms >= 0 && sl_now_ms() - t0 >= (double)timeout_ms) {
             pthread_mutex_lock(&im->mu);
             abort_locked(im);
             pthread_mutex_unlock(&im->mu);

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "collectives/collectives_int.h"
+#include "common/clock.h"
 
 #define RDV_MAGIC 0x56524c53u /* "SLRV" */
 #define RDV_VERSION 1u
@@ -106,25 +107,18 @@ static rdv_hdr hdr_unpack(const unsigned char *b)
 
 /* ------------------------------------------------------------- deadlines */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* poll()'s timeout until deadline (< 0 deadline: -1, forever); 0 when past. */
 static int left_ms(double deadline)
 {
     if (deadline < 0)
         return -1;
-    double left = deadline - now_ms();
+    double left = deadline - sl_now_ms();
     if (left <= 0)
         return 0;
     return left > INT_MAX ? INT_MAX : (int)left + 1;
 }
 
-static int past(double deadline) { return deadline >= 0 && now_ms() >= deadline; }
+static int past(double deadline) { return deadline >= 0 && sl_now_ms() >= deadline; }
 
 static int set_nonblock(int fd)
 {
@@ -222,7 +216,7 @@ static void refuse(int fd, int world, size_t len)
 {
     unsigned char b[RDV_HDR];
     hdr_pack(b, &(rdv_hdr){RDV_MAGIC, RDV_VERSION, 0, (uint32_t)world, len, RDV_REFUSED});
-    io_full(fd, b, sizeof b, 1, now_ms() + 100);
+    io_full(fd, b, sizeof b, 1, sl_now_ms() + 100);
 }
 
 /* "2, 3, 7" (the first 16) into s. */
@@ -552,7 +546,7 @@ int sl_rendezvous_tcp(const char *addr, int port, int rank, int world, void *blo
         return sl_fail(SL_EINVAL, "%s: rank %d of %d: no address for rank 0", fn, rank, world);
     if (world == 1)
         return SL_OK;
-    double deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    double deadline = timeout_ms < 0 ? -1 : sl_now_ms() + timeout_ms;
     if (rank == 0)
         return serve(port, world, blob, len, timeout_ms, deadline);
     return join(addr, port, rank, world, blob, len, timeout_ms, deadline);

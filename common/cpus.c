@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/cpus.h"
 
 int sl_cpus_parse_max(const char *text, double *cores)
@@ -185,23 +186,15 @@ typedef struct probe {
     int ok;
 } probe;
 
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    if (clock_gettime(id, &ts))
-        return -1;
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *spin(void *arg)
 {
     probe *p = arg;
-    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), now;
+    double c0 = sl_clock_s(CLOCK_THREAD_CPUTIME_ID), now;
     volatile unsigned long x = 0; /* volatile: the loop is not optimized away */
-    while ((now = clock_s(CLOCK_MONOTONIC)) >= 0 && now < p->until)
+    while ((now = sl_clock_s(CLOCK_MONOTONIC)) >= 0 && now < p->until)
         for (int i = 0; i < 2000; i++)
             x = x + (unsigned long)i;
-    double c1 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    double c1 = sl_clock_s(CLOCK_THREAD_CPUTIME_ID);
     p->ok = c0 >= 0 && c1 >= 0 && now >= 0 && x != 1; /* x read: clang's set-but-unused */
     p->cpu = c1 - c0;
     return NULL;
@@ -213,7 +206,7 @@ double sl_cpus_free(int n, double seconds)
         return 0;
     probe *p = calloc((size_t)n, sizeof *p);
     pthread_t *t = calloc((size_t)n, sizeof *t);
-    double got = 0, t0 = clock_s(CLOCK_MONOTONIC);
+    double got = 0, t0 = sl_clock_s(CLOCK_MONOTONIC);
     int started = 0, ok = p && t && t0 >= 0;
     for (int i = 0; ok && i < n; i++) {
         p[i].until = t0 + seconds;
@@ -229,7 +222,7 @@ double sl_cpus_free(int n, double seconds)
     }
     /* measured over the threads' spin, not their start: a late start
      * shortens a spin, and that is CPU it did not get */
-    double wall = clock_s(CLOCK_MONOTONIC) - t0;
+    double wall = sl_clock_s(CLOCK_MONOTONIC) - t0;
     free(p);
     free(t);
     if (!ok || !(wall > 0))

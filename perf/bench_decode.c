@@ -26,7 +26,7 @@
  *   (5) full: SLUICE_DECODE=full (full-size decode to the end, crop, resize);
  *   (6) sl_jpeg_scan alone: the structure check (2), (4) and (5) include;
  *   (7) yuv-lj: step (2) with SLUICE_HUFF=libjpeg: libjpeg's Huffman
- *       decoder instead of pipeline/huff.c's, what (2) was before huff.c
+ *       decoder instead of pipeline/image/huff.c's, what (2) was before huff.c
  *       (the same bytes: validation checks it).
  * Method: the same crops in every step and repetition; the steps alternate
  * within each repetition (1, 2, ..., 6, 1, 2, ...) so drifting load on a
@@ -37,8 +37,8 @@
  * Validation before timing: every image decodes on every path; as u8 NHWC
  * outputs, rgb stays close to full (they differ by the DCT-scaled filter
  * and by at most half an output pixel of crop placement, see
- * pipeline/decode.c) and yuv close to rgb (chroma filter and conversion
- * order, see pipeline/decode_yuv.c); yuv against full is printed too (the
+ * pipeline/image/decode.c) and yuv close to rgb (chroma filter and conversion
+ * order, see pipeline/image/decode_yuv.c); yuv against full is printed too (the
  * planar path keeps the crop's edges exact below DCT scale 8/8, where the
  * rgb path rounds them): mean |diff| per image, and the share of values
  * more than 8 levels apart.
@@ -56,7 +56,7 @@
 #include <time.h>
 #include <turbojpeg.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "records/records.h"
 
 #define BENCH_NAME "bench_decode"
@@ -167,8 +167,13 @@ static void sample(bench *b, sl_decoder *d, size_t i, sl_layout layout)
     sl_crop crop;
     int flip;
     geometry(b, d, i, &crop, &flip);
-    if (sl_decode_crop_sample(d, b->c->data[i], b->c->size[i], &crop, b->size, b->size, flip,
-                              layout, g_mean, g_std, b->out) != SL_OK)
+    if (sl_decode_crop_sample(d, b->c->data[i], b->c->size[i], &crop, &(sl_out_spec){.w = b->size,
+                                                                                     .h = b->size,
+                                                                                     .flip = flip,
+                                                                                     .layout = layout,
+                                                                                     .mean = g_mean,
+                                                                                     .std = g_std,
+                                                                                     .dst = b->out}) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
 }
 
@@ -185,8 +190,9 @@ static void sample_parts(bench *b, size_t i)
                               &np) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
     double t2 = cpu_s();
-    if (sl_resample_planes(pv, np, b->size, b->size, flip, SL_LAYOUT_NCHW_F32, g_mean, g_std,
-                           b->out) != SL_OK)
+    if (sl_resample_planes(pv, np, &(sl_out_spec){.w = b->size, .h = b->size, .flip = flip,
+                                                  .layout = SL_LAYOUT_NCHW_F32, .mean = g_mean,
+                                                  .std = g_std, .dst = b->out}) != SL_OK)
         die("image %zu: %s", i, sl_errmsg());
     double t3 = cpu_s();
     b->t_head += t1 - t0;

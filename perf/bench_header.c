@@ -1,6 +1,6 @@
 /*
  * perf/bench_header.c - what a fresh libjpeg decompress object per image
- * costs (issue 26: pipeline/decode.c reads every stream with a new object,
+ * costs (issue 26: pipeline/image/decode.c reads every stream with a new object,
  * so that no table of one image reaches the next), against the header
  * parse it comes with.
  *

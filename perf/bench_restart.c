@@ -40,7 +40,7 @@
 #include <time.h>
 #include <turbojpeg.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "records/records.h"
 
 #define BENCH_NAME "bench_restart"
@@ -99,8 +99,11 @@ static void sample(sl_decoder *d, const blob *b, size_t i, uint64_t seed, int si
     sl_crop c;
     sl_rrc_geometry(&rng, W, H, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
     int flip = sl_rng_uniform(&rng) < 0.5f;
-    if (sl_decode_crop_sample(d, b->p, b->len, &c, size, size, flip, SL_LAYOUT_NCHW_F32, mean,
-                              stdv, out))
+    if (sl_decode_crop_sample(d, b->p, b->len, &c, &(sl_out_spec){.w = size, .h = size,
+                                                                  .flip = flip,
+                                                                  .layout = SL_LAYOUT_NCHW_F32,
+                                                                  .mean = mean, .std = stdv,
+                                                                  .dst = out}))
         die("%s", sl_errmsg());
 }
 

@@ -2,7 +2,7 @@
  * perf/jpeg_fill_bytes.c - how libjpeg-turbo reads fill bytes before a
  * stuffed zero (FF FF 00) in a scan, against the same stream without the
  * fill byte, and what sluice does with such a stream (issue 26; the story
- * is in records/jpeg_scan.c and pipeline/huff.c).
+ * is in records/jpeg_scan.c and pipeline/image/huff.c).
  *
  *   jpeg_fill_bytes [--quality 92] [--size 256x192] [--places 300]
  *
@@ -21,7 +21,7 @@
 #include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
 
 #include "bench_util.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 static uint64_t rng = 9;
 static uint64_t next(void)
@@ -97,8 +97,10 @@ int main(int argc, char **argv)
         int w, h;
         sl_crop c = {0, 0, W, H};
         if (sl_decoder_header(d, f, n + 1, &w, &h, NULL) != SL_OK ||
-            sl_decode_crop_sample(d, f, n + 1, &c, W, H, 0, SL_LAYOUT_NHWC_U8, NULL, NULL,
-                                  out) != SL_OK)
+            sl_decode_crop_sample(d, f, n + 1, &c, &(sl_out_spec){.w = W, .h = H, .flip = 0,
+                                                                  .layout = SL_LAYOUT_NHWC_U8,
+                                                                  .mean = NULL, .std = NULL,
+                                                                  .dst = out}) != SL_OK)
             refused++;
     }
     printf("%dx%d q%d 4:2:0, %lu bytes: FF FF 00 at %d places of the scan\n", W, H, q, n, tried);

@@ -1,7 +1,7 @@
 /*
  * pipeline/graph_int.h - the pipeline object and the declarations shared by
- * the files of the graph only (reader.c, pipeline.c, map.c, state.c,
- * stats.c, trace.c). pipeline.c's DESIGN comment describes the threads,
+ * the files of the graph only (graph.c, reader.c, reader_remote.c,
+ * pipeline.c, map.c, state.c, stats.c, trace.c). pipeline.c's DESIGN comment describes the threads,
  * queues and lock; this header gives the shapes.
  *
  * Threading: every field marked "mu" is read and written with p->mu held;
@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "pipeline/pipeline_int.h"
 #include "records/bytesrc.h"
 
@@ -207,8 +208,21 @@ struct sl_pipeline {
  * (sl_pipeline_wait), so no wake-up is ever lost. Invariant: p->wake == 0
  * whenever p->mu is free. */
 enum { SL_WAKE_READ = 1, SL_WAKE_UNIT = 2, SL_WAKE_SLOT = 4, SL_WAKE_BATCH = 8 };
+
+/* --------------------------------------------------------------- graph.c */
+/* Release p->mu, then signal the marked wake-ups. */
 void sl_pipeline_unlock(sl_pipeline *p);
+/* Signal the pending marks, then wait on cv (mu held). */
 void sl_pipeline_wait(sl_pipeline *p, pthread_cond_t *cv);
+/* sl_pipeline_wait with a deadline (CLOCK_REALTIME, cv's clock): 0 or ETIMEDOUT. */
+int sl_pipeline_timed_wait(sl_pipeline *p, pthread_cond_t *cv, const struct timespec *deadline);
+/* Record the first error of a pipeline thread (mu held) and wake everyone. */
+void sl_pipeline_set_error_locked(sl_pipeline *p, int rc, const char *msg);
+/* Samples in batch b (B, or the remainder of the last one). */
+unsigned sl_pipeline_batch_size(const sl_pipeline *p, uint64_t b);
+/* Position the batch counters at batch k, sample s (resume): ring slot r
+ * then waits for the first batch >= k that maps to it. */
+void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
 
 /* ------------------------------------------------------------ pipeline.c */
 /* Everything sl_pipeline_create does except starting the threads: the
@@ -217,13 +231,6 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out);
 /* Start the reader and worker threads (after build, and after a resume's
  * fast-forward). On error everything started is stopped again. */
 int sl_pipeline_start(sl_pipeline *p);
-/* Record the first error of a pipeline thread (mu held) and wake everyone. */
-void sl_pipeline_set_error_locked(sl_pipeline *p, int rc, const char *msg);
-/* Samples in batch b (B, or the remainder of the last one). */
-unsigned sl_pipeline_batch_size(const sl_pipeline *p, uint64_t b);
-/* Position the batch counters at batch k, sample s (resume): ring slot r
- * then waits for the first batch >= k that maps to it. */
-void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
 
 /* ----------------------------------------------------------------- map.c */
 /* A map worker's thread (arg: its sl_worker). */
@@ -289,7 +296,6 @@ int sl_shard_changed(sl_pipeline *p, uint32_t shard, char *why, size_t n);
 int sl_shard_read_error(sl_pipeline *p, uint32_t shard, uint64_t off, const char *how);
 
 /* --------------------------------------------------------------- stats.c */
-uint64_t sl_now_ns(void);
 /* Add a sampled queue fill (mu held). */
 static inline void sl_acc_fill(sl_stage_acc *a, double fill)
 {

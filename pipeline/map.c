@@ -34,7 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pipeline/gdec_int.h"
+#include "pipeline/image/gdec_int.h"
 #include "pipeline/graph_int.h"
 #include "records/bytesrc.h"
 #include "pipeline/mapguard.h"
@@ -186,8 +186,9 @@ static int map_record(sl_sample_job *j)
     }
     /* Decode, resize, flip, normalize and lay out in one pass into the slot
      * (decode.c, resample.c). */
-    rc = sl_decode_crop_sample(j->dec, ex.image, ex.image_len, &crop, c->width, c->height, flip,
-                               c->layout, c->mean, c->std, j->dst);
+    sl_out_spec out = {.w = c->width, .h = c->height, .flip = flip, .layout = c->layout,
+                       .mean = c->mean, .std = c->std, .dst = j->dst};
+    rc = sl_decode_crop_sample(j->dec, ex.image, ex.image_len, &crop, &out);
     if (rc)
         return rc;
     j->label = (int32_t)l;

@@ -2,7 +2,9 @@
  * pipeline/pipeline.c - the graph: config, create / next / release /
  * destroy. The stages' code is in reader.c (read), map.c (fused
  * shuffle-repeat and map-batch, in-order submit), state.c (resume),
- * stats.c and trace.c; this comment is the design of the whole graph.
+ * stats.c and trace.c, over graph.c (the lock's wake-ups and waits, the
+ * sticky error, batch positions); this comment is the design of the whole
+ * graph.
  *
  * DESIGN
  *
@@ -88,7 +90,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pipeline/gdec_int.h"
+#include "pipeline/image/gdec_int.h"
 #include "pipeline/graph_int.h"
 #include "records/bytesrc.h"
 
@@ -201,25 +203,6 @@ static uint64_t effective_cap(const sl_pipeline_config *c, const sl_source_set *
     return cap ? cap : 1;
 }
 
-unsigned sl_pipeline_batch_size(const sl_pipeline *p, uint64_t b)
-{
-    uint64_t B = p->cfg.batch;
-    if (p->sample_limit == UINT64_MAX)
-        return (unsigned)B;
-    /* batch b's first sample (b >= base_index: batches before it are never asked for) */
-    uint64_t first = p->base_samples + (b - p->base_index) * B;
-    if (first >= p->sample_limit)
-        return 0;
-    return p->sample_limit - first >= B ? (unsigned)B : (unsigned)(p->sample_limit - first);
-}
-
-uint64_t sl_split_samples(uint64_t global, unsigned rank, unsigned world)
-{
-    if (world == 0 || global <= rank)
-        return 0;
-    return (global - rank - 1) / world + 1; /* ceil((global - rank) / world) */
-}
-
 /* Input records, samples and batches of the run (p->src and p->cfg set).
  * SL_SPLIT_FILES: the rank's own dataset, T = epochs x records. With
  * SL_SPLIT_RECORDS these are rank r's part of world 1's run with batch
@@ -252,70 +235,6 @@ static int run_length(sl_pipeline *p)
     p->sample_limit = sl_split_samples(L, split ? c->rank : 0, (unsigned)W);
     p->nbatches = c->drop_remainder ? p->sample_limit / B : (p->sample_limit + B - 1) / B;
     return SL_OK;
-}
-
-void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s)
-{
-    unsigned P = p->prefetch;
-    p->next_index = p->next_submit = p->base_index = k;
-    p->samples_out = p->base_samples = s;
-    p->next_sample = s;
-    for (unsigned r = 0; r < P; r++) {
-        sl_ring_slot *sl = &p->slots[r];
-        sl->batch = k + (r + P - (unsigned)(k % P)) % P;
-        sl->done = sl->bad = sl->holes = 0;
-        sl->ready = sl->lent = 0;
-    }
-}
-
-/* Broadcast what bits name (mu held or not). */
-static void wake(sl_pipeline *p, unsigned bits)
-{
-    if (bits & SL_WAKE_READ)
-        pthread_cond_broadcast(&p->cv_read);
-    if (bits & SL_WAKE_UNIT)
-        pthread_cond_broadcast(&p->cv_unit);
-    if (bits & SL_WAKE_SLOT)
-        pthread_cond_broadcast(&p->cv_slot);
-    if (bits & SL_WAKE_BATCH)
-        pthread_cond_broadcast(&p->cv_batch);
-}
-
-void sl_pipeline_unlock(sl_pipeline *p)
-{
-    unsigned bits = p->wake;
-    p->wake = 0;
-    pthread_mutex_unlock(&p->mu);
-    if (bits)
-        wake(p, bits);
-}
-
-void sl_pipeline_wait(sl_pipeline *p, pthread_cond_t *cv)
-{
-    if (p->wake) {
-        wake(p, p->wake);
-        p->wake = 0;
-    }
-    pthread_cond_wait(cv, &p->mu);
-}
-
-/* sl_pipeline_wait with a deadline (CLOCK_REALTIME, cv's clock): 0 or ETIMEDOUT. */
-static int timed_wait(sl_pipeline *p, pthread_cond_t *cv, const struct timespec *deadline)
-{
-    if (p->wake) {
-        wake(p, p->wake);
-        p->wake = 0;
-    }
-    return pthread_cond_timedwait(cv, &p->mu, deadline);
-}
-
-void sl_pipeline_set_error_locked(sl_pipeline *p, int rc, const char *msg)
-{
-    if (!p->err) {
-        p->err = rc;
-        snprintf(p->errmsg, sizeof p->errmsg, "%s", msg && *msg ? msg : sl_strerror(rc));
-    }
-    p->wake |= SL_WAKE_READ | SL_WAKE_UNIT | SL_WAKE_SLOT | SL_WAKE_BATCH;
 }
 
 /* --------------------------------------------------------- lifecycle */
@@ -472,7 +391,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
     }
     const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
     p->use_pread = rd && strcmp(rd, "pread") == 0;
-    p->remote = p->src.n && sl_path_is_remote(p->src.shards[0].path); /* one data path: all or none */
+    p->remote = p->src.n && p->src.remote; /* one data path: all or none */
     if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
         goto fail;
@@ -621,7 +540,7 @@ static int next_until(sl_pipeline *p, sl_batch **out, const struct timespec *dea
     while (!(sl->batch == b && sl->ready) && !p->err && !p->stop) {
         if (!deadline) {
             sl_pipeline_wait(p, &p->cv_batch);
-        } else if (timed_wait(p, &p->cv_batch, deadline) == ETIMEDOUT &&
+        } else if (sl_pipeline_timed_wait(p, &p->cv_batch, deadline) == ETIMEDOUT &&
                    !(sl->batch == b && sl->ready) && !p->err && !p->stop) {
             p->acc[SL_STAGE_LOAD].wait_in_ns += sl_now_ns() - t;
             sl_pipeline_unlock(p);
@@ -675,13 +594,7 @@ int sl_pipeline_next(sl_pipeline *p, sl_batch **out)
 int sl_pipeline_next_wait(sl_pipeline *p, unsigned timeout_ms, sl_batch **out)
 {
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    sl_deadline_ms(&deadline, CLOCK_REALTIME, timeout_ms); /* cv_batch's clock */
     return next_until(p, out, &deadline);
 }
 

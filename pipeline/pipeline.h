@@ -132,7 +132,7 @@ typedef enum sl_rank_split {
     SL_SPLIT_RECORDS,      /* every rank an equal share of the input positions (see above) */
 } sl_rank_split;
 
-/* Where JPEGs are decoded (--decode; pipeline/gdec_int.h has the design). */
+/* Where JPEGs are decoded (--decode; pipeline/image/gdec_int.h has the design). */
 typedef enum sl_decode_mode {
     SL_DECODE_CPU = 0,     /* the map workers, libjpeg-turbo (default) */
     SL_DECODE_GPU,         /* nvJPEG (hardware backend when the GPU has one, else its GPU

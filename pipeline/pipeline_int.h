@@ -1,21 +1,15 @@
 /*
  * pipeline/pipeline_int.h - private contracts between the files of pipeline/.
  *
- *   rng         counter-derived RNG streams (determinism whatever the threads)
+ *   rng.h       counter-derived RNG streams (determinism whatever the threads)
  *   source.c    the shards this rank reads, their index files, record ids
  *   order.c     read units in read order (interleave / global permutation,
  *               epochs, file-order shuffle) and the shuffle buffer machine
- *   geometry.c  random-resized-crop and eval center-crop geometry
- *   decode.c    ROI JPEG decode (libjpeg API) of a crop, resized
- *   decode_yuv.c  the crop as raw Y/Cb/Cr planes (sl_decode_crop_sample's
- *               default path; resample_planes.c's sl_resample_planes
- *               finishes it)
- *   sample.c    flip + normalize + layout into a batch slot
- *   resample.c  resize + flip + normalize + layout in one pass (the map
- *               workers' path: decode.c's sl_decode_crop_sample) from an
- *               RGB strip; resample_planes.c the same from Y/Cb/Cr planes
- *               (resample_int.h: what the two share)
- *   reader.c, pipeline.c, state.c, stats.c, trace.c, load_*.c: the graph
+ *   map.c       one record to one sample (sl_map_record), through the
+ *               image room (image/image.h: crops, decode, resample, store)
+ *   load_*.c    the batch ring's host and device memory
+ *   graph.c, reader.c, reader_remote.c, pipeline.c, state.c, stats.c,
+ *   trace.c: the graph (graph_int.h)
  *
  * Threading: everything here is reentrant on distinct objects; objects are
  * used by one thread at a time unless said otherwise.
@@ -25,44 +19,10 @@
 
 #include <stdint.h>
 
+#include "pipeline/image/image.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/rng.h"
 #include "records/records.h"
-
-/* ------------------------------------------------------------------- RNG */
-/* splitmix64 steps from a state derived by hashing (seed, a, b): the stream
- * for "sample record_id in epoch e" is sl_rng_for(seed, e, record_id), so a
- * sample's draws never depend on which thread runs it or when. */
-typedef struct sl_rng {
-    uint64_t s;
-} sl_rng;
-
-static inline uint64_t sl_mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static inline sl_rng sl_rng_for(uint64_t seed, uint64_t a, uint64_t b)
-{
-    sl_rng r = {sl_mix64(sl_mix64(sl_mix64(seed) ^ (a + 0x9e3779b97f4a7c15ull)) ^
-                         (b + 0x632be59bd9b4e019ull))};
-    return r;
-}
-static inline uint64_t sl_rng_next(sl_rng *r)
-{
-    return sl_mix64(r->s += 0x9e3779b97f4a7c15ull);
-}
-/* Uniform in [0, 1) with 24 random bits (exact in float). */
-static inline float sl_rng_uniform(sl_rng *r)
-{
-    return (float)(sl_rng_next(r) >> 40) * (1.0f / 16777216.0f);
-}
-/* Uniform integer in [0, n), n > 0 (Lemire's multiply-shift; bias < 2^-32
- * for n < 2^32, and deterministic, which is what matters here). */
-static inline uint64_t sl_rng_below(sl_rng *r, uint64_t n)
-{
-    return (uint64_t)(((unsigned __int128)sl_rng_next(r) * n) >> 64);
-}
 
 /* ---------------------------------------------------------------- sources */
 /* What a shard's index entries are: TFRecord records (framed, CRCs), or
@@ -90,6 +50,7 @@ typedef struct sl_source_set {
     uint64_t total_bytes;     /* framed bytes over all shards */
     uint64_t max_record;      /* largest framed record (16 + payload) */
     int64_t label_offset;     /* from dataset.json, 0 when absent */
+    int remote;               /* the shards are remote objects (sl_dataset.remote) */
     /* What sl_source_set_open_policy left out under SL_ON_ERROR_SKIP: the
      * unreadable tail of truncated shards (records; a scanned shard's tail
      * counts as 1), and the first messages ("FILE: record N @ OFF: what"). */
@@ -220,135 +181,7 @@ static inline int sl_shuffle_takes(const sl_shuffle *s, int64_t e)
 void sl_shuffle_push(sl_shuffle *s, uint64_t item, int64_t epoch); /* requires takes(epoch) */
 uint64_t sl_shuffle_pop(sl_shuffle *s);                             /* requires n > 0 */
 
-/* ---------------------------------------------------------------- geometry */
-typedef struct sl_crop {
-    int x, y, w, h;           /* in source pixels; w, h >= 1, inside the image */
-} sl_crop;
-
-/* torchvision RandomResizedCrop.get_params: up to 10 tries of area
- * a = W*H*U(smin, smax), ratio r = exp(U(log rmin, log rmax)), w =
- * round(sqrt(a*r)), h = round(sqrt(a/r)); first that fits gives x = U{0..W-w},
- * y = U{0..H-h}; otherwise a center crop with the ratio clamped to
- * [rmin, rmax]. Draws come from rng. */
-void sl_rrc_geometry(sl_rng *rng, int W, int H, float smin, float smax, float rmin, float rmax,
-                     sl_crop *out);
-/* Eval: the region that "resize shorter side to round(max(oh,ow)/crop_fraction),
- * then center crop oh x ow" takes from a W x H source. */
-void sl_eval_geometry(int W, int H, int oh, int ow, float crop_fraction, sl_crop *out);
-
-/* ------------------------------------------------------------------ decode */
-/* A JPEG decoder (libjpeg API of libjpeg-turbo) with its scratch memory;
- * one per worker thread. */
-typedef struct sl_decoder sl_decoder;
-int sl_decoder_create(sl_decoder **out);
-void sl_decoder_destroy(sl_decoder *d);
-/* Refuse (SL_EIMAGE, from the header, before libjpeg allocates anything of
- * the image's size) JPEGs of more than n pixels; 0 = SL_MAX_PIXELS_DEFAULT
- * (records.h), the default of a new decoder. */
-void sl_decoder_set_max_pixels(sl_decoder *d, uint64_t n);
-/* Check the stream's structure and tables (sl_jpeg_scan) and read its
- * header: image size and components (1 gray, 3 color; CMYK is SL_EIMAGE);
- * *flags (may be NULL) gets sl_jpeg_scan's SL_JPEG_* bits. Every stream is
- * read by a fresh libjpeg object: nothing of an earlier image (its tables)
- * reaches it. The parsed header stays in d for the next sl_decode_* call
- * if that call gets the same jpeg pointer and len, whose bytes must not
- * change in between (the map worker's header, geometry, decode); any
- * other call reads its stream afresh. */
-int sl_decoder_header(sl_decoder *d, const uint8_t *jpeg, size_t len, int *w, int *h,
-                      unsigned *flags);
-/* Decode region crop of the image and resize it to ow x oh RGB u8 into dst
- * (row pitch `pitch` bytes). ROI path: the smallest DCT scale M/8 (M = 1, 2,
- * 4, 8: the fast ones, see decode.c) at which the scaled crop still covers
- * ow x oh, jpeg_crop_scanline for the
- * columns, jpeg_skip_scanlines above the crop, stop after its last row
- * (jpeg_abort_decompress). Grayscale is expanded to RGB. Environment
- * SLUICE_DECODE=full forces the plain path (full-size decode, then crop and
- * resize) for tests and comparisons. Corrupt data: SL_EIMAGE with libjpeg's
- * message; warnings (corrupt entropy data) are errors too. */
-int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop, int ow,
-                   int oh, uint8_t *dst, int pitch);
-/* One sample: the crop resized to ow x oh, mirrored when flip, normalized
- * and laid out at dst. By default on the planar path (decode_yuv.c below:
- * Y/Cb/Cr planes, RGB at the output size; RGB-transform JPEGs take the RGB
- * path). With SLUICE_DECODE=rgb (or full) sl_decode_crop's decode finished
- * by sl_resample_sample instead of the u8 resize: what sl_store_sample
- * would write from sl_decode_crop's output (f32 values come from the
- * unrounded resize, see resample.c); the reference of the planar path. */
-int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
-                          int ow, int oh, int flip, sl_layout layout, const float mean[3],
-                          const float std[3], void *dst);
-
-/* One plane of a decoded crop strip for sl_resample_planes: pixels
- * [0, w) x [0, h) of u8 rows pitch bytes apart, and the crop's window in
- * that plane's pixel coordinates (edges, need not be whole pixels):
- * [x0, x0 + cw) x [y0, y0 + ch), inside [0, w] x [0, h]. */
-typedef struct sl_plane_view {
-    const uint8_t *p;
-    int w, h, pitch;
-    double x0, y0, cw, ch;
-} sl_plane_view;
-/* The planar path (decode_yuv.c): the crop's rows decoded to Y/Cb/Cr
- * planes with libjpeg's raw-data output, each plane resized at its own
- * resolution, RGB made only at the output size (sl_resample_planes).
- * Called by decode.c's sl_decode_crop_sample under its libjpeg error guard
- * with the header already read into ci (a libjpeg error longjmps out of
- * here); buf is the decoder's scratch (grows, freed by the caller).
- * SL_ENOTSUP when the file is not YCbCr or gray (the caller then takes the
- * RGB path); other codes as sl_decode_crop_sample. */
-struct jpeg_decompress_struct;
-/* huff.c: the planar path's entropy decoder in place of libjpeg's
- * (baseline single-scan files without restarts; see its comment).
- * sl_huff_install, after jpeg_start_decompress and before the first
- * jpeg_read_raw_data: SL_OK installed; SL_ENOTSUP (no message) not such a
- * file, libjpeg's decoder stays; SL_ENOMEM. *h is the decoder's state,
- * allocated on first use. */
-typedef struct sl_huff sl_huff;
-int sl_huff_install(struct jpeg_decompress_struct *ci, sl_huff **h);
-void sl_huff_free(sl_huff *h);
-/* Files with restart markers (huff.c, "restart intervals"): decode only
- * the intervals that hold MCU rows [row0, row1) x MCU columns [col0,
- * col1] (iMCU rows and columns, as decode_yuv.c's strip; the columns the
- * coefficient controller IDCTs), with huff.c's decoder or, libjpeg = 1,
- * around libjpeg's. base/len: the stream (the memory source's bytes);
- * rst: sl_jpeg_scan_restarts' intervals of it. After
- * jpeg_start_decompress; SL_OK: installed, and the caller must start
- * reading at iMCU row *first_row (libjpeg's row counters moved past the
- * rows before it, see decode_yuv.c); SL_ENOTSUP: not such a file (no
- * restart interval, not baseline single-scan, offsets that do not match),
- * nothing changed; SL_ENOMEM. */
-typedef struct sl_huff_plan {
-    const uint8_t *base;
-    size_t len;
-    const struct sl_jpeg_restarts *rst;
-    unsigned row0, row1, col0, col1;
-} sl_huff_plan;
-int sl_huff_seek(struct jpeg_decompress_struct *ci, sl_huff **h, const sl_huff_plan *plan,
-                 int libjpeg, unsigned *first_row);
-typedef struct sl_yuv_buf {
-    uint8_t *p;
-    size_t cap;
-    sl_huff *huff;            /* huff.c's state (NULL until first used) */
-    int libjpeg_huff;         /* SLUICE_HUFF=libjpeg: keep libjpeg's entropy decoder */
-    int no_seek;              /* SLUICE_SEEK=off: restart files decoded from the start, by libjpeg */
-    const uint8_t *jpeg;      /* the stream being decoded and its restart intervals */
-    size_t len;               /* (decode.c sets them before each call) */
-    const struct sl_jpeg_restarts *rst;
-} sl_yuv_buf;
-int sl_decode_yuv(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *crop, int ow,
-                  int oh, int flip, sl_layout layout, const float mean[3], const float std[3],
-                  void *dst, const char *fn);
-/* Its first half: the planes of the crop's strip and the crop's window in
- * each, *np of them (3 or 1), views into buf (valid until buf is used
- * again), ready for sl_resample_planes. */
-int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *crop,
-                         int ow, int oh, sl_plane_view pv[3], int *np, const char *fn);
-/* sl_decode_yuv_planes under sl_decoder's guard (decode.c), for benchmarks
- * and tests that time or check the two halves apart: the JPEG's structure
- * checked, its header read, the planes decoded into the decoder's scratch
- * (valid until the decoder's next call). SL_ENOTSUP: not YCbCr or gray. */
-int sl_decode_crop_planes(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
-                          int ow, int oh, sl_plane_view pv[3], int *np);
-
+/* ------------------------------------------------------------------- map */
 /* One record's payload (a serialized image Example) into one sample of a
  * batch slot at dst, as a map worker does it (pipeline/map.c): decode the
  * Example, subtract label_offset from its label into *label, read the
@@ -360,32 +193,6 @@ int sl_decode_crop_planes(sl_decoder *d, const uint8_t *jpeg, size_t len, const 
 int sl_map_record(const sl_pipeline_config *c, int64_t label_offset, sl_decoder *dec,
                   const uint8_t *rec, size_t len, int32_t epoch, uint64_t id, void *dst,
                   int32_t *label);
-
-/* ------------------------------------------------------------------ sample */
-/* Write one sample from RGB u8 (h x w, packed rows) into dst in layout,
- * mirrored left-right when flip: u8 NHWC copies; f32 layouts store
- * (v - mean[c]) / std[c]. */
-void sl_store_sample(const uint8_t *rgb, int h, int w, int flip, sl_layout layout,
-                     const float mean[3], const float std[3], void *dst);
-/* Resize src (sh x sw RGB u8, row pitch sp bytes) to dw x dh with
- * records/resize.c's filter and store it as sl_store_sample would, in one
- * pass (pipeline/resample.c): u8 bit-identical to sl_resize_rgb_u8 then
- * sl_store_sample; f32 normalizes the unrounded resized value, so it
- * differs from that path by at most 0.5/std[c]. mean/std may be NULL for
- * u8. Invalid arguments leave dst untouched. */
-void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int dh, int flip,
-                        sl_layout layout, const float mean[3], const float std[3], void *dst);
-/* Resize np planes (3: Y, Cb, Cr of JFIF YCbCr; 1: gray) each over its
- * own window to dw x dh, convert to RGB at that size (clamped to 0..255),
- * mirror when flip, and store as sl_store_sample would (u8 rounded; f32
- * (v - mean[c]) / std[c] from the unrounded value). resample_planes.c's
- * DESIGN comment gives the filter. SL_EINVAL for bad arguments,
- * SL_ENOMEM when a large output's scratch cannot be had; dst is then
- * untouched. */
-int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
-                       const float mean[3], const float std[3], void *dst);
-/* Bytes of one sample in a layout. */
-size_t sl_sample_bytes(int h, int w, sl_layout layout);
 
 /* ------------------------------------------------------------------- load */
 /* The load stage's memory: a ring of nslots host batches (pinned with

@@ -49,7 +49,7 @@ static const char fn_open[] = "sl_source_set_open";
  * error: it may be the only record of the offset, and guessing 0 would shift
  * every label). *paths is malloc'd (sl_paths_free). */
 static int list_shards(const char *data, const char *split, char ***paths, size_t *n,
-                       int64_t *label_offset)
+                       int64_t *label_offset, int *remote)
 {
     sl_dataset ds;
     const sl_dataset_split *s = NULL;
@@ -65,6 +65,7 @@ static int list_shards(const char *data, const char *split, char ***paths, size_
     *paths = mine->files;
     *n = mine->nfiles;
     *label_offset = sl_dataset_label_offset(&ds);
+    *remote = ds.remote;
     mine->files = NULL;
     mine->nfiles = 0;
     sl_dataset_fini(&ds);
@@ -221,7 +222,7 @@ static int load_all(sl_source_set *set, size_t n, unsigned rank, unsigned world,
                   .msg = msg, .io = sl_io_thread_opts()};
     pthread_t th[SL_INDEX_LOADERS];
     unsigned nt = 0, want = n < SL_INDEX_LOADERS ? (unsigned)n : SL_INDEX_LOADERS;
-    if (!sl_path_is_remote(set->shards[0].path))
+    if (!set->remote)
         want = 1;
     while (nt + 1 < want && pthread_create(&th[nt], NULL, loader_main, &j) == 0)
         nt++;
@@ -244,7 +245,7 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
     int *rcs = NULL;
     size_t npaths = 0, mine;
     int64_t label_offset = 0;
-    int rc;
+    int rc, remote = 0;
 
     if (!out)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn_open);
@@ -256,7 +257,7 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
     if (rank >= world)
         return sl_fail(SL_EINVAL, "%s: rank %u of %u: rank must be below world", fn_open, rank,
                        world);
-    rc = list_shards(data, split, &paths, &npaths, &label_offset);
+    rc = list_shards(data, split, &paths, &npaths, &label_offset, &remote);
     if (rc)
         return rc;
     /* Shards rank, rank + world, rank + 2*world, ... */
@@ -279,6 +280,7 @@ int sl_source_set_open_policy(const char *data, const char *split, unsigned rank
         goto out;
     }
     out->label_offset = label_offset;
+    out->remote = remote;
     for (size_t i = 0; i < npaths; i++) {
         out->shards[i].path = paths[i]; /* ownership moves to the set */
         paths[i] = NULL;

@@ -36,13 +36,6 @@
 
 #include "pipeline/graph_int.h"
 
-uint64_t sl_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t sl_pipeline_window_peak(sl_pipeline *p)
 {
     pthread_mutex_lock(&p->mu);

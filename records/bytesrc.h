@@ -132,7 +132,10 @@ const sl_io_opts *sl_io_thread_use(const sl_io_opts *o);
 /* What sl_io_thread_use set on the calling thread (NULL: none). */
 const sl_io_opts *sl_io_thread_opts(void);
 
-/* 1 when path is http://, https:// or s3://. */
+/* 1 when path is http://, https:// or s3://. Asked where a path enters
+ * (sl_dataset_resolve: sl_dataset.remote; a converter's listed input and
+ * its output; the CLI's refusals before any request); a reader asks its
+ * handle (sl_bytesrc_is_remote) or the dataset instead of the scheme. */
 int sl_path_is_remote(const char *path);
 
 /* The name of path from now on (see Credentials above): *out is path less
@@ -156,7 +159,10 @@ typedef struct sl_bytesrc sl_bytesrc;
 int sl_bytesrc_open(const char *path, const sl_io_opts *opts, sl_bytesrc **out);
 /* Close and free (NULL is a no-op); a mapping is unmapped. */
 void sl_bytesrc_close(sl_bytesrc *s);
-/* The path as opened (valid until close), and whether it is remote. */
+/* The path as opened (valid until close), and whether it is remote: what
+ * a reader asks of the handle when the two differ in what they allow (a
+ * fetcher's queue, a mapping, an fstat, a whole GET instead of a size and
+ * a read). */
 const char *sl_bytesrc_path(const sl_bytesrc *s);
 int sl_bytesrc_is_remote(const sl_bytesrc *s);
 /* n bytes at off into buf, all or an error (a short file or object is

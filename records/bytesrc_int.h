@@ -1,8 +1,10 @@
 /*
  * records/bytesrc_int.h - between bytesrc.c (the handle, local files,
- * dispatch, the options and counters), fetcher.c and the remote backend: remote_curl.c,
- * remote_multi.c, remote_s3list.c and remote_url.c with libcurl, or
- * remote_nocurl.c without it (CMake picks one set).
+ * dispatch), bytesrc_base.c (the options, the retry policy, the counters),
+ * fetcher.c and the remote backend: remote_curl.c, remote_multi.c,
+ * remote_s3list.c and remote_url.c with libcurl, or remote_nocurl.c without
+ * it (CMake picks one set). Calls go down only: bytesrc.c and fetcher.c
+ * call the backend and bytesrc_base.c, the backend calls bytesrc_base.c.
  *
  * Threading: as bytesrc.h. The sl_io_note_* counters are atomics; the
  * remote functions are reentrant; an sl_remote_multi belongs to one thread
@@ -14,15 +16,16 @@
 #include "common/status.h"
 #include "records/bytesrc.h"
 
-/* ---------------------------------------------------------------- local
- * bytesrc.c's, for fetcher.c. sl_open_fail: the error of an open() that
- * failed with errno (SL_ENOENT for ENOENT/ENOTDIR, else SL_EIO).
- * sl_pread_all: n bytes at off of the open fd into buf, all or an error (a
- * file that ends first is SL_ECORRUPT "ends before byte X"). */
-int sl_open_fail(const char *fn, const char *path);
-int sl_pread_all(const char *fn, const char *path, int fd, void *buf, size_t n, uint64_t off);
+/* ---------------------------------------------------------------- handle
+ * bytesrc.c's open and read with fn naming the public function in messages
+ * (fetcher.c's "sl_fetcher_wait: PATH: ..."); otherwise sl_bytesrc_open and
+ * sl_bytesrc_read. */
+int sl_bytesrc_open_as(const char *fn, const char *path, const sl_io_opts *opts,
+                       sl_bytesrc **out);
+int sl_bytesrc_read_as(const char *fn, sl_bytesrc *s, void *buf, size_t n, uint64_t off);
 
-/* ---------------------------------------------------------------- counters */
+/* ---------------------------------------------------------------- counters
+ * bytesrc_base.c, as the retry policy below. */
 void sl_io_note_start(int is_retry);   /* a request sent */
 void sl_io_note_end(uint64_t body_bytes); /* a request ended (any outcome) */
 void sl_io_note_failure(void);         /* a request failed for good */
@@ -38,7 +41,6 @@ int sl_io_retry_next(const sl_io_opts *o, unsigned tries, uint64_t first_ns, uin
 /* The backoff before try number `tries + 1` (tries >= 1 already made), in
  * ns: uniform in [0, min(5000 ms, backoff_ms * 2^(tries-1))] (full jitter). */
 uint64_t sl_io_backoff_ns(const sl_io_opts *o, unsigned tries);
-uint64_t sl_io_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---------------------------------------------------------------- remote
  * fn names the public function in messages; o is resolved (sl_io_resolve:

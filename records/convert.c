@@ -63,17 +63,15 @@
  *   close to publish it. A listed URL is read through the byte source
  *   (records/convert_url.c).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bytesrc.h"
+#include "common/clock.h"
 #include "records_int.h"
 #include "wds.h"
 
@@ -131,7 +129,7 @@ typedef struct cv_job {
     uint64_t restarted, restart_kept, restart_markers, restart_in, restart_out;
     uint64_t shard_records, shard_bytes; /* at the last shard close: st->on_shard's deltas */
     unsigned shards_closed;         /* whole shards written by this run */
-    struct timespec last_progress;
+    uint64_t last_progress;         /* sl_now_ns of the last progress call */
 } cv_job;
 
 typedef struct cv_worker {
@@ -160,45 +158,46 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 }
 
 /* ------------------------------------------------------------ inputs */
-/* Whole file into w->file. Unreadable inputs are skips (SL_EIMAGE). */
+/* Whole file into w->file. Unreadable inputs are skips (SL_EIMAGE). The
+ * byte source's handle says what path is: a listed URL is fetched whole
+ * (records/convert_url.c), a local file read into the worker's buffer. */
 static int read_input(cv_worker *w, const char *path, size_t *len)
 {
-    if (sl_path_is_remote(path)) /* a listed URL: records/convert_url.c */
+    char why[SL_ERRMSG_MAX];
+    sl_bytesrc *src = NULL;
+    sl_bytesrc_id id;
+    int rc = sl_bytesrc_open(path, NULL, &src); /* the run's options: sl_io_thread_use */
+    if (rc) { /* "sl_bytesrc_open: PATH: open: WHY" */
+        snprintf(why, sizeof why, "%s", sl_msg_detail(sl_errmsg(), path));
+        return rc == SL_ENOMEM ? rc : sl_fail(SL_EIMAGE, "cannot %s", why);
+    }
+    if (sl_bytesrc_is_remote(src)) {
+        sl_bytesrc_close(src);
         return sl_convert_read_url(path, CV_MAX_FILE, &w->file, &w->file_cap, len);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl_fail(SL_EIMAGE, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    int rc = SL_OK;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    }
+    if (sl_bytesrc_identity(src, &id) != SL_OK || !id.regular) {
         rc = sl_fail(SL_EIMAGE, "not a readable regular file");
         goto out;
     }
-    if ((uint64_t)sb.st_size > CV_MAX_FILE) {
-        rc = sl_fail(SL_EIMAGE, "%lld bytes: too large for an image", (long long)sb.st_size);
+    if (id.size > CV_MAX_FILE) {
+        rc = sl_fail(SL_EIMAGE, "%llu bytes: too large for an image", (unsigned long long)id.size);
         goto out;
     }
-    /* +1: notice a file that grew since fstat instead of cutting it short. */
-    if ((rc = grow(&w->file, &w->file_cap, (size_t)sb.st_size + 1)) != SL_OK)
+    uint64_t size = id.size;
+    if ((rc = grow(&w->file, &w->file_cap, (size_t)size + 1)) != SL_OK)
         goto out;
-    size_t got = 0, want = (size_t)sb.st_size + 1;
-    while (got < want) {
-        ssize_t r = read(fd, w->file + got, want - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = sl_fail(SL_EIMAGE, "read: %s", strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    if (got != (size_t)sb.st_size)
+    rc = sl_bytesrc_read(src, w->file, (size_t)size, 0);
+    if (rc == SL_ECORRUPT) { /* it ends before the size fstat gave */
         rc = sl_fail(SL_EIMAGE, "changed size while being read");
-    *len = got;
+    } else if (rc) { /* "sl_bytesrc_read: PATH: bytes A-B: read: WHY" */
+        snprintf(why, sizeof why, "%s", sl_msg_detail(sl_errmsg(), path));
+        rc = sl_fail(SL_EIMAGE, "%s", why);
+    } else if (sl_bytesrc_identity(src, &id) != SL_OK || id.size != size) {
+        rc = sl_fail(SL_EIMAGE, "changed size while being read"); /* grew, or replaced */
+    }
+    *len = (size_t)size;
 out:
-    close(fd);
+    sl_bytesrc_close(src);
     return rc;
 }
 
@@ -365,10 +364,6 @@ static int fill_chunk(cv_worker *w, size_t k)
 }
 
 /* ------------------------------------------------------------ commit */
-static int64_t ns_since(const struct timespec *t0, const struct timespec *t1)
-{
-    return (int64_t)(t1->tv_sec - t0->tv_sec) * 1000000000ll + (t1->tv_nsec - t0->tv_nsec);
-}
 
 static int open_writer(cv_job *j, unsigned shard)
 {
@@ -472,9 +467,8 @@ static int commit_chunk(cv_job *j, size_t k)
         j->shard_bytes = j->bytes;
     }
     if (cfg->progress) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (ns_since(&j->last_progress, &now) >= CV_PROGRESS_NS) {
+        uint64_t now = sl_now_ns();
+        if ((int64_t)(now - j->last_progress) >= CV_PROGRESS_NS) {
             j->last_progress = now;
             cfg->progress(cfg->progress_arg, st->kept_inputs + j->done, st->in.n, st->kept_bytes + j->bytes);
         }
@@ -639,7 +633,7 @@ static int run_workers(cv_job *j)
     unsigned started = 0;
     for (unsigned i = 0; i < nt && !rc; i++)
         rc = worker_init(&w[i], j);
-    clock_gettime(CLOCK_MONOTONIC, &j->last_progress);
+    j->last_progress = sl_now_ns();
     for (unsigned i = 0; i < nt && !rc; i++) {
         int e = pthread_create(&w[i].tid, NULL, worker_main, &w[i]);
         if (e) {

@@ -345,7 +345,7 @@ static int write_manifest(const sl_plan *p, const sl_convert_result *total, int 
         return sl_fail(SL_ENOMEM, "%s: out of memory", fn);
     snprintf(st.plan_path, pl, "%s/.%s.plan", p->out, p->name);
     int rc;
-    if (!sl_path_is_remote(p->out)) {
+    if (!sl_out_remote(p->out)) {
         rc = sl_convert_finish(&st, total);
     } else {
         char tmpl[] = "/tmp/sluice-finish-XXXXXX", name[600];
@@ -446,7 +446,7 @@ int sl_convert_finish_plan(const sl_convert_task_config *tc, sl_convert_finish_r
     res->total.shards_kept = p.shards;
     if ((rc = write_manifest(&p, &res->total, tc->fsync)))
         goto out;
-    if (!sl_path_is_remote(p.out))
+    if (!sl_out_remote(p.out))
         remove_task_folders(&p);
 out:
     for (unsigned s = 0; c.sh && s < p.shards; s++)

@@ -30,7 +30,7 @@
 /* ---------------------------------------------------------------- helpers */
 
 static int push_input(sl_input_list *l, size_t *cap, char *path, uint32_t idx, int64_t label,
-                      uint64_t size)
+                      uint64_t size, int url)
 {
     if (l->n == *cap) {
         size_t ncap = *cap ? *cap * 2 : 1024;
@@ -40,7 +40,8 @@ static int push_input(sl_input_list *l, size_t *cap, char *path, uint32_t idx, i
         l->items = p;
         *cap = ncap;
     }
-    l->items[l->n++] = (sl_input){.path = path, .idx = idx, .label = label, .size = size};
+    l->items[l->n++] =
+        (sl_input){.path = path, .idx = idx, .label = label, .size = size, .url = url};
     return SL_OK;
 }
 
@@ -156,7 +157,7 @@ static int load_folder(const char *dir, sl_input_list *l)
             char *p = sl_path_join(cdir, files[i]);
             if (!p)
                 rc = sl_fail(SL_ENOMEM, "%s: out of memory", cdir);
-            else if ((rc = push_input(l, &cap, p, 0, (int64_t)c, sizes[i])))
+            else if ((rc = push_input(l, &cap, p, 0, (int64_t)c, sizes[i], 0)))
                 free(p);
         }
         free(cdir);
@@ -243,7 +244,7 @@ static int load_list(const char *file, sl_input_list *l)
         }
         struct stat st;
         uint64_t size = !url && stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
-        if ((rc = push_input(l, &cap, p, 0, label, size))) {
+        if ((rc = push_input(l, &cap, p, 0, label, size, url))) {
             free(p);
             goto out;
         }

@@ -23,6 +23,8 @@ char *sl_out_join(const char *out, const char *name)
     return sl_path_join(out, name);
 }
 
+int sl_out_remote(const char *out) { return sl_path_is_remote(out); }
+
 int sl_plan_shard_name(const sl_plan *p, unsigned s, char *buf, size_t cap)
 {
     char path[4096];
@@ -46,8 +48,8 @@ int sl_out_put(const char *out, const char *name, const void *data, size_t len, 
     char *path = sl_out_join(out, name);
     if (!path)
         return sl_fail(SL_ENOMEM, "sl_out_put: out of memory");
-    int rc = sl_path_is_remote(path) ? sl_put_bytes(path, data, len)
-                                     : sl_write_file_atomic(path, data, len, do_sync, "sl_out_put");
+    int rc = sl_out_remote(path) ? sl_put_bytes(path, data, len)
+                                 : sl_write_file_atomic(path, data, len, do_sync, "sl_out_put");
     free(path);
     return rc;
 }

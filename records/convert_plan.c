@@ -506,9 +506,9 @@ static unsigned shard_count(const sl_convert_state *st)
         return cfg->shards;
     uint64_t total = 0;
     for (size_t i = 0; i < st->in.n; i++)
-        total += !st->in.items[i].path                    ? CV_IDX_ESTIMATE
-                 : sl_path_is_remote(st->in.items[i].path) ? CV_URL_ESTIMATE
-                                                            : st->in.items[i].size;
+        total += !st->in.items[i].path ? CV_IDX_ESTIMATE
+                 : st->in.items[i].url ? CV_URL_ESTIMATE
+                                       : st->in.items[i].size;
     uint64_t n = (total + CV_SHARD_BYTES - 1) / CV_SHARD_BYTES;
     return n < 1 ? 1 : n > CV_MAX_SHARDS ? CV_MAX_SHARDS : (unsigned)n;
 }

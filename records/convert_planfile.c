@@ -149,10 +149,11 @@ unsigned sl_plan_shard_task(const sl_plan *p, unsigned s)
 }
 
 /* ---------------------------------------------------------------- writing */
-/* The absolute form of a listed path (URLs and absolute paths as they are). */
-static char *absolute(const char *path, const char *cwd)
+/* The absolute form of an input's path (URLs and absolute paths as they are). */
+static char *absolute(const sl_input *it, const char *cwd)
 {
-    if (path[0] == '/' || sl_path_is_remote(path))
+    const char *path = it->path;
+    if (path[0] == '/' || it->url)
         return strdup(path);
     return sl_path_join(cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path);
 }
@@ -182,7 +183,7 @@ static int write_body(const sl_convert_state *st, unsigned tasks, const char *cw
             sb_str(body, num);
             for (uint64_t pos = b; pos < end; pos++) {
                 const sl_input *it = &st->in.items[st->order[pos]];
-                char *ap = absolute(it->path, cwd);
+                char *ap = absolute(it, cwd);
                 if (!ap)
                     return sl_fail(SL_ENOMEM, "sl_convert_plan: out of memory");
                 sb_str(body, pos == b ? "[" : ",[");
@@ -264,7 +265,7 @@ static int check_out_before(const sl_convert_state *st, const char *text, char *
     const sl_convert_config *cfg = st->cfg;
     static const char fn[] = "sl_convert_plan";
     int rc;
-    if (sl_path_is_remote(cfg->out_dir)) {
+    if (sl_out_remote(cfg->out_dir)) {
         *out = strdup(cfg->out_dir);
     } else {
         char real[PATH_MAX];
@@ -315,7 +316,7 @@ static int write_plan(const char *plan, const char *head, const sbuf *body, int 
     static const char fn[] = "sl_convert_plan";
     static const char mid[] = ",\"shard_list\":[\n", end[] = "]}\n";
     char tmpl[] = "/tmp/sluice-plan-XXXXXX", *local = NULL, *dir = NULL;
-    int remote = sl_path_is_remote(plan), rc;
+    int remote = sl_out_remote(plan), rc;
     if (remote) {
         if (!(dir = mkdtemp(tmpl)))
             return sl_fail(SL_EIO, "%s: mkdtemp %s: %s", fn, tmpl, strerror(errno));

@@ -360,7 +360,7 @@ int sl_convert_task(const sl_convert_task_config *tc, sl_convert_result *res)
         goto out;
     sl_plan_task_shards(&p, tc->task, &f, &e);
     c.inputs = sl_convert_shard_begin(p.inputs, p.shards, e) - sl_convert_shard_begin(p.inputs, p.shards, f);
-    c.remote = sl_path_is_remote(p.out);
+    c.remote = sl_out_remote(p.out);
     if ((rc = keep_whole(&c, &st, f, e)))
         goto out;
     if (st.nkept < e - f) {

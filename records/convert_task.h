@@ -75,6 +75,12 @@ int sl_plan_check_out(const char *fn, const sl_plan *p, int *done);
 
 /* "OUT/name" (malloc'd; NULL when out of memory). */
 char *sl_out_join(const char *out, const char *name);
+/* 1 when OUT (or a file bound for it, as the plan) is an object store's
+ * prefix or object: written by PUT (records/remote_put.h) through a local
+ * temporary file, no folder made, none removed; 0 for a local folder or
+ * file, written in place (atomic rename). The one place the converter's
+ * writes ask what a path is; its reads ask the byte source's handle. */
+int sl_out_remote(const char *out);
 /* The shard's file name "NAME-00003-of-00016.tfrecord" into buf. */
 int sl_plan_shard_name(const sl_plan *p, unsigned s, char *buf, size_t cap);
 /* ".NAME-00003-of-00016.tfrecord.receipt" into buf. */

@@ -94,7 +94,7 @@ static int load_manifest(sl_dataset *ds)
     char *mp = sl_path_join(ds->dir, SL_MANIFEST_FILE);
     if (!mp)
         return oom();
-    int remote = sl_path_is_remote(mp);
+    int remote = ds->remote;
     if (!remote && !is_file(mp)) {
         free(mp);
         return SL_OK;
@@ -135,7 +135,7 @@ static int list_dir(sl_dataset *ds, const char *only, int extra);
  * map), no listing. */
 static int open_manifest_dir(sl_dataset *ds, const char *only)
 {
-    int rc, remote = sl_path_is_remote(ds->dir);
+    int rc, remote = ds->remote;
     ds->kind = SL_DATASET_MANIFEST;
     ds->counts_listed = 1;
     for (size_t i = 0; i < ds->manifest.nsplits; i++) {
@@ -573,8 +573,7 @@ static int count_unindexed(sl_dataset *ds)
 {
     for (size_t i = 0; i < ds->nsplits; i++) {
         sl_dataset_split *s = &ds->splits[i];
-        if ((s->format != SL_FORMAT_TFRECORD && s->format != SL_FORMAT_WDS) ||
-            sl_path_is_remote(ds->path))
+        if ((s->format != SL_FORMAT_TFRECORD && s->format != SL_FORMAT_WDS) || ds->remote)
             continue; /* remote: a HEAD per shard would cost more than it tells */
         for (size_t k = 0; k < s->nfiles; k++) {
             char *idx = sl_str_cat(s->files[k], ".idx"), *dali = NULL;
@@ -610,6 +609,7 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
         ds->path[--n] = 0;
+    ds->remote = sl_path_is_remote(ds->path); /* the one place a dataset asks */
     size_t b_at, b_len;
     uint64_t b_a, b_b;
     int b_w;
@@ -617,7 +617,7 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         rc = open_braces(ds);
         goto out;
     }
-    if (sl_path_is_remote(ds->path)) {
+    if (ds->remote) {
         rc = open_remote(ds, only);
         goto out;
     }

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Callback result that stops the walk at the first problem (not a status). */
 #define VERIFY_STOP (-1000)
@@ -146,22 +145,17 @@ static int on_file_begin(void *arg, const sl_dataset_split *s, const char *file)
         return wds_file_begin(c, s, file);
     /* A missing shard is reported by the walk; its index is beside the point. */
     uint64_t size;
-    int remote = sl_path_is_remote(file);
-    if (s->format != SL_FORMAT_TFRECORD || (remote ? sl_bytes_size(file, &size) != SL_OK
-                                                   : access(file, F_OK) != 0)) {
+    if (s->format != SL_FORMAT_TFRECORD || sl_bytes_size(file, &size) != SL_OK) {
         sl_clear_error();
         return 0;
     }
     if (!(c->idx_path = sl_str_cat(file, ".idx")))
         return sl_fail(SL_ENOMEM, "sl_verify_path: out of memory");
-    if (!remote && access(c->idx_path, F_OK) != 0) {
-        /* Not a problem: shards from other tools (TensorFlow's ImageNet
-         * converter) have none, and readers scan them. */
-        c->res->unindexed++;
-        return 0;
-    }
     int rc = sl_index_load(c->idx_path, &c->idx, &c->nidx);
-    if (rc == SL_ENOENT && remote) { /* the same, asked of the server */
+    if (rc == SL_ENOENT) {
+        /* Not a problem (asked of the server for a remote shard): shards
+         * from other tools (TensorFlow's ImageNet converter) have none, and
+         * readers scan them. */
         sl_clear_error();
         c->res->unindexed++;
         return 0;

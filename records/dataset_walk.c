@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bytesrc.h"
+#include "common/clock.h"
 #include "wds.h"
 
 #define WDS_WINDOW ((size_t)4 << 20) /* bytes of consecutive sample spans read at once */
@@ -96,20 +97,13 @@ typedef struct walk_ctx {
     double start, last_call;
 } walk_ctx;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The progress callback: not before 0.5 s (small datasets finish first),
  * then ~8 times a second. */
 static int progress(walk_ctx *c)
 {
     if (!c->v->progress)
         return 0;
-    double t = now_s();
+    double t = sl_now_s();
     if (t - c->start < 0.5 || t - c->last_call < 0.125)
         return 0;
     c->last_call = t;
@@ -309,7 +303,7 @@ int sl_dataset_walk(const sl_dataset *ds, const sl_walk_visitor *v)
     if (!ds || !v)
         return sl_fail(SL_EINVAL, "sl_dataset_walk: NULL argument");
     c.files_total = file_count(ds);
-    c.start = c.last_call = now_s();
+    c.start = c.last_call = sl_now_s();
     for (size_t si = 0; si < ds->nsplits && !rc; si++) {
         const sl_dataset_split *s = &ds->splits[si];
         for (size_t fi = 0; fi < s->nfiles && !rc; fi++) {

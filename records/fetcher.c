@@ -3,20 +3,20 @@
  * thread.
  *
  * DESIGN
- *   Local requests are read at add time (bytesrc.c's pread loop) and queued
- *   as completed; remote ones go to an sl_remote_multi opened at the first
- *   remote add, with the options resolved at open. wait hands back
- *   completed local requests first. The fetcher keeps the last local file
- *   open (readers add many ranges of one shard in a row).
+ *   Each request's path is opened as a byte-source handle (bytesrc.c), which
+ *   says whether it is remote: remote requests go to an sl_remote_multi
+ *   opened at the first remote add, with the options resolved at open;
+ *   local ones are read at add time through the handle (pread) and queued
+ *   as completed. wait hands back completed local requests first. The
+ *   fetcher keeps the last handle open (readers add many ranges of one
+ *   shard in a row).
  *
  * Threading: an sl_fetcher belongs to one thread at a time (bytesrc.h).
  */
 #include "records/bytesrc_int.h"
 
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct local_done {
     struct local_done *next;
@@ -30,8 +30,7 @@ struct sl_fetcher {
     unsigned nlocal;
     sl_remote_multi *rm;
     sl_io_opts o;   /* resolved at open */
-    int fd;     /* the last local file, or -1 */
-    char *fd_path;
+    sl_bytesrc *src; /* the last request's path, or NULL */
     const int *stop; /* sl_fetcher_set_stop */
 };
 
@@ -54,27 +53,19 @@ int sl_fetcher_open(const sl_io_opts *opts, sl_fetcher **out)
         free(f);
         return rc;
     }
-    f->fd = -1;
     *out = f;
     return SL_OK;
 }
 
-static int local_fetch(sl_fetcher *f, const char *path, uint64_t off, void *buf, size_t n)
+/* f->src for path: the last one kept, else path opened under f's options
+ * (a local file's open error is the request's). */
+static int fetch_src(sl_fetcher *f, const char *path)
 {
-    if (n == 0)
+    if (f->src && !strcmp(sl_bytesrc_path(f->src), path))
         return SL_OK;
-    if (f->fd < 0 || strcmp(f->fd_path, path)) {
-        char *p = strdup(path);
-        if (!p)
-            return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
-        if (f->fd >= 0)
-            close(f->fd);
-        free(f->fd_path);
-        f->fd_path = p;
-        if ((f->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-            return sl_open_fail("sl_fetcher_wait", path);
-    }
-    return sl_pread_all("sl_fetcher_wait", path, f->fd, buf, n, off);
+    sl_bytesrc_close(f->src);
+    f->src = NULL;
+    return sl_bytesrc_open_as("sl_fetcher_wait", path, &f->o, &f->src);
 }
 
 int sl_fetcher_add(sl_fetcher *f, const char *path, uint64_t off, void *buf, size_t n, void *tag)
@@ -83,10 +74,10 @@ int sl_fetcher_add(sl_fetcher *f, const char *path, uint64_t off, void *buf, siz
 
     if (!f || !path || (!buf && n))
         return sl_fail(SL_EINVAL, "sl_fetcher_add: NULL argument");
-    if (sl_path_is_remote(path)) {
+    int rc = fetch_src(f, path);
+    if (!rc && sl_bytesrc_is_remote(f->src)) {
         if (!f->rm) { /* stays NULL without libcurl: the add then says so */
-            int rc = sl_remote_multi_open(&f->o, &f->rm);
-            if (rc)
+            if ((rc = sl_remote_multi_open(&f->o, &f->rm)))
                 return rc;
         }
         return sl_remote_multi_add(f->rm, path, off, buf, n, tag);
@@ -94,7 +85,7 @@ int sl_fetcher_add(sl_fetcher *f, const char *path, uint64_t off, void *buf, siz
     if (!(d = calloc(1, sizeof *d)))
         return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
     d->tag = tag;
-    d->rc = local_fetch(f, path, off, buf, n);
+    d->rc = rc ? rc : sl_bytesrc_read_as("sl_fetcher_wait", f->src, buf, n, off);
     if (d->rc && !(d->msg = strdup(sl_errmsg()))) {
         free(d);
         return sl_fail(SL_ENOMEM, "sl_fetcher_add: out of memory");
@@ -150,8 +141,6 @@ void sl_fetcher_close(sl_fetcher *f)
         free(d);
     }
     sl_remote_multi_close(f->rm);
-    if (f->fd >= 0)
-        close(f->fd);
-    free(f->fd_path);
+    sl_bytesrc_close(f->src);
     free(f);
 }

@@ -40,14 +40,14 @@
  * the slow path, but the coefficients the aborted pass wrote stay in the
  * blocks. The pixels then depend on where the bytes lie in the buffer
  * (djpeg's 4 KiB reads differ from a memory source), and sluice's own
- * Huffman decoder (pipeline/huff.c) cannot give the same batch. Such a
+ * Huffman decoder (pipeline/image/huff.c) cannot give the same batch. Such a
  * stream is refused here (SL_EIMAGE naming the byte), before either
  * decoder runs; fill bytes before a real marker stay allowed.
  *
  * Restart markers (issue 41): RST0..7 split a scan into intervals of the
  * restart interval's MCUs (DRI, T.81 B.2.4.4), numbered 0..7 in turn from
  * each scan's first. The pipeline starts decoding at an interval that a
- * crop needs (pipeline/huff.c), so the k-th interval must be where the
+ * crop needs (pipeline/image/huff.c), so the k-th interval must be where the
  * k-th marker says: each marker must carry the next number, and a scan
  * must have exactly one interval per restart interval of its MCUs (the
  * frame's size and sampling give them), with one marker at the scan's end

@@ -3,15 +3,18 @@
  *
  *   TFRecord framing (byte-compatible with TensorFlow), tf.train.Example
  *   encode / zero-copy decode, DALI-style index files, an LMDB store with the
- *   same payloads, WebDataset tar shards read in place (wds.h: their member
- *   index), the dataset.json manifest, dataset paths (a folder, a glob, a
+ *   same payloads, WebDataset tar shards read in place (wds.h: their sample
+ *   index and decoder; tar.h: the tar member parser under it), the
+ *   dataset.json manifest, dataset paths (a folder, a glob, a
  *   brace pattern "train-{00000..00015}-of-00016.tfrecord", one shard, an
  *   LMDB store; local or http(s):// / s3:// URLs), image probing /
  *   transcoding for the converter, and the converter itself.
  *
  * Bytes: every read here, local or remote, goes through the byte source
  * (bytesrc.h: one handle with read, size, whole get, list and a map), so a
- * path may be a URL wherever a shard, an index or dataset.json is read; the
+ * path may be a URL wherever a shard, an index or dataset.json is read, and
+ * the byte source, not the caller, decides how (a dataset asks once, at
+ * resolve: sl_dataset.remote; a reader asks its handle); the
  * remote I/O settings are those of the call's config (sl_convert_config.io,
  * sl_verify_options.io, the pipeline's) or else the process-wide ones.
  *
@@ -718,21 +721,29 @@ size_t sl_wds_shard_name_len(const char *base);
  *                        ("d/train-0000[0-3]*"; on s3:// in its last part,
  *                        matched against the prefix's listing): the regular
  *                        files it matches, sorted, less index (.idx),
- *                        temporary (.tmp) and dataset.json files, as one split
+ *                        temporary (.tmp) and dataset.json files, as one split;
+ *                        also a brace pattern (below)
+ *   SL_DATASET_FILE      one file: a WebDataset shard (*.tar), or a TFRecord
+ *                        shard whatever its name (its first record header is
+ *                        checked)
+ *   SL_DATASET_LMDB      an LMDB environment directory (it holds data.mdb)
  *
  * Compressed shards (.tar.gz, .tgz, .tar.zst, .tar.bz2, .tar.xz, and any
  * shard name ending in .gz, .zst, .bz2, .xz or .lz4) are refused by name
  * (SL_ENOTSUP): the readers seek to records by offset, which a compressed
  * stream does not allow; decompress them (their JPEGs compress by a few
  * percent only).
- *   SL_DATASET_FILE      one file: a TFRecord shard, whatever its name
- *   SL_DATASET_LMDB      an LMDB environment directory (it holds data.mdb)
  *
  * A path with "{A..B}" (decimal, A <= B; the width of A is the zero padding,
  * as WebDataset's and the shell's "{000000..000099}") names each expansion,
- * in order, as one split, local or remote, nothing listed. A URL
- * (http(s)://, s3://) names the same kinds through bytesrc.h: a remote
- * folder through its dataset.json (an s3:// prefix is listed without one).
+ * in order, as one split (kind SL_DATASET_GLOB), local or remote, nothing
+ * listed and nothing checked: a reader names a missing one. A URL
+ * (http(s)://, s3://; sl_dataset.remote) names the same kinds through
+ * bytesrc.h, less LMDB stores (a local memory map): a remote folder through
+ * its dataset.json, whose shards are taken as promised (no request per
+ * shard); an s3:// prefix without one is listed (ListObjectsV2); an
+ * http(s):// folder without one is SL_ENOENT (HTTP lists nothing: give a
+ * brace pattern). Index files are not counted remotely (unindexed 0).
  *
  * Splits named by a glob or a file are called as their shard name says
  * ("train"), or "*". For those three kinds dataset.json beside the data, when
@@ -752,8 +763,10 @@ typedef struct sl_dataset_split {
     sl_format format;
     char **files;                    /* shard paths in order, or the one LMDB directory */
     size_t nfiles;
-    size_t unindexed;                /* TFRecord shards without "<shard>.idx" beside them
-                                      * (readers scan those: sluice index writes them) */
+    size_t unindexed;                /* local TFRecord shards without "<shard>.idx" beside
+                                      * them, WebDataset tars without "X.tar.idx" or DALI's
+                                      * "X.idx" (readers scan those: sluice index writes
+                                      * them); 0 for remote data (a HEAD per shard) */
     const sl_manifest_split *listed; /* its dataset.json entry (in the sl_dataset's
                                       * manifest); NULL when none */
 } sl_dataset_split;
@@ -764,6 +777,9 @@ typedef struct sl_dataset {
     char *dir;             /* the folder of the data: path itself for the directory
                             * kinds, else the one holding the file or the first match */
     sl_dataset_kind kind;
+    int remote;            /* path is a URL (bytesrc.h): every file is a remote object, read
+                            * by requests; nothing is stat'ed, mapped or written beside it.
+                            * Decided once, here, for the readers that take ds */
     int has_manifest;      /* manifest below was loaded from dir/dataset.json */
     int counts_listed;     /* SL_DATASET_MANIFEST: the manifest's counts apply */
     char *manifest_path;   /* "dir/dataset.json" when has_manifest */
@@ -786,8 +802,14 @@ typedef struct sl_dataset {
  * directory, a glob matching a non-file, or a file given as PATH that is no
  * shard (not .tar, and its first 12 bytes are no TFRecord record header:
  * dataset.json, an .idx, an image; the message says what was expected).
- * Messages name the path. Lists directories and stats files; reads no shard
- * but the 12 bytes of a PATH that is one file. Reentrant. */
+ * Remotely: SL_ENOENT for an http(s):// folder without dataset.json,
+ * SL_EINVAL for a glob over http(s):// (give a brace pattern), the byte
+ * source's errors (SL_EPERM refused, SL_EIO after its retries) naming the
+ * URL. Messages name the path. Lists directories (or an s3:// prefix) and
+ * stats files; reads dataset.json where there is one, and no shard but the
+ * 12 bytes of a local PATH that is one file (a remote one is sized, HEAD).
+ * The byte source's options are the calling thread's (sl_io_thread_use),
+ * else the process-wide ones. Reentrant. */
 int sl_dataset_resolve(const char *path, const char *only_split, sl_dataset *ds);
 /* Free what ds holds and zero it. NULL and a zeroed ds are no-ops. */
 void sl_dataset_fini(sl_dataset *ds);

@@ -21,6 +21,7 @@ typedef struct sl_input {
     uint32_t idx;   /* IDX image index (0-based); 0 for files */
     int64_t label;  /* 0-based class label (before cfg->label_offset) */
     uint64_t size;  /* file bytes (IDX: raw pixel bytes), for shard sizing */
+    int url;        /* a listed URL (bytesrc.h), taken as it is: its size not asked (0) */
 } sl_input;
 
 typedef struct sl_input_list {

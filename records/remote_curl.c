@@ -58,6 +58,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 /* SHA-256 of the empty string: the payload hash of a bodiless request. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -603,7 +605,7 @@ void sl_xfer_message(const sl_xfer *x, const char *fn, int code, unsigned tries,
         w = what;
     }
     if (x->retry || (code == SL_EIO && tries > 1)) {
-        uint64_t now = sl_io_now_ns();
+        uint64_t now = sl_now_ns();
         double s = x->first_ns && now > x->first_ns ? (double)(now - x->first_ns) * 1e-9 : 0;
         snprintf(out, cap, "%s: %s: %s: %s after %u %s in %.1f s", fn, x->u->name, w, x->why,
                  tries, tries == 1 ? "try" : "tries", s);
@@ -645,7 +647,7 @@ int sl_xfer_run(const char *fn, sl_xfer *x)
         o = *x->o;
     else if ((rc = sl_io_resolve(NULL, &o)))
         return rc;
-    x->first_ns = sl_io_now_ns();
+    x->first_ns = sl_now_ns();
     for (t = 1;; t++) {
         if (x->kind == SL_XF_RANGE) { /* an object whose server ignores Range: its copy */
             int held, hrc = SL_OK;

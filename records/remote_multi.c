@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+
 typedef struct mreq {
     struct mreq *next;
     sl_rurl u;
@@ -163,7 +165,7 @@ static void unwait(sl_remote_multi *m, mreq *prev, mreq *r)
 static void start_due(sl_remote_multi *m)
 {
     mreq *prev = NULL, *r = m->wait_head, *next;
-    uint64_t now = sl_io_now_ns();
+    uint64_t now = sl_now_ns();
 
     for (; r && m->running < m->o.inflight; r = next) {
         next = r->next;
@@ -252,7 +254,7 @@ static void reap(sl_remote_multi *m)
         m->running--;
         uint64_t wait;
         if (rc && x->retry && sl_io_retry_next(&m->o, r->tries, x->first_ns, &wait)) {
-            r->due_ns = sl_io_now_ns() + wait;
+            r->due_ns = sl_now_ns() + wait;
             push(&m->wait_head, &m->wait_tail, r);
         } else {
             finish(m, r, rc);
@@ -263,7 +265,7 @@ static void reap(sl_remote_multi *m)
 /* ms until the first waiting request is due (only when a slot is free). */
 static int poll_ms(const sl_remote_multi *m)
 {
-    uint64_t now = sl_io_now_ns(), first = UINT64_MAX;
+    uint64_t now = sl_now_ns(), first = UINT64_MAX;
 
     if (m->running >= m->o.inflight)
         return 1000;

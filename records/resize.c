@@ -8,7 +8,7 @@
  *   scale <  2: bilinear with half-pixel centres (OpenCV INTER_LINEAR):
  *               sx = (x + 0.5) * scale - 0.5, clamped to [0, src - 1].
  * The formulas live in resize_tap.h (sl_resize_tap_at), shared with the
- * GPU kernel (pipeline/gdec_cuda.cu) and pipeline/resample_planes.c.
+ * GPU kernel (pipeline/image/gdec_cuda.cu) and pipeline/image/resample_planes.c.
  * Both are separable: each output pixel of a row is a weighted sum of a run
  * of consecutive source pixels, described by one "tap" per output
  * coordinate (first source index, run length, weights of the first pixel,

@@ -2,8 +2,8 @@
  * records/resize_tap.h - the resize filter's tap for one output coordinate,
  * written once for every place that resizes: records/resize.c
  * (sl_resize_taps, the converter's and the CPU pipeline's tables),
- * pipeline/gdec_cuda.cu (the GPU crop-resize kernel, one tap per output
- * pixel) and pipeline/resample_planes.c (window_taps, on a window that need
+ * pipeline/image/gdec_cuda.cu (the GPU crop-resize kernel, one tap per output
+ * pixel) and pipeline/image/resample_planes.c (window_taps, on a window that need
  * not start or end on a pixel edge). gcc (C11) and nvcc both compile it, so
  * the CPU tables and the kernel compute the same taps by the same code;
  * tests/records/test_resize_tap.c pins that and the taps' bits.

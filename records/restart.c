@@ -9,7 +9,7 @@
  * from the block before it. A restart marker (RST0..7, T.81 B.2.1) resets
  * those predictions and byte-aligns the data, so a decoder that knows
  * where an interval starts can begin there. The pipeline
- * (pipeline/huff.c) then entropy-decodes only the intervals a crop covers
+ * (pipeline/image/huff.c) then entropy-decodes only the intervals a crop covers
  * instead of every MCU row above the crop's bottom edge.
  *
  * How (libjpeg's transcoding API, jctrans.c / jdtrans.c):
@@ -115,7 +115,7 @@ static void on_output_message(j_common_ptr c)
 }
 
 /* Warnings (corrupt data, ...) stop the rewrite too, as they stop the
- * pipeline's decode (pipeline/decode.c): the two metadata warnings it
+ * pipeline's decode (pipeline/image/decode.c): the two metadata warnings it
  * allows are allowed here. */
 static void on_emit_message(j_common_ptr c, int level)
 {

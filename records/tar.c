@@ -1,6 +1,6 @@
 /*
  * records/tar.c - the tar member parser and the ustar header writer of the
- * WebDataset store (records/wds.h).
+ * WebDataset store (records/tar.h).
  *
  * DESIGN
  *   Formats read: POSIX ustar ("ustar\0" "00": prefix + '/' + name), GNU
@@ -26,7 +26,9 @@
  *
  * Threading: reentrant; an iterator belongs to one thread.
  */
-#include "records/wds.h"
+#include "records/tar.h"
+
+#include "common/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

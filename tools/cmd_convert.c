@@ -445,7 +445,7 @@ int cmd_convert(int argc, char **argv)
         printf("%s/%s.lmdb", cfg.out_dir, cfg.name);
     else
         printf("%u shard%s", res.shards, res.shards == 1 ? "" : "s");
-    printf(" (%s) in %.1f s; %llu skipped", cli_bytes(b, sizeof b, res.bytes), seconds_since(&p.t0),
+    printf(" (%s) in %.1f s; %llu skipped", cli_bytes(b, sizeof b, res.bytes), sl_now_s() - p.t0,
            (unsigned long long)res.skipped);
     if (res.shards_kept)
         printf("; %u %s kept from the interrupted run", res.shards_kept,

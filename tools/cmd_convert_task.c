@@ -163,7 +163,7 @@ static int run_finish(sl_convert_task_config *tc, progress *p)
            (unsigned long long)res.total.inputs, (unsigned long long)res.total.records,
            res.total.shards, cli_bytes(b, sizeof b, res.total.bytes),
            (unsigned long long)res.total.skipped, res.indexes_written,
-           res.indexes_written == 1 ? "" : "es", seconds_since(&p->t0));
+           res.indexes_written == 1 ? "" : "es", sl_now_s() - p->t0);
     return 0;
 }
 
@@ -192,7 +192,7 @@ static int run_task(sl_convert_task_config *tc, progress *p)
     printf("task %u of %u: %llu inputs -> %llu records in %u shard%s (%s) in %.1f s; %llu skipped",
            tc->task, tc->tasks, (unsigned long long)res.inputs, (unsigned long long)res.records,
            res.shards, res.shards == 1 ? "" : "s", cli_bytes(b, sizeof b, res.bytes),
-           seconds_since(&p->t0), (unsigned long long)res.skipped);
+           sl_now_s() - p->t0, (unsigned long long)res.skipped);
     if (res.shards_kept)
         printf("; %u whole before this run, kept", res.shards_kept);
     printf("\n");

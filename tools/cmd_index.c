@@ -113,8 +113,9 @@ int cmd_index(int argc, char **argv)
         sl_dataset ds;
         size_t written = 0, kept = 0;
         index_ctx c = {.tty = !quiet && cli_stderr_tty(), .path = a};
-        int r = sl_path_is_remote(a) ? SL_ENOTSUP : sl_dataset_resolve(a, split, &ds);
-        if (r == SL_ENOTSUP && sl_path_is_remote(a)) {
+        int remote = sl_path_is_remote(a); /* refused before any request */
+        int r = remote ? SL_ENOTSUP : sl_dataset_resolve(a, split, &ds);
+        if (remote) {
             memset(&ds, 0, sizeof ds);
             cli_error(CMD, "%s: index files are written beside the shards, and remote data is "
                       "read-only here: index the shards before uploading them (sluice convert "

@@ -31,6 +31,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "common/clock.h"
 #include "digest.h"
 #include "par_plan.h"
 #include "pipeline/pipeline.h"
@@ -164,13 +165,6 @@ static int parse(int argc, char **argv, profile_opts *o)
 static const volatile int *g_stop;
 #define STOP_POLL_MS 100
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 typedef struct run_result {
     uint64_t batches, samples;       /* all batches taken */
     uint64_t m_batches, m_samples;   /* in the measured window */
@@ -209,7 +203,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
     volatile uint8_t sink = 0;
     memset(&r->s0, 0, sizeof r->s0); /* r->io0: taken before create (its readers start there) */
     for (;;) {
-        double t = now_s();
+        double t = sl_now_s();
         if (*g_stop) {
             r->interrupted = 1;
             break;
@@ -223,10 +217,10 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
         if (rc == SL_ETIMEDOUT) { /* not ready yet: look at the stop flag, wait on */
             sl_clear_error();
             rc = SL_OK;
-            next_s += now_s() - t;
+            next_s += sl_now_s() - t;
             continue;
         }
-        double t1 = now_s();
+        double t1 = sl_now_s();
         if (rc == SL_EOF) {
             r->eof = 1;
             rc = SL_OK;
@@ -248,16 +242,16 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
                 break;
             sl_io_stats_get(&r->io0);
             warmed = 1;
-            t_start = now_s();
+            t_start = sl_now_s();
             next_s = 0;
             w_batches = r->batches;
             w_samples = r->samples;
         }
         r->m_batches = r->batches - w_batches;
         r->m_samples = r->samples - w_samples;
-        r->seconds = now_s() - t_start;
+        r->seconds = sl_now_s() - t_start;
         if (draw) {
-            progress(o, r, now_s() - t_create, &last);
+            progress(o, r, sl_now_s() - t_create, &last);
             drew = 1;
         }
     }
@@ -268,7 +262,7 @@ static int run(const profile_opts *o, sl_pipeline *p, double t_create, run_resul
         return rc;
     /* a run shorter than the warmup is measured whole, from create */
     r->warmup = warmed ? o->warmup : 0;
-    r->seconds = now_s() - t_start;
+    r->seconds = sl_now_s() - t_start;
     r->next_s = next_s;
     if ((rc = sl_pipeline_stats_get(p, &r->s1)))
         return rc;
@@ -599,7 +593,7 @@ int cmd_profile(int argc, char **argv)
     run_result r;
     memset(&r, 0, sizeof r);
     sl_pipeline *p = NULL;
-    double t_create = now_s();
+    double t_create = sl_now_s();
     sl_io_stats_get(&r.io0);
     if ((rc = sl_pipeline_create(&o.pf.cfg, &p))) {
         rc = cli_fail(CMD, rc);

@@ -13,14 +13,7 @@ void progress_init(progress *p, int quiet)
 {
     p->draw = !quiet && cli_stderr_tty();
     p->drawn = 0;
-    clock_gettime(CLOCK_MONOTONIC, &p->t0);
-}
-
-double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
+    p->t0 = sl_now_s();
 }
 
 void clear_line(progress *p)
@@ -40,7 +33,7 @@ void on_progress(void *arg, uint64_t done, uint64_t total, uint64_t bytes)
         clear_line(p);
         return;
     }
-    double t = seconds_since(&p->t0), rate = t > 0 ? (double)done / t : 0;
+    double t = sl_now_s() - p->t0, rate = t > 0 ? (double)done / t : 0;
     char b[32];
     fprintf(stderr, "\r  %llu/%llu inputs  %3.0f%%  %.0f img/s  %s  ETA %.0f s\033[K",
             (unsigned long long)done, (unsigned long long)total, total ? 100.0 * done / total : 100.0,

@@ -11,17 +11,17 @@
 #define SL_CONVERT_PROGRESS_H
 
 #include <stdint.h>
-#include <time.h>
+
+#include "common/clock.h" /* sl_now_s: t0 and the time since */
 
 typedef struct progress {
     int draw;              /* stderr is a TTY and not --quiet */
     int drawn;             /* a partial line is on screen */
-    struct timespec t0;
+    double t0;             /* sl_now_s() at init */
 } progress;
 
 /* draw: !quiet && stderr is a terminal; t0 = now. */
 void progress_init(progress *p, int quiet);
-double seconds_since(const struct timespec *t0);
 /* Erase a partial progress line (before other output). */
 void clear_line(progress *p);
 /* sl_convert_config.progress: "  done/total inputs  N%  img/s  bytes  ETA". */

@@ -23,14 +23,35 @@
 #include <strings.h>
 #include <time.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
+/* B (the working tree) takes the output spec; A too from issue 44 on
+ * (AB_OLD_SPEC, set by perf/resample-ab), before it positional arguments. */
+int ab_new_resample_planes(const sl_plane_view *pl, int np, const sl_out_spec *out);
+#if AB_OLD_SPEC
+int ab_old_resample_planes(const sl_plane_view *pl, int np, const sl_out_spec *out);
+#else
 int ab_old_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip,
                            sl_layout layout, const float mean[3], const float std[3], void *dst);
-int ab_new_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip,
-                           sl_layout layout, const float mean[3], const float std[3], void *dst);
+#endif
 typedef int (*resample_fn)(const sl_plane_view *, int, int, int, int, sl_layout, const float *,
                            const float *, void *);
+static int new_fn(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
+                  const float *mean, const float *std, void *dst)
+{
+    sl_out_spec o = {dw, dh, flip, layout, mean, std, dst};
+    return ab_new_resample_planes(pl, np, &o);
+}
+static int old_fn(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
+                  const float *mean, const float *std, void *dst)
+{
+#if AB_OLD_SPEC
+    sl_out_spec o = {dw, dh, flip, layout, mean, std, dst};
+    return ab_old_resample_planes(pl, np, &o);
+#else
+    return ab_old_resample_planes(pl, np, dw, dh, flip, layout, mean, std, dst);
+#endif
+}
 
 static const float g_mean[3] = {123.675f, 116.28f, 103.53f};
 static const float g_std[3] = {58.395f, 57.12f, 57.375f};
@@ -135,10 +156,8 @@ int main(int argc, char **argv)
         long diffs = 0;
         for (int i = 0; i < n; i++) {
             item *it = &items[i];
-            if (ab_old_resample_planes(it->pv, it->np, size, size, it->flip, L, g_mean, g_std,
-                                       ra) != SL_OK ||
-                ab_new_resample_planes(it->pv, it->np, size, size, it->flip, L, g_mean, g_std,
-                                       rb) != SL_OK)
+            if (old_fn(it->pv, it->np, size, size, it->flip, L, g_mean, g_std, ra) != SL_OK ||
+                new_fn(it->pv, it->np, size, size, it->flip, L, g_mean, g_std, rb) != SL_OK)
                 fail("resample failed");
             for (size_t k = 0; k < (size_t)size * size * 3; k++) {
                 double e = L == SL_LAYOUT_NHWC_U8
@@ -158,7 +177,7 @@ int main(int argc, char **argv)
             item *it = &items[i];
             for (int pass = 0; pass < 2; pass++) {
                 int b = (i + r + pass) & 1;
-                resample_fn fn = b ? ab_new_resample_planes : ab_old_resample_planes;
+                resample_fn fn = b ? new_fn : old_fn;
                 void *dst = (char *)(b ? rb : ra) + sb * (size_t)(i % ring);
                 double t0 = now();
                 fn(it->pv, it->np, size, size, it->flip, (sl_layout)layout, g_mean, g_std, dst);

@@ -1,6 +1,6 @@
 // tests/cuda-emu/emu_nvjpeg.cpp - a fake libnvjpeg for the emulator: the
-// subset of nvJPEG's C API that pipeline/gdec_cuda.cu calls
-// (pipeline/nvjpeg_api.h), decoding with libjpeg-turbo on the host into
+// subset of nvJPEG's C API that pipeline/image/gdec_cuda.cu calls
+// (pipeline/image/nvjpeg_api.h), decoding with libjpeg-turbo on the host into
 // emulated device memory. Built by run.sh as $OUT/libnvjpeg_emu.so and
 // loaded by the pipeline through SLUICE_NVJPEG (it resolves
 // cudaMemcpyAsync from the emulated program, linked -rdynamic), so the
@@ -37,7 +37,7 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-#include "pipeline/nvjpeg_api.h"
+#include "pipeline/image/nvjpeg_api.h"
 
 struct nvjpegHandle {
     nvjpegBackend_t backend;

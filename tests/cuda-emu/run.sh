@@ -69,7 +69,7 @@ build() {
     echo "== .cu -> host C++"
     cu="$REPO/train/ops/act_cuda.cu $REPO/train/ops/amp_cuda.cu $REPO/train/ops/conv_cuda.cu $REPO/train/ops/cuda_ctx.cu \
         $REPO/train/ops/linear_cuda.cu $REPO/train/ops/norm_cuda.cu $REPO/train/ops/norm_pass_cuda.cu $REPO/train/ops/norm_sync_cuda.cu \
-        $REPO/train/device/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/gdec_cuda.cu"
+        $REPO/train/device/sgd_cuda.cu $REPO/pipeline/load_cuda.cu $REPO/pipeline/image/gdec_cuda.cu"
     # the fused conv+BN path's own kernels, once the file exists
     [ -f "$REPO/train/ops/fuse_cuda.cu" ] && cu="$cu $REPO/train/ops/fuse_cuda.cu"
     cuobjs=""

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_huff.c - pipeline/huff.c's Huffman decoder against
+ * tests/fuzz/fuzz_huff.c - pipeline/image/huff.c's Huffman decoder against
  * libjpeg's (SLUICE_HUFF=libjpeg), a differential target: the planar
  * path's planes of one crop (sl_decode_crop_planes) by both decoders.
  * Where huff.c decodes, libjpeg's must decode the same bytes; where
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "util.h"
 
 /* [0] huff.c, [1] libjpeg's decoder */

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_seek.c - the restart-interval seek (pipeline/huff.c's
+ * tests/fuzz/fuzz_seek.c - the restart-interval seek (pipeline/image/huff.c's
  * sl_huff_seek, issue 41), a differential target: the planar path's
  * planes of one crop from three decoders of the same bytes:
  *   [0] huff.c reading only the intervals the crop needs,
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "util.h"
 
 static sl_decoder *decs[3];

@@ -102,7 +102,7 @@ void fz_split(const uint8_t *data, size_t n, const uint8_t **a, size_t *a_len,
 }
 
 /* ------------------------------------------------ shared with seeds.c */
-#include "pipeline/pipeline_int.h" /* sl_crop, sl_plane_view, sl_rrc_geometry */
+#include "pipeline/image/image.h" /* sl_crop, sl_plane_view, sl_rrc_geometry */
 #include "records/records.h"
 
 void fz_jpeg(int w, int h, unsigned seed, uint8_t **out, size_t *len)

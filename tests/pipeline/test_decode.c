@@ -35,7 +35,7 @@
 
 #include <jpeglib.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "testutil.h"
 
 #define TOL_QUALITY 4.0

@@ -4,7 +4,7 @@
  * libjpeg keeps an image's Huffman and quantization tables in the
  * decompress object, for an abbreviated stream that follows to use; a
  * decoder reused across images must not let them through. On every decode
- * path (the planar path with pipeline/huff.c, the same with libjpeg's
+ * path (the planar path with pipeline/image/huff.c, the same with libjpeg's
  * Huffman decoder, the RGB reference and the full decode):
  *   - a baseline file without DHT (Motion-JPEG's way: the standard tables
  *     of T.81 Annex K.3) decodes to the very sample of the same file with
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "hostile_images.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "testutil.h"
 
 enum { OW = 48, OH = 40, NMODE = 4 };
@@ -57,7 +57,10 @@ static int sample(sl_decoder *d, const uint8_t *j, size_t len, uint8_t *out)
     if (rc)
         return rc;
     sl_crop c = {W / 5, H / 6, W * 3 / 5, H * 2 / 3};
-    return sl_decode_crop_sample(d, j, len, &c, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, out);
+    return sl_decode_crop_sample(d, j, len, &c, &(sl_out_spec){.w = OW, .h = OH, .flip = 0,
+                                                               .layout = SL_LAYOUT_NHWC_U8,
+                                                               .mean = NULL, .std = NULL,
+                                                               .dst = out});
 }
 
 /* Noise over colour fields: many nonzero AC coefficients, long codes, and
@@ -189,8 +192,11 @@ Test(pipeline_decode_alone, no_dqt_refused_alone_and_after_another)
                 if (after)
                     cr_assert_eq(sample(d, opt[1].p, opt[1].len, out), SL_OK);
                 sl_crop c = {0, 0, 120, 88};
-                cr_assert_eq(sl_decode_crop_sample(d, bad[b]->p, bad[b]->len, &c, OW, OH, 0,
-                                                   SL_LAYOUT_NHWC_U8, NULL, NULL, out),
+                cr_assert_eq(sl_decode_crop_sample(d, bad[b]->p, bad[b]->len, &c,
+                                                   &(sl_out_spec){.w = OW, .h = OH, .flip = 0,
+                                                                  .layout = SL_LAYOUT_NHWC_U8,
+                                                                  .mean = NULL, .std = NULL,
+                                                                  .dst = out}),
                              SL_EIMAGE);
                 cr_assert_eq(sl_decode_crop(d, bad[b]->p, bad[b]->len, &c, OW, OH, out, OW * 3),
                              SL_EIMAGE);
@@ -249,22 +255,37 @@ Test(pipeline_decode_alone, header_parsed_once_and_kept_for_its_bytes_only)
     sl_decoder *d = decoder(0), *ref = decoder(0);
     uint8_t want_a[OW * OH * 3], want_b[OW * OH * 3], out[OW * OH * 3];
     sl_crop ca = {10, 5, 120, 100}, cb = {0, 0, 90, 70};
-    cr_assert_eq(sl_decode_crop_sample(ref, a.p, a.len, &ca, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, want_a), SL_OK);
-    cr_assert_eq(sl_decode_crop_sample(ref, b.p, b.len, &cb, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, want_b), SL_OK);
+    cr_assert_eq(sl_decode_crop_sample(ref, a.p, a.len, &ca, &(sl_out_spec){.w = OW, .h = OH,
+                                                                            .flip = 0,
+                                                                            .layout = SL_LAYOUT_NHWC_U8,
+                                                                            .mean = NULL,
+                                                                            .std = NULL,
+                                                                            .dst = want_a}), SL_OK);
+    cr_assert_eq(sl_decode_crop_sample(ref, b.p, b.len, &cb, &(sl_out_spec){.w = OW, .h = OH,
+                                                                            .flip = 0,
+                                                                            .layout = SL_LAYOUT_NHWC_U8,
+                                                                            .mean = NULL,
+                                                                            .std = NULL,
+                                                                            .dst = want_b}), SL_OK);
     int W, H;
     /* header of a, decode of b: b is read afresh */
     cr_assert_eq(sl_decoder_header(d, a.p, a.len, &W, &H, NULL), SL_OK);
     cr_assert(W == 160 && H == 120);
-    cr_assert_eq(sl_decode_crop_sample(d, b.p, b.len, &cb, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, out), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_decode_crop_sample(d, b.p, b.len, &cb, &(sl_out_spec){.w = OW, .h = OH,
+                                                                          .flip = 0,
+                                                                          .layout = SL_LAYOUT_NHWC_U8,
+                                                                          .mean = NULL, .std = NULL,
+                                                                          .dst = out}), SL_OK, "%s", sl_errmsg());
     cr_assert(!memcmp(out, want_b, sizeof out));
     /* header of a, decode of a, and again (the second reads it afresh) */
     cr_assert_eq(sl_decoder_header(d, a.p, a.len, &W, &H, NULL), SL_OK);
     for (int k = 0; k < 2; k++) {
-        cr_assert_eq(sl_decode_crop_sample(d, a.p, a.len, &ca, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                           NULL, out), SL_OK, "%s", sl_errmsg());
+        cr_assert_eq(sl_decode_crop_sample(d, a.p, a.len, &ca, &(sl_out_spec){.w = OW, .h = OH,
+                                                                              .flip = 0,
+                                                                              .layout = SL_LAYOUT_NHWC_U8,
+                                                                              .mean = NULL,
+                                                                              .std = NULL,
+                                                                              .dst = out}), SL_OK, "%s", sl_errmsg());
         cr_assert(!memcmp(out, want_a, sizeof out), "decode %d of a", k);
     }
     /* the same length at another address is other bytes */
@@ -272,13 +293,20 @@ Test(pipeline_decode_alone, header_parsed_once_and_kept_for_its_bytes_only)
     cr_assert_not_null(copy);
     memcpy(copy, b.p, b.len);
     cr_assert_eq(sl_decoder_header(d, b.p, b.len, &W, &H, NULL), SL_OK);
-    cr_assert_eq(sl_decode_crop_sample(d, copy, b.len, &cb, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, out), SL_OK);
+    cr_assert_eq(sl_decode_crop_sample(d, copy, b.len, &cb, &(sl_out_spec){.w = OW, .h = OH,
+                                                                           .flip = 0,
+                                                                           .layout = SL_LAYOUT_NHWC_U8,
+                                                                           .mean = NULL,
+                                                                           .std = NULL,
+                                                                           .dst = out}), SL_OK);
     cr_assert(!memcmp(out, want_b, sizeof out));
     /* a failed header leaves nothing held */
     cr_assert_eq(sl_decoder_header(d, a.p, a.len / 2, &W, &H, NULL), SL_EIMAGE);
-    cr_assert_eq(sl_decode_crop_sample(d, a.p, a.len, &ca, OW, OH, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, out), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_decode_crop_sample(d, a.p, a.len, &ca, &(sl_out_spec){.w = OW, .h = OH,
+                                                                          .flip = 0,
+                                                                          .layout = SL_LAYOUT_NHWC_U8,
+                                                                          .mean = NULL, .std = NULL,
+                                                                          .dst = out}), SL_OK, "%s", sl_errmsg());
     cr_assert(!memcmp(out, want_a, sizeof out));
     free(copy);
     sl_decoder_destroy(d);

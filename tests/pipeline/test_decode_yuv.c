@@ -44,7 +44,7 @@
 
 #include <jpeglib.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "photos.h"
 #include "testutil.h"
 
@@ -126,11 +126,17 @@ static void compare(sl_decoder *yuv, sl_decoder *rgb, const uint8_t *jpeg, size_
     size_t n = (size_t)ow * oh * 3;
     uint8_t *a = malloc(n), *b = malloc(n);
     cr_assert(a && b);
-    cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, c, ow, oh, flip, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, a),
+    cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, c, &(sl_out_spec){.w = ow, .h = oh,
+                                                                         .flip = flip,
+                                                                         .layout = SL_LAYOUT_NHWC_U8,
+                                                                         .mean = NULL, .std = NULL,
+                                                                         .dst = a}),
                  SL_OK, "%s: %s", what, sl_errmsg());
-    cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, c, ow, oh, flip, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, b),
+    cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, c, &(sl_out_spec){.w = ow, .h = oh,
+                                                                         .flip = flip,
+                                                                         .layout = SL_LAYOUT_NHWC_U8,
+                                                                         .mean = NULL, .std = NULL,
+                                                                         .dst = b}),
                  SL_OK, "%s: %s", what, sl_errmsg());
     if (c->w / 2 >= ow && c->h / 2 >= oh) { /* a DCT scale below 8/8 */
         double ea = err_ideal(f, c, ow, oh, flip, a), eb = err_ideal(f, c, ow, oh, flip, b);
@@ -285,12 +291,24 @@ Test(pipeline_decode_yuv, layouts_and_flip)
     float *nhwc = malloc(px * 12), *nchw = malloc(px * 12);
     cr_assert(u8 && mir && nhwc && nchw);
     for (int flip = 0; flip < 2; flip++) {
-        cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &c, ow, oh, flip, SL_LAYOUT_NHWC_U8, NULL,
-                                           NULL, u8), SL_OK);
-        cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &c, ow, oh, flip, SL_LAYOUT_NHWC_F32,
-                                           mean, stdv, nhwc), SL_OK);
-        cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &c, ow, oh, flip, SL_LAYOUT_NCHW_F32,
-                                           mean, stdv, nchw), SL_OK);
+        cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &c, &(sl_out_spec){.w = ow, .h = oh,
+                                                                            .flip = flip,
+                                                                            .layout = SL_LAYOUT_NHWC_U8,
+                                                                            .mean = NULL,
+                                                                            .std = NULL,
+                                                                            .dst = u8}), SL_OK);
+        cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &c, &(sl_out_spec){.w = ow, .h = oh,
+                                                                            .flip = flip,
+                                                                            .layout = SL_LAYOUT_NHWC_F32,
+                                                                            .mean = mean,
+                                                                            .std = stdv,
+                                                                            .dst = nhwc}), SL_OK);
+        cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &c, &(sl_out_spec){.w = ow, .h = oh,
+                                                                            .flip = flip,
+                                                                            .layout = SL_LAYOUT_NCHW_F32,
+                                                                            .mean = mean,
+                                                                            .std = stdv,
+                                                                            .dst = nchw}), SL_OK);
         for (size_t p = 0; p < px; p++)
             for (int ch = 0; ch < 3; ch++) {
                 float v = nhwc[p * 3 + ch];
@@ -332,12 +350,21 @@ Test(pipeline_decode_yuv, deterministic_across_decoders)
         sl_crop c;
         sl_rrc_geometry(&r, 548, 342, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &c);
         const sl_crop cb = {k * 7, k * 5, 300 - k * 9, 200 + k};
-        cr_assert_eq(sl_decode_crop_sample(d1, a, la, &c, 224, 224, k & 1, SL_LAYOUT_NCHW_F32,
-                                           mean, stdv, o1), SL_OK);
-        cr_assert_eq(sl_decode_crop_sample(d2, b, lb, &cb, 224, 224, 0, SL_LAYOUT_NCHW_F32, mean,
-                                           stdv, junk), SL_OK);
-        cr_assert_eq(sl_decode_crop_sample(d2, a, la, &c, 224, 224, k & 1, SL_LAYOUT_NCHW_F32,
-                                           mean, stdv, o2), SL_OK);
+        cr_assert_eq(sl_decode_crop_sample(d1, a, la, &c, &(sl_out_spec){.w = 224, .h = 224,
+                                                                         .flip = k & 1,
+                                                                         .layout = SL_LAYOUT_NCHW_F32,
+                                                                         .mean = mean, .std = stdv,
+                                                                         .dst = o1}), SL_OK);
+        cr_assert_eq(sl_decode_crop_sample(d2, b, lb, &cb, &(sl_out_spec){.w = 224, .h = 224,
+                                                                          .flip = 0,
+                                                                          .layout = SL_LAYOUT_NCHW_F32,
+                                                                          .mean = mean, .std = stdv,
+                                                                          .dst = junk}), SL_OK);
+        cr_assert_eq(sl_decode_crop_sample(d2, a, la, &c, &(sl_out_spec){.w = 224, .h = 224,
+                                                                         .flip = k & 1,
+                                                                         .layout = SL_LAYOUT_NCHW_F32,
+                                                                         .mean = mean, .std = stdv,
+                                                                         .dst = o2}), SL_OK);
         cr_assert_eq(memcmp(o1, o2, n), 0, "crop %d", k);
     }
     free(o1);
@@ -379,10 +406,16 @@ Test(pipeline_decode_yuv, rgb_colourspace_takes_rgb_path)
     sl_decoder *yuv = decoder(NULL), *rgb = decoder("rgb");
     const sl_crop c = {7, 3, 100, 70};
     uint8_t a[40 * 30 * 3], b[40 * 30 * 3];
-    cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, &c, 40, 30, 1, SL_LAYOUT_NHWC_U8, NULL, NULL,
-                                       a), SL_OK, "%s", sl_errmsg());
-    cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, &c, 40, 30, 1, SL_LAYOUT_NHWC_U8, NULL, NULL,
-                                       b), SL_OK);
+    cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, &c, &(sl_out_spec){.w = 40, .h = 30,
+                                                                          .flip = 1,
+                                                                          .layout = SL_LAYOUT_NHWC_U8,
+                                                                          .mean = NULL, .std = NULL,
+                                                                          .dst = a}), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, &c, &(sl_out_spec){.w = 40, .h = 30,
+                                                                          .flip = 1,
+                                                                          .layout = SL_LAYOUT_NHWC_U8,
+                                                                          .mean = NULL, .std = NULL,
+                                                                          .dst = b}), SL_OK);
     cr_assert_eq(memcmp(a, b, sizeof a), 0);
     sl_plane_view pv[3];
     int np;
@@ -401,21 +434,36 @@ Test(pipeline_decode_yuv, errors_leave_the_decoder_usable)
     uint8_t *out = malloc((size_t)224 * 224 * 12);
     cr_assert_not_null(out);
     const sl_crop whole = {0, 0, 548, 342}, outside = {500, 0, 49, 10};
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len / 2, &whole, 224, 224, 0, SL_LAYOUT_NCHW_F32,
-                                       mean, stdv, out), SL_EIMAGE);
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &outside, 32, 32, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, out), SL_EINVAL);
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len / 2, &whole, &(sl_out_spec){.w = 224, .h = 224,
+                                                                                .flip = 0,
+                                                                                .layout = SL_LAYOUT_NCHW_F32,
+                                                                                .mean = mean,
+                                                                                .std = stdv,
+                                                                                .dst = out}), SL_EIMAGE);
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &outside, &(sl_out_spec){.w = 32, .h = 32,
+                                                                              .flip = 0,
+                                                                              .layout = SL_LAYOUT_NHWC_U8,
+                                                                              .mean = NULL,
+                                                                              .std = NULL,
+                                                                              .dst = out}), SL_EINVAL);
     /* corrupt entropy data in the crop's rows: a warning, so an error */
     uint8_t *bad = malloc(len);
     cr_assert_not_null(bad);
     memcpy(bad, jpeg, len);
     for (size_t i = len / 3; i < len / 3 + 200; i++)
         bad[i] = bad[i] == 0xFF ? 0x00 : (uint8_t)(bad[i] ^ 0x5A);
-    int rc = sl_decode_crop_sample(d, bad, len, &whole, 224, 224, 0, SL_LAYOUT_NHWC_U8, NULL, NULL,
-                                   out);
+    int rc = sl_decode_crop_sample(d, bad, len, &whole, &(sl_out_spec){.w = 224, .h = 224,
+                                                                       .flip = 0,
+                                                                       .layout = SL_LAYOUT_NHWC_U8,
+                                                                       .mean = NULL, .std = NULL,
+                                                                       .dst = out});
     cr_assert_eq(rc, SL_EIMAGE, "corrupt data: %d %s", rc, sl_errmsg());
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &whole, 224, 224, 1, SL_LAYOUT_NCHW_F32, mean,
-                                       stdv, out), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &whole, &(sl_out_spec){.w = 224, .h = 224,
+                                                                            .flip = 1,
+                                                                            .layout = SL_LAYOUT_NCHW_F32,
+                                                                            .mean = mean,
+                                                                            .std = stdv,
+                                                                            .dst = out}), SL_OK, "%s", sl_errmsg());
     free(bad);
     free(out);
     free(jpeg);
@@ -441,11 +489,17 @@ Test(pipeline_decode_yuv, tiny_and_thin_images)
             for (int k = 0; k < 3; k++) {
                 int ow = outs[k][0], oh = outs[k][1];
                 uint8_t a[24 * 24 * 3], b[24 * 24 * 3];
-                cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, &crops[k], ow, oh, k & 1,
-                                                   SL_LAYOUT_NHWC_U8, NULL, NULL, a),
+                cr_assert_eq(sl_decode_crop_sample(yuv, jpeg, len, &crops[k],
+                                                   &(sl_out_spec){.w = ow, .h = oh, .flip = k & 1,
+                                                                  .layout = SL_LAYOUT_NHWC_U8,
+                                                                  .mean = NULL, .std = NULL,
+                                                                  .dst = a}),
                              SL_OK, "%dx%d samp %d crop %d: %s", W, H, samps[s], k, sl_errmsg());
-                cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, &crops[k], ow, oh, k & 1,
-                                                   SL_LAYOUT_NHWC_U8, NULL, NULL, b),
+                cr_assert_eq(sl_decode_crop_sample(rgb, jpeg, len, &crops[k],
+                                                   &(sl_out_spec){.w = ow, .h = oh, .flip = k & 1,
+                                                                  .layout = SL_LAYOUT_NHWC_U8,
+                                                                  .mean = NULL, .std = NULL,
+                                                                  .dst = b}),
                              SL_OK);
                 double d = 0;
                 for (int i = 0; i < ow * oh * 3; i++)
@@ -493,10 +547,16 @@ Test(pipeline_decode_yuv, streamed_nchw_equals_plain_stores)
             for (int flip = 0; flip < 2; flip++) {
                 memset(a, 0xa5, (n + 16) * sizeof(float));
                 memset(b, 0x5a, (n + 16) * sizeof(float));
-                cr_assert_eq(sl_resample_planes(pv, np, ow, oh, flip, SL_LAYOUT_NCHW_F32, mean,
-                                                stdv, a), SL_OK);
-                cr_assert_eq(sl_resample_planes(pv, np, ow, oh, flip, SL_LAYOUT_NCHW_F32, mean,
-                                                stdv, b + 1), SL_OK); /* 4 bytes off: plain */
+                cr_assert_eq(sl_resample_planes(pv, np, &(sl_out_spec){.w = ow, .h = oh,
+                                                                       .flip = flip,
+                                                                       .layout = SL_LAYOUT_NCHW_F32,
+                                                                       .mean = mean, .std = stdv,
+                                                                       .dst = a}), SL_OK);
+                cr_assert_eq(sl_resample_planes(pv, np, &(sl_out_spec){.w = ow, .h = oh,
+                                                                       .flip = flip,
+                                                                       .layout = SL_LAYOUT_NCHW_F32,
+                                                                       .mean = mean, .std = stdv,
+                                                                       .dst = b + 1}), SL_OK); /* 4 bytes off: plain */
                 cr_assert(memcmp(a, b + 1, n * sizeof(float)) == 0,
                           "%dx%d -> %dx%d, %d planes, flip %d: streamed != plain", W, H, ow, oh,
                           np, flip);

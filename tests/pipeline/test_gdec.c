@@ -1,4 +1,4 @@
-/* tests/pipeline/test_gdec.c - `--decode gpu` (pipeline/gdec_cuda.cu): the
+/* tests/pipeline/test_gdec.c - `--decode gpu` (pipeline/image/gdec_cuda.cu): the
  * same samples, labels, epochs and order as the CPU path from the same
  * seed, pixels within a bound of it (the GPU crop-resize of nvJPEG's
  * full-size RGB against the CPU's planar path), the CPU fallback per image

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "testutil.h"
 
 /* --- reference: torchvision RandomResizedCrop.get_params, line by line --- */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "hostile_images.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "testutil.h"
 
 typedef struct hrec {

@@ -1,5 +1,5 @@
 /* tests/pipeline/test_huff.c - the planar path's entropy decoder
- * (pipeline/huff.c) against libjpeg's (SLUICE_HUFF=libjpeg), which it
+ * (pipeline/image/huff.c) against libjpeg's (SLUICE_HUFF=libjpeg), which it
  * replaces for baseline single-scan files.
  *
  * The coefficients must be libjpeg's, so the decoded planes must be the
@@ -26,7 +26,7 @@
 #include <jpegint.h> /* jpeg_entropy_decoder */
 
 #include "hostile_images.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "photos.h"
 #include "testutil.h"
 

@@ -1,5 +1,5 @@
 /* tests/pipeline/test_huff_seek.c - restart intervals (issue 41): the
- * planar path reads only the intervals a crop needs (pipeline/huff.c's
+ * planar path reads only the intervals a crop needs (pipeline/image/huff.c's
  * sl_huff_seek), with huff.c's decoder and around libjpeg's
  * (SLUICE_HUFF=libjpeg).
  *
@@ -27,7 +27,7 @@
 #include <jpeglib.h>
 
 #include "hostile_images.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "photos.h"
 #include "pipeline_testdata.h"
 #include "testutil.h"

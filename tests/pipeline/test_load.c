@@ -182,7 +182,8 @@ Test(pipeline_load, reference_matches_store_sample)
         sl_layout lay = nchw ? SL_LAYOUT_NCHW_F32 : SL_LAYOUT_NHWC_F32;
         cr_assert_eq(sl_sample_bytes(h, w, lay), sizeof got);
         normalize_ref(rgb, 1, h, w, k_mean, k_std, nchw, ref);
-        sl_store_sample(rgb, h, w, 0, lay, k_mean, k_std, got);
+        sl_store_sample(rgb, &(sl_out_spec){.w = w, .h = h, .flip = 0, .layout = lay,
+                                            .mean = k_mean, .std = k_std, .dst = got});
         for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++)
             cr_assert(fabsf(got[i] - ref[i]) <= 1e-5f + 1e-5f * fabsf(ref[i]),
                       "%s element %zu: store_sample %.7g, reference %.7g", nchw ? "NCHW" : "NHWC",

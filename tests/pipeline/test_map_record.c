@@ -74,8 +74,13 @@ Test(pipeline_map_record, eval_is_the_center_crop_and_label_less_offset)
     cr_expect_eq(label, 5);
     sl_crop crop;
     sl_eval_geometry(60, 44, c.height, c.width, c.crop_fraction, &crop);
-    cr_assert_eq(sl_decode_crop_sample(dec, jpeg, jl, &crop, c.width, c.height, 0, c.layout,
-                                       c.mean, c.std, want),
+    cr_assert_eq(sl_decode_crop_sample(dec, jpeg, jl, &crop, &(sl_out_spec){.w = c.width,
+                                                                            .h = c.height,
+                                                                            .flip = 0,
+                                                                            .layout = c.layout,
+                                                                            .mean = c.mean,
+                                                                            .std = c.std,
+                                                                            .dst = want}),
                  SL_OK);
     cr_expect(memcmp(got, want, bytes) == 0, "eval sample differs from its center crop's decode");
     sl_decoder_destroy(dec);
@@ -106,8 +111,13 @@ Test(pipeline_map_record, train_crop_and_flip_come_from_seed_epoch_and_id)
         sl_crop crop;
         sl_rrc_geometry(&rng, 80, 64, c.scale_min, c.scale_max, c.ratio_min, c.ratio_max, &crop);
         int flip = c.flip && sl_rng_uniform(&rng) < 0.5f;
-        cr_assert_eq(sl_decode_crop_sample(dec, jpeg, jl, &crop, c.width, c.height, flip,
-                                           c.layout, c.mean, c.std, want),
+        cr_assert_eq(sl_decode_crop_sample(dec, jpeg, jl, &crop, &(sl_out_spec){.w = c.width,
+                                                                                .h = c.height,
+                                                                                .flip = flip,
+                                                                                .layout = c.layout,
+                                                                                .mean = c.mean,
+                                                                                .std = c.std,
+                                                                                .dst = want}),
                      SL_OK);
         cr_expect(memcmp(got, want, bytes) == 0, "id %llu: sample differs from its crop's decode",
                   (unsigned long long)id);

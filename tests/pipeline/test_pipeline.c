@@ -621,7 +621,7 @@ Test(pipeline, transform_paths)
                 for (int ch = 0; ch < 3; ch++) {
                     float want = (a[i * 3 + ch] - c.mean[ch]) / c.std[ch];
                     /* The f32 layouts normalize the unrounded resized
-                     * value (pipeline/resample.c), the u8 layout rounds it:
+                     * value (pipeline/image/resample.c), the u8 layout rounds it:
                      * up to half a level apart, 0.5/std after normalizing. */
                     float tol = 0.5f / c.std[ch] + 1e-4f;
                     cr_assert(fabsf(f[i * 3 + ch] - want) <= tol, "nhwc sample %zu", s);

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "testutil.h"
 
 static const float mean[3] = {123.675f, 116.28f, 103.53f};
@@ -60,12 +60,19 @@ static void check(int sw, int sh, int pad, int dw, int dh, uint64_t seed)
     sl_resize_rgb_u8(src, sw, sh, sp, rgb, dw, dh, dw * 3);
     for (int flip = 0; flip < 2; flip++) {
         /* u8 output first: the f32 checks below compare against it */
-        sl_store_sample(rgb, dh, dw, flip, SL_LAYOUT_NHWC_U8, mean, stdv, u8);
+        sl_store_sample(rgb, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                            .layout = SL_LAYOUT_NHWC_U8, .mean = mean, .std = stdv,
+                                            .dst = u8});
         for (int layout = SL_LAYOUT_NHWC_U8; layout <= SL_LAYOUT_NCHW_F32; layout++) {
             size_t bytes = sl_sample_bytes(dh, dw, (sl_layout)layout);
-            sl_store_sample(rgb, dh, dw, flip, (sl_layout)layout, mean, stdv, old);
+            sl_store_sample(rgb, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                                .layout = (sl_layout)layout, .mean = mean,
+                                                .std = stdv, .dst = old});
             memset(neu, 0xA5, bytes + GUARD);
-            sl_resample_sample(src, sw, sh, sp, dw, dh, flip, (sl_layout)layout, mean, stdv, neu);
+            sl_resample_sample(src, sw, sh, sp, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                                               .layout = (sl_layout)layout,
+                                                               .mean = mean, .std = stdv,
+                                                               .dst = neu});
             for (int i = 0; i < GUARD; i++)
                 cr_assert_eq(neu[bytes + i], 0xA5, "%dx%d->%dx%d layout %d: wrote past the sample",
                              sw, sh, dw, dh, layout);
@@ -130,8 +137,14 @@ Test(pipeline_resample, flip_mirrors_exactly)
     float *a = malloc(px * 12), *b = malloc(px * 12);
     cr_assert(a && b);
     for (int layout = SL_LAYOUT_NHWC_F32; layout <= SL_LAYOUT_NCHW_F32; layout++) {
-        sl_resample_sample(src, sw, sh, sw * 3, dw, dh, 0, (sl_layout)layout, mean, stdv, a);
-        sl_resample_sample(src, sw, sh, sw * 3, dw, dh, 1, (sl_layout)layout, mean, stdv, b);
+        sl_resample_sample(src, sw, sh, sw * 3, &(sl_out_spec){.w = dw, .h = dh, .flip = 0,
+                                                               .layout = (sl_layout)layout,
+                                                               .mean = mean, .std = stdv,
+                                                               .dst = a});
+        sl_resample_sample(src, sw, sh, sw * 3, &(sl_out_spec){.w = dw, .h = dh, .flip = 1,
+                                                               .layout = (sl_layout)layout,
+                                                               .mean = mean, .std = stdv,
+                                                               .dst = b});
         int differs = 0;
         for (int y = 0; y < dh; y++)
             for (int x = 0; x < dw; x++)
@@ -159,12 +172,24 @@ Test(pipeline_resample, invalid_arguments_leave_dst)
 {
     uint8_t src[12] = {0}, dst[64];
     memset(dst, 0x33, sizeof dst);
-    sl_resample_sample(NULL, 2, 2, 6, 2, 2, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst);
-    sl_resample_sample(src, 0, 2, 6, 2, 2, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst);
-    sl_resample_sample(src, 2, 2, 5, 2, 2, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst); /* pitch */
-    sl_resample_sample(src, 2, 2, 6, 2, 0, 0, SL_LAYOUT_NHWC_U8, NULL, NULL, dst);
-    sl_resample_sample(src, 2, 2, 6, 2, 2, 0, SL_LAYOUT_NCHW_F32, NULL, NULL, dst); /* no mean */
-    sl_resample_sample(src, 2, 2, 6, 2, 2, 0, (sl_layout)7, mean, stdv, dst);
+    sl_resample_sample(NULL, 2, 2, 6, &(sl_out_spec){.w = 2, .h = 2, .flip = 0,
+                                                     .layout = SL_LAYOUT_NHWC_U8, .mean = NULL,
+                                                     .std = NULL, .dst = dst});
+    sl_resample_sample(src, 0, 2, 6, &(sl_out_spec){.w = 2, .h = 2, .flip = 0,
+                                                    .layout = SL_LAYOUT_NHWC_U8, .mean = NULL,
+                                                    .std = NULL, .dst = dst});
+    sl_resample_sample(src, 2, 2, 5, &(sl_out_spec){.w = 2, .h = 2, .flip = 0,
+                                                    .layout = SL_LAYOUT_NHWC_U8, .mean = NULL,
+                                                    .std = NULL, .dst = dst}); /* pitch */
+    sl_resample_sample(src, 2, 2, 6, &(sl_out_spec){.w = 2, .h = 0, .flip = 0,
+                                                    .layout = SL_LAYOUT_NHWC_U8, .mean = NULL,
+                                                    .std = NULL, .dst = dst});
+    sl_resample_sample(src, 2, 2, 6, &(sl_out_spec){.w = 2, .h = 2, .flip = 0,
+                                                    .layout = SL_LAYOUT_NCHW_F32, .mean = NULL,
+                                                    .std = NULL, .dst = dst}); /* no mean */
+    sl_resample_sample(src, 2, 2, 6, &(sl_out_spec){.w = 2, .h = 2, .flip = 0,
+                                                    .layout = (sl_layout)7, .mean = mean,
+                                                    .std = stdv, .dst = dst});
     for (size_t i = 0; i < sizeof dst; i++)
         cr_assert_eq(dst[i], 0x33);
 }
@@ -200,9 +225,15 @@ Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
                          "%s", sl_errmsg());
             for (int flip = 0; flip < 2; flip++)
                 for (int layout = SL_LAYOUT_NHWC_U8; layout <= SL_LAYOUT_NCHW_F32; layout++) {
-                    sl_store_sample(rgb, oh, ow, flip, (sl_layout)layout, mean, stdv, old);
-                    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[k], ow, oh, flip,
-                                                       (sl_layout)layout, mean, stdv, neu),
+                    sl_store_sample(rgb, &(sl_out_spec){.w = ow, .h = oh, .flip = flip,
+                                                        .layout = (sl_layout)layout, .mean = mean,
+                                                        .std = stdv, .dst = old});
+                    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[k],
+                                                       &(sl_out_spec){.w = ow, .h = oh,
+                                                                      .flip = flip,
+                                                                      .layout = (sl_layout)layout,
+                                                                      .mean = mean, .std = stdv,
+                                                                      .dst = neu}),
                                  SL_OK, "%s", sl_errmsg());
                     if (layout == SL_LAYOUT_NHWC_U8) {
                         cr_assert_eq(memcmp(neu, old, px * 3), 0, "crop %zu out %zu flip %d", k,
@@ -224,22 +255,42 @@ Test(pipeline_resample, decode_crop_sample_matches_decode_crop)
     /* Truncated stream and bad arguments. */
     uint8_t *out = malloc(224 * 224 * 12);
     cr_assert_not_null(out);
-    int rc = sl_decode_crop_sample(d, jpeg, len / 2, &crops[0], 224, 224, 0, SL_LAYOUT_NCHW_F32,
-                                   mean, stdv, out);
+    int rc = sl_decode_crop_sample(d, jpeg, len / 2, &crops[0], &(sl_out_spec){.w = 224, .h = 224,
+                                                                               .flip = 0,
+                                                                               .layout = SL_LAYOUT_NCHW_F32,
+                                                                               .mean = mean,
+                                                                               .std = stdv,
+                                                                               .dst = out});
     cr_assert_eq(rc, SL_EIMAGE, "truncated: %d %s", rc, sl_errmsg());
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[0], 224, 224, 0, SL_LAYOUT_NCHW_F32,
-                                       NULL, stdv, out),
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[0], &(sl_out_spec){.w = 224, .h = 224,
+                                                                               .flip = 0,
+                                                                               .layout = SL_LAYOUT_NCHW_F32,
+                                                                               .mean = NULL,
+                                                                               .std = stdv,
+                                                                               .dst = out}),
                  SL_EINVAL);
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[0], 0, 224, 0, SL_LAYOUT_NHWC_U8,
-                                       NULL, NULL, out),
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[0], &(sl_out_spec){.w = 0, .h = 224,
+                                                                               .flip = 0,
+                                                                               .layout = SL_LAYOUT_NHWC_U8,
+                                                                               .mean = NULL,
+                                                                               .std = NULL,
+                                                                               .dst = out}),
                  SL_EINVAL);
     const sl_crop outside = {W - 10, 0, 11, 5};
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &outside, 8, 8, 0, SL_LAYOUT_NHWC_U8, NULL,
-                                       NULL, out),
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &outside, &(sl_out_spec){.w = 8, .h = 8,
+                                                                              .flip = 0,
+                                                                              .layout = SL_LAYOUT_NHWC_U8,
+                                                                              .mean = NULL,
+                                                                              .std = NULL,
+                                                                              .dst = out}),
                  SL_EINVAL);
     /* the decoder is still usable after the errors */
-    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[1], 224, 224, 1, SL_LAYOUT_NHWC_U8,
-                                       NULL, NULL, out),
+    cr_assert_eq(sl_decode_crop_sample(d, jpeg, len, &crops[1], &(sl_out_spec){.w = 224, .h = 224,
+                                                                               .flip = 1,
+                                                                               .layout = SL_LAYOUT_NHWC_U8,
+                                                                               .mean = NULL,
+                                                                               .std = NULL,
+                                                                               .dst = out}),
                  SL_OK, "%s", sl_errmsg());
     free(out);
     sl_decoder_destroy(d);
@@ -285,20 +336,29 @@ Test(pipeline_resample, planes_gray_matches_sample_path)
         uint8_t *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes);
         cr_assert(a && b);
         for (int flip = 0; flip < 2; flip++) {
-            sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
-                               a);
-            cr_assert_eq(sl_resample_planes(&pv, 1, dw, dh, flip, SL_LAYOUT_NHWC_U8, NULL, NULL,
-                                            b), SL_OK);
+            sl_resample_sample(rgb, sw, sh, sw * 3, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                                                   .layout = SL_LAYOUT_NHWC_U8,
+                                                                   .mean = NULL, .std = NULL,
+                                                                   .dst = a});
+            cr_assert_eq(sl_resample_planes(&pv, 1, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                                                   .layout = SL_LAYOUT_NHWC_U8,
+                                                                   .mean = NULL, .std = NULL,
+                                                                   .dst = b}), SL_OK);
             for (size_t i = 0; i < px * 3; i++)
                 cr_assert_eq(b[i], a[i], "%dx%d->%dx%d flip %d: u8 %zu: %d, want %d", sw, sh, dw,
                              dh, flip, i, b[i], a[i]);
             /* NCHW f32 at 32- and 16-byte aligned destinations (streamed) */
-            sl_resample_sample(rgb, sw, sh, sw * 3, dw, dh, flip, SL_LAYOUT_NCHW_F32, mean, stdv,
-                               a);
+            sl_resample_sample(rgb, sw, sh, sw * 3, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                                                   .layout = SL_LAYOUT_NCHW_F32,
+                                                                   .mean = mean, .std = stdv,
+                                                                   .dst = a});
             for (int off = 0; off <= 16; off += 16) {
                 const float *fa = (const float *)a, *fb = (const float *)(b + off);
-                cr_assert_eq(sl_resample_planes(&pv, 1, dw, dh, flip, SL_LAYOUT_NCHW_F32, mean,
-                                                stdv, b + off), SL_OK);
+                cr_assert_eq(sl_resample_planes(&pv, 1, &(sl_out_spec){.w = dw, .h = dh,
+                                                                       .flip = flip,
+                                                                       .layout = SL_LAYOUT_NCHW_F32,
+                                                                       .mean = mean, .std = stdv,
+                                                                       .dst = b + off}), SL_OK);
                 for (size_t i = 0; i < px * 3; i++)
                     cr_assert(fabsf(fb[i] - fa[i]) <= 1e-5f * (1 + fabsf(fa[i])),
                               "%dx%d->%dx%d flip %d offset %d: f32 %zu: %.8g, want %.8g", sw, sh,
@@ -345,10 +405,15 @@ Test(pipeline_resample, planes_cr_own_window)
         float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
         cr_assert(a && b);
         for (int flip = 0; flip < 2; flip++) {
-            cr_assert_eq(sl_resample_planes(own, 3, dw, dh, flip, SL_LAYOUT_NHWC_F32, mean, stdv,
-                                            a), SL_OK);
-            cr_assert_eq(sl_resample_planes(shared, 3, dw, dh, flip, SL_LAYOUT_NHWC_F32, mean,
-                                            stdv, b), SL_OK);
+            cr_assert_eq(sl_resample_planes(own, 3, &(sl_out_spec){.w = dw, .h = dh, .flip = flip,
+                                                                   .layout = SL_LAYOUT_NHWC_F32,
+                                                                   .mean = mean, .std = stdv,
+                                                                   .dst = a}), SL_OK);
+            cr_assert_eq(sl_resample_planes(shared, 3, &(sl_out_spec){.w = dw, .h = dh,
+                                                                      .flip = flip,
+                                                                      .layout = SL_LAYOUT_NHWC_F32,
+                                                                      .mean = mean, .std = stdv,
+                                                                      .dst = b}), SL_OK);
             for (size_t i = 0; i < n; i++)
                 cr_assert(fabsf(a[i] - b[i]) <= 1e-4f * (1 + fabsf(b[i])),
                           "%dx%d flip %d: value %zu: %.8g, shifted plane %.8g", dw, dh, flip, i,

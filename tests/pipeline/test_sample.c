@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 #include "testutil.h"
 
 static const float mean[3] = {123.675f, 116.28f, 103.53f};
@@ -33,7 +33,8 @@ static void check(int h, int w, int flip, sl_layout layout, uint64_t seed)
     rgb[0] = 0;
     rgb[n - 1] = 255;
     memset(dst, 0x5A, bytes + 16);
-    sl_store_sample(rgb, h, w, flip, layout, mean, stdv, dst);
+    sl_store_sample(rgb, &(sl_out_spec){.w = w, .h = h, .flip = flip, .layout = layout,
+                                        .mean = mean, .std = stdv, .dst = dst});
     for (int i = 0; i < 16; i++)
         cr_assert_eq(dst[bytes + i], 0x5A, "%dx%d layout %d: wrote past the sample", h, w, layout);
     for (int y = 0; y < h; y++)
@@ -78,8 +79,11 @@ Test(pipeline_sample, flip_is_a_mirror)
     uint64_t seed = 77;
     for (size_t i = 0; i < sizeof rgb; i++)
         rgb[i] = (uint8_t)tu_rand(&seed);
-    sl_store_sample(rgb, h, w, 1, SL_LAYOUT_NHWC_U8, mean, stdv, once);
-    sl_store_sample(once, h, w, 1, SL_LAYOUT_NHWC_U8, NULL, NULL, twice); /* u8: not needed */
+    sl_store_sample(rgb, &(sl_out_spec){.w = w, .h = h, .flip = 1, .layout = SL_LAYOUT_NHWC_U8,
+                                        .mean = mean, .std = stdv, .dst = once});
+    sl_store_sample(once, &(sl_out_spec){.w = w, .h = h, .flip = 1, .layout = SL_LAYOUT_NHWC_U8,
+                                         .mean = NULL, .std = NULL,
+                                         .dst = twice}); /* u8: not needed */
     cr_assert(memcmp(rgb, twice, sizeof rgb) == 0);
     cr_assert(memcmp(rgb, once, sizeof rgb) != 0);
     /* The middle column stays, as whole RGB triples. */

@@ -205,14 +205,25 @@ Test(bytesrc, local_files)
     free(dir);
 }
 
+/* A fresh folder *dir holding one shard of FILE_SIZE random bytes (seed),
+ * served by nginx (*ng) under fast retries (inflight); *url the shard's
+ * URL. Returns the bytes. */
+#define SHARD "train-00000-of-00001.tfrecord"
+static uint8_t *serve_shard(uint64_t seed, unsigned inflight, char **dir, srv *ng, char **url)
+{
+    *dir = tu_tmpdir();
+    uint8_t *want = tu_random_file(*dir, SHARD, FILE_SIZE, seed);
+    io_fast(2, 5000, inflight);
+    srv_nginx_start(*dir, ng);
+    *url = cat(ng->url, "/" SHARD);
+    return want;
+}
+
 Test(bytesrc, nginx_reads, .timeout = 30)
 {
-    char *dir = tu_tmpdir();
-    uint8_t *want = tu_random_file(dir, "train-00000-of-00001.tfrecord", FILE_SIZE, 3);
+    char *dir, *url;
     srv ng;
-    io_fast(2, 5000, 8);
-    srv_nginx_start(dir, &ng);
-    char *url = cat(ng.url, "/train-00000-of-00001.tfrecord");
+    uint8_t *want = serve_shard(3, 8, &dir, &ng, &url);
     check_object(url, want, FILE_SIZE);
     char *missing = cat(ng.url, "/nope.tfrecord");
     check_missing(missing);
@@ -239,6 +250,67 @@ Test(bytesrc, nginx_reads, .timeout = 30)
     cr_assert_gt(s.bytes, FILE_SIZE);
     srv_stop(&ng);
     free(missing);
+    free(url);
+    free(want);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* One fetcher over local and remote paths in turn: the byte source's
+ * handle says which each is (no scheme test in the fetcher), a missing
+ * local file is that request's error at wait, and the bytes are right. */
+Test(bytesrc, fetcher_local_and_remote_in_turn, .timeout = 30)
+{
+    char *dir, *url;
+    srv ng;
+    uint8_t *want = serve_shard(5, 4, &dir, &ng, &url);
+    char *local = cat(dir, "/" SHARD);
+    char *gone = cat(dir, "/gone.tfrecord");
+    const char *paths[] = {local, url, local, gone, url, local};
+    enum { N = sizeof paths / sizeof *paths };
+    static uint8_t bufs[N][4000];
+    sl_fetcher *f;
+    cr_assert_eq(sl_fetcher_open(NULL, &f), SL_OK);
+    for (uintptr_t i = 0; i < N; i++)
+        cr_assert_eq(sl_fetcher_add(f, paths[i], 1000 * i, bufs[i], 4000, (void *)i), SL_OK,
+                     "%s", sl_errmsg());
+    cr_assert_eq(sl_fetcher_pending(f), N);
+    for (int k = 0; k < N; k++) {
+        void *tag = NULL;
+        int rc = sl_fetcher_wait(f, &tag);
+        uintptr_t i = (uintptr_t)tag;
+        if (paths[i] == gone) {
+            cr_assert_eq(rc, SL_ENOENT, "%s", sl_errmsg());
+            cr_assert(strstr(sl_errmsg(), "sl_fetcher_wait: ") && strstr(sl_errmsg(), "gone"),
+                      "%s", sl_errmsg());
+            continue;
+        }
+        cr_assert_eq(rc, SL_OK, "%s: %s", paths[i], sl_errmsg());
+        cr_assert(!memcmp(bufs[i], want + 1000 * i, 4000), "request %lu", (unsigned long)i);
+    }
+    void *tag;
+    cr_assert_eq(sl_fetcher_wait(f, &tag), SL_EOF);
+    sl_fetcher_close(f);
+
+    /* a dataset asks once, at resolve: a URL's is remote, a folder's is not */
+    sl_dataset ds;
+    char *braces = cat(ng.url, "/train-{00000..00000}-of-00001.tfrecord");
+    cr_assert_eq(sl_dataset_resolve(braces, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert(ds.remote);
+    cr_assert_eq(ds.kind, SL_DATASET_GLOB);
+    cr_assert_eq(ds.nsplits, 1);
+    cr_assert_eq(ds.splits[0].nfiles, 1);
+    cr_assert_eq(ds.splits[0].unindexed, 0, "no HEAD per remote shard");
+    sl_dataset_fini(&ds);
+    cr_assert_eq(sl_dataset_resolve(dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_not(ds.remote);
+    cr_assert_eq(ds.splits[0].unindexed, 1);
+    sl_dataset_fini(&ds);
+
+    srv_stop(&ng);
+    free(braces);
+    free(gone);
+    free(local);
     free(url);
     free(want);
     tu_rmrf(dir);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "records/bytesrc.h"
 #include "records/bytesrc_int.h"
@@ -70,7 +71,7 @@ Test(bytesrc_hostile, defaults_budget_and_env_retries_zero)
     o.retries = 0;
     o.retry_ms = 1000;
     o.backoff_ms = 5000;
-    uint64_t wait, t0 = sl_io_now_ns();
+    uint64_t wait, t0 = sl_now_ns();
     cr_assert_eq(sl_io_tries(&o), UINT32_MAX);
     cr_assert(sl_io_retry_next(&o, 40, t0, &wait), "a 40th try within the budget");
     cr_assert_leq(wait, 1000000000ull);

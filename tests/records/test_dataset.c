@@ -86,6 +86,7 @@ Test(dataset, tensorflow_directory)
     sl_dataset ds;
     cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(ds.kind, SL_DATASET_DIR);
+    cr_assert_not(ds.remote, "a local folder is not remote");
     cr_assert_not(ds.has_manifest);
     cr_assert_eq(ds.nsplits, 2);
     const sl_dataset_split *tr = sl_dataset_split_find(&ds, "train");

@@ -1,6 +1,6 @@
 /*
  * tests/records/test_tar.c - records/tar.c, the tar member parser and the
- * ustar header writer of the WebDataset store (records/wds.h).
+ * ustar header writer of the WebDataset store (records/tar.h).
  *
  *   golden     a tar written by Python's tarfile (ustar, GNU and pax
  *              formats) reads back with its names, sizes and data offsets
@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "records/wds.h"
+#include "common/status.h"
+#include "records/tar.h"
 #include "testutil.h"
 
 static char *dir;

@@ -225,7 +225,7 @@ Test(profile, digest_threads_and_seeds)
     free(dir);
 }
 
-/* Each decode path (pipeline/decode_yuv.c by default, SLUICE_DECODE=rgb
+/* Each decode path (pipeline/image/decode_yuv.c by default, SLUICE_DECODE=rgb
  * the RGB reference) is deterministic on its own: equal digests for 1 and
  * 2 workers; the two paths' bytes differ (the switch takes effect). */
 Test(profile, digest_per_decode_path)

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "records/records.h"
+#include "common/clock.h"
 #include "common/fileio.h" /* sl_write_all, sl_path_join, sl_mkdir_p */
 
 /* Protobuf wire types (protobuf.dev/programming-guides/encoding). */
@@ -53,13 +54,6 @@ struct sl_summary {
     size_t len, cap;
     int err;           /* sticky: the buffer could not grow */
 };
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* --------------------------------------------------------------- encoder */
 
@@ -196,7 +190,7 @@ int sl_summary_open(const char *logdir, sl_summary **out)
     for (char *c = host; *c; c++)
         if (*c == '/')
             *c = '_';
-    double t0 = wall_now();
+    double t0 = sl_wall_s();
     /* TensorFlow's name, events.out.tfevents.<secs>.<host>.<pid>...; a
      * second writer of this process in the same second gets .<k> before
      * the suffix rather than appending to the first one's file. */
@@ -309,7 +303,7 @@ int sl_summary_scalars(sl_summary *s, int64_t step, const char *const *tags,
                            extra_json);
         }
     }
-    double t = wall_now();
+    double t = sl_wall_s();
 
     /* Event {wall_time, step, summary {value {tag, simple_value}...}} */
     size_t body = 0;

@@ -25,15 +25,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "train/device/dev_int.h"
 #include "train/train.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Rank of the label's logit among the row: how many classes beat it. */
 static int label_rank(const float *row, int classes, int label)
@@ -75,7 +69,7 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
         return sl_fail(SL_EINVAL, "sl_eval_run: the pipeline gives %dx%d %s batches, the model "
                        "takes %dx%d NHWC f32", data->height, data->width,
                        data->layout == SL_LAYOUT_NHWC_F32 ? "NHWC f32" : "non-NHWC-f32", mh, mw);
-    double t0 = now_s();
+    double t0 = sl_now_s();
     sl_pipeline *p = NULL;
     sl_dev_feed *feed = NULL;
     float *dlogits = NULL;
@@ -158,7 +152,7 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
                      "first: %s", data->data, data->split, (long long)res->skipped,
                      res->skipped_first);
 out:
-    res->seconds = now_s() - t0;
+    res->seconds = sl_now_s() - t0;
     free(dlogits);
     free(labels);
     sl_dev_feed_destroy(feed);

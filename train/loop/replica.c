@@ -57,13 +57,6 @@
 
 #include "train/loop/trainer_int.h"
 
-double sl_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---------------------------------------------------------------- buckets */
 
 /* A stream-ordered all-reduce of a graph step (f32, in place on the exec's

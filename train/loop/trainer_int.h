@@ -37,6 +37,7 @@
 #include <stdio.h>
 
 #include "collectives/collectives.h"
+#include "common/clock.h"
 #include "train/device/dev_int.h"
 #include "train/model/model_int.h"
 #include "train/train.h"
@@ -134,8 +135,6 @@ struct sl_run {
                                   (written by each process's replica 0) */
     char rescue[4200];         /* where the rescue went (or why it failed); "" none */
 };
-
-double sl_now_s(void);
 
 /* replica.c */
 /* Pipeline, model, optimizer, buckets for rep (run set up, rep->rank set).

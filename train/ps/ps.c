@@ -94,14 +94,6 @@ struct sl_ps {
 
 static const sl_ps_vt local_vt; /* defined after its functions, below */
 
-static void deadline_in(struct timespec *dl, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, dl);
-    dl->tv_sec += ms / 1000;
-    dl->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (dl->tv_nsec >= 1000000000L)
-        dl->tv_sec++, dl->tv_nsec -= 1000000000L;
-}
 
 static int cond_init_mono(pthread_cond_t *cv)
 {
@@ -440,11 +432,11 @@ static int slowest_other(const sl_ps *ps, int w, uint64_t *clock)
 static int pull_wait_locked(sl_ps *ps, int w, const struct timespec *dl, const char *fn)
 {
     ps_worker *k = &ps->wk[w];
-    double t0 = sl_ps_now();
+    double t0 = sl_now_s();
     int rc = 0;
     while (!ps->err && k->clock < k->pushes && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&ps->cv, &ps->mu, dl);
-    ps->st.pull_wait_s += sl_ps_now() - t0;
+    ps->st.pull_wait_s += sl_now_s() - t0;
     if (ps->err)
         return sticky_locked(ps);
     if (k->clock < k->pushes)
@@ -459,14 +451,14 @@ static int pull_wait_locked(sl_ps *ps, int w, const struct timespec *dl, const c
     uint64_t lead = (who >= 0 && k->pushes > lo) ? k->pushes - lo : 0;
     if (K >= 0 && lead > (uint64_t)K) {
         ps->st.ssp_waits++;
-        t0 = sl_ps_now();
+        t0 = sl_now_s();
         rc = 0;
         while (!ps->err && lead > (uint64_t)K && rc != ETIMEDOUT) {
             rc = pthread_cond_timedwait(&ps->cv, &ps->mu, dl);
             who = slowest_other(ps, w, &lo);
             lead = (who >= 0 && k->pushes > lo) ? k->pushes - lo : 0;
         }
-        ps->st.ssp_wait_s += sl_ps_now() - t0;
+        ps->st.ssp_wait_s += sl_now_s() - t0;
         if (ps->err)
             return sticky_locked(ps);
         if (lead > (uint64_t)K)
@@ -499,7 +491,7 @@ static int local_pull(void *impl, int worker, sl_model *m, uint64_t *version)
     sl_ps *ps = impl;
     int rc;
     struct timespec dl;
-    deadline_in(&dl, ps->cfg.timeout_ms);
+    sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     pthread_mutex_lock(&ps->mu);
     if (!(rc = sticky_locked(ps))) {
         if (ps->wk[worker].done)
@@ -536,7 +528,7 @@ static int reserve_slot(sl_ps *ps, int s, int w, float lr, const struct timespec
                         const char *fn, ps_slot **out)
 {
     ps_server *sv = &ps->srv[s];
-    double t0 = sl_ps_now();
+    double t0 = sl_now_s();
     int rc = 0, err;
     pthread_mutex_lock(&sv->mu);
     for (;;) {
@@ -555,7 +547,7 @@ static int reserve_slot(sl_ps *ps, int s, int w, float lr, const struct timespec
         sl->lr = lr;
     }
     pthread_mutex_unlock(&sv->mu);
-    double waited = sl_ps_now() - t0;
+    double waited = sl_now_s() - t0;
     pthread_mutex_lock(&ps->mu);
     ps->st.push_wait_s += waited;
     pthread_mutex_unlock(&ps->mu);
@@ -591,7 +583,7 @@ static int local_push(void *impl, int worker, sl_model *m, uint64_t version, flo
     int rc;
     ps_worker *k = &ps->wk[worker];
     struct timespec dl;
-    deadline_in(&dl, ps->cfg.timeout_ms);
+    sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     pthread_mutex_lock(&ps->mu);
     if ((rc = sticky_locked(ps)))
         goto unlock;
@@ -683,7 +675,7 @@ static int local_done(void *impl, int worker)
 static int gate_close_and_drain(sl_ps *ps, const char *fn)
 {
     struct timespec dl;
-    deadline_in(&dl, ps->cfg.timeout_ms);
+    sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     int t = 0, rc;
     pthread_mutex_lock(&ps->mu);
     while (!ps->err && ps->paused && t != ETIMEDOUT) /* another snapshot or load */

@@ -67,6 +67,7 @@
 #include <stdint.h>
 
 #include "collectives/collectives.h"
+#include "common/clock.h"
 #include "train/ops/ops.h" /* the exec's struct; includes train.h */
 
 #ifdef __cplusplus
@@ -295,7 +296,6 @@ int sl_ps_mpi_open(const sl_ps_config *cfg, const sl_ps_plan *plan, sl_comm *com
 void sl_ps_stats_sample(sl_ps_stats *st, double *sum, uint64_t staleness);
 /* st += add (counts, sums, maxima; means re-weighted; version = min). */
 void sl_ps_stats_merge(sl_ps_stats *st, const sl_ps_stats *add);
-double sl_ps_now(void); /* CLOCK_MONOTONIC seconds */
 
 #ifdef __cplusplus
 }

@@ -147,7 +147,7 @@ static uint64_t lead_of(const server *v, int w, int *slowest)
 static int serve_parked(server *v, int expire)
 {
     int K = v->cfg->max_staleness;
-    double now = sl_ps_now();
+    double now = sl_now_s();
     for (int w = 0; w < v->W; w++) {
         if (!v->parked[w])
             continue;
@@ -189,7 +189,7 @@ static int serve_parked(server *v, int expire)
 /* Milliseconds until the first parked pull's deadline, or timeout_ms. */
 static int next_wait_ms(const server *v)
 {
-    double now = sl_ps_now(), best = v->cfg->timeout_ms * 1e-3;
+    double now = sl_now_s(), best = v->cfg->timeout_ms * 1e-3;
     for (int w = 0; w < v->W; w++)
         if (v->parked[w]) {
             double left = v->park_t0[w] + v->cfg->timeout_ms * 1e-3 - now;
@@ -217,7 +217,7 @@ static int handle(server *v, const ps_msg *q, int w)
             return send_reply(v, w, SL_EINVAL, "pull after sl_ps_worker_done", 0);
         v->parked[w] = 1;
         v->held[w] = 0;
-        v->park_t0[w] = sl_ps_now();
+        v->park_t0[w] = sl_now_s();
         return SL_OK;
     case MSG_PUSH:
         if ((rc = recv_data(v, w, v->buf)))
@@ -524,7 +524,7 @@ static int mpi_pull(void *impl, int worker, sl_model *m, uint64_t *version)
     int rc = check_me(x, worker, fn);
     if (rc)
         return rc;
-    double t0 = sl_ps_now();
+    double t0 = sl_now_s();
     for (int s = 0; s < x->S; s++)
         if ((rc = request(x, s, MSG_PULL, 0, 0.0f, 0, 0)))
             return sl_fail(rc, "%s: worker %d: %s", fn, x->me, sl_errmsg());
@@ -546,7 +546,7 @@ static int mpi_pull(void *impl, int worker, sl_model *m, uint64_t *version)
         if (rc && s < 0) /* nothing more can be told apart */
             break;
     }
-    x->local.pull_wait_s += sl_ps_now() - t0;
+    x->local.pull_wait_s += sl_now_s() - t0;
     if (first)
         return sl_fail(first, "%s", msg);
     x->version = lo;
@@ -569,7 +569,7 @@ static int mpi_push(void *impl, int worker, sl_model *m, uint64_t version, float
     if (version != x->version)
         return sl_fail(SL_EINVAL, "%s: worker %d: version %llu, but its last pull returned %llu",
                        fn, worker, (unsigned long long)version, (unsigned long long)x->version);
-    double t0 = sl_ps_now();
+    double t0 = sl_now_s();
     for (int s = 0; s < x->S; s++) {
         sl_ps_plan_gather(x->plan, s, m, 1, x->buf);
         if ((rc = request(x, s, MSG_PUSH, 0, lr, x->pulled_ver[s], 0)) ||
@@ -577,7 +577,7 @@ static int mpi_push(void *impl, int worker, sl_model *m, uint64_t version, float
             return sl_fail(rc, "%s: worker %d: to server rank %d: %s", fn, worker, s,
                            sl_errmsg());
     }
-    x->local.push_wait_s += sl_ps_now() - t0;
+    x->local.push_wait_s += sl_now_s() - t0;
     x->local.pushes++;
     return SL_OK;
 }

@@ -22,13 +22,6 @@
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
-double sl_ps_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static size_t tensor_bytes(const sl_tensor_info *t)
 {
     return (size_t)t->numel * (t->dtype == SL_T_I64 ? sizeof(int64_t) : sizeof(float));

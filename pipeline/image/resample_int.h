@@ -1,5 +1,5 @@
 /*
- * pipeline/resample_int.h - what the two one-pass resamplers share:
+ * pipeline/image/resample_int.h - what the two one-pass resamplers share:
  * resample.c (sl_resample_sample, an RGB u8 strip) and resample_planes.c
  * (sl_resample_planes, Y/Cb/Cr planes at their own resolutions). Both run
  * a vertical pass into float plane rows, then a horizontal pass per plane
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 /* Bytes of scratch on the stack; above that one malloc per call. */
 #define SL_RESAMPLE_STACK (64 * 1024)
@@ -114,6 +114,55 @@ static inline __attribute__((always_inline)) float area_tap(const sl_rtap *t, co
         v += t->wmid * m + t->wn * p[n - 1];
     }
     return v;
+}
+
+/* The one row writer of the resamplers (resample.c, resample_planes.c):
+ * output row y of o from three rows of o->w floats r, g, b (the channel
+ * values before the layout), in o's layout:
+ *   NHWC u8:  min(v + ub, 255) truncated: resize.c's to_u8 with ub 0.5, or
+ *             ub 0 where the pass's bias already holds the 0.5 (v >= 0);
+ *             v + ub truncated where hi is 0: the caller clamped v to
+ *             0..255 already (the same bytes, a cheaper loop);
+ *   NHWC f32, NCHW f32: v * sc[c] + bi[c], or v as it is where sc is NULL
+ *             (the pass folded the normalization into its weights).
+ * The same operations per value as each store it replaced: the same
+ * bytes. Inlined into each target clone of its callers. */
+static inline __attribute__((always_inline)) void
+sl_store_row(const sl_out_spec *o, int y, const float *restrict r, const float *restrict g,
+             const float *restrict b, const float *sc, const float *bi, float ub, int hi)
+{
+    int dw = o->w;
+    if (o->layout == SL_LAYOUT_NHWC_U8) {
+        uint8_t *d = (uint8_t *)o->dst + (size_t)y * dw * 3;
+        if (!hi)
+            for (int x = 0; x < dw; x++) {
+                d[3 * x] = (uint8_t)(int)(r[x] + ub);
+                d[3 * x + 1] = (uint8_t)(int)(g[x] + ub);
+                d[3 * x + 2] = (uint8_t)(int)(b[x] + ub);
+            }
+        else
+            for (int x = 0; x < dw; x++) {
+                float vr = r[x] + ub, vg = g[x] + ub, vb = b[x] + ub;
+                d[3 * x] = (uint8_t)(int)(vr < 255.0f ? vr : 255.0f);
+                d[3 * x + 1] = (uint8_t)(int)(vg < 255.0f ? vg : 255.0f);
+                d[3 * x + 2] = (uint8_t)(int)(vb < 255.0f ? vb : 255.0f);
+            }
+    } else if (o->layout == SL_LAYOUT_NHWC_F32) {
+        float *d = (float *)o->dst + (size_t)y * dw * 3;
+        for (int x = 0; x < dw; x++) {
+            d[3 * x] = sc ? r[x] * sc[0] + bi[0] : r[x];
+            d[3 * x + 1] = sc ? g[x] * sc[1] + bi[1] : g[x];
+            d[3 * x + 2] = sc ? b[x] * sc[2] + bi[2] : b[x];
+        }
+    } else {
+        size_t plane = (size_t)o->h * dw;
+        float *d = (float *)o->dst + (size_t)y * dw;
+        for (int x = 0; x < dw; x++) {
+            d[x] = sc ? r[x] * sc[0] + bi[0] : r[x];
+            d[plane + x] = sc ? g[x] * sc[1] + bi[1] : g[x];
+            d[2 * plane + x] = sc ? b[x] * sc[2] + bi[2] : b[x];
+        }
+    }
 }
 
 /* Round up to a multiple of 32 bytes (the vector tables' alignment). */

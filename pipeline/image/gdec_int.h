@@ -1,5 +1,5 @@
 /*
- * pipeline/gdec_int.h - the GPU decode stage (`--decode gpu`): the hooks
+ * pipeline/image/gdec_int.h - the GPU decode stage (`--decode gpu`): the hooks
  * the graph calls. gdec_cuda.cu implements it with nvJPEG (loaded at run
  * time, nvjpeg_api.h) and a crop-resize kernel; gdec_nocuda.c is the
  * build without CUDA (gpu: SL_ENOTSUP; auto: the CPU path).

@@ -1,5 +1,5 @@
 /*
- * pipeline/decode_yuv.c - decode less than a full decode: the crop's rows
+ * pipeline/image/decode_yuv.c - decode less than a full decode: the crop's rows
  * as Y, Cb, Cr planes, each resized at its own resolution, RGB only at the
  * output size.
  *
@@ -53,7 +53,7 @@
  * fixed point before it, and the clamp to 0..255 after the resize (a
  * saturated colour is averaged before clamping).
  *
- * Entropy decoding: for baseline single-scan files pipeline/huff.c's
+ * Entropy decoding: for baseline single-scan files pipeline/image/huff.c's
  * decoder replaces libjpeg's (the same coefficients; it only reads past
  * the MCUs outside the strip's columns and above it), installed after
  * jpeg_start_decompress; SLUICE_HUFF=libjpeg (buf->libjpeg_huff) keeps
@@ -81,7 +81,7 @@
 #include <jpeglib.h>
 #include <jpegint.h> /* struct jpeg_decomp_master: the crop columns */
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 #if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER < 1005000
 #error "decode_yuv.c needs libjpeg-turbo >= 1.5 (jpeg_decomp_master's crop fields)"
@@ -294,16 +294,15 @@ int sl_decode_yuv_planes(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, con
     return SL_OK;
 }
 
-int sl_decode_yuv(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *c, int ow,
-                  int oh, int flip, sl_layout layout, const float mean[3], const float std[3],
-                  void *dst, const char *fn)
+int sl_decode_yuv(struct jpeg_decompress_struct *ci, sl_yuv_buf *buf, const sl_crop *c,
+                  const sl_out_spec *out, const char *fn)
 {
     sl_plane_view pv[3];
     int np = 0;
-    int rc = sl_decode_yuv_planes(ci, buf, c, ow, oh, pv, &np, fn);
+    int rc = sl_decode_yuv_planes(ci, buf, c, out->w, out->h, pv, &np, fn);
     if (rc)
         return rc;
-    rc = sl_resample_planes(pv, np, ow, oh, flip, layout, mean, std, dst);
+    rc = sl_resample_planes(pv, np, out);
     if (rc)
         return sl_fail(rc, "%s: %s", fn, sl_errmsg());
     return SL_OK;

@@ -1,4 +1,4 @@
-// pipeline/gdec_cuda.cu - the GPU decode stage with nvJPEG (gdec_int.h has
+// pipeline/image/gdec_cuda.cu - the GPU decode stage with nvJPEG (gdec_int.h has
 // the design; nvjpeg_api.h why nvJPEG is loaded at run time).
 //
 // Backends: NVJPEG_BACKEND_HARDWARE (the A100 / H100 / H200 JPEG engines,
@@ -36,10 +36,10 @@
 #include <string.h>
 
 extern "C" {
-#include "pipeline/gdec_int.h"
+#include "pipeline/image/gdec_int.h"
 }
 #include "common/cuda_check.h"
-#include "pipeline/nvjpeg_api.h"
+#include "pipeline/image/nvjpeg_api.h"
 #include "records/resize_tap.h" // sl_resize_tap_at (also through gdec_int.h's records.h)
 
 enum { GD_HOST = 0, GD_GPU = 1 };
@@ -186,15 +186,14 @@ static int gd_launch(sl_gdec *g, unsigned m, uint8_t *dev)
 
 // ------------------------------------------------------------ lifecycle
 
-#define NVJ(call, what)                                                                            \
-    do {                                                                                           \
-        nvjpegStatus_t s_ = (call);                                                                \
-        if (s_ != NVJPEG_STATUS_SUCCESS) {                                                         \
-            rc = sl_fail(SL_ECUDA, "--decode gpu: %s: %s (%s)", what, sl_nvjpeg_status_name(s_),   \
-                         g->lib.path);                                                             \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
+// SL_OK, or SL_ECUDA naming the nvJPEG call that returned s.
+static int nvj_ok(const sl_gdec *g, nvjpegStatus_t s, const char *what)
+{
+    if (s == NVJPEG_STATUS_SUCCESS)
+        return SL_OK;
+    return sl_fail(SL_ECUDA, "--decode gpu: %s: %s (%s)", what, sl_nvjpeg_status_name(s),
+                   g->lib.path);
+}
 
 extern "C" void sl_gdec_destroy(sl_gdec *g)
 {
@@ -311,13 +310,17 @@ extern "C" int sl_gdec_create(const sl_pipeline_config *cfg, unsigned workers, u
             NVJPEG_STATUS_SUCCESS;
     if (!g->hw) {
         g->h = NULL;
-        NVJ(g->lib.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0, &g->h),
-            "nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID)");
+        if ((rc = nvj_ok(g, g->lib.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0, &g->h),
+                         "nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID)")))
+            goto fail;
     }
-    NVJ(g->lib.JpegStateCreate(g->h, &g->st), "nvjpegJpegStateCreate");
+    if ((rc = nvj_ok(g, g->lib.JpegStateCreate(g->h, &g->st), "nvjpegJpegStateCreate")))
+        goto fail;
     if (g->hw)
         for (unsigned i = 0; i < workers; i++)
-            NVJ(g->lib.JpegStreamCreate(g->h, &g->wstream[i]), "nvjpegJpegStreamCreate");
+            if ((rc = nvj_ok(g, g->lib.JpegStreamCreate(g->h, &g->wstream[i]),
+                             "nvjpegJpegStreamCreate")))
+                goto fail;
     *out = g;
     return SL_OK;
 fail:
@@ -415,8 +418,8 @@ static int gd_cpu_batch(sl_gdec *g, unsigned slot, unsigned m, uint8_t *host, ui
         unsigned k = g->gk[j];
         gd_entry *e = &g->e[(size_t)slot * g->batch + k];
         uint8_t *dst = host + (size_t)k * g->sample_bytes;
-        int rc = sl_decode_crop_sample(g->dec, e->jpeg, e->len, &e->crop, g->ow, g->oh, e->flip,
-                                       g->layout, g->mean, g->std, dst);
+        sl_out_spec out = {g->ow, g->oh, e->flip, g->layout, g->mean, g->std, dst};
+        int rc = sl_decode_crop_sample(g->dec, e->jpeg, e->len, &e->crop, &out);
         if (rc) {
             char why[SL_ERRMSG_MAX];
             snprintf(why, sizeof why, "%s", sl_errmsg());

@@ -1,5 +1,5 @@
 /*
- * pipeline/geometry.c - which source pixels a sample is made from.
+ * pipeline/image/geometry.c - which source pixels a sample is made from.
  *
  * Train: torchvision's RandomResizedCrop.get_params (torchvision
  * transforms/transforms.py), draw for draw:
@@ -37,7 +37,7 @@
  */
 #include <math.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 #define SL_RRC_TRIES 10
 

@@ -1,5 +1,5 @@
 /*
- * pipeline/resample.c - resize + flip + normalize + layout in one pass:
+ * pipeline/image/resample.c - resize + flip + normalize + layout in one pass:
  * the decoded RGB crop strip straight into its slot of the batch buffer
  * (sl_resample_sample). Its sibling for Y, Cb, Cr planes at their own
  * resolutions (decode_yuv.c's path) is resample_planes.c; the horizontal
@@ -33,7 +33,9 @@
  * read within 8 source pixels (an enlargement by 8/7 or more: 4:2:0
  * chroma, small crops) one vector and one permute per weight do. NCHW
  * writes the plane rows in place; NHWC f32 and u8 compute three plane rows
- * of dw floats and interleave them.
+ * of dw floats and interleave them (sl_store_row, resample_int.h: the one
+ * row writer of both resamplers, which the area pass uses for every
+ * layout).
  *
  * Values:
  *   u8:  v rounded exactly as sl_resize_rgb_u8 rounds it (same operations
@@ -70,7 +72,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/resample_int.h"
+#include "pipeline/image/resample_int.h"
 
 /* Vertical pass on one u8 RGB source row of n pixels into the three plane
  * rows r, g, b: set (acc = w * v) or add (acc += w * v), per element the
@@ -95,14 +97,6 @@ vrow_add(float *restrict r, float *restrict g, float *restrict b, const uint8_t 
         g[i] += w * (float)row[3 * i + 1];
         b[i] += w * (float)row[3 * i + 2];
     }
-}
-
-/* Round to the nearest u8 as resize.c's to_u8. */
-static inline __attribute__((always_inline)) uint8_t to_u8(float v)
-{
-    v += 0.5f;
-    v = v < 255.0f ? v : 255.0f;
-    return (uint8_t)(int)v;
 }
 
 /* Expand horizontal taps (all n <= 2) into one plane's tables: per pixel
@@ -136,32 +130,25 @@ void sl_resample_expand_linear(const sl_rtap *t, int dw, float sc, int32_t *ia, 
 }
 
 /* Area (general tap) horizontal pass over the plane rows acc (stride
- * pstride) into output row y: resize.c's hrow_store arithmetic per
- * channel, then the layout. */
-static void harea_row(const sl_rtap *restrict t, int dw, int dh, int y, const float *restrict acc,
-                      size_t pstride, sl_layout layout, const float sc[3], const float bi[3],
-                      void *dst)
+ * pstride) into three rows of dw floats (out, dw apart): resize.c's
+ * hrow_store arithmetic per channel; sl_store_row lays them out. */
+static void harea_rows(const sl_rtap *restrict t, int dw, const float *restrict acc,
+                       size_t pstride, float *restrict out)
 {
-    size_t plane = (size_t)dh * dw, row = (size_t)y * dw;
-    for (int x = 0; x < dw; x++) {
-        for (int c = 0; c < 3; c++) {
-            float v = area_tap(&t[x], acc + c * pstride + t[x].i0);
-            if (layout == SL_LAYOUT_NHWC_U8)
-                ((uint8_t *)dst)[(row + x) * 3 + c] = to_u8(v);
-            else if (layout == SL_LAYOUT_NHWC_F32)
-                ((float *)dst)[(row + x) * 3 + c] = v * sc[c] + bi[c];
-            else
-                ((float *)dst)[c * plane + row + x] = v * sc[c] + bi[c];
-        }
-    }
+    for (int x = 0; x < dw; x++)
+        for (int c = 0; c < 3; c++)
+            out[(size_t)c * dw + x] = area_tap(&t[x], acc + c * pstride + t[x].i0);
 }
 
 /* Fallback without memory: each output pixel takes the source pixel whose
  * centre is nearest to its own centre (resize.c's resize_nearest), then
  * the flip and layout. */
-static void resample_nearest(const uint8_t *src, int sw, int sh, int sp, int dw, int dh, int flip,
-                             sl_layout layout, const float sc[3], const float bi[3], void *dst)
+static void resample_nearest(const uint8_t *src, int sw, int sh, int sp, const sl_out_spec *o,
+                             const float sc[3], const float bi[3])
 {
+    int dw = o->w, dh = o->h, flip = o->flip;
+    sl_layout layout = o->layout;
+    void *dst = o->dst;
     size_t plane = (size_t)dh * dw;
     for (int y = 0; y < dh; y++) {
         int sy = (int)(((int64_t)2 * y + 1) * sh / (2 * (int64_t)dh));
@@ -191,10 +178,15 @@ static void resample_nearest(const uint8_t *src, int sw, int sh, int sp, int dw,
     !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int dh, int flip,
-                        sl_layout layout, const float mean[3], const float std[3], void *dst)
+void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, const sl_out_spec *o)
 {
     /* No status to return: invalid arguments leave dst untouched. */
+    if (!o)
+        return;
+    int dw = o->w, dh = o->h, flip = o->flip;
+    sl_layout layout = o->layout;
+    const float *mean = o->mean, *std = o->std;
+    void *dst = o->dst;
     if (!src || !dst || sw <= 0 || sh <= 0 || dw <= 0 || dh <= 0 || sw > INT32_MAX / 3 ||
         dw > INT32_MAX / 3 || sp < sw * 3 || (unsigned)layout > SL_LAYOUT_NCHW_F32)
         return;
@@ -217,13 +209,13 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
     size_t o_blk = al32(o_taps + ((size_t)dw + dh) * sizeof(sl_rtap));
     size_t o_tab = o_blk + (linear ? 3 * nblk * sizeof(sl_hblk) : 0);
     size_t o_tmp = o_tab + (linear ? 3 * (size_t)dw * 4 * sizeof(int32_t) : 0);
-    size_t need = o_tmp + (linear && !planar ? 3 * (size_t)dw * sizeof(float) : 0);
+    size_t need = o_tmp + (!linear || !planar ? 3 * (size_t)dw * sizeof(float) : 0);
     _Alignas(32) unsigned char stackbuf[SL_RESAMPLE_STACK];
     unsigned char *mem = stackbuf;
     if (need > sizeof stackbuf) {
         mem = aligned_alloc(32, al32(need));
         if (!mem) {
-            resample_nearest(src, sw, sh, sp, dw, dh, flip, layout, sc, bi, dst);
+            resample_nearest(src, sw, sh, sp, o, sc, bi);
             return;
         }
     }
@@ -262,7 +254,8 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
             vrow_add(accp[0], accp[1], accp[2], row + (size_t)k * sp, w, sw);
         }
         if (!linear) {
-            harea_row(ht, dw, dh, y, acc, pstride, layout, sc, bi, dst);
+            harea_rows(ht, dw, acc, pstride, tmp);
+            sl_store_row(o, y, tmp, tmp + dw, tmp + 2 * dw, sc, bi, 0.5f, 1);
             continue;
         }
         float *out[3];
@@ -273,23 +266,10 @@ void sl_resample_sample(const uint8_t *src, int sw, int sh, int sp, int dw, int 
             hplane(blk + c * nblk, tc, tc + dw, (const float *)(tc + 2 * dw),
                    (const float *)(tc + 3 * dw), bi[c], dw, accp[c], out[c]);
         }
-        if (layout == SL_LAYOUT_NHWC_F32) {
-            float *d = (float *)dst + (size_t)y * dw * 3;
-            for (int x = 0; x < dw; x++) {
-                d[3 * x] = out[0][x];
-                d[3 * x + 1] = out[1][x];
-                d[3 * x + 2] = out[2][x];
-            }
-        } else if (u8) {
-            /* resize.c's clamp and truncation (the 0.5 is in the bias) */
-            uint8_t *d = (uint8_t *)dst + (size_t)y * dw * 3;
-            for (int x = 0; x < dw; x++)
-                for (int c = 0; c < 3; c++) {
-                    float v = out[c][x];
-                    v = v < 255.0f ? v : 255.0f;
-                    d[3 * x + c] = (uint8_t)(int)v;
-                }
-        }
+        /* NCHW: the pass wrote the planes in place. NHWC: values already
+         * normalized (f32) or holding the rounding's 0.5 (u8, in the bias). */
+        if (!planar)
+            sl_store_row(o, y, out[0], out[1], out[2], NULL, NULL, 0.0f, 1);
     }
     if (mem != stackbuf)
         free(mem);

@@ -1,5 +1,5 @@
 /*
- * pipeline/huff.c - the Huffman (entropy) decoder of the planar path: a
+ * pipeline/image/huff.c - the Huffman (entropy) decoder of the planar path: a
  * baseline JPEG's coefficients, put in place of libjpeg's own decode_mcu.
  *
  * Why write what libjpeg-turbo already does: after decode_yuv.c's crop
@@ -78,7 +78,7 @@
 #include <jerror.h>
 #include <jpegint.h> /* jpeg_entropy_decoder, jpeg_decomp_master */
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 #define HB 10 /* lookahead bits */
 #define HN (1 << HB)

@@ -1,7 +1,7 @@
 /*
- * pipeline/nvjpeg_api.h - the part of nvJPEG's C API that the GPU decode
- * stage (pipeline/gdec_cuda.cu) uses, and its run-time loader
- * (pipeline/nvjpeg_load.c).
+ * pipeline/image/nvjpeg_api.h - the part of nvJPEG's C API that the GPU decode
+ * stage (pipeline/image/gdec_cuda.cu) uses, and its run-time loader
+ * (pipeline/image/nvjpeg_load.c).
  *
  * Why declared here and not #include <nvjpeg.h>: the CUDA toolkit on the
  * build machines (/usr/local/cuda 13 here and in CI) ships without nvJPEG's

@@ -1,9 +1,9 @@
 /*
- * pipeline/gdec_nocuda.c - the GPU decode stage in a build without CUDA
+ * pipeline/image/gdec_nocuda.c - the GPU decode stage in a build without CUDA
  * (gdec_int.h): --decode auto is the CPU path, --decode gpu is refused.
  * CMake compiles it only when CUDA is off; gdec_cuda.cu replaces it.
  */
-#include "pipeline/gdec_int.h"
+#include "pipeline/image/gdec_int.h"
 
 #include <stdio.h>
 

@@ -1,5 +1,5 @@
 /*
- * pipeline/decode.c - ROI JPEG decode: only the pixels a crop needs, at the
+ * pipeline/image/decode.c - ROI JPEG decode: only the pixels a crop needs, at the
  * smallest DCT scale that still covers the output, resized into a batch slot.
  *
  * Why: a training sample uses a random crop (8 % to 100 % of the area) that
@@ -95,7 +95,7 @@
 #include <jpeglib.h>
 #include <jerror.h> /* JWRN_* message codes */
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 /* Row pointers handed to jpeg_read_scanlines per call (>= any
  * rec_outbuf_height libjpeg uses). */
@@ -130,10 +130,7 @@ typedef struct sl_decode_job {
     const sl_crop *crop;
     int ow, oh, pitch;
     uint8_t *dst;             /* sl_decode_crop: RGB u8 rows of pitch bytes */
-    int flip;                 /* sl_decode_crop_sample: the sample's transform */
-    sl_layout layout;
-    const float *mean, *std;
-    void *out;
+    const sl_out_spec *out;   /* sl_decode_crop_sample: the sample (ow, oh its w, h) */
     const char *fn;           /* the public function, for messages */
     sl_plane_view *pv;        /* sl_decode_crop_planes' outputs */
     int *np;
@@ -413,16 +410,14 @@ static int sample_body(sl_decoder *d, const sl_decode_job *j)
             return rc;
         d->yuv.jpeg = j->jpeg;
         d->yuv.len = j->len;
-        rc = sl_decode_yuv(&d->cinfo, &d->yuv, j->crop, j->ow, j->oh, j->flip, j->layout,
-                           j->mean, j->std, j->out, j->fn);
+        rc = sl_decode_yuv(&d->cinfo, &d->yuv, j->crop, j->out, j->fn);
         if (rc != SL_ENOTSUP)
             return rc;
         jpeg_abort_decompress(&d->cinfo); /* not YCbCr or gray: the RGB path */
     }
     rc = decode_strip(d, j, &src, &sw, &sh, &sp);
     if (rc == SL_OK)
-        sl_resample_sample(src, sw, sh, sp, j->ow, j->oh, j->flip, j->layout, j->mean, j->std,
-                           j->out);
+        sl_resample_sample(src, sw, sh, sp, j->out);
     return rc;
 }
 
@@ -505,20 +500,19 @@ int sl_decode_crop(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop
 }
 
 int sl_decode_crop_sample(sl_decoder *d, const uint8_t *jpeg, size_t len, const sl_crop *crop,
-                          int ow, int oh, int flip, sl_layout layout, const float mean[3],
-                          const float std[3], void *dst)
+                          const sl_out_spec *out)
 {
-    if (!d || !crop || !dst || (!jpeg && len) ||
-        (layout != SL_LAYOUT_NHWC_U8 && (!mean || !std)))
+    if (!d || !crop || !out || !out->dst || (!jpeg && len) ||
+        (out->layout != SL_LAYOUT_NHWC_U8 && (!out->mean || !out->std)))
         return sl_fail(SL_EINVAL, "sl_decode_crop_sample: NULL argument");
-    if (ow < 1 || oh < 1 || ow > INT32_MAX / 3 || (unsigned)layout > SL_LAYOUT_NCHW_F32)
+    int ow = out->w, oh = out->h;
+    if (ow < 1 || oh < 1 || ow > INT32_MAX / 3 || (unsigned)out->layout > SL_LAYOUT_NCHW_F32)
         return sl_fail(SL_EINVAL, "sl_decode_crop_sample: output %dx%d in layout %d", ow, oh,
-                       (int)layout);
+                       (int)out->layout);
     int rc = begin(d, jpeg, len, "sl_decode_crop_sample");
     if (rc)
         return rc;
-    sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh, .flip = flip,
-                       .layout = layout, .mean = mean, .std = std, .out = dst,
+    sl_decode_job j = {.jpeg = jpeg, .len = len, .crop = crop, .ow = ow, .oh = oh, .out = out,
                        .fn = "sl_decode_crop_sample"};
     return guarded(d, sample_body, &j, "sl_decode_crop_sample");
 }

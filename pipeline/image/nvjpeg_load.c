@@ -1,5 +1,5 @@
 /*
- * pipeline/nvjpeg_load.c - libnvjpeg loaded at run time (nvjpeg_api.h says
+ * pipeline/image/nvjpeg_load.c - libnvjpeg loaded at run time (nvjpeg_api.h says
  * why it is not linked). Compiled in every build: it needs only dlfcn.h;
  * a build without CUDA never calls it.
  *
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/status.h"
-#include "pipeline/nvjpeg_api.h"
+#include "pipeline/image/nvjpeg_api.h"
 
 const char *sl_nvjpeg_status_name(nvjpegStatus_t s)
 {

@@ -1,5 +1,5 @@
 /*
- * pipeline/resample_planes.c - sl_resample_planes: the decode_yuv.c path's
+ * pipeline/image/resample_planes.c - sl_resample_planes: the decode_yuv.c path's
  * resize + colour conversion + flip + normalize + layout in one pass, from
  * the crop's Y, Cb, Cr planes (or one gray plane) straight into its slot
  * of the batch buffer. resample.c does the same from an RGB strip (the
@@ -7,7 +7,7 @@
  * window, the area tap) is shared through resample_int.h, and resample.c's
  * DESIGN comment explains it.
  *
- *   in:  pl[np] u8 planes (sl_plane_view, pipeline_int.h), each with its
+ *   in:  pl[np] u8 planes (sl_plane_view, image.h), each with its
  *        own window in its own pixel coordinates
  *   out: SL_LAYOUT_NHWC_U8 / NHWC_F32 / NCHW_F32, as resample.c
  *
@@ -42,6 +42,12 @@
  * 1.1-1.4x faster (perf/RESULTS.md, "A cheaper sl_resample_planes",
  * issue 17).
  *
+ * The pass: check_args, scratch_plan and plane_setup (taps and tables per
+ * plane), then per output row plane_row (vertical then horizontal pass of
+ * each plane), rgb_rows (colour conversion and clamp) and the layout:
+ * sl_store_row (resample_int.h, shared with resample.c), nchw_stream, or
+ * nchw_fused_avx2 in place of the last two.
+ *
  * Memory: per plane its taps, window tables and one acc row, then three
  * output rows of dw floats; up to SL_RESAMPLE_STACK bytes on the stack,
  * above that one malloc per call (SL_ENOMEM when it fails, dst untouched).
@@ -53,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/resample_int.h"
+#include "pipeline/image/resample_int.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h> /* _mm_stream_ps, _mm_sfence: SSE, every x86-64 */
@@ -239,16 +245,12 @@ typedef struct sl_pstate {
     float *acc;               /* n + pad floats */
 } sl_pstate;
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                        \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip, sl_layout layout,
-                       const float mean[3], const float std[3], void *dst)
+/* The arguments checked: SL_OK, or SL_EINVAL saying what is wrong. */
+static int check_args(const sl_plane_view *pl, int np, const sl_out_spec *o)
 {
-    if (!pl || !dst || (np != 1 && np != 3) || dw <= 0 || dh <= 0 || dw > INT32_MAX / 3 ||
-        (unsigned)layout > SL_LAYOUT_NCHW_F32 ||
-        (layout != SL_LAYOUT_NHWC_U8 && (!mean || !std)))
+    if (!o || !pl || !o->dst || (np != 1 && np != 3) || o->w <= 0 || o->h <= 0 ||
+        o->w > INT32_MAX / 3 || (unsigned)o->layout > SL_LAYOUT_NCHW_F32 ||
+        (o->layout != SL_LAYOUT_NHWC_U8 && (!o->mean || !o->std)))
         return sl_fail(SL_EINVAL, "sl_resample_planes: bad arguments");
     for (int c = 0; c < np; c++) {
         const sl_plane_view *v = &pl[c];
@@ -258,172 +260,187 @@ int sl_resample_planes(const sl_plane_view *pl, int np, int dw, int dh, int flip
             return sl_fail(SL_EINVAL, "sl_resample_planes: plane %d: window %gx%g at (%g,%g) "
                            "outside %dx%d", c, v->cw, v->ch, v->x0, v->y0, v->w, v->h);
     }
-    float sc[3] = {1, 1, 1}, bi[3] = {0, 0, 0};
-    if (layout != SL_LAYOUT_NHWC_U8)
-        for (int c = 0; c < 3; c++) {
-            sc[c] = 1.0f / std[c];
-            bi[c] = -mean[c] * sc[c];
-        }
+    return SL_OK;
+}
 
-    /* Memory: per plane taps, tables and the acc row; then 3 output rows. */
-    size_t nblk = (size_t)dw / 8, need = 0, off[3][4];
-    int cols[3];
+/* The scratch's layout: per plane c its taps (off[c][0]), window blocks
+ * and tables (off[c][1]) and acc row (off[c][2]), then three output rows
+ * of dw floats at *o_out. Returns the bytes needed. */
+static size_t scratch_plan(const sl_plane_view *pl, int np, int dw, int dh, size_t off[3][4],
+                           size_t *o_out)
+{
+    size_t nblk = (size_t)dw / 8, need = 0;
     for (int c = 0; c < np; c++) {
-        cols[c] = pl[c].w; /* upper bound on the columns read */
+        int cols = pl[c].w; /* upper bound on the columns read */
         off[c][0] = need;
         need = al32(need + ((size_t)dw + dh) * sizeof(sl_rtap));
         off[c][1] = need;
         need = al32(need + nblk * sizeof(sl_hblk) + (size_t)dw * 4 * sizeof(int32_t));
         off[c][2] = need;
-        need = al32(need + ((size_t)cols[c] + SL_RESAMPLE_PAD) * sizeof(float));
+        need = al32(need + ((size_t)cols + SL_RESAMPLE_PAD) * sizeof(float));
     }
-    size_t o_out = need;
-    need += 3 * (size_t)dw * sizeof(float);
+    *o_out = need;
+    return need + 3 * (size_t)dw * sizeof(float);
+}
+
+/* Plane c's taps (mirrored when flip), the columns it reads and, when
+ * every tap is bilinear, its tables, in mem at off. Cr on Cb's grid (every
+ * JPEG) takes Cb's taps and tables (ps[1]) with its own acc row. */
+static void plane_setup(sl_pstate *ps, const sl_plane_view *pl, int c, const sl_out_spec *o,
+                        unsigned char *mem, const size_t off[4])
+{
+    const sl_plane_view *v = &pl[c];
+    sl_pstate *s = &ps[c];
+    int dw = o->w;
+    size_t nblk = (size_t)dw / 8;
+    s->ht = (sl_rtap *)(mem + off[0]);
+    s->vt = s->ht + dw;
+    s->blk = (sl_hblk *)(mem + off[1]);
+    s->tab = (int32_t *)(s->blk + nblk);
+    s->acc = (float *)(mem + off[2]);
+    if (c == 2 && v->w == pl[1].w && v->h == pl[1].h && v->x0 == pl[1].x0 &&
+        v->y0 == pl[1].y0 && v->cw == pl[1].cw && v->ch == pl[1].ch) {
+        float *acc = s->acc;
+        *s = ps[1];
+        s->acc = acc;
+        memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float));
+        return;
+    }
+    window_taps(s->ht, v->x0, v->cw, v->w, dw);
+    window_taps(s->vt, v->y0, v->ch, v->h, o->h);
+    if (o->flip)
+        for (int a = 0, b = dw - 1; a < b; a++, b--) {
+            sl_rtap t = s->ht[a];
+            s->ht[a] = s->ht[b];
+            s->ht[b] = t;
+        }
+    int lo = INT32_MAX, hi = 0;
+    s->linear = 1;
+    for (int x = 0; x < dw; x++) {
+        lo = s->ht[x].i0 < lo ? s->ht[x].i0 : lo;
+        hi = s->ht[x].i0 + s->ht[x].n > hi ? s->ht[x].i0 + s->ht[x].n : hi;
+        s->linear &= s->ht[x].n <= 2 && s->ht[x].wmid == 0;
+    }
+    for (int x = 0; x < dw; x++)
+        s->ht[x].i0 -= lo;
+    s->lo = lo;
+    s->n = hi - lo;
+    memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float)); /* windows read the pad */
+    if (s->linear) {
+        int32_t *t = s->tab;
+        sl_resample_expand_linear(s->ht, dw, 1.0f, t, t + dw, (float *)(t + 2 * dw),
+                                  (float *)(t + 3 * dw), s->blk);
+    }
+}
+
+/* Output row y of one plane, v's rows through s's taps: the vertical pass
+ * into s->acc, then the horizontal one plus bias into out (dw floats). */
+static inline __attribute__((always_inline)) void
+plane_row(const sl_pstate *s, const sl_plane_view *v, int y, int dw, float bias, int avx2,
+          float *out)
+{
+    const sl_rtap *t = &s->vt[y];
+    const uint8_t *row = v->p + (size_t)t->i0 * v->pitch + s->lo;
+    if (t->n == 2) {
+#if SL_RESAMPLE_AVX2
+        if (avx2)
+            prow_two_avx2(s->acc, row, row + v->pitch, t->w0, t->wn, s->n);
+        else
+#endif
+        prow_two(s->acc, row, row + v->pitch, t->w0, t->wn, s->n);
+    } else {
+        prow_set(s->acc, row, t->w0, s->n);
+        for (int k = 1; k < t->n; k++) {
+            float w = k == t->n - 1 ? t->wn : t->wmid;
+            prow_add(s->acc, row + (size_t)k * v->pitch, w, s->n);
+        }
+    }
+    (void)avx2;
+    if (s->linear) {
+        const int32_t *tc = s->tab;
+        hplane(s->blk, tc, tc + dw, (const float *)(tc + 2 * dw), (const float *)(tc + 3 * dw),
+               bias, dw, s->acc, out);
+    } else {
+        harea_plane(s->ht, dw, s->acc, bias, out);
+    }
+}
+
+/* RGB in place of the resized planes: JFIF YCbCr -> RGB (libjpeg
+ * jdcolor.c; np 3), or R = G = B = Y (np 1), clamped to 0..255. */
+static inline __attribute__((always_inline)) void
+rgb_rows(float *restrict r, float *restrict g, float *restrict b, int np, int dw)
+{
+    if (np == 3) {
+        for (int x = 0; x < dw; x++) {
+            float Y = r[x], cb = g[x], cr = b[x];
+            float vr = Y + SL_YCC_R_CR * cr;
+            float vg = Y - SL_YCC_G_CB * cb - SL_YCC_G_CR * cr;
+            float vb = Y + SL_YCC_B_CB * cb;
+            r[x] = vr < 0.0f ? 0.0f : vr > 255.0f ? 255.0f : vr;
+            g[x] = vg < 0.0f ? 0.0f : vg > 255.0f ? 255.0f : vg;
+            b[x] = vb < 0.0f ? 0.0f : vb > 255.0f ? 255.0f : vb;
+        }
+    } else {
+        for (int x = 0; x < dw; x++) {
+            float Y = r[x] < 0.0f ? 0.0f : r[x] > 255.0f ? 255.0f : r[x];
+            r[x] = g[x] = b[x] = Y;
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                        \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+int sl_resample_planes(const sl_plane_view *pl, int np, const sl_out_spec *o)
+{
+    int rc = check_args(pl, np, o);
+    if (rc)
+        return rc;
+    int dw = o->w, dh = o->h;
+    float sc[3] = {1, 1, 1}, bi[3] = {0, 0, 0};
+    if (o->layout != SL_LAYOUT_NHWC_U8)
+        for (int c = 0; c < 3; c++) {
+            sc[c] = 1.0f / o->std[c];
+            bi[c] = -o->mean[c] * sc[c];
+        }
+    size_t off[3][4], o_out, need = scratch_plan(pl, np, dw, dh, off, &o_out);
     _Alignas(32) unsigned char stackbuf[SL_RESAMPLE_STACK];
     unsigned char *mem = stackbuf;
     if (need > sizeof stackbuf && !(mem = aligned_alloc(32, al32(need))))
         return sl_fail(SL_ENOMEM, "sl_resample_planes: %zu bytes: out of memory", need);
-
     sl_pstate ps[3];
-    for (int c = 0; c < np; c++) {
-        const sl_plane_view *v = &pl[c];
-        sl_pstate *s = &ps[c];
-        s->ht = (sl_rtap *)(mem + off[c][0]);
-        s->vt = s->ht + dw;
-        s->blk = (sl_hblk *)(mem + off[c][1]);
-        s->tab = (int32_t *)(s->blk + nblk);
-        s->acc = (float *)(mem + off[c][2]);
-        if (c == 2 && v->w == pl[1].w && v->h == pl[1].h && v->x0 == pl[1].x0 &&
-            v->y0 == pl[1].y0 && v->cw == pl[1].cw && v->ch == pl[1].ch) {
-            /* Cr on Cb's grid (every JPEG): Cb's taps and tables, own row */
-            float *acc = s->acc;
-            *s = ps[1];
-            s->acc = acc;
-            memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float));
-            continue;
-        }
-        window_taps(s->ht, v->x0, v->cw, v->w, dw);
-        window_taps(s->vt, v->y0, v->ch, v->h, dh);
-        if (flip)
-            for (int a = 0, b = dw - 1; a < b; a++, b--) {
-                sl_rtap t = s->ht[a];
-                s->ht[a] = s->ht[b];
-                s->ht[b] = t;
-            }
-        int lo = INT32_MAX, hi = 0;
-        s->linear = 1;
-        for (int x = 0; x < dw; x++) {
-            lo = s->ht[x].i0 < lo ? s->ht[x].i0 : lo;
-            hi = s->ht[x].i0 + s->ht[x].n > hi ? s->ht[x].i0 + s->ht[x].n : hi;
-            s->linear &= s->ht[x].n <= 2 && s->ht[x].wmid == 0;
-        }
-        for (int x = 0; x < dw; x++)
-            s->ht[x].i0 -= lo;
-        s->lo = lo;
-        s->n = hi - lo;
-        memset(s->acc + s->n, 0, SL_RESAMPLE_PAD * sizeof(float)); /* windows read the pad */
-        if (s->linear) {
-            int32_t *t = s->tab;
-            sl_resample_expand_linear(s->ht, dw, 1.0f, t, t + dw, (float *)(t + 2 * dw),
-                                      (float *)(t + 3 * dw), s->blk);
-        }
-    }
-
-    float *o[3];
-    for (int c = 0; c < 3; c++)
-        o[c] = (float *)(mem + o_out) + (size_t)c * dw;
+    for (int c = 0; c < np; c++)
+        plane_setup(ps, pl, c, o, mem, off[c]);
+    float *r = (float *)(mem + o_out), *g = r + dw, *b = g + dw, *rows[3] = {r, g, b};
     size_t plane = (size_t)dh * dw;
     /* A 224 x 224 f32 sample is 588 KiB, written once and read next by the
      * consumer, after the rest of the batch (tens of MiB): streamed stores
      * skip reading each destination line into the cache first. */
-    int stream = SL_RESAMPLE_STREAM && layout == SL_LAYOUT_NCHW_F32 && dw % 4 == 0 &&
-                 ((uintptr_t)dst & 15) == 0;
+    int stream = SL_RESAMPLE_STREAM && o->layout == SL_LAYOUT_NCHW_F32 && dw % 4 == 0 &&
+                 ((uintptr_t)o->dst & 15) == 0;
     /* Chroma leaves the planes centred on 0 (the bias), the conversion
      * wants Cb - 128 and Cr - 128. */
     const float pbias[3] = {0.0f, -128.0f, -128.0f};
+    int avx2 = 0;
 #if SL_RESAMPLE_AVX2
-    int avx2 = __builtin_cpu_supports("avx2");
+    avx2 = __builtin_cpu_supports("avx2");
     int fused = avx2 && stream && dw % 8 == 0;
 #endif
     for (int y = 0; y < dh; y++) {
-        for (int c = 0; c < np; c++) {
-            const sl_pstate *s = &ps[c];
-            const sl_rtap *t = &s->vt[y];
-            const uint8_t *row = pl[c].p + (size_t)t->i0 * pl[c].pitch + s->lo;
-            if (t->n == 2) {
-#if SL_RESAMPLE_AVX2
-                if (avx2)
-                    prow_two_avx2(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
-                else
-#endif
-                prow_two(s->acc, row, row + pl[c].pitch, t->w0, t->wn, s->n);
-            } else {
-                prow_set(s->acc, row, t->w0, s->n);
-                for (int k = 1; k < t->n; k++) {
-                    float w = k == t->n - 1 ? t->wn : t->wmid;
-                    prow_add(s->acc, row + (size_t)k * pl[c].pitch, w, s->n);
-                }
-            }
-            if (s->linear) {
-                const int32_t *tc = s->tab;
-                hplane(s->blk, tc, tc + dw, (const float *)(tc + 2 * dw),
-                       (const float *)(tc + 3 * dw), pbias[c], dw, s->acc, o[c]);
-            } else {
-                harea_plane(s->ht, dw, s->acc, pbias[c], o[c]);
-            }
-        }
+        for (int c = 0; c < np; c++)
+            plane_row(&ps[c], &pl[c], y, dw, pbias[c], avx2, rows[c]);
 #if SL_RESAMPLE_AVX2
         if (fused) {
-            nchw_fused_avx2((float *)dst + (size_t)y * dw, o[0], o[1], o[2], np, sc, bi, plane,
-                            dw);
+            nchw_fused_avx2((float *)o->dst + (size_t)y * dw, r, g, b, np, sc, bi, plane, dw);
             continue;
         }
 #endif
-        /* RGB: JFIF YCbCr -> RGB (libjpeg jdcolor.c), clamped, then the
-         * layout (u8 rounded; f32 normalized). Gray: R = G = B = Y. */
-        float *r = o[0], *g = o[1], *b = o[2];
-        if (np == 3) {
-            for (int x = 0; x < dw; x++) {
-                float Y = r[x], cb = g[x], cr = b[x];
-                float vr = Y + SL_YCC_R_CR * cr;
-                float vg = Y - SL_YCC_G_CB * cb - SL_YCC_G_CR * cr;
-                float vb = Y + SL_YCC_B_CB * cb;
-                r[x] = vr < 0.0f ? 0.0f : vr > 255.0f ? 255.0f : vr;
-                g[x] = vg < 0.0f ? 0.0f : vg > 255.0f ? 255.0f : vg;
-                b[x] = vb < 0.0f ? 0.0f : vb > 255.0f ? 255.0f : vb;
-            }
-        } else {
-            for (int x = 0; x < dw; x++) {
-                float Y = r[x] < 0.0f ? 0.0f : r[x] > 255.0f ? 255.0f : r[x];
-                r[x] = g[x] = b[x] = Y;
-            }
-        }
-        if (layout == SL_LAYOUT_NHWC_U8) {
-            uint8_t *d = (uint8_t *)dst + (size_t)y * dw * 3;
-            for (int x = 0; x < dw; x++) {
-                d[3 * x] = (uint8_t)(int)(r[x] + 0.5f);
-                d[3 * x + 1] = (uint8_t)(int)(g[x] + 0.5f);
-                d[3 * x + 2] = (uint8_t)(int)(b[x] + 0.5f);
-            }
-        } else if (layout == SL_LAYOUT_NHWC_F32) {
-            float *d = (float *)dst + (size_t)y * dw * 3;
-            for (int x = 0; x < dw; x++) {
-                d[3 * x] = r[x] * sc[0] + bi[0];
-                d[3 * x + 1] = g[x] * sc[1] + bi[1];
-                d[3 * x + 2] = b[x] * sc[2] + bi[2];
-            }
-        } else {
-            float *d = (float *)dst + (size_t)y * dw;
-            if (stream) {
-                nchw_stream(d, r, g, b, sc, bi, plane, dw);
-            } else {
-                for (int x = 0; x < dw; x++) {
-                    d[x] = r[x] * sc[0] + bi[0];
-                    d[plane + x] = g[x] * sc[1] + bi[1];
-                    d[2 * plane + x] = b[x] * sc[2] + bi[2];
-                }
-            }
-        }
+        rgb_rows(r, g, b, np, dw);
+        if (stream)
+            nchw_stream((float *)o->dst + (size_t)y * dw, r, g, b, sc, bi, plane, dw);
+        else
+            sl_store_row(o, y, r, g, b, sc, bi, 0.5f, 0); /* rgb_rows clamped */
     }
 #if SL_RESAMPLE_STREAM
     if (stream)

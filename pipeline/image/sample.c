@@ -1,5 +1,5 @@
 /*
- * pipeline/sample.c - a sample's flip, normalization and layout from RGB
+ * pipeline/image/sample.c - a sample's flip, normalization and layout from RGB
  * u8 rows: the plain form of what the decode paths now do fused with the
  * resize (resample.c's sl_resample_sample and resample_planes.c's
  * sl_resample_planes store "as sl_store_sample would"), kept as their
@@ -29,7 +29,7 @@
  */
 #include <string.h>
 
-#include "pipeline/pipeline_int.h"
+#include "pipeline/image/image.h"
 
 /* Per-channel constants repeated along an interleaved row. */
 #define SL_PATTERN 48
@@ -106,11 +106,14 @@ static void store_row(const uint8_t *in, int w, int h, int y, int flip, sl_layou
     }
 }
 
-void sl_store_sample(const uint8_t *rgb, int h, int w, int flip, sl_layout layout,
-                     const float mean[3], const float std[3], void *dst)
+void sl_store_sample(const uint8_t *rgb, const sl_out_spec *o)
 {
-    if (!rgb || !dst || h < 1 || w < 1)
+    if (!rgb || !o || !o->dst || o->h < 1 || o->w < 1)
         return;
+    int h = o->h, w = o->w, flip = o->flip;
+    sl_layout layout = o->layout;
+    const float *mean = o->mean, *std = o->std;
+    void *dst = o->dst;
     size_t n = (size_t)h * w * 3;
     if (layout == SL_LAYOUT_NHWC_U8 && !flip) {
         memcpy(dst, rgb, n);
