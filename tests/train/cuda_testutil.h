@@ -242,6 +242,9 @@ static inline void tg_open(sl_exec *e, const sl_ops *ops)
     cr_assert_eq(setenv("SLUICE_CUDA_TF32", "0", 1), 0);
     sl_cuda_ctx *cx = NULL;
     cr_assert_eq(sl_cuda_ctx_create(0, &cx), SL_OK, "%s", sl_errmsg());
+    /* as sl_exec_init does: the caches attach themselves to the context */
+    cr_assert_eq(sl_conv_algo_cache_attach(cx), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_graph_cache_attach(cx), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(cx->tf32, 0, "SLUICE_CUDA_TF32=0 must give full fp32 math");
     memset(e, 0, sizeof *e);
     e->ops = ops;

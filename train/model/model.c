@@ -56,30 +56,8 @@
  * The input x of a train forward is not copied: it must stay unchanged
  * until the matching backward (the stem's weight gradient reads it).
  *
- * Synchronized BN (sl_model_set_bn_sync; the mirrored strategy's --sync-bn,
- * PyTorch's SyncBatchNorm): W replicas, each with n of the W*n images, and
- * total = W * rows per BN. Per BN, in train mode:
- *   forward:  bn_moments (this replica's mean and M2 in its slot, the
- *             others zero) -> one all-reduce of the W slots ->
- *             bn_moments_merge (Chan's formula in double: the global mean
- *             and var, the same bits on every replica) -> bn_fwd_apply
- *             (running stats with them, so every replica keeps the same).
- *             Not a variance from float sums: at 224 px a replica's BN has
- *             ~50,000 rows a channel, and sums of that many floats lose the
- *             digits a running variance keeps (train/ops/ops.h).
- *   backward: bn_bwd_reduce -> the LOCAL sum_dy, sum_dy_xhat are this
- *             replica's dbeta, dgamma; a copy of both (2c floats, one call)
- *             is all-reduced; bn_bwd_apply(global sums) -> dx.
- * Why the local sums for the param grads: replica r's loss is the mean over
- * its n images, L_r = (1/n) sum_{i in r} l_i, while one model on the whole
- * batch has L = (1/(W n)) sum_i l_i, so dL_r/dlogits_i = W dL/dlogits_i for
- * i in r. Backward is linear in dlogits, and with the all-reduced sums it
- * is the single model's backward row for row, so every activation gradient
- * on replica r is W times the single model's on those rows. Then
- *   dgamma_r = sum_{rows of r} dy_r*xhat = W sum_{rows of r} dy*xhat
- * and the strategy's average over replicas, (1/W) sum_r dgamma_r, is the
- * single model's dgamma (likewise dbeta, and every conv weight's gradient).
- * Using the global sums as dgamma would make that average W times too big.
+ * One unit (conv, BN, ReLU), either half of its backward and synchronized
+ * BN (sl_model_set_bn_sync) are unit.c's, below this file and model_fuse.c.
  *
  * The grad-ready hook (sl_model_set_grad_hook) is called for each trainable
  * tensor right after the op that writes its grad, in backward order: fc
@@ -90,22 +68,10 @@
  * weight after conv_bwd_filter. No grad is written twice, so each call
  * comes once and the grad it names is final.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "train/ops/mem.h"
 #include "train/model/model_int.h"
-
-#define OP SL_MODEL_OP
-
-const float *sl_model_input_of(const sl_model *m, const sl_cbn *c)
-{
-    if (c->input == -2)
-        return m->x;
-    if (c->input == -1)
-        return m->pool_y;
-    return m->cbn[c->input].z;
-}
 
 /* The exec's ops reach the model's memory: a placed model runs on the exec
  * it was placed with, a host model on a host backend of its activation
@@ -115,150 +81,7 @@ static int same_memory(const sl_model *m, const sl_exec *e)
     return m->dev_e ? e == m->dev_e : e->backend != SL_BACKEND_CUDA && e->act == m->act;
 }
 
-int sl_model_conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh)
-{
-    return sl_conv_shape_init(sh, n, c->ih, c->iw, c->cin, c->cout, c->r, c->r, c->stride,
-                              c->pad);
-}
-
-/* ------------------------------------------------------------- bn sync */
-
-/* buf (cnt floats) = its sum over the replicas, through the caller's
- * all-reduce; its failure comes back with its code and the BN named. */
-static int sync_sum(sl_model *m, const char *fn, const sl_cbn *c, float *buf, int cnt)
-{
-    sl_clear_error();
-    int rc = m->sync.allreduce_sum(m->sync.ctx, buf, cnt);
-    if (rc)
-        return sl_fail(rc, "%s: %s: sync-BN all-reduce of %d floats failed (%s): %s", fn,
-                       c->bn_name, cnt, sl_strerror(rc), sl_errmsg());
-    return SL_OK;
-}
-
-/* The statistics slots for m->sync.world replicas, made in e's memory on
- * first use (the world is known from sl_model_set_bn_sync on; e is the
- * model's device exec when it is placed, whose memory destroy frees). */
-static int sync_slots(sl_model *m, sl_exec *e, const char *fn, float **out)
-{
-    int64_t need = (int64_t)m->sync.world * SL_BN_MOMENT_FLOATS * (m->sync_floats / 2);
-    if (m->sync_slots && m->sync_slots_floats >= need) {
-        *out = m->sync_slots;
-        return SL_OK;
-    }
-    if (m->dev_e && e != m->dev_e)
-        return sl_fail(SL_EINVAL, "%s: the model is placed on another exec", fn);
-    void *p = NULL;
-    int rc;
-    if (m->dev_e)
-        rc = sl_mem_alloc(e, (size_t)need * sizeof(float), &p);
-    else
-        rc = (p = calloc((size_t)need, sizeof(float))) ? SL_OK : SL_ENOMEM;
-    if (rc)
-        return sl_fail(rc, "%s: sync-BN statistics for %d replicas: %s", fn, m->sync.world,
-                       rc == SL_ENOMEM ? "out of memory" : sl_errmsg());
-    sl_model_sync_free(m);
-    m->sync_slots = p;
-    m->sync_slots_floats = need;
-    *out = p;
-    return SL_OK;
-}
-
-void sl_model_sync_free(sl_model *m)
-{
-    if (m->dev_e)
-        sl_mem_free(m->dev_e, m->sync_slots);
-    else
-        free(m->sync_slots);
-    m->sync_slots = NULL;
-    m->sync_slots_floats = 0;
-}
-
-/* Synchronized train-mode BN forward of c over rows of this replica: z
- * from y with the statistics of all replicas' rows. */
-static int bn_sync_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows)
-{
-    const char *fn = "sl_model_forward";
-    int C = c->cout, W = m->sync.world, rc;
-    double total = (double)rows * W;
-    float *mean = m->sync_buf, *var = m->sync_buf + C, *slots = NULL;
-    if ((rc = sync_slots(m, e, fn, &slots)))
-        return rc;
-    OP(fn, c->bn_name, sl_bn_moments(e, rows, C, c->y, W, m->sync.rank, slots));
-    if ((rc = sync_sum(m, fn, c, slots, W * SL_BN_MOMENT_FLOATS * C)))
-        return rc;
-    OP(fn, c->bn_name, sl_bn_moments_merge(e, rows, C, W, slots, mean, var));
-    OP(fn, c->bn_name, sl_bn_fwd_apply(e, rows, C, c->y, c->gamma, c->beta, mean, var,
-                                            total, m->cfg.bn_momentum, m->cfg.bn_eps,
-                                            c->rmean, c->rvar, c->z, c->smean, c->sinvstd));
-    return SL_OK;
-}
-
-/* Synchronized BN backward: dy -> dx (tmp), the local dgamma / dbeta into
- * c's grads (the top comment says why local). */
-static int bn_sync_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int64_t rows, const float *dy,
-                       float *dx)
-{
-    const char *fn = "sl_model_backward";
-    int C = c->cout, rc;
-    double total = (double)rows * m->sync.world;
-    float *sdy = m->sync_buf, *sdyx = m->sync_buf + C;
-    OP(fn, c->bn_name, sl_bn_bwd_reduce(e, rows, C, c->y, dy, c->smean, c->sinvstd,
-                                             c->gbeta, c->ggamma));
-    OP(fn, c->bn_name, sl_mem_copy(e, sdy, c->gbeta, (size_t)C * sizeof(float)));
-    OP(fn, c->bn_name, sl_mem_copy(e, sdyx, c->ggamma, (size_t)C * sizeof(float)));
-    if ((rc = sync_sum(m, fn, c, sdy, 2 * C)))
-        return rc;
-    OP(fn, c->bn_name, sl_bn_bwd_apply(e, rows, C, c->y, dy, c->gamma, c->smean,
-                                            c->sinvstd, sdy, sdyx, total, dx));
-    return SL_OK;
-}
-
 /* ---------------------------------------------------------------- forward */
-
-/* The forward runs the fused bn_fwd_train_act: a train forward without
- * sync-BN on a table that has it (the top comment). */
-static int fuse_fwd(const sl_model *m, const sl_exec *e, int train)
-{
-    return train && !m->sync_on && e->ops->bn_fwd_train_act;
-}
-
-/* y = conv(x); z = bn(y) (batch or running statistics); z = relu(z).
- * Fused (fuse_fwd): z = relu(bn(y) + r) in one op when the cbn has its
- * own ReLU (r NULL) or r is the block's shortcut (its last cbn); r is
- * NULL otherwise. */
-int sl_model_cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const float *r)
-{
-    const char *fn = "sl_model_forward";
-    sl_conv_shape sh;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_conv_fwd(e, &sh, sl_model_input_of(m, c), c->wc, c->y));
-    int64_t rows = (int64_t)n * c->p * c->q;
-    if (fuse_fwd(m, e, train) && (c->relu || r)) {
-        OP(fn, c->bn_name, sl_bn_fwd_train_act(e, rows, c->cout, c->y, c->gamma, c->beta,
-                                                    m->cfg.bn_momentum, m->cfg.bn_eps,
-                                                    c->rmean, c->rvar, r, 1, c->z, c->smean,
-                                                    c->sinvstd));
-        (*c->nbt)++;
-        return SL_OK;
-    }
-    if (train && m->sync_on) {
-        int rc = bn_sync_fwd(m, e, c, rows);
-        if (rc)
-            return rc;
-        (*c->nbt)++;
-    } else if (train) {
-        OP(fn, c->bn_name, sl_bn_fwd_train(e, rows, c->cout, c->y, c->gamma, c->beta,
-                                                m->cfg.bn_momentum, m->cfg.bn_eps, c->rmean,
-                                                c->rvar, c->z, c->smean, c->sinvstd));
-        (*c->nbt)++; /* as PyTorch: counted on every train forward */
-    } else {
-        OP(fn, c->bn_name, sl_bn_fwd_eval(e, rows, c->cout, c->y, c->gamma, c->beta,
-                                               c->rmean, c->rvar, m->cfg.bn_eps, c->z));
-    }
-    if (c->relu)
-        OP(fn, c->bn_name, sl_relu_fwd(e, rows * c->cout, c->z, c->z));
-    return SL_OK;
-}
 
 /* Unfused: the main path, the downsample, add, relu. Fused: the downsample
  * first, then the main path, its last BN taking the shortcut add and the
@@ -266,7 +89,7 @@ int sl_model_cbn_fwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int train, const
 static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int train)
 {
     const char *fn = "sl_model_forward";
-    int fuse = fuse_fwd(m, e, train), rc;
+    int fuse = sl_model_fuse_fwd(m, e, train), rc;
     const float *shortcut = sl_model_input_of(m, &m->cbn[b->first]);
     if (fuse && b->ds >= 0) {
         if ((rc = sl_model_cbn_fwd(m, e, &m->cbn[b->ds], n, train, NULL)))
@@ -287,8 +110,10 @@ static int block_fwd(sl_model *m, sl_exec *e, const sl_block *b, int n, int trai
             return rc;
         shortcut = m->cbn[b->ds].z;
     }
-    OP(fn, last->bn_name, sl_add(e, cnt, last->z, shortcut, last->z));
-    OP(fn, last->bn_name, sl_relu_fwd(e, cnt, last->z, last->z));
+    if ((rc = sl_add(e, cnt, last->z, shortcut, last->z)))
+        return sl_model_op_fail(rc, fn, last->bn_name);
+    if ((rc = sl_relu_fwd(e, cnt, last->z, last->z)))
+        return sl_model_op_fail(rc, fn, last->bn_name);
     return SL_OK;
 }
 
@@ -334,9 +159,11 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
         return rc;
     if (m->stem_pool) {
         sl_pool_shape ps;
-        OP(fn, "maxpool", sl_pool_shape_init(&ps, n, m->cbn[0].p, m->cbn[0].q, m->cbn[0].cout,
-                                             3, 2, 1));
-        OP(fn, "maxpool", sl_maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg));
+        if ((rc = sl_pool_shape_init(&ps, n, m->cbn[0].p, m->cbn[0].q, m->cbn[0].cout,
+                                     3, 2, 1)))
+            return sl_model_op_fail(rc, fn, "maxpool");
+        if ((rc = sl_maxpool_fwd(e, &ps, m->cbn[0].z, m->pool_y, m->pool_arg)))
+            return sl_model_op_fail(rc, fn, "maxpool");
     }
     if (train)
         m->fuse_units = m->fuse_total = 0;
@@ -350,9 +177,11 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
     }
     const sl_block *lb = &m->blk[m->nblock - 1];
     const float *feat = m->cbn[lb->first + lb->nconv - 1].z;
-    OP(fn, "avgpool", sl_gap_fwd(e, n, m->feat_hw, m->feat, feat, m->pooled));
-    OP(fn, "fc", sl_fc_fwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, m->fc_b,
-                                m->logits));
+    if ((rc = sl_gap_fwd(e, n, m->feat_hw, m->feat, feat, m->pooled)))
+        return sl_model_op_fail(rc, fn, "avgpool");
+    if ((rc = sl_fc_fwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, m->fc_b,
+                             m->logits)))
+        return sl_model_op_fail(rc, fn, "fc");
     if (train)
         m->train_n = n;
     *logits = m->logits;
@@ -360,74 +189,6 @@ int sl_model_forward(sl_model *m, sl_exec *e, const float *x, int n, int train,
 }
 
 /* --------------------------------------------------------------- backward */
-
-int sl_model_grad_ready(sl_model *m, int t)
-{
-    if (!m->hook)
-        return SL_OK;
-    sl_clear_error();
-    int rc = m->hook(m->hook_ctx, t);
-    if (rc)
-        return sl_fail(rc, "sl_model_backward: %s: grad-ready hook returned %d (%s): %s",
-                       m->tensors[t].name, rc, sl_strerror(rc), sl_errmsg());
-    return SL_OK;
-}
-
-/* From dz = d(z) (ReLU not yet undone): dz = relu'(dz) in place when relu
- * (the cbn's own ReLU, or the block output's for its last cbn); d(y) by the
- * BN backward, written over y (dgamma, dbeta into the grads, then their
- * hooks). Without sync-BN, bn_bwd_act (when the table has it) does the
- * mask and bn_bwd in one op, the masked dz left in dz all the same. */
-int sl_model_bn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz)
-{
-    const char *fn = "sl_model_backward";
-    int64_t rows = (int64_t)n * c->p * c->q;
-    int rc;
-    if (relu && !m->sync_on && e->ops->bn_bwd_act) {
-        OP(fn, c->bn_name, sl_bn_bwd_act(e, rows, c->cout, c->y, c->z, dz, c->gamma,
-                                              c->smean, c->sinvstd, c->y, c->ggamma, c->gbeta));
-    } else {
-        if (relu)
-            OP(fn, c->bn_name, sl_relu_bwd(e, rows * c->cout, c->z, dz, dz));
-        if (m->sync_on) {
-            if ((rc = bn_sync_bwd(m, e, c, rows, dz, c->y)))
-                return rc;
-        } else {
-            OP(fn, c->bn_name, sl_bn_bwd(e, rows, c->cout, c->y, dz, c->gamma, c->smean,
-                                              c->sinvstd, c->y, c->ggamma, c->gbeta));
-        }
-    }
-    if ((rc = sl_model_grad_ready(m, c->tensor + 1)) || (rc = sl_model_grad_ready(m, c->tensor + 2)))
-        return rc;
-    return SL_OK;
-}
-
-int sl_model_cbn_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, int relu, float *dz, float *dx,
-                     int how, float *tmp)
-{
-    int rc = sl_model_bn_bwd(m, e, c, n, relu, dz);
-    return rc ? rc : sl_model_conv_bwd(m, e, c, n, dx, how, tmp);
-}
-
-int sl_model_conv_bwd(sl_model *m, sl_exec *e, sl_cbn *c, int n, float *dx, int how, float *tmp)
-{
-    const char *fn = "sl_model_backward";
-    int rc;
-    sl_conv_shape sh;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_conv_bwd_filter(e, &sh, sl_model_input_of(m, c), c->y, c->gw));
-    if ((rc = sl_model_grad_ready(m, c->tensor)))
-        return rc;
-    if (how == SL_DX_SET)
-        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, dx));
-    else if (how == SL_DX_ADD && e->ops->conv_bwd_data_acc)
-        OP(fn, c->conv_name, sl_conv_bwd_data_acc(e, &sh, c->y, c->wc, dx, tmp));
-    else if (how == SL_DX_ADD) {
-        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, tmp));
-        OP(fn, c->conv_name, sl_add(e, (int64_t)n * c->ih * c->iw * c->cin, dx, tmp, dx));
-    }
-    return SL_OK;
-}
 
 /* A = d(block output) in; d(block input) out in b->gout (A itself for an
  * identity block); b->gd the chain through the main path (the top comment
@@ -463,13 +224,15 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
                        "consumes the activations it reads)", fn);
     m->train_n = 0; /* each y will hold its gradient, whatever happens below */
     float *A = m->ghead;
-    /* head: logits = fc(gap(out)) */
-    OP(fn, "fc", sl_fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
-                                m->dpooled, m->fc_gw, m->fc_gb));
     int rc;
+    /* head: logits = fc(gap(out)) */
+    if ((rc = sl_fc_bwd(e, n, m->feat, m->cfg.classes, m->pooled, m->fc_w, dlogits,
+                             m->dpooled, m->fc_gw, m->fc_gb)))
+        return sl_model_op_fail(rc, fn, "fc");
     if ((rc = sl_model_grad_ready(m, m->fc_tensor)) || (rc = sl_model_grad_ready(m, m->fc_tensor + 1)))
         return rc;
-    OP(fn, "avgpool", sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A));
+    if ((rc = sl_gap_bwd(e, n, m->feat_hw, m->feat, m->dpooled, A)))
+        return sl_model_op_fail(rc, fn, "avgpool");
     for (int b = m->nblock - 1; b >= 0; b--) {
         const sl_block *k = &m->blk[b];
         if ((rc = k->fused ? sl_model_block_bwd_fused(m, e, k, n, A) : block_bwd(m, e, k, n, A)))
@@ -481,12 +244,14 @@ int sl_model_backward(sl_model *m, sl_exec *e, const float *dlogits, float *dx)
     int how = dx ? SL_DX_SET : SL_DX_NONE;
     if (m->stem_pool) {
         sl_pool_shape ps;
-        OP(fn, "maxpool", sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1));
+        if ((rc = sl_pool_shape_init(&ps, n, stem->p, stem->q, stem->cout, 3, 2, 1)))
+            return sl_model_op_fail(rc, fn, "maxpool");
         /* the stem's ReLU mask, taken at the pool output (the top comment) */
-        if (stem->relu)
-            OP(fn, "maxpool", sl_relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A,
-                                               A));
-        OP(fn, "maxpool", sl_maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool));
+        if (stem->relu &&
+            (rc = sl_relu_bwd(e, (int64_t)n * ps.p * ps.q * ps.c, m->pool_y, A, A)))
+            return sl_model_op_fail(rc, fn, "maxpool");
+        if ((rc = sl_maxpool_bwd(e, &ps, A, m->pool_arg, m->gpool)))
+            return sl_model_op_fail(rc, fn, "maxpool");
         rc = sl_model_cbn_bwd(m, e, stem, n, 0, m->gpool, dx, how, NULL);
     } else {
         rc = sl_model_cbn_bwd(m, e, stem, n, stem->relu, A, dx, how, NULL);

@@ -22,14 +22,14 @@
  *
  * Forward (A = the block input; the main path u[0..L], L = nconv - 1):
  *   ds:  fused: y_ds, its sums (ConvBNfprop), BN finalize, z_ds =
- *        bn(y_ds) by the apply pass; refused: model.c's cbn forward.
+ *        bn(y_ds) by the apply pass; refused: unit.c's cbn forward.
  *   u[j]: before it, z_{j-1} = relu(bn(y_{j-1})) is written when any of
  *        u[j]'s plans was refused (the unfused conv forward, weight
  *        gradient or BN backward of u[j-1] reads it; a fused chain never
  *        writes it). Fused: y_j and its sums (ConvBNfprop on y_{j-1} with
  *        (s, b)_{j-1}, or on A for j = 0), then the finalize: statistics,
  *        running update, (s, b)_j and the apply's constants. Refused:
- *        model.c's cbn forward (conv on z_{j-1} or A, BN, ReLU), then the
+ *        unit.c's cbn forward (conv on z_{j-1} or A, BN, ReLU), then the
  *        fold of its saved statistics into (s, b)_j, so that u[j+1] fuses.
  *   out: relu(bn_L(y_L) + shortcut) by the apply pass into z_L.
  * Backward (A = d(out)): BN L's backward with the block ReLU (masked A
@@ -67,8 +67,6 @@
 #include <cjson/cJSON.h>
 
 #include "train/model/model_int.h"
-
-#define OP SL_MODEL_OP
 
 enum { ALL3 = SL_FUSE_FPROP | SL_FUSE_WGRAD | SL_FUSE_DGRAD };
 
@@ -145,27 +143,29 @@ static int unit_fwd_fused(sl_model *m, sl_exec *e, sl_cbn *c, int n, const float
 {
     const char *fn = "sl_model_forward";
     sl_conv_shape sh;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_fuse_conv_fwd(e, &sh, x, sb, c->wc, c->y, c->fsum, c->fsq));
-    OP(fn, c->bn_name, sl_fuse_bn_finalize(e, c->cout, (int64_t)n * c->p * c->q, c->fsum,
-                                           c->fsq, c->gamma, c->beta, m->cfg.bn_momentum,
-                                           m->cfg.bn_eps, c->rmean, c->rvar, c->smean,
-                                           c->sinvstd, c->fk, c->fsb));
+    int rc;
+    if ((rc = sl_model_conv_shape(c, n, &sh)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
+    if ((rc = sl_fuse_conv_fwd(e, &sh, x, sb, c->wc, c->y, c->fsum, c->fsq)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
+    if ((rc = sl_fuse_bn_finalize(e, c->cout, (int64_t)n * c->p * c->q, c->fsum,
+                                  c->fsq, c->gamma, c->beta, m->cfg.bn_momentum,
+                                  m->cfg.bn_eps, c->rmean, c->rvar, c->smean,
+                                  c->sinvstd, c->fk, c->fsb)))
+        return sl_model_op_fail(rc, fn, c->bn_name);
     (*c->nbt)++;
     return SL_OK;
 }
 
-/* A unit whose ConvBNfprop was refused: model.c's conv + BN (+ ReLU) on
+/* A unit whose ConvBNfprop was refused: unit.c's conv + BN (+ ReLU) on
  * its materialized input, then its BN folded for the next fused conv. */
 static int unit_fwd_unfused(sl_model *m, sl_exec *e, sl_cbn *c, int n)
 {
     int rc = sl_model_cbn_fwd(m, e, c, n, 1, NULL);
     if (rc)
         return rc;
-    SL_MODEL_OP("sl_model_forward", c->bn_name,
-                sl_fuse_bn_fold(e, c->cout, c->gamma, c->beta, c->smean, c->sinvstd, c->fk,
-                                c->fsb));
-    return SL_OK;
+    rc = sl_fuse_bn_fold(e, c->cout, c->gamma, c->beta, c->smean, c->sinvstd, c->fk, c->fsb);
+    return rc ? sl_model_op_fail(rc, "sl_model_forward", c->bn_name) : SL_OK;
 }
 
 int sl_model_block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n)
@@ -179,8 +179,9 @@ int sl_model_block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n)
         if (d->fuse_got & SL_FUSE_FPROP) {
             if ((rc = unit_fwd_fused(m, e, d, n, xin, fuse_id(m, d->cin))))
                 return rc;
-            OP(fn, d->bn_name, sl_fuse_bn_apply(e, (int64_t)n * d->p * d->q, d->cout, d->y,
-                                                d->fk, NULL, 0, d->z));
+            if ((rc = sl_fuse_bn_apply(e, (int64_t)n * d->p * d->q, d->cout, d->y,
+                                       d->fk, NULL, 0, d->z)))
+                return sl_model_op_fail(rc, fn, d->bn_name);
         } else if ((rc = sl_model_cbn_fwd(m, e, d, n, 1, NULL))) {
             return rc;
         }
@@ -189,9 +190,10 @@ int sl_model_block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n)
     for (int j = 0; j <= L; j++) {
         sl_cbn *c = &u[j], *p = j ? &u[j - 1] : NULL;
         /* z_{j-1} for whatever of unit j runs unfused (the top comment) */
-        if (p && c->fuse_got != c->fuse_want && (p->fuse_got & SL_FUSE_FPROP))
-            OP(fn, p->bn_name, sl_fuse_bn_apply(e, (int64_t)n * p->p * p->q, p->cout, p->y,
-                                                p->fk, NULL, 1, p->z));
+        if (p && c->fuse_got != c->fuse_want && (p->fuse_got & SL_FUSE_FPROP) &&
+            (rc = sl_fuse_bn_apply(e, (int64_t)n * p->p * p->q, p->cout, p->y, p->fk, NULL, 1,
+                                   p->z)))
+            return sl_model_op_fail(rc, fn, p->bn_name);
         if (!(c->fuse_got & SL_FUSE_FPROP))
             rc = unit_fwd_unfused(m, e, c, n);
         else
@@ -200,8 +202,9 @@ int sl_model_block_fwd_fused(sl_model *m, sl_exec *e, const sl_block *b, int n)
             return rc;
     }
     sl_cbn *last = &u[L];
-    OP(fn, last->bn_name, sl_fuse_bn_apply(e, (int64_t)n * last->p * last->q, last->cout,
-                                           last->y, last->fk, shortcut, 1, last->z));
+    if ((rc = sl_fuse_bn_apply(e, (int64_t)n * last->p * last->q, last->cout,
+                               last->y, last->fk, shortcut, 1, last->z)))
+        return sl_model_op_fail(rc, fn, last->bn_name);
     return SL_OK;
 }
 
@@ -215,8 +218,11 @@ static int wgrad(sl_model *m, sl_exec *e, sl_cbn *c, const sl_cbn *p, int n)
     if (!(c->fuse_got & SL_FUSE_WGRAD))
         return sl_model_conv_bwd(m, e, c, n, NULL, SL_DX_NONE, NULL);
     sl_conv_shape sh;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
-    OP(fn, c->conv_name, sl_fuse_conv_wgrad(e, &sh, p->y, p->fsb, c->y, c->gw));
+    int rc;
+    if ((rc = sl_model_conv_shape(c, n, &sh)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
+    if ((rc = sl_fuse_conv_wgrad(e, &sh, p->y, p->fsb, c->y, c->gw)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
     return sl_model_grad_ready(m, c->tensor);
 }
 
@@ -228,19 +234,23 @@ static int dgrad(sl_model *m, sl_exec *e, sl_cbn *c, sl_cbn *p, int n, float *gd
     const char *fn = "sl_model_backward";
     sl_conv_shape sh;
     int rc;
-    OP(fn, c->conv_name, sl_model_conv_shape(c, n, &sh));
+    if ((rc = sl_model_conv_shape(c, n, &sh)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
     if (!(c->fuse_got & SL_FUSE_DGRAD)) {
-        OP(fn, c->conv_name, sl_conv_bwd_data(e, &sh, c->y, c->wc, gd));
+        if ((rc = sl_conv_bwd_data(e, &sh, c->y, c->wc, gd)))
+            return sl_model_op_fail(rc, fn, c->conv_name);
         return sl_model_bn_bwd(m, e, p, n, 1, gd);
     }
-    OP(fn, c->conv_name, sl_fuse_conv_dgrad(e, &sh, c->y, c->wc, p->y, p->smean, p->sinvstd,
-                                            p->gamma, p->beta, gd, p->ggamma, p->gbeta,
-                                            p->fcoef));
+    if ((rc = sl_fuse_conv_dgrad(e, &sh, c->y, c->wc, p->y, p->smean, p->sinvstd,
+                                 p->gamma, p->beta, gd, p->ggamma, p->gbeta,
+                                 p->fcoef)))
+        return sl_model_op_fail(rc, fn, c->conv_name);
     if ((rc = sl_model_grad_ready(m, p->tensor + 1)) ||
         (rc = sl_model_grad_ready(m, p->tensor + 2)))
         return rc;
-    OP(fn, p->bn_name, sl_fuse_bn_dx(e, (int64_t)n * p->p * p->q, p->cout, gd, p->y, p->smean,
-                                     p->fcoef, p->y));
+    if ((rc = sl_fuse_bn_dx(e, (int64_t)n * p->p * p->q, p->cout, gd, p->y, p->smean,
+                            p->fcoef, p->y)))
+        return sl_model_op_fail(rc, fn, p->bn_name);
     return SL_OK;
 }
 

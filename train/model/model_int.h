@@ -2,7 +2,9 @@
  * train/model/model_int.h - private to the model files: the layout of a built
  * ResNet, shared by train/model/resnet.c (building: architecture,
  * initialization, state dict, placing), train/model/layout.c (the memory
- * plan) and train/model/model.c (running: forward, backward, accessors).
+ * plan), train/model/model.c (running: forward, backward, accessors) and
+ * train/model/unit.c (one conv+BN unit, sync-BN: under model.c and
+ * model_fuse.c).
  *
  * A ResNet here is a list of conv+BN units (sl_cbn) in state-dict order and
  * a list of residual blocks that index into it. Memory (sizes at max_batch):
@@ -202,18 +204,24 @@ struct sl_model {
     int train_n;         /* batch of the last forward when it was a train one, else 0 */
 };
 
-/* model.c's pieces that model_fuse.c (the cuDNN-fused blocks) runs too. */
-/* Run one op; on failure wrap its message with the function and layer. */
-#define SL_MODEL_OP(fn, what, call)                                                         \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_)                                                                            \
-            return sl_fail(rc_, "%s: %s: %s", fn, what, sl_errmsg());                       \
-    } while (0)
+/* unit.c: one conv+BN unit, what model.c and model_fuse.c (the cuDNN-fused
+ * blocks) both run. */
+/* An op's failure rc wrapped with the function and layer: "fn: what: <the
+ * op's message>". */
+static inline int sl_model_op_fail(int rc, const char *fn, const char *what)
+{
+    return sl_fail(rc, "%s: %s: %s", fn, what, sl_errmsg());
+}
 /* The activation a cbn reads: the model input, the max-pool output or the
  * z of an earlier cbn. */
 const float *sl_model_input_of(const sl_model *m, const sl_cbn *c);
 int sl_model_conv_shape(const sl_cbn *c, int n, sl_conv_shape *sh);
+/* The forward runs the fused bn_fwd_train_act: a train forward without
+ * sync-BN on a table that has it (model.c's top comment). */
+static inline int sl_model_fuse_fwd(const sl_model *m, const sl_exec *e, int train)
+{
+    return train && !m->sync_on && e->ops->bn_fwd_train_act;
+}
 /* y = conv(x); z = bn(y) (batch or running statistics); z = relu(z).
  * Fused BN slots (a train forward without sync-BN on a table that has
  * them): z = relu(bn(y) + r) in one op when the cbn has its own ReLU (r
@@ -263,7 +271,7 @@ typedef struct sl_arena_use {
  * device). SL_ENOMEM when the plan's tables cannot be allocated. */
 int sl_model_layout(sl_model *m, sl_arena_use *u, size_t asz, int assign);
 
-/* model.c: free the sync-BN statistics slots (sl_model_destroy; before the
+/* unit.c: free the sync-BN statistics slots (sl_model_destroy; before the
  * device arenas go, with dev_e). */
 void sl_model_sync_free(sl_model *m);
 

@@ -223,24 +223,29 @@ static int cache_put(sl_conv_algo_cache *c, conv_entry *e)
     return SL_OK;
 }
 
-extern "C" int sl_conv_algo_cache_create(int find, int deterministic, sl_conv_algo_cache **out)
+static void cache_free(void *obj)
 {
-    *out = (sl_conv_algo_cache *)calloc(1, sizeof **out);
-    if (!*out)
-        return sl_fail(SL_ENOMEM, "sl_conv_algo_cache_create: out of memory");
-    (*out)->find = find;
-    (*out)->det = deterministic;
-    return SL_OK;
-}
-
-extern "C" void sl_conv_algo_cache_free(sl_conv_algo_cache *c)
-{
+    sl_conv_algo_cache *c = (sl_conv_algo_cache *)obj;
     if (!c)
         return;
     for (int i = 0; i < c->cap; i++)
         entry_free(c->slots[i]);
     free(c->slots);
     free(c);
+}
+
+// The context frees it (sl_cuda_ctx_own): it never calls this file.
+extern "C" int sl_conv_algo_cache_attach(sl_cuda_ctx *cx)
+{
+    sl_conv_algo_cache *c = (sl_conv_algo_cache *)calloc(1, sizeof *c);
+    if (!c)
+        return sl_fail(SL_ENOMEM, "sl_conv_algo_cache_attach: out of memory");
+    c->find = cx->find;
+    c->det = cx->det;
+    int rc = sl_cuda_ctx_own(cx, c, cache_free); // frees c when it fails
+    if (!rc)
+        cx->algos = c;
+    return rc;
 }
 
 extern "C" void sl_conv_algo_stats(const sl_cuda_ctx *c, int *shapes, long *searches)

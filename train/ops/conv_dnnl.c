@@ -85,22 +85,17 @@ static int ncache;
 
 static void eng_init(void) { eng_status = dnnl_engine_create(&eng, dnnl_cpu, 0); }
 
-static int dn_fail(const char *what, dnnl_status_t st)
+/* A oneDNN status as ours: SL_OK for dnnl_success, else the code with what
+ * failed named. */
+static int dn_ok(dnnl_status_t st, const char *what)
 {
+    if (st == dnnl_success)
+        return SL_OK;
     int code = st == dnnl_unimplemented ? SL_ENOTSUP
                : st == dnnl_out_of_memory ? SL_ENOMEM
                                           : SL_EINVAL;
     return sl_fail(code, "%s: oneDNN status %d", what, (int)st);
 }
-
-#define DN(call, what)                                                                       \
-    do {                                                                                     \
-        dnnl_status_t st_ = (call);                                                          \
-        if (st_ != dnnl_success) {                                                           \
-            rc = dn_fail(what, st_);                                                         \
-            goto out;                                                                        \
-        }                                                                                    \
-    } while (0)
 
 int sl_dnnl_enabled(void)
 {
@@ -214,23 +209,29 @@ static int prim_make(const sl_conv_shape *sh, int pass, int threads, sl_dtype ac
                       wd = {sh->k, sh->c, sh->r, sh->s};
     dnnl_memory_desc_t wany;
     dnnl_memory_desc_t hany;
-    DN(dnnl_memory_desc_init_by_tag(&p->xmd, 4, xd, at, dnnl_nhwc), "x descriptor");
-    DN(dnnl_memory_desc_init_by_tag(&p->ymd, 4, yd, at, dnnl_nhwc), "y descriptor");
-    DN(dnnl_memory_desc_init_by_tag(&p->wmd_user, 4, wd, wt, dnnl_ohwi), "w descriptor");
-    DN(dnnl_memory_desc_init_by_tag(&wany, 4, wd, wt, dnnl_format_tag_any),
-       "w descriptor (any)");
-    DN(dnnl_memory_desc_init_by_tag(&hany, 4, wd, at, dnnl_format_tag_any),
-       "w descriptor (hint)");
-    DN(dnnl_primitive_attr_create(&attr), "attr");
-    DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attr");
+    if ((rc = dn_ok(dnnl_memory_desc_init_by_tag(&p->xmd, 4, xd, at, dnnl_nhwc), "x descriptor")) ||
+        (rc = dn_ok(dnnl_memory_desc_init_by_tag(&p->ymd, 4, yd, at, dnnl_nhwc), "y descriptor")) ||
+        (rc = dn_ok(dnnl_memory_desc_init_by_tag(&p->wmd_user, 4, wd, wt, dnnl_ohwi),
+                    "w descriptor")) ||
+        (rc = dn_ok(dnnl_memory_desc_init_by_tag(&wany, 4, wd, wt, dnnl_format_tag_any),
+                    "w descriptor (any)")) ||
+        (rc = dn_ok(dnnl_memory_desc_init_by_tag(&hany, 4, wd, at, dnnl_format_tag_any),
+                    "w descriptor (hint)")) ||
+        (rc = dn_ok(dnnl_primitive_attr_create(&attr), "attr")) ||
+        (rc = dn_ok(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
+                    "attr")))
+        goto out;
 
     dnnl_convolution_desc_t cd;
     if (pass != PASS_FWD) {
-        DN(conv_desc(PASS_FWD, sh, &p->xmd, &hany, &p->ymd, &cd), "forward hint descriptor");
-        DN(dnnl_primitive_desc_create(&hint, &cd, NULL, eng, NULL), "forward hint");
+        if ((rc = dn_ok(conv_desc(PASS_FWD, sh, &p->xmd, &hany, &p->ymd, &cd),
+                        "forward hint descriptor")) ||
+            (rc = dn_ok(dnnl_primitive_desc_create(&hint, &cd, NULL, eng, NULL), "forward hint")))
+            goto out;
     }
-    DN(conv_desc(pass, sh, &p->xmd, &wany, &p->ymd, &cd), "conv descriptor");
-    DN(pd_pick(pass, sh, &cd, attr, hint, &pd), "conv primitive descriptor");
+    if ((rc = dn_ok(conv_desc(pass, sh, &p->xmd, &wany, &p->ymd, &cd), "conv descriptor")) ||
+        (rc = dn_ok(pd_pick(pass, sh, &cd, attr, hint, &pd), "conv primitive descriptor")))
+        goto out;
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
         snprintf(p->impl, sizeof p->impl, "%s", impl);
@@ -240,18 +241,21 @@ static int prim_make(const sl_conv_shape *sh, int pass, int threads, sl_dtype ac
     p->wmd_prim = *wm;
     if (sm)
         p->pad_md = *sm, p->pad_bytes = dnnl_memory_desc_get_size(sm);
-    DN(dnnl_primitive_create(&p->prim, pd), "conv primitive");
+    if ((rc = dn_ok(dnnl_primitive_create(&p->prim, pd), "conv primitive")))
+        goto out;
 
     if (!dnnl_memory_desc_equal(&p->wmd_user, &p->wmd_prim)) {
         p->wbytes = dnnl_memory_desc_get_size(&p->wmd_prim);
         const dnnl_memory_desc_t *from = pass == PASS_BWD_FILTER ? &p->wmd_prim : &p->wmd_user,
                                  *to = pass == PASS_BWD_FILTER ? &p->wmd_user : &p->wmd_prim;
-        DN(dnnl_reorder_primitive_desc_create(&rpd, from, eng, to, eng, attr),
-           "weights reorder descriptor");
+        if ((rc = dn_ok(dnnl_reorder_primitive_desc_create(&rpd, from, eng, to, eng, attr),
+                        "weights reorder descriptor")))
+            goto out;
         const dnnl_memory_desc_t *rs = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
         if (rs)
             p->rpad_md = *rs, p->rpad_bytes = dnnl_memory_desc_get_size(rs);
-        DN(dnnl_primitive_create(&p->reorder, rpd), "weights reorder");
+        if ((rc = dn_ok(dnnl_primitive_create(&p->reorder, rpd), "weights reorder")))
+            goto out;
     }
 out:
     dnnl_primitive_desc_destroy(rpd);
@@ -276,7 +280,7 @@ static int prim_get(const sl_conv_shape *sh, int pass, int threads, sl_dtype act
 {
     pthread_once(&eng_once, eng_init);
     if (eng_status != dnnl_success)
-        return dn_fail("conv_dnnl: cpu engine", eng_status);
+        return dn_ok(eng_status, "conv_dnnl: cpu engine");
     *owned = 0;
     pthread_mutex_lock(&cache_mu);
     for (int i = 0; i < ncache; i++)
@@ -316,23 +320,29 @@ static int run(sl_exec *e, const sl_conv_shape *sh, int pass, void *x, void *w, 
         rc = sl_fail(SL_ENOMEM, "conv_dnnl: %s scratch: %s", pass_name[pass], sl_errmsg());
         goto out;
     }
-    DN(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags), "stream");
-    DN(dnnl_memory_create(&mx, &p->xmd, eng, x), "x memory");
-    DN(dnnl_memory_create(&my, &p->ymd, eng, y), "y memory");
-    DN(dnnl_memory_create(&mwu, &p->wmd_user, eng, w), "w memory");
-    if (p->reorder)
-        DN(dnnl_memory_create(&mwp, &p->wmd_prim, eng, s), "w memory (kernel format)");
-    else
+    if ((rc = dn_ok(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags), "stream")) ||
+        (rc = dn_ok(dnnl_memory_create(&mx, &p->xmd, eng, x), "x memory")) ||
+        (rc = dn_ok(dnnl_memory_create(&my, &p->ymd, eng, y), "y memory")) ||
+        (rc = dn_ok(dnnl_memory_create(&mwu, &p->wmd_user, eng, w), "w memory")))
+        goto out;
+    if (!p->reorder)
         mwp = mwu;
-    if (p->pad_bytes)
-        DN(dnnl_memory_create(&mpad, &p->pad_md, eng, s + wb), "scratchpad");
-    if (p->rpad_bytes)
-        DN(dnnl_memory_create(&mrpad, &p->rpad_md, eng, s + wb + pb), "reorder scratchpad");
+    else if ((rc = dn_ok(dnnl_memory_create(&mwp, &p->wmd_prim, eng, s),
+                         "w memory (kernel format)")))
+        goto out;
+    if (p->pad_bytes && (rc = dn_ok(dnnl_memory_create(&mpad, &p->pad_md, eng, s + wb),
+                                    "scratchpad")))
+        goto out;
+    if (p->rpad_bytes && (rc = dn_ok(dnnl_memory_create(&mrpad, &p->rpad_md, eng, s + wb + pb),
+                                     "reorder scratchpad")))
+        goto out;
 
     if (p->reorder && pass != PASS_BWD_FILTER) {
         dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, mwu}, {DNNL_ARG_TO, mwp},
                                 {DNNL_ARG_SCRATCHPAD, mrpad}};
-        DN(dnnl_primitive_execute(p->reorder, stream, mrpad ? 3 : 2, ra), "weights reorder");
+        if ((rc = dn_ok(dnnl_primitive_execute(p->reorder, stream, mrpad ? 3 : 2, ra),
+                        "weights reorder")))
+            goto out;
     }
     dnnl_exec_arg_t a[4];
     switch (pass) {
@@ -353,13 +363,17 @@ static int run(sl_exec *e, const sl_conv_shape *sh, int pass, void *x, void *w, 
         break;
     }
     a[3] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mpad};
-    DN(dnnl_primitive_execute(p->prim, stream, mpad ? 4 : 3, a), pass_name[pass]);
+    if ((rc = dn_ok(dnnl_primitive_execute(p->prim, stream, mpad ? 4 : 3, a), pass_name[pass])))
+        goto out;
     if (p->reorder && pass == PASS_BWD_FILTER) {
         dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, mwp}, {DNNL_ARG_TO, mwu},
                                 {DNNL_ARG_SCRATCHPAD, mrpad}};
-        DN(dnnl_primitive_execute(p->reorder, stream, mrpad ? 3 : 2, ra), "weights reorder");
+        if ((rc = dn_ok(dnnl_primitive_execute(p->reorder, stream, mrpad ? 3 : 2, ra),
+                        "weights reorder")))
+            goto out;
     }
-    DN(dnnl_stream_wait(stream), "stream wait");
+    if ((rc = dn_ok(dnnl_stream_wait(stream), "stream wait")))
+        goto out;
 out:
     if (mwp != mwu)
         dnnl_memory_destroy(mwp);

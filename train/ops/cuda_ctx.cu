@@ -106,8 +106,8 @@ extern "C" void sl_cuda_ctx_destroy(sl_cuda_ctx *c)
     (void)cudaSetDevice(c->device);
     if (c->stream)
         (void)cudaStreamSynchronize(c->stream); // no kernel may outlive its buffers
-    sl_conv_algo_cache_free(c->algos);          // cuDNN descriptors: before the handle
-    sl_graph_cache_free(c->graphs);             // cuDNN's graph plans likewise
+    for (int i = 0; i < c->nowned; i++)         // cuDNN descriptors and plans: before the handle
+        c->owned[i].free_fn(c->owned[i].obj);
     if (c->cudnn)
         (void)cudnnDestroy(c->cudnn);
     if (c->cublas)
@@ -171,6 +171,8 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
     c->cudnn_fusion = cfuse;
     c->ws_max = ws_max;
     c->stem_pad = stem_pad;
+    c->find = find;
+    c->det = det;
     // Each step names the call that failed; a failed create leaves the
     // handle NULL so that destroy frees only what exists.
     if ((rc = SL_CUDA(cudaSetDevice(device))))
@@ -207,16 +209,23 @@ extern "C" int sl_cuda_ctx_create(int device, sl_cuda_ctx **out)
         c->h_pinned = NULL;
         goto fail;
     }
-    if ((rc = sl_conv_algo_cache_create(find, det, &c->algos)))
-        goto fail;
-    if ((rc = sl_graph_cache_create(det, &c->graphs)))
-        goto fail;
     *out = c;
     return SL_OK;
 fail:
     rc = sl_fail(rc, "sl_cuda_ctx_create: device %d: %s", device, sl_errmsg());
     sl_cuda_ctx_destroy(c);
     return rc;
+}
+
+extern "C" int sl_cuda_ctx_own(sl_cuda_ctx *c, void *obj, void (*free_fn)(void *obj))
+{
+    if (c->nowned == SL_CUDA_OWNED_MAX) {
+        free_fn(obj);
+        return sl_fail(SL_ENOMEM, "sl_cuda_ctx_own: device %d: already %d owned objects",
+                       c->device, SL_CUDA_OWNED_MAX);
+    }
+    c->owned[c->nowned++] = sl_cuda_owned{obj, free_fn};
+    return SL_OK;
 }
 
 extern "C" int sl_cuda_exec_ctx(const char *fn, sl_exec *e, sl_cuda_ctx **out)

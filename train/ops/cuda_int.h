@@ -67,6 +67,12 @@ struct sl_cuda_block {
     void *p;
     size_t bytes;
 };
+/* A user's state the context frees on destroy (sl_cuda_ctx_own). */
+struct sl_cuda_owned {
+    void *obj;
+    void (*free_fn)(void *obj);
+};
+#define SL_CUDA_OWNED_MAX 4
 
 typedef struct sl_cuda_ctx {
     int device;
@@ -100,8 +106,12 @@ typedef struct sl_cuda_ctx {
     int nblocks, cap_blocks;
     unsigned mem_gen;          /* bumped when the workspace or tmp moves (a captured
                                   CUDA graph holds their old addresses) */
+    int find;                  /* SLUICE_CUDNN_FIND != 0 (conv_cuda.cu's cache) */
+    int det;                   /* SLUICE_CUDNN_DETERMINISTIC != 0 (its cache, graph_cuda.c's) */
     sl_conv_algo_cache *algos; /* conv_cuda.cu's per-shape algorithm choices */
     sl_graph_cache *graphs;    /* graph_cuda.c's per-shape cuDNN fusion plans */
+    struct sl_cuda_owned owned[SL_CUDA_OWNED_MAX]; /* freed by destroy (sl_cuda_ctx_own) */
+    int nowned;
 } sl_cuda_ctx;
 
 #define SL_CUDA_PINNED_BYTES 4096
@@ -116,7 +126,17 @@ typedef struct sl_cuda_ctx {
  * whole number of MiB, default SL_CUDNN_WS_MB_DEFAULT) or SLUICE_CUDA_STEM_PAD
  * (0, 4 or 8). */
 int sl_cuda_ctx_create(int device, sl_cuda_ctx **out);
-void sl_cuda_ctx_destroy(sl_cuda_ctx *c); /* NULL is a no-op; frees the algorithm cache */
+/* NULL is a no-op. Syncs the stream, frees what its users gave it
+ * (sl_cuda_ctx_own) in the order given, then the handles and buffers. */
+void sl_cuda_ctx_destroy(sl_cuda_ctx *c);
+/* Give c a user's state to free on destroy: free_fn(obj) runs once the
+ * stream is idle and before the cuDNN handle goes (cuDNN descriptors and
+ * plans must die first). The context thereby calls none of its users: the
+ * algorithm cache and the fusion plans attach themselves
+ * (sl_conv_algo_cache_attach, sl_graph_cache_attach: exec.c calls both
+ * after sl_cuda_ctx_create). SL_ENOMEM past SL_CUDA_OWNED_MAX, obj then
+ * freed with free_fn at once: either way the caller no longer owns it. */
+int sl_cuda_ctx_own(sl_cuda_ctx *c, void *obj, void (*free_fn)(void *obj));
 /* The context of a cuda sl_exec. */
 static inline sl_cuda_ctx *sl_cuda_of(sl_exec *e) { return (sl_cuda_ctx *)e->cuda; }
 /* The context of the cuda exec e, its device made the calling thread's
@@ -145,16 +165,15 @@ int sl_cublas_check(cublasStatus_t s, const char *call, const char *file, int li
 int sl_cuda_launch_check(const char *kernel, const char *file, int line);
 #define SL_LAUNCHED(name) sl_cuda_launch_check((name), __FILE__, __LINE__)
 
-/* conv_cuda.cu's cache, made by sl_cuda_ctx_create and freed by
- * sl_cuda_ctx_destroy. find: time every algorithm once per shape with
+/* conv_cuda.cu's cache, made by sl_conv_algo_cache_attach (c->algos, with
+ * c->find and c->det, freed by sl_cuda_ctx_destroy). find: time every algorithm once per shape with
  * cudnnFind*AlgorithmEx (SLUICE_CUDNN_FIND=1) instead of taking cuDNN's
  * heuristic ranking (the default: no timing, the same choice every run).
  * deterministic: prefer the first deterministic candidate in rank order
  * (SLUICE_CUDNN_DETERMINISTIC=1, the default: runs reproduce); 0 takes the
  * first candidate at all, atomics included, as PyTorch's
  * cudnn.deterministic = False does. */
-int sl_conv_algo_cache_create(int find, int deterministic, sl_conv_algo_cache **out);
-void sl_conv_algo_cache_free(sl_conv_algo_cache *c);
+int sl_conv_algo_cache_attach(sl_cuda_ctx *c);
 
 /* What the cache chose, for tests and perf tools. The cache key is the
  * shape and the activation type (a bf16 convolution of a shape is another
@@ -195,11 +214,10 @@ int sl_conv_bwd_data_acc_cuda(sl_exec *e, const sl_conv_shape *sh, const float *
  * say NONDETERMINISTIC are skipped (SLUICE_CUDNN_DETERMINISTIC, as the
  * convolutions'). fuse_cuda.cu: the BN finalize, fold, apply and
  * input-gradient kernels. */
-int sl_graph_cache_create(int deterministic, sl_graph_cache **out);
+int sl_graph_cache_attach(sl_cuda_ctx *c); /* c->graphs, with c->det; freed by destroy */
 /* The exec can run the fused plans at all: a cuda exec with fp16
  * activations whose context reads SLUICE_CUDNN_FUSION as not 0. */
 int sl_graph_available_cuda(const sl_exec *e);
-void sl_graph_cache_free(sl_graph_cache *g); /* NULL is a no-op */
 int sl_graph_prepare_cuda(sl_exec *e, const sl_conv_shape *sh, unsigned kinds);
 int sl_graph_conv_fwd_cuda(sl_exec *e, const sl_conv_shape *sh, const float *x, const void *sb,
                            const float *w, float *y, float *sum, float *sqsum);

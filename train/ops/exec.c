@@ -1,7 +1,7 @@
 /*
  * train/ops/exec.c - execution contexts: the backend tables, and an
  * sl_exec's life (init / create, fini / destroy, its threads, activation
- * type and scratch).
+ * type; its scratch memory is scratch.c's).
  *
  * DESIGN. The only file in train/ that knows which backends a build has
  * (DESIGN.md section 5: `#if` in one place). With SLUICE_TRAIN_CUDA (CUDA
@@ -137,8 +137,12 @@ int sl_exec_init_on(sl_exec *e, sl_backend b, int threads, int device)
         sl_cuda_ctx *ctx = NULL;
         if (device < 0 && (device = 0, rc = cuda_device_of_env(&device)))
             return rc;
-        if ((rc = sl_cuda_ctx_create(device, &ctx)))
+        // The caches attach themselves (the context calls none of its users).
+        if ((rc = sl_cuda_ctx_create(device, &ctx)) || (rc = sl_conv_algo_cache_attach(ctx)) ||
+            (rc = sl_graph_cache_attach(ctx))) {
+            sl_cuda_ctx_destroy(ctx);
             return sl_fail(rc, "sl_exec_init: cuda: %s", sl_errmsg());
+        }
         e->cuda = ctx;
         e->ops = ctx->fuse ? &sl_ops_cuda : &sl_ops_cuda_unfused;
         break;
@@ -236,20 +240,4 @@ void sl_exec_fini(sl_exec *e)
     free(e->scratch);
     e->scratch = NULL;
     e->scratch_cap = 0;
-}
-
-void *sl_exec_scratch(sl_exec *e, size_t bytes)
-{
-    if (bytes <= e->scratch_cap)
-        return e->scratch;
-    size_t cap = (bytes + 63) & ~(size_t)63;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, cap ? cap : 64)) {
-        sl_fail(SL_ENOMEM, "sl_exec_scratch: %zu bytes", bytes);
-        return NULL;
-    }
-    free(e->scratch);
-    e->scratch = p;
-    e->scratch_cap = cap;
-    return p;
 }

@@ -74,29 +74,34 @@ struct sl_graph_cache {
     char refusal[600];    /* the first refusal */
 };
 
-int sl_graph_cache_create(int deterministic, sl_graph_cache **out)
-{
-    *out = calloc(1, sizeof **out);
-    if (!*out)
-        return sl_fail(SL_ENOMEM, "sl_graph_cache_create: out of memory");
-    (*out)->det = deterministic;
-    return SL_OK;
-}
-
 static void entry_free(plan_entry *p)
 {
     sl_desc_set_clear(&p->keep);
     free(p);
 }
 
-void sl_graph_cache_free(sl_graph_cache *g)
+static void cache_free(void *obj)
 {
+    sl_graph_cache *g = obj;
     if (!g)
         return;
     for (int i = 0; i < g->n; i++)
         entry_free(g->e[i]);
     free(g->e);
     free(g);
+}
+
+/* The context frees it (sl_cuda_ctx_own): it never calls this file. */
+int sl_graph_cache_attach(sl_cuda_ctx *cx)
+{
+    sl_graph_cache *g = calloc(1, sizeof *g);
+    if (!g)
+        return sl_fail(SL_ENOMEM, "sl_graph_cache_attach: out of memory");
+    g->det = cx->det;
+    int rc = sl_cuda_ctx_own(cx, g, cache_free); /* frees g when it fails */
+    if (!rc)
+        cx->graphs = g;
+    return rc;
 }
 
 int sl_graph_available_cuda(const sl_exec *e)

@@ -529,11 +529,13 @@ static int bn_fwd_train_run(const char *fn, sl_exec *e, int64_t rows, int c, con
         bn_plan p = bn_plan_reduce(k.cx, rows, c, V);
         bn_stats_kernel<T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
             rows, c, p, (const T *)x, k.s.cnt, k.s.part[0], k.s.part[1]);
-        BN_LAUNCHED("bn_stats_kernel");
+        if (int rc = SL_LAUNCHED("bn_stats_kernel"))
+            return bn_launch_fail(fn, rc, rows, c);
         bn_stats_fin_kernel<T><<<bn_fin_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
             rows, c, p.gy, (const T *)x, k.s.cnt, k.s.part[0], k.s.part[1], gamma, beta,
             momentum, eps, running_mean, running_var, save_mean, save_invstd, k.s.k);
-        BN_LAUNCHED("bn_stats_fin_kernel");
+        if (int rc = SL_LAUNCHED("bn_stats_fin_kernel"))
+            return bn_launch_fail(fn, rc, rows, c);
         return SL_OK;
     });
     return rc ? rc : sl_bn_y_pass(fn, k.cx, k.act, rows, c, x, k.s.k, r, relu, y);
@@ -571,7 +573,8 @@ extern "C" int sl_bn_fwd_eval_cuda(sl_exec *e, int64_t rows, int c, const float 
         return rc;
     bn_eval_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
         c, gamma, beta, running_mean, running_var, eps, k.s.k);
-    BN_LAUNCHED("bn_eval_prep_kernel");
+    if (int rc = SL_LAUNCHED("bn_eval_prep_kernel"))
+        return bn_launch_fail(fn, rc, rows, c);
     return sl_bn_y_pass(fn, k.cx, k.act, rows, c, x, k.s.k, nullptr, 0, y);
 }
 
@@ -594,17 +597,20 @@ static int bn_bwd_run(const char *fn, sl_exec *e, int64_t rows, int c, const flo
             bn_reduce_kernel<BN_DY_MASK, T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
                 rows, c, p, (const T *)x, nullptr, save_mean, (const T *)z, (T *)dz,
                 k.s.part[0], k.s.part[1]);
-            BN_LAUNCHED("bn_reduce_kernel<dy_mask>");
+            if (int rc = SL_LAUNCHED("bn_reduce_kernel<dy_mask>"))
+                return bn_launch_fail(fn, rc, rows, c);
         } else {
             bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
                 rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr,
                 k.s.part[0], k.s.part[1]);
-            BN_LAUNCHED("bn_reduce_kernel<dy>");
+            if (int rc = SL_LAUNCHED("bn_reduce_kernel<dy>"))
+                return bn_launch_fail(fn, rc, rows, c);
         }
         bn_bwd_fin_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
             c, p.gy, k.s.part[0], k.s.part[1], (double)rows, gamma, save_mean, save_invstd,
             dgamma, dbeta, k.s.k);
-        BN_LAUNCHED("bn_bwd_fin_kernel");
+        if (int rc = SL_LAUNCHED("bn_bwd_fin_kernel"))
+            return bn_launch_fail(fn, rc, rows, c);
         return SL_OK;
     });
     return rc ? rc : sl_bn_dx_pass(fn, k.cx, k.act, rows, c, x, dy, k.s.k, dx);
@@ -643,7 +649,8 @@ extern "C" int sl_bn_fwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
     bn_sync_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
         c, gamma, beta, mean, var, total, momentum, eps, running_mean, running_var, save_mean,
         save_invstd, k.s.k);
-    BN_LAUNCHED("bn_sync_prep_kernel");
+    if (int rc = SL_LAUNCHED("bn_sync_prep_kernel"))
+        return bn_launch_fail(fn, rc, rows, c);
     if (rows == 0)
         return SL_OK;
     return sl_bn_y_pass(fn, k.cx, k.act, rows, c, x, k.s.k, nullptr, 0, y);
@@ -668,10 +675,12 @@ extern "C" int sl_bn_bwd_reduce_cuda(sl_exec *e, int64_t rows, int c, const floa
         bn_reduce_kernel<BN_DY, T, V><<<bn_grid(p), BN_THREADS, 0, k.st>>>(
             rows, c, p, (const T *)x, (const T *)dy, save_mean, nullptr, nullptr, k.s.part[0],
             k.s.part[1]);
-        BN_LAUNCHED("bn_reduce_kernel<dy>");
+        if (int rc = SL_LAUNCHED("bn_reduce_kernel<dy>"))
+            return bn_launch_fail(fn, rc, rows, c);
         bn_sums_out_kernel<<<bn_fin_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
             c, p.gy, k.s.part[0], k.s.part[1], save_invstd, sum_dy, sum_dy_xhat);
-        BN_LAUNCHED("bn_sums_out_kernel");
+        if (int rc = SL_LAUNCHED("bn_sums_out_kernel"))
+            return bn_launch_fail(fn, rc, rows, c);
         return SL_OK;
     });
 }
@@ -688,6 +697,7 @@ extern "C" int sl_bn_bwd_apply_cuda(sl_exec *e, int64_t rows, int c, const float
         return rc;
     bn_bwd_prep_kernel<<<bn_chan_blocks(c), BN_FIN_THREADS, 0, k.st>>>(
         c, gamma, save_mean, save_invstd, sum_dy, sum_dy_xhat, total, k.s.k);
-    BN_LAUNCHED("bn_bwd_prep_kernel");
+    if (int rc = SL_LAUNCHED("bn_bwd_prep_kernel"))
+        return bn_launch_fail(fn, rc, rows, c);
     return sl_bn_dx_pass(fn, k.cx, k.act, rows, c, x, dy, k.s.k, dx);
 }

@@ -59,18 +59,11 @@ static __device__ __forceinline__ bn_pos bn_where(const bn_plan &p)
 
 static inline dim3 bn_grid(const bn_plan &p) { return dim3((unsigned)p.tiles, (unsigned)p.gy); }
 
-// A failed launch, wrapped with the op and its shape.
+// A failed launch (rc from SL_LAUNCHED), wrapped with the op and its shape.
 static inline int bn_launch_fail(const char *fn, int rc, int64_t rows, int c)
 {
     return sl_fail(rc, "%s: %lld rows of %d channels: %s", fn, (long long)rows, c, sl_errmsg());
 }
-
-#define BN_LAUNCHED(kernel)                                                                   \
-    do {                                                                                      \
-        int rc_ = SL_LAUNCHED(kernel);                                                        \
-        if (rc_)                                                                              \
-            return bn_launch_fail(fn, rc_, rows, c);                                          \
-    } while (0)
 
 // f(std::integral_constant<int, V>()) with V = sl_vw<T>() when c is a
 // multiple of it and every pointer in ps is 16-byte aligned (or NULL),

@@ -134,7 +134,8 @@ int sl_bn_y_pass(const char *fn, sl_cuda_ctx *cx, sl_dtype act, int64_t rows, in
         bn_plan pa = bn_plan_apply(cx, rows, c, V);
         bn_apply_kernel<T, V><<<bn_grid(pa), BN_THREADS, 0, cx->stream>>>(
             rows, c, pa, (const T *)x, k, (const T *)r, relu, (T *)y);
-        BN_LAUNCHED("bn_apply_kernel");
+        if (int rc = SL_LAUNCHED("bn_apply_kernel"))
+            return bn_launch_fail(fn, rc, rows, c);
         return SL_OK;
     });
 }
@@ -148,7 +149,8 @@ int sl_bn_dx_pass(const char *fn, sl_cuda_ctx *cx, sl_dtype act, int64_t rows, i
         bn_plan pa = bn_plan_apply(cx, rows, c, V);
         bn_bwd_apply_kernel<T, V><<<bn_grid(pa), BN_THREADS, 0, cx->stream>>>(
             rows, c, pa, (const T *)x, (const T *)dy, k, (T *)dx);
-        BN_LAUNCHED("bn_bwd_apply_kernel");
+        if (int rc = SL_LAUNCHED("bn_bwd_apply_kernel"))
+            return bn_launch_fail(fn, rc, rows, c);
         return SL_OK;
     });
 }

@@ -1,10 +1,14 @@
 /*
  * train/ps/ps.c - the parameter server in process: S server threads, one per
  * shard (train/ps/ps_shard.c), fed by W worker threads, and the sl_ps_* entry
- * points (an MPI handle's calls go on to train/ps/ps_mpi.c). train/ps/ps_int.h
- * has the semantics.
+ * points. train/ps/ps_int.h has the semantics.
  *
  * DESIGN.
+ *   Backends: a handle calls its backend through a table (sl_ps_vt, as
+ *   collectives/comm.c's sl_comm_vt): the entry points check the arguments
+ *   and the sticky error, then call ps->vt. The local table is this file's
+ *   server threads (impl is the handle itself); sl_ps_create_mpi takes
+ *   ps_mpi.c's from sl_ps_mpi_open, and ps_mpi.c calls nothing here.
  *   Threads: the callers (one per worker id, plus whoever snapshots) and S
  *   server threads, one per shard.
  *   Inbox: per server a ring of queue_depth slots, each one payload of the
@@ -84,12 +88,11 @@ struct sl_ps {
     char errmsg[SL_ERRMSG_MAX];
     int failed;              /* err != 0, read without ps->mu (__atomic) */
     int sync_inited;
-    sl_ps_mpi *mpi;          /* worker side of an MPI ps (train/ps/ps_mpi.c); NULL in process */
+    const sl_ps_vt *vt;      /* the backend: local_vt (below) or ps_mpi.c's */
+    void *impl;              /* its state: the handle itself in process, ps_mpi.c's worker side */
 };
 
-void sl_ps_set_mpi(sl_ps *ps, sl_ps_mpi *x) { ps->mpi = x; }
-const sl_ps_plan *sl_ps_plan_of(const sl_ps *ps) { return &ps->plan; }
-const sl_ps_config *sl_ps_config_of(const sl_ps *ps) { return &ps->cfg; }
+static const sl_ps_vt local_vt; /* defined after its functions, below */
 
 
 static int cond_init_mono(pthread_cond_t *cv)
@@ -118,7 +121,7 @@ static void set_sticky(sl_ps *ps, int code, const char *msg)
     pthread_mutex_lock(&ps->mu);
     set_sticky_locked(ps, code, msg);
     pthread_mutex_unlock(&ps->mu);
-    for (int s = 0; s < ps->cfg.servers; s++) { /* wake pushers waiting for a slot */
+    for (int s = 0; ps->srv && s < ps->cfg.servers; s++) { /* wake pushers waiting for a slot */
         pthread_mutex_lock(&ps->srv[s].mu);
         pthread_cond_broadcast(&ps->srv[s].cv);
         pthread_mutex_unlock(&ps->srv[s].mu);
@@ -249,7 +252,8 @@ static int check_config(const sl_ps_config *c, const char *fn)
     return SL_OK;
 }
 
-int sl_ps_alloc(const sl_ps_config *cfg, sl_model *tmpl, const char *fn, sl_ps **out)
+/* A handle with config, plan and workers but no backend yet. */
+static int ps_alloc(const sl_ps_config *cfg, sl_model *tmpl, const char *fn, sl_ps **out)
 {
     *out = NULL;
     int rc = check_config(cfg, fn);
@@ -299,9 +303,11 @@ int sl_ps_create(const sl_ps_config *cfg, sl_model *tmpl, sl_ps **out)
     if (!cfg || !tmpl || !out)
         return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
     sl_ps *ps;
-    int rc = sl_ps_alloc(cfg, tmpl, fn, &ps);
+    int rc = ps_alloc(cfg, tmpl, fn, &ps);
     if (rc)
         return rc;
+    ps->vt = &local_vt;
+    ps->impl = ps;
     ps->srv = calloc((size_t)cfg->servers, sizeof *ps->srv);
     if (!ps->srv) {
         sl_ps_destroy(ps);
@@ -318,12 +324,29 @@ int sl_ps_create(const sl_ps_config *cfg, sl_model *tmpl, sl_ps **out)
     return SL_OK;
 }
 
-void sl_ps_destroy(sl_ps *ps)
+int sl_ps_create_mpi(const sl_ps_config *cfg, sl_comm *comm, int ps_ranks, sl_model *tmpl,
+                     sl_ps **out)
 {
-    if (!ps)
-        return;
-    if (ps->mpi)
-        sl_ps_mpi_destroy(ps->mpi);
+    const char *fn = "sl_ps_create_mpi";
+    if (!cfg || !comm || !tmpl || !out)
+        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
+    *out = NULL;
+    sl_ps *ps;
+    int rc = sl_ps_mpi_check(cfg, comm, ps_ranks, fn);
+    if (rc || (rc = ps_alloc(cfg, tmpl, fn, &ps)))
+        return rc;
+    if ((rc = sl_ps_mpi_open(&ps->cfg, &ps->plan, comm, ps_ranks, fn, &ps->vt, &ps->impl))) {
+        sl_ps_destroy(ps);
+        return rc;
+    }
+    *out = ps;
+    return SL_OK;
+}
+
+/* The local backend's end: stop the server threads and free them. */
+static void local_destroy(void *impl)
+{
+    sl_ps *ps = impl;
     for (int s = 0; ps->srv && s < ps->cfg.servers; s++) {
         ps_server *sv = &ps->srv[s];
         if (sv->started) {
@@ -344,6 +367,14 @@ void sl_ps_destroy(sl_ps *ps)
         sl_ps_shard_fini(&sv->sh);
     }
     free(ps->srv);
+}
+
+void sl_ps_destroy(sl_ps *ps)
+{
+    if (!ps)
+        return;
+    if (ps->vt)
+        ps->vt->destroy(ps->impl);
     for (int w = 0; ps->wk && w < ps->cfg.workers; w++) {
         free(ps->wk[w].pulled_ver);
         free(ps->wk[w].applied);
@@ -448,10 +479,17 @@ int sl_ps_pull(sl_ps *ps, int worker, sl_model *m, uint64_t *version)
     if (!ps)
         return sl_fail(SL_EINVAL, "%s: NULL handle", fn);
     int rc;
-    if ((rc = check_worker(ps, worker, fn)) || (rc = sl_ps_plan_check(&ps->plan, m, fn, worker)))
+    if ((rc = check_worker(ps, worker, fn)) || (rc = sl_ps_plan_check(&ps->plan, m, fn, worker)) ||
+        (rc = sticky(ps)))
         return rc;
-    if (ps->mpi)
-        return (rc = sticky(ps)) ? rc : sl_ps_mpi_pull(ps->mpi, worker, m, version);
+    return ps->vt->pull(ps->impl, worker, m, version);
+}
+
+static int local_pull(void *impl, int worker, sl_model *m, uint64_t *version)
+{
+    const char *fn = "sl_ps_pull";
+    sl_ps *ps = impl;
+    int rc;
     struct timespec dl;
     sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
     pthread_mutex_lock(&ps->mu);
@@ -533,8 +571,16 @@ int sl_ps_push(sl_ps *ps, int worker, sl_model *m, uint64_t version, float lr)
         return rc;
     if (!(lr >= 0.0f) || lr > 1e30f)
         return sl_fail(SL_EINVAL, "%s: worker %d: bad learning rate %g", fn, worker, (double)lr);
-    if (ps->mpi)
-        return (rc = sticky(ps)) ? rc : sl_ps_mpi_push(ps->mpi, worker, m, version, lr);
+    if ((rc = sticky(ps)))
+        return rc;
+    return ps->vt->push(ps->impl, worker, m, version, lr);
+}
+
+static int local_push(void *impl, int worker, sl_model *m, uint64_t version, float lr)
+{
+    const char *fn = "sl_ps_push";
+    sl_ps *ps = impl;
+    int rc;
     ps_worker *k = &ps->wk[worker];
     struct timespec dl;
     sl_deadline_ms(&dl, CLOCK_MONOTONIC, (unsigned long)ps->cfg.timeout_ms);
@@ -600,13 +646,7 @@ void sl_ps_abort(sl_ps *ps, const char *why)
         return;
     char msg[SL_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "sl_ps: aborted: %s", why ? why : "(no reason given)");
-    if (ps->srv)
-        set_sticky(ps, SL_ECANCELED, msg);
-    else { /* MPI handle: no server threads to wake */
-        pthread_mutex_lock(&ps->mu);
-        set_sticky_locked(ps, SL_ECANCELED, msg);
-        pthread_mutex_unlock(&ps->mu);
-    }
+    set_sticky(ps, SL_ECANCELED, msg); /* wakes the server threads, where there are any */
 }
 
 int sl_ps_worker_done(sl_ps *ps, int worker)
@@ -615,10 +655,12 @@ int sl_ps_worker_done(sl_ps *ps, int worker)
     if (!ps)
         return sl_fail(SL_EINVAL, "%s: NULL handle", fn);
     int rc = check_worker(ps, worker, fn);
-    if (rc)
-        return rc;
-    if (ps->mpi)
-        return sl_ps_mpi_done(ps->mpi, worker);
+    return rc ? rc : ps->vt->done(ps->impl, worker);
+}
+
+static int local_done(void *impl, int worker)
+{
+    sl_ps *ps = impl;
     pthread_mutex_lock(&ps->mu);
     ps->wk[worker].done = 1;
     pthread_cond_broadcast(&ps->cv);
@@ -684,36 +726,14 @@ static void gate_open(sl_ps *ps)
     pthread_mutex_unlock(&ps->mu);
 }
 
-/* snapshot (out = 1): servers -> m, o; load (out = 0): m, o -> servers. */
-static int transfer(sl_ps *ps, sl_model *m, sl_sgd *o, int out, const char *fn)
+/* The local snapshot (out = 1): servers -> m, map, step; load (out = 0):
+ * m, map, step -> servers (map NULL: no optimizer; momentum zeroed on load). */
+static int local_transfer(sl_ps *ps, sl_model *m, float **map, int64_t *step, int out,
+                          const char *fn)
 {
-    if (!ps)
-        return sl_fail(SL_EINVAL, "%s: NULL handle", fn);
-    int rc = sl_ps_plan_check(&ps->plan, m, fn, -1);
-    if (rc)
+    int rc;
+    if ((rc = gate_close_and_drain(ps, fn)))
         return rc;
-    float **map = NULL;
-    int64_t *step = NULL;
-    if (o) {
-        map = calloc((size_t)ps->plan.ntensors, sizeof *map);
-        if (!map)
-            return sl_fail(SL_ENOMEM, "%s: optimizer map", fn);
-        if ((rc = sl_ps_plan_opt_map(&ps->plan, o, map, &step, fn))) {
-            free(map);
-            return rc;
-        }
-    }
-    if (ps->mpi) {
-        if (!(rc = sticky(ps)))
-            rc = out ? sl_ps_mpi_snapshot(ps->mpi, m, map, step)
-                     : sl_ps_mpi_load(ps->mpi, m, map, step);
-        free(map);
-        return rc;
-    }
-    if ((rc = gate_close_and_drain(ps, fn))) {
-        free(map);
-        return rc;
-    }
     int n;
     sl_tensor_info *t = sl_model_tensors(m, &n);
     for (int s = 0; s < ps->cfg.servers; s++) {
@@ -747,8 +767,42 @@ static int transfer(sl_ps *ps, sl_model *m, sl_sgd *o, int out, const char *fn)
         pthread_rwlock_unlock(&sv->plock);
     }
     gate_open(ps);
-    free(map);
     return SL_OK;
+}
+
+static int local_snapshot(void *impl, sl_model *m, float **map, int64_t *step)
+{
+    return local_transfer(impl, m, map, step, 1, "sl_ps_snapshot");
+}
+
+static int local_load(void *impl, sl_model *m, float **map, int64_t *step)
+{
+    return local_transfer(impl, m, map, step, 0, "sl_ps_load");
+}
+
+/* snapshot (out = 1): servers -> m, o; load (out = 0): m, o -> servers. */
+static int transfer(sl_ps *ps, sl_model *m, sl_sgd *o, int out, const char *fn)
+{
+    if (!ps)
+        return sl_fail(SL_EINVAL, "%s: NULL handle", fn);
+    int rc = sl_ps_plan_check(&ps->plan, m, fn, -1);
+    if (rc)
+        return rc;
+    float **map = NULL;
+    int64_t *step = NULL;
+    if (o) {
+        map = calloc((size_t)ps->plan.ntensors, sizeof *map);
+        if (!map)
+            return sl_fail(SL_ENOMEM, "%s: optimizer map", fn);
+        if ((rc = sl_ps_plan_opt_map(&ps->plan, o, map, &step, fn))) {
+            free(map);
+            return rc;
+        }
+    }
+    if (!(rc = sticky(ps)))
+        rc = out ? ps->vt->snapshot(ps->impl, m, map, step) : ps->vt->load(ps->impl, m, map, step);
+    free(map);
+    return rc;
 }
 
 int sl_ps_snapshot(sl_ps *ps, sl_model *m, sl_sgd *o)
@@ -765,8 +819,12 @@ int sl_ps_stats_get(sl_ps *ps, sl_ps_stats *out, int reset)
 {
     if (!ps || !out)
         return sl_fail(SL_EINVAL, "sl_ps_stats_get: NULL argument");
-    if (ps->mpi)
-        return sl_ps_mpi_stats(ps->mpi, out, reset);
+    return ps->vt->stats(ps->impl, out, reset);
+}
+
+static int local_stats(void *impl, sl_ps_stats *out, int reset)
+{
+    sl_ps *ps = impl;
     uint64_t v = UINT64_MAX;
     for (int s = 0; s < ps->cfg.servers; s++) {
         pthread_rwlock_rdlock(&ps->srv[s].plock);
@@ -784,3 +842,14 @@ int sl_ps_stats_get(sl_ps *ps, sl_ps_stats *out, int reset)
     pthread_mutex_unlock(&ps->mu);
     return SL_OK;
 }
+
+static const sl_ps_vt local_vt = {
+    .name = "local",
+    .pull = local_pull,
+    .push = local_push,
+    .done = local_done,
+    .snapshot = local_snapshot,
+    .load = local_load,
+    .stats = local_stats,
+    .destroy = local_destroy,
+};

@@ -4,7 +4,7 @@
  * trainer's --strategy ps (train/loop/strategy_ps.c). Files: train/ps/ps.c (server
  * threads in process, the sl_ps_* entry points), train/ps/ps_shard.c (the
  * plan, a shard's state, statistics), train/ps/ps_mpi.c (server ranks and
- * the worker side over MPI).
+ * the worker side over MPI: a backend table that ps.c calls through).
  *
  * Model. The state dict of a template model is split over S servers by
  * whole tensors (greedy by bytes: biggest tensor first, each to the least
@@ -265,23 +265,32 @@ int sl_ps_shard_apply(sl_ps_shard *sh, const void *payload, float lr);
 void sl_ps_shard_momentum_out(const sl_ps_shard *sh, void *dst);
 void sl_ps_shard_momentum_in(sl_ps_shard *sh, const void *src);
 
-/* Between ps.c (the sl_ps_* entry points) and ps_mpi.c (an MPI handle's
- * worker side). sl_ps_alloc makes a handle with config, plan and workers
- * but no servers; sl_ps_destroy destroys the attached sl_ps_mpi too. */
+/* A handle's backend, as collectives/comm.c's sl_comm_vt: ps.c's entry
+ * points check the arguments (worker range, m against the plan, lr) and
+ * the sticky error, then call through the table with the backend's impl.
+ * The local table is ps.c's (its server threads); the MPI one ps_mpi.c's
+ * (sl_ps_mpi_open), which calls nothing in ps.c. map/step as
+ * sl_ps_plan_opt_map gives them, NULL without an optimizer. destroy frees
+ * impl (the MPI worker side first tells the servers it is done). */
+typedef struct sl_ps_vt {
+    const char *name;
+    int (*pull)(void *impl, int worker, sl_model *m, uint64_t *version);
+    int (*push)(void *impl, int worker, sl_model *m, uint64_t version, float lr);
+    int (*done)(void *impl, int worker);
+    int (*snapshot)(void *impl, sl_model *m, float **map, int64_t *step);
+    int (*load)(void *impl, sl_model *m, float **map, int64_t *step);
+    int (*stats)(void *impl, sl_ps_stats *out, int reset);
+    void (*destroy)(void *impl);
+} sl_ps_vt;
+
+/* ps_mpi.c, for sl_ps_create_mpi: check that comm, ps_ranks and cfg make
+ * this rank a worker (SL_ENOTSUP for a communicator that is not MPI,
+ * SL_EINVAL otherwise), then open the worker side over the handle's cfg
+ * and plan (they outlive it): *vt and *impl on success. */
 typedef struct sl_ps_mpi sl_ps_mpi;
-int sl_ps_alloc(const sl_ps_config *cfg, sl_model *tmpl, const char *fn, sl_ps **out);
-void sl_ps_set_mpi(sl_ps *ps, sl_ps_mpi *x);
-const sl_ps_plan *sl_ps_plan_of(const sl_ps *ps);
-const sl_ps_config *sl_ps_config_of(const sl_ps *ps);
-/* Arguments are checked by ps.c (worker range, m against the plan, lr);
- * map/step as sl_ps_plan_opt_map gives them, NULL without an optimizer. */
-int sl_ps_mpi_pull(sl_ps_mpi *x, int worker, sl_model *m, uint64_t *version);
-int sl_ps_mpi_push(sl_ps_mpi *x, int worker, sl_model *m, uint64_t version, float lr);
-int sl_ps_mpi_done(sl_ps_mpi *x, int worker);
-int sl_ps_mpi_snapshot(sl_ps_mpi *x, sl_model *m, float **map, int64_t *step);
-int sl_ps_mpi_load(sl_ps_mpi *x, sl_model *m, float **map, int64_t *step);
-int sl_ps_mpi_stats(sl_ps_mpi *x, sl_ps_stats *out, int reset);
-void sl_ps_mpi_destroy(sl_ps_mpi *x);
+int sl_ps_mpi_check(const sl_ps_config *cfg, sl_comm *comm, int ps_ranks, const char *fn);
+int sl_ps_mpi_open(const sl_ps_config *cfg, const sl_ps_plan *plan, sl_comm *comm, int ps_ranks,
+                   const char *fn, const sl_ps_vt **vt, void **impl);
 
 /* Statistics: one staleness sample into st (sum keeps the mean's sum). */
 void sl_ps_stats_sample(sl_ps_stats *st, double *sum, uint64_t staleness);

@@ -1,8 +1,9 @@
 /*
  * train/ps/ps_mpi.c - the parameter server across processes: server ranks
  * running sl_ps_serve, and the worker side of an sl_ps handle made by
- * sl_ps_create_mpi (train/ps/ps_int.h has the semantics; train/ps/ps.c sends an
- * MPI handle's calls here after checking their arguments).
+ * sl_ps_create_mpi (train/ps/ps_int.h has the semantics): the backend table
+ * sl_ps_mpi_open hands train/ps/ps.c, which calls through it after checking
+ * the arguments and the sticky error. Nothing here calls ps.c.
  *
  * DESIGN.
  *   Ranks 0 .. S-1 are servers (server s holds shard s of the plan, which
@@ -384,13 +385,8 @@ struct sl_ps_mpi {
     sl_ps_stats local;         /* pulls, pushes, pull_wait_s, push_wait_s */
 };
 
-int sl_ps_create_mpi(const sl_ps_config *cfg, sl_comm *comm, int ps_ranks, sl_model *tmpl,
-                     sl_ps **out)
+int sl_ps_mpi_check(const sl_ps_config *cfg, sl_comm *comm, int ps_ranks, const char *fn)
 {
-    const char *fn = "sl_ps_create_mpi";
-    if (!cfg || !comm || !tmpl || !out)
-        return sl_fail(SL_EINVAL, "%s: NULL argument", fn);
-    *out = NULL;
     if (sl_comm_backend_of(comm) != SL_COMM_MPI)
         return sl_fail(SL_ENOTSUP, "%s: a %s communicator: the parameter server needs the mpi "
                        "backend's point-to-point messages", fn,
@@ -403,21 +399,23 @@ int sl_ps_create_mpi(const sl_ps_config *cfg, sl_comm *comm, int ps_ranks, sl_mo
         return sl_fail(SL_EINVAL, "%s: rank %d: config has %d servers and %d workers, the job "
                        "%d and %d", fn, rank, cfg->servers, cfg->workers, ps_ranks,
                        world - ps_ranks);
-    sl_ps *ps;
-    int rc = sl_ps_alloc(cfg, tmpl, fn, &ps);
-    if (rc)
-        return rc;
+    return SL_OK;
+}
+
+static void mpi_destroy(void *impl);
+static const sl_ps_vt mpi_vt;
+
+int sl_ps_mpi_open(const sl_ps_config *cfg, const sl_ps_plan *plan, sl_comm *comm, int ps_ranks,
+                   const char *fn, const sl_ps_vt **vt, void **impl)
+{
     sl_ps_mpi *x = calloc(1, sizeof *x);
-    if (!x) {
-        sl_ps_destroy(ps);
+    if (!x)
         return sl_fail(SL_ENOMEM, "%s: handle", fn);
-    }
-    sl_ps_set_mpi(ps, x);
-    x->plan = sl_ps_plan_of(ps);
-    x->cfg = sl_ps_config_of(ps);
+    x->plan = plan;
+    x->cfg = cfg;
     x->comm = comm;
     x->S = ps_ranks;
-    x->me = rank - ps_ranks;
+    x->me = sl_comm_rank(comm) - ps_ranks;
     size_t most = 4;
     for (int s = 0; s < x->S; s++)
         if (x->plan->bytes[s] > most)
@@ -426,19 +424,23 @@ int sl_ps_create_mpi(const sl_ps_config *cfg, sl_comm *comm, int ps_ranks, sl_mo
     x->mom = calloc(1, most);
     x->pulled_ver = calloc((size_t)x->S, sizeof *x->pulled_ver);
     if (!x->buf || !x->mom || !x->pulled_ver) {
-        sl_ps_destroy(ps);
+        mpi_destroy(x);
         return sl_fail(SL_ENOMEM, "%s: %zu-byte buffers", fn, most);
     }
-    *out = ps;
+    *vt = &mpi_vt;
+    *impl = x;
     return SL_OK;
 }
 
-void sl_ps_mpi_destroy(sl_ps_mpi *x)
+static int mpi_done(void *impl, int worker);
+
+static void mpi_destroy(void *impl)
 {
+    sl_ps_mpi *x = impl;
     if (!x)
         return;
     if (!x->done && x->buf) /* leave the servers' count; errors cannot be reported here */
-        sl_ps_mpi_done(x, x->me);
+        mpi_done(x, x->me);
     free(x->buf);
     free(x->mom);
     free(x->pulled_ver);
@@ -515,8 +517,9 @@ static void keep_first(int *first, char *msg, size_t cap, int rc)
     }
 }
 
-int sl_ps_mpi_pull(sl_ps_mpi *x, int worker, sl_model *m, uint64_t *version)
+static int mpi_pull(void *impl, int worker, sl_model *m, uint64_t *version)
 {
+    sl_ps_mpi *x = impl;
     const char *fn = "sl_ps_pull";
     int rc = check_me(x, worker, fn);
     if (rc)
@@ -554,8 +557,9 @@ int sl_ps_mpi_pull(sl_ps_mpi *x, int worker, sl_model *m, uint64_t *version)
     return SL_OK;
 }
 
-int sl_ps_mpi_push(sl_ps_mpi *x, int worker, sl_model *m, uint64_t version, float lr)
+static int mpi_push(void *impl, int worker, sl_model *m, uint64_t version, float lr)
 {
+    sl_ps_mpi *x = impl;
     const char *fn = "sl_ps_push";
     int rc = check_me(x, worker, fn);
     if (rc)
@@ -578,8 +582,9 @@ int sl_ps_mpi_push(sl_ps_mpi *x, int worker, sl_model *m, uint64_t version, floa
     return SL_OK;
 }
 
-int sl_ps_mpi_done(sl_ps_mpi *x, int worker)
+static int mpi_done(void *impl, int worker)
 {
+    sl_ps_mpi *x = impl;
     const char *fn = "sl_ps_worker_done";
     if (worker != x->me)
         return sl_fail(SL_EINVAL, "%s: worker %d: this rank is worker %d", fn, worker, x->me);
@@ -593,8 +598,9 @@ int sl_ps_mpi_done(sl_ps_mpi *x, int worker)
     return first ? sl_fail(first, "%s: worker %d: %s", fn, worker, msg) : SL_OK;
 }
 
-int sl_ps_mpi_snapshot(sl_ps_mpi *x, sl_model *m, float **map, int64_t *step)
+static int mpi_snapshot(void *impl, sl_model *m, float **map, int64_t *step)
 {
+    sl_ps_mpi *x = impl;
     const char *fn = "sl_ps_snapshot";
     int rc = check_me(x, x->me, fn);
     if (rc)
@@ -628,8 +634,9 @@ int sl_ps_mpi_snapshot(sl_ps_mpi *x, sl_model *m, float **map, int64_t *step)
     return first ? sl_fail(first, "%s", msg) : SL_OK;
 }
 
-int sl_ps_mpi_load(sl_ps_mpi *x, sl_model *m, float **map, int64_t *step)
+static int mpi_load(void *impl, sl_model *m, float **map, int64_t *step)
 {
+    sl_ps_mpi *x = impl;
     const char *fn = "sl_ps_load";
     int rc = check_me(x, x->me, fn);
     if (rc)
@@ -665,8 +672,9 @@ int sl_ps_mpi_load(sl_ps_mpi *x, sl_model *m, float **map, int64_t *step)
     return first ? sl_fail(first, "%s", msg) : SL_OK;
 }
 
-int sl_ps_mpi_stats(sl_ps_mpi *x, sl_ps_stats *out, int reset)
+static int mpi_stats(void *impl, sl_ps_stats *out, int reset)
 {
+    sl_ps_mpi *x = impl;
     const char *fn = "sl_ps_stats_get";
     int rc;
     if (x->done)
@@ -710,3 +718,14 @@ int sl_ps_mpi_stats(sl_ps_mpi *x, sl_ps_stats *out, int reset)
         memset(&x->local, 0, sizeof x->local);
     return SL_OK;
 }
+
+static const sl_ps_vt mpi_vt = {
+    .name = "mpi",
+    .pull = mpi_pull,
+    .push = mpi_push,
+    .done = mpi_done,
+    .snapshot = mpi_snapshot,
+    .load = mpi_load,
+    .stats = mpi_stats,
+    .destroy = mpi_destroy,
+};
