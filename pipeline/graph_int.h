@@ -225,16 +225,20 @@ unsigned sl_pipeline_batch_size(const sl_pipeline *p, uint64_t b);
  * then waits for the first batch >= k that maps to it. */
 void sl_pipeline_set_position(sl_pipeline *p, uint64_t k, uint64_t s);
 
-/* ------------------------------------------------------------ pipeline.c */
-/* Everything sl_pipeline_create does except starting the threads: the
- * pipeline stands at the start of the run. */
-int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out);
+/* ------------------------------------------------------------ config.c */
+/* Readers and workers a pipeline may start, each (checked at create). */
+#define SL_MAX_THREADS 1024u
 /* The zero fields of c set to their defaults (pipeline.h; memory.c's
  * estimate resolves a config as create does). */
 void sl_pipeline_config_defaults(sl_pipeline_config *c);
 /* Effective shuffle buffer (records): the record budget capped by the
  * byte budget over the mean record; 1 for NONE and GLOBAL. */
 uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_set *s);
+
+/* ------------------------------------------------------------ pipeline.c */
+/* Everything sl_pipeline_create does except starting the threads: the
+ * pipeline stands at the start of the run. */
+int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out);
 /* cfg.memory_budget against memory.c's estimate of p (build, sources open):
  * SL_EINVAL naming the parts when it does not fit. */
 int sl_pipeline_memory_check(const sl_pipeline *p);

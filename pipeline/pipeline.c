@@ -95,7 +95,6 @@
 #include "records/bytesrc.h"
 
 #define SL_MAX_SIDE 16384
-#define SL_MAX_THREADS 1024u
 
 /* ------------------------------------------------------------ config */
 
@@ -155,34 +154,6 @@ static int check_config(const sl_pipeline_config *c)
     return SL_OK;
 }
 
-/* Defaults for the zero fields of c (DESIGN: pipeline.h). */
-void sl_pipeline_config_defaults(sl_pipeline_config *c)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (!c->readers)
-        c->readers = 2;
-    if (!c->cycle)
-        c->cycle = 4;
-    if (!c->block)
-        c->block = 16;
-    if (!c->read_window_bytes)
-        c->read_window_bytes = (uint64_t)64 << 20;
-    if (!c->shuffle_bytes)
-        c->shuffle_bytes = (uint64_t)1 << 30;
-    if (!c->workers)
-        c->workers = ncpu > 0 ? (unsigned)(ncpu < (long)SL_MAX_THREADS ? ncpu : SL_MAX_THREADS) : 1;
-    if (!c->prefetch) {
-        /* One batch with the consumer, one filling, and enough ready that
-         * the workers (which straddle about 2W/B batches) never wait. */
-        unsigned straddle = (2 * c->workers + c->batch - 1) / c->batch;
-        c->prefetch = 2 + (straddle > 1 ? straddle : 1);
-        if (c->prefetch < 3)
-            c->prefetch = 3;
-    }
-    if (!c->max_bad)
-        c->max_bad = 1000;
-}
-
 static void apply_defaults(sl_pipeline *p)
 {
     const sl_pipeline_config *c = &p->cfg;
@@ -191,21 +162,6 @@ static void apply_defaults(sl_pipeline *p)
     p->workers = c->workers;
     p->prefetch = c->prefetch;
     p->read_window = c->read_window_bytes;
-}
-
-/* Effective shuffle buffer: records, capped by the byte budget over the
- * mean framed record size; 1 (no record shuffle) for NONE and GLOBAL. */
-uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_set *s)
-{
-    if (c->shuffle != SL_SHUFFLE_BUFFER)
-        return 1;
-    uint64_t cap = c->shuffle_buffer;
-    if (s->total > 0) {
-        uint64_t mean = s->total_bytes / s->total;
-        if (mean > 0 && c->shuffle_bytes / mean < cap)
-            cap = c->shuffle_bytes / mean;
-    }
-    return cap ? cap : 1;
 }
 
 /* Input records, samples and batches of the run (p->src and p->cfg set).
