@@ -142,6 +142,39 @@ int tu_run(char **out, const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+char *tu_in_child(void (*fn)(void *arg, int fd), void *arg, size_t *len)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        fn(arg, fds[1]);
+        _exit(close(fds[1]) == 0 ? 0 : 2);
+    }
+    close(fds[1]);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    ssize_t got;
+    while ((got = read(fds[0], buf + n, cap - n - 1)) > 0) {
+        n += (size_t)got;
+        if (cap - n < 1024) {
+            buf = realloc(buf, cap *= 2);
+            cr_assert_not_null(buf);
+        }
+    }
+    buf[n] = '\0';
+    close(fds[0]);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child exited with status %#x", st);
+    *len = n;
+    return buf;
+}
+
 uint64_t tu_rand(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);

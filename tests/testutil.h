@@ -23,6 +23,11 @@ uint8_t *tu_random_file(const char *dir, const char *name, size_t size, uint64_t
 /* Run a shell command (printf format); returns its exit status (or -1). The
  * command's stdout+stderr are captured into a malloc'd *out when out != NULL. */
 int tu_run(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Run fn(arg, fd) in a forked child, which writes what it measured to fd
+ * (its own peak RSS, say, where the parent's would count the parent's
+ * allocations too); returns all it wrote, malloc'd and NUL-terminated, its
+ * length in *len. Asserts that the child exited 0. */
+char *tu_in_child(void (*fn)(void *arg, int fd), void *arg, size_t *len);
 /* Deterministic PRNG (splitmix64). */
 uint64_t tu_rand(uint64_t *state);
 /* Path of the sluice binary under test. */

@@ -19,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pipeline/graph_int.h" /* sl_pipeline_window_peak */
 #include "pipeline_testdata.h"
 #include "records/records.h"
+#include "testutil.h"
 
 static pl_dataset g_d;
 
@@ -193,6 +193,30 @@ Test(pipeline_memory, refuse)
               "%s", e);
 }
 
+/* In a child (tu_in_child): a run of c, and its own peak RSS from where
+ * it starts: {growth KiB, peak KiB, the read window's peak bytes}, -1s
+ * when the pipeline failed. */
+static void bounded_run(void *arg, int fd)
+{
+    const sl_pipeline_config *c = arg;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    sl_pipeline *p;
+    long v[3] = {-1, -1, -1};
+    if (sl_pipeline_create(c, &p) == SL_OK) {
+        sl_batch *b;
+        while (sl_pipeline_next(p, &b) == SL_OK)
+            sl_pipeline_release(p, b);
+        v[2] = (long)sl_pipeline_window_peak(p);
+        sl_pipeline_destroy(p);
+        getrusage(RUSAGE_SELF, &r1);
+        v[0] = r1.ru_maxrss - r0.ru_maxrss;
+        v[1] = r1.ru_maxrss;
+    }
+    if (write(fd, v, sizeof v) != (ssize_t)sizeof v)
+        _exit(2);
+}
+
 Test(pipeline_memory, measured)
 {
     sl_pipeline_config c;
@@ -214,35 +238,12 @@ Test(pipeline_memory, measured)
     cr_assert_eq(c.prefetch, 2, "%s", what);
     cr_assert_eq(c.workers, 3, "%s", what);
 
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        /* in a child: its own peak RSS, from where it starts */
-        struct rusage r0, r1;
-        getrusage(RUSAGE_SELF, &r0);
-        sl_pipeline *p;
-        long v[3] = {-1, -1, -1};
-        if (sl_pipeline_create(&c, &p) == SL_OK) {
-            sl_batch *b;
-            while (sl_pipeline_next(p, &b) == SL_OK)
-                sl_pipeline_release(p, b);
-            v[2] = (long)sl_pipeline_window_peak(p);
-            sl_pipeline_destroy(p);
-            getrusage(RUSAGE_SELF, &r1);
-            v[0] = r1.ru_maxrss - r0.ru_maxrss;
-            v[1] = r1.ru_maxrss;
-        }
-        _exit(write(fds[1], v, sizeof v) == sizeof v ? 0 : 2);
-    }
-    close(fds[1]);
-    long v[3] = {-1, -1, -1};
-    cr_assert_eq(read(fds[0], v, sizeof v), (ssize_t)sizeof v);
-    close(fds[0]);
-    int st;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    size_t n;
+    long v[3];
+    char *got = tu_in_child(bounded_run, &c, &n);
+    cr_assert_eq(n, sizeof v, "the child wrote %zu bytes", n);
+    memcpy(v, got, sizeof v);
+    free(got);
     cr_assert_geq(v[0], 0, "the run under the budget failed");
     cr_assert_leq((uint64_t)v[2], m.part[SL_MEM_READ_WINDOW], "window peak %ld > %llu", v[2],
                   (unsigned long long)m.part[SL_MEM_READ_WINDOW]);

@@ -82,6 +82,36 @@ static char *tree_with(const char *root, const char *sub, const char *name, cons
     return in;
 }
 
+typedef struct convert_job {
+    const char *in, *out;
+    uint64_t max_pixels;
+} convert_job;
+
+/* In a child (tu_in_child): the convert, and {the peak RSS growth (KiB)
+ * from the child's start, the records written}, -1s when it failed. */
+static void convert_in_child(void *arg, int fd)
+{
+    const convert_job *j = arg;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    sl_convert_config c = SL_CONVERT_CONFIG_INIT;
+    c.input = j->in;
+    c.out_dir = j->out;
+    c.name = "train";
+    c.threads = 1;
+    c.fsync = 0;
+    c.max_pixels = j->max_pixels;
+    sl_convert_result res;
+    long v[2] = {-1, -1};
+    if (sl_convert_run(&c, &res) == SL_OK) {
+        getrusage(RUSAGE_SELF, &r1);
+        v[0] = r1.ru_maxrss - r0.ru_maxrss;
+        v[1] = (long)res.records;
+    }
+    if (write(fd, v, sizeof v) != (ssize_t)sizeof v)
+        _exit(2);
+}
+
 /* Peak RSS growth (KiB) of the library's convert of in into out with
  * max_pixels, in a forked child, measured from the child's own start: the
  * CLI's ru_maxrss would be its start-up peak in a CUDA build (the CUDA
@@ -89,37 +119,13 @@ static char *tree_with(const char *root, const char *sub, const char *name, cons
  * *records gets the records written. */
 static long convert_rss(const char *in, const char *out, uint64_t max_pixels, uint64_t *records)
 {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        struct rusage r0, r1;
-        getrusage(RUSAGE_SELF, &r0);
-        sl_convert_config c = SL_CONVERT_CONFIG_INIT;
-        c.input = in;
-        c.out_dir = out;
-        c.name = "train";
-        c.threads = 1;
-        c.fsync = 0;
-        c.max_pixels = max_pixels;
-        sl_convert_result res;
-        long v[2] = {-1, -1};
-        if (sl_convert_run(&c, &res) == SL_OK) {
-            getrusage(RUSAGE_SELF, &r1);
-            v[0] = r1.ru_maxrss - r0.ru_maxrss;
-            v[1] = (long)res.records;
-        }
-        _exit(write(fds[1], v, sizeof v) == sizeof v ? 0 : 2);
-    }
-    close(fds[1]);
-    long v[2] = {-1, -1};
-    cr_assert_eq(read(fds[0], v, sizeof v), (ssize_t)sizeof v);
-    close(fds[0]);
-    int st;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    convert_job j = {in, out, max_pixels};
+    size_t n;
+    long v[2];
+    char *got = tu_in_child(convert_in_child, &j, &n);
+    cr_assert_eq(n, sizeof v, "the child wrote %zu bytes", n);
+    memcpy(v, got, sizeof v);
+    free(got);
     cr_assert_geq(v[0], 0, "the convert of %s failed", in);
     *records = (uint64_t)v[1];
     return v[0];

@@ -361,41 +361,28 @@ Test(profile, bad_flags)
 /* Peak RSS (KiB) of the process tree of `sh -c cmd` (its output into
  * *out), measured in a forked child so that no other child counts:
  * RUSAGE_CHILDREN's ru_maxrss is the largest waited-for descendant's. */
+static void run_in_child(void *arg, int fd)
+{
+    char *o = NULL;
+    int st = tu_run(&o, "%s", (const char *)arg);
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    long v[2] = {ru.ru_maxrss, st};
+    size_t len = o ? strlen(o) : 0;
+    if (write(fd, v, sizeof v) != (ssize_t)sizeof v ||
+        (len && write(fd, o, len) != (ssize_t)len))
+        _exit(2);
+}
+
 static long peak_rss_kib(const char *cmd, char **out, int *status)
 {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        close(fds[0]);
-        char *o = NULL;
-        int st = tu_run(&o, "%s", cmd);
-        struct rusage ru;
-        getrusage(RUSAGE_CHILDREN, &ru);
-        long v[2] = {ru.ru_maxrss, st};
-        size_t len = o ? strlen(o) : 0;
-        int ok = write(fds[1], v, sizeof v) == sizeof v &&
-                 (len == 0 || write(fds[1], o, len) == (ssize_t)len);
-        _exit(ok ? 0 : 2);
-    }
-    close(fds[1]);
-    long v[2] = {-1, -1};
-    cr_assert_eq(read(fds[0], v, sizeof v), (ssize_t)sizeof v);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t got;
-    while ((got = read(fds[0], buf + len, cap - len - 1)) > 0) {
-        len += (size_t)got;
-        if (cap - len < 1024)
-            buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = 0;
-    close(fds[0]);
-    int st;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    *out = buf;
+    size_t n;
+    long v[2];
+    char *got = tu_in_child(run_in_child, (void *)cmd, &n);
+    cr_assert_geq(n, sizeof v, "the child wrote %zu bytes", n);
+    memcpy(v, got, sizeof v);
+    memmove(got, got + sizeof v, n - sizeof v + 1); /* the output, NUL included */
+    *out = got;
     *status = (int)v[1];
     return v[0];
 }
