@@ -111,7 +111,7 @@ static void estimate(const sl_pipeline_config *c, const sl_source_set *s, const 
 {
     memset(m, 0, sizeof *m);
     int split = c->rank_split == SL_SPLIT_RECORDS && c->world > 1;
-    m->remote = s->n && sl_path_is_remote(s->shards[0].path);
+    m->remote = s->n && s->remote; /* source.c: from the dataset */
     m->mapped = !m->remote && !pread_reads;
     m->readers = c->readers;
     m->workers = c->workers;
