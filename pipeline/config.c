@@ -6,6 +6,8 @@
  */
 #include "pipeline/graph_int.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Defaults for the zero fields of c (DESIGN: pipeline.h). */
@@ -49,4 +51,13 @@ uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_s
             cap = c->shuffle_bytes / mean;
     }
     return cap ? cap : 1;
+}
+
+/* Local shards read with pread (reader.c) rather than mapped: under
+ * SLUICE_READ=pread, or under a memory budget, since a mapping's pages stay
+ * in the process's RSS once read (memory.c counts the read window then). */
+int sl_pipeline_reads_by_pread(const sl_pipeline_config *c)
+{
+    const char *rd = getenv("SLUICE_READ");
+    return (rd && strcmp(rd, "pread") == 0) || c->memory_budget;
 }

@@ -234,6 +234,9 @@ void sl_pipeline_config_defaults(sl_pipeline_config *c);
 /* Effective shuffle buffer (records): the record budget capped by the
  * byte budget over the mean record; 1 for NONE and GLOBAL. */
 uint64_t sl_effective_shuffle_cap(const sl_pipeline_config *c, const sl_source_set *s);
+/* Local shards read with pread rather than mapped (SLUICE_READ=pread, or
+ * cfg.memory_budget: mapped pages stay in the RSS). */
+int sl_pipeline_reads_by_pread(const sl_pipeline_config *c);
 
 /* ------------------------------------------------------------ pipeline.c */
 /* Everything sl_pipeline_create does except starting the threads: the

@@ -191,12 +191,6 @@ static int prepare(const sl_pipeline_config *cfg, uint64_t budget, sl_pipeline_c
     return rc ? rc : open_sources(c, io, s);
 }
 
-static int reads_by_pread(const sl_pipeline_config *c)
-{
-    const char *rd = getenv("SLUICE_READ");
-    return (rd && strcmp(rd, "pread") == 0) || c->memory_budget;
-}
-
 int sl_pipeline_memory_estimate(const sl_pipeline_config *cfg, sl_pipeline_memory *out)
 {
     static const char fn[] = "sl_pipeline_memory_estimate";
@@ -210,7 +204,7 @@ int sl_pipeline_memory_estimate(const sl_pipeline_config *cfg, sl_pipeline_memor
     sl_source_set s;
     if ((rc = prepare(cfg, 0, &c, &io, &s)))
         return rc;
-    estimate(&c, &s, &io, reads_by_pread(&c), out);
+    estimate(&c, &s, &io, sl_pipeline_reads_by_pread(&c), out);
     sl_source_set_close(&s);
     return SL_OK;
 }

@@ -350,8 +350,7 @@ int sl_pipeline_build(const sl_pipeline_config *cfg, sl_pipeline **out)
                      (unsigned long long)c->max_bad, p->src.bad_msgs[0]);
         goto fail;
     }
-    const char *rd = getenv("SLUICE_READ"); /* reader.c: mmap unless "pread" */
-    p->use_pread = (rd && strcmp(rd, "pread") == 0) || c->memory_budget; /* memory.c */
+    p->use_pread = sl_pipeline_reads_by_pread(c); /* reader.c: mmap unless */
     p->remote = p->src.n && p->src.remote; /* one data path: all or none */
     if (p->remote && !(p->unreachable = calloc(p->src.n, sizeof *p->unreachable))) {
         rc = sl_fail(SL_ENOMEM, "%s: out of memory", fn);
