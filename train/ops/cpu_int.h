@@ -74,16 +74,25 @@ static inline float sl_bf16_ld(uint16_t h)
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
 }
-static inline uint16_t sl_bf16_st(float f)
+/* f rounded to bf16 (nearest even; a NaN made quiet), in the high half of
+ * the float's 32 bits: kept in 32-bit lanes, so a rounding that is not
+ * stored costs no narrowing and widening (4 vector operations and a
+ * select, where the 16-bit round trip took 10). */
+static inline uint32_t sl_bf16_rbits(float f)
 {
     union { float f; uint32_t u; } v = {f};
     uint32_t u = v.u;
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u
+                                          : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
 }
+static inline uint16_t sl_bf16_st(float f) { return (uint16_t)(sl_bf16_rbits(f) >> 16); }
 /* f rounded to bf16's precision, kept as a float (a fused pass's
  * intermediate that its unfused ops would have stored). */
-static inline float sl_bf16_round(float f) { return sl_bf16_ld(sl_bf16_st(f)); }
+static inline float sl_bf16_round(float f)
+{
+    union { uint32_t u; float f; } v = {sl_bf16_rbits(f)};
+    return v.f;
+}
 /* The passes' kernels (norm_kern_cpu.h, act_kern_cpu.h, cast_cpu.c) in two
  * builds, picked at load time by the CPU (gcc's target_clones, an ifunc):
  * x86-64-v4 (AVX-512 F/BW/DQ/VL: BW for the 16-bit lanes of bf16) where the
@@ -102,6 +111,39 @@ static inline float sl_bf16_round(float f) { return sl_bf16_ld(sl_bf16_st(f)); }
 #else
 #define SL_KCLONES
 #endif
+/* Before a channel loop whose output may be one of its inputs (y = x in
+ * place), and before the rows loop around it (a constant channel count
+ * unrolls the channel loop into the rows loop, which gcc then vectorizes
+ * instead): the output is that input or disjoint from it, so no element is
+ * written before a later one is read and vectors are safe; without the
+ * assertion gcc versions the loop on an overlap test that in-place calls
+ * fail, and they ran scalar (bn_dx_bf16, 10% of the demo's bf16 step). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SL_IVDEP _Pragma("GCC ivdep")
+#else
+#define SL_IVDEP
+#endif
+/* Before a reduction's channel loop: kept a loop, so gcc vectorizes it
+ * across channels with a constant count too (unrolled, the rows loop
+ * around it did not vectorize, and the 8 channels' sums ran scalar: 3x). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SL_NOUNROLL _Pragma("GCC unroll 1")
+#else
+#define SL_NOUNROLL
+#endif
+/* A kernel's body, inlined into each clone that calls it, and the call of
+ * body f(c, ...) with the channel count c a constant where it is one of
+ * the narrow layers' (norm_kern_cpu.h says why), else as given. */
+#define SL_KBODY static inline __attribute__((always_inline))
+#define SL_BY_C(f, ...)                                                                      \
+    do {                                                                                     \
+        switch (c) {                                                                         \
+        case 8: f(8, __VA_ARGS__); break;                                                    \
+        case 16: f(16, __VA_ARGS__); break;                                                  \
+        case 32: f(32, __VA_ARGS__); break;                                                  \
+        default: f(c, __VA_ARGS__); break;                                                   \
+        }                                                                                    \
+    } while (0)
 
 /* n values: bf16 -> f32 and f32 -> bf16 (rounded). */
 void sl_bf16_widen(int64_t n, const uint16_t *src, float *dst);

@@ -70,29 +70,52 @@ static void stats_merge(int64_t seen, int64_t nb, int c, const float *restrict b
     }
 }
 
+/* Narrow rows as wide ones (norm_kern_cpu.h): k = SL_WIDE_C / c rows of c
+ * channels are one row of SL_WIDE_C when c divides it and there are k rows
+ * or more (0 otherwise); w[i] is p[i] repeated k times. */
+#define SL_WIDE_C 32
+
+static int64_t sl_wide_rows(int c, int64_t rows)
+{
+    if (c >= SL_WIDE_C || SL_WIDE_C % c || rows < SL_WIDE_C / c)
+        return 0;
+    return SL_WIDE_C / c;
+}
+
+static void sl_wide_params(int c, int n, const float *const *p, float (*w)[SL_WIDE_C])
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < SL_WIDE_C; j++)
+            w[i][j] = p[i][j % c];
+}
+
 /* The per-row kernels for f32 and bf16 activations (norm_kern_cpu.h). */
 #define SL_T float
 #define SL_LD(v) (v)
 #define SL_ST(f) (f)
 #define SL_RND(f) (f)
 #define SL_K(name) name##_f32
+#define SL_KCALL(f, ...) f(c, __VA_ARGS__)
 #include "train/ops/norm_kern_cpu.h"
 #undef SL_T
 #undef SL_LD
 #undef SL_ST
 #undef SL_RND
 #undef SL_K
+#undef SL_KCALL
 #define SL_T uint16_t
 #define SL_LD(v) sl_bf16_ld(v)
 #define SL_ST(f) sl_bf16_st(f)
 #define SL_RND(f) sl_bf16_round(f)
 #define SL_K(name) name##_bf16
+#define SL_KCALL SL_BY_C
 #include "train/ops/norm_kern_cpu.h"
 #undef SL_T
 #undef SL_LD
 #undef SL_ST
 #undef SL_RND
 #undef SL_K
+#undef SL_KCALL
 
 /* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
  * bmean, s1, s2 (c): float scratch. (ops.h: the f32 entry point.) */

@@ -11,46 +11,83 @@
  * Per-channel arrays (mean, scale, sums) are f32 / double in both. The
  * restrict channel arrays let gcc vectorize without alias versioning.
  * Not a header of its own: no include guard, nothing outside norm_cpu.c.
+ *
+ * Each kernel is a body (SL_KBODY, inlined) taking the channel count c
+ * first, and a clone (SL_KCLONES) that calls it through SL_KCALL: for bf16
+ * SL_BY_C, with c a constant 8, 16 or 32 (the narrow layers: ResNet-20's
+ * 8/16/32 at width 8) and with c as given otherwise; for f32 with c as
+ * given (there the constants measured slower: a row of 8 floats fills the
+ * vector already). gcc vectorizes the channel loop by the
+ * narrowest element (16 bf16 lanes in a 256-bit vector), so a row of 8 bf16
+ * channels never reached the vector loop and ran scalar, 4.4 ns an element
+ * against 0.57 for f32 (perf: half the demo's bf16 step); with the count
+ * known it picks vectors that fit. The element-wise passes (apply, affine,
+ * dx) go further below SL_WIDE_C channels: k rows are one row of
+ * SL_WIDE_C channels with the per-channel arrays repeated k times
+ * (sl_wide_rows, sl_wide_params in norm_cpu.c), the width their vectors
+ * run best at. The arithmetic is the same expression in the same order
+ * either way: the same bits.
  */
 
 /* y = ((x - hi) - lo)*scale + beta per channel; then, when r is not NULL,
  * y = y + r, then, when relu, y = max(y, 0) (NaN passes), each step
  * rounded as the unfused ops (bn, add, relu) store it, so the fused
- * bn_fwd_train_act gives their bits. x, r, y (rows, c); y may be x or r. */
+ * bn_fwd_train_act gives their bits. x, r, y (rows, c); y may be x or r
+ * (exactly: SL_IVDEP), else disjoint from both. */
+SL_KBODY void SL_K(bn_apply_c)(int c, int64_t rows, const SL_T *x, const float *restrict hi,
+                                     const float *restrict lo, const float *restrict scale,
+                                     const float *restrict beta, const SL_T *r, int relu,
+                                     SL_T *y)
+{
+/* one value of the affine map, as a float; the loops over rows i of the
+ * x (xr), r (rr) and y (yr) rows, one loop nest per case, each without
+ * branches, so each vectorizes (with a constant c, across rows) */
+#define BN_V(ch) (((SL_LD(xr[ch]) - hi[ch]) - lo[ch]) * scale[ch] + beta[ch])
+#define BN_ROWS(R, BODY)                                                                     \
+    SL_IVDEP                                                                                 \
+    for (int64_t i = 0; i < rows; i++) {                                                     \
+        const SL_T *xr = x + i * c, *rr = R;                                                 \
+        SL_T *yr = y + i * c;                                                                \
+        (void)rr;                                                                            \
+        SL_IVDEP                                                                             \
+        for (int ch = 0; ch < c; ch++) {                                                     \
+            BODY;                                                                            \
+        }                                                                                    \
+    }
+    if (r && relu) {
+        BN_ROWS(r + i * c, float v = SL_RND(SL_RND(BN_V(ch)) + SL_LD(rr[ch]));
+                yr[ch] = SL_ST(v < 0.0f ? 0.0f : v))
+    } else if (r) {
+        BN_ROWS(r + i * c, yr[ch] = SL_ST(SL_RND(BN_V(ch)) + SL_LD(rr[ch])))
+    } else if (relu) {
+        BN_ROWS(NULL, float v = SL_RND(BN_V(ch)); yr[ch] = SL_ST(v < 0.0f ? 0.0f : v))
+    } else {
+        BN_ROWS(NULL, yr[ch] = SL_ST(BN_V(ch)))
+    }
+#undef BN_ROWS
+#undef BN_V
+}
 SL_KCLONES static void SL_K(bn_apply)(int64_t rows, int c, const SL_T *x, const float *restrict hi,
                            const float *restrict lo, const float *restrict scale,
                            const float *restrict beta, const SL_T *r, int relu, SL_T *y)
 {
-/* one value of the affine map, as a float */
-#define BN_V(ch) (((SL_LD(xr[ch]) - hi[ch]) - lo[ch]) * scale[ch] + beta[ch])
-    /* one loop per case, each without branches, so each vectorizes */
-    for (int64_t i = 0; i < rows; i++) {
-        const SL_T *xr = x + i * c, *rr = r ? r + i * c : NULL;
-        SL_T *yr = y + i * c;
-        if (rr && relu)
-            for (int ch = 0; ch < c; ch++) {
-                float v = SL_RND(SL_RND(BN_V(ch)) + SL_LD(rr[ch]));
-                yr[ch] = SL_ST(v < 0.0f ? 0.0f : v);
-            }
-        else if (rr)
-            for (int ch = 0; ch < c; ch++)
-                yr[ch] = SL_ST(SL_RND(BN_V(ch)) + SL_LD(rr[ch]));
-        else if (relu)
-            for (int ch = 0; ch < c; ch++) {
-                float v = SL_RND(BN_V(ch));
-                yr[ch] = SL_ST(v < 0.0f ? 0.0f : v);
-            }
-        else
-            for (int ch = 0; ch < c; ch++)
-                yr[ch] = SL_ST(BN_V(ch));
+    float w[4][SL_WIDE_C];
+    int64_t k = sl_wide_rows(c, rows);
+    if (k) { /* k rows as one of SL_WIDE_C channels, then the rest */
+        const float *p[4] = {hi, lo, scale, beta};
+        sl_wide_params(c, 4, p, w);
+        SL_K(bn_apply_c)(SL_WIDE_C, rows / k, x, w[0], w[1], w[2], w[3], r, relu, y);
+        int64_t done = rows / k * k;
+        x += done * c, y += done * c, r = r ? r + done * c : NULL, rows -= done;
     }
-#undef BN_V
+    SL_KCALL(SL_K(bn_apply_c), rows, x, hi, lo, scale, beta, r, relu, y);
 }
 
 /* One block of nb rows of x: its float mean bmean and the sums s1, s2 of
  * d = x - bmean and d^2 per channel (the two looks while it is in cache). */
-SL_KCLONES static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict xb,
-                              float *restrict bmean, float *restrict s1, float *restrict s2)
+SL_KBODY void SL_K(stats_block_c)(int c, int64_t nb, const SL_T *restrict xb,
+                                        float *restrict bmean, float *restrict s1,
+                                        float *restrict s2)
 {
     for (int ch = 0; ch < c; ch++)
         bmean[ch] = s1[ch] = s2[ch] = 0;
@@ -66,6 +103,11 @@ SL_KCLONES static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict
             s1[ch] += d;
             s2[ch] += d * d;
         }
+}
+SL_KCLONES static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict xb,
+                              float *restrict bmean, float *restrict s1, float *restrict s2)
+{
+    SL_KCALL(SL_K(stats_block_c), nb, xb, bmean, s1, s2);
 }
 
 /* mean, m2 (c) of x (rows, c): blocks of bn_stats_block(c) rows merged in
@@ -85,41 +127,76 @@ SL_KCLONES static void SL_K(stats_all)(int64_t rows, int c, const SL_T *restrict
 }
 
 /* y = (x - mean)*scale + beta per channel. */
-SL_KCLONES static void SL_K(affine)(int64_t rows, int c, const SL_T *x, const float *restrict mean,
-                         const float *restrict scale, const float *restrict beta, SL_T *y)
+SL_KBODY void SL_K(affine_c)(int c, int64_t rows, const SL_T *x,
+                                   const float *restrict mean, const float *restrict scale,
+                                   const float *restrict beta, SL_T *y)
 {
+    SL_IVDEP
     for (int64_t r = 0; r < rows; r++) {
         const SL_T *xr = x + r * c;
         SL_T *yr = y + r * c;
+        SL_IVDEP
         for (int ch = 0; ch < c; ch++)
             yr[ch] = SL_ST((SL_LD(xr[ch]) - mean[ch]) * scale[ch] + beta[ch]);
     }
+}
+SL_KCLONES static void SL_K(affine)(int64_t rows, int c, const SL_T *x, const float *restrict mean,
+                         const float *restrict scale, const float *restrict beta, SL_T *y)
+{
+    float w[3][SL_WIDE_C];
+    int64_t k = sl_wide_rows(c, rows);
+    if (k) {
+        const float *p[3] = {mean, scale, beta};
+        sl_wide_params(c, 3, p, w);
+        SL_K(affine_c)(SL_WIDE_C, rows / k, x, w[0], w[1], w[2], y);
+        int64_t done = rows / k * k;
+        x += done * c, y += done * c, rows -= done;
+    }
+    SL_KCALL(SL_K(affine_c), rows, x, mean, scale, beta, y);
 }
 
 /* One block of nb rows: float sums of dy and dy*(x - mean) per channel.
  * With z (the fused bn_bwd_act): dy := dy where z > 0 else 0 first,
  * stored back (relu_bwd in place, the same bits), and summed masked. */
+SL_KBODY void SL_K(sums_block_c)(int c, int64_t nb, const SL_T *restrict xb,
+                                       const SL_T *zb, SL_T *gb, const float *restrict mean,
+                                       float *restrict fdy, float *restrict fdxc)
+{
+    for (int ch = 0; ch < c; ch++)
+        fdy[ch] = fdxc[ch] = 0;
+    /* the masked dy is summed from the register it is stored from (read
+     * back, it waited on the store: 0.86 ns an element at 16 channels) */
+    if (zb)
+        for (int64_t r = 0; r < nb; r++) {
+            SL_T *gr = gb + r * c;
+            const SL_T *zr = zb + r * c, *xr = xb + r * c;
+            SL_IVDEP
+            SL_NOUNROLL
+            for (int ch = 0; ch < c; ch++) {
+                SL_T g = gr[ch]; /* loaded unconditionally, so the select vectorizes */
+                g = SL_LD(zr[ch]) > 0.0f ? g : (SL_T)0;
+                gr[ch] = g;
+                float f = SL_LD(g);
+                fdy[ch] += f;
+                fdxc[ch] += f * (SL_LD(xr[ch]) - mean[ch]);
+            }
+        }
+    else
+        for (int64_t r = 0; r < nb; r++) {
+            const SL_T *gr = gb + r * c, *xr = xb + r * c;
+            SL_NOUNROLL
+            for (int ch = 0; ch < c; ch++) {
+                float f = SL_LD(gr[ch]);
+                fdy[ch] += f;
+                fdxc[ch] += f * (SL_LD(xr[ch]) - mean[ch]);
+            }
+        }
+}
 SL_KCLONES static void SL_K(sums_block)(int64_t nb, int c, const SL_T *restrict xb, const SL_T *zb,
                              SL_T *gb, const float *restrict mean, float *restrict fdy,
                              float *restrict fdxc)
 {
-    for (int ch = 0; ch < c; ch++)
-        fdy[ch] = fdxc[ch] = 0;
-    for (int64_t r = 0; r < nb; r++) {
-        SL_T *gr = gb + r * c;
-        if (zb) {
-            const SL_T *zr = zb + r * c;
-            for (int ch = 0; ch < c; ch++) {
-                SL_T g = gr[ch]; /* loaded unconditionally, so the select vectorizes */
-                gr[ch] = SL_LD(zr[ch]) > 0.0f ? g : (SL_T)0;
-            }
-        }
-        for (int ch = 0; ch < c; ch++) {
-            float g = SL_LD(gr[ch]);
-            fdy[ch] += g;
-            fdxc[ch] += g * (SL_LD(xb[r * c + ch]) - mean[ch]);
-        }
-    }
+    SL_KCALL(SL_K(sums_block_c), nb, xb, zb, gb, mean, fdy, fdxc);
 }
 
 /* sdy, sdxc (c) over all rows in blocks of BN_ROWS_MAX, folded into
@@ -140,16 +217,33 @@ SL_KCLONES static void SL_K(sums_all)(int64_t rows, int c, const SL_T *restrict 
     }
 }
 
-/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (each element is
- * read before it is written). */
+/* dx = a*dy - k*(x - mean) - b per channel. dx may be dy (exactly: each
+ * element is read before it is written, SL_IVDEP), else disjoint. */
+SL_KBODY void SL_K(bn_dx_c)(int c, int64_t rows, const SL_T *x, const SL_T *dy,
+                                  const float *restrict mean, const float *restrict a,
+                                  const float *restrict k, const float *restrict b, SL_T *dx)
+{
+    SL_IVDEP
+    for (int64_t r = 0; r < rows; r++) {
+        const SL_T *xr = x + r * c, *gr = dy + r * c;
+        SL_T *dr = dx + r * c;
+        SL_IVDEP
+        for (int ch = 0; ch < c; ch++)
+            dr[ch] = SL_ST(a[ch] * SL_LD(gr[ch]) - k[ch] * (SL_LD(xr[ch]) - mean[ch]) - b[ch]);
+    }
+}
 SL_KCLONES static void SL_K(bn_dx)(int64_t rows, int c, const SL_T *x, const SL_T *dy,
                         const float *restrict mean, const float *restrict a,
                         const float *restrict k, const float *restrict b, SL_T *dx)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        const SL_T *xr = x + r * c, *gr = dy + r * c;
-        SL_T *dr = dx + r * c;
-        for (int ch = 0; ch < c; ch++)
-            dr[ch] = SL_ST(a[ch] * SL_LD(gr[ch]) - k[ch] * (SL_LD(xr[ch]) - mean[ch]) - b[ch]);
+    float w[4][SL_WIDE_C];
+    int64_t kr = sl_wide_rows(c, rows);
+    if (kr) {
+        const float *p[4] = {mean, a, k, b};
+        sl_wide_params(c, 4, p, w);
+        SL_K(bn_dx_c)(SL_WIDE_C, rows / kr, x, dy, w[0], w[1], w[2], w[3], dx);
+        int64_t done = rows / kr * kr;
+        x += done * c, dy += done * c, dx += done * c, rows -= done;
     }
+    SL_KCALL(SL_K(bn_dx_c), rows, x, dy, mean, a, k, b, dx);
 }

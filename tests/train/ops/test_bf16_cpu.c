@@ -173,8 +173,10 @@ static void bns_free(bns *s)
 }
 
 /* Shapes: tiny, a row count no multiple of the blocks, wide channels,
- * one big enough for two threads to split. */
-static const int64_t bn_shapes[][2] = {{2, 3}, {1001, 13}, {77, 2048}, {25088 + 37, 16}};
+ * one big enough for two threads to split; 8 and 32 channels (constants in
+ * the kernels, 8 as wide rows of 32 with 3 rows left over). */
+static const int64_t bn_shapes[][2] = {{2, 3},           {1001, 13}, {77, 2048},
+                                       {25088 + 37, 16}, {1003, 8},  {333, 32}};
 #define N_BN (sizeof bn_shapes / sizeof *bn_shapes)
 
 Test(train_bf16, bn_passes_are_f32_rounded)

@@ -188,12 +188,18 @@ static void bn_case_random(bn_case *b, uint64_t seed)
 Test(train_norm, cpu_matches_ref_awkward_shapes)
 {
     static const int64_t rows[] = {2, 7, 1000, 100003};
-    static const int cs[] = {3, 5, 17, 64};
+    /* 8, 16, 32 (after the first four, which keep their seeds): the narrow
+     * layers' counts, which the kernels take as constants and the
+     * element-wise passes as wide rows (norm_kern_cpu.h), 7 and 100003 rows
+     * leaving a remainder to the narrow path. Not on 2 rows: two rows
+     * normalize to -1, +1 whatever x, so dx there is all cancellation
+     * (c 32's dx[6] is 0.0144 +- 3.5e-6 on the old kernels alike). */
+    static const int cs[] = {3, 5, 17, 64, 8, 16, 32};
     sl_exec er, ec;
     exec_pair(&er, &ec);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
-            if (rows[i] * cs[j] > 2000000)
+            if (rows[i] * cs[j] > 2000000 || (j >= 4 && rows[i] == 2))
                 continue;
             bn_case r, c;
             bn_case_alloc(&r, rows[i], cs[j]);
