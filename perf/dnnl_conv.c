@@ -1,0 +1,160 @@
+/*
+ * perf/dnnl_conv.c - ResNet-50's convolutions (every distinct shape, batch
+ * 16, 224 px: one replica's share of batch 32 on 2 cores) in bf16 NHWC,
+ * forward, backward-data and backward-weights (f32 dw, as conv_dnnl.c asks),
+ * each through the implementation oneDNN picks with weights "any", timed
+ * best of --reps after one warm-up on the calling thread's OpenMP team.
+ * Compiled against oneDNN 2.x (Debian's 2.6) or 3.x (PyPI's
+ * onednn-cpu-gomp) by perf/dnnl-versions: the same program, one #if for
+ * the two APIs' primitive descriptors (3.x dropped the operation
+ * descriptors), so the two libraries run the same convolutions side by side.
+ *
+ *   dnnl_conv [reps]    one line per shape and pass, then TOTAL per pass
+ */
+#include <dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CK(x)                                                                                \
+    do {                                                                                     \
+        dnnl_status_t s_ = (x);                                                              \
+        if (s_) {                                                                            \
+            fprintf(stderr, "dnnl_conv: %s: status %d\n", #x, (int)s_);                    \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+#if DNNL_VERSION_MAJOR >= 3
+typedef const_dnnl_memory_desc_t md_ref;
+#else
+typedef const dnnl_memory_desc_t *md_ref;
+#endif
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *zalloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+/* h, c, k, r, stride (square): ResNet-50 v1.5's distinct convolutions */
+static const int shapes[][5] = {
+    {224, 3, 64, 7, 2},    {56, 64, 64, 1, 1},    {56, 64, 64, 3, 1},    {56, 64, 256, 1, 1},
+    {56, 256, 64, 1, 1},   {56, 256, 128, 1, 1},  {56, 128, 128, 3, 2},  {28, 128, 512, 1, 1},
+    {56, 256, 512, 1, 2},  {28, 512, 128, 1, 1},  {28, 128, 128, 3, 1},  {28, 512, 256, 1, 1},
+    {28, 256, 256, 3, 2},  {14, 256, 1024, 1, 1}, {28, 512, 1024, 1, 2}, {14, 1024, 256, 1, 1},
+    {14, 256, 256, 3, 1},  {14, 1024, 512, 1, 1}, {14, 512, 512, 3, 2},  {7, 512, 2048, 1, 1},
+    {14, 1024, 2048, 1, 2}, {7, 2048, 512, 1, 1}, {7, 512, 512, 3, 1}};
+
+/* The three passes' primitive descriptors of one shape. */
+static int make_pds(dnnl_engine_t eng, int n, const int *s, md_ref *xmd, md_ref *ymd,
+                    dnnl_primitive_desc_t pd[3])
+{
+    int h = s[0], c = s[1], k = s[2], r = s[3], sd = s[4], pad = r / 2;
+    int p = (h + 2 * pad - r) / sd + 1;
+    dnnl_dims_t xd = {n, c, h, h}, yd = {n, k, p, p}, wd = {k, c, r, r};
+    dnnl_dims_t strides = {sd, sd}, pads = {pad, pad};
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl_dims_t dil = {0, 0};
+    dnnl_memory_desc_t x, y, wany, wanyf;
+    CK(dnnl_memory_desc_create_with_tag(&x, 4, xd, dnnl_bf16, dnnl_nhwc));
+    CK(dnnl_memory_desc_create_with_tag(&y, 4, yd, dnnl_bf16, dnnl_nhwc));
+    CK(dnnl_memory_desc_create_with_tag(&wany, 4, wd, dnnl_bf16, dnnl_format_tag_any));
+    CK(dnnl_memory_desc_create_with_tag(&wanyf, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    CK(dnnl_convolution_forward_primitive_desc_create(&pd[0], eng, dnnl_forward_training,
+                                                      dnnl_convolution_direct, x, wany, NULL, y,
+                                                      strides, dil, pads, pads, NULL));
+    CK(dnnl_convolution_backward_data_primitive_desc_create(&pd[1], eng,
+                                                            dnnl_convolution_direct, x, wany, y,
+                                                            strides, dil, pads, pads, pd[0],
+                                                            NULL));
+    CK(dnnl_convolution_backward_weights_primitive_desc_create(
+        &pd[2], eng, dnnl_convolution_direct, x, wanyf, NULL, y, strides, dil, pads, pads, pd[0],
+        NULL));
+    *xmd = x, *ymd = y; /* kept for the run; the process ends after */
+#else
+    static dnnl_memory_desc_t x, y;
+    dnnl_memory_desc_t wany, wanyf;
+    dnnl_convolution_desc_t cd;
+    CK(dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_bf16, dnnl_nhwc));
+    CK(dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_bf16, dnnl_nhwc));
+    CK(dnnl_memory_desc_init_by_tag(&wany, 4, wd, dnnl_bf16, dnnl_format_tag_any));
+    CK(dnnl_memory_desc_init_by_tag(&wanyf, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    CK(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+                                          &x, &wany, NULL, &y, strides, pads, pads));
+    CK(dnnl_primitive_desc_create(&pd[0], &cd, NULL, eng, NULL));
+    CK(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &x, &wany, &y,
+                                                strides, pads, pads));
+    CK(dnnl_primitive_desc_create(&pd[1], &cd, NULL, eng, pd[0]));
+    CK(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &x, &wanyf,
+                                                   NULL, &y, strides, pads, pads));
+    CK(dnnl_primitive_desc_create(&pd[2], &cd, NULL, eng, pd[0]));
+    *xmd = &x, *ymd = &y;
+#endif
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const pass[] = {"fwd", "bwd-data", "bwd-weights"};
+    int reps = argc > 1 ? atoi(argv[1]) : 3, n = 16;
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    double tot[3] = {0, 0, 0};
+    const dnnl_version_t *v = dnnl_version();
+    printf("oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
+    CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const int *s = shapes[i];
+        md_ref xmd, ymd;
+        dnnl_primitive_desc_t pd[3];
+        if (make_pds(eng, n, s, &xmd, &ymd, pd))
+            return 1;
+        for (int ps = 0; ps < 3; ps++) {
+            dnnl_primitive_t prim;
+            const char *impl = "?";
+            CK(dnnl_primitive_create(&prim, pd[ps]));
+            dnnl_primitive_desc_query(pd[ps], dnnl_query_impl_info_str, 0, &impl);
+            md_ref wm = dnnl_primitive_desc_query_md(
+                pd[ps], ps == 2 ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+            md_ref sm = dnnl_primitive_desc_query_md(pd[ps], dnnl_query_scratchpad_md, 0);
+            dnnl_memory_t mx, my, mw, ms = NULL;
+            CK(dnnl_memory_create(&mx, xmd, eng, zalloc(dnnl_memory_desc_get_size(xmd))));
+            CK(dnnl_memory_create(&my, ymd, eng, zalloc(dnnl_memory_desc_get_size(ymd))));
+            CK(dnnl_memory_create(&mw, wm, eng, zalloc(dnnl_memory_desc_get_size(wm))));
+            if (sm && dnnl_memory_desc_get_size(sm))
+                CK(dnnl_memory_create(&ms, sm, eng, zalloc(dnnl_memory_desc_get_size(sm))));
+            dnnl_exec_arg_t a[4] = {
+                {ps == 1 ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC, mx},
+                {ps == 2 ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS, mw},
+                {ps == 0 ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST, my},
+                {DNNL_ARG_SCRATCHPAD, ms}};
+            double best = 1e30;
+            for (int rep = 0; rep <= reps; rep++) {
+                double t0 = now();
+                CK(dnnl_primitive_execute(prim, st, ms ? 4 : 3, a));
+                CK(dnnl_stream_wait(st));
+                double t = now() - t0;
+                if (rep && t < best)
+                    best = t;
+            }
+            tot[ps] += best;
+            printf("%-11s h%-3d c%-4d k%-4d %dx%d/%d %-40s %8.2f ms\n", pass[ps], s[0], s[1],
+                   s[2], s[3], s[3], s[4], impl, best * 1e3);
+        }
+    }
+    printf("TOTAL fwd %.1f bwd-data %.1f bwd-weights %.1f all %.1f ms\n", tot[0] * 1e3,
+           tot[1] * 1e3, tot[2] * 1e3, (tot[0] + tot[1] + tot[2]) * 1e3);
+    return 0;
+}
