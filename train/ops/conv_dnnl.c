@@ -166,6 +166,15 @@ static void prim_free(dn_prim *p)
     free(p);
 }
 
+/* On oneDNN 3.2 a conv of at most this many input and output channels
+ * skips the brgemm implementations ("brgconv", "brg_fwd+brgconv") for the
+ * next (jit_bf16 / jit): at 8-32 channels their per-call host code
+ * (ker_vpad, init_batch: 7% of the demo's step in perf) outweighs their
+ * kernels, and ResNet-20 at width 8 took 10% more CPU a step than on 2.6;
+ * skipping them gives it 2.6's (600 steps, 20.0 against 20.4 CPU-seconds
+ * in two alternations). ResNet-50's convs all have 64 or more. */
+#define BRG_MIN_C 32
+
 /* The primitive descriptor of one pass (weights "any"; strides and pads
  * from sh; hint: forward's, for the backward passes): its first
  * implementation in oneDNN's order of preference, except one. In 2.6.3
@@ -175,7 +184,8 @@ static void prim_free(dn_prim *p)
  * thread (3 KiB past 13.5 KiB for n5 28x28 c8 -> k16 stride 2 on 2
  * threads; found by tests/train/ops/test_conv.c's net shapes). Such a conv
  * takes the next implementation (the general jit kernel), on 3.2 as well:
- * its 1x1 kernels keep the rtus design. */
+ * its 1x1 kernels keep the rtus design. And on 3.2 narrow convs skip the
+ * brgemm ones (BRG_MIN_C). */
 static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_ref wany,
                              md_ref ymd, const_dnnl_primitive_attr_t attr,
                              const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *out)
@@ -225,11 +235,12 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_r
     if (st != dnnl_success)
         return st;
     int avoid_1x1 = pass == PASS_BWD_FILTER && sh->r == 1 && sh->s == 1 && sh->stride > 1;
+    int avoid_brg = DNNL_VERSION_MAJOR >= 3 && sh->c <= BRG_MIN_C && sh->k <= BRG_MIN_C;
     for (;;) {
         const char *impl = NULL;
-        if (!avoid_1x1 ||
+        if ((!avoid_1x1 && !avoid_brg) ||
             dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-            !impl || !strstr(impl, "1x1")) {
+            !impl || !((avoid_1x1 && strstr(impl, "1x1")) || (avoid_brg && strstr(impl, "brg")))) {
             *out = pd;
             return dnnl_success;
         }
