@@ -14,14 +14,23 @@
  *   - a 10-bit table resolves a whole AC coefficient (code, run and the
  *     magnitude bits, sign-extended) in one lookup when code + magnitude
  *     fit in 10 bits, a ZRL as a zero coefficient 16 places on, and EOB;
+ *     for the blocks that are stored a second table (pair, 64-bit
+ *     entries) gives that coefficient together with the next symbol's
+ *     (a coefficient or EOB) where both fit in the 10 bits, and both
+ *     forms go through the same branch-free step (two stores, the second
+ *     overwritten by the first where there is one): the chain of shift,
+ *     lookup, shift that bounds a Huffman decoder runs once per two
+ *     coefficients where they are small (issue 41: a sample from a file
+ *     with restart markers 2-4% faster, one thread, perf/bench_restart
+ *     side by side on a shared machine; a first try with 32-bit entries
+ *     and a branch between one and two was 8% slower: mispredictions);
  *   - MCUs outside the crop's columns (decompress_onepass IDCTs only
  *     [first_iMCU_col, last_iMCU_col] of jpeg_decomp_master, the fields
  *     decode_yuv.c sets) and above the crop (empty range) go through a
  *     second table (skip2) that gives code + magnitude length and run of
  *     every symbol whose code fits in 10 bits, and of a second symbol
  *     where its code fits in the bits the first leaves: nothing is
- *     stored, only the DC predictions kept (the same two-coefficient table
- *     for stored blocks was slower: 64-bit entries);
+ *     stored, only the DC predictions kept;
  *   - the bit buffer is refilled 8 bytes at a time when none of them is
  *     0xFF (a stuffed byte or a marker), one byte at a time otherwise.
  * The coefficients it stores are libjpeg's for every stream libjpeg
@@ -97,6 +106,19 @@
 #define S_EOB2 (1u << 26) /* the second is EOB */
 #define S_ONE (1u << 27)  /* a first symbol (the entry is not 0) */
 
+/* Entries of pair, the table of the blocks that are stored: one whole
+ * coefficient, or two where both symbols (code and magnitude bits) fit in
+ * the HB bits, per lookup, with no branch between one and two. Bits 0-7
+ * the bits used (the shift count as it is), 8-15 a: the first's value goes
+ * to coefficient k + a - 1 (k the index of the next), 16-23 g: the entry
+ * applies where k + g <= 64 (every value it writes lands in the block),
+ * 24-31 how far k moves (64 where the block ends after the entry: an EOB),
+ * 32-47 the first value, 48-63 the second, written to k + g - 1 before the
+ * first (an entry of one: g = a and the first overwrites it). An EOB
+ * writes 0 at k, a place not written yet: the block is zeroed. P_NONE:
+ * the first symbol is not resolved in HB bits (g 255 never applies). */
+#define P_NONE ((uint64_t)255 << 16)
+
 typedef struct sl_htab {
     int ok;               /* built */
     uint8_t bits[17];     /* the JHUFF_TBL it was built from */
@@ -104,6 +126,7 @@ typedef struct sl_htab {
     uint16_t look[HN];    /* (length << 8) | symbol; 0: code longer than HB */
     uint32_t fast[HN];    /* AC: whole coefficient (see E_*) */
     uint32_t skip2[HN];   /* AC: two symbols (S_*) */
+    uint64_t pair[HN];    /* AC: one or two stored coefficients (P_*) */
     int32_t maxcode[18];  /* largest code of each length, -1 none; [17] sentinel */
     int32_t valoff[17];   /* vals index of code c of length l: c + valoff[l] */
 } sl_htab;
@@ -140,6 +163,12 @@ static const uint8_t natural[64 + 16] = {
     40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
     29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
     47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+/* natural shifted by one (natural1[i] = natural[i - 1]): pair entries
+ * index it with k + a, the place after the value's. */
+static const uint8_t natural1[64 + 1] = {
+    0,  0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40,
+    48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15,
+    23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
 
 /* Figure F.12: the s magnitude bits v as a signed value. */
 static inline int extend(uint32_t v, int s)
@@ -187,6 +216,48 @@ static void build_skip2(sl_htab *t)
                     S_TWO | ((e2 & E_EOB) ? S_EOB2 : 0);
         }
         t->skip2[pk] = v;
+    }
+}
+
+/* One pair entry (P_*): bits used, a, g, the move of k, two values. */
+static uint64_t pair_entry(uint32_t bits, uint32_t a, uint32_t g, uint32_t move, int32_t v1,
+                           int32_t v2)
+{
+    return bits | a << 8 | g << 16 | move << 24 | (uint64_t)(uint16_t)v1 << 32 |
+           (uint64_t)(uint16_t)v2 << 48;
+}
+
+/* pair from fast: per lookahead, the first symbol (a coefficient, EOB,
+ * or ZRL: a zero 16 places on, as fast has it) and, where its bits leave
+ * room in the HB for the second symbol's code and magnitude, the second
+ * (a coefficient, or EOB; a ZRL is never a second). JCOEF is 16 bits:
+ * fast's values fit. */
+static void build_pair(sl_htab *t)
+{
+    for (uint32_t pk = 0; pk < HN; pk++) {
+        uint32_t f = t->fast[pk], b1 = f & 0xFF, a1 = (f >> 8 & 15) + 1;
+        int32_t v1 = (int32_t)f >> 16;
+        if (!f) {
+            t->pair[pk] = P_NONE;
+            continue;
+        }
+        if (f & E_EOB) {
+            t->pair[pk] = pair_entry(b1, 1, 1, 64, 0, 0);
+            continue;
+        }
+        t->pair[pk] = pair_entry(b1, a1, a1, a1, v1, 0);
+        if (v1 == 0 || b1 >= HB) /* ZRL, or no room */
+            continue;
+        uint32_t q = (pk << b1) & (HN - 1), f2 = t->fast[q], b2 = f2 & 0xFF;
+        int32_t v2 = (int32_t)f2 >> 16;
+        if (!f2 || b2 > HB - b1)
+            continue;
+        if (f2 & E_EOB)
+            t->pair[pk] = pair_entry(b1 + b2, a1, a1 + 1, 64, v1, 0);
+        else if (v2 != 0) {
+            uint32_t g = a1 + (f2 >> 8 & 15) + 1;
+            t->pair[pk] = pair_entry(b1 + b2, a1, g, g, v1, v2);
+        }
     }
 }
 
@@ -254,8 +325,10 @@ static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
         code <<= 1;
     }
     t->maxcode[17] = 0x7fffffff;
-    if (ac)
+    if (ac) {
         build_skip2(t);
+        build_pair(t);
+    }
     t->ok = 1;
     return 1;
 }
@@ -389,27 +462,45 @@ INLINE void block_store(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk, JC
 {
     const sl_htab *t = h->bac[blk];
     out[0] = (JCOEF)dc(ci, h, b, blk);
-    for (int k = 1; k < 64; k++) {
+    /* k: the index of the next coefficient. A pair entry where every
+     * value it writes lands in the block (a first at 63 ends the block:
+     * what follows is the next block's); otherwise one symbol as fast
+     * and the canonical search have it. The same values at the same
+     * places as one symbol at a time (natural1[i] is natural[i - 1]). */
+    for (unsigned k = 1;;) {
         if (b->nbits < 32)
             refill(h, b);
-        uint32_t f = t->fast[PEEK(b)];
+        uint32_t pk = PEEK(b);
+        uint64_t e = t->pair[pk];
+        if (__builtin_expect(k + (unsigned)(e >> 16 & 255) <= 64, 1)) {
+            DROP(b, (int)(e & 63));
+            out[natural1[k + (unsigned)(e >> 16 & 255)]] = (JCOEF)(e >> 48);
+            out[natural1[k + (unsigned)(e >> 8 & 255)]] = (JCOEF)(e >> 32);
+            k += (unsigned)(e >> 24 & 255);
+            if (k >= 64)
+                break;
+            continue;
+        }
+        uint32_t f = t->fast[pk];
         if (f) {
             DROP(b, (int)(f & 0xFF));
             if (f & E_EOB)
                 break;
-            k += (int)(f >> 8 & 15);
+            k += f >> 8 & 15;
             out[natural[k]] = (JCOEF)((int32_t)f >> 16);
-            continue;
-        }
-        int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
-        if (s) {
-            k += r;
-            out[natural[k]] = (JCOEF)magnitude(b, s);
-        } else if (r != 15) {
-            break;
         } else {
-            k += 15;
+            int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
+            if (s) {
+                k += (unsigned)r;
+                out[natural[k]] = (JCOEF)magnitude(b, s);
+            } else if (r != 15) {
+                break;
+            } else {
+                k += 15;
+            }
         }
+        if (++k >= 64)
+            break;
     }
 }
 
