@@ -751,6 +751,7 @@ static int prepare(struct jpeg_decompress_struct *ci, sl_huff **hp)
             return sl_fail(SL_ENOMEM, "sl_huff_install: out of memory");
         *hp = h;
     }
+    unsigned built = 0; /* bit dt: dc[dt] built for this image; 4 + at: ac[at] */
     for (int b = 0; b < ci->blocks_in_MCU; b++) {
         int c = ci->MCU_membership[b];
         if (c < 0 || c >= ci->comps_in_scan || !ci->cur_comp_info[c])
@@ -760,9 +761,13 @@ static int prepare(struct jpeg_decompress_struct *ci, sl_huff **hp)
         if (dt < 0 || dt >= NUM_HUFF_TBLS || at < 0 || at >= NUM_HUFF_TBLS ||
             !ci->dc_huff_tbl_ptrs[dt] || !ci->ac_huff_tbl_ptrs[at])
             return SL_ENOTSUP;
-        if (!build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0) ||
-            !build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
+        /* each table checked once per image, not once per block (six
+         * blocks of 4:2:0 share two pairs of tables) */
+        if (!(built >> dt & 1) && !build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0))
             return SL_ENOTSUP;
+        if (!(built >> (4 + at) & 1) && !build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
+            return SL_ENOTSUP;
+        built |= 1u << dt | 1u << (4 + at);
         h->bdc[b] = &h->dc[dt];
         h->bac[b] = &h->ac[at];
         h->bcomp[b] = c;
