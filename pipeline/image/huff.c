@@ -87,49 +87,8 @@
 #include <jerror.h>
 #include <jpegint.h> /* jpeg_entropy_decoder, jpeg_decomp_master */
 
+#include "pipeline/image/huff_int.h"
 #include "pipeline/image/image.h"
-
-#define HB 10 /* lookahead bits */
-#define HN (1 << HB)
-
-/* Entries of the fast table (and of skip_entry): bits 0-7 bits used,
- * 8-11 the run, bit 12 end of block, 16-31 the coefficient (fast table).
- * 0: not resolved in HB bits. */
-#define E_EOB (1u << 12)
-
-/* Entries of skip2, up to two whole AC symbols per lookup (the blocks
- * nobody stores): bits 0-4 the first symbol's bits (code + magnitude),
- * 5-9 both symbols' bits, 10-16 how far the first moves the coefficient
- * index (run + 1; 16 for ZRL), 17-23 how far both move it; flags: */
-#define S_EOB1 (1u << 24) /* the first is EOB */
-#define S_TWO (1u << 25)  /* there is a second symbol */
-#define S_EOB2 (1u << 26) /* the second is EOB */
-#define S_ONE (1u << 27)  /* a first symbol (the entry is not 0) */
-
-/* Entries of pair, the table of the blocks that are stored: one whole
- * coefficient, or two where both symbols (code and magnitude bits) fit in
- * the HB bits, per lookup, with no branch between one and two. Bits 0-7
- * the bits used (the shift count as it is), 8-15 a: the first's value goes
- * to coefficient k + a - 1 (k the index of the next), 16-23 g: the entry
- * applies where k + g <= 64 (every value it writes lands in the block),
- * 24-31 how far k moves (64 where the block ends after the entry: an EOB),
- * 32-47 the first value, 48-63 the second, written to k + g - 1 before the
- * first (an entry of one: g = a and the first overwrites it). An EOB
- * writes 0 at k, a place not written yet: the block is zeroed. P_NONE:
- * the first symbol is not resolved in HB bits (g 255 never applies). */
-#define P_NONE ((uint64_t)255 << 16)
-
-typedef struct sl_htab {
-    int ok;               /* built */
-    uint8_t bits[17];     /* the JHUFF_TBL it was built from */
-    uint8_t vals[256];
-    uint16_t look[HN];    /* (length << 8) | symbol; 0: code longer than HB */
-    uint32_t fast[HN];    /* AC: whole coefficient (see E_*) */
-    uint32_t skip2[HN];   /* AC: two symbols (S_*) */
-    uint64_t pair[HN];    /* AC: one or two stored coefficients (P_*) */
-    int32_t maxcode[18];  /* largest code of each length, -1 none; [17] sentinel */
-    int32_t valoff[17];   /* vals index of code c of length l: c + valoff[l] */
-} sl_htab;
 
 struct sl_huff {
     sl_htab dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
@@ -169,169 +128,6 @@ static const uint8_t natural1[64 + 1] = {
     0,  0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40,
     48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15,
     23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
-
-/* Figure F.12: the s magnitude bits v as a signed value. */
-static inline int extend(uint32_t v, int s)
-{
-    return v < (1u << (s - 1)) ? (int)v - (1 << s) + 1 : (int)v;
-}
-
-/* ------------------------------------------------------------- tables */
-
-/* How far a symbol's skip_entry e moves the coefficient index: run + 1
- * (a ZRL is run 15 of nothing: 16, as in the decode loop); EOB 0. */
-static uint32_t advance(uint32_t e)
-{
-    return (e & E_EOB) ? 0 : (e >> 8 & 15) + 1;
-}
-
-/* One AC symbol as its look entry e (nonzero) gives it: bits of code +
- * magnitude, the run, E_EOB. */
-static uint32_t skip_entry(uint32_t e)
-{
-    uint32_t l = e >> 8, r = e >> 4 & 15, s = e & 15;
-    return s == 0 && r != 15 ? E_EOB | l : r << 8 | (l + s);
-}
-
-/* skip2 from look: a second symbol where the first leaves room
- * in the HB bits for the second's code (its magnitude bits may lie past
- * them: they are only dropped, and the buffer holds >= 32 bits). */
-static void build_skip2(sl_htab *t)
-{
-    for (uint32_t pk = 0; pk < HN; pk++) {
-        t->skip2[pk] = 0;
-        if (!t->look[pk])
-            continue;
-        uint32_t e1 = skip_entry(t->look[pk]), b1 = e1 & 0xFF, a1 = advance(e1);
-        uint32_t v = b1 | b1 << 5 | a1 << 10 | a1 << 17 | S_ONE;
-        if (e1 & E_EOB) {
-            t->skip2[pk] = v | S_EOB1;
-            continue;
-        }
-        if (b1 < HB) {
-            uint32_t q = (pk << b1) & (HN - 1), l2 = t->look[q] >> 8;
-            uint32_t e2 = l2 ? skip_entry(t->look[q]) : 0;
-            if (l2 && l2 <= HB - b1)
-                v = b1 | (b1 + (e2 & 0xFF)) << 5 | a1 << 10 | (a1 + advance(e2)) << 17 | S_ONE |
-                    S_TWO | ((e2 & E_EOB) ? S_EOB2 : 0);
-        }
-        t->skip2[pk] = v;
-    }
-}
-
-/* One pair entry (P_*): bits used, a, g, the move of k, two values. */
-static uint64_t pair_entry(uint32_t bits, uint32_t a, uint32_t g, uint32_t move, int32_t v1,
-                           int32_t v2)
-{
-    return bits | a << 8 | g << 16 | move << 24 | (uint64_t)(uint16_t)v1 << 32 |
-           (uint64_t)(uint16_t)v2 << 48;
-}
-
-/* pair from fast: per lookahead, the first symbol (a coefficient, EOB,
- * or ZRL: a zero 16 places on, as fast has it) and, where its bits leave
- * room in the HB for the second symbol's code and magnitude, the second
- * (a coefficient, or EOB; a ZRL is never a second). JCOEF is 16 bits:
- * fast's values fit. */
-static void build_pair(sl_htab *t)
-{
-    for (uint32_t pk = 0; pk < HN; pk++) {
-        uint32_t f = t->fast[pk], b1 = f & 0xFF, a1 = (f >> 8 & 15) + 1;
-        int32_t v1 = (int32_t)f >> 16;
-        if (!f) {
-            t->pair[pk] = P_NONE;
-            continue;
-        }
-        if (f & E_EOB) {
-            t->pair[pk] = pair_entry(b1, 1, 1, 64, 0, 0);
-            continue;
-        }
-        t->pair[pk] = pair_entry(b1, a1, a1, a1, v1, 0);
-        if (v1 == 0 || b1 >= HB) /* ZRL, or no room */
-            continue;
-        uint32_t q = (pk << b1) & (HN - 1), f2 = t->fast[q], b2 = f2 & 0xFF;
-        int32_t v2 = (int32_t)f2 >> 16;
-        if (!f2 || b2 > HB - b1)
-            continue;
-        if (f2 & E_EOB)
-            t->pair[pk] = pair_entry(b1 + b2, a1, a1 + 1, 64, v1, 0);
-        else if (v2 != 0) {
-            uint32_t g = a1 + (f2 >> 8 & 15) + 1;
-            t->pair[pk] = pair_entry(b1 + b2, a1, g, g, v1, v2);
-        }
-    }
-}
-
-/* Build t from h (the checks of jpeg_make_d_derived_tbl, which already
- * accepted it at start_pass: they are made again here, each before the
- * entries it guards are written). 0 on a table libjpeg would refuse. */
-static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
-{
-    int n = 0;
-    for (int l = 1; l <= 16; l++)
-        n += h->bits[l];
-    if (n > 256)
-        return 0;
-    if (t->ok && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
-        memcmp(t->vals, h->huffval, (size_t)n) == 0)
-        return 1; /* built, and checked, for an earlier image */
-    /* Canonical codes (C.2): no code of length l may be all ones, so the
-     * codes of each length fit below 2^l - 1; an over-full table would
-     * put look entries past look[HN]. */
-    for (int32_t l = 1, code = 0; l <= 16; l++) {
-        if (h->bits[l] && code + h->bits[l] >= (1 << l))
-            return 0;
-        code = (code + h->bits[l]) << 1;
-    }
-    t->ok = 0;
-    memcpy(t->bits, h->bits, sizeof t->bits);
-    memcpy(t->vals, h->huffval, (size_t)n);
-    memset(t->look, 0, sizeof t->look);
-    memset(t->fast, 0, sizeof t->fast);
-    int32_t code = 0, p = 0;
-    for (int l = 1; l <= 16; l++) {
-        int c = h->bits[l];
-        if (c) {
-            t->valoff[l] = p - code;
-            for (int i = 0; i < c; i++, p++, code++) {
-                int sym = h->huffval[p];
-                if (!ac && sym > 15)
-                    return 0;
-                if (l <= HB) {
-                    int lo = code << (HB - l), m = 1 << (HB - l);
-                    int r = sym >> 4, s = sym & 15;
-                    for (int j = 0; j < m; j++) {
-                        int pk = lo + j;
-                        t->look[pk] = (uint16_t)(l << 8 | sym);
-                        if (!ac)
-                            continue;
-                        if (s == 0 && r != 15) {
-                            t->fast[pk] = E_EOB | (uint32_t)l;
-                        } else {
-                            if (s == 0) /* ZRL: a zero 16 places on */
-                                t->fast[pk] = (uint32_t)(15 << 8 | l);
-                            else if (l + s <= HB) {
-                                uint32_t v = (uint32_t)(pk >> (HB - l - s)) & ((1u << s) - 1);
-                                t->fast[pk] = (uint32_t)extend(v, s) << 16 |
-                                              (uint32_t)(r << 8 | (l + s));
-                            }
-                        }
-                    }
-                }
-            }
-            t->maxcode[l] = code - 1;
-        } else {
-            t->maxcode[l] = -1;
-        }
-        code <<= 1;
-    }
-    t->maxcode[17] = 0x7fffffff;
-    if (ac) {
-        build_skip2(t);
-        build_pair(t);
-    }
-    t->ok = 1;
-    return 1;
-}
 
 /* ---------------------------------------------------------- bit reader */
 
@@ -763,9 +559,10 @@ static int prepare(struct jpeg_decompress_struct *ci, sl_huff **hp)
             return SL_ENOTSUP;
         /* each table checked once per image, not once per block (six
          * blocks of 4:2:0 share two pairs of tables) */
-        if (!(built >> dt & 1) && !build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0))
+        if (!(built >> dt & 1) && !sl_huff_build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0))
             return SL_ENOTSUP;
-        if (!(built >> (4 + at) & 1) && !build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
+        if (!(built >> (4 + at) & 1) &&
+            !sl_huff_build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
             return SL_ENOTSUP;
         built |= 1u << dt | 1u << (4 + at);
         h->bdc[b] = &h->dc[dt];
