@@ -14,14 +14,23 @@
  *   - a 10-bit table resolves a whole AC coefficient (code, run and the
  *     magnitude bits, sign-extended) in one lookup when code + magnitude
  *     fit in 10 bits, a ZRL as a zero coefficient 16 places on, and EOB;
+ *     for the blocks that are stored a second table (pair, 64-bit
+ *     entries) gives that coefficient together with the next symbol's
+ *     (a coefficient or EOB) where both fit in the 10 bits, and both
+ *     forms go through the same branch-free step (two stores, the second
+ *     overwritten by the first where there is one): the chain of shift,
+ *     lookup, shift that bounds a Huffman decoder runs once per two
+ *     coefficients where they are small (issue 41: a sample from a file
+ *     with restart markers 2-4% faster, one thread, perf/bench_restart
+ *     side by side on a shared machine; a first try with 32-bit entries
+ *     and a branch between one and two was 8% slower: mispredictions);
  *   - MCUs outside the crop's columns (decompress_onepass IDCTs only
  *     [first_iMCU_col, last_iMCU_col] of jpeg_decomp_master, the fields
  *     decode_yuv.c sets) and above the crop (empty range) go through a
  *     second table (skip2) that gives code + magnitude length and run of
  *     every symbol whose code fits in 10 bits, and of a second symbol
  *     where its code fits in the bits the first leaves: nothing is
- *     stored, only the DC predictions kept (the same two-coefficient table
- *     for stored blocks was slower: 64-bit entries);
+ *     stored, only the DC predictions kept;
  *   - the bit buffer is refilled 8 bytes at a time when none of them is
  *     0xFF (a stuffed byte or a marker), one byte at a time otherwise.
  * The coefficients it stores are libjpeg's for every stream libjpeg
@@ -78,35 +87,8 @@
 #include <jerror.h>
 #include <jpegint.h> /* jpeg_entropy_decoder, jpeg_decomp_master */
 
+#include "pipeline/image/huff_int.h"
 #include "pipeline/image/image.h"
-
-#define HB 10 /* lookahead bits */
-#define HN (1 << HB)
-
-/* Entries of the fast table (and of skip_entry): bits 0-7 bits used,
- * 8-11 the run, bit 12 end of block, 16-31 the coefficient (fast table).
- * 0: not resolved in HB bits. */
-#define E_EOB (1u << 12)
-
-/* Entries of skip2, up to two whole AC symbols per lookup (the blocks
- * nobody stores): bits 0-4 the first symbol's bits (code + magnitude),
- * 5-9 both symbols' bits, 10-16 how far the first moves the coefficient
- * index (run + 1; 16 for ZRL), 17-23 how far both move it; flags: */
-#define S_EOB1 (1u << 24) /* the first is EOB */
-#define S_TWO (1u << 25)  /* there is a second symbol */
-#define S_EOB2 (1u << 26) /* the second is EOB */
-#define S_ONE (1u << 27)  /* a first symbol (the entry is not 0) */
-
-typedef struct sl_htab {
-    int ok;               /* built */
-    uint8_t bits[17];     /* the JHUFF_TBL it was built from */
-    uint8_t vals[256];
-    uint16_t look[HN];    /* (length << 8) | symbol; 0: code longer than HB */
-    uint32_t fast[HN];    /* AC: whole coefficient (see E_*) */
-    uint32_t skip2[HN];   /* AC: two symbols (S_*) */
-    int32_t maxcode[18];  /* largest code of each length, -1 none; [17] sentinel */
-    int32_t valoff[17];   /* vals index of code c of length l: c + valoff[l] */
-} sl_htab;
 
 struct sl_huff {
     sl_htab dc[NUM_HUFF_TBLS], ac[NUM_HUFF_TBLS];
@@ -140,125 +122,12 @@ static const uint8_t natural[64 + 16] = {
     40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
     29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
     47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
-
-/* Figure F.12: the s magnitude bits v as a signed value. */
-static inline int extend(uint32_t v, int s)
-{
-    return v < (1u << (s - 1)) ? (int)v - (1 << s) + 1 : (int)v;
-}
-
-/* ------------------------------------------------------------- tables */
-
-/* How far a symbol's skip_entry e moves the coefficient index: run + 1
- * (a ZRL is run 15 of nothing: 16, as in the decode loop); EOB 0. */
-static uint32_t advance(uint32_t e)
-{
-    return (e & E_EOB) ? 0 : (e >> 8 & 15) + 1;
-}
-
-/* One AC symbol as its look entry e (nonzero) gives it: bits of code +
- * magnitude, the run, E_EOB. */
-static uint32_t skip_entry(uint32_t e)
-{
-    uint32_t l = e >> 8, r = e >> 4 & 15, s = e & 15;
-    return s == 0 && r != 15 ? E_EOB | l : r << 8 | (l + s);
-}
-
-/* skip2 from look: a second symbol where the first leaves room
- * in the HB bits for the second's code (its magnitude bits may lie past
- * them: they are only dropped, and the buffer holds >= 32 bits). */
-static void build_skip2(sl_htab *t)
-{
-    for (uint32_t pk = 0; pk < HN; pk++) {
-        t->skip2[pk] = 0;
-        if (!t->look[pk])
-            continue;
-        uint32_t e1 = skip_entry(t->look[pk]), b1 = e1 & 0xFF, a1 = advance(e1);
-        uint32_t v = b1 | b1 << 5 | a1 << 10 | a1 << 17 | S_ONE;
-        if (e1 & E_EOB) {
-            t->skip2[pk] = v | S_EOB1;
-            continue;
-        }
-        if (b1 < HB) {
-            uint32_t q = (pk << b1) & (HN - 1), l2 = t->look[q] >> 8;
-            uint32_t e2 = l2 ? skip_entry(t->look[q]) : 0;
-            if (l2 && l2 <= HB - b1)
-                v = b1 | (b1 + (e2 & 0xFF)) << 5 | a1 << 10 | (a1 + advance(e2)) << 17 | S_ONE |
-                    S_TWO | ((e2 & E_EOB) ? S_EOB2 : 0);
-        }
-        t->skip2[pk] = v;
-    }
-}
-
-/* Build t from h (the checks of jpeg_make_d_derived_tbl, which already
- * accepted it at start_pass: they are made again here, each before the
- * entries it guards are written). 0 on a table libjpeg would refuse. */
-static int build(sl_htab *t, const JHUFF_TBL *h, int ac)
-{
-    int n = 0;
-    for (int l = 1; l <= 16; l++)
-        n += h->bits[l];
-    if (n > 256)
-        return 0;
-    if (t->ok && memcmp(t->bits, h->bits, sizeof t->bits) == 0 &&
-        memcmp(t->vals, h->huffval, (size_t)n) == 0)
-        return 1; /* built, and checked, for an earlier image */
-    /* Canonical codes (C.2): no code of length l may be all ones, so the
-     * codes of each length fit below 2^l - 1; an over-full table would
-     * put look entries past look[HN]. */
-    for (int32_t l = 1, code = 0; l <= 16; l++) {
-        if (h->bits[l] && code + h->bits[l] >= (1 << l))
-            return 0;
-        code = (code + h->bits[l]) << 1;
-    }
-    t->ok = 0;
-    memcpy(t->bits, h->bits, sizeof t->bits);
-    memcpy(t->vals, h->huffval, (size_t)n);
-    memset(t->look, 0, sizeof t->look);
-    memset(t->fast, 0, sizeof t->fast);
-    int32_t code = 0, p = 0;
-    for (int l = 1; l <= 16; l++) {
-        int c = h->bits[l];
-        if (c) {
-            t->valoff[l] = p - code;
-            for (int i = 0; i < c; i++, p++, code++) {
-                int sym = h->huffval[p];
-                if (!ac && sym > 15)
-                    return 0;
-                if (l <= HB) {
-                    int lo = code << (HB - l), m = 1 << (HB - l);
-                    int r = sym >> 4, s = sym & 15;
-                    for (int j = 0; j < m; j++) {
-                        int pk = lo + j;
-                        t->look[pk] = (uint16_t)(l << 8 | sym);
-                        if (!ac)
-                            continue;
-                        if (s == 0 && r != 15) {
-                            t->fast[pk] = E_EOB | (uint32_t)l;
-                        } else {
-                            if (s == 0) /* ZRL: a zero 16 places on */
-                                t->fast[pk] = (uint32_t)(15 << 8 | l);
-                            else if (l + s <= HB) {
-                                uint32_t v = (uint32_t)(pk >> (HB - l - s)) & ((1u << s) - 1);
-                                t->fast[pk] = (uint32_t)extend(v, s) << 16 |
-                                              (uint32_t)(r << 8 | (l + s));
-                            }
-                        }
-                    }
-                }
-            }
-            t->maxcode[l] = code - 1;
-        } else {
-            t->maxcode[l] = -1;
-        }
-        code <<= 1;
-    }
-    t->maxcode[17] = 0x7fffffff;
-    if (ac)
-        build_skip2(t);
-    t->ok = 1;
-    return 1;
-}
+/* natural shifted by one (natural1[i] = natural[i - 1]): pair entries
+ * index it with k + a, the place after the value's. */
+static const uint8_t natural1[64 + 1] = {
+    0,  0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40,
+    48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15,
+    23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
 
 /* ---------------------------------------------------------- bit reader */
 
@@ -389,27 +258,45 @@ INLINE void block_store(j_decompress_ptr ci, sl_huff *h, sl_bits *b, int blk, JC
 {
     const sl_htab *t = h->bac[blk];
     out[0] = (JCOEF)dc(ci, h, b, blk);
-    for (int k = 1; k < 64; k++) {
+    /* k: the index of the next coefficient. A pair entry where every
+     * value it writes lands in the block (a first at 63 ends the block:
+     * what follows is the next block's); otherwise one symbol as fast
+     * and the canonical search have it. The same values at the same
+     * places as one symbol at a time (natural1[i] is natural[i - 1]). */
+    for (unsigned k = 1;;) {
         if (b->nbits < 32)
             refill(h, b);
-        uint32_t f = t->fast[PEEK(b)];
+        uint32_t pk = PEEK(b);
+        uint64_t e = t->pair[pk];
+        if (__builtin_expect(k + (unsigned)(e >> 16 & 255) <= 64, 1)) {
+            DROP(b, (int)(e & 63));
+            out[natural1[k + (unsigned)(e >> 16 & 255)]] = (JCOEF)(e >> 48);
+            out[natural1[k + (unsigned)(e >> 8 & 255)]] = (JCOEF)(e >> 32);
+            k += (unsigned)(e >> 24 & 255);
+            if (k >= 64)
+                break;
+            continue;
+        }
+        uint32_t f = t->fast[pk];
         if (f) {
             DROP(b, (int)(f & 0xFF));
             if (f & E_EOB)
                 break;
-            k += (int)(f >> 8 & 15);
+            k += f >> 8 & 15;
             out[natural[k]] = (JCOEF)((int32_t)f >> 16);
-            continue;
-        }
-        int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
-        if (s) {
-            k += r;
-            out[natural[k]] = (JCOEF)magnitude(b, s);
-        } else if (r != 15) {
-            break;
         } else {
-            k += 15;
+            int sym = symbol(ci, b, t), r = sym >> 4, s = sym & 15;
+            if (s) {
+                k += (unsigned)r;
+                out[natural[k]] = (JCOEF)magnitude(b, s);
+            } else if (r != 15) {
+                break;
+            } else {
+                k += 15;
+            }
         }
+        if (++k >= 64)
+            break;
     }
 }
 
@@ -660,6 +547,7 @@ static int prepare(struct jpeg_decompress_struct *ci, sl_huff **hp)
             return sl_fail(SL_ENOMEM, "sl_huff_install: out of memory");
         *hp = h;
     }
+    unsigned built = 0; /* bit dt: dc[dt] built for this image; 4 + at: ac[at] */
     for (int b = 0; b < ci->blocks_in_MCU; b++) {
         int c = ci->MCU_membership[b];
         if (c < 0 || c >= ci->comps_in_scan || !ci->cur_comp_info[c])
@@ -669,9 +557,14 @@ static int prepare(struct jpeg_decompress_struct *ci, sl_huff **hp)
         if (dt < 0 || dt >= NUM_HUFF_TBLS || at < 0 || at >= NUM_HUFF_TBLS ||
             !ci->dc_huff_tbl_ptrs[dt] || !ci->ac_huff_tbl_ptrs[at])
             return SL_ENOTSUP;
-        if (!build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0) ||
-            !build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
+        /* each table checked once per image, not once per block (six
+         * blocks of 4:2:0 share two pairs of tables) */
+        if (!(built >> dt & 1) && !sl_huff_build(&h->dc[dt], ci->dc_huff_tbl_ptrs[dt], 0))
             return SL_ENOTSUP;
+        if (!(built >> (4 + at) & 1) &&
+            !sl_huff_build(&h->ac[at], ci->ac_huff_tbl_ptrs[at], 1))
+            return SL_ENOTSUP;
+        built |= 1u << dt | 1u << (4 + at);
         h->bdc[b] = &h->dc[dt];
         h->bac[b] = &h->ac[at];
         h->bcomp[b] = c;
