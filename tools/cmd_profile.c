@@ -419,8 +419,8 @@ static void print_text(const profile_opts *o, const run_result *r)
     char tuning[256];
     pf_tuning_text(&r->tune, tuning, sizeof tuning);
     printf("tuning: %s\n", tuning);
-    printf("parallelism: %u workers, %u readers on %d cores (%s)\n", c->workers, c->readers,
-           o->par.cpus, o->par.reason);
+    printf("parallelism: %u workers, %u readers on %d cores (%s; %s)\n", c->workers, c->readers,
+           o->par.cpus, o->par.reason, o->par.budget);
     printf("measured %llu batches, %llu images in %.2f s", (unsigned long long)r->m_batches,
            (unsigned long long)r->m_samples, r->seconds);
     if (r->warmup)

@@ -171,6 +171,12 @@ Test(profile, parallelism_within_cpus)
     cr_assert_eq(jnum(par, "readers"), 2);
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(par, "reason");
     cr_assert(cJSON_IsString(why) && strstr(why->valuestring, "a worker per core"));
+    /* where the budget came from; no start-up measurement for the pipeline alone */
+    const cJSON *budget = cJSON_GetObjectItemCaseSensitive(par, "budget");
+    cr_assert(cJSON_IsString(budget) && !strncmp(budget->valuestring, "--cpus 3; ", 10),
+              "%s", cJSON_IsString(budget) ? budget->valuestring : "no budget");
+    cr_assert_eq(jnum(par, "probe_s"), 0);
+    cr_assert_eq(jnum(par, "free_cores"), 0);
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
     cr_assert_eq(jnum(cfg, "workers"), 3, "the pipeline ran with the workers chosen");
     cJSON_Delete(j);
