@@ -222,7 +222,7 @@ int cmd_eval(int argc, char **argv)
         (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, e)) ||
         (rc = sl_eval_run(m, e, d, &er)))
         goto out;
-    char tune_json[512], tune_text[256];
+    char tune_json[1024], tune_text[768];
     pf_tuning_json(&er.tuning, tune_json, sizeof tune_json);
     pf_tuning_text(&er.tuning, tune_text, sizeof tune_text);
     fprintf(stderr, "eval: tuning: %s\n", tune_text);

@@ -416,7 +416,7 @@ static void print_text(const profile_opts *o, const run_result *r)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
     printf("decode: %s\n", r->decoder);
-    char tuning[256];
+    char tuning[768];
     pf_tuning_text(&r->tune, tuning, sizeof tuning);
     printf("tuning: %s\n", tuning);
     printf("parallelism: %u workers, %u readers on %d cores (%s; %s)\n", c->workers, c->readers,

@@ -479,7 +479,7 @@ int cmd_train(int argc, char **argv)
                 res.eval_top5);
     fprintf(stderr, "\n");
     if (o.t.synthetic == 0) {
-        char tuning[256];
+        char tuning[768];
         pf_tuning_text(&res.tuning, tuning, sizeof tuning);
         fprintf(stderr, "train: tuning%s: %s\n", res.world > 1 ? " (replica 0's pipeline)" : "",
                 tuning);
@@ -514,7 +514,7 @@ int cmd_train(int argc, char **argv)
                 "the others), the first: %s\n", (long long)res.eval_skipped, res.eval_split,
                 res.eval_skipped_first[0] ? res.eval_skipped_first : "(another process's)");
     if (o.json) {
-        char par_json[1024], mem_json[512], tune_json[512];
+        char par_json[1024], mem_json[512], tune_json[1024];
         sl_par_json(&par, par_json, sizeof par_json);
         pf_memory_json(&o.pf, mem_json, sizeof mem_json);
         pf_tuning_json(&res.tuning, tune_json, sizeof tune_json);

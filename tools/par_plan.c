@@ -91,7 +91,8 @@ int par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan 
     f->cfg.prefetch = p->prefetch;
     /* what was not given is tuned online within what is started
      * (pipeline/tune.c): the workers chosen here, the ring's slots */
-    f->cfg.tune = (q->workers ? 0 : SL_TUNE_WORKERS) | (q->prefetch ? 0 : SL_TUNE_PREFETCH);
+    f->cfg.tune = (q->workers ? 0 : SL_TUNE_WORKERS) | (q->prefetch ? 0 : SL_TUNE_PREFETCH) |
+                  (f->io.inflight ? 0 : SL_TUNE_INFLIGHT); /* remote reads only */
     int fit = f->memory_budget && f->cfg.data;
     if (fit && fit_memory(cmd, f, q, p))
         return -1;
