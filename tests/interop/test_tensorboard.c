@@ -61,13 +61,21 @@ static cJSON *run_script(const char *py, const char *mode, const char *dir, cons
 
 static float loss_at(int s) { return 2.3f / (1.0f + 0.37f * (float)s); }
 
+/* A summary writer on DIR/run (a new temp DIR). */
+static sl_summary *open_run(char **dir, char **logdir)
+{
+    *dir = tu_tmpdir();
+    *logdir = tu_join(*dir, "run");
+    sl_summary *s = NULL;
+    cr_assert_eq(sl_summary_open(*logdir, &s), SL_OK, "%s", sl_errmsg());
+    return s;
+}
+
 Test(interop_tensorboard, tensorboard_reads_ours)
 {
     const char *py = python_or_skip();
-    char *dir = tu_tmpdir();
-    char *logdir = tu_join(dir, "run");
-    sl_summary *s = NULL;
-    cr_assert_eq(sl_summary_open(logdir, &s), SL_OK, "%s", sl_errmsg());
+    char *dir, *logdir;
+    sl_summary *s = open_run(&dir, &logdir);
     const char *tags[] = {"train/loss", "train/lr"};
     for (int step = 0; step < 7; step++) {
         double v[2] = {loss_at(step), 0.1 * (step + 1) / 7.0};
@@ -115,10 +123,8 @@ Test(interop_tensorboard, tensorboard_reads_ours)
 Test(interop_tensorboard, tensorboard_reads_our_text)
 {
     const char *py = python_or_skip();
-    char *dir = tu_tmpdir();
-    char *logdir = tu_join(dir, "run");
-    sl_summary *s = NULL;
-    cr_assert_eq(sl_summary_open(logdir, &s), SL_OK, "%s", sl_errmsg());
+    char *dir, *logdir;
+    sl_summary *s = open_run(&dir, &logdir);
     const char *tags[] = {"parallelism/replicas"};
     double v = 2;
     cr_assert_eq(sl_summary_scalars(s, 0, tags, &v, 1, NULL), SL_OK);

@@ -69,9 +69,7 @@ static int on_text(void *ctx, int64_t step, double wall, const char *tag, const 
 
 static void read_events(const char *logdir, seen *s)
 {
-    char *path = NULL;
-    cr_assert_eq(tu_run(&path, "ls %s/events.out.tfevents.* | head -n1", logdir), 0);
-    path[strcspn(path, "\n")] = 0;
+    char *path = tu_events_file(logdir);
     memset(s, 0, sizeof *s);
     s->reason_step = -1;
     for (int i = 0; i <= STEPS; i++)
