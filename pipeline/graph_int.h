@@ -263,6 +263,15 @@ void sl_tune_step_locked(sl_pipeline *p);
 /* Tests: replace the policy by a schedule: after the k-th batch taken,
  * workers[k % n] active and ahead[k % n] batches ahead (clamped). */
 int sl_tune_force(sl_pipeline *p, const unsigned *workers, const unsigned *ahead, size_t n);
+/* The remote reader's limit on its requests in flight this round: max (io's
+ * inflight, clamped by the reader) when SL_TUNE_INFLIGHT is off, else the
+ * tuned limit in [1, max]; completed: units it read since its last call
+ * (mu held). */
+unsigned sl_tune_inflight_locked(sl_pipeline *p, unsigned max, unsigned completed);
+/* Tests: the in-flight limit follows limits[units read % n] instead of the
+ * policy (a remote pipeline with SL_TUNE_INFLIGHT; call before the first
+ * batch is asked for to start at limits[0]). */
+int sl_tune_force_inflight(sl_pipeline *p, const unsigned *limits, size_t n);
 
 /* ----------------------------------------------------------------- map.c */
 /* A map worker's thread (arg: its sl_worker). */

@@ -226,13 +226,15 @@ typedef struct sl_pipeline_config {
     /* SL_TUNE_WORKERS | SL_TUNE_PREFETCH: adjust how many of the workers
      * work and how many batches are decoded ahead, online, from the stage
      * figures (pipeline/tune.c), within the workers started and the ring
-     * allocated (never more threads or memory); 0 = fixed (default). The
-     * batches are the same bytes either way. sl_pipeline_tuning_get says
-     * what it did. */
+     * allocated (never more threads or memory); 0 = fixed (default).
+     * SL_TUNE_INFLIGHT: remote shards, each reader's ranged GETs in flight,
+     * within io's inflight (what the memory budget counts), from the read
+     * stage's waits and bytes/s. The batches are the same bytes either way.
+     * sl_pipeline_tuning_get says what it did. */
     unsigned tune;
 } sl_pipeline_config;
 
-enum { SL_TUNE_WORKERS = 1, SL_TUNE_PREFETCH = 2 };
+enum { SL_TUNE_WORKERS = 1, SL_TUNE_PREFETCH = 2, SL_TUNE_INFLIGHT = 4 };
 
 #define SL_PIPELINE_CONFIG_INIT                                                                    \
     {                                                                                              \
@@ -426,6 +428,11 @@ typedef struct sl_pipeline_tuning {
     double workers_mean;                /* active workers, mean over the batches handed out */
     uint64_t windows, changes;          /* decisions taken, changes made */
     char last[96];                      /* the last change and why ("" = none) */
+    /* remote shards (else all 0): ranged GETs in flight per reader */
+    unsigned inflight_max, inflight;    /* io's inflight (the bound), the limit now */
+    unsigned inflight_lo, inflight_hi;  /* the range used */
+    uint64_t inflight_windows, inflight_changes;
+    char inflight_last[112];            /* the last change and why ("" = none) */
 } sl_pipeline_tuning;
 
 int sl_pipeline_tuning_get(sl_pipeline *p, sl_pipeline_tuning *out);

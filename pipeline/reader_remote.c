@@ -9,7 +9,10 @@
  *   (0.1 ms on loopback, 20-100 ms to an object store), so a thread that
  *   waited for each would read block / RTT records a second. Each remote
  *   reader thread instead keeps up to sl_io_opts.inflight units in flight
- *   on its own sl_fetcher (bytesrc.h: curl_multi, connections reused).
+ *   on its own sl_fetcher (bytesrc.h: curl_multi, connections reused), or
+ *   the fewer tune.c's limit allows (cfg.tune's SL_TUNE_INFLIGHT: fewer
+ *   while the readers wait on the window, more while the reads are the
+ *   bottleneck, never more than that bound).
  *   Read-ahead is the window itself: units are claimed and admitted to the
  *   reorder window exactly as reader.c does (in order, while the window
  *   holds less than read_window bytes), so the bytes in flight are counted
@@ -88,12 +91,14 @@ void *sl_reader_main_remote(void *arg)
     sl_fetcher *f = NULL;
     sl_unit *fresh[SL_REMOTE_CLAIM_MAX];
     uint64_t busy = 0, wait_out = 0, items = 0, bytes = 0;
-    unsigned inflight = 0, nfresh = 0;
+    unsigned inflight = 0, nfresh = 0, read_now = 0;
     int rc;
 
-    unsigned limit = p->io.inflight ? p->io.inflight : 1;
-    if (limit > SL_REMOTE_CLAIM_MAX)
-        limit = SL_REMOTE_CLAIM_MAX;
+    /* the bound; the limit of a round is tune.c's within it (cfg.tune's
+     * SL_TUNE_INFLIGHT), else the bound */
+    unsigned bound = p->io.inflight ? p->io.inflight : 1, limit = bound;
+    if (bound > SL_REMOTE_CLAIM_MAX)
+        bound = SL_REMOTE_CLAIM_MAX;
     rc = sl_fetcher_open(&p->io, &f);
     sl_fetcher_set_stop(f, &p->stop_io); /* a stop does not wait for retries to end */
     pthread_mutex_lock(&p->mu);
@@ -105,6 +110,8 @@ void *sl_reader_main_remote(void *arg)
         busy = wait_out = items = bytes = 0;
         if (p->stop || p->err)
             break;
+        limit = sl_tune_inflight_locked(p, bound, read_now);
+        read_now = 0;
         /* Claim what the window and the in-flight limit allow. */
         while (inflight + nfresh < limit) {
             int tp = sl_take_pending_locked(p);
@@ -178,6 +185,7 @@ void *sl_reader_main_remote(void *arg)
         uint64_t t1 = sl_now_ns();
         busy += t1 - t; /* waiting for the network is this stage's work */
         if (done) {
+            read_now++;
             items += done->u.nrec;
             bytes += done->u.bytes;
             sl_trace_span(p, ctx->tid, "read", t, t1, done->u.seq);

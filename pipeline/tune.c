@@ -42,6 +42,26 @@
  *   A test knob, sl_tune_force (graph_int.h), replaces the policy by a
  *   schedule (active workers and ahead per batch), to prove that moving
  *   both up and down changes no byte (tests/pipeline/test_tune.c).
+ *
+ *   Requests in flight (SL_TUNE_INFLIGHT, remote shards; reader_remote.c
+ *   asks sl_tune_inflight_locked for its limit each round). The bound is
+ *   io's inflight, which the memory budget counts (memory.c: each reader's
+ *   requests in flight x a unit's bytes): the limit starts there and moves
+ *   within [1, bound]. Its own window: every SL_TUNE_IO_WINDOW units read
+ *   (all readers) and at least SL_TUNE_IO_MIN_NS, from the read stage's
+ *   sums (stats.c): waited = the readers' time blocked on a full reorder
+ *   window (they were ahead of the workers: the reads are not the
+ *   bottleneck) per reader, and the bytes/s read.
+ *     waited > 30% for SL_TUNE_CALM windows: one request fewer (fewer
+ *       connections and bytes held for the same batches);
+ *     waited < 5% (the reads are what the pipeline waits for): one request
+ *       more, and the next window checks it paid: under 5% more bytes/s
+ *       takes it back and holds the limit for SL_TUNE_IO_HOLD windows (a
+ *       server that serves no faster with more requests at a time, or
+ *       the network's bandwidth, is the bound then, not the round trip).
+ *   Order: units enter the reorder window in the order's sequence however
+ *   many are in flight and whichever completes first (reader_remote.c), so
+ *   the limit changes when bytes arrive, never which (test_remote.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +72,22 @@
 #define SL_TUNE_WINDOW 8u               /* batches between decisions */
 #define SL_TUNE_MIN_NS 20000000ull      /* and at least 20 ms */
 #define SL_TUNE_CALM 3u                 /* quiet windows before a step down */
+#define SL_TUNE_IO_WINDOW 8u            /* units read between in-flight decisions */
+#define SL_TUNE_IO_MIN_NS 50000000ull   /* and at least 50 ms */
+#define SL_TUNE_IO_HOLD 8u              /* windows a step up that did not pay holds */
+
+/* The in-flight tuner's state (mu), part of sl_tune. */
+typedef struct sl_tune_io {
+    unsigned max, limit, lo, hi;        /* max 0: not started (the first reader's call) */
+    uint64_t units, units0, t0, bytes0, wait0;
+    uint64_t windows, changes;
+    unsigned calm, hold;
+    int probing;                        /* the last change was a step up: check it */
+    double bps_before;                  /* bytes/s in the window before the step up */
+    char last[112];
+    unsigned *force;                    /* sl_tune_force_inflight's schedule */
+    size_t nforce;
+} sl_tune_io;
 
 struct sl_tune {
     unsigned knobs;                     /* SL_TUNE_* */
@@ -67,11 +103,14 @@ struct sl_tune {
     /* sl_tune_force's schedule (NULL: the policy) */
     unsigned *force_w, *force_a;
     size_t nforce;
+    sl_tune_io io;                      /* knobs & SL_TUNE_INFLIGHT */
 };
 
 int sl_tune_create(sl_pipeline *p)
 {
     unsigned knobs = p->cfg.tune & (SL_TUNE_WORKERS | SL_TUNE_PREFETCH);
+    if ((p->cfg.tune & SL_TUNE_INFLIGHT) && p->remote)
+        knobs |= SL_TUNE_INFLIGHT;
     if (!knobs)
         return SL_OK;
     sl_tune *t = calloc(1, sizeof *t);
@@ -91,6 +130,7 @@ void sl_tune_destroy(sl_pipeline *p)
         return;
     free(p->tune->force_w);
     free(p->tune->force_a);
+    free(p->tune->io.force);
     free(p->tune);
     p->tune = NULL;
 }
@@ -187,6 +227,110 @@ void sl_tune_step_locked(sl_pipeline *p)
     t->wait_out0 = p->acc[SL_STAGE_MAP].wait_out_ns;
 }
 
+/* The in-flight limit to v (clamped to [1, max]); note a change. */
+static void set_inflight(sl_tune_io *io, unsigned v, const char *why)
+{
+    v = v < 1 ? 1 : v > io->max ? io->max : v;
+    if (v == io->limit)
+        return;
+    snprintf(io->last, sizeof io->last, "unit %llu: requests in flight %u -> %u: %s",
+             (unsigned long long)io->units, io->limit, v, why);
+    io->limit = v;
+    io->changes++;
+    io->lo = v < io->lo ? v : io->lo;
+    io->hi = v > io->hi ? v : io->hi;
+}
+
+/* One in-flight decision from the window's figures (the DESIGN's policy). */
+static void decide_inflight(sl_pipeline *p, sl_tune_io *io, uint64_t now)
+{
+    const sl_stage_acc *a = &p->acc[SL_STAGE_READ];
+    double dt = (double)(now - io->t0);
+    double waited = (double)(a->wait_out_ns - io->wait0) / (dt * (p->readers ? p->readers : 1));
+    double bps = (double)(a->bytes - io->bytes0) / dt;
+    io->windows++;
+    if (io->probing) {
+        io->probing = 0;
+        if (waited < 0.3 && bps < io->bps_before * 1.05) {
+            set_inflight(io, io->limit - 1, "one more did not read faster");
+            io->hold = SL_TUNE_IO_HOLD;
+            return;
+        }
+    }
+    if (waited > 0.3) {
+        io->hold = 0;
+        if (++io->calm >= SL_TUNE_CALM && io->limit > 1) {
+            io->calm = 0;
+            set_inflight(io, io->limit - 1, "the readers waited on the window");
+        }
+        return;
+    }
+    io->calm = 0;
+    if (waited >= 0.05)
+        return;
+    if (io->hold) {
+        io->hold--;
+        return;
+    }
+    if (io->limit < io->max) {
+        io->bps_before = bps;
+        io->probing = 1;
+        set_inflight(io, io->limit + 1, "the reads are the bottleneck");
+    }
+}
+
+unsigned sl_tune_inflight_locked(sl_pipeline *p, unsigned max, unsigned completed)
+{
+    sl_tune *t = p->tune;
+    if (!t || !(t->knobs & SL_TUNE_INFLIGHT))
+        return max;
+    sl_tune_io *io = &t->io;
+    uint64_t now = sl_now_ns();
+    if (!io->max) { /* the first reader's first round: start at the bound */
+        io->max = io->lo = io->hi = max;
+        if (!io->limit)
+            io->limit = max;
+        io->t0 = now;
+        io->bytes0 = p->acc[SL_STAGE_READ].bytes;
+        io->wait0 = p->acc[SL_STAGE_READ].wait_out_ns;
+    }
+    io->units += completed;
+    if (io->nforce) {
+        if (completed)
+            set_inflight(io, io->force[io->units % io->nforce], "forced (test)");
+        return io->limit;
+    }
+    if (io->units - io->units0 < SL_TUNE_IO_WINDOW || now - io->t0 < SL_TUNE_IO_MIN_NS)
+        return io->limit;
+    decide_inflight(p, io, now);
+    io->t0 = now;
+    io->units0 = io->units;
+    io->bytes0 = p->acc[SL_STAGE_READ].bytes;
+    io->wait0 = p->acc[SL_STAGE_READ].wait_out_ns;
+    return io->limit;
+}
+
+int sl_tune_force_inflight(sl_pipeline *p, const unsigned *limits, size_t n)
+{
+    if (!p || !p->tune || !(p->tune->knobs & SL_TUNE_INFLIGHT) || !limits || !n)
+        return sl_fail(SL_EINVAL, "sl_tune_force_inflight: a remote pipeline with "
+                       "SL_TUNE_INFLIGHT, and a schedule");
+    unsigned *f = malloc(n * sizeof *f);
+    if (!f)
+        return sl_fail(SL_ENOMEM, "sl_tune_force_inflight: out of memory");
+    memcpy(f, limits, n * sizeof *f);
+    pthread_mutex_lock(&p->mu);
+    free(p->tune->io.force);
+    p->tune->io.force = f;
+    p->tune->io.nforce = n;
+    if (p->tune->io.max)
+        set_inflight(&p->tune->io, f[0], "forced (test)");
+    else
+        p->tune->io.limit = f[0]; /* the readers' first round starts there */
+    sl_pipeline_unlock(p);
+    return SL_OK;
+}
+
 int sl_tune_force(sl_pipeline *p, const unsigned *workers, const unsigned *ahead, size_t n)
 {
     if (!p || !p->tune || !workers || !ahead || !n)
@@ -235,6 +379,18 @@ int sl_pipeline_tuning_get(sl_pipeline *p, sl_pipeline_tuning *out)
         out->workers = out->workers_lo = out->workers_hi = p->workers;
         out->prefetch = out->prefetch_lo = out->prefetch_hi = p->prefetch;
         out->workers_mean = p->workers;
+    }
+    if (t && (t->knobs & SL_TUNE_INFLIGHT) && t->io.max) {
+        out->inflight_max = t->io.max;
+        out->inflight = t->io.limit;
+        out->inflight_lo = t->io.lo;
+        out->inflight_hi = t->io.hi;
+        out->inflight_windows = t->io.windows;
+        out->inflight_changes = t->io.changes;
+        memcpy(out->inflight_last, t->io.last, sizeof out->inflight_last);
+    } else if (p->remote) { /* fixed (or no reader has started) */
+        unsigned n = p->io.inflight ? p->io.inflight : 1;
+        out->inflight_max = out->inflight = out->inflight_lo = out->inflight_hi = n;
     }
     sl_pipeline_unlock(p);
     return SL_OK;

@@ -222,3 +222,13 @@ uint8_t *tu_random_file(const char *dir, const char *name, size_t size, uint64_t
     free(p);
     return b;
 }
+
+char *tu_events_file(const char *logdir)
+{
+    char *path = NULL;
+    cr_assert_eq(tu_run(&path, "ls %s/events.out.tfevents.* | head -n1", logdir), 0,
+                 "no event file in %s", logdir);
+    path[strcspn(path, "\n")] = 0;
+    cr_assert(path[0], "no event file in %s", logdir);
+    return path;
+}

@@ -30,6 +30,9 @@ int tu_run(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 char *tu_in_child(void (*fn)(void *arg, int fd), void *arg, size_t *len);
 /* Deterministic PRNG (splitmix64). */
 uint64_t tu_rand(uint64_t *state);
+/* The TensorBoard event file a training run wrote into logdir (the first
+ * events.out.tfevents.*; malloc'd); asserts there is one. */
+char *tu_events_file(const char *logdir);
 /* Path of the sluice binary under test. */
 const char *tu_sluice(void);
 /* Fashion-MNIST from Debian's dataset-fashion-mnist, or NULL when absent. */

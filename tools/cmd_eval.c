@@ -53,7 +53,8 @@ static void usage(FILE *f)
             "  --precision P         bf16, fp16 (cuda) or fp32 activations, as sluice train\n"
             "                        (default bf16 on cuda and on a cpu with bf16 dot products,\n"
             "                        else fp32; ref: fp32)\n"
-            "  --json                print one JSON object\n"
+            "  --json                print one JSON object (the figures, the parallelism\n"
+            "                        chosen and why, what tuning did)\n"
             "  -h, --help            this text\n"
             "\n");
     pf_usage(f);
@@ -221,13 +222,18 @@ int cmd_eval(int argc, char **argv)
         (rc = sl_checkpoint_load(ckpt, m, NULL, 1)) || (rc = sl_model_place(m, e)) ||
         (rc = sl_eval_run(m, e, d, &er)))
         goto out;
+    char tune_json[1024], tune_text[768];
+    pf_tuning_json(&er.tuning, tune_json, sizeof tune_json);
+    pf_tuning_text(&er.tuning, tune_text, sizeof tune_text);
+    fprintf(stderr, "eval: tuning: %s\n", tune_text);
     if (json)
         printf("{\"checkpoint\":\"%s\",\"split\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\","
                "\"precision\":\"%s\",\"images\":%lld,\"top1\":%.6f,\"top5\":%.6f,\"loss\":%.9g,"
-               "\"seconds\":%.3f,\"skipped_records\":%lld,\"parallelism\":%s,\"memory\":%s}\n", ckpt, d->split,
+               "\"seconds\":%.3f,\"skipped_records\":%lld,\"parallelism\":%s,\"memory\":%s,"
+               "\"tuning\":%s}\n", ckpt, d->split,
                sl_arch_name(mc.arch), sl_backend_name(tc.backend), sl_precision_name(act),
                (long long)er.images, er.top1, er.top5, er.loss, er.seconds,
-               (long long)er.skipped, par_json, mem_json);
+               (long long)er.skipped, par_json, mem_json, tune_json);
     else
         printf("%s on %s/%s (%s, %s): %lld images, top1 %.4f, top5 %.4f, loss %.4f (%.1f s)%s\n",
                ckpt, d->data, d->split, sl_backend_name(tc.backend), sl_precision_name(act),

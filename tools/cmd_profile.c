@@ -416,11 +416,11 @@ static void print_text(const profile_opts *o, const run_result *r)
         printf(" (effective %llu records)", (unsigned long long)r->s1.shuffle_buffer);
     printf(", seed %llu, device %d\n", (unsigned long long)c->seed, c->device);
     printf("decode: %s\n", r->decoder);
-    char tuning[256];
+    char tuning[768];
     pf_tuning_text(&r->tune, tuning, sizeof tuning);
     printf("tuning: %s\n", tuning);
-    printf("parallelism: %u workers, %u readers on %d cores (%s)\n", c->workers, c->readers,
-           o->par.cpus, o->par.reason);
+    printf("parallelism: %u workers, %u readers on %d cores (%s; %s)\n", c->workers, c->readers,
+           o->par.cpus, o->par.reason, o->par.budget);
     printf("measured %llu batches, %llu images in %.2f s", (unsigned long long)r->m_batches,
            (unsigned long long)r->m_samples, r->seconds);
     if (r->warmup)

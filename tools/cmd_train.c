@@ -87,10 +87,13 @@ static void usage(FILE *f)
             "                        ref: fp32\n"
             "  --synthetic           benchmark: train on the first batch over and over\n"
             "                        (the speed without input cost)\n"
-            "  --json                print a JSON summary line on stdout at the end\n"
+            "  --json                print a JSON summary line on stdout at the end (with the\n"
+            "                        parallelism chosen and why, and what tuning did)\n"
             "\n"
             "outputs:\n"
-            "  --logdir D            TensorBoard events and metrics.jsonl\n"
+            "  --logdir D            TensorBoard events and metrics.jsonl (loss, lr, ...; the\n"
+            "                        parallelism chosen and why at the first step, the tuned\n"
+            "                        workers and prefetch at every log step)\n"
             "  --ckpt-dir D          checkpoints D/ckpt-<step>.{safetensors,json}; an error after\n"
             "                        steps have run saves the last completed step there first,\n"
             "                        and so does Ctrl-C (a second one quits at once)\n"
@@ -431,6 +434,7 @@ static int plan(train_opts *o, sl_par_plan *p)
     t->data.memory_budget = o->pf.cfg.memory_budget;
     t->data.tune = o->pf.cfg.tune;
     t->data.io = o->pf.cfg.io;
+    t->plan = p; /* to the logdir: the split and why */
     return 0;
 }
 
@@ -474,6 +478,12 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, ", %s top1 %.4f top5 %.4f", res.eval_split, res.eval_top1,
                 res.eval_top5);
     fprintf(stderr, "\n");
+    if (o.t.synthetic == 0) {
+        char tuning[768];
+        pf_tuning_text(&res.tuning, tuning, sizeof tuning);
+        fprintf(stderr, "train: tuning%s: %s\n", res.world > 1 ? " (replica 0's pipeline)" : "",
+                tuning);
+    }
     if (res.world > 1 && o.t.strategy == SL_STRATEGY_MIRRORED)
         fprintf(stderr, "train: %d replicas, %.1f%% of step time waiting for all-reduce\n",
                 res.world, 100.0 * res.comm_wait_frac);
@@ -504,9 +514,10 @@ int cmd_train(int argc, char **argv)
                 "the others), the first: %s\n", (long long)res.eval_skipped, res.eval_split,
                 res.eval_skipped_first[0] ? res.eval_skipped_first : "(another process's)");
     if (o.json) {
-        char par_json[1024], mem_json[512];
+        char par_json[1024], mem_json[512], tune_json[1024];
         sl_par_json(&par, par_json, sizeof par_json);
         pf_memory_json(&o.pf, mem_json, sizeof mem_json);
+        pf_tuning_json(&res.tuning, tune_json, sizeof tune_json);
         printf("{\"steps\": %lld, \"seconds\": %.3f, \"images_per_sec\": %.2f, "
                "\"images_per_sec_steady\": %.2f, \"input_wait_frac\": %.4f, "
                "\"final_loss\": %.6g, \"eval_top1\": %.6g, \"world\": %d, "
@@ -515,7 +526,8 @@ int cmd_train(int argc, char **argv)
                "\"peak_device_mib\": %.1f, \"device_used_mib\": %.1f, \"cuda_graph\": \"%s\", "
                "\"cuda_graph_replays\": %lld, \"cudnn_fusion\": \"%s\", "
                "\"skipped_records\": %lld, \"eval_skipped_records\": %lld, \"cpu_isa\": \"%s\", "
-               "\"cudnn_fusion_detail\": %s, \"parallelism\": %s, \"memory\": %s}\n",
+               "\"cudnn_fusion_detail\": %s, \"parallelism\": %s, \"memory\": %s, "
+               "\"tuning\": %s}\n",
                (long long)res.steps, res.seconds, res.images_per_sec, res.images_per_sec_steady,
                res.input_wait_frac, res.final_loss, res.eval_top1, res.world,
                sl_backend_name(o.t.backend), sl_precision_name(sl_train_precision(&o.t)), o.t.synthetic ? "true" : "false",
@@ -523,7 +535,8 @@ int cmd_train(int argc, char **argv)
                res.peak_device_mib, res.device_used_mib, res.cuda_graph,
                (long long)res.cuda_graph_replays, res.cudnn_fusion, (long long)res.skipped,
                (long long)res.eval_skipped, cpu_isa(&o.t),
-               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null", par_json, mem_json);
+               res.cudnn_fusion_detail[0] ? res.cudnn_fusion_detail : "null", par_json, mem_json,
+               tune_json);
         fflush(stdout);
     }
     return 0;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/clock.h"
 #include "common/cpus.h"
 
 /* How long the start-up measurement spins (common/cpus.h's sl_cpus_free):
@@ -79,30 +80,34 @@ int par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan 
     q->readers = f->cfg.readers;
     q->prefetch = f->cfg.prefetch;
     if (q->job != SL_PAR_PIPELINE && q->backend != SL_BACKEND_CUDA && q->threads <= 0 &&
-        q->cpus > 1)
+        q->cpus > 1) {
+        double t0 = sl_now_s();
         q->free_cores = sl_cpus_free(q->cpus, PAR_PROBE_S);
+        q->probe_s = sl_now_s() - t0; /* what it took, said beside what it found */
+    }
     sl_par_choose(q, p);
     f->cfg.workers = p->workers;
     f->cfg.readers = p->readers;
     f->cfg.prefetch = p->prefetch;
     /* what was not given is tuned online within what is started
      * (pipeline/tune.c): the workers chosen here, the ring's slots */
-    f->cfg.tune = (q->workers ? 0 : SL_TUNE_WORKERS) | (q->prefetch ? 0 : SL_TUNE_PREFETCH);
+    f->cfg.tune = (q->workers ? 0 : SL_TUNE_WORKERS) | (q->prefetch ? 0 : SL_TUNE_PREFETCH) |
+                  (f->io.inflight ? 0 : SL_TUNE_INFLIGHT); /* remote reads only */
     int fit = f->memory_budget && f->cfg.data;
     if (fit && fit_memory(cmd, f, q, p))
         return -1;
     char prefetch[32] = "auto";
     if (p->prefetch)
         snprintf(prefetch, sizeof prefetch, "%u", p->prefetch);
-    char budget[160];
+    char *budget = p->budget;
     if (f->cpus > 0)
-        snprintf(budget, sizeof budget, "--cpus %d; this process may use %s", f->cpus, c.why);
+        snprintf(budget, sizeof p->budget, "--cpus %d; this process may use %s", f->cpus, c.why);
     else
-        snprintf(budget, sizeof budget, "%s usable", c.why);
+        snprintf(budget, sizeof p->budget, "%s usable", c.why);
     char measured[64] = "";
     if (p->free_cores > 0)
         snprintf(measured, sizeof measured, "; %.1f cores free at start-up (%.2f s)",
-                 p->free_cores, PAR_PROBE_S);
+                 p->free_cores, p->probe_s);
     if (q->job == SL_PAR_PIPELINE)
         fprintf(out, "%s: parallelism: %u worker%s, %u reader%s, prefetch %s (%s; %s)\n", cmd,
                 p->workers, p->workers == 1 ? "" : "s", p->readers, p->readers == 1 ? "" : "s",

@@ -465,35 +465,64 @@ void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
                  f->mem.prefetch, (unsigned long long)f->mem.read_window, f->mem_shrunk, rss);
 }
 
+/* "; requests in flight ..." of remote reads ("" for local shards). */
+static void inflight_text(const sl_pipeline_tuning *t, char *buf, size_t cap)
+{
+    if (!t->inflight_max)
+        snprintf(buf, cap, "%s", "");
+    else if (!(t->knobs & SL_TUNE_INFLIGHT))
+        snprintf(buf, cap, "; requests in flight %u per reader as given", t->inflight);
+    else
+        snprintf(buf, cap, "; requests in flight %u..%u of %u per reader (now %u), %llu "
+                 "change%s in %llu window%s%s%s", t->inflight_lo, t->inflight_hi,
+                 t->inflight_max, t->inflight, (unsigned long long)t->inflight_changes,
+                 t->inflight_changes == 1 ? "" : "s", (unsigned long long)t->inflight_windows,
+                 t->inflight_windows == 1 ? "" : "s", t->inflight_last[0] ? "; the last: " : "",
+                 t->inflight_last);
+}
+
 void pf_tuning_text(const sl_pipeline_tuning *t, char *buf, size_t cap)
 {
-    if (!t->knobs) {
-        snprintf(buf, cap, "off (%u workers, prefetch %u: --workers and --prefetch given)",
-                 t->workers, t->prefetch);
+    char io[256];
+    inflight_text(t, io, sizeof io);
+    if (!(t->knobs & (SL_TUNE_WORKERS | SL_TUNE_PREFETCH))) {
+        snprintf(buf, cap, "off (%u workers, prefetch %u: --workers and --prefetch given)%s",
+                 t->workers, t->prefetch, io);
         return;
     }
     snprintf(buf, cap, "workers %u..%u of %u (now %u, mean %.1f)%s, prefetch %u..%u of %u "
-             "(now %u)%s; %llu change%s in %llu window%s%s%s", t->workers_lo, t->workers_hi,
+             "(now %u)%s; %llu change%s in %llu window%s%s%s%s", t->workers_lo, t->workers_hi,
              t->workers_max, t->workers, t->workers_mean,
              t->knobs & SL_TUNE_WORKERS ? "" : " as given", t->prefetch_lo, t->prefetch_hi,
              t->prefetch_max, t->prefetch, t->knobs & SL_TUNE_PREFETCH ? "" : " as given",
              (unsigned long long)t->changes, t->changes == 1 ? "" : "s",
              (unsigned long long)t->windows, t->windows == 1 ? "" : "s",
-             t->last[0] ? "; the last: " : "", t->last);
+             t->last[0] ? "; the last: " : "", t->last, io);
 }
 
 void pf_tuning_json(const sl_pipeline_tuning *t, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "{\"knobs\": [%s%s%s], \"workers\": %u, \"workers_max\": %u, "
+    char knobs[64] = "";
+    static const char *const name[] = {"workers", "prefetch", "inflight"};
+    for (unsigned i = 0, k = 0; i < 3; i++)
+        if (t->knobs & (1u << i))
+            k += (unsigned)snprintf(knobs + k, sizeof knobs - k, "%s\"%s\"", k ? ", " : "",
+                                    name[i]);
+    char io[320] = "null";
+    if (t->inflight_max)
+        snprintf(io, sizeof io, "{\"limit\": %u, \"max\": %u, \"lo\": %u, \"hi\": %u, "
+                 "\"windows\": %llu, \"changes\": %llu, \"last\": \"%s\"}", t->inflight,
+                 t->inflight_max, t->inflight_lo, t->inflight_hi,
+                 (unsigned long long)t->inflight_windows,
+                 (unsigned long long)t->inflight_changes, t->inflight_last);
+    snprintf(buf, cap, "{\"knobs\": [%s], \"workers\": %u, \"workers_max\": %u, "
              "\"workers_lo\": %u, \"workers_hi\": %u, \"workers_mean\": %.3f, "
              "\"prefetch\": %u, \"prefetch_max\": %u, \"prefetch_lo\": %u, "
-             "\"prefetch_hi\": %u, \"windows\": %llu, \"changes\": %llu, \"last\": \"%s\"}",
-             t->knobs & SL_TUNE_WORKERS ? "\"workers\"" : "",
-             (t->knobs & SL_TUNE_WORKERS) && (t->knobs & SL_TUNE_PREFETCH) ? ", " : "",
-             t->knobs & SL_TUNE_PREFETCH ? "\"prefetch\"" : "", t->workers, t->workers_max,
+             "\"prefetch_hi\": %u, \"windows\": %llu, \"changes\": %llu, \"last\": \"%s\", "
+             "\"inflight\": %s}", knobs, t->workers, t->workers_max,
              t->workers_lo, t->workers_hi, t->workers_mean, t->prefetch, t->prefetch_max,
              t->prefetch_lo, t->prefetch_hi, (unsigned long long)t->windows,
-             (unsigned long long)t->changes, t->last);
+             (unsigned long long)t->changes, t->last, io);
 }
 
 static void pf_note_unindexed(FILE *out, const char *who, const sl_dataset_split *s)
@@ -581,7 +610,9 @@ void pf_usage(FILE *out)
           "                                                   (default: as many as the budget allows)\n"
           "  --io-timeout S        remote reads: seconds to connect, and a transfer below 1 KiB/s\n"
           "                        for S seconds is a stall (cut, retried)         (default 30)\n"
-          "  --io-inflight N       remote reads: ranged GETs in flight per reader   (default 8)\n"
+          "  --io-inflight N       remote reads: ranged GETs in flight per reader; not given,\n"
+          "                        tuned online up to 8 (fewer while the readers wait on\n"
+          "                        the workers)                                    (default 8)\n"
           "  --ca-bundle FILE      https: trust the CAs in FILE (PEM) instead of the system's\n"
           "                        (default: AWS_CA_BUNDLE for s3://, CURL_CA_BUNDLE or\n"
           "                        SSL_CERT_FILE, and SSL_CERT_DIR, when set)\n"

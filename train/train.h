@@ -393,6 +393,11 @@ int sl_summary_open(const char *logdir, sl_summary **out);
  * tag or extra_json that is no JSON object; SL_EIO when a write fails. */
 int sl_summary_scalars(sl_summary *s, int64_t step, const char *const *tags,
                        const double *values, int n, const char *extra_json);
+/* Write text for step: one Event whose value is the text plugin's (a
+ * DT_STRING scalar tensor with plugin_name "text": TensorBoard's Text
+ * tab), one metrics.jsonl line {"step", "wall_time", tag: text}. SL_EINVAL
+ * for a NULL s, text or an empty tag; SL_EIO when a write fails. */
+int sl_summary_text(sl_summary *s, int64_t step, const char *tag, const char *text);
 const char *sl_summary_path(const sl_summary *s); /* the event file; valid until close */
 /* Flush and close both files; SL_EIO when the last flush fails. NULL is a
  * no-op (SL_OK). */
@@ -405,6 +410,12 @@ int sl_summary_close(sl_summary *s);
 typedef int (*sl_event_fn)(void *ctx, int64_t step, double wall_time, const char *tag,
                            float value);
 int sl_events_read(const char *path, sl_event_fn fn, void *ctx);
+/* The same with the text values too (sl_summary_text's, and any string
+ * tensor's first string): text_fn for each, in order among the scalars.
+ * Either callback may be NULL (not both). */
+typedef int (*sl_event_text_fn)(void *ctx, int64_t step, double wall_time, const char *tag,
+                                const char *text);
+int sl_events_read_all(const char *path, sl_event_fn fn, sl_event_text_fn text_fn, void *ctx);
 
 /* ---------------------------------------------------------------- trainer */
 
@@ -485,6 +496,10 @@ typedef struct sl_train_config {
     int ps_ranks;                /* ps under mpirun: ranks [0, ps_ranks) serve; 0 = 1 */
     int max_staleness;           /* ps: bound on staleness (SSP); < 0 = none */
     int comm_timeout_s;          /* a collective waits this long for its peers; 0 = 300 */
+    const struct sl_par_plan *plan; /* the parallelism chosen for this run (sl_par_choose),
+                                  * written to the logdir at the first step (parallelism/...
+                                  * scalars, the reason as text); NULL: only what the run
+                                  * has (replicas, threads, workers, readers, prefetch) */
 } sl_train_config;
 
 /* Steps between the replicas' agreements on cfg->stop (world > 1). */
@@ -538,6 +553,9 @@ typedef struct sl_train_result {
     char cudnn_fusion_detail[32768]; /* GPU, fp16: each convolution's fused plans and every
                                   * refusal's reason in cuDNN's words, as one JSON object
                                   * (train/model/model_fuse.c's top comment); "" otherwise */
+    sl_pipeline_tuning tuning;   /* what online tuning (data.tune) did to the root replica's
+                                  * pipeline, at the end (each replica's pipeline tunes
+                                  * itself); also the tuning/ scalars at each log step */
 } sl_train_result;
 
 /* The config initializer of this struct (it holds a pipeline config, so a
@@ -582,6 +600,7 @@ typedef struct sl_eval_result {
                                   * transform never refills a slot, so none counts twice) */
     char skipped_first[256];     /* the first of them, "FILE: record N @ OFF (id I): why";
                                   * "" when none */
+    sl_pipeline_tuning tuning;   /* what online tuning (data->tune) did, at the end */
 } sl_eval_result;
 
 /* Evaluate m on a pipeline configured for eval (in order, eval transform,
@@ -610,6 +629,7 @@ typedef struct sl_par_request {
     sl_par_job job;
     int cpus;                 /* the budget, >= 1 */
     double free_cores;        /* sl_cpus_free(cpus, ...) at start-up, reported; 0 = not measured */
+    double probe_s;           /* the seconds that measurement took (0: none) */
     sl_backend backend;
     sl_arch arch;             /* train / eval: the model, its width (0 = the arch's) and */
     int width;                /* the input size: the per-image cost */
@@ -633,8 +653,11 @@ typedef struct sl_par_plan {
     unsigned readers;         /* reader threads of each pipeline */
     unsigned prefetch;        /* 0 = the pipeline's own default */
     double free_cores;        /* as measured (0: not) */
+    double probe_s;           /* the seconds the measurement took (0: none) */
     double gmac_per_image;    /* the model's forward cost, multiply-adds (0: none) */
     char reason[256];         /* why, in a sentence: the start-up line and --json */
+    char budget[160];         /* where cpus came from ("2 cores (affinity)", "--cpus 2; ..."):
+                               * the caller's (sl_par_choose leaves it "") */
 } sl_par_plan;
 
 /* Choose within q->cpus. Pure: the same request gives the same plan.
@@ -645,7 +668,8 @@ typedef struct sl_par_plan {
 void sl_par_choose(const sl_par_request *q, sl_par_plan *p);
 /* The plan as one JSON object (no newline) into buf: {"cpus":..,
  * "strategy":..,"replicas":..,"threads":..,"workers":..,"readers":..,
- * "prefetch":..,"free_cores":..,"reason":".."}. */
+ * "prefetch":..,"free_cores":..,"probe_s":..,"gmac_per_image":..,
+ * "budget":"..","reason":".."}. */
 void sl_par_json(const sl_par_plan *p, char *buf, size_t cap);
 
 #ifdef __cplusplus

@@ -265,7 +265,10 @@ class Pipeline:
         either on_error), at most this many tries after the first within
         that time (0 to 100; 0 = no retry; default: no count, the budget
         alone), seconds to connect and of a stall (1 to 3600; default 30)
-        and ranged GETs in flight per reader (1 to 64; default 8). They
+        and ranged GETs in flight per reader (1 to 64; default 8, the
+        bound of an online tuning that lowers it while the readers wait on
+        the workers and raises it again while the reads are the
+        bottleneck; given, it is fixed; the batches are the same). They
         are this Pipeline's own: every remote read it makes (the listing,
         dataset.json and the index files when it is made, the shards
         after) uses them, and no other Pipeline's, nor convert, verify or
@@ -431,7 +434,8 @@ class Pipeline:
         cfg["prefetch"] = prefetch
         # what was not given is tuned online within what is started
         # (pipeline/tune.c); the bytes are the same either way
-        cfg["tune"] = (0 if kw["workers"] else 1) | (0 if kw["prefetch"] else 2)
+        cfg["tune"] = ((0 if kw["workers"] else 1) | (0 if kw["prefetch"] else 2) |
+                       (0 if kw.get("io_inflight") is not None else 4))  # 4: remote only
         label_key = kw.get("label_key")
         if label_key is not None:
             cfg["label_key"] = _str(w, "label_key", label_key)

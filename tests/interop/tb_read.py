@@ -6,8 +6,10 @@
                                EventFileWriter, for sluice to read
 
 read prints one JSON line {"tb": {"file_version": V, "scalars": {tag:
-[[step, value, wall_time], ...]}}}: what TensorBoard's scalar dashboard
-would show (EventAccumulator.Reload, then Scalars(tag) for every tag).
+[[step, value, wall_time], ...]}, "texts": {tag: [[step, text], ...]}}}:
+what TensorBoard's scalar dashboard would show (EventAccumulator.Reload,
+then Scalars(tag) for every tag) and its Text tab (the tags the text
+plugin claims, PluginTagToContent("text"), their tensors' strings).
 
 write writes, with tensorboard.summary.writer.event_file_writer, events
 {step: s, summary {value {tag: "w/a", simple_value: s / 4}, value {tag:
@@ -40,7 +42,16 @@ def read(logdir):
     scalars = {}
     for tag in ea.Tags()["scalars"]:
         scalars[tag] = [[e.step, e.value, e.wall_time] for e in ea.Scalars(tag)]
-    out = {"file_version": ea.file_version, "scalars": scalars}
+    texts = {}
+    try:
+        text_tags = ea.PluginTagToContent("text")
+    except KeyError:  # no text in the file
+        text_tags = {}
+    for tag in text_tags:
+        texts[tag] = [
+            [e.step, b"".join(e.tensor_proto.string_val).decode()] for e in ea.Tensors(tag)
+        ]
+    out = {"file_version": ea.file_version, "scalars": scalars, "texts": texts}
     print(json.dumps({"tb": out}))
 
 

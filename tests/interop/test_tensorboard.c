@@ -61,13 +61,21 @@ static cJSON *run_script(const char *py, const char *mode, const char *dir, cons
 
 static float loss_at(int s) { return 2.3f / (1.0f + 0.37f * (float)s); }
 
+/* A summary writer on DIR/run (a new temp DIR). */
+static sl_summary *open_run(char **dir, char **logdir)
+{
+    *dir = tu_tmpdir();
+    *logdir = tu_join(*dir, "run");
+    sl_summary *s = NULL;
+    cr_assert_eq(sl_summary_open(*logdir, &s), SL_OK, "%s", sl_errmsg());
+    return s;
+}
+
 Test(interop_tensorboard, tensorboard_reads_ours)
 {
     const char *py = python_or_skip();
-    char *dir = tu_tmpdir();
-    char *logdir = tu_join(dir, "run");
-    sl_summary *s = NULL;
-    cr_assert_eq(sl_summary_open(logdir, &s), SL_OK, "%s", sl_errmsg());
+    char *dir, *logdir;
+    sl_summary *s = open_run(&dir, &logdir);
     const char *tags[] = {"train/loss", "train/lr"};
     for (int step = 0; step < 7; step++) {
         double v[2] = {loss_at(step), 0.1 * (step + 1) / 7.0};
@@ -104,6 +112,38 @@ Test(interop_tensorboard, tensorboard_reads_ours)
     cr_assert_eq(cJSON_GetArrayItem(top1, 0)->valuedouble, 300);
     cr_assert_eq(cJSON_GetArrayItem(top1, 1)->valuedouble, 0.8125);
     cr_assert_eq(cJSON_GetArrayItem(top5, 1)->valuedouble, 0.96875);
+    cJSON_Delete(j);
+    free(logdir);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* Text (sl_summary_text: train's parallelism/reason) is what TensorBoard's
+ * text plugin claims, at its step, beside the scalars. */
+Test(interop_tensorboard, tensorboard_reads_our_text)
+{
+    const char *py = python_or_skip();
+    char *dir, *logdir;
+    sl_summary *s = open_run(&dir, &logdir);
+    const char *tags[] = {"parallelism/replicas"};
+    double v = 2;
+    cr_assert_eq(sl_summary_scalars(s, 0, tags, &v, 1, NULL), SL_OK);
+    const char *why = "2 replicas x 1 thread on 2 cores: 16 images each; \"quoted\" \u00e9";
+    cr_assert_eq(sl_summary_text(s, 0, "parallelism/reason", why), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_summary_text(s, 5, "parallelism/reason", "later"), SL_OK);
+    cr_assert_eq(sl_summary_close(s), SL_OK);
+
+    cJSON *j = run_script(py, "read", logdir, "{\"tb\":");
+    const cJSON *tb = cJSON_GetObjectItem(j, "tb");
+    const cJSON *sc = cJSON_GetObjectItem(tb, "scalars");
+    cr_assert_eq(cJSON_GetArraySize(sc), 1, "the text is no scalar");
+    const cJSON *tx = cJSON_GetObjectItem(cJSON_GetObjectItem(tb, "texts"), "parallelism/reason");
+    cr_assert_eq(cJSON_GetArraySize(tx), 2, "the text plugin's tag");
+    const cJSON *a = cJSON_GetArrayItem(tx, 0), *b = cJSON_GetArrayItem(tx, 1);
+    cr_assert_eq(cJSON_GetArrayItem(a, 0)->valuedouble, 0);
+    cr_assert_str_eq(cJSON_GetArrayItem(a, 1)->valuestring, why);
+    cr_assert_eq(cJSON_GetArrayItem(b, 0)->valuedouble, 5);
+    cr_assert_str_eq(cJSON_GetArrayItem(b, 1)->valuestring, "later");
     cJSON_Delete(j);
     free(logdir);
     tu_rmrf(dir);

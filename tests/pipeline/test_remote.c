@@ -10,7 +10,10 @@
  * skip, reported record by record and never comes out; a bad record's
  * refill that meets an outage ends the run the same way; a memory budget
  * shrinks the requests in flight (after prefetch, before workers) and
- * changes no byte. Real servers on loopback (tests/servers.h). */
+ * changes no byte; the requests in flight tuned online (issue 43 item 2),
+ * by a forced schedule or by the policy (down behind a slow consumer, up
+ * when the reads are the bottleneck), give a fixed run's batches. Real
+ * servers on loopback (tests/servers.h). */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pipeline/graph_int.h" /* sl_tune_force_inflight */
 #include "pipeline/pipeline.h"
 #include "pipeline_testdata.h"
 #include "records/bytesrc.h"
@@ -524,5 +528,101 @@ Test(pipeline_remote, memory_budget_shrinks_inflight)
     same_runs(&a, &b, "http under a memory budget");
     pl_run_free(&a);
     pl_run_free(&b);
+    unserve(&v);
+}
+
+/* Tuned requests in flight change when bytes arrive, never which: a
+ * schedule moving the limit between 1 and 4 every few units (behind 1 ms
+ * of latency, so that several are in flight) gives the batches of a fixed
+ * run with one in flight and of the local run. */
+Test(pipeline_remote, inflight_forced_schedule_same_batches)
+{
+    served v;
+    serve(&v, "delay=1");
+    io_fast(3); /* inflight 4: the bound */
+    sl_pipeline_config c;
+    pl_config(&c, &v.d);
+    c.epochs = 3;
+    pl_run local, fixed, tuned = {0};
+    run_from(&c, v.d.dir, &local);
+    sl_io_opts one = {.retries = 3, .timeout_ms = 5000, .backoff_ms = 1, .inflight = 1};
+    sl_pipeline_config f = c;
+    f.io = &one;
+    run_from(&f, v.url, &fixed);
+    same_runs(&local, &fixed, "http, one request in flight");
+    c.data = v.url;
+    c.tune = SL_TUNE_INFLIGHT;
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    static const unsigned sched[] = {4, 1, 3, 1, 2, 4, 4, 1, 2};
+    cr_assert_eq(sl_tune_force_inflight(p, sched, sizeof sched / sizeof sched[0]), SL_OK, "%s",
+                 sl_errmsg());
+    pl_collect(p, &tuned, SIZE_MAX, 0);
+    sl_pipeline_tuning t;
+    cr_assert_eq(sl_pipeline_tuning_get(p, &t), SL_OK);
+    sl_pipeline_destroy(p);
+    same_runs(&local, &tuned, "http, requests in flight forced up and down");
+    cr_assert_eq(t.knobs, SL_TUNE_INFLIGHT);
+    cr_assert_eq(t.inflight_max, 4);
+    cr_assert_eq(t.inflight_lo, 1);
+    cr_assert_eq(t.inflight_hi, 4);
+    cr_assert_geq(t.inflight_changes, 10, "%llu changes", (unsigned long long)t.inflight_changes);
+    /* a local pipeline has nothing to tune there; the knob is refused */
+    sl_pipeline_config l = c;
+    l.data = v.d.dir;
+    cr_assert_eq(sl_pipeline_create(&l, &p), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_tune_force_inflight(p, sched, 1), SL_EINVAL);
+    cr_assert_eq(sl_pipeline_tuning_get(p, &t), SL_OK);
+    cr_assert_eq(t.inflight_max, 0, "local shards: no requests");
+    sl_pipeline_destroy(p);
+    pl_run_free(&local);
+    pl_run_free(&fixed);
+    pl_run_free(&tuned);
+    unserve(&v);
+}
+
+/* The policy: behind 20 ms of latency, a consumer slower than the reads
+ * leaves the readers waiting on a full window, and the limit comes down
+ * from its bound (4); then a consumer that takes batches as fast as they
+ * come makes the reads the bottleneck, and it goes up again. The batches
+ * are the local run's throughout. */
+Test(pipeline_remote, inflight_policy_moves_same_batches, .timeout = 120)
+{
+    served v;
+    serve(&v, "delay=20");
+    io_fast(3); /* inflight 4 */
+    sl_pipeline_config c;
+    pl_config(&c, &v.d);
+    c.epochs = 30;
+    c.read_window_bytes = 256u << 10; /* ~30 units: full soon behind a slow consumer */
+    pl_run local, tuned = {0};
+    run_from(&c, v.d.dir, &local);
+    c.data = v.url;
+    c.tune = SL_TUNE_INFLIGHT;
+    sl_pipeline *p;
+    cr_assert_eq(sl_pipeline_create(&c, &p), SL_OK, "%s", sl_errmsg());
+    sl_pipeline_tuning slow, fast;
+    struct timespec nap = {0, 40000000};
+    for (int i = 0; i < 60 && tuned.end_rc == 0; i++) {
+        pl_collect(p, &tuned, 1, 0);
+        nanosleep(&nap, NULL);
+    }
+    cr_assert_eq(sl_pipeline_tuning_get(p, &slow), SL_OK);
+    cr_assert_lt(slow.inflight_lo, 4, "the limit stayed at 4 in %llu windows behind a slow "
+                 "consumer", (unsigned long long)slow.inflight_windows);
+    cr_assert(strstr(slow.inflight_last, "waited on the window"), "%s", slow.inflight_last);
+    pl_collect(p, &tuned, SIZE_MAX, 0);
+    cr_assert_eq(sl_pipeline_tuning_get(p, &fast), SL_OK);
+    sl_pipeline_destroy(p);
+    same_runs(&local, &tuned, "http, requests in flight tuned");
+    /* up once at least: a step up, or a step up taken back */
+    cr_assert_gt(fast.inflight_changes, slow.inflight_changes, "no change in %llu windows of "
+                 "a fast consumer (limit %u)", (unsigned long long)(fast.inflight_windows -
+                 slow.inflight_windows), fast.inflight);
+    cr_assert(strstr(fast.inflight_last, "the reads are the bottleneck") ||
+              strstr(fast.inflight_last, "one more did not read faster"), "%s",
+              fast.inflight_last);
+    pl_run_free(&local);
+    pl_run_free(&tuned);
     unserve(&v);
 }

@@ -36,6 +36,7 @@
 #include <cjson/cJSON.h>
 
 #include "records/records.h"
+#include "servers.h"
 #include "testutil.h"
 
 #define NSHARDS 3
@@ -171,6 +172,12 @@ Test(profile, parallelism_within_cpus)
     cr_assert_eq(jnum(par, "readers"), 2);
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(par, "reason");
     cr_assert(cJSON_IsString(why) && strstr(why->valuestring, "a worker per core"));
+    /* where the budget came from; no start-up measurement for the pipeline alone */
+    const cJSON *budget = cJSON_GetObjectItemCaseSensitive(par, "budget");
+    cr_assert(cJSON_IsString(budget) && !strncmp(budget->valuestring, "--cpus 3; ", 10),
+              "%s", cJSON_IsString(budget) ? budget->valuestring : "no budget");
+    cr_assert_eq(jnum(par, "probe_s"), 0);
+    cr_assert_eq(jnum(par, "free_cores"), 0);
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
     cr_assert_eq(jnum(cfg, "workers"), 3, "the pipeline ran with the workers chosen");
     cJSON_Delete(j);
@@ -482,6 +489,7 @@ Test(profile, tuning_reported)
     cr_assert_eq(jnum(t, "workers_max"), 2);
     cr_assert(jnum(t, "workers") >= 1 && jnum(t, "workers") <= 2);
     cr_assert_geq(jnum(t, "prefetch"), 2);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(t, "inflight")), "local: no requests");
     cJSON_Delete(j);
     j = profile_json(dir, "--image-size 32 --batch 16 --batches 4 --workers 2 --prefetch 4 --json");
     t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
@@ -493,6 +501,48 @@ Test(profile, tuning_reported)
     cr_assert(strstr(out, "tuning: workers 1..1 of 1 (now 1, mean 1.0) as given, prefetch"), "%s",
               out);
     free(out);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* Over HTTP the requests in flight are tuned too (issue 43 item 2), within
+ * --io-inflight's default, and said (--json's tuning.inflight, the text);
+ * given, they are not. */
+Test(profile, tuning_inflight_over_http)
+{
+    char *dir = make_dataset();
+    char *root = strdup(dir), url[512];
+    char *slash = strrchr(root, '/');
+    *slash = 0;
+    srv ng;
+    srv_nginx_start(root, &ng);
+    snprintf(url, sizeof url, "'%s/%s/train-{00000..00002}-of-00003.tfrecord'", ng.url,
+             slash + 1); /* a folder over HTTP is named by its shards */
+    cJSON *j = profile_json(url, "--image-size 32 --batch 16 --batches 20 --cpus 2 --json");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
+    const cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(t, "knobs"), 2);
+    cr_assert(cJSON_IsString(k) && !strcmp(k->valuestring, "inflight"), "no inflight knob");
+    const cJSON *io = cJSON_GetObjectItemCaseSensitive(t, "inflight");
+    cr_assert(cJSON_IsObject(io), "no inflight object");
+    cr_assert_eq(jnum(io, "max"), 8, "--io-inflight's default: the bound");
+    cr_assert(jnum(io, "limit") >= 1 && jnum(io, "limit") <= 8);
+    cr_assert(jnum(io, "lo") <= jnum(io, "limit") && jnum(io, "limit") <= jnum(io, "hi"));
+    cJSON_Delete(j);
+    j = profile_json(url, "--image-size 32 --batch 16 --batches 4 --io-inflight 2 --json");
+    t = cJSON_GetObjectItemCaseSensitive(j, "tuning");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "knobs")), 2);
+    io = cJSON_GetObjectItemCaseSensitive(t, "inflight");
+    cr_assert_eq(jnum(io, "limit"), 2);
+    cr_assert_eq(jnum(io, "max"), 2);
+    cr_assert_eq(jnum(io, "changes"), 0);
+    cJSON_Delete(j);
+    char *out = NULL;
+    cr_assert_eq(profile_stdout(url, "--image-size 32 --batch 16 --batches 4 --workers 1 "
+                                "--prefetch 3 --io-inflight 3", &out), 0, "%s", out);
+    cr_assert(strstr(out, "; requests in flight 3 per reader as given"), "%s", out);
+    free(out);
+    srv_stop(&ng);
+    free(root);
     tu_rmrf(dir);
     free(dir);
 }

@@ -10,6 +10,8 @@
  * The first record is {wall_time, file_version: "brain.Event:2"}, as
  * tf.summary's writer starts every file; TensorBoard reads simple_value as
  * a scalar (tensorboard/data_compat.py migrates it to its tensor form).
+ * Text (sl_summary_text: the chosen parallelism and why, issue 43) is the
+ * text plugin's form, a DT_STRING scalar tensor with plugin_name "text".
  *
  * The protos are encoded and decoded by hand: five fixed fields, and no
  * protobuf library among the dependencies (records/ walks tf.train.Example
@@ -334,6 +336,54 @@ int sl_summary_scalars(sl_summary *s, int64_t step, const char *const *tags,
     return rc;
 }
 
+/* The text plugin's summary (tensorboard/plugins/text/summary_v2.py writes
+ * the same): Value {tag = 1; metadata = 9 {plugin_data = 1 {plugin_name =
+ * 1: "text"}}; tensor = 8 {dtype = 1: DT_STRING (7); tensor_shape = 2: {}
+ * (a scalar); string_val = 8: text}} (tensor.proto, types.proto). */
+int sl_summary_text(sl_summary *s, int64_t step, const char *tag, const char *text)
+{
+    static const char fn[] = "sl_summary_text";
+    static const char plugin[] = "text";
+    if (!s || !tag || !*tag || !text)
+        return sl_fail(SL_EINVAL, "%s: bad arguments", fn);
+    size_t tl = strlen(tag), xl = strlen(text), pl = sizeof plugin - 1;
+    size_t pdata = 1 + varint_len(pl) + pl;           /* PluginData */
+    size_t meta = 1 + varint_len(pdata) + pdata;      /* SummaryMetadata */
+    size_t tensor = 2 + 2 + 1 + varint_len(xl) + xl; /* TensorProto */
+    size_t value = 1 + varint_len(tl) + tl + 1 + varint_len(meta) + meta + 1 +
+                   varint_len(tensor) + tensor;
+    size_t body = 1 + varint_len(value) + value;      /* Summary */
+    double t = sl_wall_s();
+    begin_event(s, t);
+    put_key(s, 2, WT_VARINT);
+    put_varint(s, (uint64_t)step);
+    put_key(s, 5, WT_LEN);
+    put_varint(s, body);
+    put_key(s, 1, WT_LEN);
+    put_varint(s, value);
+    put_bytes(s, 1, tag, tl);
+    put_key(s, 9, WT_LEN);
+    put_varint(s, meta);
+    put_key(s, 1, WT_LEN);
+    put_varint(s, pdata);
+    put_bytes(s, 1, plugin, pl);
+    put_key(s, 8, WT_LEN);
+    put_varint(s, tensor);
+    put_key(s, 1, WT_VARINT);
+    put_varint(s, 7); /* DT_STRING */
+    put_key(s, 2, WT_LEN);
+    put_varint(s, 0); /* shape {}: a scalar */
+    put_bytes(s, 8, text, xl);
+    int rc = emit_record(s, fn);
+    cJSON *extra = rc ? NULL : cJSON_CreateObject();
+    if (!rc && (!extra || !cJSON_AddStringToObject(extra, tag, text)))
+        rc = sl_fail(SL_ENOMEM, "%s: %s: out of memory", fn, s->jsonl_path);
+    if (!rc)
+        rc = write_jsonl(s, step, t, NULL, NULL, 0, extra);
+    cJSON_Delete(extra);
+    return rc;
+}
+
 const char *sl_summary_path(const sl_summary *s)
 {
     return s->path;
@@ -444,20 +494,68 @@ static int pb_skip(pb *b, unsigned wt)
 
 typedef struct ev_walk {
     sl_event_fn fn;
+    sl_event_text_fn text_fn; /* NULL: text values are skipped */
     void *ctx;
     int fn_rc;      /* fn's non-zero return, when it stopped the walk */
     char *tag;      /* NUL-terminated copy of the current tag */
     size_t tag_cap;
+    char *text;     /* and of the current text */
+    size_t text_cap;
 } ev_walk;
 
 /* What the walkers return (fn's own value goes to w->fn_rc). */
 enum { WALK_OK = 0, WALK_BAD, WALK_NOMEM, WALK_STOP };
 
-/* Value {tag = 1, simple_value = 2}: calls fn when it is a simple_value. */
+/* NUL-terminated copy of [p, end) into *buf (grown): 0, or -1 out of memory. */
+static int walk_copy(char **buf, size_t *cap, pb v)
+{
+    size_t n = v.p ? (size_t)(v.end - v.p) : 0;
+    if (n + 1 > *cap) {
+        char *t = realloc(*buf, n + 1);
+        if (!t)
+            return -1;
+        *buf = t;
+        *cap = n + 1;
+    }
+    if (n)
+        memcpy(*buf, v.p, n);
+    (*buf)[n] = '\0';
+    return 0;
+}
+
+/* TensorProto {dtype = 1, string_val = 8}: *text the first string of a
+ * DT_STRING (7) tensor; 0, or -1 for a bad proto. */
+static int walk_tensor_text(pb b, pb *text)
+{
+    unsigned field, wt;
+    uint64_t dtype = 0;
+    pb first = {NULL, NULL}, sv;
+    while (b.p < b.end) {
+        if (pb_key(&b, &field, &wt))
+            return -1;
+        if (field == 1 && wt == WT_VARINT) {
+            if (pb_varint(&b, &dtype))
+                return -1;
+        } else if (field == 8 && wt == WT_LEN) {
+            if (pb_len(&b, &sv))
+                return -1;
+            if (!first.p)
+                first = sv;
+        } else if (pb_skip(&b, wt)) {
+            return -1;
+        }
+    }
+    if (dtype == 7 && first.p)
+        *text = first;
+    return 0;
+}
+
+/* Value {tag = 1, simple_value = 2, tensor = 8}: calls fn when it is a
+ * simple_value, text_fn (when set) when a string tensor (the text plugin's). */
 static int walk_value(ev_walk *w, pb b, int64_t step, double wall_time)
 {
     unsigned field, wt;
-    pb tag = {NULL, NULL};
+    pb tag = {NULL, NULL}, tensor = {NULL, NULL}, text = {NULL, NULL};
     uint64_t u;
     int have_value = 0;
     float value = 0;
@@ -474,24 +572,26 @@ static int walk_value(ev_walk *w, pb b, int64_t step, double wall_time)
             uint32_t u32 = (uint32_t)u;
             memcpy(&value, &u32, 4);
             have_value = 1;
+        } else if (field == 8 && wt == WT_LEN) {
+            if (pb_len(&b, &tensor))
+                return WALK_BAD;
         } else if (pb_skip(&b, wt)) {
             return WALK_BAD;
         }
     }
-    if (!have_value)
-        return WALK_OK; /* an image, histogram, tensor ...: not a scalar */
-    size_t n = tag.p ? (size_t)(tag.end - tag.p) : 0;
-    if (n + 1 > w->tag_cap) {
-        char *t = realloc(w->tag, n + 1);
-        if (!t)
+    if (tensor.p && w->text_fn && walk_tensor_text(tensor, &text))
+        return WALK_BAD;
+    if (!have_value && !text.p)
+        return WALK_OK; /* an image, histogram, other tensor ...: neither */
+    if (walk_copy(&w->tag, &w->tag_cap, tag))
+        return WALK_NOMEM;
+    if (have_value && w->fn)
+        w->fn_rc = w->fn(w->ctx, step, wall_time, w->tag, value);
+    if (!have_value) {
+        if (walk_copy(&w->text, &w->text_cap, text))
             return WALK_NOMEM;
-        w->tag = t;
-        w->tag_cap = n + 1;
+        w->fn_rc = w->text_fn(w->ctx, step, wall_time, w->tag, w->text);
     }
-    if (n)
-        memcpy(w->tag, tag.p, n);
-    w->tag[n] = '\0';
-    w->fn_rc = w->fn(w->ctx, step, wall_time, w->tag, value);
     return w->fn_rc ? WALK_STOP : WALK_OK;
 }
 
@@ -573,13 +673,20 @@ static int truncated_tail(const char *path, uint64_t off)
 
 int sl_events_read(const char *path, sl_event_fn fn, void *ctx)
 {
+    if (!path || !fn)
+        return sl_fail(SL_EINVAL, "sl_events_read: no path or callback");
+    return sl_events_read_all(path, fn, NULL, ctx);
+}
+
+int sl_events_read_all(const char *path, sl_event_fn fn, sl_event_text_fn text_fn, void *ctx)
+{
     static const char fname[] = "sl_events_read";
     sl_tfrecord_reader *r = NULL;
-    ev_walk w = {fn, ctx, 0, NULL, 0};
+    ev_walk w = {.fn = fn, .text_fn = text_fn, .ctx = ctx};
     uint64_t recno = 0, next_off = 0;
     int rc;
 
-    if (!path || !fn)
+    if (!path || (!fn && !text_fn))
         return sl_fail(SL_EINVAL, "%s: no path or callback", fname);
     rc = sl_tfrecord_reader_open(path, &r);
     if (rc)
@@ -619,6 +726,7 @@ int sl_events_read(const char *path, sl_event_fn fn, void *ctx)
         }
     }
     free(w.tag);
+    free(w.text);
     sl_tfrecord_reader_close(r);
     return rc;
 }

@@ -144,6 +144,8 @@ int sl_eval_run(sl_model *m, sl_exec *e, const sl_pipeline_config *data_in,
     sl_pipeline_stats st;
     if ((rc = sl_pipeline_stats_get(p, &st)))
         goto out;
+    if ((rc = sl_pipeline_tuning_get(p, &res->tuning)))
+        goto out;
     res->skipped = (int64_t)st.bad_records_out; /* all of bad_records: the run is over */
     if (st.bad_records)
         snprintf(res->skipped_first, sizeof res->skipped_first, "%s", st.bad[0]);

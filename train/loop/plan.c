@@ -169,6 +169,7 @@ void sl_par_choose(const sl_par_request *q, sl_par_plan *p)
     sl_par_request r = *q;
     r.cpus = p->cpus;
     p->free_cores = q->free_cores;
+    p->probe_s = q->probe_s;
     p->prefetch = q->prefetch;
     if (q->job == SL_PAR_PIPELINE) {
         p->workers = q->workers ? q->workers : (unsigned)p->cpus;
@@ -191,18 +192,28 @@ void sl_par_choose(const sl_par_request *q, sl_par_plan *p)
              p->cpus, p->cpus == 1 ? "" : "s", note);
 }
 
+/* s with '"' and '\\' escaped into buf (JSON string contents; the plan's
+ * texts hold no control characters). */
+static const char *json_esc(const char *s, char *buf, size_t cap)
+{
+    size_t k = 0;
+    for (; *s && k + 3 < cap; s++) {
+        if (*s == '"' || *s == '\\')
+            buf[k++] = '\\';
+        buf[k++] = *s;
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
 void sl_par_json(const sl_par_plan *p, char *buf, size_t cap)
 {
-    char why[512];
-    size_t k = 0;
-    for (const char *s = p->reason; *s && k + 3 < sizeof why; s++) {
-        if (*s == '"' || *s == '\\')
-            why[k++] = '\\';
-        why[k++] = *s;
-    }
-    why[k] = '\0';
+    char why[512], budget[320];
     snprintf(buf, cap, "{\"cpus\": %d, \"strategy\": \"%s\", \"replicas\": %d, \"threads\": %d, "
              "\"workers\": %u, \"readers\": %u, \"prefetch\": %u, \"free_cores\": %.2f, "
+             "\"probe_s\": %.3f, \"gmac_per_image\": %.4g, \"budget\": \"%s\", "
              "\"reason\": \"%s\"}", p->cpus, sl_strategy_name(p->strategy), p->replicas,
-             p->threads, p->workers, p->readers, p->prefetch, p->free_cores, why);
+             p->threads, p->workers, p->readers, p->prefetch, p->free_cores, p->probe_s,
+             p->gmac_per_image, json_esc(p->budget, budget, sizeof budget),
+             json_esc(p->reason, why, sizeof why));
 }

@@ -299,6 +299,28 @@ out_state:
     return rc;
 }
 
+/* The split the run has (issue 43: chosen or given) into the logdir, once
+ * at the first step: scalars, and with the CLI's plan (cfg->plan) the
+ * budget, the start-up measurement and its seconds as scalars and why as
+ * text (TensorBoard's Text tab; metrics.jsonl). */
+static int log_parallelism(sl_run *r)
+{
+    const sl_par_plan *p = r->cfg->plan;
+    const char *tags[] = {"parallelism/replicas", "parallelism/threads_per_replica",
+                          "parallelism/workers", "parallelism/readers",
+                          "parallelism/prefetch", "parallelism/cpus",
+                          "parallelism/free_cores", "parallelism/probe_seconds"};
+    double v[] = {r->world, r->rep[0].e.threads, r->data.workers, r->data.readers,
+                  r->data.prefetch, p ? p->cpus : 0, p ? p->free_cores : 0,
+                  p ? p->probe_s : 0};
+    int rc = sl_summary_scalars(r->sum, r->step0, tags, v, p ? 8 : 5, NULL);
+    if (rc || !p)
+        return rc;
+    char text[512];
+    snprintf(text, sizeof text, "%s (%s)", p->reason, p->budget);
+    return sl_summary_text(r->sum, r->step0, "parallelism/reason", text);
+}
+
 static int setup(sl_run *r)
 {
     const sl_train_config *c = r->cfg;
@@ -342,15 +364,8 @@ static int setup(sl_run *r)
         return rc;
     if (r->is_root && c->logdir && (rc = sl_summary_open(c->logdir, &r->sum)))
         return rc;
-    if (r->sum) { /* the split the run has (issue 43: chosen or given), once */
-        const char *tags[] = {"parallelism/replicas", "parallelism/threads_per_replica",
-                              "parallelism/workers", "parallelism/readers",
-                              "parallelism/prefetch"};
-        double v[] = {r->world, r->rep[0].e.threads, r->data.workers, r->data.readers,
-                      r->data.prefetch};
-        if ((rc = sl_summary_scalars(r->sum, r->step0, tags, v, 5, NULL)))
-            return rc;
-    }
+    if (r->sum && (rc = log_parallelism(r)))
+        return rc;
     if (r->is_root) {
         sl_replica *rep = &r->rep[0];
         char prec[160];

@@ -99,6 +99,18 @@ int sl_run_evaluate(sl_run *r, sl_replica *rep, int64_t step)
     return rc;
 }
 
+int sl_run_log_tuning(sl_run *r, sl_replica *rep, int64_t step)
+{
+    sl_pipeline_tuning *t = &r->res->tuning;
+    int rc = rep->p ? sl_pipeline_tuning_get(rep->p, t) : SL_OK;
+    if (rc || !rep->p || !r->sum)
+        return rc;
+    /* the active workers and the decode-ahead limit now, the changes so far */
+    const char *tags[] = {"tuning/workers", "tuning/prefetch", "tuning/changes"};
+    double v[] = {t->workers, t->prefetch, (double)t->changes};
+    return sl_summary_scalars(r->sum, step, tags, v, 3, NULL);
+}
+
 void sl_run_rescue(sl_run *r, sl_replica *rep)
 {
     sl_ckpt_job j = ckpt_job(r, rep);

@@ -174,6 +174,8 @@ static int log_progress(sl_run *r, sl_replica *rep, meter *mt, int64_t step, flo
         if ((rc = sl_summary_scalars(r->sum, step, tags, vals, r->world > 1 ? 6 : 5, NULL)))
             goto out;
     }
+    if ((rc = sl_run_log_tuning(r, rep, step)))
+        goto out;
     mt->win_t = t;
 out:
     return rc;

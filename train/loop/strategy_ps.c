@@ -308,6 +308,8 @@ int sl_ps_train(sl_run *r)
             if ((rc = sl_summary_scalars(r->sum, step, tags, v, 4, NULL)))
                 break;
         }
+        if ((rc = sl_run_log_tuning(r, rep0, step)))
+            break;
         if ((rc = sl_run_evaluate(r, rep0, step)))
             break;
         if (c->ckpt_dir && (rc = sl_run_save_checkpoint(r, rep0, step)))

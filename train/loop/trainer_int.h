@@ -181,6 +181,9 @@ int sl_run_save_stop(sl_run *r, sl_replica *rep, int64_t step);
 /* The root's loop failed: a rescue checkpoint of r->done_step (io/resume.c's
  * sl_ckpt_rescue), what became of it in r->rescue. */
 void sl_run_rescue(sl_run *r, sl_replica *rep);
+/* What online tuning did to rep's pipeline so far into r->res->tuning and,
+ * with a logdir, the tuning/ scalars of step (root: its log steps). */
+int sl_run_log_tuning(sl_run *r, sl_replica *rep, int64_t step);
 /* Whether the replicas' batches together are world 1's (the records split,
  * shuffle none or global): a checkpoint's rank_split "records". */
 int sl_run_union_split(const sl_pipeline_config *d);

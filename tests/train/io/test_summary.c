@@ -164,6 +164,83 @@ Test(train_summary, golden_event_bytes)
     free(dir);
 }
 
+static int collect_text(void *ctx, int64_t step, double wall_time, const char *tag,
+                        const char *text)
+{
+    seen *s = ctx;
+    (void)wall_time;
+    cr_assert_lt(s->n, MAXV);
+    s->step[s->n] = step;
+    snprintf(s->tag[s->n], sizeof s->tag[0], "%s=%s", tag, text);
+    s->value[s->n] = NAN;
+    s->n++;
+    return s->stop_after && s->n >= s->stop_after ? 1234 : 0;
+}
+
+/* The text plugin's form, byte for byte (tensorboard/plugins/text's
+ * summary: a DT_STRING scalar tensor, plugin_name "text"; interop's
+ * tensorboard_reads_our_text has TensorBoard read it), read back in order
+ * among the scalars by sl_events_read_all and passed over by
+ * sl_events_read. */
+Test(train_summary, text_golden_and_read_back)
+{
+    char *dir = tu_tmpdir();
+    sl_summary *s = NULL;
+    cr_assert_eq(sl_summary_open(dir, &s), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(sl_summary_text(s, 3, "t", "hi"), SL_OK, "%s", sl_errmsg());
+    const char *tag[] = {"a"};
+    double v = 1.5;
+    cr_assert_eq(sl_summary_scalars(s, 4, tag, &v, 1, NULL), SL_OK);
+    cr_assert_eq(sl_summary_text(s, 5, "why", ""), SL_OK, "empty text is text");
+    cr_assert_eq(sl_summary_text(s, 5, "", "x"), SL_EINVAL);
+    cr_assert_eq(sl_summary_text(s, 5, "t", NULL), SL_EINVAL);
+    char *path = strdup(sl_summary_path(s));
+    cr_assert_eq(sl_summary_close(s), SL_OK);
+
+    sl_tfrecord_reader *r = NULL;
+    const uint8_t *d;
+    size_t len;
+    cr_assert_eq(sl_tfrecord_reader_open(path, &r), SL_OK);
+    cr_assert_eq(sl_tfrecord_reader_next(r, &d, &len), SL_OK); /* file_version */
+    cr_assert_eq(sl_tfrecord_reader_next(r, &d, &len), SL_OK);
+    /* step 3; summary { value { tag "t", metadata (9) { plugin_data (1) {
+     * plugin_name (1) "text" } }, tensor (8) { dtype (1) 7, tensor_shape
+     * (2) {}, string_val (8) "hi" } } } */
+    static const uint8_t text[] = {0x10, 0x03, 0x2a, 25,   0x0a, 23,   0x0a, 0x01, 't',
+                                   0x4a, 0x08, 0x0a, 0x06, 0x0a, 0x04, 't',  'e',  'x',
+                                   't',  0x42, 0x08, 0x08, 0x07, 0x12, 0x00, 0x42, 0x02,
+                                   'h',  'i'};
+    cr_assert_eq(len, 9 + sizeof text);
+    cr_assert_eq(memcmp(d + 9, text, sizeof text), 0);
+    sl_tfrecord_reader_close(r);
+
+    seen all = {0};
+    cr_assert_eq(sl_events_read_all(path, collect, collect_text, &all), SL_OK, "%s",
+                 sl_errmsg());
+    cr_assert_eq(all.n, 3);
+    cr_assert_str_eq(all.tag[0], "t=hi");
+    cr_assert_eq(all.step[0], 3);
+    cr_assert_str_eq(all.tag[1], "a");
+    cr_assert_eq(all.value[1], 1.5f);
+    cr_assert_str_eq(all.tag[2], "why=");
+    seen scalars = {0};
+    cr_assert_eq(sl_events_read(path, collect, &scalars), SL_OK);
+    cr_assert_eq(scalars.n, 1, "text is no scalar");
+    seen texts = {0};
+    cr_assert_eq(sl_events_read_all(path, NULL, collect_text, &texts), SL_OK);
+    cr_assert_eq(texts.n, 2);
+    seen stop = {.stop_after = 1};
+    cr_assert_eq(sl_events_read_all(path, NULL, collect_text, &stop), 1234);
+    cr_assert_eq(sl_events_read_all(path, NULL, NULL, NULL), SL_EINVAL);
+    /* metrics.jsonl has the text under its tag */
+    char *out = NULL;
+    cr_assert_eq(tu_run(&out, "grep -c '\"t\":\"hi\"' %s/metrics.jsonl", dir), 0, "%s", out);
+    free(out);
+    free(path);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* Append one framed record to f. */
 static void put_record(FILE *f, const uint8_t *data, size_t len)
 {

@@ -173,12 +173,17 @@ Test(par_plan, json)
 {
     sl_par_request q = req(2, SL_ARCH_RESNET20, 8, 28, 64);
     q.free_cores = 1.31;
+    q.probe_s = 0.0512;
     sl_par_plan p;
     sl_par_choose(&q, &p);
+    cr_assert_str_eq(p.budget, "", "the caller's to fill");
     snprintf(p.reason, sizeof p.reason, "a \"quoted\" \\ reason");
+    snprintf(p.budget, sizeof p.budget, "2 cores (\"affinity\")");
     char buf[1024];
     sl_par_json(&p, buf, sizeof buf);
     cr_assert_str_eq(buf, "{\"cpus\": 2, \"strategy\": \"mirrored\", \"replicas\": 2, "
                           "\"threads\": 1, \"workers\": 1, \"readers\": 2, \"prefetch\": 0, "
-                          "\"free_cores\": 1.31, \"reason\": \"a \\\"quoted\\\" \\\\ reason\"}");
+                          "\"free_cores\": 1.31, \"probe_s\": 0.051, \"gmac_per_image\": "
+                          "0.007809, \"budget\": \"2 cores (\\\"affinity\\\")\", "
+                          "\"reason\": \"a \\\"quoted\\\" \\\\ reason\"}");
 }

@@ -246,9 +246,7 @@ Test(train_skipped, train_counts_and_names_them)
     cr_assert(strstr(text, "\"eval/skipped_records\":2"), "%s", text);
     free(text);
     free(jl);
-    char *ev = NULL;
-    cr_assert_eq(tu_run(&ev, "ls %s/events.out.tfevents.* | head -n1", log), 0);
-    ev[strcspn(ev, "\n")] = 0;
+    char *ev = tu_events_file(log);
     tags tg = {0};
     cr_assert_eq(sl_events_read(ev, on_scalar, &tg), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(tg.n_train, 8, "one per progress line");

@@ -85,9 +85,7 @@ static int on_scalar(void *ctx, int64_t step, double wall, const char *tag, floa
 
 static void read_curve(const char *logdir, curve *c)
 {
-    char *out = NULL;
-    cr_assert_eq(tu_run(&out, "ls %s/events.out.tfevents.* | head -n1", logdir), 0);
-    out[strcspn(out, "\n")] = 0;
+    char *out = tu_events_file(logdir);
     memset(c, 0, sizeof *c);
     cr_assert_eq(sl_events_read(out, on_scalar, c), SL_OK, "%s", sl_errmsg());
     free(out);
@@ -241,10 +239,10 @@ Test(train_trainer, cli_parallelism_chosen_said_and_deterministic)
                           "\"prefetch\": 0, \"free_cores\": "), "%s", out);
     cr_assert(strstr(out, "\"world\": 2"), "%s", out);
     free(out);
-    out = NULL;
     /* TensorBoard: the split as scalars at the first step */
-    cr_assert_eq(tu_run(&out, "ls %s/log/events.out.tfevents.* | head -n1", tmp), 0);
-    out[strcspn(out, "\n")] = 0;
+    char *log = tu_join(tmp, "log");
+    out = tu_events_file(log);
+    free(log);
     par_seen ps = {0};
     cr_assert_eq(sl_events_read(out, on_par, &ps), SL_OK, "%s", sl_errmsg());
     cr_assert_eq(ps.replicas, 2);
