@@ -1,7 +1,7 @@
 /*
  * train/ops/conv_dnnl.c - convolution on the CPU through oneDNN (the C API
- * of dnnl.h: oneDNN 3.2 from PyPI's GNU-OpenMP build where tools/dev put
- * it, SLUICE_DNNL_ROOT; Debian's libdnnl 2.6 otherwise): forward, backward-data and
+ * of dnnl.h: Debian's libdnnl 2.6, or a oneDNN 3 that -DSLUICE_DNNL_ROOT or
+ * a newer distribution gives): forward, backward-data and
  * backward-filter in NHWC f32, the kernels PyTorch's channels_last CPU path
  * runs. Built with SLUICE_WITH_DNNL; conv_cpu.c calls in here unless
  * SLUICE_CPU_CONV=blas, and keeps im2col + OpenBLAS for builds without it.
@@ -46,8 +46,10 @@
  * Two APIs: oneDNN 3 made a memory descriptor an object (created, cloned,
  * destroyed; dn_md below) and dropped the operation descriptors (a
  * primitive descriptor is made from the shapes directly); everything else
- * this file calls is the same in both. 3.2 runs a ResNet-50 step's
- * convolutions 1.2x faster than 2.6 here (perf/dnnl-versions).
+ * this file calls is the same in both (tools/dev compiles this file
+ * against 3.2's headers). 3.2 (PyPI's GNU-OpenMP build) runs a ResNet-50
+ * step's convolutions no faster than 2.6 on a quiet machine here
+ * (perf/dnnl-versions: 0.97x), so the builds keep Debian's.
  *
  * Errors: every dnnl_* status is checked: SL_ENOTSUP when oneDNN has no
  * implementation (dnnl_unimplemented), SL_ENOMEM for dnnl_out_of_memory,
