@@ -72,7 +72,6 @@
 typedef dnnl_memory_desc_t dn_md;
 typedef const_dnnl_memory_desc_t md_ref;
 #define MD(m) (m)
-#define DN_LAST dnnl_last_impl_reached /* no implementation left */
 static dnnl_status_t md_tag(dn_md *m, const dnnl_dims_t d, dnnl_data_type_t t,
                             dnnl_format_tag_t tag)
 {
@@ -84,7 +83,6 @@ static void md_free(dn_md m) { dnnl_memory_desc_destroy(m); }
 typedef dnnl_memory_desc_t dn_md;
 typedef const dnnl_memory_desc_t *md_ref;
 #define MD(m) (&(m))
-#define DN_LAST dnnl_iterator_ends
 static dnnl_status_t md_tag(dn_md *m, const dnnl_dims_t d, dnnl_data_type_t t,
                             dnnl_format_tag_t tag)
 {
@@ -188,14 +186,27 @@ static void prim_free(dn_prim *p)
  * takes the next implementation (the general jit kernel), on 3.2 as well:
  * its 1x1 kernels keep the rtus design. And on 3.2 narrow convs skip the
  * brgemm ones (BRG_MIN_C). */
+/* Whether pd's implementation is one pd_pick passes over. */
+static int skip_impl(const_dnnl_primitive_desc_t pd, int avoid_1x1, int avoid_brg)
+{
+    const char *impl = NULL;
+    if ((!avoid_1x1 && !avoid_brg) ||
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        !impl)
+        return 0;
+    return (avoid_1x1 && strstr(impl, "1x1")) || (avoid_brg && strstr(impl, "brg"));
+}
+
 static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_ref wany,
                              md_ref ymd, const_dnnl_primitive_attr_t attr,
                              const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *out)
 {
     const dnnl_dims_t strides = {sh->stride, sh->stride}, pads = {sh->pad, sh->pad};
+    int avoid_1x1 = pass == PASS_BWD_FILTER && sh->r == 1 && sh->s == 1 && sh->stride > 1;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st;
 #if DNNL_VERSION_MAJOR >= 3
+    int avoid_brg = sh->c <= BRG_MIN_C && sh->k <= BRG_MIN_C;
     const dnnl_dims_t dil = {0, 0};
     switch (pass) {
     case PASS_FWD:
@@ -214,6 +225,15 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_r
             hint, attr);
         break;
     }
+    /* next_impl turns pd into the next implementation in place */
+    while (st == dnnl_success && skip_impl(pd, avoid_1x1, avoid_brg))
+        st = dnnl_primitive_desc_next_impl(pd);
+    if (st != dnnl_success) {
+        dnnl_primitive_desc_destroy(pd);
+        return st == dnnl_last_impl_reached ? dnnl_unimplemented : st;
+    }
+    *out = pd;
+    return dnnl_success;
 #else
     dnnl_convolution_desc_t cd;
     switch (pass) {
@@ -231,58 +251,33 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_r
                                                          wany, NULL, ymd, strides, pads, pads);
         break;
     }
-    if (st == dnnl_success)
-        st = dnnl_primitive_desc_create(&pd, &cd, attr, eng, hint);
-#endif
     if (st != dnnl_success)
         return st;
-    int avoid_1x1 = pass == PASS_BWD_FILTER && sh->r == 1 && sh->s == 1 && sh->stride > 1;
-    int avoid_brg = DNNL_VERSION_MAJOR >= 3 && sh->c <= BRG_MIN_C && sh->k <= BRG_MIN_C;
-    for (;;) {
-        const char *impl = NULL;
-        if ((!avoid_1x1 && !avoid_brg) ||
-            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-            !impl || !((avoid_1x1 && strstr(impl, "1x1")) || (avoid_brg && strstr(impl, "brg")))) {
-            *out = pd;
-            return dnnl_success;
-        }
-#if DNNL_VERSION_MAJOR >= 3
-        st = dnnl_primitive_desc_next_impl(pd); /* pd becomes the next one */
-#else
-        st = dnnl_unimplemented; /* 2.6: the iterator below */
-        break;
-#endif
-        if (st != dnnl_success)
-            break;
-    }
-    dnnl_primitive_desc_destroy(pd);
-#if DNNL_VERSION_MAJOR < 3
-    /* 2.6 has no next_impl: walk its iterator past the 1x1 ones */
+    if (!avoid_1x1)
+        return dnnl_primitive_desc_create(out, &cd, attr, eng, hint);
+    /* 2.6 has no next_impl: its iterator, past the 1x1 ones */
     dnnl_primitive_desc_iterator_t it;
     st = dnnl_primitive_desc_iterator_create(&it, &cd, attr, eng, hint);
     if (st != dnnl_success)
         return st;
     *out = NULL;
     do {
-        const char *impl = NULL;
         pd = dnnl_primitive_desc_iterator_fetch(it);
         if (!pd) {
             st = dnnl_out_of_memory;
             break;
         }
-        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-            impl && strstr(impl, "1x1")) {
-            dnnl_primitive_desc_destroy(pd);
-            continue;
+        if (!skip_impl(pd, avoid_1x1, 0)) {
+            *out = pd;
+            break;
         }
-        *out = pd;
-        break;
+        dnnl_primitive_desc_destroy(pd);
     } while ((st = dnnl_primitive_desc_iterator_next(it)) == dnnl_success);
     dnnl_primitive_desc_iterator_destroy(it);
     if (*out)
         return dnnl_success;
+    return st == dnnl_iterator_ends ? dnnl_unimplemented : st;
 #endif
-    return st == DN_LAST ? dnnl_unimplemented : st;
 }
 
 /* Make the primitive of (sh, pass, act) for the calling thread's OpenMP
