@@ -125,11 +125,12 @@ static void write_floats(const char *path, const void *p, size_t bytes)
 
 /* A model for (n <= max_batch, h, w, 3) inputs; zero_init_residual off so
  * every residual branch counts in the logits from the first step. */
-static sl_model *new_model(sl_arch arch, int classes, int max_batch, int h, int w, uint64_t seed,
-                           float bn_momentum)
+static sl_model *new_model_w(sl_arch arch, int width, int classes, int max_batch, int h, int w,
+                             uint64_t seed, float bn_momentum)
 {
     sl_model_config cfg = SL_MODEL_CONFIG_INIT;
     cfg.arch = arch;
+    cfg.width = width;
     cfg.classes = classes;
     cfg.zero_init_residual = 0;
     cfg.bn_momentum = bn_momentum;
@@ -138,6 +139,12 @@ static sl_model *new_model(sl_arch arch, int classes, int max_batch, int h, int 
     cr_assert_eq(sl_model_create(&cfg, max_batch, h, w, &m), SL_OK, "sl_model_create %s: %s",
                  sl_arch_name(arch), sl_errmsg());
     return m;
+}
+
+static sl_model *new_model(sl_arch arch, int classes, int max_batch, int h, int w, uint64_t seed,
+                           float bn_momentum)
+{
+    return new_model_w(arch, 0, classes, max_batch, h, w, seed, bn_momentum);
 }
 
 static sl_sgd *new_sgd(sl_model *m, float momentum, float wd)
@@ -397,7 +404,8 @@ Test(interop_torch, torchvision_resnet18_loads_in_sluice)
  * takes each float64 tie (|input| <= 2x torch float32's largest deviation
  * in that activation, at most 16 per step) the way that matches ours
  * better, and the log lists them; the allowance itself is unchanged. */
-static void train_step_matches_torch(sl_arch arch, int classes, int n, int h, int w,
+/* width: resnet20's base width (0: its default, 16) */
+static void train_step_matches_torch(sl_arch arch, int width, int classes, int n, int h, int w,
                                      uint64_t seed)
 {
     const char *py = torch_or_skip();
@@ -406,7 +414,7 @@ static void train_step_matches_torch(sl_arch arch, int classes, int n, int h, in
     char *dir = tu_tmpdir();
     sl_exec e;
     cr_assert_eq(sl_exec_init(&e, SL_BACKEND_CPU, 0), SL_OK);
-    sl_model *m = new_model(arch, classes, n, h, w, seed, bnm);
+    sl_model *m = new_model_w(arch, width, classes, n, h, w, seed, bnm);
     perturb_bn(m, seed + 1);
     char *before = tu_join(dir, "before"), *xin = tu_join(dir, "x.f32"),
          *lab = tu_join(dir, "labels.i32");
@@ -436,11 +444,11 @@ static void train_step_matches_torch(sl_arch arch, int classes, int n, int h, in
         free(after);
     }
 
-    cJSON *j = torch_check(py, "step --arch %s --classes %d --state '%s.safetensors' --after "
-                           "'%s' --input '%s' --labels '%s' --shape %d,%d,%d "
+    cJSON *j = torch_check(py, "step --arch %s --width %d --classes %d --state '%s.safetensors' "
+                           "--after '%s' --input '%s' --labels '%s' --shape %d,%d,%d "
                            "--lr %g --momentum %g --wd %g --bn-momentum %g",
-                           sl_arch_name(arch), classes, before, list, xin, lab, n, h, w,
-                           (double)lr, (double)mom, (double)wd, (double)bnm);
+                           sl_arch_name(arch), width ? width : 16, classes, before, list, xin,
+                           lab, n, h, w, (double)lr, (double)mom, (double)wd, (double)bnm);
     const cJSON *l32 = cJSON_GetObjectItemCaseSensitive(j, "losses"),
                 *l64 = cJSON_GetObjectItemCaseSensitive(j, "losses64");
     cr_assert_eq(cJSON_GetArraySize(l32), steps);
@@ -499,16 +507,24 @@ static void train_step_matches_torch(sl_arch arch, int classes, int n, int h, in
 
 Test(interop_torch, resnet20_sgd_steps_match_torch)
 {
-    train_step_matches_torch(SL_ARCH_RESNET20, 10, 4, 32, 32, 31);
+    train_step_matches_torch(SL_ARCH_RESNET20, 0, 10, 4, 32, 32, 31);
+}
+
+/* the demo's width: 8, 16 and 32 channels, the batch-norm passes' constant
+ * counts and wide rows (train/ops/norm_kern_cpu.h), checked by PyTorch's
+ * own step; 28 px as the demo */
+Test(interop_torch, resnet20_width8_sgd_steps_match_torch)
+{
+    train_step_matches_torch(SL_ARCH_RESNET20, 8, 10, 4, 28, 28, 34);
 }
 
 /* the 7x7 stem, max pool and BasicBlocks; 40x40 leaves layer4 2x2 x 3 images */
 Test(interop_torch, resnet18_sgd_steps_match_torch)
 {
-    train_step_matches_torch(SL_ARCH_RESNET18, 1000, 3, 40, 40, 32);
+    train_step_matches_torch(SL_ARCH_RESNET18, 0, 1000, 3, 40, 40, 32);
 }
 
 Test(interop_torch, resnet50_sgd_steps_match_torch)
 {
-    train_step_matches_torch(SL_ARCH_RESNET50, 1000, 2, 40, 40, 33);
+    train_step_matches_torch(SL_ARCH_RESNET50, 0, 1000, 2, 40, 40, 33);
 }

@@ -120,9 +120,9 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def build(arch, classes):
+def build(arch, classes, width=16):
     if arch == "resnet20":
-        return CifarResNet(classes)
+        return CifarResNet(classes, width)
     if arch in ("resnet18", "resnet50"):
         return getattr(torchvision.models, arch)(weights=None, num_classes=classes)
     raise SystemExit(f"torch_check: unknown arch {arch}")
@@ -149,7 +149,7 @@ def load_ours(model, path):
 
 
 def cmd_logits(a):
-    model = build(a.arch, a.classes)
+    model = build(a.arch, a.classes, a.width)
     count, nopt, meta, _ = load_ours(model, a.state)
     model.eval()
     with torch.no_grad():
@@ -161,7 +161,7 @@ def cmd_logits(a):
 
 def cmd_make(a):
     torch.manual_seed(a.seed)
-    model = build(a.arch, a.classes)
+    model = build(a.arch, a.classes, a.width)
     n, h, w = a.shape
     bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
     with torch.no_grad():
@@ -239,7 +239,7 @@ def _one_step(a, state, x, labels, dtype, taps32=None):
     the forward as it is (the element is ~0 either way) and adds or removes
     that element's upstream gradient, whose effect on the parameter gradients
     is one backward from that point."""
-    model = build(a.arch, a.classes)
+    model = build(a.arch, a.classes, a.width)
     model.load_state_dict({k: v for k, v in state.items() if not k.startswith("optimizer.")},
                           strict=True)
     taps = []
@@ -332,7 +332,7 @@ def cmd_step(a):
     states = [st_read(p)[0] for p in paths]
     x = read_input(a.input, a.shape)
     labels = torch.from_numpy(np.fromfile(a.labels, dtype="<i4").astype(np.int64))
-    params = {k for k, _ in build(a.arch, a.classes).named_parameters()}
+    params = {k for k, _ in build(a.arch, a.classes, a.width).named_parameters()}
     worst = {kind: ("", 0.0, 0.0, 0.0) for kind in ("param", "buffer", "momentum")}
     ranked, missing, nbt_ok, losses32, losses64 = [], [], True, [], []
     nties, flipped = 0, []
@@ -390,6 +390,7 @@ def main():
     ap.add_argument("cmd", choices=["logits", "make", "step"])
     ap.add_argument("--arch", required=True)
     ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--width", type=int, default=16, help="resnet20's base width")
     ap.add_argument("--state", required=True)
     ap.add_argument("--input", required=True)
     ap.add_argument("--shape", required=True, type=lambda s: tuple(int(v) for v in s.split(",")))
