@@ -166,13 +166,17 @@ static void prim_free(dn_prim *p)
     free(p);
 }
 
-/* On oneDNN 3.2 a conv of at most this many input and output channels
- * skips the brgemm implementations ("brgconv", "brg_fwd+brgconv") for the
- * next (jit_bf16 / jit): at 8-32 channels their per-call host code
- * (ker_vpad, init_batch: 7% of the demo's step in perf) outweighs their
- * kernels, and ResNet-20 at width 8 took 10% more CPU a step than on 2.6;
- * skipping them gives it 2.6's (600 steps, 20.0 against 20.4 CPU-seconds
- * in two alternations). ResNet-50's convs all have 64 or more. */
+/* A conv of at most this many input and output channels skips the brgemm
+ * implementations ("brgconv", "brg_fwd+brgconv") for the next (jit_bf16 /
+ * jit). On oneDNN 3.2 at 8-32 channels their per-call host code (ker_vpad,
+ * init_batch: 7% of the demo's step in perf) outweighs their kernels, and
+ * ResNet-20 at width 8 took 10% more CPU a step than on 2.6; skipping them
+ * gives it 2.6's (600 steps, 20.0 against 20.4 CPU-seconds in two
+ * alternations). On 2.6 the forward pass picks brgconv too, and its
+ * jit_bf16 runs the demo's convs faster (perf/dnnl_conv.c --demo, one
+ * thread, batch 32: 0.243 against 0.314 ms at 8 channels, 0.114 / 0.156 at
+ * 16, 0.101 / 0.119 at 32, 0.137 / 0.196 for the 3-channel stem).
+ * ResNet-50's convs all have 64 or more. */
 #define BRG_MIN_C 32
 
 /* The primitive descriptor of one pass (weights "any"; strides and pads
@@ -184,7 +188,7 @@ static void prim_free(dn_prim *p)
  * thread (3 KiB past 13.5 KiB for n5 28x28 c8 -> k16 stride 2 on 2
  * threads; found by tests/train/ops/test_conv.c's net shapes). Such a conv
  * takes the next implementation (the general jit kernel), on 3.2 as well:
- * its 1x1 kernels keep the rtus design. And on 3.2 narrow convs skip the
+ * its 1x1 kernels keep the rtus design. And narrow convs skip the
  * brgemm ones (BRG_MIN_C). */
 /* Whether pd's implementation is one pd_pick passes over. */
 static int skip_impl(const_dnnl_primitive_desc_t pd, int avoid_1x1, int avoid_brg)
@@ -203,10 +207,10 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_r
 {
     const dnnl_dims_t strides = {sh->stride, sh->stride}, pads = {sh->pad, sh->pad};
     int avoid_1x1 = pass == PASS_BWD_FILTER && sh->r == 1 && sh->s == 1 && sh->stride > 1;
+    int avoid_brg = sh->c <= BRG_MIN_C && sh->k <= BRG_MIN_C;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st;
 #if DNNL_VERSION_MAJOR >= 3
-    int avoid_brg = sh->c <= BRG_MIN_C && sh->k <= BRG_MIN_C;
     const dnnl_dims_t dil = {0, 0};
     switch (pass) {
     case PASS_FWD:
@@ -253,9 +257,9 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_r
     }
     if (st != dnnl_success)
         return st;
-    if (!avoid_1x1)
+    if (!avoid_1x1 && !avoid_brg)
         return dnnl_primitive_desc_create(out, &cd, attr, eng, hint);
-    /* 2.6 has no next_impl: its iterator, past the 1x1 ones */
+    /* 2.6 has no next_impl: its iterator, past the ones skipped */
     dnnl_primitive_desc_iterator_t it;
     st = dnnl_primitive_desc_iterator_create(&it, &cd, attr, eng, hint);
     if (st != dnnl_success)
@@ -267,7 +271,7 @@ static dnnl_status_t pd_pick(int pass, const sl_conv_shape *sh, md_ref xmd, md_r
             st = dnnl_out_of_memory;
             break;
         }
-        if (!skip_impl(pd, avoid_1x1, 0)) {
+        if (!skip_impl(pd, avoid_1x1, avoid_brg)) {
             *out = pd;
             break;
         }
