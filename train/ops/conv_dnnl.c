@@ -498,21 +498,34 @@ out:
 }
 
 /* oneDNN takes non-const handles; it does not write the inputs. */
+/* 8 channels to 8 in bf16 go to conv_c8.c's kernel where oneDNN's ISA has
+ * bf16 dot products (so DNNL_MAX_CPU_ISA caps both). */
+static int take_c8(const sl_exec *e, const sl_conv_shape *sh)
+{
+    return sl_conv_c8_ok(e, sh) && sl_dnnl_bf16();
+}
+
 int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
                      float *y)
 {
+    if (take_c8(e, sh))
+        return sl_conv_c8(e, sh, (const uint16_t *)x, (const uint16_t *)w, (uint16_t *)y, 0);
     return run(e, sh, PASS_FWD, (void *)x, (void *)w, y);
 }
 
 int sl_conv_bwd_data_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
                           float *dx)
 {
+    if (take_c8(e, sh))
+        return sl_conv_c8(e, sh, (const uint16_t *)dy, (const uint16_t *)w, (uint16_t *)dx, 1);
     return run(e, sh, PASS_BWD_DATA, dx, (void *)w, (void *)dy);
 }
 
 int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
                             const float *dy, float *dw)
 {
+    if (take_c8(e, sh))
+        return sl_conv_c8_filter(e, sh, (const uint16_t *)x, (const uint16_t *)dy, dw);
     return run(e, sh, PASS_BWD_FILTER, (void *)x, dw, (void *)dy);
 }
 

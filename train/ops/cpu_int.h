@@ -149,6 +149,17 @@ static inline float sl_bf16_round(float f)
 void sl_bf16_widen(int64_t n, const uint16_t *src, float *dst);
 void sl_bf16_narrow(int64_t n, const float *src, uint16_t *dst);
 
+/* conv_c8.c: the 3x3 conv of 8 channels to 8 (stride 1, pad 1) in bf16 on
+ * AVX512-BF16. ok: 1 when it takes sh on e (bf16 activations, the CPU has
+ * the instructions, SLUICE_CONV_C8 is not 0). sl_conv_c8: forward (x -> y)
+ * or, bwd_data, dy -> dx with the same OHWI bf16 weights w. _filter: dw
+ * (OHWI f32) from x and dy, the same bits on any thread count. */
+int sl_conv_c8_ok(const sl_exec *e, const sl_conv_shape *sh);
+int sl_conv_c8(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, const uint16_t *w,
+               uint16_t *y, int bwd_data);
+int sl_conv_c8_filter(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, const uint16_t *dy,
+                      float *dw);
+
 #ifdef SLUICE_WITH_DNNL
 /* 1 when the oneDNN path is on: built, and SLUICE_CPU_CONV is not "blas"
  * (the env switch that forces the im2col path; tests use it). Read per

@@ -443,6 +443,11 @@ typedef struct geom {
 static const geom conv_shapes[] = {
     {2, 23, 19, 3, 16, 7, 2, 3}, {3, 9, 7, 37, 19, 3, 1, 1}, {2, 10, 9, 24, 40, 3, 2, 1},
     {2, 7, 5, 40, 72, 1, 1, 0},  {3, 8, 6, 33, 64, 1, 2, 0},
+    /* 8 -> 8, 3x3/1 (conv_c8.c's kernel, forward and backward-data): the
+     * demo's 28 px (a row = 16 + 12 pixels), a row of 37 (two vector pairs,
+     * a tail of 5), rows of 1 and 3 pixels and a single row */
+    {3, 28, 28, 8, 8, 3, 1, 1},  {2, 6, 37, 8, 8, 3, 1, 1},  {2, 5, 1, 8, 8, 3, 1, 1},
+    {2, 1, 3, 8, 8, 3, 1, 1},
 };
 
 /* The bound, per element: oneDNN's bf16 kernels multiply bf16 pairs exactly
@@ -518,6 +523,93 @@ Test(train_bf16, conv_within_bf16_bound_of_ref)
     sl_dnnl_impls(impls, sizeof impls);
     cr_assert(strstr(impls, "bf16"), "%s", impls);
     cr_assert(!strstr(impls, "bf16 ref"), "a reference kernel ran: %s", impls);
+}
+
+/* conv_c8.c's kernels against oneDNN's (SLUICE_CONV_C8=0) on the demo's
+ * shape and a ragged one: forward and backward-data within one bf16 ulp
+ * (both round the same exact products' f32 sums; their orders may differ),
+ * backward-filter's f32 dw within the accumulation bound, and on 1 and 3
+ * threads the same bits (images are independent; dw adds them in order). */
+Test(train_bf16, conv_c8_matches_onednn)
+{
+    if (!sl_cpu_bf16(NULL))
+        cr_skip_test("oneDNN has no bf16 dot products here (%s)", sl_dnnl_isa());
+    static const geom shapes[] = {{32, 28, 28, 8, 8, 3, 1, 1}, {5, 9, 45, 8, 8, 3, 1, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const geom *g = &shapes[k];
+        sl_conv_shape sh;
+        cr_assert_eq(sl_conv_shape_init(&sh, g->n, g->h, g->w, 8, 8, 3, 3, 1, 1), SL_OK);
+        int64_t nx = (int64_t)sh.n * sh.h * sh.w * 8, nw = 8 * 9 * 8;
+        uint64_t st = 90 + k;
+        float *x = rnd_bf(nx, -2, 2, &st), *w = rnd_bf(nw, -1, 1, &st);
+        uint16_t *x16 = to_bf(nx, x), *w16 = to_bf(nw, w);
+        uint16_t *out[2][3]; /* [pass][kernel: c8 1 thread, c8 3 threads, oneDNN] */
+        float *dw[3], *dy = rnd_bf(nx, -1, 1, &st), *ady = xalloc(nx * 4), *ax = xalloc(nx * 4);
+        uint16_t *dy16 = to_bf(nx, dy);
+        sl_exec e1, e3;
+        cr_assert_eq(sl_exec_init(&e1, SL_BACKEND_CPU, 1), SL_OK);
+        cr_assert_eq(sl_exec_init(&e3, SL_BACKEND_CPU, 3), SL_OK);
+        cr_assert_eq(sl_exec_set_act(&e1, SL_DTYPE_BF16), SL_OK);
+        cr_assert_eq(sl_exec_set_act(&e3, SL_DTYPE_BF16), SL_OK);
+        cr_assert(sl_conv_c8_ok(&e1, &sh), "the c8 kernel should take this shape here");
+        for (int v = 0; v < 3; v++) {
+            sl_exec *e = v == 1 ? &e3 : &e1;
+            if (v == 2)
+                setenv("SLUICE_CONV_C8", "0", 1);
+            dw[v] = xalloc(nw * 4);
+            cr_assert_eq(sl_conv_bwd_filter(e, &sh, (float *)x16, (float *)dy16, dw[v]), SL_OK,
+                         "%s", sl_errmsg());
+            for (int pass = 0; pass < 2; pass++) {
+                out[pass][v] = xalloc(nx * 2);
+                int rc = pass ? sl_conv_bwd_data(e, &sh, (float *)x16, (float *)w16,
+                                                 (float *)out[pass][v])
+                              : sl_conv_fwd(e, &sh, (float *)x16, (float *)w16,
+                                            (float *)out[pass][v]);
+                cr_assert_eq(rc, SL_OK, "%s", sl_errmsg());
+            }
+            unsetenv("SLUICE_CONV_C8");
+        }
+        char impls[1024];
+        sl_dnnl_impls(impls, sizeof impls);
+        cr_assert(strstr(impls, "forward bf16") && strstr(impls, "backward-data bf16") &&
+                      strstr(impls, "backward-filter bf16"),
+                  "oneDNN ran not every pass with SLUICE_CONV_C8=0: %s", impls);
+        /* dw: f32 sums of 9*8*8 sums of n*h*w exact products in two orders,
+         * each within K 2^-24 sum|products| of the exact (conv_close's
+         * bound), so of each other within twice that; sum|products| from
+         * the ref's conv of |x| and |dy|. The thread counts: the same bits. */
+        sl_exec er;
+        cr_assert_eq(sl_exec_init(&er, SL_BACKEND_REF, 1), SL_OK);
+        for (int64_t i = 0; i < nx; i++)
+            ax[i] = fabsf(x[i]), ady[i] = fabsf(dy[i]);
+        float *dws = xalloc(nw * 4);
+        cr_assert_eq(sl_conv_bwd_filter(&er, &sh, ax, ady, dws), SL_OK);
+        cr_assert_eq(memcmp(dw[0], dw[1], nw * 4), 0, "dw: 1 and 3 threads differ");
+        int64_t terms = (int64_t)sh.n * sh.h * sh.w;
+        for (int64_t i = 0; i < nw; i++)
+            cr_assert(fabs((double)dw[0][i] - dw[2][i]) <= 2.0 * terms * 0x1p-24 * dws[i] + 1e-30,
+                      "dw[%lld]: c8 %.9g, oneDNN %.9g, sum|p| %.6g", (long long)i, dw[0][i],
+                      dw[2][i], dws[i]);
+        free(dws), free(dw[0]), free(dw[1]), free(dw[2]), free(dy), free(ady), free(ax);
+        free(dy16);
+        sl_exec_fini(&er);
+        for (int pass = 0; pass < 2; pass++) {
+            cr_assert_eq(memcmp(out[pass][0], out[pass][1], nx * 2), 0,
+                         "pass %d: 1 and 3 threads differ", pass);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < nx; i++) {
+                int d = abs((int)(int16_t)out[pass][0][i] - (int)(int16_t)out[pass][2][i]);
+                cr_assert(d <= 1, "pass %d [%lld]: c8 %#x, oneDNN %#x", pass, (long long)i,
+                          out[pass][0][i], out[pass][2][i]);
+                differ += d != 0;
+            }
+            cr_log_info("shape %zu pass %d: %lld of %lld outputs 1 ulp from oneDNN's", k, pass,
+                        (long long)differ, (long long)nx);
+            free(out[pass][0]), free(out[pass][1]), free(out[pass][2]);
+        }
+        free(x), free(w), free(x16), free(w16);
+        sl_exec_fini(&e1), sl_exec_fini(&e3);
+    }
 }
 
 /* ------------------------------------------------ choosing the precision */
