@@ -227,93 +227,108 @@ C8_TARGET static void conv_image(const sl_conv_shape *sh, const uint16_t *x, con
 /* ---------------------------------------------------- backward-filter */
 
 /* Words of one row of pixel pairs: (W + 1) / 2 pairs and one more (the
- * shifted pairs read one past), 8 channels each. */
-static int pair_words(int w) { return ((w + 1) / 2 + 1) * 8; }
+ * shifted pairs read one past), 8 channels each, rounded up to an even
+ * count of pairs (to_pairs writes two at a time). */
+static int pair_words(int w) { return ((w + 1) / 2 + 2) / 2 * 16; }
 
 /* A row (W pixels of 8 bf16) as pixel pairs: out[wp*8 + c] = (row[2wp + off][c],
  * row[2wp + off + 1][c]), low half first; pixels outside the row are 0.
- * off 0: the even pairs, -1: the odd ones (-1, 0), (1, 2), ... */
-static void to_pairs(const uint16_t *row, int W, int off, uint32_t *out)
+ * off 0: the even pairs, -1: the odd ones (-1, 0), (1, 2), ... Two pairs
+ * (4 pixels, one 64-byte load) a step: vpermw interleaves their halves. */
+C8_TARGET static void to_pairs(const uint16_t *row, int W, int off, uint32_t *out)
 {
-    int np = (W + 1) / 2 + 1;
-    for (int wp = 0; wp < np; wp++) {
-        int p0 = 2 * wp + off, p1 = p0 + 1;
-        for (int c = 0; c < 8; c++) {
-            uint32_t lo = p0 >= 0 && p0 < W ? row[p0 * 8 + c] : 0;
-            uint32_t hi = p1 >= 0 && p1 < W ? row[p1 * 8 + c] : 0;
-            out[wp * 8 + c] = lo | hi << 16;
+    static const uint16_t il[32] = {0,  8,  1,  9,  2,  10, 3,  11, 4,  12, 5,  13, 6,  14, 7,  15,
+                                    16, 24, 17, 25, 18, 26, 19, 27, 20, 28, 21, 29, 22, 30, 23, 31};
+    const __m512i ix = _mm512_loadu_si512(il);
+    int np = (W + 1) / 2 + 1, wp = 0;
+    if (off < 0) { /* (-1, 0): pixel 0 in the high halves */
+        for (int c = 0; c < 8; c++)
+            out[c] = W > 0 ? (uint32_t)row[c] << 16 : 0;
+        wp = 1;
+        if (wp < np) { /* and (1, 2) alone, so the loop below starts even */
+            for (int c = 0; c < 8; c++)
+                out[8 + c] = (W > 1 ? row[8 + c] : 0) | (uint32_t)(W > 2 ? row[16 + c] : 0) << 16;
+            wp = 2;
         }
+    }
+    for (; wp < np; wp += 2) {
+        int p = 2 * wp + off; /* >= 0 */
+        uint32_t m = 0;
+        for (int i = 0; i < 4; i++)
+            if (p + i < W)
+                m |= 0xffu << (8 * i);
+        __m512i v = _mm512_maskz_loadu_epi16((__mmask32)m, m ? row + (size_t)p * 8 : row);
+        _mm512_storeu_si512(out + wp * 8, _mm512_permutexvar_epi16(ix, v));
     }
 }
 
 /* One image's dw partial: part[((r*3 + s)*4 + g)*16 + l], lane l = (c - 2g)*8 + o,
  * the sum over the image's pixels of x[h+r-1][w+s-1][c] dy[h][w][o]. The
  * pairs run over pixels: lane (c, o) of dpbf16 multiplies (x[w'][c],
- * x[w'+1][c]) by (dy[w][o], dy[w+1][o]) for w even, w' = w + s - 1. An x row's
- * pair vectors ([c ×8 | c+1 ×8] for each pair, shift and channel pair g)
- * are made once (ex) and used by the three dy rows it meets. */
+ * x[w'+1][c]) by (dy[w][o], dy[w+1][o]) for w even, w' = w + s - 1. Each x
+ * row meets three dy rows (hh + 1, hh, hh - 1: r = 0, 1, 2; a row of
+ * zeros past the edges): an x pair vector ([c x8 | c+1 x8], one vpermd) is
+ * used by all three, so the 18 accumulators of half the channel pairs
+ * stay in registers along the row; the two halves take turns. */
 C8_TARGET static void filter_image(const sl_conv_shape *sh, const uint16_t *x, const uint16_t *dy,
                                    float *part, uint32_t *scratch)
 {
     const int H = sh->h, W = sh->w, NP = (W + 1) / 2, PW = pair_words(W);
-    uint32_t *xe = scratch, *xo = xe + PW, *dp = xo + PW; /* dp: 3 dy rows of pairs */
-    __m512bh *ex = (__m512bh *)(void *)(scratch + ((size_t)5 * PW + 15) / 16 * 16);
-    __m512 acc[3][3][4];
-    for (int r = 0; r < 3; r++)
-        for (int s = 0; s < 3; s++)
-            for (int g = 0; g < 4; g++)
-                acc[r][s][g] = _mm512_setzero_ps();
+    /* xe, xo: the x row's even and odd pairs; dp: dy rows h % 3, and zeros */
+    uint32_t *xe = scratch, *xo = xe + PW, *dp = xo + PW, *zero = dp + 3 * (size_t)PW;
+    memset(zero, 0, (size_t)PW * sizeof *zero);
+    __m512 acc[2][3][3][2]; /* [half][r][s][g within the half] */
+    memset(acc, 0, sizeof acc);
     __m512i gi[4];
     for (int g = 0; g < 4; g++)
         gi[g] = _mm512_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g,
                                   2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1,
                                   2 * g + 1, 2 * g + 1, 2 * g + 1);
-    for (int hh = 0; hh < H; hh++) { /* x row hh meets dy rows hh - r + 1 */
+    if (H > 0)
+        to_pairs(dy, W, 0, dp);
+    for (int hh = 0; hh < H; hh++) {
         const uint16_t *xrow = x + (size_t)hh * W * 8;
         to_pairs(xrow, W, 0, xe);
         to_pairs(xrow, W, -1, xo);
-        for (int wp = 0; wp < NP; wp++) {
-            const uint32_t *src[3] = {xo + wp * 8, xe + wp * 8, xo + (wp + 1) * 8};
-            for (int s = 0; s < 3; s++) {
-                __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256((const void *)src[s]));
-                for (int g = 0; g < 4; g++)
-                    ex[(wp * 3 + s) * 4 + g] = (__m512bh)_mm512_permutexvar_epi32(gi[g], v);
-            }
-        }
+        if (hh + 1 < H) /* dy row hh + 1, first met here */
+            to_pairs(dy + (size_t)(hh + 1) * W * 8, W, 0, dp + (size_t)((hh + 1) % 3) * PW);
+        const uint32_t *d[3]; /* r = 0, 1, 2: dy rows hh + 1, hh, hh - 1 */
         for (int r = 0; r < 3; r++) {
             int h = hh - r + 1;
-            if (h < 0 || h >= H)
-                continue;
-            uint32_t *dr = dp + (size_t)(h % 3) * PW;
-            if (r == 0 || (r == 1 && hh == 0) || (r == 2 && hh == 0)) /* first use of row h */
-                to_pairs(dy + (size_t)h * W * 8, W, 0, dr);
-            __m512 a[3][4];
-#pragma GCC unroll 3
-            for (int s = 0; s < 3; s++)
-#pragma GCC unroll 4
-                for (int g = 0; g < 4; g++)
-                    a[s][g] = acc[r][s][g];
+            d[r] = h < 0 || h >= H ? zero : dp + (size_t)(h % 3) * PW;
+        }
+        for (int half = 0; half < 2; half++) {
+            __m512 a[3][3][2];
+            memcpy(a, acc[half], sizeof a);
+            const __m512i g0 = gi[2 * half], g1 = gi[2 * half + 1];
             for (int wp = 0; wp < NP; wp++) {
-                __m512bh b = (__m512bh)_mm512_broadcast_i64x4(
-                    _mm256_loadu_si256((const void *)(dr + wp * 8)));
-                const __m512bh *e = ex + wp * 12;
+                __m512bh b[3];
 #pragma GCC unroll 3
-                for (int s = 0; s < 3; s++)
-#pragma GCC unroll 4
-                    for (int g = 0; g < 4; g++)
-                        a[s][g] = _mm512_dpbf16_ps(a[s][g], e[s * 4 + g], b);
+                for (int r = 0; r < 3; r++)
+                    b[r] = (__m512bh)_mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const void *)(d[r] + wp * 8)));
+                const uint32_t *src[3] = {xo + wp * 8, xe + wp * 8, xo + (wp + 1) * 8};
+#pragma GCC unroll 3
+                for (int s = 0; s < 3; s++) {
+                    __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256((const void *)src[s]));
+                    __m512bh v0 = (__m512bh)_mm512_permutexvar_epi32(g0, v);
+                    __m512bh v1 = (__m512bh)_mm512_permutexvar_epi32(g1, v);
+#pragma GCC unroll 3
+                    for (int r = 0; r < 3; r++) {
+                        a[r][s][0] = _mm512_dpbf16_ps(a[r][s][0], v0, b[r]);
+                        a[r][s][1] = _mm512_dpbf16_ps(a[r][s][1], v1, b[r]);
+                    }
+                }
             }
-#pragma GCC unroll 3
-            for (int s = 0; s < 3; s++)
-#pragma GCC unroll 4
-                for (int g = 0; g < 4; g++)
-                    acc[r][s][g] = a[s][g];
+            memcpy(acc[half], a, sizeof a);
         }
     }
-    for (int r = 0; r < 3; r++)
-        for (int s = 0; s < 3; s++)
-            for (int g = 0; g < 4; g++)
-                _mm512_storeu_ps(part + ((r * 3 + s) * 4 + g) * 16, acc[r][s][g]);
+    for (int half = 0; half < 2; half++)
+        for (int r = 0; r < 3; r++)
+            for (int s = 0; s < 3; s++)
+                for (int g = 0; g < 2; g++)
+                    _mm512_storeu_ps(part + ((r * 3 + s) * 4 + 2 * half + g) * 16,
+                                     acc[half][r][s][g]);
 }
 #endif
 
@@ -358,8 +373,8 @@ int sl_conv_c8_filter(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, co
     int threads = e->threads > 0 ? e->threads : 1;
     if (threads > sh->n)
         threads = sh->n;
-    /* per thread: xe, xo, 3 dy rows (5 pair rows), then ex, 64-byte aligned */
-    size_t sw = ((size_t)5 * pair_words(sh->w) + 15) / 16 * 16 + (size_t)((sh->w + 1) / 2) * 12 * 16;
+    /* per thread: xe, xo, 3 dy rows and a row of zeros, 64-byte aligned */
+    size_t sw = (size_t)6 * pair_words(sh->w);
     float *part = sl_exec_scratch(e, ((size_t)sh->n * 576 + sw * (size_t)threads) * 4 + 64);
     if (!part)
         return sl_fail(SL_ENOMEM, "sl_conv_c8_filter: scratch: %s", sl_errmsg());
