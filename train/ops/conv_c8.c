@@ -332,13 +332,29 @@ C8_TARGET static void filter_image(const sl_conv_shape *sh, const uint16_t *x, c
 }
 #endif
 
+#if C8_BUILT
+/* The OpenMP team of a call: e's threads, at most one an image. */
+static int team_size(const sl_exec *e, const sl_conv_shape *sh)
+{
+    int threads = e->threads > 0 ? e->threads : 1;
+    return threads < sh->n ? threads : sh->n > 0 ? sh->n : 1;
+}
+
+static int team_rank(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+#endif
+
 int sl_conv_c8(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, const uint16_t *w,
                uint16_t *y, int bwd_data)
 {
 #if C8_BUILT
-    int threads = e->threads > 0 ? e->threads : 1;
-    if (threads > sh->n)
-        threads = sh->n;
+    int threads = team_size(e, sh);
     size_t iw = (image_words(sh) + 15) / 16 * 16;
     uint32_t *s = sl_exec_scratch(e, (288 + 32 + iw * (size_t)threads) * sizeof *s);
     if (!s)
@@ -351,14 +367,9 @@ int sl_conv_c8(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, const uin
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
-    for (int i = 0; i < sh->n; i++) {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
+    for (int i = 0; i < sh->n; i++)
         conv_image(sh, x + i * per, w2, (const uint16_t(*)[32])t1, (const uint16_t(*)[32])t2,
-                   y + i * per, planes + (size_t)t * iw);
-    }
+                   y + i * per, planes + (size_t)team_rank() * iw);
     return SL_OK;
 #else
     (void)e, (void)sh, (void)x, (void)w, (void)y, (void)bwd_data;
@@ -370,9 +381,7 @@ int sl_conv_c8_filter(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, co
                       float *dw)
 {
 #if C8_BUILT
-    int threads = e->threads > 0 ? e->threads : 1;
-    if (threads > sh->n)
-        threads = sh->n;
+    int threads = team_size(e, sh);
     /* per thread: xe, xo, 3 dy rows and a row of zeros, 64-byte aligned */
     size_t sw = (size_t)6 * pair_words(sh->w);
     float *part = sl_exec_scratch(e, ((size_t)sh->n * 576 + sw * (size_t)threads) * 4 + 64);
@@ -383,13 +392,9 @@ int sl_conv_c8_filter(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, co
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
-    for (int i = 0; i < sh->n; i++) {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
-        filter_image(sh, x + i * per, dy + i * per, part + (size_t)i * 576, scr + (size_t)t * sw);
-    }
+    for (int i = 0; i < sh->n; i++)
+        filter_image(sh, x + i * per, dy + i * per, part + (size_t)i * 576,
+                     scr + (size_t)team_rank() * sw);
     /* the images' partials in image order (any thread count: the same
      * bits), lane (c - 2g)*8 + o of (r, s, g) -> dw[o][r][s][c] */
     for (int o = 0; o < 8; o++)
