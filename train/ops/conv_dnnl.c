@@ -499,16 +499,22 @@ out:
 
 /* oneDNN takes non-const handles; it does not write the inputs. */
 /* 8 channels to 8 in bf16 go to conv_c8.c's kernel where oneDNN's ISA has
- * bf16 dot products (so DNNL_MAX_CPU_ISA caps both). */
-static int take_c8(const sl_exec *e, const sl_conv_shape *sh)
+ * bf16 dot products (so DNNL_MAX_CPU_ISA caps both); c8_ran says which
+ * passes it has run, for sl_dnnl_impls. */
+static int c8_ran[3];
+
+static int take_c8(const sl_exec *e, const sl_conv_shape *sh, int pass)
 {
-    return sl_conv_c8_ok(e, sh) && sl_dnnl_bf16();
+    if (!sl_conv_c8_ok(e, sh) || !sl_dnnl_bf16())
+        return 0;
+    __atomic_store_n(&c8_ran[pass], 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
 int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
                      float *y)
 {
-    if (take_c8(e, sh))
+    if (take_c8(e, sh, PASS_FWD))
         return sl_conv_c8(e, sh, (const uint16_t *)x, (const uint16_t *)w, (uint16_t *)y, 0);
     return run(e, sh, PASS_FWD, (void *)x, (void *)w, y);
 }
@@ -516,7 +522,7 @@ int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x, const 
 int sl_conv_bwd_data_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *dy, const float *w,
                           float *dx)
 {
-    if (take_c8(e, sh))
+    if (take_c8(e, sh, PASS_BWD_DATA))
         return sl_conv_c8(e, sh, (const uint16_t *)dy, (const uint16_t *)w, (uint16_t *)dx, 1);
     return run(e, sh, PASS_BWD_DATA, dx, (void *)w, (void *)dy);
 }
@@ -524,7 +530,7 @@ int sl_conv_bwd_data_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *dy, 
 int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
                             const float *dy, float *dw)
 {
-    if (take_c8(e, sh))
+    if (take_c8(e, sh, PASS_BWD_FILTER))
         return sl_conv_c8_filter(e, sh, (const uint16_t *)x, (const uint16_t *)dy, dw);
     return run(e, sh, PASS_BWD_FILTER, (void *)x, dw, (void *)dy);
 }
@@ -565,7 +571,21 @@ int sl_dnnl_bf16(void)
 }
 
 /* The distinct implementations of the cached primitives, "pass dtype
- * impl" joined by "; ", in the order first made. */
+ * impl" joined by "; ", in the order first made, then conv_c8.c's passes
+ * that ran ("forward bf16 sluice_c8:avx512_bf16"). */
+/* Append "; one" (or one, first) to buf at *len; 0, and buf as it was,
+ * when it does not fit in cap. */
+static int add_entry(char *buf, size_t cap, size_t *len, const char *one)
+{
+    int n = snprintf(buf + *len, cap - *len, "%s%s", *len ? "; " : "", one);
+    if (n < 0 || (size_t)n >= cap - *len) {
+        buf[*len] = 0;
+        return 0;
+    }
+    *len += (size_t)n;
+    return 1;
+}
+
 void sl_dnnl_impls(char *buf, size_t cap)
 {
     size_t len = 0;
@@ -579,10 +599,14 @@ void sl_dnnl_impls(char *buf, size_t cap)
                  sl_dtype_name(cache[i]->act), cache[i]->impl);
         if (strstr(buf, one))
             continue;
-        int n = snprintf(buf + len, cap - len, "%s%s", len ? "; " : "", one);
-        if (n < 0 || (size_t)n >= cap - len)
+        if (!add_entry(buf, cap, &len, one))
             break;
-        len += (size_t)n;
     }
     pthread_mutex_unlock(&cache_mu);
+    for (int pass = 0; pass < 3; pass++) {
+        char one[96];
+        snprintf(one, sizeof one, "%s bf16 sluice_c8:avx512_bf16", pass_name[pass]);
+        if (__atomic_load_n(&c8_ran[pass], __ATOMIC_RELAXED) && !add_entry(buf, cap, &len, one))
+            break;
+    }
 }

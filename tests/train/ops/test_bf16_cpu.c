@@ -571,9 +571,13 @@ Test(train_bf16, conv_c8_matches_onednn)
         }
         char impls[1024];
         sl_dnnl_impls(impls, sizeof impls);
-        cr_assert(strstr(impls, "forward bf16") && strstr(impls, "backward-data bf16") &&
-                      strstr(impls, "backward-filter bf16"),
+        cr_assert(strstr(impls, "forward bf16 jit") && strstr(impls, "backward-data bf16 jit") &&
+                      strstr(impls, "backward-filter bf16 jit"),
                   "oneDNN ran not every pass with SLUICE_CONV_C8=0: %s", impls);
+        cr_assert(strstr(impls, "forward bf16 sluice_c8") &&
+                      strstr(impls, "backward-data bf16 sluice_c8") &&
+                      strstr(impls, "backward-filter bf16 sluice_c8"),
+                  "the c8 kernel's passes are not reported: %s", impls);
         /* dw: f32 sums of 9*8*8 sums of n*h*w exact products in two orders,
          * each within K 2^-24 sum|products| of the exact (conv_close's
          * bound), so of each other within twice that; sum|products| from
