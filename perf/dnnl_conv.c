@@ -68,8 +68,9 @@ static const int demo_shapes[][5] = {{28, 3, 8, 3, 1},   {28, 8, 8, 3, 1},  {28,
                                      {28, 8, 16, 1, 2},  {14, 16, 16, 3, 1}, {14, 16, 32, 3, 2},
                                      {14, 16, 32, 1, 2}, {7, 32, 32, 3, 1}};
 
-/* The three passes' primitive descriptors of one shape; on 2.x with it[]
- * non-NULL, also an iterator over each pass's implementations. */
+/* The three passes' primitive descriptors of one shape; with it[] non-NULL
+ * also what walks each pass's implementations: on 2.x an iterator per
+ * pass, on 3.x a second forward descriptor in it[0]. */
 static int make_pds(dnnl_engine_t eng, int n, const int *s, md_ref *xmd, md_ref *ymd,
                     dnnl_primitive_desc_t pd[3], void *it[3])
 {
@@ -94,8 +95,14 @@ static int make_pds(dnnl_engine_t eng, int n, const int *s, md_ref *xmd, md_ref 
     CK(dnnl_convolution_backward_weights_primitive_desc_create(
         &pd[2], eng, dnnl_convolution_direct, x, wanyf, NULL, y, strides, dil, pads, pads, pd[0],
         NULL));
+    /* --all walks forward's implementations on a descriptor of its own
+     * (next_impl changes it in place; pd[0] stays the backward passes'
+     * hint; a clone of pd[0] does not walk: it has no implementation list) */
+    if (it)
+        CK(dnnl_convolution_forward_primitive_desc_create(
+            (dnnl_primitive_desc_t *)&it[0], eng, dnnl_forward_training, dnnl_convolution_direct,
+            x, wany, NULL, y, strides, dil, pads, pads, NULL));
     *xmd = x, *ymd = y; /* kept for the run; the process ends after */
-    (void)it;
 #else
     static dnnl_memory_desc_t x, y;
     dnnl_memory_desc_t wany, wanyf;
@@ -219,8 +226,8 @@ int main(int argc, char **argv)
             if (all) /* the iterator's own descriptors; pd[ps] stays the hint */
                 cur = dnnl_primitive_desc_iterator_fetch(it[ps]);
 #else
-            if (all && ps == 0) /* next_impl changes it in place; pd[0] is the hint */
-                CK(dnnl_primitive_desc_clone(&cur, pd[0]));
+            if (all && ps == 0) /* make_pds's own forward descriptor; pd[0] is the hint */
+                cur = it[0];
 #endif
             for (int k = 0; cur; k++) {
                 const char *impl = "?";

@@ -497,7 +497,6 @@ out:
     return SL_OK;
 }
 
-/* oneDNN takes non-const handles; it does not write the inputs. */
 /* 8 channels to 8 in bf16 go to conv_c8.c's kernel where oneDNN's ISA has
  * bf16 dot products (so DNNL_MAX_CPU_ISA caps both); c8_ran says which
  * passes it has run, for sl_dnnl_impls. */
@@ -507,9 +506,12 @@ static int take_c8(const sl_exec *e, const sl_conv_shape *sh, int pass)
 {
     if (!sl_conv_c8_ok(e, sh) || !sl_dnnl_bf16())
         return 0;
-    __atomic_store_n(&c8_ran[pass], 1, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&c8_ran[pass], __ATOMIC_RELAXED)) /* once: replicas share the line */
+        __atomic_store_n(&c8_ran[pass], 1, __ATOMIC_RELAXED);
     return 1;
 }
+
+/* oneDNN takes non-const handles; it does not write the inputs. */
 
 int sl_conv_fwd_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x, const float *w,
                      float *y)
@@ -570,9 +572,6 @@ int sl_dnnl_bf16(void)
     return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 }
 
-/* The distinct implementations of the cached primitives, "pass dtype
- * impl" joined by "; ", in the order first made, then conv_c8.c's passes
- * that ran ("forward bf16 sluice_c8:avx512_bf16"). */
 /* Append "; one" (or one, first) to buf at *len; 0, and buf as it was,
  * when it does not fit in cap. */
 static int add_entry(char *buf, size_t cap, size_t *len, const char *one)
@@ -585,6 +584,10 @@ static int add_entry(char *buf, size_t cap, size_t *len, const char *one)
     *len += (size_t)n;
     return 1;
 }
+
+/* The distinct implementations of the cached primitives, "pass dtype
+ * impl" joined by "; ", in the order first made, then conv_c8.c's passes
+ * that ran ("forward bf16 sluice_c8:avx512_bf16"). */
 
 void sl_dnnl_impls(char *buf, size_t cap)
 {
