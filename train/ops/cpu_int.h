@@ -149,6 +149,24 @@ static inline float sl_bf16_round(float f)
 void sl_bf16_widen(int64_t n, const uint16_t *src, float *dst);
 void sl_bf16_narrow(int64_t n, const float *src, uint16_t *dst);
 
+/* norm_avx512.c: the bf16 batch-norm passes of norm_kern_cpu.h
+ * (stats_block, bn_apply, sums_block, bn_dx: the same arguments, the same
+ * bits) on AVX-512 for c a multiple of 32 up to 2048. ok: 1 when they take
+ * c (the CPU has AVX-512 F/BW/DQ, SLUICE_BN_AVX512 is not 0: read once).
+ * set: for tests, 0 off, 1 on where the CPU has it, -1 back to the
+ * environment's choice. */
+int sl_bn512_ok(int c);
+void sl_bn512_set(int mode);
+void sl_bn512_stats_block(int64_t nb, int c, const uint16_t *xb, float *bmean, float *s1,
+                          float *s2);
+void sl_bn512_apply(int64_t rows, int c, const uint16_t *x, const float *hi, const float *lo,
+                    const float *scale, const float *beta, const uint16_t *r, int relu,
+                    uint16_t *y);
+void sl_bn512_sums_block(int64_t nb, int c, const uint16_t *xb, const uint16_t *zb,
+                         uint16_t *gb, const float *mean, float *fdy, float *fdxc);
+void sl_bn512_dx(int64_t rows, int c, const uint16_t *x, const uint16_t *dy, const float *mean,
+                 const float *a, const float *k, const float *b, uint16_t *dx);
+
 /* conv_c8.c: the 3x3 conv of 8 channels to 8 (stride 1, pad 1) in bf16 on
  * AVX512-BF16. ok: 1 when it takes sh on e (bf16 activations, the CPU has
  * the instructions, SLUICE_CONV_C8 is not 0). sl_conv_c8: forward (x -> y)

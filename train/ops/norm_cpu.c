@@ -96,6 +96,7 @@ static void sl_wide_params(int c, int n, const float *const *p, float (*w)[SL_WI
 #define SL_RND(f) (f)
 #define SL_K(name) name##_f32
 #define SL_KCALL(f, ...) f(c, __VA_ARGS__)
+#define SL_K512(call)
 #include "train/ops/norm_kern_cpu.h"
 #undef SL_T
 #undef SL_LD
@@ -103,12 +104,20 @@ static void sl_wide_params(int c, int n, const float *const *p, float (*w)[SL_WI
 #undef SL_RND
 #undef SL_K
 #undef SL_KCALL
+#undef SL_K512
 #define SL_T uint16_t
 #define SL_LD(v) sl_bf16_ld(v)
 #define SL_ST(f) sl_bf16_st(f)
 #define SL_RND(f) sl_bf16_round(f)
 #define SL_K(name) name##_bf16
 #define SL_KCALL SL_BY_C
+#define SL_K512(call)                                                                        \
+    do {                                                                                     \
+        if (sl_bn512_ok(c)) {                                                               \
+            call;                                                                            \
+            return;                                                                          \
+        }                                                                                    \
+    } while (0)
 #include "train/ops/norm_kern_cpu.h"
 #undef SL_T
 #undef SL_LD
@@ -116,6 +125,7 @@ static void sl_wide_params(int c, int n, const float *const *p, float (*w)[SL_WI
 #undef SL_RND
 #undef SL_K
 #undef SL_KCALL
+#undef SL_K512
 
 /* mean, m2 (c): mean and sum of squared deviations of x (rows, c).
  * bmean, s1, s2 (c): float scratch. (ops.h: the f32 entry point.) */

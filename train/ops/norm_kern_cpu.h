@@ -12,6 +12,10 @@
  * restrict channel arrays let gcc vectorize without alias versioning.
  * Not a header of its own: no include guard, nothing outside norm_cpu.c.
  *
+ * SL_K512(call): for bf16, the training passes hand channel counts that
+ * are multiples of 32 to norm_avx512.c's kernels (the same bits; that file
+ * says why) where sl_bn512_ok says so; nothing for f32.
+ *
  * Each kernel is a body (SL_KBODY, inlined) taking the channel count c
  * first, and a clone (SL_KCLONES) that calls it through SL_KCALL: for bf16
  * SL_BY_C, with c a constant 8, 16 or 32 (the narrow layers: ResNet-20's
@@ -71,6 +75,7 @@ SL_KCLONES static void SL_K(bn_apply)(int64_t rows, int c, const SL_T *x, const 
                            const float *restrict lo, const float *restrict scale,
                            const float *restrict beta, const SL_T *r, int relu, SL_T *y)
 {
+    SL_K512(sl_bn512_apply(rows, c, x, hi, lo, scale, beta, r, relu, y));
     float w[4][SL_WIDE_C];
     int64_t k = sl_wide_rows(c, rows);
     if (k) { /* k rows as one of SL_WIDE_C channels, then the rest */
@@ -107,6 +112,7 @@ SL_KBODY void SL_K(stats_block_c)(int c, int64_t nb, const SL_T *restrict xb,
 SL_KCLONES static void SL_K(stats_block)(int64_t nb, int c, const SL_T *restrict xb,
                               float *restrict bmean, float *restrict s1, float *restrict s2)
 {
+    SL_K512(sl_bn512_stats_block(nb, c, xb, bmean, s1, s2));
     SL_KCALL(SL_K(stats_block_c), nb, xb, bmean, s1, s2);
 }
 
@@ -196,6 +202,7 @@ SL_KCLONES static void SL_K(sums_block)(int64_t nb, int c, const SL_T *restrict 
                              SL_T *gb, const float *restrict mean, float *restrict fdy,
                              float *restrict fdxc)
 {
+    SL_K512(sl_bn512_sums_block(nb, c, xb, zb, gb, mean, fdy, fdxc));
     SL_KCALL(SL_K(sums_block_c), nb, xb, zb, gb, mean, fdy, fdxc);
 }
 
@@ -236,6 +243,7 @@ SL_KCLONES static void SL_K(bn_dx)(int64_t rows, int c, const SL_T *x, const SL_
                         const float *restrict mean, const float *restrict a,
                         const float *restrict k, const float *restrict b, SL_T *dx)
 {
+    SL_K512(sl_bn512_dx(rows, c, x, dy, mean, a, k, b, dx));
     float w[4][SL_WIDE_C];
     int64_t kr = sl_wide_rows(c, rows);
     if (kr) {

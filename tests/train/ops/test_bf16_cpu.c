@@ -432,6 +432,110 @@ Test(train_bf16, two_threads_same_bits)
     bnc_free(&b);
 }
 
+/* norm_avx512.c's kernels (c a multiple of 32) against norm_kern_cpu.h's
+ * loops (sl_bn512_set(0)), bit for bit, through the public slots: every
+ * case of the fused forward, the masked and the plain backward, in place
+ * and not, on 1 and 2 threads. The data reaches the rounding's corners:
+ * channels whose gamma makes y and dx subnormal (where vcvtneps2bf16 would
+ * flush), shortcut and dy values that are NaN, +-inf and -0, z values of
+ * +-0, subnormals, +-inf, quiet and signalling NaNs for the mask. Channel counts: one group
+ * of 32, 64, three groups (a 64 and a 32 tail), 256 (slices of 2 rows),
+ * 2048 (the largest the kernels take); rows no multiple of any block. */
+static void bn512_case(int64_t rows, int c, int threads, uint64_t seed)
+{
+    bnc b;
+    bnc_make(&b, rows, c, seed);
+    int64_t n = rows * c;
+    static const uint32_t odd[] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x80000000u,
+                                   0x00000000u, 0x00010000u, 0x80010000u, 0x7f810000u};
+    for (int ch = 0; ch < c; ch += 7) /* subnormal outputs */
+        b.gamma[ch] = 1e-39f, b.beta[ch] = 0;
+    for (int64_t i = 0; i < n; i += 97) {
+        float f;
+        memcpy(&f, &odd[(i / 97) % 8], 4);
+        b.r[i] = f;
+        b.z[(i * 3) % n] = f;
+        if (i % 5 == 0)
+            b.dy[(i * 7) % n] = f;
+    }
+    uint16_t *x = to_bf(n, b.x), *r = to_bf(n, b.r), *z = to_bf(n, b.z), *dy = to_bf(n, b.dy);
+    /* signalling NaNs (no rounding makes them) and the largest subnormal in z */
+    static const uint16_t zodd[] = {0x7f81, 0xff81, 0x7fbf, 0x007f, 0x7f80, 0x7f7f};
+    for (int64_t i = 5; i < n; i += 61)
+        z[i] = zodd[(i / 61) % 6];
+    size_t nb = (size_t)n * 2;
+    uint16_t *y[2], *dz[2], *dx[2], *dxi[2];
+    for (int k = 0; k < 2; k++) { /* k: 0 the kernels, 1 the loops */
+        y[k] = xalloc(nb * 4), dz[k] = xalloc(nb * 2), dx[k] = xalloc(nb * 2),
+        dxi[k] = xalloc(nb);
+    }
+    bns s[2][4];
+    for (int k = 0; k < 2; k++) {
+        sl_bn512_set(!k);
+        sl_exec e;
+        exec_act(&e, threads, SL_DTYPE_BF16);
+        for (int mode = 0; mode < 4; mode++) { /* relu: bit 0, shortcut: bit 1 */
+            bns_make(&s[k][mode], c);
+            cr_assert_eq(sl_bn_fwd_train_act(&e, rows, c, (float *)x, b.gamma, b.beta, 0.1f,
+                                             1e-5f, s[k][mode].rm, s[k][mode].rv,
+                                             mode & 2 ? (const float *)r : NULL, mode & 1,
+                                             (float *)(y[k] + mode * n), s[k][mode].sm,
+                                             s[k][mode].si),
+                         SL_OK, "%s", sl_errmsg());
+        }
+        /* masked backward (dz in place), plain backward, and dx over dz */
+        memcpy(dz[k], dy, nb);
+        cr_assert_eq(sl_bn_bwd_act(&e, rows, c, (float *)x, (float *)z, (float *)dz[k],
+                                   b.gamma, s[k][1].sm, s[k][1].si, (float *)dx[k],
+                                   s[k][1].dg, s[k][1].db), SL_OK);
+        cr_assert_eq(sl_bn_bwd(&e, rows, c, (float *)x, (float *)dy, b.gamma, s[k][0].sm,
+                               s[k][0].si, (float *)(dx[k] + n), s[k][0].dg, s[k][0].db),
+                     SL_OK);
+        memcpy(dxi[k], dy, nb);
+        cr_assert_eq(sl_bn_bwd_act(&e, rows, c, (float *)x, (float *)z, (float *)dxi[k],
+                                   b.gamma, s[k][2].sm, s[k][2].si, (float *)dxi[k], NULL,
+                                   NULL), SL_OK);
+        sl_exec_fini(&e);
+    }
+    sl_bn512_set(-1);
+    char what[96];
+    snprintf(what, sizeof what, "%lld x %d on %d thread(s): y", (long long)rows, c, threads);
+    for (int mode = 0; mode < 4; mode++) {
+        for (int64_t i = 0; i < n; i++)
+            cr_assert_eq(y[0][mode * n + i], y[1][mode * n + i],
+                         "%s, case %d [%lld]: kernels %#06x, loops %#06x", what, mode,
+                         (long long)i, y[0][mode * n + i], y[1][mode * n + i]);
+        bns_eq(&s[0][mode], &s[1][mode], c);
+    }
+    eq_bits(dz[0], dz[1], nb, "masked dz");
+    eq_bits(dx[0], dx[1], nb * 2, "dx (masked, plain)");
+    eq_bits(dxi[0], dxi[1], nb, "dx over dz");
+    for (int k = 0; k < 2; k++) {
+        free(y[k]), free(dz[k]), free(dx[k]), free(dxi[k]);
+        for (int mode = 0; mode < 4; mode++)
+            bns_free(&s[k][mode]);
+    }
+    free(x), free(r), free(z), free(dy);
+    bnc_free(&b);
+}
+
+Test(train_bf16, bn_avx512_is_the_loops_bits)
+{
+    sl_bn512_set(1);
+    int on = sl_bn512_ok(64);
+    sl_bn512_set(-1);
+    if (!on)
+        cr_skip_test("no AVX-512 F/BW/DQ on this CPU: norm_avx512.c's kernels do not run");
+    static const int64_t shapes[][2] = {{517, 32}, {1003, 64}, {333, 96}, {259, 256}, {37, 2048}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int t = 1; t <= 2; t++)
+            bn512_case(shapes[k][0], (int)shapes[k][1], t, 70 + k);
+    /* 2 threads split the rows only when there are enough of them */
+    bn512_case(25088 + 37, 64, 2, 80);
+    cr_assert_eq(sl_bn512_ok(48), 0, "48 channels are no multiple of 32");
+    cr_assert_eq(sl_bn512_ok(4096), 0, "4096 channels are over the kernels' limit");
+}
+
 /* ------------------------------------------------------- convolutions */
 
 typedef struct geom {
