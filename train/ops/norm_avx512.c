@@ -14,15 +14,16 @@
  * bf16 with vpmovzxwd and narrowing with vpermt2w and masked tails, the
  * per-channel sums through memory every row; the passes ran at 0.5-0.8 ns
  * an element at ResNet-50's shapes, compute-bound (the same time with the
- * data in L2), 3-4x a copy of the same bytes (perf/RESULTS.md, issue 40,
+ * data in L2), 4-9x a copy of the same bytes (perf/RESULTS.md, issue 40,
  * 2026-12-07). Here one 64-byte load is 32 channels, and no lane crosses:
  * a shift and a mask make two float vectors of it, the even channels and
  * the odd ones (lane i: channels 2i and 2i + 1 of the group), and one
  * ternary-logic op packs two rounded vectors back into one store. The
  * per-channel constants are laid out the same way once a call (split),
  * and the sums are put back in channel order at the end of a block
- * (merge). Sums stay in registers over a block's rows, 64 or 128
- * channels at a time.
+ * (merge). The statistics' sums stay in registers over a block's rows,
+ * 128 channels at a time; the backward sums over a slice of rows
+ * (sums_slice), 64 at a time. Reentrant: the scratch is the stack.
  *
  * Used when the CPU has AVX-512 F, BW and DQ (__builtin_cpu_supports), c is
  * a multiple of 32 and at most BN512_MAX_C (the split constants live on
@@ -41,7 +42,9 @@
 #include <immintrin.h>
 #define BN512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq")))
 #define BN512_INLINE BN512_TARGET static inline __attribute__((always_inline))
+#ifndef __clang__
 #pragma GCC optimize("fp-contract=off")
+#endif
 #else
 #define BN512_BUILT 0
 #endif
