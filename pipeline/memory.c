@@ -51,6 +51,13 @@
  *             are pinned, same size.
  *   index     (source.c, order.c) 16 bytes an index entry of every shard
  *             opened, and shuffle global's permutation, 8 bytes a record.
+ *   evaluation  (sl_memory_fit.eval_beside: sluice train) each replica
+ *             evaluates after an epoch through a second pipeline while its
+ *             training pipeline lives (train/loop/replica.c), with the same
+ *             workers, prefetch and read window and no shuffle buffer: the
+ *             estimate less its shuffle buffer, beside each pipeline. The
+ *             training split's record sizes and index stand in for the
+ *             evaluated split's, which the CLI does not open before the run.
  *   Not counted: the process itself (code, libraries, the model and its
  *   activations in train), libjpeg's per-row buffers (a few rows of the
  *   image's width), the GPU's memory.
@@ -318,6 +325,17 @@ static void describe_fixed(const sl_pipeline_config *c, const sl_memory_fit *f,
 #undef ADD
 }
 
+/* The bytes a pipeline of the fit stands for: its estimate, and with
+ * eval_beside the evaluation pipeline beside it (m->eval): the same
+ * settings without the shuffle buffer. The evaluated split's own record
+ * sizes and index are not opened here (the CLI resolves that split only
+ * when the run starts); the training split's stand in for them. */
+static uint64_t fit_bytes(const sl_memory_fit *f, sl_pipeline_memory *m)
+{
+    m->eval = f->eval_beside ? m->total - m->part[SL_MEM_SHUFFLE] : 0;
+    return add_sat(m->total, m->eval);
+}
+
 int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
                            sl_pipeline_memory *out, char *what, size_t cap)
 {
@@ -342,24 +360,28 @@ int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
         return rc;
     unsigned w0 = c.workers, p0 = c.prefetch, i0 = io.inflight;
     uint64_t r0 = c.read_window_bytes;
+    uint64_t need;
     for (;;) {
         estimate(&c, &s, &io, 1, out);
-        if (mul_sat(out->total, np) <= fit->budget || !shrink(&c, fit, out, &io, min_prefetch))
+        need = mul_sat(fit_bytes(fit, out), np);
+        if (need <= fit->budget || !shrink(&c, fit, out, &io, min_prefetch))
             break;
     }
     sl_source_set_close(&s);
-    if (mul_sat(out->total, np) > fit->budget) {
-        char parts[512], fixed[400], h[32], t[32], per[64] = "";
+    if (need > fit->budget) {
+        char parts[512], fixed[400], h[32], t[32], e[32], per[96] = "", ev[128] = "";
         describe_parts(out, parts, sizeof parts);
         describe_fixed(&c, fit, out, fixed, sizeof fixed);
         if (np > 1)
             snprintf(per, sizeof per, " (%u pipelines of %s)", np,
-                     human(out->total, t, sizeof t));
-        return sl_fail(SL_EINVAL, "%s %s: the input pipeline needs %s%s at the least: %s; "
+                     human(fit_bytes(fit, out), t, sizeof t));
+        if (fit->eval_beside)
+            snprintf(ev, sizeof ev, "; beside each, an evaluation pipeline of %s (--eval-split "
+                     "none leaves it out)", human(out->eval, e, sizeof e));
+        return sl_fail(SL_EINVAL, "%s %s: the input pipeline needs %s%s at the least: %s%s; "
                        "what cannot shrink: %s. Give a budget of %s or more, or a smaller "
                        "shuffle buffer, batch or image", who, human(fit->budget, h, sizeof h),
-                       human(mul_sat(out->total, np), t, sizeof t), per, parts, fixed,
-                       human(mul_sat(out->total, np), t, sizeof t));
+                       human(need, t, sizeof t), per, parts, ev, fixed, human(need, t, sizeof t));
     }
     /* what changed, in the fit's order */
     size_t k = 0;

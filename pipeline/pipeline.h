@@ -365,6 +365,9 @@ typedef enum sl_mem_part {
 typedef struct sl_pipeline_memory {
     uint64_t part[SL_MEM_NPARTS]; /* bytes of one pipeline */
     uint64_t total;               /* their sum */
+    uint64_t eval;                /* the evaluation pipeline beside this one, when the fit
+                                   * counts one (sl_memory_fit.eval_beside), else 0; not in
+                                   * total */
     /* the settings the estimate is of (the config's zeros resolved) */
     unsigned readers, workers, prefetch, inflight; /* inflight: remote only, else 0 */
     uint64_t read_window;         /* bytes */
@@ -402,10 +405,14 @@ typedef struct sl_memory_fit {
                                * function's name */
     struct sl_io_opts *io;    /* storage for a shrunk inflight (remote): cfg->io is then
                                * pointed at it; NULL = inflight is not shrunk */
+    int eval_beside;          /* 1: each pipeline has an evaluation pipeline beside it while
+                               * it lives (sluice train's, train/loop/replica.c: cfg's
+                               * settings, no shuffle buffer, the evaluated split's records),
+                               * counted as cfg's estimate less its shuffle buffer */
 } sl_memory_fit;
 
-/* Fit cfg in fit->budget: estimate, and while pipelines x total exceeds
- * it, shrink what is not fixed in this order (each down to its floor before
+/* Fit cfg in fit->budget: estimate, and while pipelines x (total + eval)
+ * exceeds it, shrink what is not fixed in this order (each down to its floor before
  * the next): prefetch (to min_prefetch), remote requests in flight (to 1),
  * workers (to 1), the read window (to one read unit, at least 1 MiB). The
  * shrunk values are written into cfg (workers, prefetch, read_window_bytes,

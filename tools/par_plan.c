@@ -26,7 +26,8 @@ static const char *mib(uint64_t b, char *buf, size_t cap)
 static int fit_memory(const char *cmd, pf_flags *f, const sl_par_request *q, sl_par_plan *p)
 {
     char what[160];
-    sl_memory_fit fit = {.budget = f->memory_budget, .cmd = "--memory-budget", .io = &f->mem_io};
+    sl_memory_fit fit = {.budget = f->memory_budget, .cmd = "--memory-budget", .io = &f->mem_io,
+                         .eval_beside = f->mem_eval};
     /* mirrored and ps replicas each run a pipeline in this process */
     fit.pipelines = q->job == SL_PAR_TRAIN && !q->mpi && p->replicas > 1 ? (unsigned)p->replicas
                                                                          : 1;
@@ -60,12 +61,18 @@ static void say_memory(const char *cmd, const pf_flags *f, FILE *out)
                          sl_mem_part_name((sl_mem_part)i), mib(f->mem.part[i], h, sizeof h));
         k += n > 0 ? (size_t)n : 0;
     }
-    char per[48] = "";
+    char per[48] = "", ev[96] = "";
     if (np > 1)
         snprintf(per, sizeof per, "%u pipelines of ", np);
-    fprintf(out, "%s: memory: %s of --memory-budget %s (%s%s); %s%s\n", cmd,
-            mib(f->mem.total * np, a, sizeof a), mib(f->memory_budget, b, sizeof b),
-            per, parts, *what ? "shrunk to fit: " : "nothing shrunk", what);
+    if (f->mem.eval) {
+        char e[32];
+        snprintf(ev, sizeof ev, "; beside each, an evaluation pipeline of %s",
+                 mib(f->mem.eval, e, sizeof e));
+    }
+    fprintf(out, "%s: memory: %s of --memory-budget %s (%s%s%s); %s%s\n", cmd,
+            mib((f->mem.total + f->mem.eval) * np, a, sizeof a),
+            mib(f->memory_budget, b, sizeof b), per, parts, ev,
+            *what ? "shrunk to fit: " : "nothing shrunk", what);
 }
 
 int par_plan_apply(const char *cmd, pf_flags *f, sl_par_request *q, sl_par_plan *p, FILE *out)

@@ -446,8 +446,9 @@ void pf_memory_json(const pf_flags *f, char *buf, size_t cap)
     size_t k = 0;
     unsigned np = f->mem_pipelines ? f->mem_pipelines : 1;
     int n = snprintf(buf, cap, "{\"budget\": %llu, \"pipelines\": %u, \"total\": %llu, "
-                     "\"parts\": {", (unsigned long long)f->memory_budget, np,
-                     (unsigned long long)(f->mem.total * np));
+                     "\"eval\": %llu, \"parts\": {", (unsigned long long)f->memory_budget, np,
+                     (unsigned long long)((f->mem.total + f->mem.eval) * np),
+                     (unsigned long long)f->mem.eval);
     k = n > 0 ? (size_t)n : 0;
     for (int i = 0; i < SL_MEM_NPARTS && k < cap; i++) {
         n = snprintf(buf + k, cap - k, "%s\"%s\": %llu", i ? ", " : "",

@@ -88,6 +88,9 @@ typedef struct pf_flags {
      * shrunk requests-in-flight (cfg.io points at it then) */
     sl_pipeline_memory mem;
     unsigned mem_pipelines;
+    int mem_eval;             /* set before par_plan_apply: each pipeline has an evaluation
+                               * pipeline beside it (train with an eval split), which the
+                               * fit counts (sl_memory_fit.eval_beside) */
     char mem_shrunk[160];
     sl_io_opts mem_io;
     uint64_t rss_start;       /* VmRSS (bytes) when pf_rss_mark ran; 0 = not marked */

@@ -163,6 +163,18 @@ Test(pipeline_memory, fit)
     cr_assert_eq(t.prefetch, 2);
     cr_assert_eq(t.workers, 4);
     cr_assert_eq(t.memory_budget, at2.total);
+
+    /* an evaluation pipeline beside each (sluice train): counted as the
+     * estimate less its shuffle buffer, so the same budget shrinks further */
+    t = c;
+    two.eval_beside = 1;
+    cr_assert_eq(sl_pipeline_memory_fit(&t, &two, &m, what, sizeof what), SL_OK);
+    cr_assert_eq(m.eval, m.total - m.part[SL_MEM_SHUFFLE]);
+    cr_assert_leq(2 * (m.total + m.eval), two.budget);
+    cr_assert(t.workers < 4, "the workers did not shrink beyond the fit without it: %s", what);
+    two.eval_beside = 0;
+    cr_assert_eq(sl_pipeline_memory_estimate(&c, &m), SL_OK);
+    cr_assert_eq(m.eval, 0, "an estimate has no evaluation beside it");
 }
 
 Test(pipeline_memory, refuse)

@@ -10,7 +10,15 @@
  *   train_refused  a budget below what cannot shrink exits 2 at start-up,
  *                  before any step, naming each part and how to fix it
  *   eval           --json's memory object
+ *   train_counts_the_evaluation
+ *                  each replica's evaluation pipeline lives beside its
+ *                  training pipeline: a split to evaluate is in the fit (the
+ *                  line, --json's eval, the total within the budget), a
+ *                  budget that holds the training pipelines alone is refused
+ *                  with it and taken with --eval-split none, and data with no
+ *                  split to evaluate reserves nothing
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +100,102 @@ Test(memory_cli, eval)
     cr_assert(strstr(out, "eval: memory: ") &&
                   strstr(out, "\"memory\":{\"budget\": 67108864, \"pipelines\": 1, "),
               "%s", out);
+    free(out);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+/* The --json line of a train run's output (stderr mixed in), parsed. */
+static cJSON *train_json(const char *out)
+{
+    const char *l = out;
+    while (l && *l != '{')
+        l = (l = strchr(l, '\n')) ? l + 1 : NULL;
+    cr_assert(l, "no JSON line in:\n%s", out);
+    cJSON *j = cJSON_ParseWithOpts(l, NULL, 0);
+    cr_assert_not_null(j, "not JSON:\n%s", l);
+    return j;
+}
+
+static double jnum(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    cr_assert(cJSON_IsNumber(v), "field %s missing or not a number", name);
+    return v->valuedouble;
+}
+
+/* The bytes of a refusal's "needs 12.3 MiB" (pipeline/memory.c's human). */
+static double needs(const char *out)
+{
+    const char *p = strstr(out, "the input pipeline needs ");
+    cr_assert(p, "no refusal in:\n%s", out);
+    double v;
+    char unit[8];
+    cr_assert_eq(sscanf(p + strlen("the input pipeline needs "), "%lf %7s", &v, unit), 2, "%s", p);
+    double scale = !strcmp(unit, "KiB") ? 1024.0 : !strcmp(unit, "MiB") ? 1048576.0
+                   : !strcmp(unit, "GiB") ? 1073741824.0 : 1.0;
+    return v * scale;
+}
+
+Test(memory_cli, train_counts_the_evaluation)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 2, 0, NULL);
+    const char *base = "--image-size 16 --batch 32 --width 4 --classes 10 --max-steps 3 "
+                       "--cpus 2 --json";
+    char *tmp = tu_tmpdir(), *out = NULL;
+    /* a split to evaluate: beside each of the 2 pipelines, in the total */
+    int rc = tu_run(&out, "%s train --data %s %s --eval-split train --memory-budget 48M "
+                    "--ckpt-dir %s/a 2>&1", tu_sluice(), d.dir, base, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "; beside each, an evaluation pipeline of "), "%s", out);
+    cJSON *j = train_json(out);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory");
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(mem, "parts");
+    cr_assert(cJSON_IsObject(parts), "%s", out);
+    double sum = 0;
+    for (const cJSON *p = parts->child; p; p = p->next)
+        sum += p->valuedouble;
+    double ev = jnum(mem, "eval");
+    cr_assert_gt(ev, 0, "%s", out);
+    cr_assert_eq(ev, sum - jnum(parts, "shuffle"), "eval: the parts less the shuffle buffer");
+    cr_assert_eq(jnum(mem, "total"), 2 * (sum + ev), "%s", out);
+    cr_assert_leq(jnum(mem, "total"), 48 << 20);
+    cJSON_Delete(j);
+    free(out);
+    /* the least each needs, from the refusals at 1 MiB: with the evaluation
+     * and without */
+    rc = tu_run(&out, "%s train --data %s %s --eval-split train --memory-budget 1M "
+                "--ckpt-dir %s/b 2>&1", tu_sluice(), d.dir, base, tmp);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "beside each, an evaluation pipeline of ") &&
+                  strstr(out, "(--eval-split none leaves it out)"), "%s", out);
+    double with = needs(out);
+    free(out);
+    rc = tu_run(&out, "%s train --data %s %s --eval-split none --memory-budget 1M "
+                "--ckpt-dir %s/b 2>&1", tu_sluice(), d.dir, base, tmp);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(!strstr(out, "evaluation pipeline"), "%s", out);
+    double without = needs(out);
+    free(out);
+    cr_assert_gt(with, without + (1 << 20), "with %.0f, without %.0f", with, without);
+    /* between the two: refused with the evaluation, taken without */
+    long long mid = (long long)((with + without) / 2);
+    rc = tu_run(&out, "%s train --data %s %s --eval-split train --memory-budget %lld "
+                "--ckpt-dir %s/c 2>&1", tu_sluice(), d.dir, base, mid, tmp);
+    cr_assert_eq(rc, 2, "%lld bytes: %s", mid, out);
+    free(out);
+    rc = tu_run(&out, "%s train --data %s %s --eval-split none --memory-budget %lld "
+                "--ckpt-dir %s/c 2>&1", tu_sluice(), d.dir, base, mid, tmp);
+    cr_assert_eq(rc, 0, "%lld bytes: %s", mid, out);
+    free(out);
+    /* the default (auto) on data with no test or validation split evaluates
+     * nothing, and reserves nothing */
+    rc = tu_run(&out, "%s train --data %s %s --memory-budget 20M --ckpt-dir %s/d 2>&1",
+                tu_sluice(), d.dir, base, tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "\"eval\": 0,") && !strstr(out, "evaluation pipeline"), "%s", out);
     free(out);
     tu_rmrf(tmp);
     free(tmp);
