@@ -197,7 +197,7 @@ int cmd_eval(int argc, char **argv)
     if (par_plan_apply(CMD, &pf, &q, &par, stderr))
         return 2;
     threads = par.threads;
-    char par_json[1024], mem_json[512];
+    char par_json[1024], mem_json[1024];
     sl_par_json(&par, par_json, sizeof par_json);
     pf_memory_json(&pf, mem_json, sizeof mem_json);
 

@@ -552,7 +552,7 @@ int cmd_train(int argc, char **argv)
                 "the others), the first: %s\n", (long long)res.eval_skipped, res.eval_split,
                 res.eval_skipped_first[0] ? res.eval_skipped_first : "(another process's)");
     if (o.json) {
-        char par_json[1024], mem_json[512], tune_json[1024];
+        char par_json[1024], mem_json[1024], tune_json[1024];
         sl_par_json(&par, par_json, sizeof par_json);
         pf_memory_json(&o.pf, mem_json, sizeof mem_json);
         pf_tuning_json(&res.tuning, tune_json, sizeof tune_json);
