@@ -11,7 +11,10 @@
  *
  *   dnnl_conv [reps] [--demo] [--all]
  *
- * One line per shape and pass, then TOTAL per pass. --demo: ResNet-20 at
+ * One line per shape and pass, then TOTAL per pass (each distinct shape
+ * once) and NETWORK (each shape times its uses in the network: what one
+ * training step's convolutions take, to set beside SLUICE_TRAIN_PROFILE's
+ * conv times). --demo: ResNet-20 at
  * width 8 on 28 px (the demo's net: 3-32 channels, batch 32, one replica's
  * share of 64) instead of ResNet-50. --all: every implementation oneDNN
  * offers for each pass (its iterator on 2.x, next_impl on 3.x; the
@@ -54,19 +57,24 @@ static void *zalloc(size_t n)
     return p;
 }
 
-/* h, c, k, r, stride (square): ResNet-50 v1.5's distinct convolutions */
-static const int shapes[][5] = {
-    {224, 3, 64, 7, 2},    {56, 64, 64, 1, 1},    {56, 64, 64, 3, 1},    {56, 64, 256, 1, 1},
-    {56, 256, 64, 1, 1},   {56, 256, 128, 1, 1},  {56, 128, 128, 3, 2},  {28, 128, 512, 1, 1},
-    {56, 256, 512, 1, 2},  {28, 512, 128, 1, 1},  {28, 128, 128, 3, 1},  {28, 512, 256, 1, 1},
-    {28, 256, 256, 3, 2},  {14, 256, 1024, 1, 1}, {28, 512, 1024, 1, 2}, {14, 1024, 256, 1, 1},
-    {14, 256, 256, 3, 1},  {14, 1024, 512, 1, 1}, {14, 512, 512, 3, 2},  {7, 512, 2048, 1, 1},
-    {14, 1024, 2048, 1, 2}, {7, 2048, 512, 1, 1}, {7, 512, 512, 3, 1}};
+/* h, c, k, r, stride (square), uses: ResNet-50 v1.5's distinct
+ * convolutions and how many of each the network has (53 in all) */
+static const int shapes[][6] = {
+    {224, 3, 64, 7, 2, 1},    {56, 64, 64, 1, 1, 1},    {56, 64, 64, 3, 1, 3},
+    {56, 64, 256, 1, 1, 4},   {56, 256, 64, 1, 1, 2},   {56, 256, 128, 1, 1, 1},
+    {56, 128, 128, 3, 2, 1},  {28, 128, 512, 1, 1, 4},  {56, 256, 512, 1, 2, 1},
+    {28, 512, 128, 1, 1, 3},  {28, 128, 128, 3, 1, 3},  {28, 512, 256, 1, 1, 1},
+    {28, 256, 256, 3, 2, 1},  {14, 256, 1024, 1, 1, 6}, {28, 512, 1024, 1, 2, 1},
+    {14, 1024, 256, 1, 1, 5}, {14, 256, 256, 3, 1, 5},  {14, 1024, 512, 1, 1, 1},
+    {14, 512, 512, 3, 2, 1},  {7, 512, 2048, 1, 1, 3},  {14, 1024, 2048, 1, 2, 1},
+    {7, 2048, 512, 1, 1, 2},  {7, 512, 512, 3, 1, 2}};
 
-/* h, c, k, r, stride: ResNet-20 at width 8 on 28 px (the demo) */
-static const int demo_shapes[][5] = {{28, 3, 8, 3, 1},   {28, 8, 8, 3, 1},  {28, 8, 16, 3, 2},
-                                     {28, 8, 16, 1, 2},  {14, 16, 16, 3, 1}, {14, 16, 32, 3, 2},
-                                     {14, 16, 32, 1, 2}, {7, 32, 32, 3, 1}};
+/* h, c, k, r, stride, uses: ResNet-20 at width 8 on 28 px (the demo; 21
+ * convolutions) */
+static const int demo_shapes[][6] = {{28, 3, 8, 3, 1, 1},   {28, 8, 8, 3, 1, 6},
+                                     {28, 8, 16, 3, 2, 1},  {28, 8, 16, 1, 2, 1},
+                                     {14, 16, 16, 3, 1, 5}, {14, 16, 32, 3, 2, 1},
+                                     {14, 16, 32, 1, 2, 1}, {7, 32, 32, 3, 1, 5}};
 
 /* The three passes' primitive descriptors of one shape; with it[] non-NULL
  * also what walks each pass's implementations: on 2.x an iterator per
@@ -196,7 +204,7 @@ int main(int argc, char **argv)
 {
     static const char *const pass[] = {"fwd", "bwd-data", "bwd-weights"};
     int reps = 3, n = 16, all = 0;
-    const int(*sh)[5] = shapes;
+    const int(*sh)[6] = shapes;
     size_t nsh = sizeof shapes / sizeof *shapes;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--demo"))
@@ -208,7 +216,7 @@ int main(int argc, char **argv)
     }
     dnnl_engine_t eng;
     dnnl_stream_t st;
-    double tot[3] = {0, 0, 0};
+    double tot[3] = {0, 0, 0}, net[3] = {0, 0, 0};
     const dnnl_version_t *v = dnnl_version();
     printf("oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
@@ -236,8 +244,11 @@ int main(int argc, char **argv)
                     double best;
                     if (time_pd(eng, st, cur, ps, xmd, ymd, reps, &best))
                         return 1;
-                    if (!k)
+                    if (!k) {
                         tot[ps] += best;
+                        /* the first conv's input is the image: no backward-data */
+                        net[ps] += ps == 1 && i == 0 ? 0 : best * s[5];
+                    }
                     printf("%-11s h%-3d c%-4d k%-4d %dx%d/%d %c%-40s %8.3f ms\n", pass[ps],
                            s[0], s[1], s[2], s[3], s[3], s[4], all && !k ? '*' : ' ', impl,
                            best * 1e3);
@@ -250,5 +261,8 @@ int main(int argc, char **argv)
     }
     printf("TOTAL fwd %.1f bwd-data %.1f bwd-weights %.1f all %.1f ms\n", tot[0] * 1e3,
            tot[1] * 1e3, tot[2] * 1e3, (tot[0] + tot[1] + tot[2]) * 1e3);
+    printf("NETWORK fwd %.1f bwd-data %.1f bwd-weights %.1f all %.1f ms (each shape x its uses "
+           "in the net: one step's convolutions)\n", net[0] * 1e3, net[1] * 1e3, net[2] * 1e3,
+           (net[0] + net[1] + net[2]) * 1e3);
     return 0;
 }
