@@ -31,7 +31,6 @@
 #include "collectives/collectives.h"
 #include "par_plan.h"
 #include "pipeline_flags.h"
-#include "records/records.h"
 #include "train/train.h"
 
 #define CMD "train"
@@ -408,41 +407,6 @@ static void apply_defaults(train_opts *o)
     t->data = *c;
 }
 
-/* Whether the run evaluates after its epochs, as loop/run.c will choose:
- * a split named, or under "auto" one the data has (test, else validation).
- * Asked for --memory-budget only (each replica's evaluation pipeline lives
- * beside its training pipeline, so the fit counts it); data that does not
- * resolve here is counted (the run says why it fails). */
-static int will_evaluate(const sl_train_config *t, const char *data)
-{
-    if (!t->eval_split)
-        return 0;
-    if (strcmp(t->eval_split, SL_EVAL_SPLIT_AUTO))
-        return 1;
-    sl_dataset ds, eds;
-    memset(&eds, 0, sizeof eds);
-    if (sl_dataset_resolve(data, NULL, &ds)) {
-        sl_clear_error();
-        sl_dataset_fini(&ds);
-        return 1;
-    }
-    const sl_dataset *where = &ds;
-    int has = 1;
-    if (ds.kind == SL_DATASET_GLOB || ds.kind == SL_DATASET_FILE) {
-        if (sl_dataset_resolve(ds.dir, NULL, &eds)) { /* a folder of odd files */
-            sl_clear_error();
-            memset(&eds, 0, sizeof eds);
-            has = 0;
-        }
-        where = &eds;
-    }
-    if (has)
-        has = where->nsplits && sl_dataset_eval_split(where) != NULL;
-    sl_dataset_fini(&eds);
-    sl_dataset_fini(&ds);
-    return has;
-}
-
 /* Replicas x threads, workers, readers and prefetch within --cpus
  * (tools/par_plan.c): what the options left open. */
 static int plan(train_opts *o, sl_par_plan *p)
@@ -458,7 +422,7 @@ static int plan(train_opts *o, sl_par_plan *p)
     q.replicas = t->replicas;
     q.threads = t->threads;
     /* each replica evaluates beside its training pipeline (loop/replica.c) */
-    o->pf.mem_eval = o->pf.memory_budget && will_evaluate(t, o->pf.cfg.data);
+    o->pf.mem_eval = o->pf.memory_budget && sl_train_evaluates(t, o->pf.cfg.data);
     if (par_plan_apply(CMD, &o->pf, &q, p, stderr))
         return -1;
     t->strategy = p->strategy;

@@ -591,6 +591,12 @@ int sl_precision_parse(const char *name, sl_dtype *out);
  * bf16 on cpu, ...), SL_EIO / SL_ECORRUPT from the data, checkpoints and
  * event files. res (not NULL) is filled as far as the run got. */
 int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
+/* 1 when sl_train_run on cfg will evaluate after its epochs (the choice
+ * it makes before the first step: a split named, or under
+ * SL_EVAL_SPLIT_AUTO a test or validation split that `data` has; data
+ * that does not resolve counts as 1), 0 when not. For planning, e.g. the
+ * memory an evaluation pipeline needs beside the training one. */
+int sl_train_evaluates(const sl_train_config *cfg, const char *data);
 
 typedef struct sl_eval_result {
     int64_t images;              /* good records evaluated: top1, top5 and loss are over these */

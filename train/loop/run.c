@@ -48,6 +48,50 @@ static void note_unindexed(sl_run *r, const sl_dataset_split *s)
                 s->nfiles, s->name);
 }
 
+/* Where the eval split `want` (not empty) is looked for, and its name
+ * (NULL: none): beside the data when ds is a glob or one file; under
+ * SL_EVAL_SPLIT_AUTO test, else validation, else none (a folder that does
+ * not resolve: none). eds: the folder's resolution (the caller finis it).
+ * An error only for a named split beside a folder that does not resolve. */
+static int eval_choice(const sl_dataset *ds, const char *want, sl_dataset *eds,
+                       const sl_dataset **where, const char **name)
+{
+    int autopick = !strcmp(want, SL_EVAL_SPLIT_AUTO), rc;
+    *where = ds;
+    *name = NULL;
+    if (ds->kind == SL_DATASET_GLOB || ds->kind == SL_DATASET_FILE) {
+        if ((rc = sl_dataset_resolve(ds->dir, NULL, eds))) {
+            if (!autopick)
+                return rc;
+            sl_clear_error(); /* a folder of odd files: nothing to evaluate */
+            sl_dataset_fini(eds);
+        }
+        *where = eds;
+    }
+    *name = autopick ? ((*where)->nsplits ? sl_dataset_eval_split(*where) : NULL) : want;
+    return SL_OK;
+}
+
+int sl_train_evaluates(const sl_train_config *c, const char *data)
+{
+    const char *want = c->eval_split, *name = NULL;
+    if (!want || !*want)
+        return 0;
+    if (strcmp(want, SL_EVAL_SPLIT_AUTO))
+        return 1;
+    sl_dataset ds, eds;
+    const sl_dataset *where;
+    memset(&eds, 0, sizeof eds);
+    int has = 1; /* data that does not resolve: the run says why it fails */
+    if (!sl_dataset_resolve(data, NULL, &ds))
+        has = !eval_choice(&ds, want, &eds, &where, &name) && name;
+    else
+        sl_clear_error();
+    sl_dataset_fini(&eds);
+    sl_dataset_fini(&ds);
+    return has;
+}
+
 /* The data, checked before the first step: the train split exists, the
  * classes (dataset.json's when the config leaves them at 0), the eval split
  * (SL_EVAL_SPLIT_AUTO: test, else validation, else none; a named one must
@@ -82,19 +126,10 @@ static int resolve_data(sl_run *r)
         r->classes = (int)ds.manifest.num_classes;
     }
     if (want && *want) {
-        if (ds.kind == SL_DATASET_GLOB || ds.kind == SL_DATASET_FILE) {
-            if ((rc = sl_dataset_resolve(ds.dir, NULL, &eds))) {
-                if (!autopick) {
-                    rc = sl_fail(rc, "sl_train_run: --eval-split %s: %s", want, sl_errmsg());
-                    goto out;
-                }
-                sl_clear_error(); /* a folder of odd files: nothing to evaluate */
-                rc = SL_OK;
-                sl_dataset_fini(&eds);
-            }
-            where = &eds;
+        if ((rc = eval_choice(&ds, want, &eds, &where, &name))) {
+            rc = sl_fail(rc, "sl_train_run: --eval-split %s: %s", want, sl_errmsg());
+            goto out;
         }
-        name = autopick ? (where->nsplits ? sl_dataset_eval_split(where) : NULL) : want;
         if (name && (rc = sl_dataset_reader_split(where, name, &ev))) {
             rc = sl_fail(rc, "sl_train_run: --eval-split %s: %s", name, sl_errmsg());
             goto out;

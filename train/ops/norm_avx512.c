@@ -331,7 +331,7 @@ BN512_TARGET void sl_bn512_sums_block(int64_t nb, int c, const uint16_t *xb, con
     float ms[BN512_MAX_C] __attribute__((aligned(64)));
     float acc[2][BN512_MAX_C] __attribute__((aligned(64)));
     split(c, mean, ms);
-    memset(acc, 0, sizeof(float) * 2 * BN512_MAX_C);
+    memset(acc[0], 0, sizeof(float) * (size_t)c), memset(acc[1], 0, sizeof(float) * (size_t)c);
     int64_t sl = sums_slice(c);
     for (int64_t r0 = 0; r0 < nb; r0 += sl) {
         int64_t n = nb - r0 < sl ? nb - r0 : sl, o = r0 * c;
