@@ -54,10 +54,14 @@
  *   evaluation  (sl_memory_fit.eval_beside: sluice train) each replica
  *             evaluates after an epoch through a second pipeline while its
  *             training pipeline lives (train/loop/replica.c), with the same
- *             workers, prefetch and read window and no shuffle buffer: the
- *             estimate less its shuffle buffer, beside each pipeline. The
- *             training split's record sizes and index stand in for the
- *             evaluated split's, which the CLI does not open before the run.
+ *             workers, prefetch and read window and no shuffle buffer: that
+ *             pipeline's own estimate over the evaluated split
+ *             (sl_memory_fit.eval_data / eval_split: its record sizes and
+ *             index, which may be far from the training split's), beside
+ *             each pipeline; the check its create makes (memory_budget) is
+ *             then one the fit has already passed, before the first step.
+ *             Without the split named, the estimate less its shuffle buffer
+ *             stands in.
  *   Not counted: the process itself (code, libraries, the model and its
  *   activations in train), libjpeg's per-row buffers (a few rows of the
  *   image's width), the GPU's memory.
@@ -325,14 +329,45 @@ static void describe_fixed(const sl_pipeline_config *c, const sl_memory_fit *f,
 #undef ADD
 }
 
-/* The bytes a pipeline of the fit stands for: its estimate, and with
- * eval_beside the evaluation pipeline beside it (m->eval): the same
- * settings without the shuffle buffer. The evaluated split's own record
- * sizes and index are not opened here (the CLI resolves that split only
- * when the run starts); the training split's stand in for them. */
-static uint64_t fit_bytes(const sl_memory_fit *f, sl_pipeline_memory *m)
+/* The evaluation pipeline train/loop/replica.c makes beside a training
+ * pipeline of cfg (sl_replica_eval): cfg's settings over the evaluated
+ * split, one epoch in order, no shuffle. */
+static void eval_config(const sl_pipeline_config *cfg, const sl_memory_fit *f,
+                        sl_pipeline_config *ev)
 {
-    m->eval = f->eval_beside ? m->total - m->part[SL_MEM_SHUFFLE] : 0;
+    *ev = *cfg;
+    ev->data = f->eval_data;
+    ev->split = f->eval_split;
+    ev->transform = SL_TRANSFORM_EVAL;
+    ev->shuffle = SL_SHUFFLE_NONE;
+    ev->shuffle_files = 0;
+    ev->epochs = 1;
+    ev->drop_remainder = 0;
+}
+
+/* m->eval, the evaluation pipeline beside a pipeline of c (whose estimate m
+ * is): with the evaluated split opened (es not NULL), its own estimate at c's
+ * shrunk settings (workers, prefetch, read window, requests in flight);
+ * else c's estimate less its shuffle buffer, the training split's record
+ * sizes standing in. 0 without eval_beside. Returns total + eval. */
+static uint64_t fit_bytes(const sl_memory_fit *f, const sl_pipeline_config *c,
+                          const sl_io_opts *io, const sl_pipeline_config *ec,
+                          const sl_io_opts *eio, const sl_source_set *es, sl_pipeline_memory *m)
+{
+    m->eval = 0;
+    if (f->eval_beside && es) {
+        sl_pipeline_config e = *ec;
+        sl_io_opts eo = *eio;
+        sl_pipeline_memory em;
+        e.workers = c->workers;
+        e.prefetch = c->prefetch;
+        e.read_window_bytes = c->read_window_bytes;
+        eo.inflight = io->inflight;
+        estimate(&e, es, &eo, 1, &em);
+        m->eval = em.total;
+    } else if (f->eval_beside) {
+        m->eval = m->total - m->part[SL_MEM_SHUFFLE];
+    }
     return add_sat(m->total, m->eval);
 }
 
@@ -356,26 +391,48 @@ int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
     sl_io_opts io;
     sl_source_set s;
     /* memory_budget: what create checks, and reads by pread */
-    if ((rc = prepare(cfg, fit->budget / np ? fit->budget / np : 1, &c, &io, &s)))
+    uint64_t each = fit->budget / np ? fit->budget / np : 1;
+    if ((rc = prepare(cfg, each, &c, &io, &s)))
         return rc;
+    /* the evaluated split, opened as its pipeline will open it */
+    sl_pipeline_config ecfg, ec;
+    sl_io_opts eio;
+    sl_source_set es, *esp = NULL;
+    if (fit->eval_beside && fit->eval_data && fit->eval_split) {
+        eval_config(cfg, fit, &ecfg);
+        if ((rc = prepare(&ecfg, each, &ec, &eio, &es))) {
+            sl_source_set_close(&s);
+            return sl_fail(rc, "%s: the evaluated split '%s': %s", who, fit->eval_split,
+                           sl_errmsg());
+        }
+        esp = &es;
+    }
     unsigned w0 = c.workers, p0 = c.prefetch, i0 = io.inflight;
     uint64_t r0 = c.read_window_bytes;
     uint64_t need;
     for (;;) {
         estimate(&c, &s, &io, 1, out);
-        need = mul_sat(fit_bytes(fit, out), np);
+        need = mul_sat(fit_bytes(fit, &c, &io, &ec, &eio, esp, out), np);
         if (need <= fit->budget || !shrink(&c, fit, out, &io, min_prefetch))
             break;
     }
     sl_source_set_close(&s);
+    uint64_t eval_max = esp ? esp->max_record : 0;
+    if (esp)
+        sl_source_set_close(esp);
     if (need > fit->budget) {
-        char parts[512], fixed[400], h[32], t[32], e[32], per[96] = "", ev[128] = "";
+        char parts[512], fixed[400], h[32], t[32], e[32], m[32], per[96] = "", ev[192] = "";
         describe_parts(out, parts, sizeof parts);
         describe_fixed(&c, fit, out, fixed, sizeof fixed);
         if (np > 1)
             snprintf(per, sizeof per, " (%u pipelines of %s)", np,
-                     human(fit_bytes(fit, out), t, sizeof t));
-        if (fit->eval_beside)
+                     human(add_sat(out->total, out->eval), t, sizeof t));
+        if (fit->eval_beside && esp)
+            snprintf(ev, sizeof ev, "; beside each, an evaluation pipeline of %s over split "
+                     "'%s', records up to %s (--eval-split none leaves it out)",
+                     human(out->eval, e, sizeof e), fit->eval_split,
+                     human(eval_max, m, sizeof m));
+        else if (fit->eval_beside)
             snprintf(ev, sizeof ev, "; beside each, an evaluation pipeline of %s (--eval-split "
                      "none leaves it out)", human(out->eval, e, sizeof e));
         return sl_fail(SL_EINVAL, "%s %s: the input pipeline needs %s%s at the least: %s%s; "

@@ -408,7 +408,11 @@ typedef struct sl_memory_fit {
     int eval_beside;          /* 1: each pipeline has an evaluation pipeline beside it while
                                * it lives (sluice train's, train/loop/replica.c: cfg's
                                * settings, no shuffle buffer, the evaluated split's records),
-                               * counted as cfg's estimate less its shuffle buffer */
+                               * counted as its own estimate over eval_data's eval_split
+                               * when both are given (opened as its pipeline opens them), else
+                               * as cfg's estimate less its shuffle buffer */
+    const char *eval_data;    /* the evaluated split's dataset (sl_train_eval_where) */
+    const char *eval_split;
 } sl_memory_fit;
 
 /* Fit cfg in fit->budget: estimate, and while pipelines x (total + eval)

@@ -422,7 +422,10 @@ static int plan(train_opts *o, sl_par_plan *p)
     q.replicas = t->replicas;
     q.threads = t->threads;
     /* each replica evaluates beside its training pipeline (loop/replica.c) */
-    o->pf.mem_eval = o->pf.memory_budget && sl_train_evaluates(t, o->pf.cfg.data);
+    o->pf.mem_eval = o->pf.memory_budget &&
+                     sl_train_eval_where(t, o->pf.cfg.data, o->pf.mem_eval_data,
+                                         sizeof o->pf.mem_eval_data, o->pf.mem_eval_split,
+                                         sizeof o->pf.mem_eval_split);
     if (par_plan_apply(CMD, &o->pf, &q, p, stderr))
         return -1;
     t->strategy = p->strategy;

@@ -27,7 +27,9 @@ static int fit_memory(const char *cmd, pf_flags *f, const sl_par_request *q, sl_
 {
     char what[160];
     sl_memory_fit fit = {.budget = f->memory_budget, .cmd = "--memory-budget", .io = &f->mem_io,
-                         .eval_beside = f->mem_eval};
+                         .eval_beside = f->mem_eval,
+                         .eval_data = f->mem_eval_data[0] ? f->mem_eval_data : NULL,
+                         .eval_split = f->mem_eval_split[0] ? f->mem_eval_split : NULL};
     /* mirrored and ps replicas each run a pipeline in this process */
     fit.pipelines = q->job == SL_PAR_TRAIN && !q->mpi && p->replicas > 1 ? (unsigned)p->replicas
                                                                          : 1;
@@ -61,13 +63,15 @@ static void say_memory(const char *cmd, const pf_flags *f, FILE *out)
                          sl_mem_part_name((sl_mem_part)i), mib(f->mem.part[i], h, sizeof h));
         k += n > 0 ? (size_t)n : 0;
     }
-    char per[48] = "", ev[96] = "";
+    char per[48] = "", ev[160] = "";
     if (np > 1)
         snprintf(per, sizeof per, "%u pipelines of ", np);
     if (f->mem.eval) {
         char e[32];
-        snprintf(ev, sizeof ev, "; beside each, an evaluation pipeline of %s",
-                 mib(f->mem.eval, e, sizeof e));
+        int n = snprintf(ev, sizeof ev, "; beside each, an evaluation pipeline of %s",
+                         mib(f->mem.eval, e, sizeof e));
+        if (f->mem_eval_split[0] && n > 0 && (size_t)n < sizeof ev)
+            snprintf(ev + n, sizeof ev - (size_t)n, " over split '%.60s'", f->mem_eval_split);
     }
     fprintf(out, "%s: memory: %s of --memory-budget %s (%s%s%s); %s%s\n", cmd,
             mib((f->mem.total + f->mem.eval) * np, a, sizeof a),

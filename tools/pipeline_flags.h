@@ -91,6 +91,9 @@ typedef struct pf_flags {
     int mem_eval;             /* set before par_plan_apply: each pipeline has an evaluation
                                * pipeline beside it (train with an eval split), which the
                                * fit counts (sl_memory_fit.eval_beside) */
+    char mem_eval_data[4096]; /* where it reads ("": not known, the training split's
+                               * sizes stand in) */
+    char mem_eval_split[64];
     char mem_shrunk[160];
     sl_io_opts mem_io;
     uint64_t rss_start;       /* VmRSS (bytes) when pf_rss_mark ran; 0 = not marked */

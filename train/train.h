@@ -597,6 +597,13 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
  * that does not resolve counts as 1), 0 when not. For planning, e.g. the
  * memory an evaluation pipeline needs beside the training one. */
 int sl_train_evaluates(const sl_train_config *cfg, const char *data);
+/* sl_train_evaluates, and where: when it returns 1 and the split is found,
+ * the evaluated dataset's path (the folder beside a glob or one shard) into
+ * dir and the split's name into split, as the run's evaluation pipeline
+ * will read them; both "" when the data or that split does not resolve (the
+ * run then refuses it by name) or a buffer is too small. */
+int sl_train_eval_where(const sl_train_config *cfg, const char *data, char *dir, size_t dcap,
+                        char *split, size_t scap);
 
 typedef struct sl_eval_result {
     int64_t images;              /* good records evaluated: top1, top5 and loss are over these */

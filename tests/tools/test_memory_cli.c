@@ -17,12 +17,21 @@
  *                  budget that holds the training pipelines alone is refused
  *                  with it and taken with --eval-split none, and data with no
  *                  split to evaluate reserves nothing
+ *   train_counts_the_evaluated_split
+ *                  the evaluation pipeline in the fit is that pipeline's own
+ *                  estimate over the split it reads, whose records may be far
+ *                  larger than the training split's: a budget that holds the
+ *                  training split's sizes twice is refused at start-up, naming
+ *                  the split (it used to train an epoch, then fail to create
+ *                  the evaluation pipeline), and the budget the refusal names
+ *                  trains and evaluates
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <turbojpeg.h>
 
 #include "pipeline/pipeline_testdata.h"
 #include "testutil.h"
@@ -197,6 +206,98 @@ Test(memory_cli, train_counts_the_evaluation)
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert(strstr(out, "\"eval\": 0,") && !strstr(out, "evaluation pipeline"), "%s", out);
     free(out);
+    tu_rmrf(tmp);
+    free(tmp);
+    pl_dataset_free(&d);
+}
+
+/* dir/name: a w x h JPEG of noise at quality 95 (about a byte a pixel: the
+ * size of a camera photo's record, not of the test datasets' thumbnails);
+ * its size. */
+static unsigned long noise_jpeg(const char *dir, const char *name, int w, int h, uint64_t seed)
+{
+    uint8_t *px = malloc((size_t)w * h * 3);
+    cr_assert_not_null(px);
+    for (size_t i = 0; i < (size_t)w * h * 3; i++)
+        px[i] = (uint8_t)(tu_rand(&seed) >> 56);
+    tjhandle tj = tjInitCompress();
+    cr_assert_not_null(tj);
+    unsigned char *jpeg = NULL;
+    unsigned long len = 0;
+    cr_assert_eq(tjCompress2(tj, px, w, 0, h, TJPF_RGB, &jpeg, &len, TJSAMP_420, 95, 0), 0,
+                 "tjCompress2: %s", tjGetErrorStr2(tj));
+    char *p = tu_join(dir, name);
+    cr_assert_eq(tu_write_file(p, jpeg, len), 0, "%s", p);
+    free(p);
+    tjFree(jpeg);
+    tjDestroy(tj);
+    free(px);
+    return len;
+}
+
+Test(memory_cli, train_counts_the_evaluated_split)
+{
+    pl_dataset d;
+    pl_make_dataset(&d, 96, 2, 0, NULL);
+    const char *base = "--image-size 16 --batch 32 --width 4 --classes 10 --max-steps 3 "
+                       "--cpus 2 --json";
+    char *tmp = tu_tmpdir(), *out = NULL;
+    /* a test split of three 600 KB records beside the train split's 1-20 KB */
+    char *src = tu_join(tmp, "big"), *cls = tu_join(src, "a");
+    cr_assert_eq(tu_run(NULL, "mkdir -p '%s'", cls), 0);
+    unsigned long big = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%d.jpg", i);
+        unsigned long n = noise_jpeg(cls, name, 720, 720, 40 + (uint64_t)i);
+        big = n > big ? n : big;
+    }
+    cr_assert_gt(big, 400000, "the noise JPEGs are %lu bytes", big);
+    int rc = tu_run(&out, "%s convert --from folder '%s' --out '%s' --name test 2>&1",
+                    tu_sluice(), src, d.dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    /* the least each needs: evaluating the train split, and the test split */
+    rc = tu_run(&out, "%s train --data %s %s --eval-split train --memory-budget 1M "
+                "--ckpt-dir %s/a 2>&1", tu_sluice(), d.dir, base, tmp);
+    cr_assert_eq(rc, 2, "%s", out);
+    double small = needs(out);
+    free(out);
+    rc = tu_run(&out, "%s train --data %s %s --eval-split test --memory-budget 1M "
+                "--ckpt-dir %s/a 2>&1", tu_sluice(), d.dir, base, tmp);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "an evaluation pipeline of ") &&
+                  strstr(out, " over split 'test', records up to ") &&
+                  strstr(out, "(--eval-split none leaves it out)"), "%s", out);
+    double large = needs(out);
+    free(out);
+    /* each of the 2 pipelines' evaluation holds at least one test record
+     * being decoded where the stand-in held a train record */
+    cr_assert_gt(large, small + 2.0 * ((double)big - 65536), "test split %.0f, train split %.0f, "
+                 "largest test record %lu", large, small, big);
+    /* between the two: refused before any step */
+    long long mid = (long long)((small + large) / 2);
+    rc = tu_run(&out, "%s train --data %s %s --eval-split test --memory-budget %lld "
+                "--ckpt-dir %s/b 2>&1", tu_sluice(), d.dir, base, mid, tmp);
+    cr_assert_eq(rc, 2, "%lld bytes: %s", mid, out);
+    cr_assert(!strstr(out, "step"), "it trained before the refusal:\n%s", out);
+    free(out);
+    /* what the refusal asks for is enough: the run trains, then its
+     * evaluation pipeline passes create's own check of the same budget;
+     * the default (auto) picks the test split, and the line names it */
+    rc = tu_run(&out, "%s train --data %s %s --memory-budget %lld --ckpt-dir %s/c 2>&1",
+                tu_sluice(), d.dir, base, (long long)large + (1 << 20), tmp);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "an evaluation pipeline of ") && strstr(out, " over split 'test')"),
+              "%s", out);
+    cr_assert(strstr(out, "test top1 "), "it did not evaluate the test split: %s", out);
+    cJSON *j = train_json(out);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory");
+    cr_assert_leq(jnum(mem, "total"), large + (1 << 20), "%s", out);
+    cr_assert_gt(jnum(mem, "eval"), 2.0 * ((double)big - 65536), "%s", out);
+    cJSON_Delete(j);
+    free(out);
+    free(src), free(cls);
     tu_rmrf(tmp);
     free(tmp);
     pl_dataset_free(&d);

@@ -72,24 +72,43 @@ static int eval_choice(const sl_dataset *ds, const char *want, sl_dataset *eds,
     return SL_OK;
 }
 
-int sl_train_evaluates(const sl_train_config *c, const char *data)
+int sl_train_eval_where(const sl_train_config *c, const char *data, char *dir, size_t dcap,
+                        char *split, size_t scap)
 {
     const char *want = c->eval_split, *name = NULL;
+    if (dcap)
+        dir[0] = '\0';
+    if (scap)
+        split[0] = '\0';
     if (!want || !*want)
         return 0;
-    if (strcmp(want, SL_EVAL_SPLIT_AUTO))
-        return 1;
     sl_dataset ds, eds;
     const sl_dataset *where;
+    const sl_dataset_split *ev = NULL;
     memset(&eds, 0, sizeof eds);
     int has = 1; /* data that does not resolve: the run says why it fails */
-    if (!sl_dataset_resolve(data, NULL, &ds))
-        has = !eval_choice(&ds, want, &eds, &where, &name) && name;
-    else
+    if (!sl_dataset_resolve(data, NULL, &ds)) {
+        if (eval_choice(&ds, want, &eds, &where, &name))
+            sl_clear_error(); /* a named split beside odd files: the run says why */
+        else if (!name)
+            has = 0;
+        else if (sl_dataset_reader_split(where, name, &ev))
+            sl_clear_error(); /* a split the data lacks: the run refuses it by name */
+        else if (dcap && scap && strlen(where->path) < dcap && strlen(ev->name) < scap) {
+            memcpy(dir, where->path, strlen(where->path) + 1);
+            memcpy(split, ev->name, strlen(ev->name) + 1);
+        }
+    } else {
         sl_clear_error();
+    }
     sl_dataset_fini(&eds);
     sl_dataset_fini(&ds);
     return has;
+}
+
+int sl_train_evaluates(const sl_train_config *c, const char *data)
+{
+    return sl_train_eval_where(c, data, NULL, 0, NULL, 0);
 }
 
 /* The data, checked before the first step: the train split exists, the
