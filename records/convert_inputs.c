@@ -481,3 +481,56 @@ void sl_inputs_free(sl_input_list *l)
     free(l->idx_pixels);
     memset(l, 0, sizeof *l);
 }
+
+int sl_inputs_name_classes(sl_input_list *l, const char *dir, char *const *names, uint32_t n,
+                           const char *splits)
+{
+    if (!l->classes || !names || !n)
+        return SL_OK;
+    uint32_t *to = malloc((size_t)l->nclasses * sizeof *to);
+    char **copy = calloc(n, sizeof *copy);
+    int rc = SL_OK;
+    if (!to || !copy) {
+        rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
+        goto out;
+    }
+    for (uint32_t c = 0; c < l->nclasses && !rc; c++) {
+        uint32_t j = 0;
+        while (j < n && strcmp(names[j] ? names[j] : "", l->classes[c]) != 0)
+            j++;
+        to[c] = j;
+        if (j < n)
+            continue;
+        char known[512];
+        size_t k = 0;
+        known[0] = '\0';
+        for (uint32_t i = 0; i < n && k + 8 < sizeof known; i++) {
+            int w = snprintf(known + k, sizeof known - k, "%s'%s'", i ? ", " : "",
+                             names[i] ? names[i] : "");
+            k += w > 0 ? (size_t)w : 0;
+        }
+        if (k >= sizeof known - 8)
+            snprintf(known + sizeof known - 8, 8, ", ...");
+        rc = sl_fail(SL_EINVAL, "%s: class folder '%s' is not one of the %u classes the "
+                     "dataset's other splits (%s) were converted with (%s): a split's class "
+                     "folders take the labels of the same names; convert it into a dataset of "
+                     "its own", dir, l->classes[c], n,
+                     splits, known);
+    }
+    for (uint32_t i = 0; i < n && !rc; i++)
+        if (!(copy[i] = strdup(names[i] ? names[i] : "")))
+            rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
+    if (rc)
+        goto out;
+    for (size_t i = 0; i < l->n; i++)
+        l->items[i].label = (int64_t)to[l->items[i].label];
+    free_names(l->classes, l->nclasses);
+    l->classes = copy;
+    l->nclasses = n;
+    copy = NULL;
+out:
+    if (copy)
+        free_names(copy, n);
+    free(to);
+    return rc;
+}

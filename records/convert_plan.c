@@ -464,6 +464,35 @@ static int check_config(const sl_convert_config *cfg)
     return SL_OK;
 }
 
+/* A folder's classes in a dataset whose other splits recorded class names
+ * (dataset.json's classes): labels by name, as those splits gave them, not
+ * by the folder's own sorted order, which shifts every label after a class
+ * this split lacks (a validation folder without one class). */
+static int classes_of_dataset(sl_convert_state *st)
+{
+    const sl_convert_config *cfg = st->cfg;
+    sl_manifest m;
+    int rc = sl_manifest_load(cfg->out_dir, &m);
+    if (rc == SL_ENOENT) {
+        sl_clear_error();
+        return SL_OK;
+    }
+    if (rc)
+        return rc;
+    char others[256] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < m.nsplits && k < sizeof others; i++)
+        if (strcmp(m.splits[i].name, cfg->name) != 0) {
+            int w = snprintf(others + k, sizeof others - k, "%s%s", k ? ", " : "",
+                             m.splits[i].name);
+            k += w > 0 ? (size_t)w : 0;
+        }
+    if (k && m.class_names)
+        rc = sl_inputs_name_classes(&st->in, cfg->input, m.class_names, m.num_classes, others);
+    sl_manifest_fini(&m);
+    return rc;
+}
+
 /* Labels must name the given classes, and a dataset keeps one label offset. */
 static int check_labels_manifest(sl_convert_state *st)
 {
@@ -616,6 +645,8 @@ int sl_convert_prepare_inputs(const sl_convert_config *cfg, sl_convert_state *st
         const char *slash = strrchr(cfg->idx_images, '/');
         st->idx_base = slash ? slash + 1 : cfg->idx_images;
     }
+    if (!cfg->class_names && st->in.classes && (rc = classes_of_dataset(st)))
+        return rc;
     if (cfg->class_names) {
         st->class_names = cfg->class_names;
         st->nclass_names = cfg->num_class_names;

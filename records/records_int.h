@@ -56,6 +56,14 @@ typedef struct sl_input_list {
 int sl_inputs_load(const sl_convert_config *cfg, sl_input_list *out);
 /* Free everything in l and zero it. NULL is a no-op. */
 void sl_inputs_free(sl_input_list *l);
+/* A folder source converted into a dataset whose other splits (named in
+ * `splits`, for the message) recorded class names: each class folder's
+ * records take the label of the same name among names[0..n), and l's
+ * classes become those n names (folders a split lacks leave their labels
+ * unused). A class folder not among them is SL_EINVAL naming it, dir and
+ * the names. Without folder classes: SL_OK, nothing changed. */
+int sl_inputs_name_classes(sl_input_list *l, const char *dir, char *const *names, uint32_t n,
+                           const char *splits);
 
 /* --------------------------------------------------- image header parsers */
 /* Largest width or height accepted anywhere (JPEG's own limit). */

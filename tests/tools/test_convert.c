@@ -505,6 +505,74 @@ Test(convert, folder_passthrough_transcode_skip)
     free_tree(&t);
 }
 
+/* A second split from a folder takes the labels of the class names the
+ * first one recorded, not its own folders' sorted order: a validation
+ * folder without "ant" (train's label 0) keeps "cat" at 1 and "dog" at 2,
+ * where sorting its own two folders gave 0 and 1 (every label shifted, with
+ * no error, and a model trained on train scored on the wrong classes). A
+ * folder of a class train never had is refused, naming it, before a shard
+ * is written; dataset.json keeps train's classes. */
+Test(convert, second_split_labels_by_class_name)
+{
+    char *root = tu_tmpdir(), p[4096];
+    const char *train[] = {"ant", "cat", "dog"}, *val[] = {"cat", "dog"};
+    for (int c = 0; c < 3; c++) {
+        snprintf(p, sizeof p, "%s/train/%s", root, train[c]);
+        cr_assert_eq(tu_run(NULL, "mkdir -p '%s'", p), 0);
+        snprintf(p, sizeof p, "%s/train/%s/%d.jpg", root, train[c], c);
+        write_jpeg(p, 32, 24, 0, c, NULL, NULL);
+    }
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/val/%s", root, val[c]);
+        cr_assert_eq(tu_run(NULL, "mkdir -p '%s'", p), 0);
+        snprintf(p, sizeof p, "%s/val/%s/v%d.jpg", root, val[c], c);
+        write_jpeg(p, 32, 24, 0, 5 + c, NULL, NULL);
+    }
+    char *out = tu_join(root, "out"), *log;
+    int st = tu_run(&log, "'%s' convert --from folder '%s/train' --out '%s' --name train "
+                    "--no-fsync", tu_sluice(), root, out);
+    cr_assert_eq(st, 0, "%s", log);
+    free(log);
+    st = tu_run(&log, "'%s' convert --from folder '%s/val' --out '%s' --name validation "
+                "--no-fsync", tu_sluice(), root, out);
+    cr_assert_eq(st, 0, "%s", log);
+    free(log);
+    recs rs = {0};
+    read_split(out, "validation", 1, &rs);
+    sl_image_example ex;
+    cr_assert(find_rec(&rs, "v0.jpg", &ex));
+    cr_assert_eq(ex.label, 1, "cat: label %lld, train's is 1", (long long)ex.label);
+    cr_assert(str_is(ex.text, ex.text_len, "cat"));
+    cr_assert(find_rec(&rs, "v1.jpg", &ex));
+    cr_assert_eq(ex.label, 2, "dog: label %lld, train's is 2", (long long)ex.label);
+    cr_assert(str_is(ex.text, ex.text_len, "dog"));
+    recs_free(&rs);
+
+    /* a class train never had */
+    snprintf(p, sizeof p, "%s/test/emu", root);
+    cr_assert_eq(tu_run(NULL, "mkdir -p '%s' '%s/test/cat'", p, root), 0);
+    snprintf(p, sizeof p, "%s/test/emu/e.jpg", root);
+    write_jpeg(p, 32, 24, 0, 9, NULL, NULL);
+    snprintf(p, sizeof p, "%s/test/cat/c.jpg", root);
+    write_jpeg(p, 32, 24, 0, 8, NULL, NULL);
+    st = tu_run(&log, "'%s' convert --from folder '%s/test' --out '%s' --name test --no-fsync",
+                tu_sluice(), root, out);
+    cr_assert_neq(st, 0, "%s", log);
+    cr_assert(strstr(log, "class folder 'emu' is not one of the 3 classes") &&
+                  strstr(log, "'ant', 'cat', 'dog'") && strstr(log, "(train, validation)"),
+              "%s", log);
+    cr_assert_eq(count_files(out, "test-"), 0, "a shard was written:\n%s", log);
+    free(log);
+    sl_manifest m;
+    cr_assert_eq(sl_manifest_load(out, &m), SL_OK, "%s", sl_errmsg());
+    cr_assert(m.num_classes == 3 && m.class_names && !strcmp(m.class_names[0], "ant"));
+    cr_assert_null(sl_manifest_split_find(&m, "test"));
+    sl_manifest_fini(&m);
+    free(out);
+    tu_rmrf(root);
+    free(root);
+}
+
 Test(convert, list_source)
 {
     tree t;
