@@ -111,6 +111,20 @@ int sl_train_evaluates(const sl_train_config *c, const char *data)
     return sl_train_eval_where(c, data, NULL, 0, NULL, 0);
 }
 
+/* A model of `classes` outputs covers the labels dataset.json says ds has:
+ * else the first record of a label past them would stop the run, an epoch
+ * in perhaps; refused before the first step instead. */
+static int classes_cover(const sl_dataset *ds, int classes)
+{
+    if (!ds->has_manifest || ds->manifest.num_classes <= (uint32_t)classes)
+        return SL_OK;
+    return sl_fail(SL_EINVAL, "sl_train_run: %s/%s records %u classes, the model has %d: a "
+                   "record of label %d or more would stop the run when it is read; give "
+                   "--classes %u (or leave it out: dataset.json's count is the default)",
+                   ds->dir, SL_MANIFEST_FILE, ds->manifest.num_classes, classes, classes,
+                   ds->manifest.num_classes);
+}
+
 /* The data, checked before the first step: the train split exists, the
  * classes (dataset.json's when the config leaves them at 0), the eval split
  * (SL_EVAL_SPLIT_AUTO: test, else validation, else none; a named one must
@@ -144,6 +158,8 @@ static int resolve_data(sl_run *r)
         }
         r->classes = (int)ds.manifest.num_classes;
     }
+    if ((rc = classes_cover(&ds, r->classes)))
+        goto out;
     if (want && *want) {
         if ((rc = eval_choice(&ds, want, &eds, &where, &name))) {
             rc = sl_fail(rc, "sl_train_run: --eval-split %s: %s", want, sl_errmsg());
@@ -154,6 +170,8 @@ static int resolve_data(sl_run *r)
             goto out;
         }
     }
+    if (name && where != &ds && (rc = classes_cover(where, r->classes)))
+        goto out;
     if (name) {
         if (!(r->eval_data = strdup(where->path))) {
             rc = sl_fail(SL_ENOMEM, "sl_train_run: out of memory");

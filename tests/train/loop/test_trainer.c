@@ -353,6 +353,16 @@ Test(train_trainer, eval_split_default_and_missing)
     free(out);
     out = NULL;
     cr_assert_neq(tu_run(NULL, "ls %s/ck2/ckpt-* 2>/dev/null", tmp), 0, "a checkpoint was written");
+    /* fewer classes than dataset.json records (10): refused before the first
+     * step, not when a record of label 5 or more first comes up */
+    rc = tu_run(&out, "%s train --data %s --image-size 16 --batch 8 --width 4 --classes 5 "
+                "--epochs 1 --threads 1 --ckpt-dir %s/ck3 2>&1", tu_sluice(), d.dir, tmp);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "dataset.json records 10 classes, the model has 5") &&
+                  strstr(out, "give --classes 10"), "%s", out);
+    cr_assert_null(strstr(out, "step 1/"), "%s", out);
+    free(out);
+    out = NULL;
     /* a validation split beside it (named like TensorFlow's): picked */
     cr_assert_eq(tu_run(NULL, "cp %s %s/validation-00000-of-00001.tfrecord", d.shard_path[0],
                         d.dir), 0);
