@@ -20,12 +20,14 @@
 #include "bytesrc.h"
 #include "wds.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,6 +198,65 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* name ends in an image file's extension (convert's inputs). */
+static int image_name(const char *name)
+{
+    static const char *const ext[] = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t k = strlen(ext[i]);
+        if (n > k && !strcasecmp(name + n - k, ext[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* How many of the first entries of the local folder dir name image files
+ * (hidden ones skipped); with sub, also the folders among them whose own
+ * first entries do, into *folders. */
+static int count_images(const char *dir, int sub, int *folders)
+{
+    DIR *d = opendir(dir);
+    int seen = 0, images = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && seen < 64) {
+        if (e->d_name[0] == '.')
+            continue;
+        seen++;
+        images += image_name(e->d_name);
+        if (sub && !image_name(e->d_name)) {
+            char *p = sl_path_join(dir, e->d_name);
+            struct stat st;
+            if (p && !stat(p, &st) && S_ISDIR(st.st_mode) && count_images(p, 0, NULL))
+                ++*folders;
+            free(p);
+        }
+    }
+    closedir(d);
+    return images;
+}
+
+/* A user's folder of images where shards were expected (an ImageFolder
+ * tree, a camera's folder): the convert command that makes them, as the
+ * tail of the error; "" for anything else or a remote dir. */
+static void images_hint(const char *dir, char *buf, size_t cap)
+{
+    int folders = 0;
+    if (sl_path_is_remote(dir))
+        return;
+    int images = count_images(dir, 1, &folders);
+    if (folders)
+        snprintf(buf, cap, "; it holds folders of images, as `sluice convert --from folder %s "
+                 "--out DATA --name train` reads them (DIR/<class>/<image>): convert them into "
+                 "shards first", dir);
+    else if (images)
+        snprintf(buf, cap, "; it holds images: `sluice convert --from folder DIR` takes them in "
+                 "class folders (DIR/<class>/<image>), `--from list FILE` from a list of "
+                 "\"path<TAB>label\" lines");
+}
+
 /* The directory's shards by name, then its NAME.lmdb stores, as splits of
  * ds. extra: ds already holds dataset.json's splits; add only the named
  * groups it does not list (a split converted by another tool beside them),
@@ -274,9 +335,13 @@ static int list_dir(sl_dataset *ds, const char *only, int extra)
 out:
     sl_bytes_names_free(all, nall);
     sl_paths_free(names, n);
-    if (!rc && ds->nsplits == 0 && !only && !extra)
+    if (!rc && ds->nsplits == 0 && !only && !extra) {
+        char hint[4400] = "";
+        images_hint(ds->dir, hint, sizeof hint);
         rc = sl_fail(SL_ENOENT, "%s: %s: no %s, shards NAME-NNNNN-of-NNNNN[.tfrecord], "
-                     "*.tfrecord files or LMDB store", fn_res, ds->dir, SL_MANIFEST_FILE);
+                     "*.tfrecord files or LMDB store%s", fn_res, ds->dir, SL_MANIFEST_FILE,
+                     hint);
+    }
     return rc;
 }
 

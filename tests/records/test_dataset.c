@@ -176,6 +176,31 @@ Test(dataset, glob_and_single_file)
     free(empty), free(one), free(pat4), free(pat3), free(pat2), free(pat), free(idx);
 }
 
+/* A PyTorch user's ImageFolder tree, or a folder of photos, given as data:
+ * the error says how to make shards of it (the files' contents are not
+ * read: the names suffice); a folder of other files gets the plain error. */
+Test(dataset, a_folder_of_images_names_convert)
+{
+    sl_dataset ds;
+    char *tree = tu_join(g_dir, "photos"), *cls = tu_join(tree, "tabby"),
+         *other = tu_join(g_dir, "notes");
+    cr_assert_eq(tu_run(NULL, "mkdir -p '%s' '%s' && touch '%s/IMG_0001.JPG' '%s/b.png' "
+                        "'%s/readme.txt'", cls, other, cls, cls, other), 0);
+    cr_assert_eq(sl_dataset_resolve(tree, NULL, &ds), SL_ENOENT);
+    cr_assert(strstr(sl_errmsg(), "it holds folders of images") &&
+                  strstr(sl_errmsg(), "sluice convert --from folder ") &&
+                  strstr(sl_errmsg(), "--name train"), "%s", sl_errmsg());
+    sl_dataset_fini(&ds);
+    cr_assert_eq(sl_dataset_resolve(cls, NULL, &ds), SL_ENOENT);
+    cr_assert(strstr(sl_errmsg(), "it holds images: `sluice convert --from folder DIR` takes "
+                     "them in class folders"), "%s", sl_errmsg());
+    sl_dataset_fini(&ds);
+    cr_assert_eq(sl_dataset_resolve(other, NULL, &ds), SL_ENOENT);
+    cr_assert(!strstr(sl_errmsg(), "images"), "%s", sl_errmsg());
+    sl_dataset_fini(&ds);
+    free(tree), free(cls), free(other);
+}
+
 /* sl_dataset_index writes what sl_index_build finds, atomically, for the
  * shards without an index or with a stale one, and keeps the right ones. */
 Test(dataset, index_files_written)
