@@ -124,6 +124,62 @@ out:
 
 /* ----------------------------------------------------------------- folder */
 
+/* Deepest folder under a class folder read (a class folder is depth 0). */
+#define TREE_DEPTH 32
+
+/* The folders being walked, outermost first: a symlink back to one of them
+ * (a loop) is not entered again. */
+typedef struct tree_path {
+    dev_t dev[TREE_DEPTH + 1];
+    ino_t ino[TREE_DEPTH + 1];
+} tree_path;
+
+/* Every regular file under dir, at any depth, as inputs of label `label`:
+ * dir's own files sorted by name, then each subfolder's, in name order
+ * (symlinks followed, hidden entries skipped): the files torchvision's
+ * ImageFolder takes from a class folder (os.walk, links followed), so the
+ * same tree gives the same samples. */
+static int add_tree(sl_input_list *l, size_t *cap, const char *dir, int64_t label, int depth,
+                    tree_path *tp)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return sl_fail(SL_EIO, "%s: %s", dir, strerror(errno));
+    for (int i = 0; i < depth; i++)
+        if (tp->dev[i] == st.st_dev && tp->ino[i] == st.st_ino)
+            return SL_OK; /* a link to a folder it is inside: walked already */
+    if (depth > TREE_DEPTH)
+        return sl_fail(SL_EINVAL, "%s: folders nested more than %d deep in a class folder",
+                       dir, TREE_DEPTH);
+    tp->dev[depth] = st.st_dev;
+    tp->ino[depth] = st.st_ino;
+    char **files, **subs;
+    uint64_t *sizes;
+    size_t nfiles, nsubs;
+    int rc = list_dir(dir, S_IFREG, &files, &sizes, &nfiles);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < nfiles && !rc; i++) {
+        char *p = sl_path_join(dir, files[i]);
+        if (!p)
+            rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
+        else if ((rc = push_input(l, cap, p, 0, label, sizes[i], 0)))
+            free(p);
+    }
+    free_names(files, nfiles);
+    free(sizes);
+    if (rc || (rc = list_dir(dir, S_IFDIR, &subs, NULL, &nsubs)))
+        return rc;
+    for (size_t i = 0; i < nsubs && !rc; i++) {
+        char *p = sl_path_join(dir, subs[i]);
+        rc = p ? add_tree(l, cap, p, label, depth + 1, tp)
+               : sl_fail(SL_ENOMEM, "%s: out of memory", dir);
+        free(p);
+    }
+    free_names(subs, nsubs);
+    return rc;
+}
+
 static int load_folder(const char *dir, sl_input_list *l)
 {
     char **classes;
@@ -141,32 +197,15 @@ static int load_folder(const char *dir, sl_input_list *l)
     }
     l->classes = classes;
     l->nclasses = (uint32_t)nclasses;
-    for (size_t c = 0; c < nclasses; c++) {
+    tree_path tp;
+    for (size_t c = 0; c < nclasses && !rc; c++) {
         char *cdir = sl_path_join(dir, classes[c]);
         if (!cdir)
             return sl_fail(SL_ENOMEM, "%s: out of memory", dir);
-        char **files;
-        uint64_t *sizes;
-        size_t nfiles;
-        rc = list_dir(cdir, S_IFREG, &files, &sizes, &nfiles);
-        if (rc) {
-            free(cdir);
-            return rc;
-        }
-        for (size_t i = 0; i < nfiles && !rc; i++) {
-            char *p = sl_path_join(cdir, files[i]);
-            if (!p)
-                rc = sl_fail(SL_ENOMEM, "%s: out of memory", cdir);
-            else if ((rc = push_input(l, &cap, p, 0, (int64_t)c, sizes[i], 0)))
-                free(p);
-        }
+        rc = add_tree(l, &cap, cdir, (int64_t)c, 0, &tp);
         free(cdir);
-        free_names(files, nfiles);
-        free(sizes);
-        if (rc)
-            return rc;
     }
-    return SL_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------- list */

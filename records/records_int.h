@@ -37,11 +37,15 @@ typedef struct sl_input_list {
 
 /* Enumerate the inputs cfg names (cfg->source, ->input, ->idx_images,
  * ->idx_labels), in a deterministic order:
- *   folder: DIR/<class>/<file>; classes are the non-hidden subdirectories of
- *           DIR sorted by strcmp (labels 0..K-1), files sorted by strcmp
- *           within a class; hidden entries (".name") and anything that is not
- *           a regular file are skipped; symlinks are followed; nothing deeper
- *           than DIR/<class>/ is read. No class subfolder: SL_EINVAL.
+ *   folder: DIR/<class>/<file>, and files in folders under a class folder
+ *           at any depth (as torchvision's ImageFolder takes them); classes
+ *           are the non-hidden subdirectories of DIR sorted by strcmp (labels
+ *           0..K-1); within a class a folder's files sorted by strcmp, then
+ *           its subfolders' in name order; hidden entries (".name") and
+ *           anything that is not a regular file are skipped; symlinks are
+ *           followed (a link back to a folder being walked is not entered
+ *           again); more than 32 folders deep is SL_EINVAL. No class
+ *           subfolder: SL_EINVAL.
  *   list:   lines "path<TAB>label"; relative paths are taken relative to the
  *           list file's directory; blank lines and lines starting with '#'
  *           are skipped; a bad line is SL_EINVAL naming "file:line". A listed

@@ -198,3 +198,29 @@ def test_convert_restart_refuses_bad_values(tmp_path, kw, says):
         sluice.convert(tmp_path / "out", folder=tmp_path / "img", fsync=False, **kw)
     assert says in str(e.value), str(e.value)
     assert not (tmp_path / "out").exists(), "refused before anything was written"
+
+
+def test_folder_tree_as_imagefolder_reads_it(tmp_path):
+    """A class folder's images in folders under it (by year, by camera...)
+    are its samples at any depth, as torchvision's ImageFolder takes them
+    (os.walk, links followed): the same tree, the same count per class. They
+    used to be dropped without a word below DIR/<class>/."""
+    tv = pytest.importorskip("torchvision")
+    import shutil
+    make_folder(tmp_path / "img", 30, classes=3)
+    root = tmp_path / "img"
+    for i, f in enumerate(sorted((root / "class1").glob("*.ppm"))):
+        sub = root / "class1" / ("2019" if i % 2 else "2020/raw/a")
+        sub.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(f), str(sub / f.name))  # class1: every image nested
+    (root / "class2" / "more").mkdir()
+    shutil.move(str(sorted((root / "class2").glob("*.ppm"))[0]), str(root / "class2" / "more"))
+    ref = tv.datasets.ImageFolder(str(root))
+    want = {}
+    for _, t in ref.samples:
+        want[t] = want.get(t, 0) + 1
+    res = sluice.convert(tmp_path / "out", folder=root, fsync=False)
+    assert res["records"] == len(ref.samples) == 30 and res["skipped"] == 0
+    got = {int(k): v for k, v in sluice.inspect(tmp_path / "out")["labels"].items()}
+    assert got == want, (got, want)
+    assert sluice.inspect(tmp_path / "out")["class_names"] == ref.classes

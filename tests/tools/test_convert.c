@@ -573,6 +573,44 @@ Test(convert, second_split_labels_by_class_name)
     free(root);
 }
 
+/* Folders under a class folder are read at any depth (torchvision's
+ * ImageFolder does; tests/python/test_convert.py compares the two), a
+ * symlink back to a folder being walked is not entered again (no loop, no
+ * record twice), and a link to a folder elsewhere is followed. */
+Test(convert, class_folders_nested_and_linked)
+{
+    char *root = tu_tmpdir(), p[4096];
+    snprintf(p, sizeof p, "%s/in/a/2019/raw", root);
+    cr_assert_eq(tu_run(NULL, "mkdir -p '%s' '%s/in/b' '%s/elsewhere'", p, root, root), 0);
+    const char *files[] = {"in/a/x.jpg", "in/a/2019/y.jpg", "in/a/2019/raw/z.jpg",
+                           "in/b/w.jpg", "elsewhere/v.jpg"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, files[i]);
+        write_jpeg(p, 24, 16, 0, i, NULL, NULL);
+    }
+    cr_assert_eq(tu_run(NULL, "ln -s .. '%s/in/a/2019/raw/up' && ln -s ../../elsewhere "
+                        "'%s/in/b/linked'", root, root), 0);
+    char *out = tu_join(root, "out"), *log;
+    int st = tu_run(&log, "'%s' convert --from folder '%s/in' --out '%s' --name train "
+                    "--no-fsync", tu_sluice(), root, out);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_assert(strstr(log, "5 inputs -> 5 records"), "%s", log);
+    free(log);
+    recs rs = {0};
+    read_split(out, "train", 1, &rs);
+    sl_image_example ex;
+    const char *names[] = {"x.jpg", "y.jpg", "z.jpg", "w.jpg", "v.jpg"};
+    const int labels[] = {0, 0, 0, 1, 1};
+    for (int i = 0; i < 5; i++) {
+        cr_assert(find_rec(&rs, names[i], &ex), "%s not converted", names[i]);
+        cr_assert_eq(ex.label, labels[i], "%s: label %lld", names[i], (long long)ex.label);
+    }
+    recs_free(&rs);
+    free(out);
+    tu_rmrf(root);
+    free(root);
+}
+
 Test(convert, list_source)
 {
     tree t;
