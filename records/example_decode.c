@@ -41,6 +41,7 @@
  */
 #include "records.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Largest valid field number (2^29 - 1). */
@@ -494,6 +495,41 @@ static int img_first(const uint8_t *rec, const img_ctx *c, int k, list_value *v)
     return rc;
 }
 
+/* The record's feature names, "a, b, c", for the message of a record that
+ * lacks one sluice needs (a TensorFlow Datasets record: "image, label"). */
+typedef struct names_ctx {
+    char buf[200];
+    size_t k;
+} names_ctx;
+
+static int names_cb(const sl_feature_view *f, void *arg)
+{
+    names_ctx *c = arg;
+    if (c->k + 8 >= sizeof c->buf)
+        return 0;
+    int w = snprintf(c->buf + c->k, sizeof c->buf - c->k, "%s%.*s", c->k ? ", " : "",
+                     (int)(f->name_len < 64 ? f->name_len : 64), f->name);
+    c->k += w > 0 ? (size_t)w : 0;
+    if (c->k >= sizeof c->buf - 8) { /* cut: say so */
+        c->k = sizeof c->buf - 8;
+        memcpy(c->buf + c->k, ", ...", 6);
+        c->k = sizeof c->buf;
+    }
+    return 0;
+}
+
+static int missing(const uint8_t *rec, size_t len, int k)
+{
+    names_ctx c = {.k = 0};
+    int from_cb;
+    c.buf[0] = '\0';
+    if (walk(rec, len, names_cb, &c, &from_cb) || !c.buf[0])
+        snprintf(c.buf, sizeof c.buf, "none");
+    return sl_fail(SL_ECORRUPT, "sl_image_example_decode: missing feature %s (the record has: "
+                   "%s; sluice reads the keys of TensorFlow's ImageNet Examples, image/encoded "
+                   "and image/class/label)", img_features[k].name, c.buf);
+}
+
 int sl_image_example_decode(const uint8_t *rec, size_t len, sl_image_example *out)
 {
     img_ctx c;
@@ -509,8 +545,7 @@ int sl_image_example_decode(const uint8_t *rec, size_t len, sl_image_example *ou
 
     for (int k = IMG_ENCODED; k <= IMG_LABEL; k++) {
         if (!c.hit[k])
-            return sl_fail(SL_ECORRUPT, "sl_image_example_decode: missing feature %s",
-                           img_features[k].name);
+            return missing(rec, len, k);
         rc = img_first(rec, &c, k, &v);
         if (rc == SL_ENOENT)
             return sl_fail(SL_ECORRUPT, "sl_image_example_decode: feature %s has no value",

@@ -765,6 +765,29 @@ Test(example, image_missing_or_mistyped_required_features)
     cr_assert_eq(sl_image_example_decode(d, n, &out), SL_ECORRUPT);
     cr_assert(strstr(sl_errmsg(), "missing feature image/class/label"), "%s", sl_errmsg());
 
+    /* a TensorFlow Datasets record ('image', 'label'): the message lists
+     * the keys it has; a record of many keys is cut, not overrun */
+    sl_example_builder_reset(&b);
+    cr_assert_eq(sl_example_add_bytes(&b, "image", "x", 1), SL_OK);
+    cr_assert_eq(sl_example_add_int64(&b, "label", &label, 1), SL_OK);
+    cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
+    cr_assert_eq(sl_image_example_decode(d, n, &out), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), "missing feature image/encoded (the record has: image, label;"),
+              "%s", sl_errmsg());
+    sl_example_builder_reset(&b);
+    for (int i = 0; i < 60; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "feature_number_%02d", i);
+        cr_assert_eq(sl_example_add_int64(&b, key, &label, 1), SL_OK);
+    }
+    cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
+    cr_assert_eq(sl_image_example_decode(d, n, &out), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), "feature_number_00, feature_number_01") &&
+                  strstr(sl_errmsg(), ", ...; sluice reads"), "%s", sl_errmsg());
+    sl_example_builder_reset(&b);
+    cr_assert_eq(sl_example_add_bytes(&b, "image/encoded", "x", 1), SL_OK);
+    cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
+
     /* label present but empty, or of the wrong kind */
     cr_assert_eq(sl_example_add_int64(&b, "image/class/label", NULL, 0), SL_OK);
     cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
