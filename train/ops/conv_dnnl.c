@@ -501,6 +501,8 @@ out:
  * bf16 dot products (so DNNL_MAX_CPU_ISA caps both); c8_ran says which
  * passes it has run, for sl_dnnl_impls. */
 static int c8_ran[3];
+/* conv_w1x1.c's backward-filter has run (1x1 convs in bf16) */
+static int w1x1_ran;
 
 static int take_c8(const sl_exec *e, const sl_conv_shape *sh, int pass)
 {
@@ -534,6 +536,11 @@ int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
 {
     if (take_c8(e, sh, PASS_BWD_FILTER))
         return sl_conv_c8_filter(e, sh, (const uint16_t *)x, (const uint16_t *)dy, dw);
+    if (sl_conv_w1x1_ok(e, sh) && sl_dnnl_bf16()) {
+        if (!__atomic_load_n(&w1x1_ran, __ATOMIC_RELAXED))
+            __atomic_store_n(&w1x1_ran, 1, __ATOMIC_RELAXED);
+        return sl_conv_w1x1_filter(e, sh, (const uint16_t *)x, (const uint16_t *)dy, dw);
+    }
     return run(e, sh, PASS_BWD_FILTER, (void *)x, dw, (void *)dy);
 }
 
@@ -610,6 +617,8 @@ void sl_dnnl_impls(char *buf, size_t cap)
         char one[96];
         snprintf(one, sizeof one, "%s bf16 sluice_c8:avx512_bf16", pass_name[pass]);
         if (__atomic_load_n(&c8_ran[pass], __ATOMIC_RELAXED) && !add_entry(buf, cap, &len, one))
-            break;
+            return;
     }
+    if (__atomic_load_n(&w1x1_ran, __ATOMIC_RELAXED))
+        add_entry(buf, cap, &len, "backward-filter bf16 sluice_1x1:avx512_bf16");
 }

@@ -552,6 +552,10 @@ static const geom conv_shapes[] = {
      * a tail of 5), rows of 1 and 3 pixels and a single row */
     {3, 28, 28, 8, 8, 3, 1, 1},  {2, 6, 37, 8, 8, 3, 1, 1},  {2, 5, 1, 8, 8, 3, 1, 1},
     {2, 1, 3, 8, 8, 3, 1, 1},
+    /* 1x1 backward-filter on conv_w1x1.c's kernel: 64 -> 128, and 288 ->
+     * 192 at stride 2 (a 256-channel block and a 32 one, three groups of
+     * 64 output channels, a last block of rows shorter than the rest) */
+    {2, 7, 5, 64, 128, 1, 1, 0}, {3, 9, 7, 288, 192, 1, 2, 0},
 };
 
 /* The bound, per element: oneDNN's bf16 kernels multiply bf16 pairs exactly
@@ -718,6 +722,89 @@ Test(train_bf16, conv_c8_matches_onednn)
         free(x), free(w), free(x16), free(w16);
         sl_exec_fini(&e1), sl_exec_fini(&e3);
     }
+}
+
+/* conv_w1x1.c's 1x1 backward-filter against oneDNN's (SLUICE_CONV_W1X1=0):
+ * dw within the f32 accumulation bound of each other (two orders of the
+ * same exact products), the same bits on 1, 2 and 3 threads (whole tiles a
+ * thread, rows summed in order), reported by sl_dnnl_impls; shapes it does
+ * not take (odd channel counts, an odd number of rows) go to oneDNN. The
+ * sizes cover more than one block of 128 row pairs and a short last one. */
+Test(train_bf16, conv_w1x1_matches_onednn)
+{
+    if (!sl_cpu_bf16(NULL))
+        cr_skip_test("oneDNN has no bf16 dot products here (%s)", sl_dnnl_isa());
+    static const geom shapes[] = {{4, 14, 13, 64, 256, 1, 1, 0},
+                                  {2, 28, 27, 256, 128, 1, 2, 0},
+                                  {1, 24, 22, 544, 64, 1, 1, 0}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const geom *g = &shapes[k];
+        sl_conv_shape sh;
+        cr_assert_eq(sl_conv_shape_init(&sh, g->n, g->h, g->w, g->c, g->k, 1, 1, g->stride, 0),
+                     SL_OK);
+        int64_t nx = (int64_t)sh.n * sh.h * sh.w * sh.c, ny = (int64_t)sh.n * sh.p * sh.q * sh.k,
+                nw = (int64_t)sh.k * sh.c;
+        uint64_t st = 120 + k;
+        float *x = rnd_bf(nx, -2, 2, &st), *dy = rnd_bf(ny, -1, 1, &st);
+        uint16_t *x16 = to_bf(nx, x), *dy16 = to_bf(ny, dy);
+        float *dw[4]; /* 1, 2, 3 threads; oneDNN */
+        sl_exec e[3];
+        for (int t = 0; t < 3; t++) {
+            cr_assert_eq(sl_exec_init(&e[t], SL_BACKEND_CPU, t + 1), SL_OK);
+            cr_assert_eq(sl_exec_set_act(&e[t], SL_DTYPE_BF16), SL_OK);
+        }
+        cr_assert(sl_conv_w1x1_ok(&e[0], &sh), "the 1x1 kernel should take shape %zu here", k);
+        for (int v = 0; v < 4; v++) {
+            if (v == 3)
+                setenv("SLUICE_CONV_W1X1", "0", 1);
+            dw[v] = xalloc(nw * 4);
+            memset(dw[v], 0xff, nw * 4); /* NaNs: every element must be written, not added to */
+            cr_assert_eq(sl_conv_bwd_filter(&e[v < 3 ? v : 0], &sh, (float *)x16, (float *)dy16,
+                                            dw[v]), SL_OK, "%s", sl_errmsg());
+            unsetenv("SLUICE_CONV_W1X1");
+        }
+        char impls[1024];
+        sl_dnnl_impls(impls, sizeof impls);
+        cr_assert(strstr(impls, "backward-filter bf16 sluice_1x1:avx512_bf16") &&
+                      strstr(impls, "backward-filter bf16 jit"),
+                  "both kernels should be reported: %s", impls);
+        sl_exec er;
+        cr_assert_eq(sl_exec_init(&er, SL_BACKEND_REF, 1), SL_OK);
+        float *ax = xalloc(nx * 4), *ady = xalloc(ny * 4), *dws = xalloc(nw * 4);
+        for (int64_t i = 0; i < nx; i++)
+            ax[i] = fabsf(x[i]);
+        for (int64_t i = 0; i < ny; i++)
+            ady[i] = fabsf(dy[i]);
+        cr_assert_eq(sl_conv_bwd_filter(&er, &sh, ax, ady, dws), SL_OK);
+        for (int t = 1; t < 3; t++)
+            cr_assert_eq(memcmp(dw[0], dw[t], nw * 4), 0, "dw: 1 and %d threads differ", t + 1);
+        int64_t terms = (int64_t)sh.n * sh.p * sh.q;
+        for (int64_t i = 0; i < nw; i++)
+            cr_assert(fabs((double)dw[0][i] - dw[3][i]) <= 2.0 * terms * 0x1p-24 * dws[i] + 1e-30,
+                      "shape %zu dw[%lld]: 1x1 kernel %.9g, oneDNN %.9g, sum|p| %.6g", k,
+                      (long long)i, dw[0][i], dw[3][i], dws[i]);
+        for (int v = 0; v < 4; v++)
+            free(dw[v]);
+        free(x), free(dy), free(x16), free(dy16), free(ax), free(ady), free(dws);
+        sl_exec_fini(&er);
+        for (int t = 0; t < 3; t++)
+            sl_exec_fini(&e[t]);
+    }
+    /* what it leaves to oneDNN */
+    sl_exec e1;
+    cr_assert_eq(sl_exec_init(&e1, SL_BACKEND_CPU, 1), SL_OK);
+    cr_assert_eq(sl_exec_set_act(&e1, SL_DTYPE_BF16), SL_OK);
+    static const geom no[] = {{2, 7, 5, 48, 128, 1, 1, 0},  /* c % 32 */
+                              {2, 7, 5, 64, 96, 1, 1, 0},   /* k % 64 */
+                              {1, 7, 5, 64, 128, 1, 1, 0},  /* 35 rows */
+                              {2, 7, 5, 64, 128, 3, 1, 1}}; /* 3x3 */
+    for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
+        sl_conv_shape sh;
+        cr_assert_eq(sl_conv_shape_init(&sh, no[k].n, no[k].h, no[k].w, no[k].c, no[k].k,
+                                        no[k].r, no[k].r, no[k].stride, no[k].pad), SL_OK);
+        cr_assert(!sl_conv_w1x1_ok(&e1, &sh), "shape %zu should go to oneDNN", k);
+    }
+    sl_exec_fini(&e1);
 }
 
 /* ------------------------------------------------ choosing the precision */
