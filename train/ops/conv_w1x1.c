@@ -7,8 +7,7 @@
  * Why our own kernel. It is a GEMM whose sum runs over the long dimension
  * (N x P x Q rows), and oneDNN 2.6's jit_bf16_1x1 ran ResNet-50's at
  * 137-215 GFLOP/s on one Zen 4 core where its forward and backward-data
- * kernels reach about 215; its matmul (brgemm) was no faster at 56 px. The
- * same work here: 0.871x oneDNN's time over the network's 1x1
+ * kernels reach about 215. The same work here: 0.871x oneDNN's time over the network's 1x1
  * backward-filters (perf/bwd_1x1.c, the same kernel alone, against
  * perf/dnnl_conv.c; perf/RESULTS.md), about 2% of a bf16 ResNet-50 step.
  *
