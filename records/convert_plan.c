@@ -464,6 +464,16 @@ static int check_config(const sl_convert_config *cfg)
     return SL_OK;
 }
 
+/* The output folder's dataset.json into m; SL_ENOENT, no error set, when
+ * there is none yet. */
+static int out_manifest(const sl_convert_config *cfg, sl_manifest *m)
+{
+    int rc = sl_manifest_load(cfg->out_dir, m);
+    if (rc == SL_ENOENT)
+        sl_clear_error();
+    return rc;
+}
+
 /* A folder's classes in a dataset whose other splits recorded class names
  * (dataset.json's classes): labels by name, as those splits gave them, not
  * by the folder's own sorted order, which shifts every label after a class
@@ -472,13 +482,9 @@ static int classes_of_dataset(sl_convert_state *st)
 {
     const sl_convert_config *cfg = st->cfg;
     sl_manifest m;
-    int rc = sl_manifest_load(cfg->out_dir, &m);
-    if (rc == SL_ENOENT) {
-        sl_clear_error();
-        return SL_OK;
-    }
+    int rc = out_manifest(cfg, &m);
     if (rc)
-        return rc;
+        return rc == SL_ENOENT ? SL_OK : rc;
     char others[256] = "";
     size_t k = 0;
     for (size_t i = 0; i < m.nsplits && k < sizeof others; i++)
@@ -507,13 +513,9 @@ static int check_labels_manifest(sl_convert_state *st)
         }
     }
     sl_manifest m;
-    int rc = sl_manifest_load(cfg->out_dir, &m);
-    if (rc == SL_ENOENT) {
-        sl_clear_error();
-        return SL_OK;
-    }
+    int rc = out_manifest(cfg, &m);
     if (rc)
-        return rc;
+        return rc == SL_ENOENT ? SL_OK : rc;
     int others = 0;
     for (size_t i = 0; i < m.nsplits; i++)
         others |= strcmp(m.splits[i].name, cfg->name) != 0;

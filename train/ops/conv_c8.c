@@ -70,21 +70,10 @@ static size_t image_words(const sl_conv_shape *sh)
 int sl_conv_c8_ok(const sl_exec *e, const sl_conv_shape *sh)
 {
 #if C8_BUILT
-    static int cpu = -1;
     if (e->act != SL_DTYPE_BF16 || sh->c != 8 || sh->k != 8 || sh->r != 3 || sh->s != 3 ||
         sh->stride != 1 || sh->pad != 1)
         return 0;
-    const char *v = getenv("SLUICE_CONV_C8");
-    if (v && !strcmp(v, "0"))
-        return 0;
-    int has = __atomic_load_n(&cpu, __ATOMIC_RELAXED);
-    if (has < 0) { /* replicas may race here: each stores the same answer */
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512bf16");
-        __atomic_store_n(&cpu, has, __ATOMIC_RELAXED);
-    }
-    return has;
+    return sl_own_bf16_kernel("SLUICE_CONV_C8");
 #else
     (void)e, (void)sh;
     return 0;

@@ -60,22 +60,11 @@
 int sl_conv_w1x1_ok(const sl_exec *e, const sl_conv_shape *sh)
 {
 #if W1_BUILT
-    static int cpu = -1;
     if (e->act != SL_DTYPE_BF16 || sh->r != 1 || sh->s != 1 || sh->pad != 0 ||
         (sh->stride != 1 && sh->stride != 2) || sh->c % 32 || sh->k % KG ||
         ((int64_t)sh->n * sh->p * sh->q) % 2)
         return 0;
-    const char *v = getenv("SLUICE_CONV_W1X1");
-    if (v && !strcmp(v, "0"))
-        return 0;
-    int has = __atomic_load_n(&cpu, __ATOMIC_RELAXED);
-    if (has < 0) { /* replicas may race here: each stores the same answer */
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512bf16");
-        __atomic_store_n(&cpu, has, __ATOMIC_RELAXED);
-    }
-    return has;
+    return sl_own_bf16_kernel("SLUICE_CONV_W1X1");
 #else
     (void)e, (void)sh;
     return 0;

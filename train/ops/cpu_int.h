@@ -20,6 +20,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h> /* getenv */
+#include <string.h>
 
 #include "train/ops/ops.h"
 
@@ -166,6 +168,27 @@ void sl_bn512_sums_block(int64_t nb, int c, const uint16_t *xb, const uint16_t *
                          uint16_t *gb, const float *mean, float *fdy, float *fdxc);
 void sl_bn512_dx(int64_t rows, int c, const uint16_t *x, const uint16_t *dy, const float *mean,
                  const float *a, const float *k, const float *b, uint16_t *dx);
+
+/* 1 when the CPU has AVX-512 F and BW and AVX512-BF16 (vdpbf16ps), which
+ * conv_c8.c's and conv_w1x1.c's kernels use. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static inline int sl_cpu_avx512bf16(void)
+{
+    __builtin_cpu_init(); /* idempotent: replicas calling it together store the same */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+}
+#else
+static inline int sl_cpu_avx512bf16(void) { return 0; }
+#endif
+
+/* An AVX512-BF16 kernel of ours runs: the CPU has it and the environment
+ * variable `var` (SLUICE_CONV_C8, SLUICE_CONV_W1X1) is not "0". */
+static inline int sl_own_bf16_kernel(const char *var)
+{
+    const char *v = getenv(var);
+    return !(v && !strcmp(v, "0")) && sl_cpu_avx512bf16();
+}
 
 /* conv_c8.c: the 3x3 conv of 8 channels to 8 (stride 1, pad 1) in bf16 on
  * AVX512-BF16. ok: 1 when it takes sh on e (bf16 activations, the CPU has
