@@ -59,8 +59,10 @@ Test(source, folder_classes_sorted_hidden_skipped)
     write_n(cat, "b.jpg", 20);
     write_n(cat, "a.jpg", 10);
     write_n(cat, ".DS_Store", 5);
-    char *nested = mkdir_in(cat, "nested"); /* one level only */
+    char *nested = mkdir_in(cat, "nested"); /* any depth, after the folder's own files */
     write_n(nested, "deep.jpg", 7);
+    char *thumbs = mkdir_in(cat, ".thumbs"); /* hidden: skipped at any depth */
+    write_n(thumbs, "t.jpg", 2);
     write_n(ant, "z.png", 3);
     write_n(ant, "B.png", 4); /* 'B' < 'z' in strcmp */
     /* bee stays empty: still a class */
@@ -71,11 +73,12 @@ Test(source, folder_classes_sorted_hidden_skipped)
     cr_assert_str_eq(l.classes[0], "ant");
     cr_assert_str_eq(l.classes[1], "bee");
     cr_assert_str_eq(l.classes[2], "cat");
-    cr_assert_eq(l.n, 4);
-    const char *names[] = {"ant/B.png", "ant/z.png", "cat/a.jpg", "cat/b.jpg"};
-    const int64_t labels[] = {0, 0, 2, 2};
-    const uint64_t sizes[] = {4, 3, 10, 20};
-    for (size_t i = 0; i < 4; i++) {
+    cr_assert_eq(l.n, 5);
+    const char *names[] = {"ant/B.png", "ant/z.png", "cat/a.jpg", "cat/b.jpg",
+                           "cat/nested/deep.jpg"};
+    const int64_t labels[] = {0, 0, 2, 2, 2};
+    const uint64_t sizes[] = {4, 3, 10, 20, 7};
+    for (size_t i = 0; i < 5; i++) {
         char *want = tu_join(root, names[i]);
         assert_item(&l, i, want, labels[i], sizes[i]);
         free(want);
@@ -92,6 +95,7 @@ Test(source, folder_classes_sorted_hidden_skipped)
     free(bee);
     free(git);
     free(nested);
+    free(thumbs);
 }
 
 Test(source, folder_without_classes_is_einval)
