@@ -14,7 +14,8 @@
  * One line per shape and pass, then TOTAL per pass (each distinct shape
  * once) and NETWORK (each shape times its uses in the network: what one
  * training step's convolutions take, to set beside SLUICE_TRAIN_PROFILE's
- * conv times). --demo: ResNet-20 at
+ * conv times), and the 1x1 convolutions' backward-weights alone, to set
+ * beside perf/bwd_1x1.c's. --demo: ResNet-20 at
  * width 8 on 28 px (the demo's net: 3-32 channels, batch 32, one replica's
  * share of 64) instead of ResNet-50. --all: every implementation oneDNN
  * offers for each pass (its iterator on 2.x, next_impl on 3.x; the
@@ -216,7 +217,7 @@ int main(int argc, char **argv)
     }
     dnnl_engine_t eng;
     dnnl_stream_t st;
-    double tot[3] = {0, 0, 0}, net[3] = {0, 0, 0};
+    double tot[3] = {0, 0, 0}, net[3] = {0, 0, 0}, net1x1 = 0;
     const dnnl_version_t *v = dnnl_version();
     printf("oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
@@ -248,6 +249,7 @@ int main(int argc, char **argv)
                         tot[ps] += best;
                         /* the first conv's input is the image: no backward-data */
                         net[ps] += ps == 1 && i == 0 ? 0 : best * s[5];
+                        net1x1 += ps == 2 && s[3] == 1 ? best * s[5] : 0;
                     }
                     printf("%-11s h%-3d c%-4d k%-4d %dx%d/%d %c%-40s %8.3f ms\n", pass[ps],
                            s[0], s[1], s[2], s[3], s[3], s[4], all && !k ? '*' : ' ', impl,
@@ -264,5 +266,7 @@ int main(int argc, char **argv)
     printf("NETWORK fwd %.1f bwd-data %.1f bwd-weights %.1f all %.1f ms (each shape x its uses "
            "in the net: one step's convolutions)\n", net[0] * 1e3, net[1] * 1e3, net[2] * 1e3,
            (net[0] + net[1] + net[2]) * 1e3);
+    printf("NETWORK 1x1 bwd-weights %.1f ms (perf/bwd_1x1.c times sluice's kernel for them)\n",
+           net1x1 * 1e3);
     return 0;
 }
