@@ -203,8 +203,8 @@ int sl_conv_c8_filter(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x, co
 
 /* conv_w1x1.c: backward-filter of a 1x1 conv (pad 0, stride 1 or 2) in bf16
  * on AVX512-BF16. ok: 1 when it takes sh on e (bf16 activations, the CPU
- * has the instructions, c % 32 == 0, k % 64 == 0, n x p x q even,
- * SLUICE_CONV_W1X1 is not 0). _filter: dw (OHWI f32) from x and dy, the
+ * has the instructions, c % 32 == 0, k % 64 == 0, n x p x q even, work
+ * for each of e's threads, SLUICE_CONV_W1X1 is not 0). _filter: dw (OHWI f32) from x and dy, the
  * same bits on any thread count. */
 int sl_conv_w1x1_ok(const sl_exec *e, const sl_conv_shape *sh);
 int sl_conv_w1x1_filter(sl_exec *e, const sl_conv_shape *sh, const uint16_t *x,

@@ -728,14 +728,15 @@ Test(train_bf16, conv_c8_matches_onednn)
  * dw within the f32 accumulation bound of each other (two orders of the
  * same exact products), the same bits on 1, 2 and 3 threads (whole tiles a
  * thread, rows summed in order), reported by sl_dnnl_impls; shapes it does
- * not take (odd channel counts, an odd number of rows) go to oneDNN. The
+ * not take (odd channel counts, an odd number of rows, fewer pieces of work
+ * than threads) go to oneDNN. The
  * sizes cover more than one block of 128 row pairs and a short last one. */
 Test(train_bf16, conv_w1x1_matches_onednn)
 {
     if (!sl_cpu_bf16(NULL))
         cr_skip_test("oneDNN has no bf16 dot products here (%s)", sl_dnnl_isa());
     static const geom shapes[] = {{4, 14, 13, 64, 256, 1, 1, 0},
-                                  {2, 28, 27, 256, 128, 1, 2, 0},
+                                  {2, 28, 27, 256, 192, 1, 2, 0},
                                   {1, 24, 22, 544, 64, 1, 1, 0}};
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         const geom *g = &shapes[k];
@@ -753,7 +754,9 @@ Test(train_bf16, conv_w1x1_matches_onednn)
             cr_assert_eq(sl_exec_init(&e[t], SL_BACKEND_CPU, t + 1), SL_OK);
             cr_assert_eq(sl_exec_set_act(&e[t], SL_DTYPE_BF16), SL_OK);
         }
-        cr_assert(sl_conv_w1x1_ok(&e[0], &sh), "the 1x1 kernel should take shape %zu here", k);
+        for (int t = 0; t < 3; t++)
+            cr_assert(sl_conv_w1x1_ok(&e[t], &sh), "the 1x1 kernel should take shape %zu on %d "
+                      "threads here", k, t + 1);
         for (int v = 0; v < 4; v++) {
             if (v == 3)
                 setenv("SLUICE_CONV_W1X1", "0", 1);
@@ -804,6 +807,15 @@ Test(train_bf16, conv_w1x1_matches_onednn)
                                         no[k].r, no[k].r, no[k].stride, no[k].pad), SL_OK);
         cr_assert(!sl_conv_w1x1_ok(&e1, &sh), "shape %zu should go to oneDNN", k);
     }
+    /* and on 2 threads a shape of one piece (256 input channels, 64 output
+     * channels): one thread would idle; on 1 thread it is taken */
+    sl_exec e2;
+    cr_assert_eq(sl_exec_init(&e2, SL_BACKEND_CPU, 2), SL_OK);
+    cr_assert_eq(sl_exec_set_act(&e2, SL_DTYPE_BF16), SL_OK);
+    sl_conv_shape one;
+    cr_assert_eq(sl_conv_shape_init(&one, 2, 7, 5, 256, 64, 1, 1, 1, 0), SL_OK);
+    cr_assert(sl_conv_w1x1_ok(&e1, &one) && !sl_conv_w1x1_ok(&e2, &one));
+    sl_exec_fini(&e2);
     sl_exec_fini(&e1);
 }
 
