@@ -1,7 +1,8 @@
 /*
- * pipeline/config.c - the configuration's defaults and the shuffle buffer's
- * effective size: what sl_pipeline_create (pipeline.c) and the memory
- * estimate (memory.c) both derive from a config, below both of them so
+ * pipeline/config.c - the configuration's defaults, the shuffle buffer's
+ * effective size and the evaluation config of a training one: what
+ * sl_pipeline_create (pipeline.c), the memory estimate (memory.c) and
+ * sluice train's evaluation derive from a config, below both of them so
  * that each calls down only (no pipeline.c <-> memory.c circle).
  */
 #include "pipeline/graph_int.h"
@@ -60,4 +61,17 @@ int sl_pipeline_reads_by_pread(const sl_pipeline_config *c)
 {
     const char *rd = getenv("SLUICE_READ");
     return (rd && strcmp(rd, "pread") == 0) || c->memory_budget;
+}
+
+void sl_pipeline_eval_config(const sl_pipeline_config *train, const char *data,
+                             const char *split, sl_pipeline_config *ev)
+{
+    *ev = *train;
+    ev->data = data;
+    ev->split = split;
+    ev->transform = SL_TRANSFORM_EVAL;
+    ev->shuffle = SL_SHUFFLE_NONE;
+    ev->shuffle_files = 0;
+    ev->epochs = 1;
+    ev->drop_remainder = 0;
 }

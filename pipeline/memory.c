@@ -329,22 +329,6 @@ static void describe_fixed(const sl_pipeline_config *c, const sl_memory_fit *f,
 #undef ADD
 }
 
-/* The evaluation pipeline train/loop/replica.c makes beside a training
- * pipeline of cfg (sl_replica_eval): cfg's settings over the evaluated
- * split, one epoch in order, no shuffle. */
-static void eval_config(const sl_pipeline_config *cfg, const sl_memory_fit *f,
-                        sl_pipeline_config *ev)
-{
-    *ev = *cfg;
-    ev->data = f->eval_data;
-    ev->split = f->eval_split;
-    ev->transform = SL_TRANSFORM_EVAL;
-    ev->shuffle = SL_SHUFFLE_NONE;
-    ev->shuffle_files = 0;
-    ev->epochs = 1;
-    ev->drop_remainder = 0;
-}
-
 /* m->eval, the evaluation pipeline beside a pipeline of c (whose estimate m
  * is): with the evaluated split opened (es not NULL), its own estimate at c's
  * shrunk settings (workers, prefetch, read window, requests in flight);
@@ -399,7 +383,7 @@ int sl_pipeline_memory_fit(sl_pipeline_config *cfg, const sl_memory_fit *fit,
     sl_io_opts eio;
     sl_source_set es, *esp = NULL;
     if (fit->eval_beside && fit->eval_data && fit->eval_split) {
-        eval_config(cfg, fit, &ecfg);
+        sl_pipeline_eval_config(cfg, fit->eval_data, fit->eval_split, &ecfg);
         if ((rc = prepare(&ecfg, each, &ec, &eio, &es))) {
             sl_source_set_close(&s);
             return sl_fail(rc, "%s: the evaluated split '%s': %s", who, fit->eval_split,

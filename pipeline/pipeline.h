@@ -249,6 +249,14 @@ enum { SL_TUNE_WORKERS = 1, SL_TUNE_PREFETCH = 2, SL_TUNE_INFLIGHT = 4 };
         .label_key = NULL, .io = NULL,                                                             \
     }
 
+/* The evaluation pipeline of a training config: train's settings over
+ * (data, split), one epoch in order (transform eval, no shuffle, the last
+ * partial batch kept). sluice train's replicas evaluate through it
+ * (train/loop/replica.c, which sets the ranks), and the memory fit counts
+ * it beside each training pipeline (memory.c). */
+void sl_pipeline_eval_config(const sl_pipeline_config *train, const char *data,
+                             const char *split, sl_pipeline_config *ev);
+
 /* A batch lent by sl_pipeline_next; valid until sl_pipeline_release. */
 typedef struct sl_batch {
     uint64_t index;            /* batch number since the start of the run (0, 1, ...) */

@@ -57,69 +57,83 @@ static void free_names(char **v, size_t n)
     free(v);
 }
 
-/* Names in dir (hidden ones skipped) whose stat type is want (S_IFDIR or
- * S_IFREG, symlinks followed), sorted by strcmp. With sizes != NULL, the
- * matching file sizes in the same order. */
-static int list_dir(const char *dir, mode_t want, char ***names, uint64_t **sizes, size_t *n)
+typedef struct dir_file {
+    char *name;
+    uint64_t size;
+} dir_file;
+
+static int cmp_file(const void *a, const void *b)
 {
-    *names = NULL;
-    *n = 0;
-    if (sizes)
-        *sizes = NULL;
+    return strcmp(((const dir_file *)a)->name, ((const dir_file *)b)->name);
+}
+
+/* dir's entries, hidden ones skipped, one stat each (symlinks followed):
+ * its regular files with their sizes (files, sizes, nfiles) and its folders
+ * (dirs, ndirs; NULL: not wanted), each sorted by strcmp. Other types and
+ * dangling links are neither. */
+static int list_dir(const char *dir, char ***files, uint64_t **sizes, size_t *nfiles,
+                    char ***dirs, size_t *ndirs)
+{
+    if (files)
+        *files = NULL, *sizes = NULL, *nfiles = 0;
+    *dirs = NULL;
+    *ndirs = 0;
     char **all = NULL;
-    size_t nall = 0;
+    size_t nall = 0, nf = 0, nd = 0;
     int rc = sl_bytes_list(dir, &all, &nall); /* a folder's name ends in '/' */
     if (rc)
         return sl_fail(rc, "%s", sl_errmsg());
-    size_t cnt = 0;
-    char **v = all; /* the kept names, moved to its front */
+    dir_file *f = nall ? malloc(nall * sizeof *f) : NULL;
+    char **d = nall ? malloc(nall * sizeof *d) : NULL;
+    if (nall && (!f || !d)) {
+        rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
+        goto out;
+    }
     for (size_t i = 0; i < nall; i++) {
         char *b = all[i];
         size_t l = strlen(b);
-        all[i] = NULL;
         if (l && b[l - 1] == '/')
             b[l - 1] = 0; /* stat below tells the type, links followed */
-        char *p = b[0] == '.' ? NULL : sl_path_join(dir, b); /* hidden: skipped */
+        if (b[0] == '.')
+            continue; /* hidden: skipped (freed with all) */
+        char *p = sl_path_join(dir, b);
         struct stat st;
-        int ok = p && stat(p, &st) == 0 && (st.st_mode & S_IFMT) == want;
-        if (b[0] != '.' && !p) {
-            free(b);
+        if (!p) {
             rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
             goto out;
         }
+        int ok = stat(p, &st) == 0;
         free(p);
-        if (!ok) {
-            free(b); /* other types and dangling links are not inputs */
-            continue;
-        }
-        v[cnt++] = b;
+        if (ok && S_ISREG(st.st_mode) && files)
+            f[nf++] = (dir_file){b, (uint64_t)st.st_size}, all[i] = NULL;
+        else if (ok && S_ISDIR(st.st_mode))
+            d[nd++] = b, all[i] = NULL;
     }
-    if (cnt)
-        qsort(v, cnt, sizeof *v, cmp_str);
-    if (sizes && cnt) {
-        /* Sizes after sorting: a second stat per file, but it keeps the
-         * two arrays trivially in step. */
-        uint64_t *sz = malloc(cnt * sizeof *sz);
-        if (!sz) {
-            rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
-            goto out;
-        }
-        for (size_t i = 0; i < cnt; i++) {
-            char *p = sl_path_join(dir, v[i]);
-            struct stat st;
-            sz[i] = p && stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
-            free(p);
-        }
-        *sizes = sz;
+    if (nf)
+        qsort(f, nf, sizeof *f, cmp_file);
+    if (nd)
+        qsort(d, nd, sizeof *d, cmp_str);
+    if (nf && (!(*files = malloc(nf * sizeof **files)) || !(*sizes = malloc(nf * sizeof **sizes)))) {
+        free(*files);
+        *files = NULL;
+        rc = sl_fail(SL_ENOMEM, "%s: out of memory", dir);
+        goto out;
     }
+    for (size_t i = 0; i < nf; i++)
+        (*files)[i] = f[i].name, (*sizes)[i] = f[i].size;
+    if (files)
+        *nfiles = nf;
+    *dirs = d, *ndirs = nd;
+    d = NULL;
+    nf = 0;
 out:
-    if (rc) {
-        sl_bytes_names_free(all, nall); /* kept, NULL, and not yet looked at */
-        return rc;
-    }
-    *names = v;
-    *n = cnt;
-    return SL_OK;
+    for (size_t i = 0; i < nf; i++) /* kept but not handed out */
+        free(f[i].name);
+    if (d)
+        free_names(d, nd);
+    free(f);
+    sl_bytes_names_free(all, nall); /* what was not kept; the kept are NULL */
+    return rc;
 }
 
 /* ----------------------------------------------------------------- folder */
@@ -156,7 +170,7 @@ static int add_tree(sl_input_list *l, size_t *cap, const char *dir, int64_t labe
     char **files, **subs;
     uint64_t *sizes;
     size_t nfiles, nsubs;
-    int rc = list_dir(dir, S_IFREG, &files, &sizes, &nfiles);
+    int rc = list_dir(dir, &files, &sizes, &nfiles, &subs, &nsubs);
     if (rc)
         return rc;
     for (size_t i = 0; i < nfiles && !rc; i++) {
@@ -168,8 +182,6 @@ static int add_tree(sl_input_list *l, size_t *cap, const char *dir, int64_t labe
     }
     free_names(files, nfiles);
     free(sizes);
-    if (rc || (rc = list_dir(dir, S_IFDIR, &subs, NULL, &nsubs)))
-        return rc;
     for (size_t i = 0; i < nsubs && !rc; i++) {
         char *p = sl_path_join(dir, subs[i]);
         rc = p ? add_tree(l, cap, p, label, depth + 1, tp)
@@ -184,7 +196,7 @@ static int load_folder(const char *dir, sl_input_list *l)
 {
     char **classes;
     size_t nclasses, cap = 0;
-    int rc = list_dir(dir, S_IFDIR, &classes, NULL, &nclasses);
+    int rc = list_dir(dir, NULL, NULL, NULL, &classes, &nclasses);
     if (rc)
         return rc;
     if (nclasses == 0) {

@@ -594,14 +594,13 @@ int sl_train_run(const sl_train_config *cfg, sl_train_result *res);
 /* 1 when sl_train_run on cfg will evaluate after its epochs (the choice
  * it makes before the first step: a split named, or under
  * SL_EVAL_SPLIT_AUTO a test or validation split that `data` has; data
- * that does not resolve counts as 1), 0 when not. For planning, e.g. the
- * memory an evaluation pipeline needs beside the training one. */
-int sl_train_evaluates(const sl_train_config *cfg, const char *data);
-/* sl_train_evaluates, and where: when it returns 1 and the split is found,
- * the evaluated dataset's path (the folder beside a glob or one shard) into
- * dir and the split's name into split, as the run's evaluation pipeline
- * will read them; both "" when the data or that split does not resolve (the
- * run then refuses it by name) or a buffer is too small. */
+ * that does not resolve counts as 1), 0 when not; for planning, e.g. the
+ * memory an evaluation pipeline needs beside the training one. With 1 and
+ * the split found, the evaluated dataset's path (the folder beside a glob
+ * or one shard) goes into dir and the split's name into split, as the run's
+ * evaluation pipeline will read them; both "" when the data or that split
+ * does not resolve (the run then refuses it by name) or a buffer is too
+ * small (dcap or scap 0: not wanted). */
 int sl_train_eval_where(const sl_train_config *cfg, const char *data, char *dir, size_t dcap,
                         char *split, size_t scap);
 

@@ -215,14 +215,8 @@ int sl_replica_sync_buffers(sl_replica *rep)
 int sl_replica_eval(sl_replica *rep, sl_eval_result *er)
 {
     const sl_run *r = rep->run;
-    sl_pipeline_config ev = rep->data;
-    ev.data = r->eval_data;   /* resolved before the first step (run.c) */
-    ev.split = r->eval_split;
-    ev.transform = SL_TRANSFORM_EVAL;
-    ev.shuffle = SL_SHUFFLE_NONE;
-    ev.shuffle_files = 0;
-    ev.epochs = 1;
-    ev.drop_remainder = 0;
+    sl_pipeline_config ev; /* eval_data, eval_split: resolved before the first step (run.c) */
+    sl_pipeline_eval_config(&rep->data, r->eval_data, r->eval_split, &ev);
     /* Replicas with a communicator evaluate a share each; a lone replica
      * (world 1, or the ps strategy's snapshot) evaluates everything. */
     ev.rank = rep->comm ? (unsigned)rep->rank : 0;

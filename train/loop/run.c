@@ -106,11 +106,6 @@ int sl_train_eval_where(const sl_train_config *c, const char *data, char *dir, s
     return has;
 }
 
-int sl_train_evaluates(const sl_train_config *c, const char *data)
-{
-    return sl_train_eval_where(c, data, NULL, 0, NULL, 0);
-}
-
 /* A model of `classes` outputs covers the labels dataset.json says ds has:
  * else the first record of a label past them would stop the run, an epoch
  * in perhaps; refused before the first step instead. */

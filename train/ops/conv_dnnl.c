@@ -504,13 +504,20 @@ static int c8_ran[3];
 /* conv_w1x1.c's backward-filter has run (1x1 convs in bf16) */
 static int w1x1_ran;
 
+/* *flag = 1 once (replicas share the line: stored only when not yet set);
+ * returns 1 */
+static int ran(int *flag)
+{
+    if (!__atomic_load_n(flag, __ATOMIC_RELAXED))
+        __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 static int take_c8(const sl_exec *e, const sl_conv_shape *sh, int pass)
 {
     if (!sl_conv_c8_ok(e, sh) || !sl_dnnl_bf16())
         return 0;
-    if (!__atomic_load_n(&c8_ran[pass], __ATOMIC_RELAXED)) /* once: replicas share the line */
-        __atomic_store_n(&c8_ran[pass], 1, __ATOMIC_RELAXED);
-    return 1;
+    return ran(&c8_ran[pass]);
 }
 
 /* oneDNN takes non-const handles; it does not write the inputs. */
@@ -536,11 +543,8 @@ int sl_conv_bwd_filter_dnnl(sl_exec *e, const sl_conv_shape *sh, const float *x,
 {
     if (take_c8(e, sh, PASS_BWD_FILTER))
         return sl_conv_c8_filter(e, sh, (const uint16_t *)x, (const uint16_t *)dy, dw);
-    if (sl_conv_w1x1_ok(e, sh) && sl_dnnl_bf16()) {
-        if (!__atomic_load_n(&w1x1_ran, __ATOMIC_RELAXED))
-            __atomic_store_n(&w1x1_ran, 1, __ATOMIC_RELAXED);
+    if (sl_conv_w1x1_ok(e, sh) && sl_dnnl_bf16() && ran(&w1x1_ran))
         return sl_conv_w1x1_filter(e, sh, (const uint16_t *)x, (const uint16_t *)dy, dw);
-    }
     return run(e, sh, PASS_BWD_FILTER, (void *)x, dw, (void *)dy);
 }
 
