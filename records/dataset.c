@@ -99,7 +99,9 @@ static int load_manifest(sl_dataset *ds)
     int remote = ds->remote;
     if (!remote && !is_file(mp)) {
         free(mp);
-        return SL_OK;
+        /* a TensorFlow Datasets folder: its classes, nothing else */
+        int rc = sl_tfds_classes(ds->dir, &ds->manifest, &ds->classes_path);
+        return rc ? sl_fail(rc, "%s: %s", fn_res, sl_errmsg()) : SL_OK;
     }
     int rc = sl_manifest_load(ds->dir, &ds->manifest);
     if (rc == SL_ENOENT && remote) { /* none beside a remote shard */
@@ -115,6 +117,8 @@ static int load_manifest(sl_dataset *ds)
     }
     ds->manifest_path = mp;
     ds->has_manifest = 1;
+    if (!(ds->classes_path = strdup(mp)))
+        return oom();
     return SL_OK;
 }
 
@@ -723,7 +727,8 @@ int sl_dataset_resolve(const char *path, const char *only, sl_dataset *ds)
         rc = open_manifest_dir(ds, only);
     else {
         ds->kind = SL_DATASET_DIR;
-        rc = list_dir(ds, only, 0);
+        if (!(rc = load_manifest(ds))) /* none: a TensorFlow Datasets folder's classes */
+            rc = list_dir(ds, only, 0);
     }
     if (!rc && only && ds->kind != SL_DATASET_LMDB && ds->nsplits == 0) {
         /* name the splits there are */
@@ -753,6 +758,7 @@ void sl_dataset_fini(sl_dataset *ds)
     free(ds->path);
     free(ds->dir);
     free(ds->manifest_path);
+    free(ds->classes_path);
     sl_manifest_fini(&ds->manifest);
     memset(ds, 0, sizeof *ds);
 }

@@ -76,18 +76,19 @@ int sl_dataset_shard_like(const char *b)
 }
 
 /* The split a shard file belongs to by its name: NAME of
- * "NAME-NNNNN-of-NNNNN[.tfrecord]" or of WebDataset's "NAME-NNNNNN.tar",
- * else "*". */
+ * "NAME-NNNNN-of-NNNNN[.tfrecord]", of TensorFlow Datasets'
+ * "DATASET-NAME.tfrecord-NNNNN-of-NNNNN" or of WebDataset's
+ * "NAME-NNNNNN.tar", else "*". */
 void sl_dataset_split_of(const char *path, char *out, size_t cap)
 {
     const char *b = sl_name_base(path);
-    size_t n = sl_shard_name_len(b);
+    size_t off = 0, n = sl_shard_split_span(b, &off);
     if (!n)
         n = sl_wds_shard_name_len(b);
     if (n == 0 || n + 1 > cap)
         snprintf(out, cap, "*");
     else
-        snprintf(out, cap, "%.*s", (int)n, b);
+        snprintf(out, cap, "%.*s", (int)n, b + off);
 }
 
 /* ------------------------------------------------------------ not a shard */

@@ -345,7 +345,7 @@ char *sl_inspect_json(const sl_dataset *ds, const sl_inspect_result *res)
         return NULL;
     cJSON_AddStringToObject(root, "path", ds->path);
     json_stats(root, &res->total);
-    if (ds->has_manifest) {
+    if (ds->classes_path) { /* dataset.json, or a TensorFlow Datasets folder's files */
         cJSON_AddNumberToObject(root, "num_classes", ds->manifest.num_classes);
         cJSON_AddNumberToObject(root, "label_offset", (double)ds->manifest.label_offset);
         if (ds->manifest.class_names)

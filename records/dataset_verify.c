@@ -283,8 +283,9 @@ static int check_record(verify_ctx *c, const sl_walk_record *r)
                           ex.height, ex.width, info.height, info.width);
     if (c->range_on && (ex.label < c->lo || ex.label > c->hi))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_ECORRUPT,
-                          "label %" PRId64 " outside %" PRId64 "..%" PRId64 "%s", ex.label, c->lo,
-                          c->hi, c->o->label_range ? " (--label-range)" : " (dataset.json)");
+                          "label %" PRId64 " outside %" PRId64 "..%" PRId64 " (%s)", ex.label,
+                          c->lo, c->hi, c->o->label_range ? "--label-range"
+                                        : sl_name_base(c->ds->classes_path));
     return 0;
 }
 
@@ -390,7 +391,7 @@ static int verify_path(const char *path, const sl_verify_options *o, sl_verify_r
         c.range_on = 1;
         c.lo = o->label_lo;
         c.hi = o->label_hi;
-    } else if (ds.has_manifest && ds.manifest.num_classes > 0) {
+    } else if (ds.classes_path && ds.manifest.num_classes > 0) { /* dataset.json, TFDS's */
         c.range_on = 1;
         c.lo = ds.manifest.label_offset;
         c.hi = ds.manifest.label_offset + (int64_t)ds.manifest.num_classes - 1;

@@ -441,8 +441,16 @@ int sl_feature_bytes(const sl_feature_view *f, size_t i, const uint8_t **data, s
 
 /* --------------------------------------------------------- image records */
 
-/* The features sl_image_example_decode looks for, by slot. */
-enum { IMG_ENCODED, IMG_LABEL, IMG_HEIGHT, IMG_WIDTH, IMG_FORMAT, IMG_FILENAME, IMG_TEXT, IMG_N };
+/* The features sl_image_example_decode looks for, by slot. TensorFlow
+ * Datasets' Examples name a feature by its key in the dataset's
+ * FeaturesDict: an image classification set's encoded image is "image",
+ * its ClassLabel "label" (int64), and many have "file_name"
+ * (records/tfds.c has the rest of its layout); those stand in for the
+ * ImageNet keys when a record lacks them. */
+enum {
+    IMG_ENCODED, IMG_LABEL, IMG_HEIGHT, IMG_WIDTH, IMG_FORMAT, IMG_FILENAME, IMG_TEXT,
+    IMG_TFDS_IMAGE, IMG_TFDS_LABEL, IMG_TFDS_FILENAME, IMG_N
+};
 
 static const struct {
     const char *name;
@@ -456,7 +464,17 @@ static const struct {
     [IMG_FORMAT] = {"image/format", 12, SL_FEATURE_BYTES},
     [IMG_FILENAME] = {"image/filename", 14, SL_FEATURE_BYTES},
     [IMG_TEXT] = {"image/class/text", 16, SL_FEATURE_BYTES},
+    [IMG_TFDS_IMAGE] = {"image", 5, SL_FEATURE_BYTES},
+    [IMG_TFDS_LABEL] = {"label", 5, SL_FEATURE_INT64},
+    [IMG_TFDS_FILENAME] = {"file_name", 9, SL_FEATURE_BYTES},
 };
+
+/* The TFDS slot standing in for slot k, or -1. */
+static int tfds_alt(int k)
+{
+    return k == IMG_ENCODED ? IMG_TFDS_IMAGE : k == IMG_LABEL ? IMG_TFDS_LABEL
+                                             : k == IMG_FILENAME ? IMG_TFDS_FILENAME : -1;
+}
 
 typedef struct img_ctx {
     sl_feature_view v[IMG_N];
@@ -527,7 +545,8 @@ static int missing(const uint8_t *rec, size_t len, int k)
         snprintf(c.buf, sizeof c.buf, "none");
     return sl_fail(SL_ECORRUPT, "sl_image_example_decode: missing feature %s (the record has: "
                    "%s; sluice reads the keys of TensorFlow's ImageNet Examples, image/encoded "
-                   "and image/class/label)", img_features[k].name, c.buf);
+                   "and image/class/label, or TensorFlow Datasets' image and label)",
+                   img_features[k].name, c.buf);
 }
 
 int sl_image_example_decode(const uint8_t *rec, size_t len, sl_image_example *out)
@@ -543,23 +562,25 @@ int sl_image_example_decode(const uint8_t *rec, size_t len, sl_image_example *ou
     if ((rc = walk(rec, len, img_cb, &c, &from_cb)))
         return sl_fail(rc, "sl_image_example_decode: %s", sl_errmsg());
 
-    for (int k = IMG_ENCODED; k <= IMG_LABEL; k++) {
+    for (int j = IMG_ENCODED; j <= IMG_LABEL; j++) {
+        int k = !c.hit[j] && c.hit[tfds_alt(j)] ? tfds_alt(j) : j;
         if (!c.hit[k])
-            return missing(rec, len, k);
+            return missing(rec, len, j);
         rc = img_first(rec, &c, k, &v);
         if (rc == SL_ENOENT)
             return sl_fail(SL_ECORRUPT, "sl_image_example_decode: feature %s has no value",
                            img_features[k].name);
         if (rc)
             return rc;
-        if (k == IMG_ENCODED) {
+        if (j == IMG_ENCODED) {
             out->image = v.b.p;
             out->image_len = v.b.len;
         } else {
             out->label = v.i;
         }
     }
-    for (int k = IMG_HEIGHT; k < IMG_N; k++) {
+    for (int j = IMG_HEIGHT; j <= IMG_TEXT; j++) {
+        int k = tfds_alt(j) >= 0 && !c.hit[j] && c.hit[tfds_alt(j)] ? tfds_alt(j) : j;
         if (!c.hit[k])
             continue;
         rc = img_first(rec, &c, k, &v);
@@ -567,7 +588,7 @@ int sl_image_example_decode(const uint8_t *rec, size_t len, sl_image_example *ou
             continue; /* an empty optional list reads as absent */
         if (rc)
             return rc;
-        switch (k) {
+        switch (j) {
         case IMG_HEIGHT: out->height = v.i; break;
         case IMG_WIDTH: out->width = v.i; break;
         case IMG_FORMAT:

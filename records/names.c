@@ -8,6 +8,10 @@
  *   DIR/NAME.lmdb                      the LMDB store of a split (a directory)
  *   DIR/NAME-000003.tar                WebDataset's names ("%s-%06d.tar", ShardWriter;
  *                                      '_' too): split NAME (sl_wds_shard_name_len)
+ *   DIR/DS-NAME.tfrecord-00003-of-00016
+ *                                      TensorFlow Datasets' names (dataset_info.json's
+ *                                      filepathTemplate "{DATASET}-{SPLIT}.{FILEFORMAT}-
+ *                                      {SHARD_X_OF_Y}"): split NAME (sl_shard_split_span)
  *
  * sl_dataset_shards trusts DIR/dataset.json when it lists the split as
  * TFRecord (so a missing shard is an error, not a silently smaller dataset)
@@ -103,6 +107,29 @@ size_t sl_shard_name_len(const char *base)
     return i - 1;
 }
 
+/* TensorFlow Datasets writes DATASET-SPLIT.tfrecord-NNNNN-of-NNNNN into
+ * DATA_DIR/DATASET/[CONFIG/]VERSION/: the split is SPLIT, after the last '-'
+ * (TFDS names datasets in snake_case, and splits are words), so that
+ * --split train finds "mnist-train.tfrecord-00000-of-00001". Without a '-'
+ * ("train.tfrecord-00000-of-00004"), the name before ".tfrecord". */
+size_t sl_shard_split_span(const char *base, size_t *off)
+{
+    static const char tfds[] = ".tfrecord";
+    size_t n = sl_shard_name_len(base), k = sizeof tfds - 1;
+    *off = 0;
+    if (n > k && !strncmp(base + n - k, tfds, k)) {
+        size_t start = 0;
+        for (size_t i = 0; i < n - k; i++)
+            if (base[i] == '-')
+                start = i + 1;
+        if (start < n - k) {
+            *off = start;
+            return n - k - start;
+        }
+    }
+    return n;
+}
+
 size_t sl_wds_shard_name_len(const char *base)
 {
     size_t n = strlen(base), i;
@@ -117,13 +144,13 @@ size_t sl_wds_shard_name_len(const char *base)
 }
 
 /* Is name a shard of split: "SPLIT-<digits>-of-<digits>", with or without
- * ".tfrecord"? Digits, not '*' as a shell glob would allow, so
- * "train-x-of-y.tfrecord.tmp" and the ".idx" files next to the shards never
- * match. */
+ * ".tfrecord", or TFDS's "DATASET-SPLIT.tfrecord-<digits>-of-<digits>"?
+ * Digits, not '*' as a shell glob would allow, so "train-x-of-y.tfrecord.tmp"
+ * and the ".idx" files next to the shards never match. */
 static int shard_name_matches(const char *name, const char *split)
 {
-    size_t ls = strlen(split);
-    return sl_shard_name_len(name) == ls && strncmp(name, split, ls) == 0;
+    size_t ls = strlen(split), off;
+    return sl_shard_split_span(name, &off) == ls && strncmp(name + off, split, ls) == 0;
 }
 
 /* "DIR/SPLIT-*-of-*[.tfrecord]", regular files, sorted (sl_bytes_list's

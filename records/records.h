@@ -687,13 +687,18 @@ int sl_convert_finish_plan(const sl_convert_task_config *tc, sl_convert_finish_r
 
 /* --------------------------------------------------------- dataset walking */
 /* Shards of a split: from the manifest when present, else by listing
- * "DIR/SPLIT-*-of-*" with or without ".tfrecord". *paths is an array of
+ * "DIR/SPLIT-*-of-*" with or without ".tfrecord" (and TensorFlow Datasets'
+ * "DIR/DATASET-SPLIT.tfrecord-*-of-*"). *paths is an array of
  * malloc'd strings (free with sl_paths_free). */
 int sl_dataset_shards(const char *dir, const char *split, char ***paths, size_t *n);
 void sl_paths_free(char **paths, size_t n);
 /* Length of NAME when base (a file name, no directory) is a shard name
  * "NAME-<digits>-of-<digits>", with or without ".tfrecord"; 0 otherwise. */
 size_t sl_shard_name_len(const char *base);
+/* Where the split's name is in a shard name: sl_shard_name_len's NAME, or
+ * in TensorFlow Datasets' "DATASET-SPLIT.tfrecord-<digits>-of-<digits>",
+ * SPLIT. Returns its length (0: not a shard name) and its start in *off. */
+size_t sl_shard_split_span(const char *base, size_t *off);
 /* Length of NAME when base is a WebDataset shard name "NAME-<digits>.tar"
  * or "NAME_<digits>.tar" (webdataset's ShardWriter, "train-000000.tar");
  * 0 otherwise. */
@@ -783,6 +788,9 @@ typedef struct sl_dataset {
     int has_manifest;      /* manifest below was loaded from dir/dataset.json */
     int counts_listed;     /* SL_DATASET_MANIFEST: the manifest's counts apply */
     char *manifest_path;   /* "dir/dataset.json" when has_manifest */
+    char *classes_path;    /* the file that gave manifest.num_classes and class_names:
+                            * dataset.json, or (has_manifest 0) TensorFlow Datasets'
+                            * dir/features.json or dir/label.labels.txt; NULL: none */
     sl_manifest manifest;  /* class names, num_classes, label_offset, splits */
     sl_dataset_split *splits;
     size_t nsplits;

@@ -223,6 +223,13 @@ void sl_dataset_split_of(const char *path, char *out, size_t cap);
  * TFRecord shard (or is empty); else SL_EINVAL naming what it is instead
  * (dataset.json, an index, an LMDB file, an image) and what was expected. */
 int sl_dataset_check_shard_file(const char *path, uint64_t size);
+
+/* TensorFlow Datasets' metadata in dir (records/tfds.c): when features.json
+ * (or label.labels.txt alone) gives the "label" ClassLabel's count, m's
+ * num_classes and, from label.labels.txt, class_names, and *from the file
+ * that gave the count (malloc'd). No such files: SL_OK, m untouched, *from
+ * NULL. A features.json that says no count: SL_ECORRUPT naming it. */
+int sl_tfds_classes(const char *dir, sl_manifest *m, char **from);
 /* 1 when name is a split name with a meaning (train, test, validation...). */
 int sl_dataset_split_named(const char *name);
 

@@ -58,7 +58,7 @@ static const char *class_name(const sl_dataset *ds, int64_t label)
 {
     const sl_manifest *m = &ds->manifest;
     int64_t k = label - m->label_offset;
-    if (!ds->has_manifest || !m->class_names || k < 0 || k >= (int64_t)m->num_classes)
+    if (!m->class_names || k < 0 || k >= (int64_t)m->num_classes)
         return NULL;
     return m->class_names[k];
 }
@@ -82,7 +82,7 @@ static void print_labels(const sl_dataset *ds, const sl_inspect_stats *s)
         return;
     }
     printf("  labels: %zu distinct\n", s->nlabels);
-    int named = ds->has_manifest && ds->manifest.class_names;
+    int named = ds->manifest.class_names != NULL;
     for (size_t i = 0; i < s->nlabels; i++) {
         const char *name = class_name(ds, s->labels[i]);
         printf("    %6" PRId64 "  ", s->labels[i]);
@@ -124,8 +124,10 @@ static void print_human(const sl_dataset *ds, const sl_inspect_result *r)
 {
     char warn[2048];
     printf("%s", ds->path);
-    if (ds->has_manifest) {
-        printf(" (dataset.json: %" PRIu32 " classes", ds->manifest.num_classes);
+    if (ds->classes_path) {
+        const char *b = strrchr(ds->classes_path, '/');
+        printf(" (%s: %" PRIu32 " classes", b ? b + 1 : ds->classes_path,
+               ds->manifest.num_classes);
         if (ds->manifest.label_offset)
             printf(", label offset %" PRId64, ds->manifest.label_offset);
         printf(")");

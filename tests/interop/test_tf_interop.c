@@ -467,3 +467,94 @@ Test(tf_interop, we_train_on_a_tensorflow_imagenet_directory)
     tu_rmrf(dir);
     free(dir);
 }
+
+/* A TensorFlow Datasets folder that tfds itself prepared
+ * (tests/interop/tfds_write.py: a GeneratorBasedBuilder with TFDS's image
+ * classification features over a tree of JPEGs; shards
+ * snaps-SPLIT.tfrecord-*-of-*, features.json, label.labels.txt): sluice
+ * reads its splits, its classes and their names without a dataset.json,
+ * every record gives the JPEG the builder was handed byte for byte and its
+ * class folder's label, and `sluice train` runs on it with no --classes and
+ * evaluates its test split. */
+Test(tf_interop, we_train_on_a_tensorflow_datasets_folder)
+{
+    const char *py = python_or_skip();
+    static const char *const classes[] = {"ant", "bee", "cat"};
+    char *root = tu_tmpdir(), *out = NULL, path[4400];
+    unsigned seed = 0;
+    for (int s = 0; s < 2; s++)
+        for (int c = 0; c < 3; c++) {
+            snprintf(path, sizeof path, "%s/src/%s/%s", root, s ? "test" : "train", classes[c]);
+            cr_assert_eq(tu_run(&out, "mkdir -p '%s'", path), 0);
+            free(out);
+            for (int i = 0; i < (s ? 2 : 4); i++, seed++) {
+                unsigned long jlen;
+                unsigned char *jpeg = make_jpeg(24 + (int)seed, 20 + 2 * (int)seed, seed, &jlen);
+                char f[4500];
+                snprintf(f, sizeof f, "%s/%s-%02u.jpg", path, classes[c], seed);
+                cr_assert_eq(tu_write_file(f, jpeg, jlen), 0);
+                tjFree(jpeg);
+            }
+        }
+    int rc = tu_run(&out, PY_TIMEOUT "'%s' '%s/tfds_write.py' '%s/src' '%s/tfds' 2>&1", py,
+                    SCRIPTS, root, root);
+    cr_assert_eq(rc, 0, "tfds_write failed (%d):\n%s", rc, out);
+    const char *p = strstr(out, "{\"dir\": \"");
+    cr_assert_not_null(p, "%s", out);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)strcspn(p + 9, "\""), p + 9);
+    free(out);
+
+    sl_dataset ds;
+    cr_assert_eq(sl_dataset_resolve(dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ds.manifest.num_classes, 3);
+    cr_assert_not_null(ds.manifest.class_names);
+    for (int c = 0; c < 3; c++)
+        cr_assert_str_eq(ds.manifest.class_names[c], classes[c]);
+    const sl_dataset_split *tr = sl_dataset_split_find(&ds, "train");
+    cr_assert(tr && sl_dataset_split_find(&ds, "test"), "splits of %s", dir);
+    cr_assert_str_eq(sl_dataset_eval_split(&ds), "test");
+    int seen = 0;
+    for (size_t f = 0; f < tr->nfiles; f++) {
+        sl_tfrecord_reader *r = NULL;
+        const uint8_t *rec;
+        size_t len;
+        cr_assert_eq(sl_tfrecord_reader_open(tr->files[f], &r), SL_OK, "%s", sl_errmsg());
+        while ((rc = sl_tfrecord_reader_next(r, &rec, &len)) == SL_OK) {
+            sl_image_example ex;
+            cr_assert_eq(sl_image_example_decode(rec, len, &ex), SL_OK, "%s", sl_errmsg());
+            cr_assert(ex.filename_len > 4 && ex.filename_len < 64);
+            char name[64], src[4600];
+            snprintf(name, sizeof name, "%.*s", (int)ex.filename_len, ex.filename);
+            int c = name[0] == 'a' ? 0 : name[0] == 'b' ? 1 : 2;
+            cr_assert_eq(ex.label, c, "%s", name);
+            snprintf(src, sizeof src, "%s/src/train/%s/%s", root, classes[c], name);
+            size_t slen = 0;
+            uint8_t *want = tu_read_file(src, &slen);
+            cr_assert_not_null(want, "%s", src);
+            cr_assert(slen == ex.image_len && !memcmp(want, ex.image, slen), "%s: bytes", name);
+            free(want);
+            seen++;
+        }
+        cr_assert_eq(rc, SL_EOF, "%s", sl_errmsg());
+        sl_tfrecord_reader_close(r);
+    }
+    cr_assert_eq(seen, 12);
+    sl_dataset_fini(&ds);
+
+    rc = tu_run(&out, "%s verify %s 2>&1", tu_sluice(), dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "ok: 18 records in 2 files"), "%s", out);
+    free(out);
+    rc = tu_run(&out, "%s inspect %s 2>&1", tu_sluice(), dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "(features.json: 3 classes)") && strstr(out, "bee"), "%s", out);
+    free(out);
+    rc = tu_run(&out, "cd %s && %s train --data %s --image-size 16 --batch 4 --width 4 "
+                "--epochs 1 --threads 1 --ckpt-dir ck 2>&1", root, tu_sluice(), dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "evaluating split 'test'") && strstr(out, "(6 images"), "%s", out);
+    free(out);
+    tu_rmrf(root);
+    free(root);
+}

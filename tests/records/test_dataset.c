@@ -125,6 +125,83 @@ Test(dataset, tensorflow_directory)
     sl_dataset_fini(&ds);
 }
 
+/* A TensorFlow Datasets folder (DATA_DIR/NAME/VERSION as tfds'
+ * download_and_prepare leaves it; tests/interop/test_tfds.c reads one
+ * that tfds itself wrote): splits by "NAME-SPLIT.tfrecord-*-of-*", the
+ * classes from features.json, their names from label.labels.txt. */
+static const char tfds_features[] =
+    "{\"featuresDict\": {\"features\": {"
+    "\"image\": {\"pythonClassName\": \"tensorflow_datasets.core.features.image_feature.Image\"},"
+    "\"label\": {\"classLabel\": {\"numClasses\": \"3\"}, \"pythonClassName\": "
+    "\"tensorflow_datasets.core.features.class_label_feature.ClassLabel\"}}}}";
+
+Test(dataset, tensorflow_datasets_folder)
+{
+    free(write_shard("snaps-train.tfrecord-00001-of-00002", 3));
+    free(write_shard("snaps-train.tfrecord-00000-of-00002", 2));
+    free(write_shard("snaps-test.tfrecord-00000-of-00001", 1));
+    touch("dataset_info.json");
+    char *fj = tu_join(g_dir, "features.json"), *lt = tu_join(g_dir, "label.labels.txt");
+    cr_assert_eq(tu_write_file(fj, tfds_features, strlen(tfds_features)), 0);
+    cr_assert_eq(tu_write_file(lt, "cat\ndog\nfox\n", 12), 0);
+
+    sl_dataset ds;
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_not(ds.has_manifest);
+    cr_assert_eq(ds.nsplits, 2);
+    const sl_dataset_split *tr = sl_dataset_split_find(&ds, "train");
+    cr_assert(tr && sl_dataset_split_find(&ds, "test"));
+    cr_assert_eq(tr->nfiles, 2);
+    assert_file(tr->files[0], "snaps-train.tfrecord-00000-of-00002");
+    cr_assert_str_eq(sl_dataset_eval_split(&ds), "test");
+    cr_assert_eq(ds.manifest.num_classes, 3);
+    cr_assert_str_eq(ds.classes_path, fj);
+    cr_assert(ds.manifest.class_names);
+    cr_assert_str_eq(ds.manifest.class_names[0], "cat");
+    cr_assert_str_eq(ds.manifest.class_names[2], "fox");
+    sl_dataset_fini(&ds);
+
+    /* the listing of a split by name, as readers of a manifest-less folder do */
+    char **paths;
+    size_t n;
+    cr_assert_eq(sl_dataset_shards(g_dir, "train", &paths, &n), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(n, 2);
+    sl_paths_free(paths, n);
+
+    /* names that disagree with the count are left out, the count kept */
+    cr_assert_eq(tu_write_file(lt, "cat\ndog\n", 8), 0);
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ds.manifest.num_classes, 3);
+    cr_assert_null(ds.manifest.class_names);
+    sl_dataset_fini(&ds);
+
+    /* no features.json (older tfds): the names file gives the count */
+    cr_assert_eq(unlink(fj), 0);
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ds.manifest.num_classes, 2);
+    cr_assert_str_eq(ds.classes_path, lt);
+    sl_dataset_fini(&ds);
+
+    /* a features.json that gives no count is named, not guessed past */
+    static const char bad[] = "{\"featuresDict\": {\"features\": {\"label\": "
+                              "{\"classLabel\": {\"numClasses\": \"-4\"}}}}}";
+    cr_assert_eq(tu_write_file(fj, bad, strlen(bad)), 0);
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), "features.json") && strstr(sl_errmsg(), "numClasses"), "%s",
+              sl_errmsg());
+    sl_dataset_fini(&ds);
+
+    /* nothing of TFDS's: no classes, as for any TFRecord shards */
+    cr_assert_eq(unlink(fj), 0);
+    cr_assert_eq(unlink(lt), 0);
+    cr_assert_eq(sl_dataset_resolve(g_dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(ds.manifest.num_classes, 0);
+    cr_assert_null(ds.classes_path);
+    sl_dataset_fini(&ds);
+    free(fj);
+    free(lt);
+}
+
 Test(dataset, glob_and_single_file)
 {
     make_tf_layout();

@@ -24,6 +24,12 @@ Test(dataset_files, split_and_format_by_name)
         {"shards/train_000002.tar", "train", SL_FORMAT_WDS},
         {"loose.tfrecord", "*", SL_FORMAT_TFRECORD},
         {"d/data.tar", "*", SL_FORMAT_WDS},
+        /* TensorFlow Datasets' "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}" */
+        {"tfds/mnist/3.0.1/mnist-train.tfrecord-00000-of-00001", "train", SL_FORMAT_TFRECORD},
+        {"imagenet2012-validation.tfrecord-00063-of-00064", "validation", SL_FORMAT_TFRECORD},
+        {"d/cats_vs_dogs-train.tfrecord-00003-of-00008", "train", SL_FORMAT_TFRECORD},
+        {"d/train.tfrecord-00000-of-00004", "train", SL_FORMAT_TFRECORD},
+        {"d/x-.tfrecord-00000-of-00004", "x-.tfrecord", SL_FORMAT_TFRECORD},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char split[64];
@@ -31,6 +37,12 @@ Test(dataset_files, split_and_format_by_name)
         cr_assert_str_eq(split, cases[i].split, "%s", cases[i].path);
         cr_assert_eq(sl_dataset_file_format(cases[i].path), cases[i].fmt, "%s", cases[i].path);
     }
+    size_t off;
+    cr_assert_eq(sl_shard_split_span("mnist-test.tfrecord-00000-of-00001", &off), 4);
+    cr_assert_eq(off, 6);
+    cr_assert_eq(sl_shard_split_span("test-00000-of-00001.tfrecord", &off), 4);
+    cr_assert_eq(off, 0);
+    cr_assert_eq(sl_shard_split_span("mnist-test.tfrecord-00000-of-00001.tmp", &off), 0);
     char tiny[4];
     sl_dataset_split_of("train-00000-of-00001", tiny, sizeof tiny);
     cr_assert_str_eq(tiny, "*", "a name longer than the buffer is no split");

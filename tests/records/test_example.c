@@ -744,6 +744,41 @@ Test(example, image_roundtrip)
     sl_example_builder_fini(&b);
 }
 
+/* TensorFlow Datasets' Examples: the FeaturesDict's keys, "image" (encoded
+ * bytes), "label" (a ClassLabel's int64), "file_name", as tfds writes them
+ * (tests/interop/tfds_write.py checks the same against tfds itself). */
+Test(example, tfds_keys_stand_in_for_imagenet_keys)
+{
+    sl_example_builder b;
+    const uint8_t *d;
+    size_t n;
+    sl_image_example out;
+    int64_t label = 7, other = 3;
+
+    sl_example_builder_init(&b);
+    cr_assert_eq(sl_example_add_bytes(&b, "file_name", "cat.1.jpg", 9), SL_OK);
+    cr_assert_eq(sl_example_add_bytes(&b, "image", "\xff\xd8jpeg", 6), SL_OK);
+    cr_assert_eq(sl_example_add_int64(&b, "label", &label, 1), SL_OK);
+    cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
+    cr_assert_eq(sl_image_example_decode(d, n, &out), SL_OK, "%s", sl_errmsg());
+    cr_assert_eq(out.image_len, 6);
+    cr_assert(!memcmp(out.image, "\xff\xd8jpeg", 6));
+    cr_assert_eq(out.label, 7);
+    cr_assert_eq(out.filename_len, 9);
+    cr_assert(!memcmp(out.filename, "cat.1.jpg", 9));
+
+    /* the ImageNet keys win where a record has both */
+    cr_assert_eq(sl_example_add_bytes(&b, "image/encoded", "JJ", 2), SL_OK);
+    cr_assert_eq(sl_example_add_int64(&b, "image/class/label", &other, 1), SL_OK);
+    cr_assert_eq(sl_example_add_bytes(&b, "image/filename", "f", 1), SL_OK);
+    cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
+    cr_assert_eq(sl_image_example_decode(d, n, &out), SL_OK, "%s", sl_errmsg());
+    cr_assert(out.image_len == 2 && !memcmp(out.image, "JJ", 2));
+    cr_assert_eq(out.label, 3);
+    cr_assert(out.filename_len == 1 && out.filename[0] == 'f');
+    sl_example_builder_fini(&b);
+}
+
 Test(example, image_missing_or_mistyped_required_features)
 {
     sl_example_builder b;
@@ -765,15 +800,22 @@ Test(example, image_missing_or_mistyped_required_features)
     cr_assert_eq(sl_image_example_decode(d, n, &out), SL_ECORRUPT);
     cr_assert(strstr(sl_errmsg(), "missing feature image/class/label"), "%s", sl_errmsg());
 
-    /* a TensorFlow Datasets record ('image', 'label'): the message lists
-     * the keys it has; a record of many keys is cut, not overrun */
+    /* neither key: the message lists the keys the record has; a record of
+     * many keys is cut, not overrun */
     sl_example_builder_reset(&b);
-    cr_assert_eq(sl_example_add_bytes(&b, "image", "x", 1), SL_OK);
+    cr_assert_eq(sl_example_add_bytes(&b, "img", "x", 1), SL_OK);
     cr_assert_eq(sl_example_add_int64(&b, "label", &label, 1), SL_OK);
     cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
     cr_assert_eq(sl_image_example_decode(d, n, &out), SL_ECORRUPT);
-    cr_assert(strstr(sl_errmsg(), "missing feature image/encoded (the record has: image, label;"),
-              "%s", sl_errmsg());
+    cr_assert(strstr(sl_errmsg(), "missing feature image/encoded (the record has: img, label;") &&
+                  strstr(sl_errmsg(), "TensorFlow Datasets' image and label"), "%s", sl_errmsg());
+    /* a label of the wrong kind under TFDS's key is named by that key */
+    sl_example_builder_reset(&b);
+    cr_assert_eq(sl_example_add_bytes(&b, "image", "x", 1), SL_OK);
+    cr_assert_eq(sl_example_add_bytes(&b, "label", "cat", 3), SL_OK);
+    cr_assert_eq(sl_example_finish(&b, &d, &n), SL_OK);
+    cr_assert_eq(sl_image_example_decode(d, n, &out), SL_ECORRUPT);
+    cr_assert(strstr(sl_errmsg(), "feature label is bytes"), "%s", sl_errmsg());
     sl_example_builder_reset(&b);
     for (int i = 0; i < 60; i++) {
         char key[32];

@@ -106,22 +106,24 @@ int sl_train_eval_where(const sl_train_config *c, const char *data, char *dir, s
     return has;
 }
 
-/* A model of `classes` outputs covers the labels dataset.json says ds has:
+/* A model of `classes` outputs covers the labels dataset.json (or TensorFlow
+ * Datasets' features.json) says ds has:
  * else the first record of a label past them would stop the run, an epoch
  * in perhaps; refused before the first step instead. */
 static int classes_cover(const sl_dataset *ds, int classes)
 {
-    if (!ds->has_manifest || ds->manifest.num_classes <= (uint32_t)classes)
+    if (!ds->classes_path || ds->manifest.num_classes <= (uint32_t)classes)
         return SL_OK;
-    return sl_fail(SL_EINVAL, "sl_train_run: %s/%s records %u classes, the model has %d: a "
+    return sl_fail(SL_EINVAL, "sl_train_run: %s records %u classes, the model has %d: a "
                    "record of label %d or more would stop the run when it is read; give "
-                   "--classes %u (or leave it out: dataset.json's count is the default)",
-                   ds->dir, SL_MANIFEST_FILE, ds->manifest.num_classes, classes, classes,
+                   "--classes %u (or leave it out: that count is the default)",
+                   ds->classes_path, ds->manifest.num_classes, classes, classes,
                    ds->manifest.num_classes);
 }
 
 /* The data, checked before the first step: the train split exists, the
- * classes (dataset.json's when the config leaves them at 0), the eval split
+ * classes (dataset.json's, or a TensorFlow Datasets folder's, when the config
+ * leaves them at 0), the eval split
  * (SL_EVAL_SPLIT_AUTO: test, else validation, else none; a named one must
  * exist), looked for beside the data when --data is a glob or one file.
  * The root says once which split it evaluates and which shards have no
@@ -144,7 +146,7 @@ static int resolve_data(sl_run *r)
     }
     r->classes = c->model.classes;
     if (r->classes <= 0) {
-        if (!ds.has_manifest || ds.manifest.num_classes < 1) {
+        if (!ds.classes_path || ds.manifest.num_classes < 1) {
             rc = sl_fail(SL_EINVAL, "sl_train_run: %s: the number of classes comes from %s/%s, "
                          "which %s: give it (--classes K; TensorFlow's ImageNet shards: "
                          "--classes 1000 --label-offset 1)", r->data.data, ds.dir,
