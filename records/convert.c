@@ -63,6 +63,8 @@
  *   close to publish it. A listed URL is read through the byte source
  *   (records/convert_url.c).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,18 +208,14 @@ static uint64_t max_pixels(const sl_convert_config *cfg)
     return cfg->max_pixels ? cfg->max_pixels : SL_MAX_PIXELS_DEFAULT;
 }
 
-/* A file input: passthrough or transcode. *img points into w->file or the
- * transcoder. */
-static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size_t *img_len,
-                       int *width, int *height, int *pass)
+/* An image's bytes (data, len; in w->file): passthrough or transcode. *img
+ * points into data or the transcoder. */
+static int encode_bytes(cv_worker *w, const uint8_t *data, size_t len, const uint8_t **img,
+                        size_t *img_len, int *width, int *height, int *pass)
 {
     const sl_convert_config *cfg = w->job->cfg;
-    size_t len = 0;
-    int rc = read_input(w, path, &len);
-    if (rc)
-        return rc;
     sl_image_info info;
-    rc = sl_image_probe(w->file, len, &info);
+    int rc = sl_image_probe(data, len, &info);
     if (rc)
         return rc == SL_ENOMEM ? rc : SL_EIMAGE;
     /* Every image, stored as is or not: the pipeline that reads it later
@@ -229,17 +227,64 @@ static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size
     int short_side = info.width < info.height ? info.width : info.height;
     if (info.type == SL_IMAGE_JPEG && info.jpeg_passthrough &&
         (cfg->resize_short == 0 || short_side <= cfg->resize_short)) {
-        if ((rc = sl_jpeg_scan(w->file, len, NULL)) != SL_OK)
+        if ((rc = sl_jpeg_scan(data, len, NULL)) != SL_OK)
             return rc;
-        *img = w->file;
+        *img = data;
         *img_len = len;
         *width = info.width;
         *height = info.height;
         *pass = 1;
         return SL_OK;
     }
-    return sl_transcode_jpeg(w->tc, w->file, len, cfg->quality, cfg->resize_short, img, img_len, width,
+    return sl_transcode_jpeg(w->tc, data, len, cfg->quality, cfg->resize_short, img, img_len, width,
                              height);
+}
+
+/* A file input. */
+static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size_t *img_len,
+                       int *width, int *height, int *pass)
+{
+    size_t len = 0;
+    int rc = read_input(w, path, &len);
+    return rc ? rc : encode_bytes(w, w->file, len, img, img_len, width, height, pass);
+}
+
+/* A record of a TFRecord shard (SL_SOURCE_TFRECORD, records/convert_records.c):
+ * read at its offset (both CRCs checked), its Example's image encoded as a
+ * file's would be; *name gets the Example's file name, when it has one. A
+ * record that cannot be read or has no usable image and label is a skip. */
+static int encode_record(cv_worker *w, const sl_input *it, const uint8_t **img, size_t *img_len,
+                         int *width, int *height, int *pass, char *name, size_t cap)
+{
+    if (it->size < 16 || it->size - 16 > CV_MAX_FILE)
+        return sl_fail(SL_EIMAGE, "a record of %llu bytes", (unsigned long long)it->size);
+    int rc = grow(&w->file, &w->file_cap, (size_t)it->size);
+    if (rc)
+        return rc;
+    int fd = open(it->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_fail(SL_EIMAGE, "cannot open: %s", strerror(errno));
+    size_t len = 0;
+    rc = sl_tfrecord_read_at(fd, it->off, it->size, w->file, w->file_cap, &len, it->path, it->idx);
+    close(fd);
+    char why[SL_ERRMSG_MAX];
+    if (rc == SL_ENOMEM)
+        return rc;
+    if (rc) { /* "PATH: record N @ OFF: data CRC mismatch" */
+        snprintf(why, sizeof why, "%s", sl_msg_detail(sl_errmsg(), it->path));
+        return sl_fail(SL_EIMAGE, "%s", why);
+    }
+    sl_image_example ex;
+    if ((rc = sl_image_example_decode(w->file, len, &ex))) {
+        snprintf(why, sizeof why, "%s", sl_msg_detail(sl_errmsg(), NULL));
+        return sl_fail(SL_EIMAGE, "%s", why);
+    }
+    if (it->label < 0)
+        return sl_fail(SL_EIMAGE, "label %lld below the source's label offset",
+                       (long long)ex.label);
+    if (ex.filename_len && ex.filename_len < cap && !memchr(ex.filename, '\0', ex.filename_len))
+        snprintf(name, cap, "%.*s", (int)ex.filename_len, ex.filename);
+    return encode_bytes(w, ex.image, ex.image_len, img, img_len, width, height, pass);
 }
 
 /* An IDX image: gray pixels -> RGB JPEG, shrunk first when resize_short
@@ -305,8 +350,11 @@ static int fill_item(cv_worker *w, cv_slot *slot, uint64_t pos)
     size_t img_len = 0;
     int width = 0, height = 0;
     sl_clear_error();
-    int rc = it->path ? encode_file(w, it->path, &img, &img_len, &width, &height, &ci->passthrough)
-                      : encode_idx(w, it, &img, &img_len, &width, &height);
+    char fname[512] = "";
+    int rc = it->rec    ? encode_record(w, it, &img, &img_len, &width, &height, &ci->passthrough,
+                                        fname, sizeof fname)
+             : it->path ? encode_file(w, it->path, &img, &img_len, &width, &height, &ci->passthrough)
+                        : encode_idx(w, it, &img, &img_len, &width, &height);
     if (rc == SL_OK && w->rs)
         rc = add_restarts(w, ci, &img, &img_len);
     if (rc == SL_EIMAGE) {
@@ -317,8 +365,8 @@ static int fill_item(cv_worker *w, cv_slot *slot, uint64_t pos)
     if (rc)
         return rc;
 
-    char fname[512];
-    sl_convert_input_name(st, i, 0, fname, sizeof fname);
+    if (!fname[0]) /* a record's own file name stays */
+        sl_convert_input_name(st, i, 0, fname, sizeof fname);
     sl_image_example ex;
     memset(&ex, 0, sizeof ex);
     ex.image = img;

@@ -29,8 +29,7 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static int push_input(sl_input_list *l, size_t *cap, char *path, uint32_t idx, int64_t label,
-                      uint64_t size, int url)
+int sl_inputs_push(sl_input_list *l, size_t *cap, const sl_input *it)
 {
     if (l->n == *cap) {
         size_t ncap = *cap ? *cap * 2 : 1024;
@@ -40,9 +39,15 @@ static int push_input(sl_input_list *l, size_t *cap, char *path, uint32_t idx, i
         l->items = p;
         *cap = ncap;
     }
-    l->items[l->n++] =
-        (sl_input){.path = path, .idx = idx, .label = label, .size = size, .url = url};
+    l->items[l->n++] = *it;
     return SL_OK;
+}
+
+static int push_input(sl_input_list *l, size_t *cap, char *path, uint32_t idx, int64_t label,
+                      uint64_t size, int url)
+{
+    sl_input it = {.path = path, .idx = idx, .label = label, .size = size, .url = url};
+    return sl_inputs_push(l, cap, &it);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -510,6 +515,9 @@ int sl_inputs_load(const sl_convert_config *cfg, sl_input_list *out)
     case SL_SOURCE_IDX:
         rc = load_idx(cfg->idx_images, cfg->idx_labels, out);
         break;
+    case SL_SOURCE_TFRECORD:
+        rc = sl_inputs_load_records(cfg, out);
+        break;
     default:
         return sl_fail(SL_EINVAL, "sl_inputs_load: unknown source kind %d", (int)cfg->source);
     }
@@ -574,7 +582,8 @@ int sl_inputs_name_classes(sl_input_list *l, const char *dir, char *const *names
     if (rc)
         goto out;
     for (size_t i = 0; i < l->n; i++)
-        l->items[i].label = (int64_t)to[l->items[i].label];
+        if (l->items[i].label >= 0) /* -1: a record skipped later (convert_records.c) */
+            l->items[i].label = (int64_t)to[l->items[i].label];
     free_names(l->classes, l->nclasses);
     l->classes = copy;
     l->nclasses = n;

@@ -105,6 +105,8 @@ static uint64_t inputs_hash(const sl_input_list *in)
         h = fnv_u64(h, it->idx);
         h = fnv_u64(h, (uint64_t)it->label);
         h = fnv_u64(h, it->size);
+        if (it->rec) /* a record's place in its shard (other sources hash as before) */
+            h = fnv_u64(h, it->off);
     }
     if (in->idx_pixels) {
         size_t px = (size_t)in->idx_rows * in->idx_cols * in->n;
@@ -505,6 +507,8 @@ static int check_labels_manifest(sl_convert_state *st)
     const sl_convert_config *cfg = st->cfg;
     for (size_t i = 0; i < st->in.n; i++) {
         int64_t l = st->in.items[i].label;
+        if (l < 0 && st->in.items[i].rec)
+            continue; /* a record without a usable label: skipped, with its reason, when read */
         if (l < 0 || (cfg->class_names && (uint64_t)l >= cfg->num_class_names)) {
             char name[4096];
             sl_convert_input_name(st, i, 1, name, sizeof name);
@@ -674,6 +678,9 @@ static void source_text(const sl_convert_config *cfg, char *buf, size_t cap)
 {
     if (cfg->source == SL_SOURCE_IDX)
         snprintf(buf, cap, "idx %s %s", cfg->idx_images, cfg->idx_labels);
+    else if (cfg->source == SL_SOURCE_TFRECORD)
+        snprintf(buf, cap, "tfrecord %s%s%s", cfg->input, cfg->input_split ? " split " : "",
+                 cfg->input_split ? cfg->input_split : "");
     else
         snprintf(buf, cap, "%s %s", cfg->source == SL_SOURCE_LIST ? "list" : "folder", cfg->input);
 }
@@ -749,6 +756,11 @@ void sl_convert_state_fini(sl_convert_state *st)
 void sl_convert_input_name(const sl_convert_state *st, size_t i, int full, char *buf, size_t cap)
 {
     const sl_input *it = &st->in.items[i];
+    if (it->rec) { /* "train-00000-of-00004.tfrecord[17]" */
+        const char *slash = full ? NULL : strrchr(it->path, '/');
+        snprintf(buf, cap, "%s[%u]", slash ? slash + 1 : it->path, it->idx);
+        return;
+    }
     if (!it->path) {
         snprintf(buf, cap, "%s[%u]", st->idx_base ? st->idx_base : "idx", it->idx);
         return;

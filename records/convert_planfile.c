@@ -365,9 +365,11 @@ int sl_convert_plan(const sl_convert_config *cfg, const char *plan, unsigned tas
     if (cfg->format == SL_FORMAT_LMDB)
         return sl_fail(SL_EINVAL, "%s: an LMDB split is one store written by one process: convert "
                        "it on one machine (sluice convert without --plan-out)", fn);
-    if (cfg->source == SL_SOURCE_IDX)
-        return sl_fail(SL_EINVAL, "%s: --from idx: the images are inside the IDX file, not files "
-                       "a task could read: convert it on one machine", fn);
+    if (cfg->source == SL_SOURCE_IDX || cfg->source == SL_SOURCE_TFRECORD)
+        return sl_fail(SL_EINVAL, "%s: --from %s: the images are inside %s, not files a task "
+                       "could read: convert it on one machine", fn,
+                       cfg->source == SL_SOURCE_IDX ? "idx" : "tfrecord",
+                       cfg->source == SL_SOURCE_IDX ? "the IDX file" : "the shards");
     sl_convert_state st;
     sbuf body = {0};
     char text[SL_CONVERT_PLAN_MAX], cwd[PATH_MAX], *out = NULL, *head = NULL;

@@ -265,8 +265,9 @@ static int check_record(verify_ctx *c, const sl_walk_record *r)
                           sl_msg_detail(sl_errmsg(), NULL));
     if (info.type != SL_IMAGE_JPEG)
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE,
-                          "%s is %s, not JPEG (%zu bytes)", img, type_name(info.type),
-                          ex.image_len);
+                          "%s is %s, not JPEG (%zu bytes)%s", img, type_name(info.type),
+                          ex.image_len, r->key ? "" : "; sluice convert --from tfrecord "
+                          "re-encodes such shards");
     unsigned fl = 0;
     if (sl_jpeg_scan(ex.image, ex.image_len, &fl))
         return problem_at(c, sp, r->file, r->recno, r->offset, SL_EIMAGE, "%s: %s", img,

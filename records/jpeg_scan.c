@@ -277,7 +277,8 @@ int sl_jpeg_scan_restarts(const uint8_t *d, size_t len, unsigned *flags, sl_jpeg
         if (kind)
             return sl_fail(SL_EIMAGE, "sl_jpeg_scan: not a JPEG file: a %s image (the pipeline "
                            "decodes JPEG only: %s)", kind,
-                           converts ? "sluice convert re-encodes such image files to JPEG"
+                           converts ? "sluice convert re-encodes it to JPEG, from image files "
+                                      "or, --from tfrecord, from shards"
                                     : "re-encode it to JPEG first");
         return sl_fail(SL_EIMAGE, "sl_jpeg_scan: not a JPEG file (no SOI marker)");
     }

@@ -490,6 +490,9 @@ typedef enum sl_source_kind {
     SL_SOURCE_LIST,       /* FILE with lines "path<TAB>label" (relative paths to FILE's dir;
                            * http://, https:// and s3:// URLs read through bytesrc.h) */
     SL_SOURCE_IDX,        /* MNIST IDX images + labels, gzip or plain */
+    SL_SOURCE_TFRECORD,   /* the Examples of one split of a dataset of TFRecord shards (input:
+                           * any local PATH sl_dataset_resolve takes, TensorFlow Datasets
+                           * folders included; input_split) */
 } sl_source_kind;
 
 /* The default bound on an image's pixels (width x height from its header)
@@ -511,6 +514,8 @@ typedef struct sl_convert_config {
     const char *input;        /* folder DIR or list FILE */
     const char *idx_images;   /* IDX images (SL_SOURCE_IDX) */
     const char *idx_labels;   /* IDX labels (SL_SOURCE_IDX) */
+    const char *input_split;  /* SL_SOURCE_TFRECORD: the split of input to read; NULL: the
+                               * one named like name, else input's only split */
     const char *out_dir;
     const char *name;         /* split name: "train" */
     unsigned shards;          /* 0 = from size (about 128 MiB each) */

@@ -22,6 +22,10 @@ typedef struct sl_input {
     int64_t label;  /* 0-based class label (before cfg->label_offset) */
     uint64_t size;  /* file bytes (IDX: raw pixel bytes), for shard sizing */
     int url;        /* a listed URL (bytesrc.h), taken as it is: its size not asked (0) */
+    int rec;        /* a record of the TFRecord shard path (SL_SOURCE_TFRECORD): at framing
+                     * offset off, size its framed size, idx its number in the shard;
+                     * label -1 when its Example has no usable image and label */
+    uint64_t off;
 } sl_input;
 
 typedef struct sl_input_list {
@@ -58,6 +62,14 @@ typedef struct sl_input_list {
  *           or trailing bytes are SL_ECORRUPT naming the file.
  * *out is filled on success (free with sl_inputs_free) and zeroed on error. */
 int sl_inputs_load(const sl_convert_config *cfg, sl_input_list *out);
+/* Append *it to l (capacity *cap, grown by doubling); SL_ENOMEM. */
+int sl_inputs_push(sl_input_list *l, size_t *cap, const sl_input *it);
+/* SL_SOURCE_TFRECORD (records/convert_records.c): every record of one split
+ * of the dataset cfg->input (cfg->input_split, else the split named
+ * cfg->name, else its only one), local TFRecord shards only; classes
+ * named as the source names them. Framing errors are SL_ECORRUPT naming
+ * the shard and record. */
+int sl_inputs_load_records(const sl_convert_config *cfg, sl_input_list *out);
 /* Free everything in l and zero it. NULL is a no-op. */
 void sl_inputs_free(sl_input_list *l);
 /* A folder source converted into a dataset whose other splits (named in

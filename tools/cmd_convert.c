@@ -41,6 +41,7 @@ static void usage(FILE *f)
             "usage: sluice convert --from folder DIR  --out DIR --name NAME [options]\n"
             "       sluice convert --from list FILE   --out DIR --name NAME [options]\n"
             "       sluice convert --from idx --images F --labels F --out DIR --name NAME [options]\n"
+            "       sluice convert --from tfrecord PATH [--split S] --out DIR --name NAME [options]\n"
             "\n"
             "Convert images into TFRecord shards (DIR/NAME-00000-of-0000N.tfrecord, each with a\n"
             "DALI .idx index) or an LMDB store (DIR/NAME.lmdb), and record the split in\n"
@@ -57,6 +58,13 @@ static void usage(FILE *f)
             "  --from idx            MNIST-style IDX files, gzip or plain, with:\n"
             "    --images F            the images (idx3-ubyte)\n"
             "    --labels F            the labels (idx1-ubyte)\n"
+            "  --from tfrecord PATH  the Examples of one split of TFRecord shards: a folder of\n"
+            "                        TensorFlow's or TensorFlow Datasets' shards (tfds.load's\n"
+            "                        ~/tensorflow_datasets/NAME/VERSION), a glob or one shard;\n"
+            "                        their images re-encoded where not JPEG (TFDS's mnist, cifar10\n"
+            "                        are PNG), their labels and class names kept\n"
+            "    --split S             the split to read (default: the one named like --name,\n"
+            "                          else the only one)\n"
             "\n"
             "output:\n"
             "  --out DIR             output directory, created if missing            (required)\n"
@@ -197,12 +205,14 @@ enum {
     OPT_QUALITY, OPT_RESIZE, OPT_SEED, OPT_NO_SHUFFLE, OPT_OFFSET, OPT_RESUME, OPT_STRICT,
     OPT_NO_FSYNC, OPT_QUIET, OPT_CLASSES, OPT_MAX_PIXELS, OPT_RESTART, OPT_RESTART_ROWS,
     OPT_PLAN_OUT, OPT_TASKS, /* --plan-out: tools/cmd_convert_task.c */
+    OPT_SPLIT,
 };
 
 static const struct option long_opts[] = {
     {"from", required_argument, NULL, OPT_FROM},
     {"images", required_argument, NULL, OPT_IMAGES},
     {"labels", required_argument, NULL, OPT_LABELS},
+    {"split", required_argument, NULL, OPT_SPLIT},
     {"out", required_argument, NULL, OPT_OUT},
     {"name", required_argument, NULL, OPT_NAME},
     {"shards", required_argument, NULL, OPT_SHARDS},
@@ -250,13 +260,17 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
                 from = SL_SOURCE_LIST;
             else if (!strcmp(optarg, "idx"))
                 from = SL_SOURCE_IDX;
+            else if (!strcmp(optarg, "tfrecord"))
+                from = SL_SOURCE_TFRECORD;
             else {
-                cli_error(CMD, "--from: bad value '%s' (want folder, list or idx)", optarg);
+                cli_error(CMD, "--from: bad value '%s' (want folder, list, idx or tfrecord)",
+                          optarg);
                 return 2;
             }
             break;
         case OPT_IMAGES: cfg->idx_images = optarg; break;
         case OPT_LABELS: cfg->idx_labels = optarg; break;
+        case OPT_SPLIT: cfg->input_split = optarg; break;
         case OPT_OUT: cfg->out_dir = optarg; break;
         case OPT_NAME: cfg->name = optarg; break;
         case OPT_FORMAT:
@@ -342,7 +356,8 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
     }
     int npos = argc - optind;
     if (from < 0) {
-        cli_error(CMD, "--from is required: folder DIR, list FILE or idx (see sluice convert --help)");
+        cli_error(CMD, "--from is required: folder DIR, list FILE, idx or tfrecord PATH (see "
+                  "sluice convert --help)");
         return 2;
     }
     cfg->source = (sl_source_kind)from;
@@ -356,7 +371,9 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
             return 2;
         }
     } else {
-        const char *what = from == SL_SOURCE_LIST ? "list FILE" : "folder DIR";
+        const char *what = from == SL_SOURCE_LIST       ? "list FILE"
+                           : from == SL_SOURCE_TFRECORD ? "tfrecord PATH"
+                                                        : "folder DIR";
         if (npos != 1) {
             if (npos)
                 cli_error(CMD, "--from %s: one input expected, got %d", what, npos);
@@ -369,6 +386,10 @@ static int parse(int argc, char **argv, sl_convert_config *cfg, const char **cla
             return 2;
         }
         cfg->input = argv[optind];
+    }
+    if (cfg->input_split && from != SL_SOURCE_TFRECORD) {
+        cli_error(CMD, "--split applies to --from tfrecord only");
+        return 2;
     }
     if (!cfg->out_dir) {
         cli_error(CMD, "--out DIR is required");

@@ -805,14 +805,19 @@ class _Epoch:
         return 0 if self._done else self._pipe._epoch_left()
 
 
-def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, name="train",
+def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, tfrecord=None,
+            split=None, name="train",
             shards=0, format="tfrecord", threads=0, quality=95, resize_short=0, shuffle=True,
             seed=0, resume=False, strict=False, label_offset=0, class_names=None,
             fsync=True, max_pixels=0, restart=None, restart_rows=None, progress=None):
     """Convert images into record shards in `out` (the library's converter,
     as `sluice convert`): one of folder=DIR (DIR/<class>/<image>, classes
-    sorted by name), list=FILE (lines "path<TAB>label") or idx_images= and
-    idx_labels= (MNIST IDX files, gzip or plain). Shards are written
+    sorted by name), list=FILE (lines "path<TAB>label"), idx_images= and
+    idx_labels= (MNIST IDX files, gzip or plain) or tfrecord=PATH (the
+    Examples of one split of TFRecord shards, a TensorFlow Datasets folder
+    among them: split= names it, default the one named like name=, else
+    the only one; labels, class names and file names kept, images that are
+    not JPEG, as TFDS's PNG sets, re-encoded). Shards are written
     atomically with their index files and dataset.json; resume=True keeps
     the whole shards of an earlier, interrupted run with the same inputs and
     options and writes the rest. progress(done, total, bytes) is called a
@@ -850,11 +855,14 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
     """
     w = "sluice.convert"
     sources = [s for s, given in (("folder", folder is not None), ("list", list is not None),
-                                  ("idx", idx_images is not None or idx_labels is not None))
+                                  ("idx", idx_images is not None or idx_labels is not None),
+                                  ("tfrecord", tfrecord is not None))
                if given]
     if len(sources) != 1:
-        raise ConfigError("sluice.convert: give exactly one of folder=, list= or "
+        raise ConfigError("sluice.convert: give exactly one of folder=, list=, tfrecord= or "
                           "idx_images= with idx_labels=")
+    if split is not None and tfrecord is None:
+        raise ConfigError("sluice.convert: split= goes with tfrecord=")
     if sources[0] == "idx" and (idx_images is None or idx_labels is None):
         raise ConfigError("sluice.convert: idx_images= and idx_labels= go together")
     if format not in ("tfrecord", "lmdb", "wds"):
@@ -886,6 +894,10 @@ def convert(out, *, folder=None, list=None, idx_images=None, idx_labels=None, na
         cfg["input"] = _path(w, "folder", folder)
     if list is not None:
         cfg["input"] = _path(w, "list", list)
+    if tfrecord is not None:
+        cfg["input"] = _path(w, "tfrecord", tfrecord)
+        if split is not None:
+            cfg["input_split"] = _str(w, "split", split)
     if idx_images is not None:
         cfg["idx_images"] = _path(w, "idx_images", idx_images)
         cfg["idx_labels"] = _path(w, "idx_labels", idx_labels)

@@ -108,6 +108,7 @@ class _Epoch(Iterator[Batch]):
 
 def convert(out: _Path, *, folder: Optional[_Path] = ..., list: Optional[_Path] = ...,
             idx_images: Optional[_Path] = ..., idx_labels: Optional[_Path] = ...,
+            tfrecord: Optional[_Path] = ..., split: Optional[str] = ...,
             name: str = ..., shards: int = ..., format: str = ..., threads: int = ...,
             quality: int = ..., resize_short: int = ..., shuffle: bool = ..., seed: int = ...,
             resume: bool = ..., strict: bool = ..., label_offset: int = ...,

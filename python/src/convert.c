@@ -149,11 +149,13 @@ static PyObject *py_convert(PyObject *mod, PyObject *args)
     if (dict_str(d, "source", keep, &source) || dict_str(d, "input", keep, &cfg.input) ||
         dict_str(d, "idx_images", keep, &cfg.idx_images) ||
         dict_str(d, "idx_labels", keep, &cfg.idx_labels) ||
+        dict_str(d, "input_split", keep, &cfg.input_split) ||
         dict_str(d, "out_dir", keep, &cfg.out_dir) || dict_str(d, "name", keep, &cfg.name) ||
         dict_str(d, "format", keep, &format))
         goto done;
     cfg.source = !source || !strcmp(source, "folder") ? SL_SOURCE_FOLDER
                  : !strcmp(source, "list")            ? SL_SOURCE_LIST
+                 : !strcmp(source, "tfrecord")        ? SL_SOURCE_TFRECORD
                                                       : SL_SOURCE_IDX;
     if (!format || !strcmp(format, "tfrecord")) {
         cfg.format = SL_FORMAT_TFRECORD;

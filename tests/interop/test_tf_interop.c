@@ -468,6 +468,18 @@ Test(tf_interop, we_train_on_a_tensorflow_imagenet_directory)
     free(dir);
 }
 
+/* tests/interop/tfds_write.py ARGS: the folder tfds prepared into dir. */
+static void tfds_prepare(const char *py, const char *args, char *dir, size_t cap)
+{
+    char *out = NULL;
+    int rc = tu_run(&out, PY_TIMEOUT "'%s' '%s/tfds_write.py' %s 2>&1", py, SCRIPTS, args);
+    cr_assert_eq(rc, 0, "tfds_write %s failed (%d):\n%s", args, rc, out);
+    const char *p = strstr(out, "{\"dir\": \"");
+    cr_assert_not_null(p, "%s", out);
+    snprintf(dir, cap, "%.*s", (int)strcspn(p + 9, "\""), p + 9);
+    free(out);
+}
+
 /* A TensorFlow Datasets folder that tfds itself prepared
  * (tests/interop/tfds_write.py: a GeneratorBasedBuilder with TFDS's image
  * classification features over a tree of JPEGs; shards
@@ -496,14 +508,10 @@ Test(tf_interop, we_train_on_a_tensorflow_datasets_folder)
                 tjFree(jpeg);
             }
         }
-    int rc = tu_run(&out, PY_TIMEOUT "'%s' '%s/tfds_write.py' '%s/src' '%s/tfds' 2>&1", py,
-                    SCRIPTS, root, root);
-    cr_assert_eq(rc, 0, "tfds_write failed (%d):\n%s", rc, out);
-    const char *p = strstr(out, "{\"dir\": \"");
-    cr_assert_not_null(p, "%s", out);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", (int)strcspn(p + 9, "\""), p + 9);
-    free(out);
+    char dir[4096], args[4200];
+    snprintf(args, sizeof args, "'%s/src' '%s/tfds'", root, root);
+    tfds_prepare(py, args, dir, sizeof dir);
+    int rc;
 
     sl_dataset ds;
     cr_assert_eq(sl_dataset_resolve(dir, NULL, &ds), SL_OK, "%s", sl_errmsg());
@@ -555,6 +563,81 @@ Test(tf_interop, we_train_on_a_tensorflow_datasets_folder)
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert(strstr(out, "evaluating split 'test'") && strstr(out, "(6 images"), "%s", out);
     free(out);
+    tu_rmrf(root);
+    free(root);
+}
+
+/* A TensorFlow Datasets set stored as PNG, as tfds keeps mnist
+ * (tfds_write.py --png: Image of shape (28, 28, 1), ClassLabel of 10, no
+ * names): the pipeline refuses it by record, `sluice convert --from
+ * tfrecord` re-encodes its train and test splits into JPEG shards whose
+ * pixels are tfds's (within JPEG's error at quality 95), labels and file
+ * names kept, and `sluice train` runs on those. */
+Test(tf_interop, we_convert_a_tensorflow_datasets_png_set)
+{
+    const char *py = python_or_skip();
+    enum { N = 24, PX = 28 * 28 };
+    char *root = tu_tmpdir(), *out = NULL, dir[4096], *conv = tu_join(root, "conv"), args[4200];
+    snprintf(args, sizeof args, "--png %d '%s/tfds'", N, root);
+    tfds_prepare(py, args, dir, sizeof dir);
+    int rc;
+
+    rc = tu_run(&out, "%s verify %s 2>&1", tu_sluice(), dir);
+    cr_assert_neq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "is PNG, not JPEG"), "%s", out);
+    free(out);
+    for (int s = 0; s < 2; s++) {
+        rc = tu_run(&out, "%s convert --from tfrecord %s --out %s --name %s --no-shuffle "
+                    "--no-fsync 2>&1", tu_sluice(), dir, conv, s ? "test" : "train");
+        cr_assert_eq(rc, 0, "%s", out);
+        cr_assert(strstr(out, s ? "12 inputs -> 12 records" : "24 inputs -> 24 records"), "%s",
+                  out);
+        free(out);
+    }
+    char raw[4200], shard[4096];
+    snprintf(raw, sizeof raw, "%s/tfds/digits-train.raw", root);
+    size_t rlen = 0;
+    uint8_t *want = tu_read_file(raw, &rlen);
+    cr_assert(want && rlen == (size_t)N * PX, "%s", raw);
+    cr_assert_eq(sl_shard_path(shard, sizeof shard, conv, "train", 0, 1), SL_OK);
+    sl_tfrecord_reader *r = NULL;
+    cr_assert_eq(sl_tfrecord_reader_open(shard, &r), SL_OK, "%s", sl_errmsg());
+    tjhandle tj = tjInitDecompress();
+    const uint8_t *rec;
+    size_t len;
+    int seen = 0;
+    while ((rc = sl_tfrecord_reader_next(r, &rec, &len)) == SL_OK) {
+        sl_image_example ex;
+        cr_assert_eq(sl_image_example_decode(rec, len, &ex), SL_OK, "%s", sl_errmsg());
+        char num[16];
+        snprintf(num, sizeof num, "%.*s", (int)(ex.filename_len < 15 ? ex.filename_len : 15),
+                 ex.filename);
+        int i = atoi(num);
+        cr_assert(i >= 0 && i < N, "file name %s", num);
+        cr_assert_eq(ex.label, i % 10, "image %d", i);
+        uint8_t got[PX * 3];
+        cr_assert_eq(tjDecompress2(tj, ex.image, ex.image_len, got, 28, 0, 28, TJPF_RGB, 0), 0,
+                     "image %d: %s", i, tjGetErrorStr2(tj));
+        int worst = 0;
+        for (int k = 0; k < PX * 3; k++) {
+            int d = abs((int)got[k] - (int)want[(size_t)i * PX + k / 3]);
+            worst = d > worst ? d : worst;
+        }
+        cr_assert_leq(worst, 6, "image %d: a pixel off by %d", i, worst);
+        seen++;
+    }
+    cr_assert_eq(rc, SL_EOF, "%s", sl_errmsg());
+    cr_assert_eq(seen, N);
+    sl_tfrecord_reader_close(r);
+    tjDestroy(tj);
+    free(want);
+
+    rc = tu_run(&out, "cd %s && %s train --data %s --image-size 28 --batch 8 --width 4 --epochs 1 "
+                "--threads 1 --ckpt-dir ck 2>&1", root, tu_sluice(), conv);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "evaluating split 'test'") && strstr(out, "(12 images"), "%s", out);
+    free(out);
+    free(conv);
     tu_rmrf(root);
     free(root);
 }

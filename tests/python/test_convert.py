@@ -42,6 +42,33 @@ def test_convert_strict_and_errors(tmp_path):
                        progress=lambda *a: 1 / 0)
 
 
+def test_convert_tfrecord_reads_shards_back_into_a_dataset(tmp_path):
+    """tfrecord=: another dataset's shards in, the same records out, in
+    source order: JPEG bytes, labels and class names kept (the CLI's
+    --from tfrecord; tests/tools/test_convert_tfrecord.c has PNG inside)."""
+    make_folder(tmp_path / "img", 12, classes=3)
+    sluice.convert(tmp_path / "a", folder=tmp_path / "img", name="train", shards=2,
+                   fsync=False)
+    res = sluice.convert(tmp_path / "b", tfrecord=tmp_path / "a", split="train", name="val",
+                         shuffle=False, fsync=False)
+    assert res["inputs"] == 12 and res["records"] == 12 and res["passthrough"] == 12
+    man = json.loads((tmp_path / "b" / "dataset.json").read_text())
+    assert man["classes"] == json.loads((tmp_path / "a" / "dataset.json").read_text())["classes"]
+
+    def labels_by_id(path, split):
+        out = {}
+        for b in sluice.Pipeline(path, split=split, image_size=8, batch=5, train=False):
+            ids, labels = np.from_dlpack(b.record_ids), np.from_dlpack(b.labels)
+            out.update(zip(ids.tolist(), labels.tolist()))
+        return out
+    a = labels_by_id(tmp_path / "a", "train")
+    assert sorted(labels_by_id(tmp_path / "b", "val").values()) == sorted(a.values())
+    with pytest.raises(sluice.ConfigError, match="split= goes with tfrecord="):
+        sluice.convert(tmp_path / "c", folder=tmp_path / "img", split="train")
+    with pytest.raises(sluice.Error, match=r"no split 'nope' \(it has: train\)"):
+        sluice.convert(tmp_path / "c", tfrecord=tmp_path / "a", split="nope", fsync=False)
+
+
 def test_convert_idx_with_class_names(tmp_path):
     import gzip
     import struct
