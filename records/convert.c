@@ -142,6 +142,8 @@ typedef struct cv_worker {
     sl_example_builder eb;
     uint8_t *file, *scratch;        /* file bytes; IDX RGB pixels */
     size_t file_cap, scratch_cap;
+    char *rec_path;                 /* --from tfrecord: the shard last read (NULL: none), */
+    int rec_fd;                     /* open on rec_fd for the next record of the same one */
 } cv_worker;
 
 static int grow(uint8_t **buf, size_t *cap, size_t need)
@@ -250,7 +252,8 @@ static int encode_file(cv_worker *w, const char *path, const uint8_t **img, size
 }
 
 /* A record of a TFRecord shard (SL_SOURCE_TFRECORD, records/convert_records.c):
- * read at its offset (both CRCs checked), its Example's image encoded as a
+ * read at its offset (both CRCs checked; the shard stays open on the worker for
+ * the next record of the same one), its Example's image encoded as a
  * file's would be; *name gets the Example's file name, when it has one. A
  * record that cannot be read or has no usable image and label is a skip. */
 static int encode_record(cv_worker *w, const sl_input *it, const uint8_t **img, size_t *img_len,
@@ -261,12 +264,24 @@ static int encode_record(cv_worker *w, const sl_input *it, const uint8_t **img, 
     int rc = grow(&w->file, &w->file_cap, (size_t)it->size);
     if (rc)
         return rc;
-    int fd = open(it->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl_fail(SL_EIMAGE, "cannot open: %s", strerror(errno));
+    if (!w->rec_path || strcmp(w->rec_path, it->path)) { /* another shard */
+        if (w->rec_path) {
+            close(w->rec_fd);
+            free(w->rec_path);
+            w->rec_path = NULL;
+        }
+        int fd = open(it->path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return sl_fail(SL_EIMAGE, "cannot open: %s", strerror(errno));
+        if (!(w->rec_path = strdup(it->path))) {
+            close(fd);
+            return sl_fail(SL_ENOMEM, "sl_convert_run: out of memory");
+        }
+        w->rec_fd = fd;
+    }
     size_t len = 0;
-    rc = sl_tfrecord_read_at(fd, it->off, it->size, w->file, w->file_cap, &len, it->path, it->idx);
-    close(fd);
+    rc = sl_tfrecord_read_at(w->rec_fd, it->off, it->size, w->file, w->file_cap, &len, it->path,
+                             it->idx);
     char why[SL_ERRMSG_MAX];
     if (rc == SL_ENOMEM)
         return rc;
@@ -657,6 +672,9 @@ static void worker_fini(cv_worker *w)
     sl_example_builder_fini(&w->eb);
     free(w->file);
     free(w->scratch);
+    if (w->rec_path)
+        close(w->rec_fd);
+    free(w->rec_path);
 }
 
 /* Run the workers over every chunk; the first error comes back with its

@@ -54,14 +54,10 @@ static int pick_split(const sl_dataset *ds, const sl_convert_config *cfg,
         *out = s;
         return SL_OK;
     }
-    char names[512] = "";
-    size_t k = 0;
-    for (size_t i = 0; i < ds->nsplits && k + 70 < sizeof names; i++) {
-        int w = snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", ds->splits[i].name);
-        k += w > 0 ? (size_t)w : 0;
-    }
+    char names[512];
+    sl_dataset_split_names(ds, names, sizeof names);
     return sl_fail(SL_ENOENT, "%s: %s: no split '%s' (it has: %s)%s", fn, cfg->input,
-                   want && *want ? want : cfg->name, ds->nsplits ? names : "none",
+                   want && *want ? want : cfg->name, names[0] ? names : "none",
                    want && *want ? "" : "; name the one to read with --split");
 }
 

@@ -24,6 +24,7 @@
  * Threading: reentrant.
  */
 #include "records_int.h"
+#include "bytesrc.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -37,52 +38,29 @@
 #define TFDS_MAX_FILE (16u << 20) /* ImageNet-21k's labels file is 200 KB */
 #define TFDS_MAX_CLASSES 1000000
 
-/* The whole of dir/name, NUL-terminated, or NULL when it is not there;
- * *rc SL_EIO/SL_ENOMEM/SL_ECORRUPT (too large) with a message, else SL_OK. */
+/* The whole of dir/name, NUL-terminated (bytesrc.h's whole-file get), or
+ * NULL when it is not there; *rc an error with a message, else SL_OK. */
 static char *read_small(const char *dir, const char *name, size_t *len, int *rc)
 {
-    char *path = sl_path_join(dir, name), *buf = NULL;
+    char *path = sl_path_join(dir, name);
+    uint8_t *buf = NULL;
+    sl_bytesrc *src = NULL;
     *rc = SL_OK;
     if (!path) {
         *rc = sl_fail(SL_ENOMEM, "sl_tfds_classes: out of memory");
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        free(path);
-        return NULL;
+    int r = sl_bytesrc_open(path, NULL, &src);
+    if (r == SL_OK) {
+        r = sl_bytesrc_get(src, TFDS_MAX_FILE, &buf, len);
+        sl_bytesrc_close(src);
     }
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            char *b = cap >= TFDS_MAX_FILE ? NULL : realloc(buf, cap ? cap * 2 : 8192);
-            if (!b) {
-                *rc = cap >= TFDS_MAX_FILE
-                          ? sl_fail(SL_ECORRUPT, "sl_tfds_classes: %s: over %u MiB", path,
-                                    TFDS_MAX_FILE >> 20)
-                          : sl_fail(SL_ENOMEM, "sl_tfds_classes: out of memory");
-                break;
-            }
-            buf = b;
-            cap = cap ? cap * 2 : 8192;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f))
-                *rc = sl_fail(SL_EIO, "sl_tfds_classes: %s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
+    if (r == SL_ENOENT)
+        sl_clear_error(); /* not a TFDS folder, or an older one */
+    else if (r)
+        *rc = sl_fail(r, "sl_tfds_classes: %s", sl_errmsg());
     free(path);
-    if (*rc) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
+    return r ? NULL : (char *)buf;
 }
 
 /* numClasses of the "label" ClassLabel in features.json's tree: 0 when the
