@@ -480,6 +480,20 @@ static void tfds_prepare(const char *py, const char *args, char *dir, size_t cap
     free(out);
 }
 
+/* `sluice train` for an epoch on data, with no --classes, in root: it
+ * evaluates the test split, of the images `evaluated` says. */
+static void train_evaluates_test(const char *root, const char *data, int size, int batch,
+                                 const char *evaluated)
+{
+    char *out = NULL;
+    int rc = tu_run(&out, "cd %s && %s train --data %s --image-size %d --batch %d --width 4 "
+                    "--epochs 1 --threads 1 --ckpt-dir ck 2>&1", root, tu_sluice(), data, size,
+                    batch);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "evaluating split 'test'") && strstr(out, evaluated), "%s", out);
+    free(out);
+}
+
 /* A TensorFlow Datasets folder that tfds itself prepared
  * (tests/interop/tfds_write.py: a GeneratorBasedBuilder with TFDS's image
  * classification features over a tree of JPEGs; shards
@@ -558,11 +572,7 @@ Test(tf_interop, we_train_on_a_tensorflow_datasets_folder)
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert(strstr(out, "(features.json: 3 classes)") && strstr(out, "bee"), "%s", out);
     free(out);
-    rc = tu_run(&out, "cd %s && %s train --data %s --image-size 16 --batch 4 --width 4 "
-                "--epochs 1 --threads 1 --ckpt-dir ck 2>&1", root, tu_sluice(), dir);
-    cr_assert_eq(rc, 0, "%s", out);
-    cr_assert(strstr(out, "evaluating split 'test'") && strstr(out, "(6 images"), "%s", out);
-    free(out);
+    train_evaluates_test(root, dir, 16, 4, "(6 images");
     tu_rmrf(root);
     free(root);
 }
@@ -632,11 +642,7 @@ Test(tf_interop, we_convert_a_tensorflow_datasets_png_set)
     tjDestroy(tj);
     free(want);
 
-    rc = tu_run(&out, "cd %s && %s train --data %s --image-size 28 --batch 8 --width 4 --epochs 1 "
-                "--threads 1 --ckpt-dir ck 2>&1", root, tu_sluice(), conv);
-    cr_assert_eq(rc, 0, "%s", out);
-    cr_assert(strstr(out, "evaluating split 'test'") && strstr(out, "(12 images"), "%s", out);
-    free(out);
+    train_evaluates_test(root, conv, 28, 8, "(12 images");
     free(conv);
     tu_rmrf(root);
     free(root);
